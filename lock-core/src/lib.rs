@@ -1,0 +1,51 @@
+//! # lock-core
+//!
+//! The foundation every lock algorithm of this workspace stands on:
+//!
+//! - [`lock`]: the lock interface of SPEC section 2 (thesis listing 1): a mandatory lock with an
+//!   optional timeout, a soft lock, a guard with lock id, owner id and fencing token that
+//!   releases on [`LockGuard::release`] or drop, a signal when the lease is lost, the three
+//!   attempt states of the 2012 algorithm, and typed errors;
+//! - [`store`]: the Cassandra cell model of SPEC section 1, as the [`CellStore`] trait the
+//!   Cassandra algorithms are generic over;
+//! - [`embedded`]: the default backend, an in-process store with exactly those semantics, a
+//!   latency model, replication with per-operation consistency, replicas that can be stopped,
+//!   per-client clock skew and isolation, and operation counters; it runs in simulated time on
+//!   a paused tokio runtime and in wall time on a multi-thread one;
+//! - [`time`]: clocks and time sources (local clock with skew, the thesis's GlobalTime service,
+//!   a hybrid logical clock);
+//! - [`lease`]: the lease keeper that renews a holder's cells every TTL/2 and says when the
+//!   lease is lost;
+//! - [`fence`]: fencing tokens on the cell store;
+//! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
+//!
+//! ```
+//! use lock_core::embedded::{EmbeddedConfig, EmbeddedStore};
+//! use lock_core::store::{CellStore, CellWrite, Consistency, Slice};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), lock_core::store::StoreError> {
+//! let store = EmbeddedStore::new(EmbeddedConfig::default());
+//! let client = store.client("worker-1");
+//! let cell = CellWrite { column: "owner".into(), value: b"worker-1".to_vec(), timestamp: 10, ttl: None };
+//! client.write("locks", "invoice-42", &[cell], Consistency::Quorum).await?;
+//! let row = client.read("locks", "invoice-42", Slice::all(), Consistency::Quorum).await?;
+//! assert_eq!(row[0].value, b"worker-1");
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+pub mod context;
+pub mod embedded;
+pub mod fence;
+pub mod lease;
+pub mod lock;
+pub mod store;
+pub mod time;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use lock::{AttemptResult, LockError, LockGuard, LeaseState, Locker};
+pub use store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};

@@ -1,0 +1,267 @@
+//! The lock interface (SPEC section 2; thesis listing 1).
+//!
+//! The thesis's C# interface `IRemoteLocker { GetLock(lockId); TryGetLock(lockId, out lock) }`
+//! becomes [`Locker::lock`] (mandatory, with an optional timeout) and [`Locker::try_lock`]
+//! (soft). `IRemoteLock : IDisposable` becomes [`LockGuard`]: it carries the lock id, the
+//! owner id and a fencing token, releases on [`LockGuard::release`] or on drop (the `using`
+//! block), and tells its holder when the lease under it was lost.
+
+use crate::store::StoreError;
+use async_trait::async_trait;
+use std::fmt;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest lock id or owner id accepted, in bytes. Ids become row keys, column names, Redis
+/// keys and znode names; 200 bytes keeps every backend well inside its limits.
+pub const MAX_ID_LEN: usize = 200;
+
+/// The result of one attempt of the 2012 shadow-table algorithm (thesis section 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum AttemptResult {
+    /// The calling thread holds the lock.
+    Success,
+    /// Another thread holds the lock.
+    AnotherThreadIsOwner,
+    /// Another thread tried at the same moment; nobody won this round.
+    ConcurrentAttempt,
+}
+
+/// Why a lease was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseLost {
+    /// What happened, for humans.
+    pub reason: String,
+}
+
+impl fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// The state of the lease under a guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    /// The lease is held and being renewed.
+    Held,
+    /// The lease was lost: another holder may have the lock now.
+    Lost(LeaseLost),
+    /// The guard was released.
+    Released,
+}
+
+/// What a lock operation can fail with.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum LockError {
+    /// The lock id (or owner id) cannot be used.
+    #[error("invalid {what} {id:?}: {reason}")]
+    InvalidId {
+        /// "lock id" or "owner id".
+        what: &'static str,
+        /// The rejected id (possibly truncated).
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The mandatory lock was not granted in time. Nothing of the attempt is left in the store.
+    #[error("timed out after {waited:?} waiting for lock {lock_id:?}")]
+    Timeout {
+        /// The lock id.
+        lock_id: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The lease under an acquisition (or a wait in a queue) was lost.
+    #[error("lease on lock {lock_id:?} lost: {reason}")]
+    LeaseLost {
+        /// The lock id.
+        lock_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error("store error on lock {lock_id:?}: {source}")]
+    Store {
+        /// The lock id.
+        lock_id: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+    /// A non-Cassandra backend (Redis, ZooKeeper) failed.
+    #[error("{backend} error: {message}")]
+    Backend {
+        /// Which backend.
+        backend: &'static str,
+        /// What it said.
+        message: String,
+    },
+    /// The configuration is impossible.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl LockError {
+    /// Wrap a store error for `lock_id`.
+    pub fn store(lock_id: &str, source: StoreError) -> Self {
+        LockError::Store { lock_id: lock_id.to_string(), source }
+    }
+}
+
+/// Check a lock id or owner id: non-empty, at most [`MAX_ID_LEN`] bytes, no control characters
+/// and no `/` (znode path separator).
+pub fn validate_id(what: &'static str, id: &str) -> Result<(), LockError> {
+    let fail = |reason: &str| LockError::InvalidId {
+        what,
+        id: id.chars().take(64).collect(),
+        reason: reason.to_string(),
+    };
+    if id.is_empty() {
+        return Err(fail("must not be empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(fail(&format!("is {} bytes long, at most {MAX_ID_LEN} are allowed", id.len())));
+    }
+    if id.chars().any(|c| c.is_control()) {
+        return Err(fail("must not contain control characters"));
+    }
+    if id.contains('/') {
+        return Err(fail("must not contain '/'"));
+    }
+    Ok(())
+}
+
+/// Releases what an acquisition left in its backend. Implemented by each algorithm.
+#[async_trait]
+pub trait Release: Send + 'static {
+    /// Stop renewing and remove the holder's traces.
+    async fn release(self: Box<Self>) -> Result<(), LockError>;
+}
+
+/// Proof of holding a lock. Release it with [`LockGuard::release`]; dropping it releases in a
+/// background task (it needs a tokio runtime then, and errors are not reported).
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    lock_id: String,
+    owner: String,
+    token: u64,
+    lease: watch::Receiver<LeaseState>,
+    release: Option<Box<dyn Release>>,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock_id", &self.lock_id)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .field("lease", &*self.lease.borrow())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    /// A guard for an acquisition; `lease` follows its lease, `release` undoes it.
+    pub fn new(
+        lock_id: impl Into<String>,
+        owner: impl Into<String>,
+        token: u64,
+        lease: watch::Receiver<LeaseState>,
+        release: Box<dyn Release>,
+    ) -> Self {
+        LockGuard { lock_id: lock_id.into(), owner: owner.into(), token, lease, release: Some(release) }
+    }
+    /// The lock id (the thesis's `LockId`).
+    pub fn lock_id(&self) -> &str {
+        &self.lock_id
+    }
+    /// The owner id (the thesis's `ThreadId`).
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+    /// The fencing token: strictly increasing per lock across holders. Pass it to downstream
+    /// storage so that it can reject writes from a holder whose lease has expired.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+    /// The lease's state now.
+    pub fn lease_state(&self) -> LeaseState {
+        self.lease.borrow().clone()
+    }
+    /// True when the lease was lost: stop acting under the lock.
+    pub fn is_lost(&self) -> bool {
+        matches!(*self.lease.borrow(), LeaseState::Lost(_))
+    }
+    /// Resolves when the lease is lost (never, while it is held). Use in `tokio::select!`
+    /// beside the critical section to abort it.
+    pub async fn lost(&self) -> LeaseLost {
+        let mut rx = self.lease.clone();
+        loop {
+            if let LeaseState::Lost(l) = &*rx.borrow_and_update() {
+                return l.clone();
+            }
+            if rx.changed().await.is_err() {
+                // The lease keeper is gone without saying "lost": the guard was released.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+    /// A receiver of lease-state changes.
+    pub fn watch_lease(&self) -> watch::Receiver<LeaseState> {
+        self.lease.clone()
+    }
+    /// Release the lock and wait until its traces are gone from the store.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        match self.release.take() {
+            Some(r) => r.release().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(r) = self.release.take() {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let _ = r.release().await;
+                });
+            }
+        }
+    }
+}
+
+/// A distributed lock algorithm bound to one owner (the thesis's thread).
+///
+/// One `Locker` may hold several lock ids at once; it must not ask for a lock id it already
+/// holds (the algorithms are not reentrant).
+#[async_trait]
+pub trait Locker: Send + Sync + 'static {
+    /// The algorithm's short name ("shadow", "queue", ...).
+    fn algorithm(&self) -> &str;
+    /// The owner id written into the store.
+    fn owner(&self) -> &str;
+    /// The mandatory lock: wait until the lock is held, or until `timeout` passes
+    /// ([`LockError::Timeout`], with nothing of the attempt left in the store).
+    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError>;
+    /// The soft lock: return at once with the lock held (`Some`) or not (`None`).
+    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated() {
+        assert!(validate_id("lock id", "invoice-42").is_ok());
+        assert!(validate_id("lock id", "").is_err());
+        assert!(validate_id("lock id", &"x".repeat(MAX_ID_LEN)).is_ok());
+        assert!(validate_id("lock id", &"x".repeat(MAX_ID_LEN + 1)).is_err());
+        assert!(validate_id("lock id", "a/b").is_err());
+        assert!(validate_id("lock id", "a\nb").is_err());
+        let e = validate_id("lock id", "").unwrap_err().to_string();
+        assert!(e.contains("lock id") && e.contains("empty"), "{e}");
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine: installs what the tests need, then runs them.
+#
+# The Redis and ZooKeeper tests start their own servers on free loopback ports, from Debian's
+# packages `redis-server` and `zookeeper`; this script installs them when they are missing
+# (as root directly, otherwise through sudo). The Cassandra integration tests run only when
+# LOCK_TEST_CASSANDRA=host:port names a cluster (see README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_packages=()
+command -v redis-server >/dev/null 2>&1 || need_packages+=(redis-server)
+[ -f /usr/share/java/zookeeper.jar ] || need_packages+=(zookeeper)
+if [ ${#need_packages[@]} -gt 0 ]; then
+  echo "test.sh: installing ${need_packages[*]} (needed by the Redis and ZooKeeper tests)" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq "${need_packages[@]}" >/dev/null
+fi
+# The packages start system services; the tests do not use them, they start their own.
+
+if [ -z "${LOCK_TEST_CASSANDRA:-}" ]; then
+  echo "test.sh: LOCK_TEST_CASSANDRA not set: the Cassandra integration and conformance tests will report 'not run' (see README.md)" >&2
+fi
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi
+cargo test --workspace --doc
