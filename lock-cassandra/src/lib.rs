@@ -1,0 +1,709 @@
+//! # lock-cassandra
+//!
+//! A [`CellStore`] on a real Apache Cassandra or ScyllaDB cluster, through the `scylla`
+//! driver (1.x): the backend on which the Cassandra-model lock algorithms of this workspace
+//! (the shadow-table lock, the queue lock, fencing tokens, leases, the time service) run
+//! unchanged, as they run on the embedded store.
+//!
+//! ## Targets
+//!
+//! Apache Cassandra 4.0, 4.1 and 5.0, ScyllaDB 5.x and 6.x (and the 2024.x/2025.x
+//! releases), over the CQL native protocol v4, the one the driver speaks. Nothing beyond CQL 3
+//! of Cassandra 2.1 is used: `USING TTL ? AND TIMESTAMP ?` with bind markers, `WRITETIME`,
+//! `LIMIT ?`, single-partition `UNLOGGED BATCH`, `CREATE … IF NOT EXISTS`. No lightweight
+//! transactions (Paxos), counters, materialized views or secondary indexes.
+//!
+//! ## Schema
+//!
+//! One keyspace ([`CassandraConfig::keyspace`], default `distributed_locks`), created if
+//! missing with the configured [`Replication`] (default: one replica per datacenter, for a
+//! single development node; production: three, `LOCK_CASSANDRA_REPLICATION=3`, or per
+//! datacenter, `LOCK_CASSANDRA_REPLICATION=NetworkTopologyStrategy:dc1=3,dc2=3`). An existing
+//! keyspace is kept as it is.
+//!
+//! ```text
+//! CREATE KEYSPACE IF NOT EXISTS "distributed_locks"
+//!     WITH replication = {'class': 'NetworkTopologyStrategy', 'replication_factor': 1} AND durable_writes = true
+//! ```
+//!
+//! `NetworkTopologyStrategy` with the `replication_factor` shorthand is accepted by Cassandra
+//! 4.0+ and every ScyllaDB; `SimpleStrategy` ([`Replication::Simple`]) is refused by ScyllaDB
+//! 2026.2+, whose keyspaces use tablets by default (nothing here needs what tablets lack:
+//! LWT, counters, CDC).
+//!
+//! The keyspace holds one CQL table per logical table name of the cell model (`shadow_lock_main`,
+//! `shadow_lock_shadow`, `queue_lock_main`, `queue_lock_queue`, `lock_fence`, `time_service`,
+//! or any other name matching `[a-z][a-z0-9_]*`, at most 48 characters; other names are
+//! refused with [`StoreError::Rejected`], never rewritten, so two names never share a table):
+//!
+//! ```text
+//! CREATE TABLE IF NOT EXISTS "distributed_locks"."<table>" (
+//!     "row" text, "column" text, "value" blob,
+//!     PRIMARY KEY (("row"), "column")
+//! ) WITH CLUSTERING ORDER BY ("column" ASC)
+//! ```
+//!
+//! The row key is the partition key, the column name the clustering column. `text`
+//! (`UTF8Type`) clustering keys compare byte-wise, which is exactly the cell model's order, so
+//! the server returns a row's cells in the order the algorithms expect (the queue lock's
+//! zero-padded time columns in arrival order, the fence table's inverted tokens greatest
+//! first). A cell's write timestamp is the CQL cell timestamp (`USING TIMESTAMP`, read back
+//! with `WRITETIME`), its TTL the CQL TTL: last-write-wins, tombstones and expiry are
+//! Cassandra's own, which is what the model of `lock_core::store` was written after.
+//!
+//! **When tables are created.** Lazily: the first request naming a table creates it
+//! (`CREATE TABLE IF NOT EXISTS`, then waiting for schema agreement) and prepares its
+//! statements; both are cached per store, so every later request is one round trip. Creation
+//! is serialized within a store; [`CassandraStore::ensure_tables`] does it eagerly. On
+//! Cassandra before 5.0, concurrent `CREATE TABLE` of one name from several processes can
+//! leave the nodes disagreeing on the table's id: when many processes start at once, let one
+//! call `ensure_tables` first (or create the schema by hand and set
+//! [`CassandraConfig::create_schema`] to false).
+//!
+//! ## Statements
+//!
+//! Identifiers are always double-quoted (`"ks"."t"`, `"row"`, …); see [`cql`] for the exact
+//! text and the bound values, which are built by pure functions and tested.
+//!
+//! | `CellStore` call | CQL | bound values |
+//! |---|---|---|
+//! | `write`, one cell | `INSERT INTO ks.t (row, column, value) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?` | row, column, value, TTL seconds (0 = none; else [`ttl_secs`](lock_core::store::ttl_secs), rounded up, plus [1 s](cql::TTL_MARGIN_SECS)), timestamp µs |
+//! | `write`, n cells | `BEGIN UNLOGGED BATCH` of n such inserts | one tuple per cell |
+//! | `delete` | `DELETE FROM ks.t USING TIMESTAMP ? WHERE row = ? AND column = ?` | timestamp, row, column |
+//! | `read`, whole row | `SELECT column, value, WRITETIME(value) FROM ks.t WHERE row = ?` | row |
+//! | `read`, `Slice::from(start, n)` | `… WHERE row = ? AND column >= ? LIMIT ?` | row, start, n |
+//! | `read`, `Slice::first(n)` | `… WHERE row = ? LIMIT ?` | row, n |
+//! | `read`, start without limit | `… WHERE row = ? AND column >= ?` | row, start |
+//!
+//! **TTL.** The servers keep a cell's expiry in whole seconds of their clock, so `USING TTL n`
+//! keeps a cell between n − 1 and n seconds. The store binds one second more than
+//! asked ([`cql::TTL_MARGIN_SECS`]): a cell lives between its TTL and its TTL + 1 s, never
+//! shorter than asked, which is what a lease's "valid until write start + TTL" relies on; a
+//! crashed holder's lock is free up to one second later than on the embedded store.
+//!
+//! A slice of limit 0 and a write of no cells send nothing. Several cells of one row go in
+//! one **unlogged batch on one partition**: one request, applied atomically and in isolation
+//! on each replica (no batch log is needed for a single partition). Every statement is
+//! prepared, marked idempotent (a cell with an explicit timestamp can be applied twice with
+//! the same result, so the driver may retry it on another node after a broken connection),
+//! and carries the consistency level of the call. A `DELETE` of one clustering row also
+//! removes the row marker the `INSERT` created; on equal timestamps the deletion wins, as in
+//! the model. Reads are unpaged: lock rows hold a handful of cells.
+//!
+//! ## What each lock operation issues
+//!
+//! **Shadow-table lock** (`lock-shadow`, thesis listing 3), one `TryLock`:
+//! 1. read the main row: `SELECT … FROM shadow_lock_main WHERE row = ?`; one cell that is
+//!    not ours ends the attempt (`AnotherThreadIsOwner`, 1 request); one that is ours is
+//!    rewritten with an `INSERT` (`Success`, 2 requests);
+//! 2. write our shadow cell: `INSERT INTO shadow_lock_shadow … USING TTL ? AND TIMESTAMP ?`;
+//! 3. read the shadow row: `SELECT … FROM shadow_lock_shadow WHERE row = ?`;
+//! 4. if ours is the only shadow cell, read the main row again: `SELECT … FROM
+//!    shadow_lock_main WHERE row = ?`, and if it is empty write our main cell: `INSERT INTO
+//!    shadow_lock_main …`;
+//! 5. delete our shadow cell, in every case: `DELETE FROM shadow_lock_shadow USING TIMESTAMP ?
+//!    WHERE row = ? AND column = ?`.
+//!
+//! A won attempt costs 6 requests (read, write, read, read, write, delete). `GetLock`
+//! repeats attempts with the thesis's random backoff.
+//!
+//! **Queue lock** (`lock-queue`, thesis listings 5–7):
+//! - join: (with the GlobalTime source, read it first, see below) `INSERT INTO
+//!   queue_lock_queue …` of the column `<20-digit µs><owner>`;
+//! - each poll: `SELECT … FROM queue_lock_queue WHERE row = ? LIMIT ?` with limit 1; if the
+//!   head is ours, the head check: `INSERT INTO queue_lock_main …` of our cell, then `SELECT …
+//!   FROM queue_lock_main WHERE row = ?` — alone there means granted, otherwise `DELETE FROM
+//!   queue_lock_main …` of our cell and poll again after the poll interval;
+//! - `TryGetLock` first reads `SELECT … FROM queue_lock_main WHERE row = ? LIMIT ?` (limit 1)
+//!   and gives up if it holds a cell; a soft attempt that is not first leaves the queue with
+//!   `DELETE FROM queue_lock_queue …`;
+//! - release (and timeout, failure): `DELETE` of the main cell, then of the queue cell.
+//!
+//! An uncontended grant costs 4 requests (write, read, write, read) plus the fencing token.
+//!
+//! **After every grant** (both locks), the fencing token of `lock_core::fence`: `SELECT … FROM
+//! lock_fence WHERE row = ? LIMIT ?` (limit 1: the greatest token so far sorts first), then
+//! `INSERT INTO lock_fence …` of the next token with TTL 0 (token cells never expire).
+//!
+//! **Leases** (`lock_core::lease`): every TTL/2 the keeper rewrites the holder's cells, one
+//! `INSERT` (or single-partition batch) per row with fresh timestamps and the full TTL: the
+//! shadow lock's main cell; the queue lock's queue cell while waiting, and its queue and main
+//! cells while holding (two inserts, two tables). **Release** stops the keeper and `DELETE`s
+//! every kept cell with a fresh timestamp.
+//!
+//! **Time service** (`lock_core::time`): readers of `GlobalTime` issue `SELECT … FROM
+//! time_service WHERE row = ? AND column >= ? LIMIT ?` (`'global'`, `'GlobalTime'`, 1); each
+//! service replica does that every 500 ms and, when its clock is ahead, `INSERT INTO
+//! time_service …` with TTL 0 and `USING TIMESTAMP` equal to the value written.
+//!
+//! ## Consistency levels that keep the algorithms correct
+//!
+//! Both algorithms rest on the thesis's Lemma 1: if two clients each write a cell into one row
+//! and then read the row, at least one of them sees both cells. That holds when every read
+//! quorum meets every write quorum, `R + W > RF`:
+//! - **`QUORUM` reads and writes** (the default of `lock_core::context::ClientContext`): correct
+//!   with any replication, across datacenters;
+//! - **`LOCAL_QUORUM`** (set [`CassandraConfig::local_datacenter`]; `QUORUM` requests are then
+//!   sent as `LOCAL_QUORUM`, `ONE` as `LOCAL_ONE`): correct only while all contenders of a lock
+//!   use the same datacenter; cheaper across a WAN;
+//! - **`ALL`**: correct, but one replica down stops every lock;
+//! - **`ONE` breaks Lemma 1** with more than one replica: two clients can each write to a
+//!   different replica and each read its own, both see themselves alone, and both hold the
+//!   lock. (With replication factor 1 every level is the same, and correct.)
+//!
+//! ## Errors
+//!
+//! The driver's errors map onto [`StoreError`] by the pure functions of [`errors`]: a write
+//! timeout (server- or client-side) is [`StoreError::WriteTimeout`], "may have applied";
+//! `Unavailable` (not applied) carries required and alive replicas; syntax, invalid,
+//! unauthorized and other refusals are [`StoreError::Rejected`] with the server's message;
+//! broken connections, empty pools and failed connects are [`StoreError::Unreachable`] naming
+//! the contact points and what was tried. A connect to unreachable nodes gives up after the
+//! connect timeout (default 5 s) plus 5 s at most.
+//!
+//! ## Caveats the model does not show
+//!
+//! - **Clocks.** Write timestamps come from the clients' clocks; TTLs run on the servers'.
+//!   Use `lock_core::time::PhysicalClock::System` for timestamps against a real cluster (a
+//!   tokio clock restarts at the simulated epoch each run and would write under the tombstones
+//!   of earlier runs).
+//! - **Equal timestamps.** Cassandra 4.0+ (CASSANDRA-14592) lets an expiring cell win over a
+//!   non-expiring one of the same timestamp before comparing values; the model compares values
+//!   first. The algorithms never write two versions of one cell with one timestamp (each
+//!   client's timestamps strictly increase, and clients write different columns), so this
+//!   does not reach them.
+//! - **Tombstones.** Every join and leave of a queue leaves a tombstone at the head of the
+//!   queue row, and the `LIMIT 1` poll reads past all of them until they are purged
+//!   (`gc_grace_seconds`, default 10 days, then a compaction). A busy lock id can hit
+//!   `tombstone_warn_threshold` (1 000) and then `tombstone_failure_threshold` (100 000), which
+//!   fails the read ([`StoreError::Rejected`]). Every cell the lock algorithms delete carries a
+//!   TTL of seconds, so a replica that missed a deletion cannot bring a live cell back after the
+//!   tombstone is purged; lowering [`CassandraConfig::gc_grace_seconds`] (e.g. to 3600) for
+//!   tables created here is therefore safe for them, not for tables holding cells without TTL
+//!   that are deleted. The fence table only grows (one cell per grant, never deleted); its
+//!   `LIMIT 1` read finds the newest token first.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use lock_cassandra::{CassandraConfig, CassandraStore};
+//! use lock_core::store::{CellStore, CellWrite, Consistency, Slice, StoreError};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), StoreError> {
+//! // Contact points from LOCK_CASSANDRA_NODES, or a local node.
+//! let config = match CassandraConfig::from_env() {
+//!     Ok(Some(config)) => config,
+//!     _ => CassandraConfig::from_nodes("127.0.0.1:9042").expect("valid contact point"),
+//! };
+//! let store = CassandraStore::connect(config).await?;
+//! store.ensure_tables(&lock_cassandra::ALGORITHM_TABLES).await?;
+//!
+//! // One handle per contender; each can be cut off on its own in tests.
+//! let worker = store.client("worker-1");
+//! let cell = CellWrite {
+//!     column: "worker-1".into(),
+//!     value: b"worker-1".to_vec(),
+//!     timestamp: 1_767_225_600_000_000,
+//!     ttl: Some(Duration::from_secs(10)),
+//! };
+//! worker.write("shadow_lock_main", "invoice-42", &[cell], Consistency::Quorum).await?;
+//! let row = worker.read("shadow_lock_main", "invoice-42", Slice::all(), Consistency::Quorum).await?;
+//! assert_eq!(row[0].column, "worker-1");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Any algorithm generic over `CellStore + Clone` takes a [`CassandraClient`] (or the
+//! [`CassandraStore`] itself) where it takes an embedded client, e.g.
+//! `QueueLocker::new(store.client(owner), ctx, QueueConfig::default())`.
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod cql;
+pub mod errors;
+#[cfg(any(test, feature = "conformance"))]
+pub mod fixture;
+
+pub use config::{CassandraConfig, ConfigError, Replication};
+
+use async_trait::async_trait;
+use cql::{ReadKind, ReadValues, RawCell, TableStatements};
+use errors::{Operation, RequestInfo};
+use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::response::query_result::QueryResult;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::Statement;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::OnceCell;
+
+/// The tables the lock algorithms of this workspace use, for [`CassandraStore::ensure_tables`]:
+/// the shadow lock's main and shadow tables, the queue lock's main and queue tables, the
+/// fencing tokens (`lock_core::fence::FENCE_TABLE`) and the time service
+/// (`lock_core::time::GLOBAL_TIME_TABLE`).
+pub const ALGORITHM_TABLES: [&str; 6] =
+    ["shadow_lock_main", "shadow_lock_shadow", "queue_lock_main", "queue_lock_queue", "lock_fence", "time_service"];
+
+/// The prepared statements of one table.
+struct Prepared {
+    insert: PreparedStatement,
+    delete: PreparedStatement,
+    reads: [PreparedStatement; 4],
+}
+
+struct Inner {
+    session: Session,
+    config: CassandraConfig,
+    tables: Mutex<HashMap<String, Arc<OnceCell<Arc<Prepared>>>>>,
+    ddl: tokio::sync::Mutex<()>,
+}
+
+/// A cell store on a Cassandra or ScyllaDB cluster: one driver session (with its connection
+/// pools), the keyspace, and the prepared statements of every table used so far. Cheap to
+/// clone; clones share everything.
+#[derive(Clone)]
+pub struct CassandraStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for CassandraStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CassandraStore")
+            .field("nodes", &self.inner.config.nodes)
+            .field("keyspace", &self.inner.config.keyspace)
+            .field("tables", &self.known_tables())
+            .finish()
+    }
+}
+
+impl CassandraStore {
+    /// Connect to the cluster and create the keyspace if missing (unless
+    /// [`CassandraConfig::create_schema`] is off). Tables are created on first use, or by
+    /// [`CassandraStore::ensure_tables`].
+    ///
+    /// Fails with [`StoreError::Unreachable`], naming every contact point and what was tried,
+    /// when no node answers within [`CassandraConfig::connect_deadline`]; with
+    /// [`StoreError::Rejected`] for an invalid configuration or refused credentials.
+    pub async fn connect(config: CassandraConfig) -> Result<Self, StoreError> {
+        config.validate().map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let local = config.local_datacenter.is_some();
+        let profile = ExecutionProfile::builder()
+            .request_timeout(Some(config.request_timeout))
+            .consistency(cql::driver_consistency(Consistency::Quorum, local))
+            .build();
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&config.nodes)
+            .connection_timeout(config.connect_timeout)
+            .hostname_resolution_timeout(Some(config.connect_timeout))
+            .default_execution_profile_handle(profile.into_handle())
+            .schema_agreement_timeout(config.schema_agreement_timeout)
+            .keyspaces_to_fetch([config.keyspace.clone()]);
+        if let Some(dc) = &config.local_datacenter {
+            builder = builder.prefer_datacenter(dc.clone());
+        }
+        if let Some((user, password)) = &config.credentials {
+            builder = builder.user(user, password);
+        }
+        let deadline = config.connect_deadline();
+        let session = match tokio::time::timeout(deadline, builder.build()).await {
+            Err(_) => return Err(errors::connect_timed_out(&config.nodes, config.connect_timeout, deadline)),
+            Ok(Err(e)) => return Err(errors::map_connect_error(&e, &config.nodes, config.connect_timeout)),
+            Ok(Ok(session)) => session,
+        };
+        let store = CassandraStore {
+            inner: Arc::new(Inner {
+                session,
+                config,
+                tables: Mutex::new(HashMap::new()),
+                ddl: tokio::sync::Mutex::new(()),
+            }),
+        };
+        if store.inner.config.create_schema {
+            let text = cql::create_keyspace(&store.inner.config.keyspace, &store.inner.config.replication);
+            store.schema_change(text, "keyspace").await?;
+        }
+        Ok(store)
+    }
+
+    /// Create (if missing) and prepare the statements of every table in `tables` now, instead
+    /// of on first use.
+    pub async fn ensure_tables(&self, tables: &[&str]) -> Result<(), StoreError> {
+        for t in tables {
+            self.table(t).await?;
+        }
+        Ok(())
+    }
+
+    /// A handle for contender `id`: shares this store's session and statements, and can be
+    /// cut off on its own ([`CassandraClient::cut_off`]).
+    pub fn client(&self, id: impl Into<String>) -> CassandraClient {
+        CassandraClient {
+            store: self.clone(),
+            id: Arc::from(id.into()),
+            row_prefix: Arc::from(""),
+            cut_off: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The configuration connected with.
+    pub fn config(&self) -> &CassandraConfig {
+        &self.inner.config
+    }
+
+    /// The driver session, for anything this store does not offer.
+    pub fn session(&self) -> &Session {
+        &self.inner.session
+    }
+
+    /// The tables whose statements are prepared, sorted.
+    pub fn known_tables(&self) -> Vec<String> {
+        let map = self.inner.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> =
+            map.iter().filter(|(_, cell)| cell.initialized()).map(|(name, _)| name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    fn info<'a>(&'a self, op: Operation, table: &'a str, consistency: Consistency) -> RequestInfo<'a> {
+        RequestInfo {
+            op,
+            table,
+            consistency,
+            replicas: self.inner.config.quorum_base(),
+            nodes: &self.inner.config.nodes,
+        }
+    }
+
+    fn consistency(&self, c: Consistency) -> scylla::statement::Consistency {
+        cql::driver_consistency(c, self.inner.config.local_datacenter.is_some())
+    }
+
+    /// Run one DDL statement and wait until the nodes agree on the new schema.
+    async fn schema_change(&self, text: String, what: &str) -> Result<(), StoreError> {
+        let info = self.info(Operation::Schema, what, Consistency::Quorum);
+        let mut statement = Statement::new(text);
+        // Schema changes may take longer than data requests.
+        statement.set_request_timeout(Some(self.inner.config.schema_agreement_timeout));
+        self.inner
+            .session
+            .query_unpaged(statement, ())
+            .await
+            .map_err(|e| errors::map_execution_error(&e, &info))?;
+        self.inner
+            .session
+            .await_schema_agreement()
+            .await
+            .map_err(|e| errors::map_schema_agreement_error(&e, &info))?;
+        Ok(())
+    }
+
+    /// The prepared statements of `table`, creating and preparing them on first use.
+    async fn table(&self, table: &str) -> Result<Arc<Prepared>, StoreError> {
+        let cell = {
+            let mut map = self.inner.tables.lock().unwrap_or_else(|e| e.into_inner());
+            match map.get(table) {
+                Some(cell) => cell.clone(),
+                None => {
+                    cql::validate_identifier("table", table)?;
+                    map.entry(table.to_string()).or_default().clone()
+                }
+            }
+        };
+        cell.get_or_try_init(|| self.prepare_table(table)).await.cloned()
+    }
+
+    async fn prepare_table(&self, table: &str) -> Result<Arc<Prepared>, StoreError> {
+        let _ddl = self.inner.ddl.lock().await;
+        let config = &self.inner.config;
+        if config.create_schema {
+            let text = cql::create_table(&config.keyspace, table, config.gc_grace_seconds);
+            self.schema_change(text, table).await?;
+        }
+        let texts = TableStatements::new(&config.keyspace, table);
+        let insert = self.prepare(&texts.insert, table).await?;
+        let delete = self.prepare(&texts.delete, table).await?;
+        let reads = [
+            self.prepare(texts.read(ReadKind::Row), table).await?,
+            self.prepare(texts.read(ReadKind::From), table).await?,
+            self.prepare(texts.read(ReadKind::First), table).await?,
+            self.prepare(texts.read(ReadKind::FromFirst), table).await?,
+        ];
+        Ok(Arc::new(Prepared { insert, delete, reads }))
+    }
+
+    async fn prepare(&self, text: &str, table: &str) -> Result<PreparedStatement, StoreError> {
+        let info = self.info(Operation::Schema, table, Consistency::Quorum);
+        let mut prepared = self
+            .inner
+            .session
+            .prepare(text)
+            .await
+            .map_err(|e| errors::map_prepare_error(&e, &info))?;
+        // Every statement names its cell and its timestamp: applying it twice is applying it once.
+        prepared.set_is_idempotent(true);
+        Ok(prepared)
+    }
+
+    async fn do_write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+        if cells.is_empty() {
+            return Ok(());
+        }
+        let values = cells.iter().map(|cell| cql::write_values(row, cell)).collect::<Result<Vec<_>, _>>()?;
+        let prepared = self.table(table).await?;
+        let info = self.info(Operation::Write, table, c);
+        let result = if let [one] = values.as_slice() {
+            let mut statement = prepared.insert.clone();
+            statement.set_consistency(self.consistency(c));
+            self.inner.session.execute_unpaged(&statement, one).await
+        } else {
+            let mut batch = Batch::new(BatchType::Unlogged);
+            for _ in &values {
+                batch.append_statement(prepared.insert.clone());
+            }
+            batch.set_consistency(self.consistency(c));
+            batch.set_is_idempotent(true);
+            self.inner.session.batch(&batch, &values).await
+        };
+        result.map(drop).map_err(|e| errors::map_execution_error(&e, &info))
+    }
+
+    async fn do_delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+        let values = cql::delete_values(row, column, ts)?;
+        let prepared = self.table(table).await?;
+        let info = self.info(Operation::Delete, table, c);
+        let mut statement = prepared.delete.clone();
+        statement.set_consistency(self.consistency(c));
+        self.inner
+            .session
+            .execute_unpaged(&statement, values)
+            .await
+            .map(drop)
+            .map_err(|e| errors::map_execution_error(&e, &info))
+    }
+
+    async fn do_read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+        let values = cql::read_values(row, slice)?;
+        let Some(kind) = values.kind() else {
+            return Ok(Vec::new());
+        };
+        let prepared = self.table(table).await?;
+        let info = self.info(Operation::Read, table, c);
+        let mut statement = prepared.reads[kind.index()].clone();
+        statement.set_consistency(self.consistency(c));
+        let session = &self.inner.session;
+        let result = match values {
+            ReadValues::Nothing => return Ok(Vec::new()),
+            ReadValues::Row(r) => session.execute_unpaged(&statement, (r,)).await,
+            ReadValues::From(r, s) => session.execute_unpaged(&statement, (r, s)).await,
+            ReadValues::First(r, l) => session.execute_unpaged(&statement, (r, l)).await,
+            ReadValues::FromFirst(r, s, l) => session.execute_unpaged(&statement, (r, s, l)).await,
+        }
+        .map_err(|e| errors::map_execution_error(&e, &info))?;
+        decode_result(result, slice.limit, &info)
+    }
+}
+
+/// The cells of a read's result.
+fn decode_result(result: QueryResult, limit: Option<usize>, info: &RequestInfo<'_>) -> Result<Vec<Cell>, StoreError> {
+    let bad = |e: &dyn fmt::Display| {
+        StoreError::Rejected(format!("{} on table '{}': unexpected result: {e}", info.op, info.table))
+    };
+    let rows = result.into_rows_result().map_err(|e| bad(&e))?;
+    let raw = rows
+        .rows::<RawCell>()
+        .map_err(|e| bad(&e))?
+        .collect::<Result<Vec<RawCell>, _>>()
+        .map_err(|e| bad(&e))?;
+    Ok(cql::decode_cells(raw, limit))
+}
+
+#[async_trait]
+impl CellStore for CassandraStore {
+    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+        self.do_write(table, row, cells, c).await
+    }
+
+    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+        self.do_delete(table, row, column, ts, c).await
+    }
+
+    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+        self.do_read(table, row, &slice, c).await
+    }
+}
+
+/// One contender's handle on a [`CassandraStore`]: the same session and statements, plus a
+/// switch that cuts this handle off (every request then fails at once with
+/// [`StoreError::Unreachable`] and nothing is sent), as a crash or a partition would, and an
+/// optional prefix put before every row key (to keep test runs apart on a shared cluster).
+/// Cheap to clone; clones share the switch.
+#[derive(Clone)]
+pub struct CassandraClient {
+    store: CassandraStore,
+    id: Arc<str>,
+    row_prefix: Arc<str>,
+    cut_off: Arc<AtomicBool>,
+}
+
+impl fmt::Debug for CassandraClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CassandraClient")
+            .field("id", &self.id)
+            .field("row_prefix", &self.row_prefix)
+            .field("cut_off", &self.is_cut_off())
+            .finish()
+    }
+}
+
+impl CassandraClient {
+    /// The contender id this handle was made for.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The store this handle is on.
+    pub fn store(&self) -> &CassandraStore {
+        &self.store
+    }
+
+    /// Put `prefix` before every row key this handle reads or writes.
+    pub fn with_row_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.row_prefix = Arc::from(prefix.into());
+        self
+    }
+
+    /// The row-key prefix (empty by default).
+    pub fn row_prefix(&self) -> &str {
+        &self.row_prefix
+    }
+
+    /// Cut this handle off from the cluster (`true`) or reconnect it (`false`).
+    pub fn cut_off(&self, cut: bool) {
+        self.cut_off.store(cut, Ordering::Release);
+    }
+
+    /// True while cut off.
+    pub fn is_cut_off(&self) -> bool {
+        self.cut_off.load(Ordering::Acquire)
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.is_cut_off() {
+            return Err(StoreError::Unreachable(format!(
+                "client '{}' is cut off from the cluster ({}): simulated partition, nothing was sent",
+                self.id,
+                self.store.inner.config.nodes.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The row key as stored: the prefix, then `row`.
+    pub fn stored_row(&self, row: &str) -> String {
+        format!("{}{row}", self.row_prefix)
+    }
+}
+
+#[async_trait]
+impl CellStore for CassandraClient {
+    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+        self.check()?;
+        self.store.do_write(table, &self.stored_row(row), cells, c).await
+    }
+
+    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+        self.check()?;
+        self.store.do_delete(table, &self.stored_row(row), column, ts, c).await
+    }
+
+    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+        self.check()?;
+        self.store.do_read(table, &self.stored_row(row), &slice, c).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn algorithm_tables_match_lock_core_and_are_valid_identifiers() {
+        assert!(ALGORITHM_TABLES.contains(&lock_core::fence::FENCE_TABLE));
+        assert!(ALGORITHM_TABLES.contains(&lock_core::time::GLOBAL_TIME_TABLE));
+        for t in ALGORITHM_TABLES {
+            cql::validate_identifier("table", t).unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connecting_to_an_unreachable_node_fails_fast_and_names_it() {
+        let config = CassandraConfig::from_nodes("127.0.0.1:1").unwrap();
+        let start = Instant::now();
+        let err = CassandraStore::connect(config).await.expect_err("nothing listens on port 1");
+        let took = start.elapsed();
+        eprintln!("connect to 127.0.0.1:1 failed after {took:?}: {err}");
+        assert!(took < Duration::from_secs(15), "took {took:?}");
+        match &err {
+            StoreError::Unreachable(m) => {
+                assert!(m.contains("127.0.0.1:1"), "{m}");
+                assert!(m.contains("TCP connect"), "{m}");
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        assert!(err.may_have_applied(), "Unreachable is treated as maybe-applied by the algorithms");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connecting_to_several_unreachable_nodes_names_each() {
+        let config = CassandraConfig::from_nodes("127.0.0.1:1,127.0.0.1:2").unwrap();
+        let start = Instant::now();
+        let err = CassandraStore::connect(config).await.expect_err("nothing listens on ports 1 and 2");
+        assert!(start.elapsed() < Duration::from_secs(15));
+        match &err {
+            StoreError::Unreachable(m) => assert!(m.contains("127.0.0.1:1") && m.contains("127.0.0.1:2"), "{m}"),
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_that_accepts_but_never_answers_fails_within_the_deadline() {
+        // A loopback listener that takes connections and says nothing: the CQL handshake hangs.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let config = CassandraConfig::from_nodes(&addr.to_string()).unwrap().with_connect_timeout(Duration::from_secs(1));
+        let start = Instant::now();
+        let err = CassandraStore::connect(config.clone()).await.expect_err("a silent node cannot be connected to");
+        let took = start.elapsed();
+        silent.abort();
+        eprintln!("connect to a silent {addr} failed after {took:?}: {err}");
+        assert!(took <= config.connect_deadline() + Duration::from_secs(1), "took {took:?}");
+        match &err {
+            StoreError::Unreachable(m) => assert!(m.contains(&addr.to_string()), "{m}"),
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invalid_configuration_is_rejected_before_connecting() {
+        let config = CassandraConfig::default().with_keyspace("Bad-Name");
+        match CassandraStore::connect(config).await {
+            Err(StoreError::Rejected(m)) => assert!(m.contains("keyspace"), "{m}"),
+            other => panic!("expected Rejected, got {other:?}"),
+        }
+    }
+}
