@@ -49,3 +49,19 @@ mod queue {
         run_if = cluster_named()
     );
 }
+
+mod bakery {
+    use super::*;
+    lock_core::conformance_suite!(
+        Mode::Wall,
+        |seed| fixture(
+            seed,
+            std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
+                lock_bakery::BakeryLocker::new(c, ctx, Default::default()).expect("config")
+            ) as std::sync::Arc<dyn lock_core::Locker>)
+        ),
+        seeds = 2,
+        contenders = 16,
+        run_if = cluster_named()
+    );
+}
