@@ -1,0 +1,170 @@
+//! The token lock: `SET key token NX PX ttl`, renewal and release by token-checking Lua.
+
+use crate::keeper::{Keeper, RedisRelease, Renew, Renewal, Undo};
+use crate::{check_owner, poll_until, RedisBackend};
+use async_trait::async_trait;
+use lock_core::lock::validate_id;
+use lock_core::{LockError, LockGuard, Locker};
+use std::sync::LazyLock;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Settings of a [`TokenLock`].
+#[derive(Debug, Clone, Copy)]
+pub struct TokenConfig {
+    /// The key's time to live (`PX`), counted by the server.
+    pub ttl: Duration,
+    /// How often a holder renews (default `ttl / 2`, as every lease in this workspace).
+    pub renew_every: Duration,
+    /// Sleep between attempts of a waiting mandatory lock, and between renewal retries after
+    /// an error (default 50 ms).
+    pub retry_interval: Duration,
+}
+
+impl Default for TokenConfig {
+    fn default() -> Self {
+        TokenConfig::new(Duration::from_secs(10))
+    }
+}
+
+impl TokenConfig {
+    /// TTL `ttl`, renewal every `ttl / 2`, retry every 50 ms.
+    pub fn new(ttl: Duration) -> Self {
+        TokenConfig { ttl, renew_every: ttl / 2, retry_interval: Duration::from_millis(50) }
+    }
+}
+
+/// Grant and fencing token in one atomic step: the counter moves only for a grant, so tokens
+/// follow grant order exactly.
+static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0",
+    )
+});
+
+static RENEW_IF_TOKEN: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0",
+    )
+});
+
+/// The token lock for one owner. See the crate docs for the protocol.
+#[derive(Debug)]
+pub struct TokenLock {
+    backend: RedisBackend,
+    owner: String,
+    config: TokenConfig,
+}
+
+impl TokenLock {
+    pub(crate) fn new(backend: RedisBackend, owner: &str, config: TokenConfig) -> Result<Self, LockError> {
+        check_owner(owner)?;
+        if config.ttl < Duration::from_millis(2) {
+            return Err(LockError::Config(format!("token-lock TTL {:?} is below 2 ms", config.ttl)));
+        }
+        if config.renew_every.is_zero() || config.renew_every >= config.ttl {
+            return Err(LockError::Config(format!(
+                "token-lock renewal every {:?} must be positive and below the TTL {:?}",
+                config.renew_every, config.ttl
+            )));
+        }
+        if config.retry_interval.is_zero() {
+            return Err(LockError::Config("token-lock retry interval must be positive".into()));
+        }
+        Ok(TokenLock { backend, owner: owner.to_string(), config })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TokenConfig {
+        &self.config
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.config.ttl.as_millis() as u64
+    }
+
+    async fn attempt(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+        let key = self.backend.key(lock_id);
+        // Unique per acquisition, so that a holder never mistakes a later grant (its own
+        // included) for its lease.
+        let token = format!("{}:{:016x}", self.owner, rand::random::<u64>());
+        let mut conn = self.backend.conn();
+        // The server's TTL starts after this moment, so the lease is certainly valid until
+        // `sent + ttl`.
+        let sent = Instant::now();
+        let fence: i64 = ACQUIRE
+            .key(&key)
+            .key(self.backend.fence_key(lock_id))
+            .arg(&token)
+            .arg(self.ttl_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.backend.err("acquire script on", &key, e))?;
+        if fence == 0 {
+            return Ok(None);
+        }
+        let renew =
+            TokenRenew { backend: self.backend.clone(), key: key.clone(), token: token.clone(), ttl: self.config.ttl };
+        let (lease, keeper) = Keeper::spawn(
+            sent + self.config.ttl,
+            Some(self.config.renew_every),
+            self.config.retry_interval,
+            Box::new(renew),
+        );
+        let release = RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::IfToken(token) };
+        Ok(Some(LockGuard::new(lock_id, &self.owner, fence as u64, lease, Box::new(release))))
+    }
+}
+
+struct TokenRenew {
+    backend: RedisBackend,
+    key: String,
+    token: String,
+    ttl: Duration,
+}
+
+#[async_trait]
+impl Renew for TokenRenew {
+    async fn renew(&mut self) -> Result<Renewal, LockError> {
+        let sent = Instant::now();
+        let mut conn = self.backend.conn();
+        let renewed: i64 = RENEW_IF_TOKEN
+            .key(&self.key)
+            .arg(&self.token)
+            .arg(self.ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.backend.err("renewal script on", &self.key, e))?;
+        if renewed == 1 {
+            Ok(Renewal::Extended(sent + self.ttl))
+        } else {
+            Ok(Renewal::Gone(format!("{} no longer holds this holder's token: its TTL ran out", self.key)))
+        }
+    }
+}
+
+#[async_trait]
+impl Locker for TokenLock {
+    fn algorithm(&self) -> &str {
+        "redis-token"
+    }
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        validate_id("lock id", lock_id)?;
+        poll_until(lock_id, timeout, self.config.retry_interval, || self.attempt(lock_id)).await
+    }
+    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+        validate_id("lock id", lock_id)?;
+        self.attempt(lock_id).await
+    }
+}
