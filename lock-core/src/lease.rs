@@ -159,6 +159,9 @@ impl Drop for LeaseKeeper {
     }
 }
 
+/// The cells of one row being renewed, with their values.
+type RowCells = Vec<(CellKey, Vec<u8>)>;
+
 async fn renew_loop<S: CellStore>(
     store: S,
     timestamps: Arc<TimestampGenerator>,
@@ -190,7 +193,7 @@ async fn renew_loop<S: CellStore>(
         // One write per row: the cells of one row go in one request.
         let snapshot: Vec<(CellKey, Vec<u8>)> =
             shared.lock().iter().map(|(k, v)| (k.clone(), v.value.clone())).collect();
-        let mut rows: BTreeMap<(String, String), Vec<(CellKey, Vec<u8>)>> = BTreeMap::new();
+        let mut rows: BTreeMap<(String, String), RowCells> = BTreeMap::new();
         for (k, v) in snapshot {
             rows.entry((k.table.clone(), k.row.clone())).or_default().push((k, v));
         }
