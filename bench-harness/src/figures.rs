@@ -1,0 +1,153 @@
+//! The charts of one run, drawn from its [`Summary`] and grant logs into the output directory:
+//!
+//! - `latency_cdf.png` / `.svg`: the acquisition latency CDF of every algorithm;
+//! - `timeline.png`: who held lock 0 when, one panel per algorithm (the shadow lock's bursts
+//!   against the queue lock's turn-taking);
+//! - `grants_per_contender.png`: grants per contender, sorted, per algorithm (a flat line is
+//!   a fair lock).
+
+use crate::charts::{
+    algorithm_color, render_lines, render_timelines, Formats, LineChart, Series, TimelinePanel,
+};
+use crate::metrics::Grant;
+use crate::summary::Summary;
+use std::path::{Path, PathBuf};
+
+/// Holds of lock 0 as timeline bars, in seconds.
+pub fn holds_of_lock0(grants: &[Grant]) -> Vec<(u32, f64, f64)> {
+    grants
+        .iter()
+        .filter(|g| g.lock == 0)
+        .map(|g| {
+            (
+                g.contender,
+                g.granted_us as f64 / 1e6,
+                g.released_us as f64 / 1e6,
+            )
+        })
+        .collect()
+}
+
+/// The time window in seconds that shows about `holds` holds of lock 0 of the busiest
+/// algorithm (but no more than the run).
+pub fn timeline_window(logs: &[(String, Vec<Grant>)], holds: usize, duration_s: f64) -> (f64, f64) {
+    let end = logs
+        .iter()
+        .filter_map(|(_, grants)| {
+            let mut times: Vec<u64> = grants
+                .iter()
+                .filter(|g| g.lock == 0)
+                .map(|g| g.released_us)
+                .collect();
+            times.sort_unstable();
+            times.get(holds.saturating_sub(1)).map(|t| *t as f64 / 1e6)
+        })
+        .fold(f64::INFINITY, f64::min);
+    (
+        0.0,
+        if end.is_finite() && end > 0.0 {
+            end.min(duration_s)
+        } else {
+            duration_s
+        },
+    )
+}
+
+/// Latency CDF panel for a set of algorithms' reports.
+pub fn cdf_chart(title: &str, summary: &Summary) -> LineChart {
+    LineChart {
+        title: title.to_string(),
+        x_label: "acquisition latency (ms, log)".into(),
+        y_label: "fraction of grants".into(),
+        x_log: true,
+        y_log: false,
+        y_range: Some((0.0, 1.02)),
+        legend: crate::charts::Legend::LowerRight,
+        series: summary
+            .results
+            .iter()
+            .map(|r| Series {
+                name: r.algorithm.clone(),
+                color: algorithm_color(&r.algorithm),
+                points: r
+                    .latency_cdf
+                    .iter()
+                    .map(|p| (p.latency_ms.max(0.001), p.quantile))
+                    .collect(),
+                markers: false,
+            })
+            .collect(),
+    }
+}
+
+/// Draws the charts of a run into `dir`; returns the files written.
+pub fn draw_run(
+    dir: &Path,
+    summary: &Summary,
+    logs: &[(String, Vec<Grant>)],
+) -> anyhow::Result<Vec<PathBuf>> {
+    let cfg = &summary.config;
+    let mut files = Vec::new();
+    let title = format!("Acquisition latency, {} contenders", cfg.threads);
+    files.extend(render_lines(
+        &dir.join("latency_cdf"),
+        &[cdf_chart(&title, summary)],
+        1,
+        (900, 540),
+        Formats::PngAndSvg,
+    )?);
+
+    let window = timeline_window(logs, 120, cfg.duration.as_secs_f64());
+    let panels: Vec<TimelinePanel> = logs
+        .iter()
+        .map(|(name, grants)| TimelinePanel {
+            title: format!(
+                "{name}: holders of lock 0 ({} contenders)",
+                cfg.threads.div_ceil(cfg.locks)
+            ),
+            color: algorithm_color(name),
+            contenders: cfg.threads,
+            holds: holds_of_lock0(grants),
+            window,
+        })
+        .collect();
+    files.extend(render_timelines(
+        &dir.join("timeline"),
+        &panels,
+        1100,
+        Formats::Png,
+    )?);
+
+    let per_contender = LineChart {
+        title: format!("Grants per contender, sorted ({} contenders)", cfg.threads),
+        x_label: "contenders, most served first".into(),
+        y_label: "grants".into(),
+        series: summary
+            .results
+            .iter()
+            .map(|r| {
+                let mut counts: Vec<u64> = r.contenders.iter().map(|c| c.grants).collect();
+                counts.sort_unstable_by(|a, b| b.cmp(a));
+                Series {
+                    name: r.algorithm.clone(),
+                    color: algorithm_color(&r.algorithm),
+                    points: counts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &n)| (i as f64 + 1.0, n as f64))
+                        .collect(),
+                    markers: cfg.threads <= 64,
+                }
+            })
+            .collect(),
+        ..LineChart::default()
+    };
+    files.extend(render_lines(
+        &dir.join("grants_per_contender"),
+        &[per_contender],
+        1,
+        (900, 480),
+        Formats::Png,
+    )?);
+    Ok(files)
+}

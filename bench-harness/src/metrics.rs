@@ -1,0 +1,603 @@
+//! The metrics, as pure functions over the grant log (and the store's counters).
+//!
+//! A [`Grant`] is one acquisition: who asked for which lock when, when it was granted, when
+//! the holder let go, and the fencing token it got. Times are microseconds on the run's clock.
+//! The holder "lets go" when it *calls* release: from then on it no longer acts under the
+//! lock, so holds are `[granted_us, released_us)`, and the handoff gap includes the release's
+//! own store requests.
+//!
+//! Every function here takes grants in any order; where an order matters they work per lock
+//! in grant order ([`by_lock`]).
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One acquisition in the grant log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Lock index.
+    pub lock: u32,
+    /// Contender index.
+    pub contender: u32,
+    /// When the contender called `lock`.
+    pub requested_us: u64,
+    /// When `lock` returned the guard.
+    pub granted_us: u64,
+    /// When the holder called `release`.
+    pub released_us: u64,
+    /// The fencing token.
+    pub token: u64,
+}
+
+impl Grant {
+    /// Acquisition latency.
+    pub fn latency_us(&self) -> u64 {
+        self.granted_us.saturating_sub(self.requested_us)
+    }
+}
+
+/// The grants of each lock, each list in grant order (ties by contender).
+pub fn by_lock(grants: &[Grant]) -> BTreeMap<u32, Vec<Grant>> {
+    let mut map: BTreeMap<u32, Vec<Grant>> = BTreeMap::new();
+    for g in grants {
+        map.entry(g.lock).or_default().push(*g);
+    }
+    for list in map.values_mut() {
+        list.sort_by_key(|g| (g.granted_us, g.released_us, g.contender));
+    }
+    map
+}
+
+/// Highest latency a histogram records exactly: one hour. Longer values saturate.
+pub const HISTOGRAM_MAX_US: u64 = 3_600_000_000;
+
+/// An empty latency histogram: microseconds, three significant digits, up to an hour.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_max(HISTOGRAM_MAX_US, 3).expect("valid histogram bounds")
+}
+
+/// A histogram of the grants' acquisition latencies.
+pub fn latency_histogram(grants: &[Grant]) -> Histogram<u64> {
+    let mut h = new_histogram();
+    for g in grants {
+        h.saturating_record(g.latency_us());
+    }
+    h
+}
+
+/// Percentiles of a latency distribution, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    /// Values recorded.
+    pub count: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// 99.9th percentile.
+    pub p999_ms: f64,
+    /// Largest value.
+    pub max_ms: f64,
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// The percentiles of a histogram of microseconds (all zero when it is empty).
+pub fn latency_stats(h: &Histogram<u64>) -> LatencyStats {
+    if h.is_empty() {
+        return LatencyStats::default();
+    }
+    LatencyStats {
+        count: h.len(),
+        mean_ms: h.mean().round() / 1000.0,
+        p50_ms: ms(h.value_at_quantile(0.5)),
+        p90_ms: ms(h.value_at_quantile(0.9)),
+        p99_ms: ms(h.value_at_quantile(0.99)),
+        p999_ms: ms(h.value_at_quantile(0.999)),
+        max_ms: ms(h.max()),
+    }
+}
+
+/// One point of a latency CDF.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CdfPoint {
+    /// Fraction of grants at or below `latency_ms`.
+    pub quantile: f64,
+    /// Latency.
+    pub latency_ms: f64,
+}
+
+/// The CDF of a histogram at quantiles 0, 0.01, …, 0.99, 0.995, 0.999, 0.9999 and 1.
+pub fn latency_cdf(h: &Histogram<u64>) -> Vec<CdfPoint> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut qs: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
+    qs.extend([0.995, 0.999, 0.9999, 1.0]);
+    qs.into_iter()
+        .map(|q| CdfPoint {
+            quantile: q,
+            latency_ms: ms(if q >= 1.0 {
+                h.max()
+            } else {
+                h.value_at_quantile(q)
+            }),
+        })
+        .collect()
+}
+
+/// Grants granted within the run's window `[0, duration_us]`.
+pub fn grants_in_window(grants: &[Grant], duration_us: u64) -> usize {
+    grants
+        .iter()
+        .filter(|g| g.granted_us <= duration_us)
+        .count()
+}
+
+/// Grants per second per lock: the grants granted within the window over its length and the
+/// number of locks.
+pub fn grants_per_second_per_lock(grants: &[Grant], duration_us: u64, locks: usize) -> f64 {
+    if duration_us == 0 || locks == 0 {
+        return 0.0;
+    }
+    grants_in_window(grants, duration_us) as f64 / (duration_us as f64 / 1e6) / locks as f64
+}
+
+/// The handoff gaps in microseconds: on each lock, from one holder's release to the next
+/// holder's grant, counted only when the next holder was already waiting (its request came
+/// before the release). Overlapping holds (negative gaps) are left out: they are counted by
+/// [`overlapping_holds`].
+pub fn handoff_gaps(grants: &[Grant]) -> Vec<u64> {
+    let mut gaps = Vec::new();
+    for list in by_lock(grants).values() {
+        for pair in list.windows(2) {
+            let (prev, next) = (pair[0], pair[1]);
+            if next.requested_us < prev.released_us && next.granted_us >= prev.released_us {
+                gaps.push(next.granted_us - prev.released_us);
+            }
+        }
+    }
+    gaps
+}
+
+/// Handoff gaps summarized, in time and in store round trips.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct HandoffStats {
+    /// Handoffs to a waiting contender.
+    pub count: u64,
+    /// Median gap.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Mean gap.
+    pub mean_ms: f64,
+    /// Median gap in mean store round trips (`None` without latency).
+    pub p50_round_trips: Option<f64>,
+    /// Mean gap in mean store round trips.
+    pub mean_round_trips: Option<f64>,
+    /// The algorithm's ideal handoff (see the registry), if it has one.
+    pub ideal_ms: Option<f64>,
+    /// Median gap over the ideal handoff.
+    pub ratio_to_ideal: Option<f64>,
+}
+
+/// Exact quantile (nearest rank) of sorted values.
+pub fn quantile_sorted(sorted: &[u64], q: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Summarizes gaps; `round_trip_us` converts to round trips, `ideal_us` gives the ratio.
+pub fn handoff_stats(gaps: &[u64], round_trip_us: f64, ideal_us: Option<f64>) -> HandoffStats {
+    if gaps.is_empty() {
+        return HandoffStats {
+            ideal_ms: ideal_us.map(|i| i / 1000.0),
+            ..HandoffStats::default()
+        };
+    }
+    let mut sorted = gaps.to_vec();
+    sorted.sort_unstable();
+    let q = |p| quantile_sorted(&sorted, p).unwrap_or(0) as f64;
+    let mean = sorted.iter().sum::<u64>() as f64 / sorted.len() as f64;
+    let per_rt = |x: f64| (round_trip_us > 0.0).then(|| round4(x / round_trip_us));
+    HandoffStats {
+        count: sorted.len() as u64,
+        p50_ms: q(0.5) / 1000.0,
+        p90_ms: q(0.9) / 1000.0,
+        p99_ms: q(0.99) / 1000.0,
+        mean_ms: round4(mean / 1000.0),
+        p50_round_trips: per_rt(q(0.5)),
+        mean_round_trips: per_rt(mean),
+        ideal_ms: ideal_us.map(|i| i / 1000.0),
+        ratio_to_ideal: ideal_us.filter(|i| *i > 0.0).map(|i| round4(q(0.5) / i)),
+    }
+}
+
+/// Rounds to four decimals, so that result files stay readable.
+pub fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// Grants per contender, for contenders `0..contenders`.
+pub fn grants_per_contender(grants: &[Grant], contenders: usize) -> Vec<u64> {
+    let mut counts = vec![0u64; contenders];
+    for g in grants {
+        if let Some(c) = counts.get_mut(g.contender as usize) {
+            *c += 1;
+        }
+    }
+    counts
+}
+
+/// Jain's fairness index `(Σx)² / (n·Σx²)`: 1 when all are equal, `1/n` when one gets all.
+/// `None` for no values or all zero.
+pub fn jain_index(xs: &[u64]) -> Option<f64> {
+    let sum: f64 = xs.iter().map(|&x| x as f64).sum();
+    let sq: f64 = xs.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    (sq > 0.0).then(|| sum * sum / (xs.len() as f64 * sq))
+}
+
+/// The longest run of consecutive grants of one lock to one contender.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LongestRun {
+    /// Grants in the run (0 without grants).
+    pub length: u64,
+    /// Who got them.
+    pub contender: u32,
+    /// On which lock.
+    pub lock: u32,
+}
+
+/// The longest run of consecutive grants to one contender on one lock (the first such run
+/// on a tie).
+pub fn longest_run(grants: &[Grant]) -> LongestRun {
+    let mut best = LongestRun::default();
+    for (lock, list) in by_lock(grants) {
+        let mut run = 0u64;
+        let mut prev: Option<u32> = None;
+        for g in &list {
+            run = if prev == Some(g.contender) {
+                run + 1
+            } else {
+                1
+            };
+            prev = Some(g.contender);
+            if run > best.length {
+                best = LongestRun {
+                    length: run,
+                    contender: g.contender,
+                    lock,
+                };
+            }
+        }
+    }
+    best
+}
+
+/// Overtaking: a request granted before an earlier request on the same lock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overtakes {
+    /// Pairs (earlier request, later request) on one lock where the later one was granted
+    /// first: the number of inversions of the request order in the grant order.
+    pub pairs: u64,
+    /// Grants that at least one later request overtook.
+    pub overtaken_grants: u64,
+    /// `overtaken_grants` over all grants.
+    pub overtaken_fraction: f64,
+}
+
+/// Counts overtakes per lock, in O(n log n).
+pub fn overtakes(grants: &[Grant]) -> Overtakes {
+    let mut pairs = 0u64;
+    let mut overtaken = 0u64;
+    for list in by_lock(grants).values() {
+        // In grant order, a grant is overtaken when an earlier grant was requested later.
+        let mut max_req: Option<u64> = None;
+        for g in list {
+            if max_req.is_some_and(|m| m > g.requested_us) {
+                overtaken += 1;
+            }
+            max_req = Some(max_req.map_or(g.requested_us, |m| m.max(g.requested_us)));
+        }
+        let mut seq: Vec<u64> = list.iter().map(|g| g.requested_us).collect();
+        pairs += count_inversions(&mut seq);
+    }
+    let n = grants.len() as u64;
+    Overtakes {
+        pairs,
+        overtaken_grants: overtaken,
+        overtaken_fraction: if n == 0 {
+            0.0
+        } else {
+            round4(overtaken as f64 / n as f64)
+        },
+    }
+}
+
+/// Pairs `i < j` with `xs[i] > xs[j]` (strictly), by merge sort; sorts `xs`.
+pub fn count_inversions(xs: &mut [u64]) -> u64 {
+    let n = xs.len();
+    if n < 2 {
+        return 0;
+    }
+    let mid = n / 2;
+    let mut count = count_inversions(&mut xs[..mid]) + count_inversions(&mut xs[mid..]);
+    let mut merged = Vec::with_capacity(n);
+    let (mut i, mut j) = (0, mid);
+    while i < mid && j < n {
+        if xs[i] <= xs[j] {
+            merged.push(xs[i]);
+            i += 1;
+        } else {
+            // Every remaining left element is greater than xs[j].
+            count += (mid - i) as u64;
+            merged.push(xs[j]);
+            j += 1;
+        }
+    }
+    merged.extend_from_slice(&xs[i..mid]);
+    merged.extend_from_slice(&xs[j..n]);
+    xs.copy_from_slice(&merged);
+    count
+}
+
+/// Grants whose hold began before an earlier hold of the same lock ended (must be 0).
+pub fn overlapping_holds(grants: &[Grant]) -> u64 {
+    let mut overlaps = 0;
+    for list in by_lock(grants).values() {
+        let mut held_until: Option<u64> = None;
+        for g in list {
+            if held_until.is_some_and(|u| g.granted_us < u) {
+                overlaps += 1;
+            }
+            held_until = Some(held_until.map_or(g.released_us, |u| u.max(g.released_us)));
+        }
+    }
+    overlaps
+}
+
+/// Grants whose fencing token is not greater than every token granted before on the same
+/// lock (must be 0: tokens strictly increase in grant order).
+pub fn token_order_violations(grants: &[Grant]) -> u64 {
+    let mut violations = 0;
+    for list in by_lock(grants).values() {
+        let mut max_token: Option<u64> = None;
+        for g in list {
+            if max_token.is_some_and(|m| g.token <= m) {
+                violations += 1;
+            }
+            max_token = Some(max_token.map_or(g.token, |m| m.max(g.token)));
+        }
+    }
+    violations
+}
+
+/// Store requests, split by kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpCount {
+    /// Reads.
+    pub reads: u64,
+    /// Writes.
+    pub writes: u64,
+    /// Deletes.
+    pub deletes: u64,
+    /// All.
+    pub total: u64,
+}
+
+/// The load a run put on the store.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreLoad {
+    /// Every request of the run (contenders, leases, time service).
+    pub ops: OpCount,
+    /// Requests per grant (of the window).
+    pub ops_per_grant: Option<f64>,
+    /// Requests per second of the run.
+    pub ops_per_second: f64,
+    /// Requests per table.
+    pub per_table: BTreeMap<String, OpCount>,
+}
+
+/// Store load from the backend's counters, read at the end of the window that had `grants`
+/// grants and lasted `duration_us`.
+pub fn store_load(
+    counters: &lock_core::embedded::StoreCounters,
+    grants: usize,
+    duration_us: u64,
+) -> StoreLoad {
+    let conv = |c: &lock_core::embedded::OpCounts| OpCount {
+        reads: c.reads,
+        writes: c.writes,
+        deletes: c.deletes,
+        total: c.total(),
+    };
+    let ops = conv(&counters.total());
+    StoreLoad {
+        ops_per_grant: (grants > 0).then(|| round4(ops.total as f64 / grants as f64)),
+        ops_per_second: if duration_us == 0 {
+            0.0
+        } else {
+            round4(ops.total as f64 / (duration_us as f64 / 1e6))
+        },
+        per_table: counters
+            .per_table
+            .iter()
+            .map(|(t, c)| (t.clone(), conv(c)))
+            .collect(),
+        ops,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(lock: u32, contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
+        Grant {
+            lock,
+            contender,
+            requested_us: req,
+            granted_us: granted,
+            released_us: released,
+            token,
+        }
+    }
+
+    /// Three contenders on one lock, handed over in request order.
+    fn fifo() -> Vec<Grant> {
+        vec![
+            g(0, 0, 0, 10, 20, 1),
+            g(0, 1, 5, 25, 35, 2),
+            g(0, 2, 6, 40, 50, 3),
+            g(0, 0, 30, 55, 60, 4),
+        ]
+    }
+
+    #[test]
+    fn handoff_gaps_count_only_waiting_successors() {
+        // 0->1: 1 asked at 5 < 20: gap 5. 1->2: 6 < 35: gap 5. 2->0: 30 < 50: gap 5.
+        assert_eq!(handoff_gaps(&fifo()), vec![5, 5, 5]);
+        // A successor that asked after the release is not a handoff.
+        let idle = vec![g(0, 0, 0, 10, 20, 1), g(0, 1, 30, 40, 50, 2)];
+        assert!(handoff_gaps(&idle).is_empty());
+        // Locks are separate.
+        let two = vec![g(0, 0, 0, 10, 20, 1), g(1, 1, 0, 22, 30, 1)];
+        assert!(handoff_gaps(&two).is_empty());
+        let s = handoff_stats(&[1000, 2000, 3000, 10_000], 1000.0, Some(2000.0));
+        assert_eq!(s.count, 4);
+        assert_eq!(s.p50_ms, 2.0);
+        assert_eq!(s.p50_round_trips, Some(2.0));
+        assert_eq!(s.mean_round_trips, Some(4.0));
+        assert_eq!(s.ratio_to_ideal, Some(1.0));
+        assert_eq!(handoff_stats(&[1000], 0.0, None).p50_round_trips, None);
+    }
+
+    #[test]
+    fn jain_index_bounds() {
+        assert_eq!(jain_index(&[5, 5, 5, 5]), Some(1.0));
+        assert_eq!(jain_index(&[8, 0, 0, 0]), Some(0.25));
+        assert_eq!(jain_index(&[0, 0]), None);
+        assert_eq!(jain_index(&[]), None);
+        let j = jain_index(&[1, 2, 3]).unwrap();
+        assert!((j - 36.0 / 42.0).abs() < 1e-12);
+        assert_eq!(grants_per_contender(&fifo(), 4), vec![2, 1, 1, 0]);
+    }
+
+    #[test]
+    fn longest_run_finds_bursts() {
+        assert_eq!(longest_run(&fifo()).length, 1);
+        let burst = vec![
+            g(0, 1, 0, 1, 2, 1),
+            g(0, 0, 0, 3, 4, 2),
+            g(0, 0, 4, 5, 6, 3),
+            g(0, 0, 6, 7, 8, 4),
+            g(0, 1, 0, 9, 10, 5),
+            g(1, 2, 0, 1, 2, 1),
+            g(1, 2, 2, 3, 4, 2),
+        ];
+        assert_eq!(
+            longest_run(&burst),
+            LongestRun {
+                length: 3,
+                contender: 0,
+                lock: 0
+            }
+        );
+        assert_eq!(longest_run(&[]).length, 0);
+    }
+
+    #[test]
+    fn overtakes_count_inversions_of_request_order() {
+        let o = overtakes(&fifo());
+        assert_eq!((o.pairs, o.overtaken_grants), (0, 0));
+        // Contender 0 re-takes (asked at 30) before 1 (asked at 5) and 2 (asked at 6).
+        let unfair = vec![
+            g(0, 0, 0, 10, 20, 1),
+            g(0, 0, 30, 40, 50, 2),
+            g(0, 1, 5, 55, 60, 3),
+            g(0, 2, 6, 65, 70, 4),
+        ];
+        let o = overtakes(&unfair);
+        assert_eq!(o.pairs, 2);
+        assert_eq!(o.overtaken_grants, 2);
+        assert_eq!(o.overtaken_fraction, 0.5);
+        // Equal request times are no overtake.
+        assert_eq!(
+            overtakes(&[g(0, 1, 5, 10, 11, 1), g(0, 0, 5, 12, 13, 2)]).pairs,
+            0
+        );
+        let mut xs = vec![3, 1, 2, 5, 4];
+        assert_eq!(count_inversions(&mut xs), 3);
+        assert_eq!(xs, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn safety_checks_find_overlaps_and_token_regressions() {
+        assert_eq!(overlapping_holds(&fifo()), 0);
+        assert_eq!(token_order_violations(&fifo()), 0);
+        let bad = vec![
+            g(0, 0, 0, 10, 30, 1),
+            g(0, 1, 0, 20, 40, 2),
+            g(0, 2, 0, 45, 50, 2),
+            g(1, 3, 0, 20, 25, 1),
+        ];
+        assert_eq!(overlapping_holds(&bad), 1);
+        assert_eq!(token_order_violations(&bad), 1);
+        // Back-to-back holds (release and grant in the same microsecond) do not overlap.
+        assert_eq!(
+            overlapping_holds(&[g(0, 0, 0, 10, 20, 1), g(0, 1, 0, 20, 30, 2)]),
+            0
+        );
+    }
+
+    #[test]
+    fn latency_percentiles_and_throughput() {
+        let grants: Vec<Grant> = (0..100)
+            .map(|i| g(0, 0, 0, (i + 1) * 1000, (i + 1) * 1000 + 1, i + 1))
+            .collect();
+        let s = latency_stats(&latency_histogram(&grants));
+        assert_eq!(s.count, 100);
+        assert!((s.p50_ms - 50.0).abs() < 0.1, "{s:?}");
+        assert!((s.p99_ms - 99.0).abs() < 0.1, "{s:?}");
+        assert!((s.max_ms - 100.0).abs() < 0.1, "{s:?}");
+        let cdf = latency_cdf(&latency_histogram(&grants));
+        assert_eq!(cdf.first().unwrap().quantile, 0.0);
+        assert_eq!(cdf.last().unwrap().quantile, 1.0);
+        assert!(cdf.windows(2).all(|w| w[0].latency_ms <= w[1].latency_ms));
+        assert_eq!(grants_per_second_per_lock(&grants, 10_000_000, 2), 5.0);
+        // Grants after the window (the drain) do not count.
+        assert_eq!(grants_in_window(&grants, 50_000), 50);
+        assert_eq!(grants_per_second_per_lock(&grants, 50_000, 1), 1000.0);
+        assert_eq!(latency_stats(&new_histogram()), LatencyStats::default());
+    }
+
+    #[test]
+    fn store_load_divides_by_grants_and_time() {
+        let mut counters = lock_core::embedded::StoreCounters::default();
+        counters.per_table.insert(
+            "t".into(),
+            lock_core::embedded::OpCounts {
+                reads: 6,
+                writes: 3,
+                deletes: 1,
+            },
+        );
+        let l = store_load(&counters, 5, 2_000_000);
+        assert_eq!(l.ops.total, 10);
+        assert_eq!(l.ops_per_grant, Some(2.0));
+        assert_eq!(l.ops_per_second, 5.0);
+        assert_eq!(store_load(&counters, 0, 0).ops_per_grant, None);
+    }
+}
