@@ -41,6 +41,15 @@
 //!   and [`MAIN_TABLE`] sorts before [`QUEUE_TABLE`]): the next waiter, seeing itself first,
 //!   then finds the main row already empty.
 //!
+//! - **Time source**: any [`TimeSource`] of the context. With the local clock, a client whose
+//!   clock is behind queues ahead of earlier arrivals (the thesis's own caveat); the GlobalTime
+//!   service removes skew but moves only every 500 ms, so joiners within one period tie and are
+//!   ordered by thread id; the hybrid clock observes only the queue head's time, which is older
+//!   than any new joiner's, so here it behaves like the local clock. The harness charts all
+//!   three against skew.
+//! - **Timeout**: checked between polls; a grant that completes while the deadline passes is
+//!   still returned (the lock is held, so returning it is the useful answer).
+//!
 //! ## Leases and fencing
 //! Every cell carries the context's TTL. The queue cell is kept by the [`LeaseKeeper`] from the
 //! moment it is written — a waiter's place would otherwise expire — and the main cell from the
