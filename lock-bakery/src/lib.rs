@@ -86,7 +86,7 @@
 //!   trips (a read often finds a write on some replicas only). In the suite: 200 seeds on three
 //!   replicas, 20 with ±1 h skew, 20 on five replicas, 50 with rolling replica restarts, and a
 //!   wall-time run: no overlap, tokens always rising, every mandatory round granted, no cell
-//!   left behind. Larger sweeps (`explore`, ignored): 1000 seeds × 48 holds (48 000 holds),
+//!   left behind. Larger sweeps (`cargo run --release -p lock-bakery --example explore -- sweep`): 1000 seeds × 48 holds (48 000 holds),
 //!   300 seeds × 32 contenders (28 800 holds), 1000 seeds with rolling restarts (41 588
 //!   holds): no overlap.
 //! - **At ONE it breaks.** Traced (seed 28 of `consistency_one_with_stale_replicas_admits_two_holders`):
