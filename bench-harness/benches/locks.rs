@@ -40,7 +40,10 @@ fn uncontended(c: &mut Criterion) {
     for entry in registry::for_backend(cfg.backend) {
         let (backend, locker) = rt.block_on(async {
             let backend = Backend::open(&cfg).await.expect("embedded backend");
-            let (client, ctx) = backend.contender(&cfg, 0, 0);
+            let (client, ctx) = backend
+                .contender(&cfg, 0, 0)
+                .await
+                .expect("embedded contender");
             let settings = AlgorithmSettings::of(&cfg);
             let locker = (entry.build)(ContenderSetup {
                 index: 0,

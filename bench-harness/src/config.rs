@@ -37,6 +37,25 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// Every backend, in the order `list` shows them.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Embedded,
+        BackendKind::Cassandra,
+        BackendKind::Redis,
+        BackendKind::Zookeeper,
+    ];
+
+    /// True for the servers outside this process (everything but the embedded store): they
+    /// run in wall time only and can be shared by several worker processes.
+    pub fn is_remote(self) -> bool {
+        self != BackendKind::Embedded
+    }
+
+    /// True for the backends with the Cassandra cell model (`lock_core::CellStore`).
+    pub fn is_cell_store(self) -> bool {
+        matches!(self, BackendKind::Embedded | BackendKind::Cassandra)
+    }
+
     /// The name used on the command line and in result files.
     pub fn name(self) -> &'static str {
         match self {
@@ -246,6 +265,29 @@ pub struct RunConfig {
     pub gc_grace: Duration,
     /// Seed of every random choice (store, contenders, skews).
     pub seed: u64,
+    /// Cassandra backend: contact points, `host:port` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// Cassandra backend: the keyspace of the lock tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyspace: Option<String>,
+    /// Redis backend: the server's URL (a password in it is redacted in result files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<String>,
+    /// ZooKeeper backend: the connect string, `host:port[,host:port…]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zookeeper: Option<String>,
+    /// Worker processes sharing the contenders (real backends only); 1: all in this process.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub processes: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl RunConfig {
@@ -285,6 +327,28 @@ impl RunConfig {
     /// The mean round trip to one replica.
     pub fn mean_round_trip(&self) -> Duration {
         self.latency.mean_round_trip()
+    }
+
+    /// The mean round trip of the latency model, when the store is the model (the embedded
+    /// store); `None` for real servers, whose round trip the harness does not know.
+    pub fn modelled_round_trip(&self) -> Option<Duration> {
+        (self.backend == BackendKind::Embedded).then(|| self.mean_round_trip())
+    }
+
+    /// The contenders worker process `worker` of [`RunConfig::processes`] runs: a contiguous
+    /// block of the global contender indices (blocks differ in size by at most one).
+    pub fn worker_contenders(&self, worker: usize) -> std::ops::Range<usize> {
+        let p = self.processes.max(1);
+        let at = |w: usize| w * self.threads / p;
+        at(worker)..at(worker + 1)
+    }
+
+    /// The settings as they may be written into result files: a password in the Redis URL
+    /// is replaced by `***`.
+    pub fn redacted(&self) -> RunConfig {
+        let mut cfg = self.clone();
+        cfg.redis = cfg.redis.as_deref().map(redact_url);
+        cfg
     }
 
     /// The lock id of lock `index`.
@@ -346,8 +410,23 @@ impl RunConfig {
         }
         if self.clock == ClockMode::Simulated && self.backend != BackendKind::Embedded {
             return Err(format!(
-                "--clock simulated needs the embedded store; the {} backend runs in wall time (add --clock wall)",
+                "--clock simulated needs the embedded store; the {} backend is a real server and runs in wall time (use --clock wall, the default for it)",
                 self.backend
+            ));
+        }
+        if self.processes == 0 {
+            return Err("--processes must be at least 1".into());
+        }
+        if self.processes > 1 && !self.backend.is_remote() {
+            return Err(format!(
+                "--processes {} needs a backend that several processes can share (--backend cassandra, redis or zookeeper); the embedded store lives inside one process",
+                self.processes
+            ));
+        }
+        if self.processes > self.threads {
+            return Err(format!(
+                "--processes {} is more than --threads {}: every worker process needs at least one contender",
+                self.processes, self.threads
             ));
         }
         Ok(())
@@ -377,6 +456,11 @@ impl Default for RunConfig {
             backoff: BackoffPreset::Thesis,
             gc_grace: Self::auto_gc_grace(&Latency::LAN),
             seed: 1,
+            nodes: Vec::new(),
+            keyspace: None,
+            redis: None,
+            zookeeper: None,
+            processes: 1,
         }
     }
 }
@@ -395,6 +479,16 @@ impl Default for RunConfig {
 /// the larger numbers free. In wall time nothing is scaled (and the real timers round the
 /// same way: sub-millisecond latencies are not faithful there).
 pub const SIMULATED_TIME_SCALE: u32 = 1000;
+
+/// `scheme://user:password@host…` with the credentials replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
 
 /// SplitMix64's finalizer: spreads seeds so that neighbouring indices get unrelated streams.
 pub fn mix(x: u64) -> u64 {
@@ -492,5 +586,63 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.contains("--clock wall"));
+        let e = RunConfig {
+            processes: 2,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("embedded store lives inside one process"), "{e}");
+        let e = RunConfig {
+            backend: BackendKind::Redis,
+            clock: ClockMode::Wall,
+            threads: 2,
+            processes: 3,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("at least one contender"), "{e}");
+    }
+
+    #[test]
+    fn workers_get_disjoint_blocks_covering_every_contender() {
+        for (threads, processes) in [(4, 2), (64, 3), (5, 5), (7, 2), (1, 1)] {
+            let cfg = RunConfig {
+                threads,
+                processes,
+                ..RunConfig::default()
+            };
+            let all: Vec<usize> = (0..processes)
+                .flat_map(|w| cfg.worker_contenders(w))
+                .collect();
+            assert_eq!(all, (0..threads).collect::<Vec<_>>());
+            assert!((0..processes).all(|w| !cfg.worker_contenders(w).is_empty()));
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://user:secret@10.0.0.1:6379/0"),
+            "redis://***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/"),
+            "redis://127.0.0.1:6379/"
+        );
+        let cfg = RunConfig {
+            redis: Some("redis://:pw@h:1/".into()),
+            ..RunConfig::default()
+        };
+        assert_eq!(cfg.redacted().redis.as_deref(), Some("redis://***@h:1/"));
+    }
+
+    #[test]
+    fn embedded_configs_serialize_without_backend_fields() {
+        let json = serde_json::to_string(&RunConfig::default()).unwrap();
+        for key in ["nodes", "keyspace", "redis", "zookeeper", "processes"] {
+            assert!(!json.contains(&format!("\"{key}\"")), "{key} in {json}");
+        }
     }
 }

@@ -15,10 +15,17 @@
 //! simulated time, prints the comparison and writes `out/summary.json`, `out/grants.csv` and
 //! charts; `bench-harness sweep` regenerates the thesis's benchmark charts in `results/`.
 //!
+//! Real servers are built in too: `--backend cassandra --nodes host:port` (shadow, queue and
+//! bakery on `lock_cassandra::CassandraStore`), `--backend redis --redis URL` (jedis,
+//! redis-token), `--backend zookeeper --zookeeper host:port` (the ZooKeeper recipe), all in
+//! wall time; `--processes P` spreads the contenders over P worker processes ([`worker`]);
+//! `bench-harness engines` compares the engines side by side ([`engines`]).
+//!
 //! The modules, in the order data flows: [`cli`] → [`config::RunConfig`] → [`registry`]
-//! (name → constructor) and [`backend`] → [`runner`] (the grant log) → [`metrics`] (pure
-//! functions) → [`summary::Summary`] (the one result contract) → [`output`], [`figures`],
-//! [`sweep`].
+//! (name and backend → constructor) and [`backend`] → [`runner`] (the grant log; or
+//! [`worker`], several processes merged) → [`metrics`] (pure functions) →
+//! [`summary::Summary`] (the one result contract) → [`output`], [`figures`], [`sweep`],
+//! [`engines`].
 //!
 //! ## Example
 //!
@@ -34,7 +41,7 @@
 //!     duration: Duration::from_secs(5),
 //!     ..RunConfig::default()
 //! };
-//! let entry = registry::lookup("queue").unwrap();
+//! let entry = registry::lookup("queue", cfg.backend).unwrap();
 //! let run = runner::run_algorithm(&cfg, entry, None)?;
 //! let report = summary::analyze(&cfg, entry, &run);
 //! assert!(report.grants > 0);
@@ -48,7 +55,9 @@ pub mod backend;
 pub mod charts;
 pub mod cli;
 pub mod config;
+pub mod counting;
 pub mod dist;
+pub mod engines;
 pub mod figures;
 pub mod metrics;
 pub mod output;
@@ -57,6 +66,7 @@ pub mod registry;
 pub mod runner;
 pub mod summary;
 pub mod sweep;
+pub mod worker;
 
 use anyhow::anyhow;
 use cli::{Cli, Command, RunArgs};
@@ -64,50 +74,73 @@ use config::ClockMode;
 use std::path::Path;
 use summary::Summary;
 
+/// A usage error found after parsing (a combination of settings, an algorithm that does not
+/// run on the chosen backend): the binary exits with 2, as for clap's own usage errors.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 /// Runs what the command line asks for.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => run_command(&cli.run),
         Some(Command::Run(args)) => run_command(&args),
         Some(Command::Sweep(args)) => sweep::run(&args),
+        Some(Command::Engines(args)) => engines::run(&args),
         Some(Command::List) => {
             print!("{}", list());
             Ok(())
         }
+        Some(Command::Worker) => worker::worker_main(),
     }
 }
 
-/// The registry and the backends, for `bench-harness list`.
+/// The algorithms per backend, for `bench-harness list`.
 pub fn list() -> String {
-    let mut out = String::from("algorithms:\n");
-    for e in registry::REGISTRY {
-        let backends: Vec<&str> = e.backends.iter().map(|b| b.name()).collect();
-        out.push_str(&format!(
-            "  {:<10} {}  [backends: {}]\n",
-            e.name,
-            e.summary,
-            backends.join(", ")
-        ));
-    }
-    out.push_str("backends:\n");
-    for b in [
-        config::BackendKind::Embedded,
-        config::BackendKind::Cassandra,
-        config::BackendKind::Redis,
-        config::BackendKind::Zookeeper,
-    ] {
-        let state = match backend::check_available(b) {
-            Ok(()) => "built in".to_string(),
-            Err(_) => "not yet built in this binary".to_string(),
+    let mut out =
+        String::from("algorithms per backend (--backend B, then --algorithms among its own):\n");
+    for b in config::BackendKind::ALL {
+        let how = match b {
+            config::BackendKind::Embedded => {
+                "in this process; simulated time (default) or --clock wall".to_string()
+            }
+            config::BackendKind::Cassandra => format!(
+                "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default {}), --keyspace; wall time",
+                backend::DEFAULT_CASSANDRA_NODES
+            ),
+            config::BackendKind::Redis => format!(
+                "--redis URL (default {}); wall time",
+                backend::DEFAULT_REDIS_URL
+            ),
+            config::BackendKind::Zookeeper => format!(
+                "--zookeeper host:port[,...] (default {}); wall time",
+                backend::DEFAULT_ZOOKEEPER
+            ),
         };
-        out.push_str(&format!("  {:<10} {state}\n", b.name()));
+        let state = match backend::check_available(b) {
+            Ok(()) => "",
+            Err(_) => " [not built in]",
+        };
+        out.push_str(&format!("{}{state}: {how}\n", b.name()));
+        for e in registry::for_backend(b) {
+            out.push_str(&format!("  {:<12} {}\n", e.name, e.summary));
+        }
     }
     out
 }
 
 /// `bench-harness [run]`: every algorithm in turn, results written as each one ends.
 pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
-    let cfg = args.to_config().map_err(|e| anyhow!(e))?;
+    let cfg = args
+        .to_config()
+        .map_err(|e| anyhow::Error::new(UsageError(e)))?;
     let summary = run_scenario(&cfg, &args.out, args.quiet)?;
     print!("{}", output::table(&summary));
     if !args.quiet {
@@ -126,7 +159,12 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
     progress::status(quiet, &format!("{}\n", output::describe(cfg)));
     let total = std::time::Instant::now();
     for name in &cfg.algorithms {
-        let entry = registry::lookup(name).ok_or_else(|| anyhow!("unknown algorithm '{name}'"))?;
+        let entry = registry::lookup(name, cfg.backend).ok_or_else(|| {
+            anyhow!(
+                "algorithm '{name}' does not run on the {} backend",
+                cfg.backend
+            )
+        })?;
         let bar = match cfg.clock {
             ClockMode::Wall => Some(progress::bar(
                 cfg.duration.as_millis() as u64,

@@ -1,6 +1,7 @@
 //! `bench-harness`: parse the command line, run, map failures to exit codes (clap exits with 2
-//! on usage errors by itself; every other failure exits with 1).
-use clap::Parser;
+//! on usage errors by itself, and so do the usage errors found after parsing; every other
+//! failure exits with 1).
+use clap::{CommandFactory, Parser};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -8,6 +9,11 @@ fn main() -> ExitCode {
     match bench_harness::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(usage) = e.downcast_ref::<bench_harness::UsageError>() {
+                bench_harness::cli::Cli::command()
+                    .error(clap::error::ErrorKind::ArgumentConflict, &usage.0)
+                    .exit();
+            }
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }

@@ -397,15 +397,16 @@ pub struct OpCount {
     pub total: u64,
 }
 
-/// The load a run put on the store.
+/// The load a run put on the store. Every field is `None` (`null` in JSON, "n/a" in tables)
+/// when the backend's requests are not counted (Redis, ZooKeeper).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StoreLoad {
     /// Every request of the run (contenders, leases, time service).
-    pub ops: OpCount,
+    pub ops: Option<OpCount>,
     /// Requests per grant (of the window).
     pub ops_per_grant: Option<f64>,
     /// Requests per second of the run.
-    pub ops_per_second: f64,
+    pub ops_per_second: Option<f64>,
     /// Requests per table.
     pub per_table: BTreeMap<String, OpCount>,
 }
@@ -426,17 +427,17 @@ pub fn store_load(
     let ops = conv(&counters.total());
     StoreLoad {
         ops_per_grant: (grants > 0).then(|| round4(ops.total as f64 / grants as f64)),
-        ops_per_second: if duration_us == 0 {
+        ops_per_second: Some(if duration_us == 0 {
             0.0
         } else {
             round4(ops.total as f64 / (duration_us as f64 / 1e6))
-        },
+        }),
         per_table: counters
             .per_table
             .iter()
             .map(|(t, c)| (t.clone(), conv(c)))
             .collect(),
-        ops,
+        ops: Some(ops),
     }
 }
 
@@ -595,9 +596,11 @@ mod tests {
             },
         );
         let l = store_load(&counters, 5, 2_000_000);
-        assert_eq!(l.ops.total, 10);
+        assert_eq!(l.ops.as_ref().map(|o| o.total), Some(10));
         assert_eq!(l.ops_per_grant, Some(2.0));
-        assert_eq!(l.ops_per_second, 5.0);
+        assert_eq!(l.ops_per_second, Some(5.0));
+        let uncounted = serde_json::to_value(StoreLoad::default()).unwrap();
+        assert!(uncounted["ops"].is_null() && uncounted["ops_per_second"].is_null());
         assert_eq!(store_load(&counters, 0, 0).ops_per_grant, None);
     }
 }

@@ -1,6 +1,6 @@
 //! Writing results: the console comparison table, `summary.json` and `grants.csv`.
 
-use crate::config::{ClockMode, RunConfig};
+use crate::config::{BackendKind, ClockMode, RunConfig};
 use crate::dist::format_duration;
 use crate::metrics::Grant;
 use crate::summary::{AlgorithmReport, Summary};
@@ -25,8 +25,8 @@ pub fn describe(cfg: &RunConfig) -> String {
     } else {
         format!(", skew ±{}", format_duration(cfg.skew))
     };
-    format!(
-        "{} contenders on {} lock{}, hold {}, think {}, {} {} time; {} store: {} replica{} at {}, round trip {} (mean {}){}, time source {}, poll {}, backoff {}, seed {}",
+    let contention = format!(
+        "{} contenders on {} lock{}, hold {}, think {}, {} {} time",
         cfg.threads,
         cfg.locks,
         if cfg.locks == 1 { "" } else { "s" },
@@ -34,18 +34,55 @@ pub fn describe(cfg: &RunConfig) -> String {
         cfg.think,
         format_duration(cfg.duration),
         clock,
-        cfg.backend,
-        cfg.replicas,
-        if cfg.replicas == 1 { "" } else { "s" },
-        cfg.consistency,
-        cfg.latency,
-        format_duration(cfg.mean_round_trip()),
-        skew,
-        cfg.time_source,
-        format_duration(cfg.poll_interval),
-        cfg.backoff.name(),
-        cfg.seed,
-    )
+    );
+    let processes = if cfg.processes > 1 {
+        format!(" in {} worker processes", cfg.processes)
+    } else {
+        String::new()
+    };
+    match cfg.backend {
+        BackendKind::Embedded => format!(
+            "{contention}; {} store: {} replica{} at {}, round trip {} (mean {}){}, time source {}, poll {}, backoff {}, seed {}",
+            cfg.backend,
+            cfg.replicas,
+            if cfg.replicas == 1 { "" } else { "s" },
+            cfg.consistency,
+            cfg.latency,
+            format_duration(cfg.mean_round_trip()),
+            skew,
+            cfg.time_source,
+            format_duration(cfg.poll_interval),
+            cfg.backoff.name(),
+            cfg.seed,
+        ),
+        BackendKind::Cassandra => format!(
+            "{contention}{processes}; cassandra at {} (keyspace {}), reads and writes at {}, TTL {}{}, time source {}, poll {}, backoff {}, seed {}",
+            crate::backend::address(cfg),
+            crate::backend::cassandra_config(cfg)
+                .map(|c| c.keyspace)
+                .unwrap_or_else(|_| "?".into()),
+            cfg.consistency,
+            format_duration(cfg.ttl),
+            skew,
+            cfg.time_source,
+            format_duration(cfg.poll_interval),
+            cfg.backoff.name(),
+            cfg.seed,
+        ),
+        BackendKind::Redis => format!(
+            "{contention}{processes}; redis at {}, TTL {}{}, seed {}",
+            crate::backend::address(cfg),
+            format_duration(cfg.ttl),
+            skew,
+            cfg.seed,
+        ),
+        BackendKind::Zookeeper => format!(
+            "{contention}{processes}; zookeeper at {}, session timeout {}, seed {}",
+            crate::backend::address(cfg),
+            format_duration(cfg.ttl),
+            cfg.seed,
+        ),
+    }
 }
 
 fn opt(x: Option<f64>, digits: usize) -> String {
@@ -120,8 +157,14 @@ fn row(r: &AlgorithmReport) -> Vec<String> {
         opt(r.fairness.jain_index, 3),
         r.fairness.longest_run.length.to_string(),
         format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0),
-        opt(r.store.ops_per_grant, 1),
-        format!("{:.0}", r.store.ops_per_second),
+        if r.store.ops.is_some() {
+            opt(r.store.ops_per_grant, 1)
+        } else {
+            "n/a".into()
+        },
+        r.store
+            .ops_per_second
+            .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
         r.safety.overlapping_holds.to_string(),
         r.safety.token_order_violations.to_string(),
     ]

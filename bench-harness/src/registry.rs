@@ -1,11 +1,14 @@
 //! The algorithm registry: name → constructor.
 //!
-//! Every lock algorithm the harness can measure is one [`AlgorithmEntry`] in [`REGISTRY`]. An
-//! entry says which backends it runs on, which run settings it reads (so that the sweeps know
-//! whom the poll-interval and clock-skew experiments concern), what its ideal handoff costs,
-//! and how to build one contender's [`Locker`] from that contender's [`ContenderSetup`].
+//! Every lock algorithm the harness can measure is one [`AlgorithmEntry`] in [`REGISTRY`] **per
+//! backend it runs on**: the Cassandra-model algorithms (shadow, queue, bakery) have an entry
+//! for the embedded store and one for Cassandra; the Redis locks (jedis, redis-token) one for
+//! Redis; the ZooKeeper recipe one for ZooKeeper. An entry says which run settings it reads
+//! (so that the sweeps know whom the poll-interval and clock-skew experiments concern), what
+//! its ideal handoff costs, and how to build one contender's [`Locker`] from that contender's
+//! [`ContenderSetup`].
 //!
-//! Adding an algorithm is one entry: a `build_*` function that matches on
+//! Adding an algorithm is one entry per backend: a `build_*` function that matches on
 //! [`BackendClient`] and returns the locker, and a line in [`REGISTRY`].
 
 use crate::backend::BackendClient;
@@ -31,6 +34,8 @@ pub struct AlgorithmSettings {
     pub backoff: BackoffPreset,
     /// Tokio-clock time per unit of model time.
     pub time_scale: u32,
+    /// Lease TTL, Redis expiry, ZooKeeper session timeout (model time).
+    pub ttl: Duration,
 }
 
 impl AlgorithmSettings {
@@ -40,6 +45,7 @@ impl AlgorithmSettings {
             poll_interval: cfg.poll_interval,
             backoff: cfg.backoff,
             time_scale: cfg.time_scale(),
+            ttl: cfg.ttl,
         }
     }
 
@@ -64,14 +70,14 @@ pub struct ContenderSetup {
 /// What a constructor returns: it may need to connect first (real backends), hence a future.
 pub type BuildFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn Locker>, LockError>> + Send>>;
 
-/// One registered algorithm.
+/// One registered algorithm on one backend.
 pub struct AlgorithmEntry {
-    /// Short name, as `Locker::algorithm` returns it and `--algorithms` takes it.
+    /// Short name, as `--algorithms` takes it (the same on every backend it runs on).
     pub name: &'static str,
     /// One line for `bench-harness list` and the README.
     pub summary: &'static str,
-    /// The backends it runs on.
-    pub backends: &'static [BackendKind],
+    /// The backend of this entry.
+    pub backend: BackendKind,
     /// Reads `--time-source` to order its waiters (the skew experiment runs it per source).
     pub uses_time_source: bool,
     /// Reads `--poll-interval` (the poll-interval experiment runs it).
@@ -86,9 +92,9 @@ pub struct AlgorithmEntry {
 }
 
 impl AlgorithmEntry {
-    /// True when the algorithm runs on `backend`.
+    /// True when this entry is for `backend`.
     pub fn runs_on(&self, backend: BackendKind) -> bool {
-        self.backends.contains(&backend)
+        self.backend == backend
     }
 }
 
@@ -96,56 +102,130 @@ impl std::fmt::Debug for AlgorithmEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AlgorithmEntry")
             .field("name", &self.name)
-            .field("backends", &self.backends)
+            .field("backend", &self.backend)
             .finish()
     }
 }
 
-/// Backends of the algorithms written against the Cassandra cell model.
-const CELL_MODEL: &[BackendKind] = &[BackendKind::Embedded, BackendKind::Cassandra];
+const SHADOW_SUMMARY: &str = "2012 shadow-table lock with randomized backoff (thesis listings 3-4)";
+const QUEUE_SUMMARY: &str = "timestamp-ordered queue lock (thesis section 5, listings 5-7)";
+const BAKERY_SUMMARY: &str = "Lamport's bakery on Choosing/Numbers column families (seed 002)";
 
-/// Every algorithm the harness knows, in the order they run and appear in tables.
-pub static REGISTRY: &[AlgorithmEntry] = &[
+const fn shadow(backend: BackendKind) -> AlgorithmEntry {
     AlgorithmEntry {
         name: "shadow",
-        summary: "2012 shadow-table lock with randomized backoff (thesis listings 3-4)",
-        backends: CELL_MODEL,
+        summary: SHADOW_SUMMARY,
+        backend,
         uses_time_source: false,
         uses_poll_interval: false,
         ideal_handoff: None,
         ideal_handoff_text: "",
         build: build_shadow,
-    },
+    }
+}
+
+const fn queue(backend: BackendKind) -> AlgorithmEntry {
     AlgorithmEntry {
         name: "queue",
-        summary: "timestamp-ordered queue lock (thesis section 5, listings 5-7)",
-        backends: CELL_MODEL,
+        summary: QUEUE_SUMMARY,
+        backend,
         uses_time_source: true,
         uses_poll_interval: true,
         ideal_handoff: Some(queue_ideal_handoff),
         ideal_handoff_text: "3 round trips + half the poll interval",
         build: build_queue,
-    },
+    }
+}
+
+const fn bakery(backend: BackendKind) -> AlgorithmEntry {
     AlgorithmEntry {
         name: "bakery",
-        summary: "Lamport's bakery on Choosing/Numbers column families (seed 002)",
-        backends: CELL_MODEL,
+        summary: BAKERY_SUMMARY,
+        backend,
         uses_time_source: false,
         uses_poll_interval: true,
         ideal_handoff: Some(bakery_ideal_handoff),
         ideal_handoff_text: "1 round trip + half the poll interval",
         build: build_bakery,
+    }
+}
+
+/// Every algorithm on every backend it runs on, in the order they run and appear in tables
+/// (the first appearance of a name fixes its place).
+pub static REGISTRY: &[AlgorithmEntry] = &[
+    shadow(BackendKind::Embedded),
+    queue(BackendKind::Embedded),
+    bakery(BackendKind::Embedded),
+    shadow(BackendKind::Cassandra),
+    queue(BackendKind::Cassandra),
+    bakery(BackendKind::Cassandra),
+    AlgorithmEntry {
+        name: "jedis",
+        summary: "jedis-lock: SETNX/GETSET with client-clock expiry, retry every 100 ms (seed 001)",
+        backend: BackendKind::Redis,
+        uses_time_source: false,
+        uses_poll_interval: false,
+        ideal_handoff: None,
+        ideal_handoff_text: "",
+        build: build_jedis,
+    },
+    AlgorithmEntry {
+        name: "redis-token",
+        summary: "token lock: SET NX PX + token-checked Lua release, retry every 50 ms",
+        backend: BackendKind::Redis,
+        uses_time_source: false,
+        uses_poll_interval: false,
+        ideal_handoff: None,
+        ideal_handoff_text: "",
+        build: build_redis_token,
+    },
+    AlgorithmEntry {
+        name: "zookeeper",
+        summary: "ephemeral sequential znodes, each waiter watching its predecessor (seed 004)",
+        backend: BackendKind::Zookeeper,
+        uses_time_source: false,
+        uses_poll_interval: false,
+        ideal_handoff: None,
+        ideal_handoff_text: "",
+        build: build_zookeeper,
     },
 ];
 
-/// The entry named `name`.
-pub fn lookup(name: &str) -> Option<&'static AlgorithmEntry> {
-    REGISTRY.iter().find(|e| e.name == name)
+/// The entry of `name` on `backend`.
+pub fn lookup(name: &str, backend: BackendKind) -> Option<&'static AlgorithmEntry> {
+    REGISTRY
+        .iter()
+        .find(|e| e.name == name && e.backend == backend)
 }
 
-/// Every registered name.
+/// True when some backend runs an algorithm called `name`.
+pub fn is_known(name: &str) -> bool {
+    REGISTRY.iter().any(|e| e.name == name)
+}
+
+/// Every registered name, once, in registry order.
 pub fn names() -> Vec<&'static str> {
-    REGISTRY.iter().map(|e| e.name).collect()
+    let mut out: Vec<&'static str> = Vec::new();
+    for e in REGISTRY {
+        if !out.contains(&e.name) {
+            out.push(e.name);
+        }
+    }
+    out
+}
+
+/// The names of the algorithms that run on `backend`, in registry order.
+pub fn names_for(backend: BackendKind) -> Vec<&'static str> {
+    for_backend(backend).iter().map(|e| e.name).collect()
+}
+
+/// The backends `name` runs on.
+pub fn backends_of(name: &str) -> Vec<BackendKind> {
+    REGISTRY
+        .iter()
+        .filter(|e| e.name == name)
+        .map(|e| e.backend)
+        .collect()
 }
 
 /// The entries that run on `backend`, in registry order.
@@ -154,41 +234,54 @@ pub fn for_backend(backend: BackendKind) -> Vec<&'static AlgorithmEntry> {
 }
 
 /// Resolves `--algorithms` (empty: every algorithm of the backend), keeping the registry's
-/// order and dropping repeats.
+/// order and dropping repeats. An algorithm that does not run on `backend` is an error that
+/// lists the ones that do.
 pub fn resolve(
     names: &[String],
     backend: BackendKind,
 ) -> Result<Vec<&'static AlgorithmEntry>, String> {
+    let available = names_for(backend);
     if names.is_empty() {
-        let all = for_backend(backend);
-        if all.is_empty() {
+        if available.is_empty() {
             return Err(format!(
                 "no registered algorithm runs on the {backend} backend"
             ));
         }
-        return Ok(all);
+        return Ok(for_backend(backend));
     }
-    let mut picked = Vec::new();
+    let mut picked: Vec<&'static AlgorithmEntry> = Vec::new();
     for name in names {
-        let entry = lookup(name).ok_or_else(|| {
-            format!(
-                "unknown algorithm '{name}' (known: {})",
-                crate::registry::names().join(", ")
-            )
-        })?;
-        if !entry.runs_on(backend) {
+        let Some(entry) = lookup(name, backend) else {
+            let elsewhere = backends_of(name);
+            let why = if elsewhere.is_empty() {
+                format!(
+                    "unknown algorithm '{name}' (known: {})",
+                    crate::registry::names().join(", ")
+                )
+            } else {
+                format!(
+                    "algorithm '{name}' does not run on the {backend} backend (it runs on: {})",
+                    elsewhere
+                        .iter()
+                        .map(|b| b.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
             return Err(format!(
-                "algorithm '{name}' does not run on the {backend} backend"
+                "{why}; available on --backend {backend}: {}",
+                available.join(", ")
             ));
-        }
-        if !picked
-            .iter()
-            .any(|e: &&AlgorithmEntry| e.name == entry.name)
-        {
+        };
+        if !picked.iter().any(|e| e.name == entry.name) {
             picked.push(entry);
         }
     }
-    picked.sort_by_key(|e| REGISTRY.iter().position(|r| r.name == e.name));
+    picked.sort_by_key(|e| {
+        REGISTRY
+            .iter()
+            .position(|r| r.name == e.name && r.backend == e.backend)
+    });
     Ok(picked)
 }
 
@@ -223,6 +316,9 @@ fn build_bakery(setup: ContenderSetup) -> BuildFuture {
             BackendClient::Embedded(client) => Ok(Arc::new(lock_bakery::BakeryLocker::new(
                 client, setup.ctx, config,
             )?) as Arc<dyn Locker>),
+            BackendClient::Cassandra(client) => Ok(Arc::new(lock_bakery::BakeryLocker::new(
+                client, setup.ctx, config,
+            )?) as Arc<dyn Locker>),
             other => Err(unsupported("bakery", &other)),
         }
     })
@@ -245,6 +341,9 @@ fn build_shadow(setup: ContenderSetup) -> BuildFuture {
             BackendClient::Embedded(client) => Ok(Arc::new(lock_shadow::ShadowLocker::new(
                 client, setup.ctx, config,
             )?) as Arc<dyn Locker>),
+            BackendClient::Cassandra(client) => Ok(Arc::new(lock_shadow::ShadowLocker::new(
+                client, setup.ctx, config,
+            )?) as Arc<dyn Locker>),
             other => Err(unsupported("shadow", &other)),
         }
     })
@@ -262,7 +361,50 @@ fn build_queue(setup: ContenderSetup) -> BuildFuture {
             BackendClient::Embedded(client) => Ok(Arc::new(lock_queue::QueueLocker::new(
                 client, setup.ctx, config,
             )?) as Arc<dyn Locker>),
+            BackendClient::Cassandra(client) => Ok(Arc::new(lock_queue::QueueLocker::new(
+                client, setup.ctx, config,
+            )?) as Arc<dyn Locker>),
             other => Err(unsupported("queue", &other)),
+        }
+    })
+}
+
+/// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and
+/// the contender's (possibly skewed) clock: expiries are judged by client clocks.
+fn build_jedis(setup: ContenderSetup) -> BuildFuture {
+    Box::pin(async move {
+        let config = lock_redis::JedisConfig::new(setup.settings.scaled(setup.settings.ttl))
+            .with_clock(setup.ctx.timestamps.clock());
+        match setup.client {
+            BackendClient::Redis(backend) => {
+                backend.locker(&setup.ctx.owner, lock_redis::Variant::Jedis(config))
+            }
+            other => Err(unsupported("jedis", &other)),
+        }
+    })
+}
+
+/// The token lock with the run's TTL (renewed every TTL/2, retry every 50 ms).
+fn build_redis_token(setup: ContenderSetup) -> BuildFuture {
+    Box::pin(async move {
+        let config = lock_redis::TokenConfig::new(setup.settings.scaled(setup.settings.ttl));
+        match setup.client {
+            BackendClient::Redis(backend) => {
+                backend.locker(&setup.ctx.owner, lock_redis::Variant::Token(config))
+            }
+            other => Err(unsupported("redis-token", &other)),
+        }
+    })
+}
+
+/// The ZooKeeper recipe on the contender's own session (whose timeout is the run's TTL).
+fn build_zookeeper(setup: ContenderSetup) -> BuildFuture {
+    Box::pin(async move {
+        match setup.client {
+            BackendClient::Zookeeper(backend) => {
+                Ok(Arc::new(backend.locker(&setup.ctx.owner)?) as Arc<dyn Locker>)
+            }
+            other => Err(unsupported("zookeeper", &other)),
         }
     })
 }
@@ -272,13 +414,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_unique_and_resolvable() {
-        let names = names();
-        for (i, n) in names.iter().enumerate() {
-            assert!(!names[..i].contains(n), "duplicate {n}");
-            assert_eq!(lookup(n).map(|e| e.name), Some(*n));
+    fn one_entry_per_algorithm_and_backend() {
+        for (i, e) in REGISTRY.iter().enumerate() {
+            assert!(
+                !REGISTRY[..i]
+                    .iter()
+                    .any(|o| o.name == e.name && o.backend == e.backend),
+                "duplicate {} on {}",
+                e.name,
+                e.backend
+            );
+            assert_eq!(lookup(e.name, e.backend).map(|x| x.name), Some(e.name));
         }
-        assert!(names.contains(&"shadow") && names.contains(&"queue"));
+        assert_eq!(
+            names_for(BackendKind::Embedded),
+            ["shadow", "queue", "bakery"]
+        );
+        assert_eq!(
+            names_for(BackendKind::Cassandra),
+            ["shadow", "queue", "bakery"]
+        );
+        assert_eq!(names_for(BackendKind::Redis), ["jedis", "redis-token"]);
+        assert_eq!(names_for(BackendKind::Zookeeper), ["zookeeper"]);
+        assert_eq!(
+            names(),
+            [
+                "shadow",
+                "queue",
+                "bakery",
+                "jedis",
+                "redis-token",
+                "zookeeper"
+            ]
+        );
+        assert!(is_known("jedis") && !is_known("paxos"));
     }
 
     #[test]
@@ -298,6 +467,18 @@ mod tests {
         );
         let e = resolve(&["paxos".into()], BackendKind::Embedded).unwrap_err();
         assert!(e.contains("paxos") && e.contains("queue"), "{e}");
+        let e = resolve(&["jedis".into()], BackendKind::Cassandra).unwrap_err();
+        assert!(
+            e.contains("does not run on the cassandra backend")
+                && e.contains("runs on: redis")
+                && e.contains("available on --backend cassandra: shadow, queue, bakery"),
+            "{e}"
+        );
+        let e = resolve(&["queue".into()], BackendKind::Zookeeper).unwrap_err();
+        assert!(
+            e.contains("available on --backend zookeeper: zookeeper"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -306,6 +487,7 @@ mod tests {
             poll_interval: Duration::from_millis(20),
             backoff: BackoffPreset::Thesis,
             time_scale: 1,
+            ttl: Duration::from_secs(10),
         };
         assert_eq!(
             queue_ideal_handoff(Duration::from_millis(1), &s),

@@ -18,7 +18,7 @@
 //! reported as unfinished. Throughput and store load count only the run's window (grants
 //! granted before its end, requests sent before it: the counters are read at the end).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, CounterHandle};
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
 use crate::metrics::{new_histogram, Grant};
@@ -49,11 +49,13 @@ pub struct ErrorCounts {
 }
 
 impl ErrorCounts {
-    fn note(&mut self, e: &LockError) {
+    /// Keeps the first error's message.
+    pub fn note(&mut self, e: &LockError) {
         self.first_error.get_or_insert_with(|| e.to_string());
     }
 
-    fn add(&mut self, other: &ErrorCounts) {
+    /// Adds `other`'s counts (keeping the first message).
+    pub fn add(&mut self, other: &ErrorCounts) {
         self.lock_errors += other.lock_errors;
         self.release_errors += other.release_errors;
         self.leases_lost_while_holding += other.leases_lost_while_holding;
@@ -141,13 +143,17 @@ pub fn runtime(clock: ClockMode) -> anyhow::Result<tokio::runtime::Runtime> {
     rt.context("cannot start the tokio runtime")
 }
 
-/// Runs `entry` under `cfg` in a runtime of its own. `progress`, in wall time, follows the
-/// run's clock (its length is set to the duration in milliseconds).
+/// Runs `entry` under `cfg` in a runtime of its own (or, with `--processes P` above 1, in P
+/// worker processes: [`crate::worker`]). `progress`, in wall time, follows the run's clock
+/// (its length is set to the duration in milliseconds).
 pub fn run_algorithm(
     cfg: &RunConfig,
     entry: &'static AlgorithmEntry,
     progress: Option<&ProgressBar>,
 ) -> anyhow::Result<RunOutcome> {
+    if cfg.processes > 1 {
+        return crate::worker::run_algorithm(cfg, entry, progress);
+    }
     let wall = std::time::Instant::now();
     let rt = runtime(cfg.clock)?;
     let mut outcome = rt.block_on(run_async(cfg, entry, progress))?;
@@ -157,8 +163,46 @@ pub fn run_algorithm(
     Ok(outcome)
 }
 
+/// How the grant log's times are taken.
+#[derive(Debug, Clone, Copy)]
+pub enum Stamp {
+    /// Model microseconds since `start` on the tokio clock (divided by `scale`): one process.
+    Tokio {
+        /// The run's start.
+        start: Instant,
+        /// [`RunConfig::time_scale`].
+        scale: u32,
+    },
+    /// Microseconds of the system clock since `start_us` (µs since the Unix epoch): comparable
+    /// across the worker processes of one run.
+    System {
+        /// The run's common start, in microseconds since the Unix epoch.
+        start_us: u64,
+    },
+}
+
+impl Stamp {
+    /// Microseconds since the run's start at tokio instant `t`, which is now (the system
+    /// clock is read instead in [`Stamp::System`]).
+    pub fn at(&self, t: Instant) -> u64 {
+        match *self {
+            Stamp::Tokio { start, scale } => us_between(scale, start, t),
+            Stamp::System { start_us } => system_now_us().saturating_sub(start_us),
+        }
+    }
+
+    /// Microseconds since the run's start, now.
+    pub fn now_us(&self) -> u64 {
+        self.at(Instant::now())
+    }
+}
+
+/// The system clock in microseconds since the Unix epoch.
+pub fn system_now_us() -> u64 {
+    lock_core::time::PhysicalClock::System.now_micros().max(0) as u64
+}
+
 struct Plan {
-    scale: u32,
     index: usize,
     lock: usize,
     lock_id: String,
@@ -166,7 +210,8 @@ struct Plan {
     seed: u64,
     hold: Dist,
     think: Dist,
-    start: Instant,
+    scale: u32,
+    stamp: Stamp,
     end: Instant,
     drain_end: Instant,
 }
@@ -176,19 +221,23 @@ fn us_between(scale: u32, start: Instant, t: Instant) -> u64 {
     t.saturating_duration_since(start).as_micros() as u64 / scale as u64
 }
 
-/// Runs `entry` under `cfg` on the current runtime.
-pub async fn run_async(
+/// Builds the lockers of contenders `indices` (global indices) on `backend`.
+pub async fn setup_contenders(
     cfg: &RunConfig,
     entry: &'static AlgorithmEntry,
-    progress: Option<&ProgressBar>,
-) -> anyhow::Result<RunOutcome> {
-    cfg.validate().map_err(|e| anyhow!(e))?;
-    let backend = Backend::open(cfg).await.map_err(|e| anyhow!(e))?;
+    backend: &Backend,
+    indices: std::ops::Range<usize>,
+) -> anyhow::Result<Vec<(usize, Arc<dyn Locker>)>> {
     let skews = cfg.contender_skews();
     let settings = AlgorithmSettings::of(cfg);
-    let mut lockers: Vec<Arc<dyn Locker>> = Vec::with_capacity(cfg.threads);
-    for (index, &skew) in skews.iter().enumerate() {
-        let (client, ctx) = backend.contender(cfg, index, skew);
+    let mut lockers = Vec::with_capacity(indices.len());
+    for index in indices {
+        let skew = skews.get(index).copied().unwrap_or(0);
+        let (client, ctx) = backend
+            .contender(cfg, index, skew)
+            .await
+            .map_err(|e| anyhow!(e))
+            .with_context(|| format!("cannot connect contender {index}"))?;
         let locker = (entry.build)(ContenderSetup {
             index,
             client,
@@ -202,26 +251,54 @@ pub async fn run_async(
                 entry.name
             )
         })?;
-        lockers.push(locker);
+        lockers.push((index, locker));
     }
+    Ok(lockers)
+}
 
+/// What [`drive`] measured.
+#[derive(Debug)]
+pub struct Driven {
+    /// The grant log, unsorted.
+    pub grants: Vec<Grant>,
+    /// Per contender, in the order given.
+    pub contenders: Vec<ContenderOutcome>,
+    /// The counters when the window ended.
+    pub counters: Option<StoreCounters>,
+    /// When the last contender finished, in microseconds since the start.
+    pub finished_us: u64,
+}
+
+/// Runs `lockers` from `start` (a tokio instant, now or soon) for the run's duration and the
+/// drain, stamping the grant log with `stamp`; reads `counters` when the window ends.
+pub async fn drive(
+    cfg: &RunConfig,
+    lockers: Vec<(usize, Arc<dyn Locker>)>,
+    start: Instant,
+    stamp: Stamp,
+    counters: Option<CounterHandle>,
+    progress: Option<&ProgressBar>,
+) -> anyhow::Result<Driven> {
     let scale = cfg.time_scale();
-    let start = Instant::now();
+    let skews = cfg.contender_skews();
     let end = start + cfg.scaled(cfg.duration);
     let drain_end = end + cfg.scaled(cfg.duration);
-    let mut tasks = Vec::with_capacity(cfg.threads);
-    for (index, locker) in lockers.into_iter().enumerate() {
+    if Instant::now() < start {
+        tokio::time::sleep_until(start).await;
+    }
+    let mut tasks = Vec::with_capacity(lockers.len());
+    for (index, locker) in lockers {
         let lock = cfg.lock_of(index);
         let plan = Plan {
-            scale,
             index,
             lock,
             lock_id: RunConfig::lock_id(lock),
-            skew_us: skews[index],
+            skew_us: skews.get(index).copied().unwrap_or(0),
             seed: cfg.contender_seed(index) ^ 0xC0DE_C0DE,
             hold: cfg.hold,
             think: cfg.think,
-            start,
+            scale,
+            stamp,
             end,
             drain_end,
         };
@@ -245,16 +322,13 @@ pub async fn run_async(
 
     // The counters as they stand when the window ends; the drain's requests are not load of
     // the measured window.
-    let snapshot = {
-        let counters = backend.counters_handle();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(end).await;
-            counters.map(|c| c.counters())
-        })
-    };
+    let snapshot = tokio::spawn(async move {
+        tokio::time::sleep_until(end).await;
+        counters.map(|c| c.counters())
+    });
 
     let mut grants = Vec::new();
-    let mut contenders = Vec::with_capacity(cfg.threads);
+    let mut contenders = Vec::with_capacity(tasks.len());
     for task in tasks {
         let (mut outcome_grants, outcome) = task.await.context("a contender task panicked")?;
         grants.append(&mut outcome_grants);
@@ -263,21 +337,53 @@ pub async fn run_async(
     if let Some(t) = ticker {
         t.abort();
     }
-    let finished_us = us_between(scale, start, Instant::now());
+    let finished_us = stamp.now_us();
     if Instant::now() < end {
         tokio::time::sleep_until(end).await;
     }
     let counters = snapshot
         .await
         .context("the counter snapshot task panicked")?;
+    Ok(Driven {
+        grants,
+        contenders,
+        counters,
+        finished_us,
+    })
+}
+
+/// Runs `entry` under `cfg` on the current runtime, every contender in this process.
+pub async fn run_async(
+    cfg: &RunConfig,
+    entry: &'static AlgorithmEntry,
+    progress: Option<&ProgressBar>,
+) -> anyhow::Result<RunOutcome> {
+    cfg.validate().map_err(|e| anyhow!(e))?;
+    let backend = Backend::open(cfg).await.map_err(|e| anyhow!(e))?;
+    let lockers = setup_contenders(cfg, entry, &backend, 0..cfg.threads).await?;
+    let start = Instant::now();
+    let stamp = Stamp::Tokio {
+        start,
+        scale: cfg.time_scale(),
+    };
+    let driven = drive(
+        cfg,
+        lockers,
+        start,
+        stamp,
+        backend.counters_handle(),
+        progress,
+    )
+    .await?;
+    let mut grants = driven.grants;
     grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
     Ok(RunOutcome {
         algorithm: entry.name,
         grants,
-        contenders,
-        counters,
+        contenders: driven.contenders,
+        counters: driven.counters,
         duration_us: cfg.duration.as_micros() as u64,
-        finished_us,
+        finished_us: driven.finished_us,
         wall_time: Duration::ZERO,
     })
 }
@@ -285,7 +391,6 @@ pub async fn run_async(
 async fn contender(locker: Arc<dyn Locker>, plan: Plan) -> (Vec<Grant>, ContenderOutcome) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let scale = plan.scale;
-    let us_since = |start: Instant, t: Instant| us_between(scale, start, t);
     let mut grants = Vec::new();
     let mut out = ContenderOutcome {
         index: plan.index as u32,
@@ -300,20 +405,25 @@ async fn contender(locker: Arc<dyn Locker>, plan: Plan) -> (Vec<Grant>, Contende
         if requested >= plan.end {
             break;
         }
+        let requested_us = plan.stamp.at(requested);
         match locker
             .lock(&plan.lock_id, Some(plan.drain_end - requested))
             .await
         {
             Ok(guard) => {
                 let granted = Instant::now();
-                out.histogram
-                    .saturating_record(us_since(requested, granted));
+                let granted_us = plan.stamp.at(granted);
+                let latency_us = match plan.stamp {
+                    Stamp::Tokio { .. } => us_between(scale, requested, granted),
+                    Stamp::System { .. } => granted_us.saturating_sub(requested_us),
+                };
+                out.histogram.saturating_record(latency_us);
                 tokio::time::sleep(plan.hold.sample(&mut rng) * scale).await;
                 if guard.is_lost() {
                     out.errors.leases_lost_while_holding += 1;
                 }
                 let token = guard.token();
-                let released = Instant::now();
+                let released_us = plan.stamp.at(Instant::now());
                 if let Err(e) = guard.release().await {
                     out.errors.release_errors += 1;
                     out.errors.note(&e);
@@ -321,15 +431,15 @@ async fn contender(locker: Arc<dyn Locker>, plan: Plan) -> (Vec<Grant>, Contende
                 grants.push(Grant {
                     lock: plan.lock as u32,
                     contender: plan.index as u32,
-                    requested_us: us_since(plan.start, requested),
-                    granted_us: us_since(plan.start, granted),
-                    released_us: us_since(plan.start, released),
+                    requested_us,
+                    granted_us,
+                    released_us,
                     token,
                 });
                 tokio::time::sleep(plan.think.sample(&mut rng) * scale).await;
             }
             Err(LockError::Timeout { .. }) => {
-                out.unfinished_since_us = Some(us_since(plan.start, requested));
+                out.unfinished_since_us = Some(requested_us);
                 break;
             }
             Err(e) => {

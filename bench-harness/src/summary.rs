@@ -35,7 +35,7 @@ impl Summary {
         Summary {
             schema_version: SCHEMA_VERSION,
             tool: format!("bench-harness {}", env!("CARGO_PKG_VERSION")),
-            config: cfg.clone(),
+            config: cfg.redacted(),
             derived: Derived::of(cfg),
             results: Vec::new(),
         }
@@ -50,9 +50,9 @@ impl Summary {
 /// Values derived from the settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Derived {
-    /// Mean round trip to one replica (`fixed + jitter / 2`), the unit of handoff gaps in
-    /// round trips.
-    pub mean_round_trip_ms: f64,
+    /// Mean round trip to one replica of the embedded store's model (`fixed + jitter / 2`),
+    /// the unit of handoff gaps in round trips; `None` on real servers (not measured).
+    pub mean_round_trip_ms: Option<f64>,
     /// Mean hold time.
     pub mean_hold_ms: f64,
     /// Mean think time.
@@ -68,7 +68,7 @@ impl Derived {
     pub fn of(cfg: &RunConfig) -> Self {
         let ms = |d: std::time::Duration| d.as_micros() as f64 / 1000.0;
         Derived {
-            mean_round_trip_ms: ms(cfg.mean_round_trip()),
+            mean_round_trip_ms: cfg.modelled_round_trip().map(ms),
             mean_hold_ms: ms(cfg.hold.mean()),
             mean_think_ms: ms(cfg.think.mean()),
             time_scale: cfg.time_scale(),
@@ -154,7 +154,7 @@ pub struct AlgorithmReport {
     pub handoff: HandoffStats,
     /// Fairness.
     pub fairness: Fairness,
-    /// Load on the store.
+    /// Load on the store (`null` figures when the backend's requests are not counted).
     pub store: StoreLoad,
     /// Must be zero.
     pub safety: Safety,
@@ -184,10 +184,13 @@ pub fn analyze(cfg: &RunConfig, entry: &AlgorithmEntry, run: &RunOutcome) -> Alg
     let grants = &run.grants;
     let histogram = run.histogram();
     let per_contender = metrics::grants_per_contender(grants, cfg.threads);
-    let round_trip_us = cfg.mean_round_trip().as_micros() as f64;
+    // Round trips and the ideal handoff are known only for the embedded store's model.
+    let round_trip = cfg.modelled_round_trip();
+    let round_trip_us = round_trip.map_or(0.0, |rt| rt.as_micros() as f64);
     let ideal_us = entry
         .ideal_handoff
-        .map(|f| f(cfg.mean_round_trip(), &AlgorithmSettings::of(cfg)).as_micros() as f64);
+        .zip(round_trip)
+        .map(|(f, rt)| f(rt, &AlgorithmSettings::of(cfg)).as_micros() as f64);
     let handoff = metrics::handoff_stats(&metrics::handoff_gaps(grants), round_trip_us, ideal_us);
     let store = run
         .counters

@@ -398,7 +398,12 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<()> {
     };
     output::write_json(&args.out.join("sweep.json"), &summary)?;
     let images = draw(&args.out, &summary, &timelines)?;
-    let readme = readme(&summary, &images, &args.out);
+    let mut readme = readme(&summary, &images, &args.out);
+    // The engines comparison (`bench-harness engines`) is measured apart, in wall time; its
+    // section is regenerated from its own engines.json, as that command regenerates it.
+    if let Some(section) = crate::engines::section_for(&args.out)? {
+        readme = crate::engines::splice_section(&readme, &section);
+    }
     output::write_atomic(&args.out.join("README.md"), readme.as_bytes())?;
     progress::status(
         args.quiet,
@@ -591,7 +596,7 @@ fn draw(
             "Store requests per second",
             "requests per second (log)",
             true,
-            |r| Some(r.store.ops_per_second),
+            |r| r.store.ops_per_second,
         );
         figs.push(figure(
             render_lines(&dir.join("store_ops_vs_contenders"), &[ops, ops_s], 2, (640, 440), both)?,
@@ -888,7 +893,7 @@ pub fn readme(s: &SweepSummary, figs: &[Figure], out: &Path) -> String {
         }
         let ideals: Vec<String> = headline
             .iter()
-            .filter_map(|p| registry::lookup(&p.series))
+            .filter_map(|p| registry::lookup(&p.series, crate::config::BackendKind::Embedded))
             .filter(|e| !e.ideal_handoff_text.is_empty())
             .map(|e| format!("{}: {}", e.name, e.ideal_handoff_text))
             .collect();
@@ -1114,7 +1119,8 @@ pub fn findings(s: &SweepSummary) -> Vec<String> {
             && p.threads == HEADLINE_CONTENDERS
             && p.report.handoff.ratio_to_ideal.is_some()
     }) {
-        let ideal = registry::lookup(&p.series).map_or("", |e| e.ideal_handoff_text);
+        let ideal = registry::lookup(&p.series, crate::config::BackendKind::Embedded)
+            .map_or("", |e| e.ideal_handoff_text);
         out.push(format!(
             "**{}** at {HEADLINE_CONTENDERS} contenders: the median handoff gap is {} ms = {} round trips, {} times its ideal of {} ms ({ideal}).",
             p.series,

@@ -1,7 +1,12 @@
-//! The binary, end to end: usage errors, failures, a small run, a small sweep, determinism.
+//! The binary, end to end: usage errors, failures, a small run, a small sweep, determinism,
+//! and the real backends (a `redis-server` and a ZooKeeper started by the tests on free
+//! loopback ports; unreachable servers on 127.0.0.1:1).
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
 const HEADER: &str = "algorithm,lock,contender,requested_us,granted_us,released_us,token";
@@ -82,15 +87,210 @@ fn an_unwritable_output_directory_fails_with_exit_code_1() {
     );
 }
 
+/// Runs `args`, expecting a failure with exit code 1 within 15 s, no panic, and a message
+/// that contains every one of `needles`.
+fn fails_fast(args: &[&str], needles: &[&str]) {
+    let start = Instant::now();
+    let o = run(args);
+    let took = start.elapsed();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+    assert!(took < Duration::from_secs(15), "{args:?} took {took:?}");
+    assert!(!e.contains("panicked"), "{e}");
+    for n in needles {
+        assert!(e.contains(n), "{args:?}: no '{n}' in: {e}");
+    }
+}
+
 #[test]
-fn backends_not_built_in_say_so() {
-    let o = run(&["--backend", "redis", "--clock", "wall", "--duration", "1s"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+fn an_unreachable_cassandra_fails_fast_naming_the_address_and_what_was_tried() {
+    let dir = scratch("cassandra-unreachable");
+    fails_fast(
+        &[
+            "--backend",
+            "cassandra",
+            "--nodes",
+            "127.0.0.1:1",
+            "--threads",
+            "4",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[
+            "error: cannot reach the cassandra backend at 127.0.0.1:1",
+            "TCP connect",
+        ],
+    );
+}
+
+#[test]
+fn an_unreachable_redis_fails_fast_naming_the_address() {
+    let dir = scratch("redis-unreachable");
+    fails_fast(
+        &[
+            "--backend",
+            "redis",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--threads",
+            "4",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[
+            "error: cannot reach the redis backend at redis://127.0.0.1:1/",
+            "cannot connect",
+        ],
+    );
+}
+
+#[test]
+fn an_unreachable_zookeeper_fails_fast_naming_the_address() {
+    let dir = scratch("zookeeper-unreachable");
+    fails_fast(
+        &[
+            "--backend",
+            "zookeeper",
+            "--zookeeper",
+            "127.0.0.1:1",
+            "--threads",
+            "4",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[
+            "error: cannot reach the zookeeper backend at 127.0.0.1:1",
+            "session",
+        ],
+    );
+}
+
+#[test]
+fn backend_mismatches_are_usage_errors() {
+    let o = run(&["--backend", "redis", "--clock", "simulated"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--clock simulated"), "{}", stderr(&o));
+    let o = run(&["--backend", "zookeeper", "--algorithms", "queue"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("not yet built in this binary"),
+        stderr(&o).contains("available on --backend zookeeper: zookeeper"),
         "{}",
         stderr(&o)
     );
+    let o = run(&["--processes", "2", "--threads", "4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("one process"), "{}", stderr(&o));
+}
+
+fn summary_of(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// (algorithm, contender, requested_us) of every row of `grants.csv`.
+fn grant_rows(dir: &Path) -> Vec<(String, u32, u64)> {
+    let csv = std::fs::read_to_string(dir.join("grants.csv")).unwrap();
+    assert_eq!(csv.lines().next(), Some(HEADER));
+    csv.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].to_string(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn redis_with_two_worker_processes_merges_one_result() {
+    let server = support::redis();
+    let dir = scratch("redis-processes");
+    let url = server.redis_url();
+    let o = run(&[
+        "--backend",
+        "redis",
+        "--redis",
+        &url,
+        "--processes",
+        "2",
+        "--threads",
+        "4",
+        "--duration",
+        "2s",
+        "--ttl",
+        "5s",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    assert!(
+        table.contains("jedis") && table.contains("redis-token"),
+        "{table}"
+    );
+    assert!(
+        table.contains("n/a"),
+        "store load is not counted on Redis: {table}"
+    );
+
+    let summary = summary_of(&dir);
+    assert_eq!(summary["config"]["processes"], 2);
+    assert_eq!(summary["config"]["clock"], "wall");
+    assert_eq!(summary["config"]["redis"], url.as_str());
+    assert!(summary["derived"]["mean_round_trip_ms"].is_null());
+    let results = summary["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert!(r["grants"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["safety"]["overlapping_holds"], 0, "{r}");
+        assert_eq!(r["safety"]["token_order_violations"], 0, "{r}");
+        assert!(r["store"]["ops"].is_null() && r["store"]["ops_per_second"].is_null());
+        assert_eq!(r["contenders"].as_array().unwrap().len(), 4);
+    }
+    let rows = grant_rows(&dir);
+    for algorithm in ["jedis", "redis-token"] {
+        let of: Vec<_> = rows.iter().filter(|r| r.0 == algorithm).collect();
+        // Both workers' contenders (0-1 in the first, 2-3 in the second) are in one log...
+        assert!(
+            of.iter().any(|r| r.1 < 2) && of.iter().any(|r| r.1 >= 2),
+            "{of:?}"
+        );
+        // ...on one clock that starts at the run's common start.
+        assert!(of.iter().all(|r| r.2 < 4_000_000), "{of:?}");
+    }
+}
+
+#[test]
+fn zookeeper_runs_in_wall_time() {
+    let server = support::zookeeper();
+    let dir = scratch("zookeeper");
+    let o = run(&[
+        "--backend",
+        "zookeeper",
+        "--zookeeper",
+        &server.hosts(),
+        "--threads",
+        "3",
+        "--duration",
+        "2s",
+        "--ttl",
+        "4s",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let r = &summary["results"][0];
+    assert_eq!(r["algorithm"], "zookeeper");
+    assert!(r["grants"].as_u64().unwrap() > 10, "{r}");
+    assert_eq!(r["safety"]["overlapping_holds"], 0);
+    assert_eq!(r["safety"]["token_order_violations"], 0);
+    assert_eq!(r["errors"]["lock_errors"], 0, "{r}");
+    assert!(r["store"]["ops_per_grant"].is_null());
 }
 
 #[test]
@@ -102,9 +302,28 @@ fn help_has_examples_and_the_store_model() {
         h.contains("Examples:") && h.contains("800us+400us") && h.contains("QUORUM"),
         "{h}"
     );
+    for example in [
+        "--backend cassandra --nodes",
+        "--backend redis --redis",
+        "--backend zookeeper --zookeeper",
+        "--processes 4",
+    ] {
+        assert!(h.contains(example), "no example of {example} in --help");
+    }
     let o = run(&["list"]);
     assert!(o.status.success());
-    assert!(stdout(&o).contains("shadow") && stdout(&o).contains("queue"));
+    let l = stdout(&o);
+    for needle in [
+        "shadow",
+        "queue",
+        "cassandra:",
+        "redis:",
+        "  jedis",
+        "  redis-token",
+        "zookeeper:",
+    ] {
+        assert!(l.contains(needle), "{needle} missing from list: {l}");
+    }
 }
 
 #[test]
@@ -297,4 +516,53 @@ fn a_quick_sweep_writes_the_results_directory() {
     assert!(points
         .iter()
         .any(|p| p["experiment"] == "skew" && p["series"] == "queue/global"));
+}
+
+/// On a real cluster only: `LOCK_TEST_CASSANDRA=host:port` (as for lock-cassandra's tests);
+/// otherwise the test says so and passes.
+#[test]
+fn cassandra_with_two_worker_processes_when_a_cluster_is_given() {
+    let nodes = match std::env::var("LOCK_TEST_CASSANDRA") {
+        Ok(n) if !n.trim().is_empty() => n,
+        _ => {
+            use std::io::Write;
+            // Straight to stderr, past the test harness's capture, so that it is seen.
+            let _ = writeln!(
+                std::io::stderr(),
+                "LOCK_TEST_CASSANDRA not set: the bench-harness Cassandra run was not run"
+            );
+            return;
+        }
+    };
+    let dir = scratch("cassandra-processes");
+    let o = run(&[
+        "--backend",
+        "cassandra",
+        "--nodes",
+        &nodes,
+        "--keyspace",
+        "distributed_locks_test",
+        "--processes",
+        "2",
+        "--threads",
+        "4",
+        "--duration",
+        "3s",
+        "--ttl",
+        "2s",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let results = summary["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for r in results {
+        assert!(r["grants"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["safety"]["overlapping_holds"], 0, "{r}");
+        assert_eq!(r["safety"]["token_order_violations"], 0, "{r}");
+        // Requests are counted on Cassandra, in every worker, and added up.
+        assert!(r["store"]["ops_per_grant"].as_f64().unwrap() > 1.0, "{r}");
+    }
 }

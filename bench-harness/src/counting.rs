@@ -1,0 +1,184 @@
+//! Store load on a real cluster: a [`CellStore`] wrapper that counts the requests one client
+//! sends, per table and kind, before passing them on.
+//!
+//! Every [`CellStore`] call is exactly one request on the wire (a write of several cells of one
+//! row is one single-partition batch, see `lock-cassandra`), so counting calls counts
+//! requests: the same units as the embedded store's own counters. Failed requests count too,
+//! as on the embedded store: they loaded the cluster (or the network) all the same.
+
+use async_trait::async_trait;
+use lock_core::embedded::{OpCounts, StoreCounters};
+use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Request counters shared by every [`CountingStore`] of a run.
+#[derive(Debug, Default)]
+pub struct RequestCounter {
+    per_table: Mutex<BTreeMap<String, OpCounts>>,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Read,
+    Write,
+    Delete,
+}
+
+impl RequestCounter {
+    fn bump(&self, table: &str, kind: Kind) {
+        let mut map = self.per_table.lock().unwrap_or_else(|e| e.into_inner());
+        let c = match map.get_mut(table) {
+            Some(c) => c,
+            None => map.entry(table.to_string()).or_default(),
+        };
+        match kind {
+            Kind::Read => c.reads += 1,
+            Kind::Write => c.writes += 1,
+            Kind::Delete => c.deletes += 1,
+        }
+    }
+
+    /// The counts so far, in the embedded store's shape (no per-client split).
+    pub fn snapshot(&self) -> StoreCounters {
+        StoreCounters {
+            per_table: self
+                .per_table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            per_client: BTreeMap::new(),
+        }
+    }
+
+    /// Forget every count (after the setup, before the contenders start).
+    pub fn reset(&self) {
+        self.per_table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+/// A store that counts each request in a [`RequestCounter`] and forwards it to `S`.
+#[derive(Clone)]
+pub struct CountingStore<S> {
+    inner: S,
+    counter: Arc<RequestCounter>,
+}
+
+impl<S> CountingStore<S> {
+    /// `inner`, counted into `counter`.
+    pub fn new(inner: S, counter: Arc<RequestCounter>) -> Self {
+        CountingStore { inner, counter }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for CountingStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingStore")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<S: CellStore> CellStore for CountingStore<S> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        consistency: Consistency,
+    ) -> Result<(), StoreError> {
+        // A write of no cells sends nothing (lock-cassandra skips it).
+        if !cells.is_empty() {
+            self.counter.bump(table, Kind::Write);
+        }
+        self.inner.write(table, row, cells, consistency).await
+    }
+
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        timestamp: Micros,
+        consistency: Consistency,
+    ) -> Result<(), StoreError> {
+        self.counter.bump(table, Kind::Delete);
+        self.inner
+            .delete(table, row, column, timestamp, consistency)
+            .await
+    }
+
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        consistency: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
+        // A slice of limit 0 sends nothing (lock-cassandra answers it locally).
+        if slice.limit != Some(0) {
+            self.counter.bump(table, Kind::Read);
+        }
+        self.inner.read(table, row, slice, consistency).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::embedded::{EmbeddedConfig, EmbeddedStore, LatencyModel};
+
+    #[tokio::test]
+    async fn counts_one_request_per_call_that_sends_one() {
+        let store = EmbeddedStore::new(EmbeddedConfig {
+            latency: LatencyModel::new(Default::default(), Default::default()),
+            replicas: 1,
+            ..EmbeddedConfig::default()
+        });
+        let counter = Arc::new(RequestCounter::default());
+        let s = CountingStore::new(store.client("a"), counter.clone());
+        let cell = CellWrite {
+            column: "c".into(),
+            value: b"v".to_vec(),
+            timestamp: 1,
+            ttl: None,
+        };
+        s.write(
+            "t",
+            "r",
+            &[
+                cell.clone(),
+                CellWrite {
+                    column: "d".into(),
+                    ..cell.clone()
+                },
+            ],
+            Consistency::One,
+        )
+        .await
+        .unwrap();
+        s.write("t", "r", &[], Consistency::One).await.unwrap();
+        s.read("t", "r", Slice::all(), Consistency::One)
+            .await
+            .unwrap();
+        s.read("u", "r", Slice::first(0), Consistency::One)
+            .await
+            .unwrap();
+        s.delete("t", "r", "c", 2, Consistency::One).await.unwrap();
+        let ours = counter.snapshot();
+        assert_eq!(ours.total().total(), 3);
+        let t = &ours.per_table["t"];
+        assert_eq!((t.reads, t.writes, t.deletes), (1, 1, 1));
+        counter.reset();
+        assert_eq!(counter.snapshot().total().total(), 0);
+    }
+}
