@@ -126,7 +126,6 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::fence;
 use lock_core::lease::{CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, LockError, LockGuard, Locker};
 use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Slice, StoreError};
@@ -322,29 +321,9 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
             .map_err(|e| LockError::store(lock_id, e))
     }
 
-    fn releaser(&self, lock_id: &str, lease: LeaseKeeper) -> CellRelease<S> {
-        CellRelease {
-            store: self.store.clone(),
-            lease,
-            timestamps: self.ctx.timestamps.clone(),
-            consistency: self.ctx.consistency,
-            lock_id: lock_id.to_string(),
-        }
-    }
-
     /// Leave (timeout, soft lock refused, error): stop the lease and delete both our cells.
     async fn abandon(&self, lock_id: &str, lease: LeaseKeeper) {
-        let _ = self.releaser(lock_id, lease).run().await;
-    }
-
-    fn lease_lost(&self, lock_id: &str, lease: &LeaseKeeper, why: &str) -> LockError {
-        let reason = lease.lost_reason().map(|l| l.reason).unwrap_or_else(|| why.to_string());
-        LockError::LeaseLost { lock_id: lock_id.to_string(), reason }
-    }
-
-    /// True when every cell of the lease is certainly still in the store.
-    fn lease_holds(lease: &LeaseKeeper) -> bool {
-        !lease.is_lost() && lease.valid_until().is_some_and(|d| Instant::now() < d)
+        let _ = CellRelease::new(&self.store, &self.ctx, lock_id, lease).run().await;
     }
 
     /// Sleep one poll interval, or until the deadline if that comes first (then `Timeout`).
@@ -387,8 +366,8 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
         self.put(lease, NUMBERS_TABLE, lock_id, &number_value(number)).await?;
         // `Choosing[me] = true` must not have vanished (expired) while we chose: others would
         // have taken us for not choosing before our number was there.
-        if !Self::lease_holds(lease) {
-            return Err(self.lease_lost(lock_id, lease, "the lease ran out while choosing a number"));
+        if !lease.holds() {
+            return Err(lease.lost_error(lock_id, "the lease ran out while choosing a number"));
         }
         self.put(lease, CHOOSING_TABLE, lock_id, CHOOSING_FALSE).await?;
         Ok(number)
@@ -399,7 +378,7 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
     async fn await_choosers(&self, lock_id: &str, ticket: &Ticket, deadline: Option<Instant>, soft: bool) -> Result<(), Stop> {
         loop {
             if ticket.lease.is_lost() {
-                return Err(Stop::Failed(self.lease_lost(lock_id, &ticket.lease, "lease lost while waiting")));
+                return Err(Stop::Failed(ticket.lease.lost_error(lock_id, "lease lost while waiting")));
             }
             let choosing = self.read(CHOOSING_TABLE, lock_id).await.map_err(Stop::Failed)?;
             if first_choosing(&choosing, self.me()).is_none() {
@@ -417,13 +396,13 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
     async fn await_turn(&self, lock_id: &str, ticket: &Ticket, deadline: Option<Instant>, soft: bool) -> Result<(), Stop> {
         loop {
             if ticket.lease.is_lost() {
-                return Err(Stop::Failed(self.lease_lost(lock_id, &ticket.lease, "lease lost while waiting")));
+                return Err(Stop::Failed(ticket.lease.lost_error(lock_id, "lease lost while waiting")));
             }
             let numbers = self.read(NUMBERS_TABLE, lock_id).await.map_err(Stop::Failed)?;
             match turn(&numbers, self.me(), ticket.number) {
                 Turn::Ours => return Ok(()),
                 Turn::Gone => {
-                    return Err(Stop::Failed(self.lease_lost(lock_id, &ticket.lease, "our number is no longer in the Numbers row")))
+                    return Err(Stop::Failed(ticket.lease.lost_error(lock_id, "our number is no longer in the Numbers row")))
                 }
                 Turn::Behind { .. } if soft => return Err(Stop::Timeout),
                 Turn::Behind { .. } => self.pause(deadline).await?,
@@ -433,23 +412,7 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
 
     /// The lock is ours: take a fencing token, check the lease still held, hand out the guard.
     async fn grant(&self, lock_id: &str, ticket: Ticket) -> Result<LockGuard, LockError> {
-        let release = self.releaser(lock_id, ticket.lease);
-        let token = match fence::next_token(&self.store, &self.ctx.timestamps, lock_id, self.me(), self.ctx.consistency).await {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = release.run().await;
-                return Err(LockError::store(lock_id, e));
-            }
-        };
-        if !Self::lease_holds(&release.lease) {
-            let _ = release.run().await;
-            return Err(LockError::LeaseLost {
-                lock_id: lock_id.to_string(),
-                reason: "the lease ran out before the grant was complete".into(),
-            });
-        }
-        let watch = release.lease.subscribe();
-        Ok(LockGuard::new(lock_id, self.ctx.owner.clone(), token, watch, Box::new(release)))
+        CellRelease::new(&self.store, &self.ctx, lock_id, ticket.lease).into_guard(self.me()).await
     }
 }
 

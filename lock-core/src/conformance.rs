@@ -2,7 +2,7 @@
 //!
 //! An algorithm crate gets the whole suite with one line in a test file:
 //!
-//! ```ignore
+//! ```text
 //! lock_core::embedded_conformance_suite!(|client, ctx| std::sync::Arc::new(MyLocker::new(client, ctx)));
 //! ```
 //!

@@ -114,6 +114,11 @@ impl LeaseKeeper {
         self.shared.valid_until()
     }
 
+    /// True while the lease is not lost and every kept cell is certainly in the store now.
+    pub fn holds(&self) -> bool {
+        !self.is_lost() && self.valid_until().is_some_and(|d| Instant::now() < d)
+    }
+
     /// True when the lease was lost.
     pub fn is_lost(&self) -> bool {
         matches!(*self.state.borrow(), LeaseState::Lost(_))
@@ -125,6 +130,13 @@ impl LeaseKeeper {
             LeaseState::Lost(l) => Some(l.clone()),
             _ => None,
         }
+    }
+
+    /// The error for a lease lost on `lock_id`: the keeper's own reason if it declared the loss,
+    /// else `why` (the caller noticed first, e.g. its cell vanished).
+    pub fn lost_error(&self, lock_id: &str, why: &str) -> crate::lock::LockError {
+        let reason = self.lost_reason().map(|l| l.reason).unwrap_or_else(|| why.to_string());
+        crate::lock::LockError::LeaseLost { lock_id: lock_id.to_string(), reason }
     }
 
     /// A receiver of state changes, for the guard.
@@ -239,6 +251,46 @@ pub struct CellRelease<S> {
     pub consistency: Consistency,
     /// The lock id, for errors.
     pub lock_id: String,
+}
+
+impl<S: CellStore + Clone> CellRelease<S> {
+    /// The release of `lease` on `lock_id`, for the client of `ctx`.
+    pub fn new(store: &S, ctx: &crate::context::ClientContext, lock_id: &str, lease: LeaseKeeper) -> Self {
+        CellRelease {
+            store: store.clone(),
+            lease,
+            timestamps: ctx.timestamps.clone(),
+            consistency: ctx.consistency,
+            lock_id: lock_id.to_string(),
+        }
+    }
+
+    /// Complete a grant whose cells this release keeps: take a fencing token
+    /// ([`crate::fence`], steps 1–2), check that the lease still held when it was written
+    /// (step 3), and hand out the guard. On failure everything is released and the error
+    /// returned, so the caller holds nothing.
+    pub async fn into_guard(self, owner: &str) -> Result<crate::lock::LockGuard, crate::lock::LockError> {
+        let token =
+            match crate::fence::next_token(&self.store, &self.timestamps, &self.lock_id, owner, self.consistency).await {
+                Ok(t) => t,
+                Err(e) => {
+                    let lock_id = self.lock_id.clone();
+                    let _ = self.run().await;
+                    return Err(crate::lock::LockError::store(&lock_id, e));
+                }
+            };
+        if !self.lease.holds() {
+            let lock_id = self.lock_id.clone();
+            let _ = self.run().await;
+            return Err(crate::lock::LockError::LeaseLost {
+                lock_id,
+                reason: "the lease ran out before the grant was complete".into(),
+            });
+        }
+        let watch = self.lease.subscribe();
+        let lock_id = self.lock_id.clone();
+        Ok(crate::lock::LockGuard::new(lock_id, owner, token, watch, Box::new(self)))
+    }
 }
 
 impl<S: CellStore> CellRelease<S> {

@@ -86,7 +86,6 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::fence;
 use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, LockError, LockGuard, Locker};
 use lock_core::store::{CellStore, CellWrite, Micros, Slice};
@@ -196,14 +195,14 @@ impl<S: CellStore + Clone> QueueLocker<S> {
         let head = self.store.read(QUEUE_TABLE, lock_id, Slice::first(1), c).await.map_err(err)?;
         let Some(first) = head.first() else {
             // Our own cell is gone (expired, or the store lost it): the lease says so.
-            return Err(self.lost(lock_id, place, "our queue cell is no longer in the queue"));
+            return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
         };
         if let Some(t) = queue_column_time(&first.column) {
             self.ctx.time.observe(t);
         }
         if first.column != place.column {
             if first.column > place.column {
-                return Err(self.lost(lock_id, place, "our queue cell is no longer in the queue"));
+                return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
             }
             return Ok(HeadCheck::NotFirst);
         }
@@ -228,47 +227,15 @@ impl<S: CellStore + Clone> QueueLocker<S> {
         }
     }
 
-    fn lost(&self, lock_id: &str, place: &Place, why: &str) -> LockError {
-        let reason = place.lease.lost_reason().map(|l| l.reason).unwrap_or_else(|| why.to_string());
-        LockError::LeaseLost { lock_id: lock_id.to_string(), reason }
-    }
-
-    fn releaser(&self, lock_id: &str, lease: LeaseKeeper) -> CellRelease<S> {
-        CellRelease {
-            store: self.store.clone(),
-            lease,
-            timestamps: self.ctx.timestamps.clone(),
-            consistency: self.ctx.consistency,
-            lock_id: lock_id.to_string(),
-        }
-    }
-
     /// Leave the queue (timeout, soft lock refused, error): stop the lease, delete our cells.
     async fn leave(&self, lock_id: &str, place: Place) {
-        let _ = self.releaser(lock_id, place.lease).run().await;
+        let _ = CellRelease::new(&self.store, &self.ctx, lock_id, place.lease).run().await;
     }
 
     /// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
     async fn grant(&self, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
-        let c = self.ctx.consistency;
         place.lease.add(CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner), self.ctx.owner.as_bytes().to_vec(), main_written);
-        let release = self.releaser(lock_id, place.lease);
-        let token = match fence::next_token(&self.store, &self.ctx.timestamps, lock_id, &self.ctx.owner, c).await {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = release.run().await;
-                return Err(LockError::store(lock_id, e));
-            }
-        };
-        if release.lease.valid_until().is_none_or(|d| Instant::now() >= d) {
-            let _ = release.run().await;
-            return Err(LockError::LeaseLost {
-                lock_id: lock_id.to_string(),
-                reason: "the lease ran out before the grant was complete".into(),
-            });
-        }
-        let watch = release.lease.subscribe();
-        Ok(LockGuard::new(lock_id, self.ctx.owner.clone(), token, watch, Box::new(release)))
+        CellRelease::new(&self.store, &self.ctx, lock_id, place.lease).into_guard(&self.ctx.owner).await
     }
 }
 
@@ -290,7 +257,7 @@ impl<S: CellStore + Clone> Locker for QueueLocker<S> {
         let place = self.join(lock_id).await?;
         loop {
             if place.lease.is_lost() {
-                let e = self.lost(lock_id, &place, "lease lost while waiting");
+                let e = place.lease.lost_error(lock_id, "lease lost while waiting");
                 self.leave(lock_id, place).await;
                 return Err(e);
             }

@@ -67,7 +67,6 @@ use lock_core::context::ClientContext;
 use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, AttemptResult, LockError, LockGuard, Locker};
 use lock_core::store::{CellStore, CellWrite, Slice};
-use lock_core::fence;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Mutex;
@@ -234,35 +233,13 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
         Ok(result)
     }
 
-    /// Turn a successful attempt into a guard: start the lease on the main cell, take a fencing
-    /// token, and check that the lease still held when the token was written.
+    /// Turn a successful attempt into a guard: start the lease on the main cell, then take a
+    /// fencing token and check the lease ([`CellRelease::into_guard`]).
     async fn grant(&self, lock_id: &str, main_written: Instant) -> Result<LockGuard, LockError> {
         let c = self.ctx.consistency;
         let lease = LeaseKeeper::start(self.store.clone(), self.ctx.timestamps.clone(), LeaseConfig::new(self.ctx.ttl, c));
         lease.add(CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner), self.ctx.owner.as_bytes().to_vec(), main_written);
-        let release = CellRelease {
-            store: self.store.clone(),
-            lease,
-            timestamps: self.ctx.timestamps.clone(),
-            consistency: c,
-            lock_id: lock_id.to_string(),
-        };
-        let token = match fence::next_token(&self.store, &self.ctx.timestamps, lock_id, &self.ctx.owner, c).await {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = release.run().await;
-                return Err(LockError::store(lock_id, e));
-            }
-        };
-        if release.lease.valid_until().is_none_or(|d| Instant::now() >= d) {
-            let _ = release.run().await;
-            return Err(LockError::LeaseLost {
-                lock_id: lock_id.to_string(),
-                reason: "the lease ran out before the grant was complete".into(),
-            });
-        }
-        let watch = release.lease.subscribe();
-        Ok(LockGuard::new(lock_id, self.ctx.owner.clone(), token, watch, Box::new(release)))
+        CellRelease::new(&self.store, &self.ctx, lock_id, lease).into_guard(&self.ctx.owner).await
     }
 
     fn sleep_for(&self, result: AttemptResult, attempt: &mut u32) -> Duration {
