@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Redis and a ZooKeeper on loopback, started exactly as the lock-redis and lock-zookeeper
-# tests start theirs (the tests do it themselves, from tests/support/mod.rs; this script is
+# tests start theirs (the tests do it themselves, through the test-servers crate; this script is
 # for runs by hand and for the benchmark against real servers).
 #
 #   scripts/test-servers.sh install   apt-get install redis-server and zookeeper if missing

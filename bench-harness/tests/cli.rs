@@ -2,8 +2,6 @@
 //! and the real backends (a `redis-server` and a ZooKeeper started by the tests on free
 //! loopback ports; unreachable servers on 127.0.0.1:1).
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -205,9 +203,9 @@ fn grant_rows(dir: &Path) -> Vec<(String, u32, u64)> {
 
 #[test]
 fn redis_with_two_worker_processes_merges_one_result() {
-    let server = support::redis();
+    let server = test_servers::shared_redis();
     let dir = scratch("redis-processes");
-    let url = server.redis_url();
+    let url = server.url();
     let o = run(&[
         "--backend",
         "redis",
@@ -265,7 +263,7 @@ fn redis_with_two_worker_processes_merges_one_result() {
 
 #[test]
 fn zookeeper_runs_in_wall_time() {
-    let server = support::zookeeper();
+    let server = test_servers::shared_zookeeper();
     let dir = scratch("zookeeper");
     let o = run(&[
         "--backend",

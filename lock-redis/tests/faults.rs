@@ -16,7 +16,7 @@ fn jedis() -> lock_redis::Variant {
 }
 
 async fn raw() -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(support::shared().url()).unwrap();
+    let client = redis::Client::open(test_servers::shared_redis().url()).unwrap();
     client.get_multiplexed_async_connection().await.unwrap()
 }
 
@@ -214,7 +214,7 @@ async fn silent_server_fails_within_the_timeouts() {
 #[tokio::test]
 async fn bad_urls_and_settings_are_config_errors() {
     assert!(matches!(RedisBackend::connect("not a url").await, Err(LockError::Config(_))));
-    let backend = RedisBackend::connect(&support::shared().url()).await.unwrap();
+    let backend = RedisBackend::connect(&test_servers::shared_redis().url()).await.unwrap();
     assert!(matches!(backend.jedis("a", JedisConfig::new(Duration::ZERO)), Err(LockError::Config(_))));
     assert!(matches!(backend.token("a", TokenConfig::new(Duration::ZERO)), Err(LockError::Config(_))));
     let bad_renewal = TokenConfig { renew_every: Duration::from_secs(20), ..TokenConfig::new(Duration::from_secs(10)) };

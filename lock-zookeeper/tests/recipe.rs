@@ -26,7 +26,7 @@ async fn children(raw: &zk::Client, dir: &str) -> Vec<String> {
 
 /// Watched paths under `prefix`, each with the sessions watching it (four-letter `wchp`).
 fn watches_under(prefix: &str) -> BTreeMap<String, Vec<String>> {
-    let out = support::four_letter(support::shared().port, "wchp").expect("wchp");
+    let out = test_servers::four_letter(support::shared().port, "wchp").expect("wchp");
     let mut map = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in out.lines() {

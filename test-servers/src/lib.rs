@@ -1,0 +1,35 @@
+//! # test-servers
+//!
+//! Test support for the workspace's crates that talk to real servers (a dev-dependency only,
+//! never published): it starts a real `redis-server` ([`RedisServer`]) or a real standalone
+//! ZooKeeper ([`ZkServer`], the Debian package's jars on `java`) on a free loopback port, each
+//! with a data directory of its own, and waits until it answers (`PING` / `ruok`).
+//!
+//! A missing binary or jar **fails** the test with a message naming the packages to install
+//! ([`INSTALL_HINT`]: `apt-get install -y redis-server zookeeper`); nothing is ever skipped.
+//!
+//! - [`shared_redis`], [`shared_zookeeper`]: one server per test binary, started on first use
+//!   and kept for the life of the process.
+//! - Cleanup: a server is killed and its directory removed on drop; every server also gets
+//!   `SIGKILL` when its test binary exits or is killed (`PR_SET_PDEATHSIG`), and the directories
+//!   left by test binaries that have exited are swept when the next one makes its first.
+//! - [`Proxy`]: a TCP forwarder in front of a server for one client, which a test can cut (as a
+//!   crash or a partition would) or pause (as a stalled process or network would).
+#![deny(missing_docs)]
+
+mod process;
+mod proxy;
+mod redis;
+mod zookeeper;
+
+pub use process::free_port;
+pub use proxy::Proxy;
+pub use redis::{shared_redis, RedisServer};
+pub use zookeeper::{
+    four_letter, shared_zookeeper, shared_zookeeper_with, ZkServer, ZK_DEFAULT_CLASSPATH,
+    ZK_TICK_MS,
+};
+
+/// What a test that cannot start a server tells its reader to do.
+pub const INSTALL_HINT: &str =
+    "install it with `apt-get install -y redis-server zookeeper` (or run `scripts/test-servers.sh install`)";

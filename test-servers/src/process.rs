@@ -1,0 +1,199 @@
+//! What every server shares: a free port, a data directory, a child process that cannot outlive
+//! its test binary, the wait until it answers, and the one-per-binary keeper.
+
+use crate::INSTALL_HINT;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Every server's data directory is `<temp dir>/lockbench-<kind>-<pid>-<n>`.
+const DIR_PREFIX: &str = "lockbench-";
+
+/// A loopback port that was free a moment ago (another process may take it before the server
+/// binds it: the servers' `start` retries).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral loopback port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Remove data dirs left by test binaries that have exited (a server kept in a `static` is
+/// never dropped, so its binary cannot remove its dir itself).
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(DIR_PREFIX) else {
+            continue;
+        };
+        let pid = rest.split('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+/// A new data directory for a server of `kind`; the first one of a test binary sweeps the
+/// stale ones first.
+pub(crate) fn temp_dir(kind: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    static CLEAN: std::sync::Once = std::sync::Once::new();
+    CLEAN.call_once(remove_stale_dirs);
+    let dir = std::env::temp_dir().join(format!(
+        "{DIR_PREFIX}{kind}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create a temp dir for the test server");
+    dir
+}
+
+/// The server child gets SIGKILL when the thread that spawned it ends, so that a test binary
+/// that exits (or is killed) never leaves a server behind, even one kept in a `static`.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A running server process and its data directory: killed, and the directory removed, on drop.
+pub(crate) struct Process {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How one kind of server is spawned, recognised as ready, and named in failures.
+pub(crate) struct Launch {
+    /// The program, as in "spawn {program}: {error}".
+    pub program: &'static str,
+    /// What a missing program means; the panic adds [`INSTALL_HINT`].
+    pub missing: &'static str,
+    /// The server, as in "{name} exited with ..." and "{name} on port ... did not answer ...".
+    pub name: &'static str,
+    /// The readiness request, as in "did not answer {probe} within ...".
+    pub probe: &'static str,
+    /// The file in the data directory that takes the server's stdout and stderr.
+    pub log: &'static str,
+    /// Whether the did-not-answer failure quotes the log.
+    pub log_on_timeout: bool,
+    /// Whether the server on this port answers.
+    pub ready: fn(u16) -> bool,
+    /// How long the server has to answer.
+    pub deadline: Duration,
+    /// How often it is asked.
+    pub poll: Duration,
+}
+
+impl Launch {
+    /// Spawn `cmd` (output into the log in `dir`, killed when the test binary exits) and wait
+    /// until the server on `port` is ready. A missing program panics with [`INSTALL_HINT`]; any
+    /// other failure is an `Err` (the caller may retry on another port), with `dir` removed when
+    /// the server was spawned.
+    pub fn spawn(&self, mut cmd: Command, dir: PathBuf, port: u16) -> Result<Process, String> {
+        let log = std::fs::File::create(dir.join(self.log)).map_err(|e| e.to_string())?;
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        die_with_parent(&mut cmd);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("{}: {INSTALL_HINT}", self.missing)
+            }
+            Err(e) => return Err(format!("spawn {}: {e}", self.program)),
+        };
+        let name = self.name;
+        let deadline = Instant::now() + self.deadline;
+        loop {
+            if (self.ready)(port) {
+                return Ok(Process { child, dir });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.join(self.log)).unwrap_or_default();
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!("{name} exited with {status}: {log}"));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let mut msg = format!(
+                    "{name} on port {port} did not answer {} within {} s",
+                    self.probe,
+                    self.deadline.as_secs()
+                );
+                if self.log_on_timeout {
+                    let log = std::fs::read_to_string(dir.join(self.log)).unwrap_or_default();
+                    msg = format!("{msg}: {log}");
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(msg);
+            }
+            std::thread::sleep(self.poll);
+        }
+    }
+}
+
+/// Call `try_start` until it succeeds, 3 times at most, then panic with "could not start
+/// {name}" and the last failure.
+pub(crate) fn with_retries<S>(name: &str, mut try_start: impl FnMut() -> Result<S, String>) -> S {
+    let mut last = String::new();
+    // A free port can be taken by someone else between our probe and the server's bind.
+    for _ in 0..3 {
+        match try_start() {
+            Ok(s) => return s,
+            Err(e) => last = e,
+        }
+    }
+    panic!("could not start {name}: {last}");
+}
+
+/// One server per test binary, spawned from a thread (named `thread`) that lives as long as
+/// the process, so the death signal fires only when the binary exits. A panic of `start` is
+/// the caller's panic.
+pub(crate) fn keep<S: Send + Sync + 'static>(
+    cell: &'static OnceLock<S>,
+    thread: &str,
+    start: impl FnOnce() -> S + Send + 'static,
+) -> &'static S {
+    cell.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name(thread.into())
+            .spawn(move || {
+                let server = std::panic::catch_unwind(std::panic::AssertUnwindSafe(start));
+                let _ = tx.send(server);
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawn the server keeper thread");
+        match rx.recv().expect("server keeper thread") {
+            Ok(s) => s,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    })
+}

@@ -1,0 +1,120 @@
+//! A cuttable, pausable TCP forwarder.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A TCP forwarder to the server for one client. [`Proxy::cut`] closes its connections and
+/// refuses new ones: the client is cut off as by a crash or a partition, while the server keeps
+/// whatever the client left there. [`Proxy::pause`] holds every byte in both directions until
+/// [`Proxy::resume`], as a stalled process or network would.
+pub struct Proxy {
+    addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    paused: tokio::sync::watch::Sender<bool>,
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut paused: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        // What was read during a pause is held back, not lost.
+        while *paused.borrow_and_update() {
+            if paused.changed().await.is_err() {
+                return;
+            }
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+impl Proxy {
+    /// Start forwarding a loopback port of its own to `upstream`, on the current tokio runtime
+    /// (its tasks end with the runtime, or on [`Proxy::cut`]).
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let (paused, _) = tokio::sync::watch::channel(false);
+        let tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (cut2, tasks2, paused2) = (cut.clone(), tasks.clone(), paused.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let client = match listener.accept().await {
+                    Ok((c, _)) => c,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                if cut2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let paused = paused2.subscribe();
+                let conn = tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::join!(pipe(cr, sw, paused.clone()), pipe(sr, cw, paused));
+                });
+                tasks2.lock().unwrap().push(conn.abort_handle());
+            }
+        });
+        tasks.lock().unwrap().push(accept.abort_handle());
+        Proxy {
+            addr,
+            cut,
+            paused,
+            tasks,
+        }
+    }
+
+    /// The address the client connects to instead of the server's.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Drop every connection (both sides see them close) and the listener (new connections are
+    /// refused).
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Hold all traffic until [`Proxy::resume`].
+    pub fn pause(&self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Let held and new traffic through again.
+    pub fn resume(&self) {
+        self.paused.send_replace(false);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
