@@ -109,6 +109,28 @@ pub struct LineChart {
     pub legend: Legend,
 }
 
+impl LineChart {
+    /// `series` against the number of contenders on a log x axis, y from the data, legend in
+    /// the upper left: the layout of the sweep's contention charts and of `engines.png`.
+    pub fn against_contenders(
+        title: &str,
+        y_label: &str,
+        y_log: bool,
+        series: Vec<Series>,
+    ) -> Self {
+        LineChart {
+            title: title.into(),
+            x_label: "contenders (log)".into(),
+            y_label: y_label.into(),
+            x_log: true,
+            y_log,
+            y_range: None,
+            series,
+            legend: Legend::UpperLeft,
+        }
+    }
+}
+
 /// Corner of the legend box.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Legend {

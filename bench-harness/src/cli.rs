@@ -104,22 +104,9 @@ pub struct ScenarioArgs {
     /// Lock ids; contender i asks for lock i % K.
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     pub locks: u32,
-    /// Hold time distribution: 5ms, uniform:1ms..10ms or exp:5ms.
-    #[arg(
-        long,
-        value_name = "DIST",
-        default_value = "5ms",
-        allow_hyphen_values = true
-    )]
-    pub hold: Dist,
-    /// Think time between a release and the next request.
-    #[arg(
-        long,
-        value_name = "DIST",
-        default_value = "exp:5ms",
-        allow_hyphen_values = true
-    )]
-    pub think: Dist,
+    /// Hold and think times.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
     /// Embedded store: round trip to one replica, FIXED[+JITTER] (uniform jitter).
     #[arg(long, value_name = "FIXED+JITTER", default_value = "800us+400us")]
     pub latency: Latency,
@@ -135,13 +122,9 @@ pub struct ScenarioArgs {
     /// What orders the queue lock's waiters.
     #[arg(long, value_enum, default_value_t = TimeSourceKind::Local)]
     pub time_source: TimeSourceKind,
-    /// Lease TTL of every cell (renewed every TTL/2); the Redis locks' expiry; the ZooKeeper
-    /// session timeout.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub ttl: Duration,
-    /// The queue lock's wait between two reads of the queue.
-    #[arg(long, default_value = "20ms", value_parser = parse_positive_duration, allow_hyphen_values = true)]
-    pub poll_interval: Duration,
+    /// Lease TTL and poll interval.
+    #[command(flatten)]
+    pub timing: TimingArgs,
     /// The shadow lock's backoff between attempts.
     #[arg(long, value_enum, default_value_t = BackoffPreset::Thesis)]
     pub backoff: BackoffPreset,
@@ -167,6 +150,40 @@ pub struct ScenarioArgs {
     /// trips, at least 100ms].
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub gc_grace: Option<Duration>,
+}
+
+/// What each contender does around its holds: the hold and think time distributions (a run,
+/// a sweep and `engines` alike).
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    /// Hold time distribution: 5ms, uniform:1ms..10ms or exp:5ms.
+    #[arg(
+        long,
+        value_name = "DIST",
+        default_value = "5ms",
+        allow_hyphen_values = true
+    )]
+    pub hold: Dist,
+    /// Think time between a release and the next request.
+    #[arg(
+        long,
+        value_name = "DIST",
+        default_value = "exp:5ms",
+        allow_hyphen_values = true
+    )]
+    pub think: Dist,
+}
+
+/// The locks' lease TTL and poll interval (a run, a sweep and `engines` alike).
+#[derive(Args, Debug, Clone)]
+pub struct TimingArgs {
+    /// Lease TTL of every cell (renewed every TTL/2); the Redis locks' expiry; the ZooKeeper
+    /// session timeout.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub ttl: Duration,
+    /// The queue lock's wait between two reads of the queue.
+    #[arg(long, default_value = "20ms", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub poll_interval: Duration,
 }
 
 /// The settings of one run.
@@ -226,6 +243,13 @@ pub struct SweepArgs {
 
 /// The settings of `bench-harness engines`.
 #[derive(Args, Debug, Clone)]
+// The shared flags mean the same here; `engines --help` keeps its own shorter wording.
+#[command(
+    mut_arg("hold", |a| a.help("Hold time distribution")),
+    mut_arg("think", |a| a.help("Think time distribution")),
+    mut_arg("ttl", |a| a.help("Lease TTL, Redis expiry, ZooKeeper session timeout")),
+    mut_arg("poll_interval", |a| a.help("Poll interval of the polling locks (queue, bakery)"))
+)]
 pub struct EnginesArgs {
     /// Output directory (engines.json, engines.png/.svg, README.md). When it is called
     /// `engines` and its parent holds the sweep's README.md, that README's engines section is
@@ -254,28 +278,12 @@ pub struct EnginesArgs {
     /// contenders, unrecorded (a fresh JVM runs ZooKeeper's first requests slowly); 0: none.
     #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub warm_up: Duration,
-    /// Hold time distribution.
-    #[arg(
-        long,
-        value_name = "DIST",
-        default_value = "5ms",
-        allow_hyphen_values = true
-    )]
-    pub hold: Dist,
-    /// Think time distribution.
-    #[arg(
-        long,
-        value_name = "DIST",
-        default_value = "exp:5ms",
-        allow_hyphen_values = true
-    )]
-    pub think: Dist,
-    /// Lease TTL, Redis expiry, ZooKeeper session timeout.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub ttl: Duration,
-    /// Poll interval of the polling locks (queue, bakery).
-    #[arg(long, default_value = "20ms", value_parser = parse_positive_duration, allow_hyphen_values = true)]
-    pub poll_interval: Duration,
+    /// Hold and think times.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Lease TTL and poll interval.
+    #[command(flatten)]
+    pub timing: TimingArgs,
     /// Seed of the contenders' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -306,15 +314,15 @@ impl ScenarioArgs {
         cfg.backend = self.backend;
         cfg.algorithms = self.algorithms.clone();
         cfg.locks = self.locks as usize;
-        cfg.hold = self.hold;
-        cfg.think = self.think;
+        cfg.hold = self.workload.hold;
+        cfg.think = self.workload.think;
         cfg.latency = self.latency;
         cfg.replicas = self.replicas as usize;
         cfg.consistency = self.consistency;
         cfg.skew = self.skew;
         cfg.time_source = self.time_source;
-        cfg.ttl = self.ttl;
-        cfg.poll_interval = self.poll_interval;
+        cfg.ttl = self.timing.ttl;
+        cfg.poll_interval = self.timing.poll_interval;
         cfg.backoff = self.backoff;
         cfg.gc_grace = self
             .gc_grace

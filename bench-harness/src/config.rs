@@ -10,6 +10,27 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// `name()`, the name used on the command line and in result files, and a [`fmt::Display`]
+/// that writes it, for an enum of settings.
+macro_rules! named {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The name used on the command line and in result files.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
 /// Where the locks live.
 #[derive(
     Debug,
@@ -55,23 +76,14 @@ impl BackendKind {
     pub fn is_cell_store(self) -> bool {
         matches!(self, BackendKind::Embedded | BackendKind::Cassandra)
     }
-
-    /// The name used on the command line and in result files.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Embedded => "embedded",
-            BackendKind::Cassandra => "cassandra",
-            BackendKind::Redis => "redis",
-            BackendKind::Zookeeper => "zookeeper",
-        }
-    }
 }
 
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+named!(BackendKind {
+    Embedded => "embedded",
+    Cassandra => "cassandra",
+    Redis => "redis",
+    Zookeeper => "zookeeper",
+});
 
 /// Which clock the run is measured on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -83,6 +95,11 @@ pub enum ClockMode {
     /// Real time on a multi-thread runtime.
     Wall,
 }
+
+named!(ClockMode {
+    Simulated => "simulated",
+    Wall => "wall",
+});
 
 /// What orders the queue lock's entries (SPEC 3.4).
 #[derive(
@@ -109,22 +126,11 @@ pub enum TimeSourceKind {
     Global,
 }
 
-impl TimeSourceKind {
-    /// The name used on the command line and in result files.
-    pub fn name(self) -> &'static str {
-        match self {
-            TimeSourceKind::Local => "local",
-            TimeSourceKind::Hlc => "hlc",
-            TimeSourceKind::Global => "global",
-        }
-    }
-}
-
-impl fmt::Display for TimeSourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+named!(TimeSourceKind {
+    Local => "local",
+    Hlc => "hlc",
+    Global => "global",
+});
 
 /// The shadow lock's backoff preset (`lock_shadow::Backoff::preset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -137,15 +143,10 @@ pub enum BackoffPreset {
     Production,
 }
 
-impl BackoffPreset {
-    /// The preset's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackoffPreset::Thesis => "thesis",
-            BackoffPreset::Production => "production",
-        }
-    }
-}
+named!(BackoffPreset {
+    Thesis => "thesis",
+    Production => "production",
+});
 
 /// The embedded store's round trip to one replica: `fixed` plus a uniform `[0, jitter]`.
 /// Written `FIXED+JITTER` (`800us+400us`), `FIXED` alone, or `0`.

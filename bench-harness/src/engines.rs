@@ -19,7 +19,7 @@
 //! they vary from run to run, and the embedded store's sub-millisecond latency model is
 //! rounded up to tokio's 1 ms timer resolution.
 
-use crate::charts::{algorithm_color, lighter, render_lines, Formats, Legend, LineChart, Series};
+use crate::charts::{algorithm_color, lighter, render_lines, Formats, LineChart, Series};
 use crate::cli::EnginesArgs;
 use crate::config::{BackendKind, ClockMode, RunConfig};
 use crate::dist::{format_duration, serde_duration, Dist};
@@ -142,18 +142,24 @@ impl EnginesSummary {
     }
 }
 
-/// The runs of `args`: one [`RunConfig`] per engine, algorithm and contender count.
-pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)> {
+/// The contender counts of `args`, ascending, each once.
+fn contender_levels(args: &EnginesArgs) -> Vec<usize> {
     let mut contenders: Vec<usize> = args.contenders.iter().map(|&n| n as usize).collect();
     contenders.sort_unstable();
     contenders.dedup();
+    contenders
+}
+
+/// The runs of `args`: one [`RunConfig`] per engine, algorithm and contender count.
+pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)> {
+    let contenders = contender_levels(args);
     let base = RunConfig {
         clock: ClockMode::Wall,
         duration: args.duration,
-        hold: args.hold,
-        think: args.think,
-        ttl: args.ttl,
-        poll_interval: args.poll_interval,
+        hold: args.workload.hold,
+        think: args.workload.think,
+        ttl: args.timing.ttl,
+        poll_interval: args.timing.poll_interval,
         seed: args.seed,
         ..RunConfig::default()
     };
@@ -236,18 +242,13 @@ pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
         schema_version: crate::summary::SCHEMA_VERSION,
         tool: format!("bench-harness {}", env!("CARGO_PKG_VERSION")),
         scenario: EnginesScenario {
-            hold: args.hold,
-            think: args.think,
+            hold: args.workload.hold,
+            think: args.workload.think,
             duration: args.duration,
-            ttl: args.ttl,
-            poll_interval: args.poll_interval,
+            ttl: args.timing.ttl,
+            poll_interval: args.timing.poll_interval,
             seed: args.seed,
-            contenders: {
-                let mut c: Vec<usize> = args.contenders.iter().map(|&n| n as usize).collect();
-                c.sort_unstable();
-                c.dedup();
-                c
-            },
+            contenders: contender_levels(args),
         },
         engines: engines.clone(),
         points: Vec::new(),
@@ -380,31 +381,24 @@ fn color_of(s: &EnginesSummary, series: &str) -> plotters::style::RGBColor {
 
 /// Draws `engines.png` and `engines.svg`: p50, p99 and throughput against contenders.
 pub fn draw(dir: &Path, s: &EnginesSummary) -> anyhow::Result<Vec<PathBuf>> {
-    let chart =
-        |title: &str, y_label: &str, y_log: bool, y: fn(&AlgorithmReport) -> f64| LineChart {
-            title: title.into(),
-            x_label: "contenders (log)".into(),
-            y_label: y_label.into(),
-            x_log: true,
-            y_log,
-            y_range: None,
-            legend: Legend::UpperLeft,
-            series: s
-                .series()
-                .iter()
-                .map(|name| {
-                    Series::new(
-                        name.clone(),
-                        color_of(s, name),
-                        s.points_of(name)
-                            .iter()
-                            .map(|p| (p.contenders as f64, y(&p.report)))
-                            .filter(|(_, v)| !y_log || *v > 0.0)
-                            .collect(),
-                    )
-                })
-                .collect(),
-        };
+    let chart = |title: &str, y_label: &str, y_log: bool, y: fn(&AlgorithmReport) -> f64| {
+        let series = s
+            .series()
+            .iter()
+            .map(|name| {
+                Series::new(
+                    name.clone(),
+                    color_of(s, name),
+                    s.points_of(name)
+                        .iter()
+                        .map(|p| (p.contenders as f64, y(&p.report)))
+                        .filter(|(_, v)| !y_log || *v > 0.0)
+                        .collect(),
+                )
+            })
+            .collect();
+        LineChart::against_contenders(title, y_label, y_log, series)
+    };
     let mut throughput = chart("Throughput (wall time)", "grants per second", false, |r| {
         r.throughput.grants_per_second_per_lock
     });

@@ -1,6 +1,6 @@
 //! Writing results: the console comparison table, `summary.json` and `grants.csv`.
 
-use crate::config::{BackendKind, ClockMode, RunConfig};
+use crate::config::{BackendKind, RunConfig};
 use crate::dist::format_duration;
 use crate::metrics::Grant;
 use crate::summary::{AlgorithmReport, Summary};
@@ -16,10 +16,6 @@ pub const GRANTS_CSV_HEADER: &str =
 
 /// One line describing the scenario.
 pub fn describe(cfg: &RunConfig) -> String {
-    let clock = match cfg.clock {
-        ClockMode::Simulated => "simulated",
-        ClockMode::Wall => "wall",
-    };
     let skew = if cfg.skew.is_zero() {
         String::new()
     } else {
@@ -33,41 +29,39 @@ pub fn describe(cfg: &RunConfig) -> String {
         cfg.hold,
         cfg.think,
         format_duration(cfg.duration),
-        clock,
+        cfg.clock,
     );
     let processes = if cfg.processes > 1 {
         format!(" in {} worker processes", cfg.processes)
     } else {
         String::new()
     };
+    // The settings of the cell-model locks (embedded store and Cassandra).
+    let cell_locks = format!(
+        "{skew}, time source {}, poll {}, backoff {}, seed {}",
+        cfg.time_source,
+        format_duration(cfg.poll_interval),
+        cfg.backoff.name(),
+        cfg.seed,
+    );
     match cfg.backend {
         BackendKind::Embedded => format!(
-            "{contention}; {} store: {} replica{} at {}, round trip {} (mean {}){}, time source {}, poll {}, backoff {}, seed {}",
+            "{contention}; {} store: {} replica{} at {}, round trip {} (mean {}){cell_locks}",
             cfg.backend,
             cfg.replicas,
             if cfg.replicas == 1 { "" } else { "s" },
             cfg.consistency,
             cfg.latency,
             format_duration(cfg.mean_round_trip()),
-            skew,
-            cfg.time_source,
-            format_duration(cfg.poll_interval),
-            cfg.backoff.name(),
-            cfg.seed,
         ),
         BackendKind::Cassandra => format!(
-            "{contention}{processes}; cassandra at {} (keyspace {}), reads and writes at {}, TTL {}{}, time source {}, poll {}, backoff {}, seed {}",
+            "{contention}{processes}; cassandra at {} (keyspace {}), reads and writes at {}, TTL {}{cell_locks}",
             crate::backend::address(cfg),
             crate::backend::cassandra_config(cfg)
                 .map(|c| c.keyspace)
                 .unwrap_or_else(|_| "?".into()),
             cfg.consistency,
             format_duration(cfg.ttl),
-            skew,
-            cfg.time_source,
-            format_duration(cfg.poll_interval),
-            cfg.backoff.name(),
-            cfg.seed,
         ),
         BackendKind::Redis => format!(
             "{contention}{processes}; redis at {}, TTL {}{}, seed {}",

@@ -455,16 +455,12 @@ fn contention_chart(
     y_log: bool,
     y: impl Fn(&AlgorithmReport) -> Option<f64> + Copy,
 ) -> LineChart {
-    LineChart {
-        title: title.into(),
-        x_label: "contenders (log)".into(),
-        y_label: y_label.into(),
-        x_log: true,
+    LineChart::against_contenders(
+        title,
+        y_label,
         y_log,
-        y_range: None,
-        series: per_algorithm(summary, Experiment::Contention, y),
-        legend: Legend::UpperLeft,
-    }
+        per_algorithm(summary, Experiment::Contention, y),
+    )
 }
 
 /// A figure written into the results, with its caption.
@@ -812,6 +808,67 @@ fn fopt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
 }
 
+/// A row of a README table: its label and a point's value.
+type Metric = (&'static str, fn(&AlgorithmReport) -> String);
+
+/// The columns of a README table of experiment `e`: the distinct `key`s of its points, in
+/// `cmp` order.
+fn columns<K: PartialEq>(
+    s: &SweepSummary,
+    e: Experiment,
+    key: impl Fn(&SweepPoint) -> K,
+    cmp: impl FnMut(&K, &K) -> std::cmp::Ordering,
+) -> Vec<K> {
+    let mut xs: Vec<K> = s
+        .points
+        .iter()
+        .filter(|p| p.experiment == e)
+        .map(key)
+        .collect();
+    xs.sort_by(cmp);
+    xs.dedup();
+    xs
+}
+
+/// A README table's header and rule: `first`, `metric`, then one right-aligned column per
+/// heading.
+fn table_head(md: &mut String, first: &str, headings: impl Iterator<Item = String>) {
+    let mut header = format!("| {first} | metric |");
+    let mut rule = String::from("|---|---|");
+    for h in headings {
+        let _ = write!(header, " {h} |");
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(md, "{header}\n{rule}");
+}
+
+/// A README table's rows: one per series of experiment `e` (`names`) and metric, with the
+/// metric of the series' point whose `key` is each column's `x` (`-` where it has none).
+fn metric_rows<K: PartialEq>(
+    md: &mut String,
+    s: &SweepSummary,
+    e: Experiment,
+    names: &[String],
+    xs: &[K],
+    key: impl Fn(&SweepPoint) -> K,
+    metrics: &[Metric],
+) {
+    for name in names {
+        let series = s.series(e, name);
+        for (label, f) in metrics {
+            let mut row = format!("| {name} | {label} |");
+            for x in xs {
+                let cell = series
+                    .iter()
+                    .find(|p| key(p) == *x)
+                    .map_or("-".into(), |p| f(&p.report));
+                let _ = write!(row, " {cell} |");
+            }
+            let _ = writeln!(md, "{row}");
+        }
+    }
+}
+
 /// The text of `results/README.md`.
 pub fn readme(s: &SweepSummary, figs: &[Figure], out: &Path) -> String {
     let b = &s.base;
@@ -908,24 +965,9 @@ pub fn readme(s: &SweepSummary, figs: &[Figure], out: &Path) -> String {
     let names = s.series_names(Experiment::Contention);
     if !names.is_empty() {
         let _ = writeln!(md, "## Against the number of contenders\n");
-        let xs: Vec<usize> = {
-            let mut v: Vec<usize> = s
-                .points
-                .iter()
-                .filter(|p| p.experiment == Experiment::Contention)
-                .map(|p| p.threads)
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
-        let mut header = String::from("| algorithm | metric |");
-        let mut rule = String::from("|---|---|");
-        for x in &xs {
-            let _ = write!(header, " {x} |");
-            rule.push_str("---:|");
-        }
-        let _ = writeln!(md, "{header}\n{rule}");
+        let threads = |p: &SweepPoint| p.threads;
+        let xs = columns(s, Experiment::Contention, threads, usize::cmp);
+        table_head(&mut md, "algorithm", xs.iter().map(|x| x.to_string()));
         let mut row = String::from("| all | simulated s |");
         for x in &xs {
             let d = s
@@ -940,7 +982,6 @@ pub fn readme(s: &SweepSummary, figs: &[Figure], out: &Path) -> String {
             );
         }
         let _ = writeln!(md, "{row}");
-        type Metric = (&'static str, fn(&AlgorithmReport) -> String);
         let metrics: [Metric; 6] = [
             ("p50 ms", |r| f1(r.latency.p50_ms)),
             ("p99 ms", |r| f1(r.latency.p99_ms)),
@@ -949,20 +990,15 @@ pub fn readme(s: &SweepSummary, figs: &[Figure], out: &Path) -> String {
             ("longest run", |r| r.fairness.longest_run.length.to_string()),
             ("ops/grant", |r| fopt(r.store.ops_per_grant, 1)),
         ];
-        for name in &names {
-            let series = s.series(Experiment::Contention, name);
-            for (label, f) in &metrics {
-                let mut row = format!("| {name} | {label} |");
-                for x in &xs {
-                    let cell = series
-                        .iter()
-                        .find(|p| p.threads == *x)
-                        .map_or("-".into(), |p| f(&p.report));
-                    let _ = write!(row, " {cell} |");
-                }
-                let _ = writeln!(md, "{row}");
-            }
-        }
+        metric_rows(
+            &mut md,
+            s,
+            Experiment::Contention,
+            &names,
+            &xs,
+            threads,
+            &metrics,
+        );
         md.push('\n');
         let unsafe_points: Vec<String> = s
             .points
@@ -983,50 +1019,33 @@ pub fn readme(s: &SweepSummary, figs: &[Figure], out: &Path) -> String {
     let skew_names = s.series_names(Experiment::Skew);
     if !skew_names.is_empty() {
         let _ = writeln!(md, "## Clock skew\n");
-        let xs: Vec<f64> = {
-            let mut v: Vec<f64> = s
-                .points
-                .iter()
-                .filter(|p| p.experiment == Experiment::Skew)
-                .map(|p| p.x)
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v.dedup();
-            v
-        };
-        let mut header = String::from("| series | metric |");
-        let mut rule = String::from("|---|---|");
-        for x in &xs {
-            let _ = write!(
-                header,
-                " ±{} |",
-                format_duration(Duration::from_micros((x * 1000.0).round() as u64))
-            );
-            rule.push_str("---:|");
-        }
-        let _ = writeln!(md, "{header}\n{rule}");
-        for name in &skew_names {
-            let series = s.series(Experiment::Skew, name);
-            for (label, f) in [
-                (
-                    "overtaken",
-                    (|r: &AlgorithmReport| {
-                        format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0)
-                    }) as fn(&AlgorithmReport) -> String,
-                ),
-                ("Jain", |r: &AlgorithmReport| fopt(r.fairness.jain_index, 3)),
-            ] {
-                let mut row = format!("| {name} | {label} |");
-                for x in &xs {
-                    let cell = series
-                        .iter()
-                        .find(|p| p.x == *x)
-                        .map_or("-".into(), |p| f(&p.report));
-                    let _ = write!(row, " {cell} |");
-                }
-                let _ = writeln!(md, "{row}");
-            }
-        }
+        let skew = |p: &SweepPoint| p.x;
+        let xs = columns(s, Experiment::Skew, skew, f64::total_cmp);
+        table_head(
+            &mut md,
+            "series",
+            xs.iter().map(|x| {
+                format!(
+                    "±{}",
+                    format_duration(Duration::from_micros((x * 1000.0).round() as u64))
+                )
+            }),
+        );
+        let metrics: [Metric; 2] = [
+            ("overtaken", |r| {
+                format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0)
+            }),
+            ("Jain", |r| fopt(r.fairness.jain_index, 3)),
+        ];
+        metric_rows(
+            &mut md,
+            s,
+            Experiment::Skew,
+            &skew_names,
+            &xs,
+            skew,
+            &metrics,
+        );
         md.push('\n');
     }
     let _ = writeln!(md, "## Charts\n");

@@ -1,9 +1,8 @@
 //! The jedis-lock algorithm (seed 001): `SETNX` / `GET` / `GETSET` on an expiry timestamp.
 
 use crate::keeper::{Keeper, RedisRelease, Renew, Renewal, Undo};
-use crate::{check_owner, poll_until, RedisBackend};
+use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
-use lock_core::lock::validate_id;
 use lock_core::time::{LocalClock, PhysicalClock};
 use lock_core::{LockError, LockGuard, Locker};
 use std::sync::LazyLock;
@@ -227,20 +226,4 @@ impl Renew for JedisRenew {
     }
 }
 
-#[async_trait]
-impl Locker for JedisLock {
-    fn algorithm(&self) -> &str {
-        "redis-jedis"
-    }
-    fn owner(&self) -> &str {
-        &self.owner
-    }
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        validate_id("lock id", lock_id)?;
-        poll_until(lock_id, timeout, self.config.retry_interval, || self.attempt(lock_id)).await
-    }
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        validate_id("lock id", lock_id)?;
-        self.attempt(lock_id).await
-    }
-}
+polling_locker!(JedisLock, "redis-jedis");

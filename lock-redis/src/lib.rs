@@ -104,6 +104,36 @@
 //! ```
 #![deny(missing_docs)]
 
+/// [`Locker`] for a Redis lock (a struct with `owner`, `config.retry_interval` and
+/// `async fn attempt(&self, lock_id) -> Result<Option<LockGuard>, LockError>`): `lock` repeats
+/// `attempt` every retry interval until it wins or the timeout passes ([`poll_until`]),
+/// `try_lock` makes one attempt.
+macro_rules! polling_locker {
+    ($lock:ty, $algorithm:literal) => {
+        #[async_trait::async_trait]
+        impl lock_core::Locker for $lock {
+            fn algorithm(&self) -> &str {
+                $algorithm
+            }
+            fn owner(&self) -> &str {
+                &self.owner
+            }
+            async fn lock(
+                &self,
+                lock_id: &str,
+                timeout: Option<std::time::Duration>,
+            ) -> Result<lock_core::LockGuard, lock_core::LockError> {
+                lock_core::lock::validate_id("lock id", lock_id)?;
+                crate::poll_until(lock_id, timeout, self.config.retry_interval, || self.attempt(lock_id)).await
+            }
+            async fn try_lock(&self, lock_id: &str) -> Result<Option<lock_core::LockGuard>, lock_core::LockError> {
+                lock_core::lock::validate_id("lock id", lock_id)?;
+                self.attempt(lock_id).await
+            }
+        }
+    };
+}
+
 mod jedis;
 mod keeper;
 mod token;

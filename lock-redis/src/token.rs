@@ -1,10 +1,9 @@
 //! The token lock: `SET key token NX PX ttl`, renewal and release by token-checking Lua.
 
 use crate::keeper::{Keeper, RedisRelease, Renew, Renewal, Undo};
-use crate::{check_owner, poll_until, RedisBackend};
+use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
-use lock_core::lock::validate_id;
-use lock_core::{LockError, LockGuard, Locker};
+use lock_core::{LockError, LockGuard};
 use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -151,20 +150,4 @@ impl Renew for TokenRenew {
     }
 }
 
-#[async_trait]
-impl Locker for TokenLock {
-    fn algorithm(&self) -> &str {
-        "redis-token"
-    }
-    fn owner(&self) -> &str {
-        &self.owner
-    }
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        validate_id("lock id", lock_id)?;
-        poll_until(lock_id, timeout, self.config.retry_interval, || self.attempt(lock_id)).await
-    }
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        validate_id("lock id", lock_id)?;
-        self.attempt(lock_id).await
-    }
-}
+polling_locker!(TokenLock, "redis-token");
