@@ -140,7 +140,7 @@ pub struct ScenarioArgs {
     /// Cassandra keyspace of the lock tables (created if missing) [default: distributed_locks].
     #[arg(long, env = "LOCK_CASSANDRA_KEYSPACE")]
     pub keyspace: Option<String>,
-    /// Redis server URL, redis://host:port/[db] [default: redis://127.0.0.1:6379/].
+    /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
     #[arg(long, value_name = "URL", env = "LOCK_REDIS_URL")]
     pub redis: Option<String>,
     /// ZooKeeper connect string, host:port[,host:port...] [default: 127.0.0.1:2181].
