@@ -25,9 +25,11 @@ if [ -z "${LOCK_TEST_CASSANDRA:-}" ]; then
   echo "test.sh: LOCK_TEST_CASSANDRA not set: the Cassandra integration and conformance tests will report 'not run' (see README.md)" >&2
 fi
 
+# nextest runs each test in its own process, in parallel across binaries; it does not run
+# doctests, so they go first (its summary line then closes the run).
 if cargo nextest --version >/dev/null 2>&1; then
+  cargo test --workspace --doc
   cargo nextest run --workspace --no-fail-fast "$@"
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
-cargo test --workspace --doc
