@@ -190,14 +190,8 @@ async fn unreachable_server_fails_fast_naming_the_address() {
 #[tokio::test]
 async fn silent_server_fails_within_the_timeouts() {
     // Accepts connections and never answers, like a hung server.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
+    let silent = test_servers::SilentServer::start().await;
+    let addr = silent.addr();
     let config = RedisConnectConfig {
         connect_timeout: Duration::from_secs(1),
         response_timeout: Duration::from_secs(1),
@@ -208,7 +202,6 @@ async fn silent_server_fails_within_the_timeouts() {
     let took = start.elapsed();
     assert!(matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())), "{err}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    hold.abort();
 }
 
 #[tokio::test]

@@ -20,11 +20,13 @@
 mod process;
 mod proxy;
 mod redis;
+mod silent;
 mod zookeeper;
 
 pub use process::free_port;
 pub use proxy::Proxy;
 pub use redis::{shared_redis, RedisServer};
+pub use silent::SilentServer;
 pub use zookeeper::{
     four_letter, shared_zookeeper, shared_zookeeper_with, ZkServer, ZK_DEFAULT_CLASSPATH,
     ZK_TICK_MS,
