@@ -71,6 +71,15 @@ async fn until_choosing(store: &EmbeddedStore, owner: &str) {
     }
 }
 
+/// The interleaving both `Choosing` scenarios start from: `b` asks for the lock and is
+/// choosing; `a` is a manual contender that has done nothing yet.
+async fn b_choosing_then_a(store: &EmbeddedStore) -> (Manual, tokio::task::JoinHandle<Result<lock_core::LockGuard, LockError>>) {
+    let b = locker(store, "b", Consistency::Quorum);
+    let lock_b = tokio::spawn(async move { b.lock(L, None).await });
+    until_choosing(store, "b").await;
+    (Manual::new(store, "a"), lock_b)
+}
+
 /// Lamport's reason for `Choosing`, on the store: `a` reads `Numbers` before `b`'s number is
 /// there, so both draw 1, and `a` wins the tie. If `a` skipped step 2, `b` (which cannot see
 /// `a` at all) enters, and then `a`, writing its 1 late, finds itself first and enters too.
@@ -78,13 +87,7 @@ async fn until_choosing(store: &EmbeddedStore, owner: &str) {
 async fn without_choosing_a_late_drawer_enters_beside_the_holder() {
     // 6 ms round trips on one replica: a request applies 3 ms after it starts.
     let store = store(1, Duration::from_millis(6));
-    let b = locker(&store, "b", Consistency::Quorum);
-    let a = Manual::new(&store, "a");
-    let lock_b = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock(L, None).await }
-    });
-    until_choosing(&store, "b").await;
+    let (a, lock_b) = b_choosing_then_a(&store).await;
     // `a` draws without announcing itself: it reads Numbers before b's number lands.
     let n_a = next_number(&a.get(NUMBERS_TABLE).await, "a");
     assert_eq!(n_a, 1);
@@ -101,13 +104,7 @@ async fn without_choosing_a_late_drawer_enters_beside_the_holder() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn with_choosing_the_late_drawer_is_waited_for() {
     let store = store(1, Duration::from_millis(6));
-    let b = locker(&store, "b", Consistency::Quorum);
-    let a = Manual::new(&store, "a");
-    let lock_b = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock(L, None).await }
-    });
-    until_choosing(&store, "b").await;
+    let (a, lock_b) = b_choosing_then_a(&store).await;
     a.put(CHOOSING_TABLE, CHOOSING_TRUE).await;
     let n_a = next_number(&a.get(NUMBERS_TABLE).await, "a");
     assert_eq!(n_a, 1, "a read Numbers before b's number landed");
