@@ -8,9 +8,9 @@
 //!
 //! `cargo bench -p bench-harness` (add `-- --quick` for a fast pass).
 
-use bench_harness::backend::Backend;
-use bench_harness::config::{ClockMode, Latency, RunConfig};
-use bench_harness::registry::{self, AlgorithmSettings, ContenderSetup};
+use bench_harness::config::{ClockMode, RunConfig};
+use bench_harness::engines::embedded::{Latency, Options};
+use bench_harness::engines::ContenderSpec;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use lock_core::embedded::{EmbeddedConfig, EmbeddedStore};
 use lock_core::store::{CellStore, CellWrite, Consistency, Slice};
@@ -28,34 +28,35 @@ fn uncontended(c: &mut Criterion) {
     let rt = runtime();
     let cfg = RunConfig {
         clock: ClockMode::Wall,
-        latency: Latency::ZERO,
-        replicas: 1,
-        threads: 1,
         // Tombstones go at the next scan: otherwise every queue-head read scans the tombstones
         // of the last second's iterations, and the bench measures that instead of the lock.
-        gc_grace: std::time::Duration::ZERO,
+        engine: Options {
+            latency: Latency::ZERO,
+            replicas: 1,
+            gc_grace: std::time::Duration::ZERO,
+        }
+        .into(),
+        threads: 1,
         ..RunConfig::default()
     };
     let mut group = c.benchmark_group("uncontended");
-    for entry in registry::for_backend(cfg.backend) {
-        let (backend, locker) = rt.block_on(async {
-            let backend = Backend::open(&cfg).await.expect("embedded backend");
-            let (client, ctx) = backend
-                .contender(&cfg, 0, 0)
+    for algorithm in cfg.backend.algorithms() {
+        let (engine, locker) = rt.block_on(async {
+            let engine = cfg
+                .backend
+                .open(cfg.engine_setup("bench"))
                 .await
-                .expect("embedded contender");
-            let settings = AlgorithmSettings::of(&cfg);
-            let locker = (entry.build)(ContenderSetup {
+                .expect("embedded engine");
+            let spec = ContenderSpec {
                 index: 0,
-                client,
-                ctx,
-                settings,
-            })
-            .await
-            .expect("locker");
-            (backend, locker)
+                owner: RunConfig::owner_id(0),
+                seed: cfg.contender_seed(0),
+                skew_us: 0,
+            };
+            let locker = engine.contender(algorithm, spec).await.expect("locker");
+            (engine, locker)
         });
-        group.bench_function(entry.name, |b| {
+        group.bench_function(algorithm.name, |b| {
             b.iter(|| {
                 rt.block_on(async {
                     let guard = locker.lock("bench-lock", None).await.expect("free lock");
@@ -64,7 +65,7 @@ fn uncontended(c: &mut Criterion) {
                 })
             })
         });
-        drop(backend);
+        drop(engine);
     }
     group.finish();
 }
@@ -148,7 +149,7 @@ criterion_group!(benches, uncontended, store_ops);
 // from registered fonts only (no system fonts), and criterion draws its reports with
 // plotters, so the embedded DejaVu Sans must be registered before the first report.
 fn main() {
-    bench_harness::charts::register_fonts();
+    bench_harness::report::charts::register_fonts();
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -1,14 +1,17 @@
 //! The command line (clap derive). [`Cli`] parses; [`RunArgs::to_config`] turns the flags into
-//! a [`RunConfig`].
+//! a [`RunConfig`]. Every engine adds its own options ([`EngineArgs`]) and help examples; only
+//! the chosen engine's options are read.
 
-use crate::config::{BackendKind, BackoffPreset, ClockMode, Latency, RunConfig, TimeSourceKind};
+use crate::config::{ClockMode, RunConfig};
 use crate::dist::{parse_duration, parse_positive_duration, Dist};
+use crate::engines::{self, BackoffPreset, EngineArgs, EngineRef, TimeSourceKind};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use lock_core::store::Consistency;
 use std::path::PathBuf;
 use std::time::Duration;
 
-const AFTER_HELP: &str = "\
+const EXAMPLES: &str = "\
 Examples:
   bench-harness --threads 64
       every algorithm in turn, 64 contenders on one lock, 60 s of simulated time;
@@ -16,46 +19,62 @@ Examples:
   bench-harness -a queue --poll-interval 5ms --hold uniform:1ms..10ms
   bench-harness --threads 16 --locks 4 --think exp:20ms --skew 5ms --time-source hlc
   bench-harness --latency 0 --replicas 1          a store without latency
-  bench-harness --clock wall --duration 10s --threads 8
-  bench-harness --backend cassandra --nodes 10.0.0.1:9042,10.0.0.2:9042 --threads 16
-      shadow, queue and bakery on a real Cassandra/ScyllaDB cluster (wall time;
-      keyspace distributed_locks, created if missing; LOCK_CASSANDRA_NODES works too)
-  bench-harness --backend cassandra --nodes 127.0.0.1:9042 --processes 4 --threads 64
-      64 contenders spread over 4 worker processes of this program, one merged result
-  bench-harness --backend redis --redis redis://127.0.0.1:6379/ --threads 8
-      jedis and redis-token on a real redis-server (--ttl is the lock's expiry)
-  bench-harness --backend zookeeper --zookeeper 127.0.0.1:2181 --threads 8
-      the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)
-  bench-harness sweep                             regenerate results/ (the thesis's benchmark)
-  bench-harness engines --redis URL --zookeeper HOSTS
-      Redis, ZooKeeper and the embedded store side by side in wall time at 1, 8, 64
-      contenders, into results/engines/ (what scripts/compare-engines.sh runs)
-  bench-harness list                              algorithms per backend
+  bench-harness --clock wall --duration 10s --threads 8";
 
+const MORE_EXAMPLES: &str = "  bench-harness sweep                             regenerate results/ (the thesis's benchmark)
+  bench-harness engines --redis URL --zookeeper HOSTS
+      the engines pointed at, side by side with the embedded store in wall time at 1, 8
+      and 64 contenders, into results/engines/ (what scripts/compare-engines.sh runs)
+  bench-harness list                              algorithms per backend";
+
+const ABOUT_RUNS: &str = "\
 Each contender loops: request the lock, hold it, release it, think, until the duration ends.
 Durations: 800us, 5ms, 1.5s, 2m. Distributions (--hold, --think): 5ms (fixed),
 uniform:1ms..10ms, exp:5ms (exponential with that mean).
 
-The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and
-writes at QUORUM, and a round trip to one replica of 800us plus a uniform 0-400us of jitter
-(--latency 800us+400us, mean 1 ms), drawn per replica and request; a QUORUM request completes
-when 2 replicas answered. In simulated time (the default) every delay is a tokio sleep on a
-paused clock: a 60 s run takes seconds and the same --seed gives byte-identical results.
-
-Real servers (--backend cassandra, redis, zookeeper) run in wall time (the default for them;
+Servers (every backend but the in-process ones) run in wall time (the default for them;
 --clock simulated is refused) on the system clock. Each run uses a namespace of its own on the
 server (row-key prefix, key prefix, znode root). An unreachable server fails within 15 s
-naming its address. Store load is counted for the embedded store and Cassandra (requests sent
-per table); for Redis and ZooKeeper it is reported as n/a. --processes P spreads the
-contenders over P worker processes (real servers only); their grant logs, stamped with the
-system clock, are merged before any metric is computed.
+naming its address. Store load is counted where the engine counts requests; elsewhere it is
+reported as n/a. --processes P spreads the contenders over P worker processes (servers
+only); their grant logs, stamped with the system clock, are merged before any metric is
+computed.";
 
+const ABOUT_OUTPUT: &str = "\
 Output (--out DIR): summary.json (configuration and every metric), grants.csv (one row per
 grant), latency_cdf.png/.svg, timeline.png, grants_per_contender.png; written as soon as each
-algorithm's run ends.
+algorithm's run ends. The table's errors column counts lock errors, release errors and leases
+lost while holding; the first error of each algorithm that had one is printed under it.
 
 Exit status: 0 success, 1 the run failed (e.g. the output directory cannot be written, a
 server cannot be reached), 2 usage error.";
+
+/// The text after `--help`'s options: examples, how runs work and what each engine is (each
+/// engine adds its own examples and paragraph), output and exit status.
+fn after_help() -> String {
+    let mut text = String::from(EXAMPLES);
+    for e in engines::ENGINES {
+        text.push_str(e.help_examples());
+    }
+    text.push('\n');
+    text.push_str(MORE_EXAMPLES);
+    text.push_str("\n\n");
+    text.push_str(ABOUT_RUNS);
+    for e in engines::ENGINES {
+        if !e.help_notes().is_empty() {
+            text.push_str("\n\n");
+            text.push_str(e.help_notes());
+        }
+    }
+    text.push_str("\n\n");
+    text.push_str(ABOUT_OUTPUT);
+    text
+}
+
+/// `--backend`: one of the registered engines.
+fn engine_parser() -> impl TypedValueParser<Value = EngineRef> {
+    PossibleValuesParser::new(engines::names()).try_map(|s| engines::parse_engine(&s))
+}
 
 /// Measure distributed lock algorithms side by side under contention.
 #[derive(Parser, Debug)]
@@ -63,7 +82,7 @@ server cannot be reached), 2 usage error.";
     name = "bench-harness",
     version,
     about = "Measure distributed lock algorithms side by side: N contenders, acquisition latency, throughput, handoff gap, fairness, store load and safety, with charts",
-    after_help = AFTER_HELP,
+    after_help = after_help(),
     args_conflicts_with_subcommands = true,
     args_override_self = true
 )]
@@ -107,12 +126,6 @@ pub struct ScenarioArgs {
     /// Hold and think times.
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Embedded store: round trip to one replica, FIXED[+JITTER] (uniform jitter).
-    #[arg(long, value_name = "FIXED+JITTER", default_value = "800us+400us")]
-    pub latency: Latency,
-    /// Embedded store: number of replicas.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
-    pub replicas: u32,
     /// Consistency of every read and write: ONE, QUORUM or ALL.
     #[arg(long, default_value = "QUORUM")]
     pub consistency: Consistency,
@@ -131,25 +144,12 @@ pub struct ScenarioArgs {
     /// Seed of every random choice (store latencies, skews, hold and think times, backoff).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Where the locks live (real servers run in wall time).
-    #[arg(long, value_enum, default_value_t = BackendKind::Embedded)]
-    pub backend: BackendKind,
-    /// Cassandra/ScyllaDB contact points, host:port[,host:port...] [default: 127.0.0.1:9042].
-    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_CASSANDRA_NODES")]
-    pub nodes: Option<String>,
-    /// Cassandra keyspace of the lock tables (created if missing) [default: distributed_locks].
-    #[arg(long, env = "LOCK_CASSANDRA_KEYSPACE")]
-    pub keyspace: Option<String>,
-    /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
-    #[arg(long, value_name = "URL", env = "LOCK_REDIS_URL")]
-    pub redis: Option<String>,
-    /// ZooKeeper connect string, host:port[,host:port...] [default: 127.0.0.1:2181].
-    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_ZOOKEEPER_HOSTS")]
-    pub zookeeper: Option<String>,
-    /// Embedded store: how long tombstones stay before they may be purged [default: 100 round
-    /// trips, at least 100ms].
-    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
-    pub gc_grace: Option<Duration>,
+    /// Where the locks live (servers run in wall time; `list` shows each one's algorithms).
+    #[arg(long, value_name = "ENGINE", default_value_t = EngineRef::default_engine(), value_parser = engine_parser())]
+    pub backend: EngineRef,
+    /// Every engine's own options (address, latency model, ...).
+    #[command(flatten)]
+    pub engines: EngineArgs,
 }
 
 /// What each contender does around its holds: the hold and think time distributions (a run,
@@ -262,18 +262,10 @@ pub struct EnginesArgs {
     /// Wall time of each run (the drain of waiting requests may add up to as much again).
     #[arg(short, long, default_value = "10s", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub duration: Duration,
-    /// Include Redis (jedis, redis-token) at this URL.
-    #[arg(long, value_name = "URL")]
-    pub redis: Option<String>,
-    /// Include ZooKeeper at this connect string.
-    #[arg(long, value_name = "HOST:PORT,...")]
-    pub zookeeper: Option<String>,
-    /// Include Cassandra (shadow, queue, bakery) at these contact points.
-    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_CASSANDRA_NODES")]
-    pub nodes: Option<String>,
-    /// Leave the embedded store (in wall time) out.
-    #[arg(long)]
-    pub no_embedded: bool,
+    /// The engines to compare, comma-separated [default: every engine this command or the
+    /// environment points at (its address given), and the in-process ones].
+    #[arg(long, value_delimiter = ',', value_parser = engine_parser())]
+    pub engines: Vec<EngineRef>,
     /// Before measuring a real server, run each of its algorithms this long with 8
     /// contenders, unrecorded (a fresh JVM runs ZooKeeper's first requests slowly); 0: none.
     #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -287,6 +279,9 @@ pub struct EnginesArgs {
     /// Seed of the contenders' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Every engine's own options: an address given includes that engine.
+    #[command(flatten)]
+    pub engine_args: EngineArgs,
     /// No progress bars or status lines.
     #[arg(short, long)]
     pub quiet: bool,
@@ -298,98 +293,53 @@ pub struct EnginesArgs {
 
 fn algorithm_name(s: &str) -> Result<String, String> {
     let name = s.trim();
-    if crate::registry::is_known(name) {
+    if engines::is_known_algorithm(name) {
         Ok(name.to_string())
     } else {
         Err(format!(
             "unknown algorithm '{name}' (known: {})",
-            crate::registry::names().join(", ")
+            engines::algorithm_names().join(", ")
         ))
     }
 }
 
 impl ScenarioArgs {
-    /// The scenario part of a [`RunConfig`] (threads, duration and clock left at defaults).
-    pub fn apply(&self, cfg: &mut RunConfig) {
+    /// The scenario part of a [`RunConfig`] (threads, duration and clock left at defaults),
+    /// with the chosen engine's options read and checked.
+    pub fn apply(&self, cfg: &mut RunConfig) -> Result<(), String> {
         cfg.backend = self.backend;
+        cfg.engine = self.engines.options(self.backend)?;
         cfg.algorithms = self.algorithms.clone();
         cfg.locks = self.locks as usize;
         cfg.hold = self.workload.hold;
         cfg.think = self.workload.think;
-        cfg.latency = self.latency;
-        cfg.replicas = self.replicas as usize;
         cfg.consistency = self.consistency;
         cfg.skew = self.skew;
         cfg.time_source = self.time_source;
         cfg.ttl = self.timing.ttl;
         cfg.poll_interval = self.timing.poll_interval;
         cfg.backoff = self.backoff;
-        cfg.gc_grace = self
-            .gc_grace
-            .unwrap_or_else(|| RunConfig::auto_gc_grace(&self.latency));
         cfg.seed = self.seed;
-        cfg.nodes.clear();
-        cfg.keyspace = None;
-        cfg.redis = None;
-        cfg.zookeeper = None;
-        // Connection settings are kept only for the backend they belong to, so that a
-        // variable set in the environment does not show up in an embedded run's results.
-        match self.backend {
-            BackendKind::Embedded => {}
-            BackendKind::Cassandra => {
-                cfg.nodes = self
-                    .nodes
-                    .as_deref()
-                    .map(|n| {
-                        // Normalized (default port added) when valid; checked in
-                        // `check_connection`.
-                        lock_cassandra::config::parse_nodes(n).unwrap_or_else(|_| {
-                            n.split(',').map(|x| x.trim().to_string()).collect()
-                        })
-                    })
-                    .unwrap_or_default();
-                cfg.keyspace = self.keyspace.clone().filter(|k| !k.trim().is_empty());
-            }
-            BackendKind::Redis => cfg.redis = self.redis.clone().filter(|u| !u.trim().is_empty()),
-            BackendKind::Zookeeper => {
-                cfg.zookeeper = self.zookeeper.clone().filter(|h| !h.trim().is_empty())
-            }
-        }
-    }
-
-    /// Checks the connection settings of the chosen backend (contact points, keyspace).
-    pub fn check_connection(&self, cfg: &RunConfig) -> Result<(), String> {
-        if cfg.backend == BackendKind::Cassandra {
-            if let Some(nodes) = &self.nodes {
-                lock_cassandra::config::parse_nodes(nodes)
-                    .map_err(|e| format!("--nodes {nodes}: {}", e.0))?;
-            }
-            crate::backend::cassandra_config(cfg)?;
-        }
         Ok(())
     }
 }
 
 impl RunArgs {
-    /// The run's configuration, with `--algorithms` resolved against the registry.
+    /// The run's configuration, with `--algorithms` resolved on the engine.
     pub fn to_config(&self) -> Result<RunConfig, String> {
-        let mut cfg = RunConfig::default();
-        self.scenario.apply(&mut cfg);
+        let mut cfg = RunConfig::on(self.scenario.backend);
+        self.scenario.apply(&mut cfg)?;
         cfg.threads = self.threads as usize;
         cfg.processes = self.processes as usize;
-        cfg.clock = self.clock.unwrap_or(if cfg.backend.is_remote() {
-            ClockMode::Wall
-        } else {
-            ClockMode::Simulated
-        });
-        self.scenario.check_connection(&cfg)?;
+        if let Some(clock) = self.clock {
+            cfg.clock = clock;
+        }
         cfg.duration = self.duration.unwrap_or(match cfg.clock {
             ClockMode::Simulated => RunConfig::DEFAULT_SIMULATED_DURATION,
             ClockMode::Wall => RunConfig::DEFAULT_WALL_DURATION,
         });
-        crate::backend::check_available(cfg.backend)?;
-        let entries = crate::registry::resolve(&cfg.algorithms, cfg.backend)?;
-        cfg.algorithms = entries.iter().map(|e| e.name.to_string()).collect();
+        let algorithms = engines::resolve(&cfg.algorithms, cfg.backend)?;
+        cfg.algorithms = algorithms.iter().map(|a| a.name.to_string()).collect();
         cfg.validate()?;
         Ok(cfg)
     }
@@ -400,6 +350,12 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
+    fn config(args: &[&str]) -> Result<RunConfig, String> {
+        let mut all = vec!["bench-harness"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).unwrap().run.to_config()
+    }
+
     #[test]
     fn the_cli_is_well_formed() {
         Cli::command().debug_assert();
@@ -407,22 +363,14 @@ mod tests {
 
     #[test]
     fn defaults_are_the_documented_scenario() {
-        let cli = Cli::try_parse_from(["bench-harness"]).unwrap();
-        let cfg = cli.run.to_config().unwrap();
+        let cfg = config(&[]).unwrap();
         assert_eq!(cfg.threads, 64);
         assert_eq!(cfg.duration, Duration::from_secs(60));
-        assert_eq!(cfg.replicas, 3);
         assert_eq!(cfg.consistency, Consistency::Quorum);
-        assert_eq!(cfg.latency, Latency::LAN);
-        assert_eq!(
-            cfg.algorithms,
-            crate::registry::names_for(BackendKind::Embedded)
-        );
-        let wall = Cli::try_parse_from(["bench-harness", "--clock", "wall"])
-            .unwrap()
-            .run
-            .to_config()
-            .unwrap();
+        assert_eq!(cfg.backend, EngineRef::default_engine());
+        assert_eq!(cfg.engine, cfg.backend.default_options());
+        assert_eq!(cfg.algorithms, cfg.backend.algorithm_names());
+        let wall = config(&["--clock", "wall"]).unwrap();
         assert_eq!(wall.duration, Duration::from_secs(10));
     }
 
@@ -435,12 +383,12 @@ mod tests {
             &["bench-harness", "--duration", "-5s"],
             &["bench-harness", "--hold", "gauss:1ms"],
             &["bench-harness", "--consistency", "TWO"],
+            &["bench-harness", "--backend", "mongo"],
         ] {
             let e = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
         }
-        let cli = Cli::try_parse_from([
-            "bench-harness",
+        let cfg = config(&[
             "-a",
             "queue,shadow",
             "--skew",
@@ -449,81 +397,55 @@ mod tests {
             "uniform:1ms..3ms",
         ])
         .unwrap();
-        let cfg = cli.run.to_config().unwrap();
         assert_eq!(cfg.algorithms, ["shadow", "queue"]);
         assert_eq!(cfg.skew, Duration::from_millis(2));
     }
 
     #[test]
-    fn real_backends_default_to_wall_time_and_refuse_simulated_time() {
-        let cli = Cli::try_parse_from(["bench-harness", "--backend", "redis"]).unwrap();
-        let cfg = cli.run.to_config().unwrap();
-        assert_eq!(cfg.clock, ClockMode::Wall);
-        assert_eq!(cfg.duration, Duration::from_secs(10));
-        assert_eq!(cfg.algorithms, ["jedis", "redis-token"]);
-        let cli = Cli::try_parse_from([
-            "bench-harness",
-            "--backend",
-            "zookeeper",
-            "--clock",
-            "simulated",
-        ])
-        .unwrap();
-        let e = cli.run.to_config().unwrap_err();
-        assert!(
-            e.contains("--clock simulated") && e.contains("zookeeper"),
-            "{e}"
-        );
+    fn servers_default_to_wall_time_and_refuse_simulated_time() {
+        for e in EngineRef::all().filter(|e| !e.in_process()) {
+            let cfg = config(&["--backend", e.name()]).unwrap();
+            assert_eq!(cfg.clock, ClockMode::Wall);
+            assert_eq!(cfg.duration, Duration::from_secs(10));
+            assert_eq!(cfg.algorithms, e.algorithm_names());
+            let err = config(&["--backend", e.name(), "--clock", "simulated"]).unwrap_err();
+            assert!(
+                err.contains("--clock simulated") && err.contains(e.name()),
+                "{err}"
+            );
+        }
     }
 
     #[test]
     fn algorithms_are_checked_against_the_backend() {
-        let cli =
-            Cli::try_parse_from(["bench-harness", "--backend", "redis", "-a", "queue"]).unwrap();
-        let e = cli.run.to_config().unwrap_err();
-        assert!(
-            e.contains("does not run on the redis backend")
-                && e.contains("available on --backend redis: jedis, redis-token"),
-            "{e}"
-        );
+        for e in EngineRef::all() {
+            for other in EngineRef::all() {
+                for a in other.algorithm_names() {
+                    if e.algorithm(a).is_some() {
+                        continue;
+                    }
+                    let err = config(&["--backend", e.name(), "-a", a]).unwrap_err();
+                    assert!(
+                        err.contains(&format!("does not run on the {e} backend"))
+                            && err.contains(&format!("available on --backend {e}: ")),
+                        "{err}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
-    fn connection_settings_belong_to_their_backend() {
-        let cli = Cli::try_parse_from([
-            "bench-harness",
-            "--backend",
-            "cassandra",
-            "--nodes",
-            "10.0.0.1:9042, 10.0.0.2",
-            "--keyspace",
-            "bench",
-            "--redis",
-            "redis://x/",
-            "--processes",
-            "2",
-            "--threads",
-            "4",
-        ])
-        .unwrap();
-        let cfg = cli.run.to_config().unwrap();
-        assert_eq!(cfg.nodes, ["10.0.0.1:9042", "10.0.0.2:9042"]);
-        assert_eq!(cfg.keyspace.as_deref(), Some("bench"));
-        assert_eq!(cfg.redis, None);
-        assert_eq!(cfg.processes, 2);
-        assert_eq!(cfg.algorithms, ["shadow", "queue", "bakery"]);
-        let cli = Cli::try_parse_from(["bench-harness", "--nodes", "10.0.0.1:9042"]).unwrap();
-        assert!(cli.run.to_config().unwrap().nodes.is_empty());
-        let cli = Cli::try_parse_from([
-            "bench-harness",
-            "--backend",
-            "cassandra",
-            "--nodes",
-            "a:b:c",
-        ])
-        .unwrap();
-        assert!(cli.run.to_config().unwrap_err().contains("--nodes"));
-        let cli = Cli::try_parse_from(["bench-harness", "--processes", "2"]).unwrap();
-        assert!(cli.run.to_config().unwrap_err().contains("--processes"));
+    fn processes_need_a_server() {
+        let err = config(&["--processes", "2"]).unwrap_err();
+        assert!(err.contains("--processes"), "{err}");
+    }
+
+    #[test]
+    fn help_lists_every_engine() {
+        let help = Cli::command().render_long_help().to_string();
+        for e in EngineRef::all() {
+            assert!(help.contains(e.name()), "{} missing from --help", e.name());
+        }
     }
 }

@@ -1,232 +1,42 @@
 //! The resolved settings of one benchmark run: [`RunConfig`]. It is echoed whole into
 //! `summary.json`, so a result file says exactly what produced it.
+//!
+//! Each layer reads the part it needs: the engine its own options ([`RunConfig::engine`]) and
+//! [`RunConfig::engine_setup`]; the algorithms [`RunConfig::settings`]; the contenders the
+//! workload, the duration and their seeds and skews.
 
-use crate::dist::{format_duration, parse_duration, serde_duration, Dist};
+use crate::dist::{format_duration, serde_duration, Dist};
+use crate::engines::{
+    AlgorithmSettings, BackoffPreset, EngineOptions, EngineRef, EngineSetup, TimeSourceKind,
+};
 use lock_core::store::Consistency;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
-
-/// `name()`, the name used on the command line and in result files, and a [`fmt::Display`]
-/// that writes it, for an enum of settings.
-macro_rules! named {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// The name used on the command line and in result files.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name,)+
-                }
-            }
-        }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-
-/// Where the locks live.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    /// The in-process Cassandra-model store of `lock-core` (nothing to start).
-    Embedded,
-    /// A Cassandra / ScyllaDB cluster.
-    Cassandra,
-    /// A `redis-server`.
-    Redis,
-    /// A ZooKeeper server.
-    Zookeeper,
-}
-
-impl BackendKind {
-    /// Every backend, in the order `list` shows them.
-    pub const ALL: [BackendKind; 4] = [
-        BackendKind::Embedded,
-        BackendKind::Cassandra,
-        BackendKind::Redis,
-        BackendKind::Zookeeper,
-    ];
-
-    /// True for the servers outside this process (everything but the embedded store): they
-    /// run in wall time only and can be shared by several worker processes.
-    pub fn is_remote(self) -> bool {
-        self != BackendKind::Embedded
-    }
-
-    /// True for the backends with the Cassandra cell model (`lock_core::CellStore`).
-    pub fn is_cell_store(self) -> bool {
-        matches!(self, BackendKind::Embedded | BackendKind::Cassandra)
-    }
-}
-
-named!(BackendKind {
-    Embedded => "embedded",
-    Cassandra => "cassandra",
-    Redis => "redis",
-    Zookeeper => "zookeeper",
-});
 
 /// Which clock the run is measured on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ClockMode {
     /// A current-thread tokio runtime with a paused clock: every delay is simulated, a 60 s
-    /// run takes a moment, and the same seed gives the same numbers. Embedded store only.
+    /// run takes a moment, and the same seed gives the same numbers. In-process engines only.
     Simulated,
     /// Real time on a multi-thread runtime.
     Wall,
 }
 
-named!(ClockMode {
+crate::engines::algorithm::named!(ClockMode {
     Simulated => "simulated",
     Wall => "wall",
 });
-
-/// What orders the queue lock's entries (SPEC 3.4).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum TimeSourceKind {
-    /// Each contender's own (possibly skewed) clock.
-    Local,
-    /// A hybrid logical clock per contender over its skewed clock.
-    Hlc,
-    /// The thesis's replicated GlobalTime service (three service replicas updating every
-    /// 500 ms, with clocks skewed like the contenders').
-    Global,
-}
-
-named!(TimeSourceKind {
-    Local => "local",
-    Hlc => "hlc",
-    Global => "global",
-});
-
-/// The shadow lock's backoff preset (`lock_shadow::Backoff::preset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum BackoffPreset {
-    /// Thesis listing 4: 0–1000 ms after `AnotherThreadIsOwner`, 0–50·attempt ms after
-    /// `ConcurrentAttempt`.
-    Thesis,
-    /// The production successor: 0–50·⌊e^min(attempt,5)⌋ ms after `ConcurrentAttempt`.
-    Production,
-}
-
-named!(BackoffPreset {
-    Thesis => "thesis",
-    Production => "production",
-});
-
-/// The embedded store's round trip to one replica: `fixed` plus a uniform `[0, jitter]`.
-/// Written `FIXED+JITTER` (`800us+400us`), `FIXED` alone, or `0`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Latency {
-    /// Part of every round trip.
-    pub fixed: Duration,
-    /// Upper bound of the uniform extra part.
-    pub jitter: Duration,
-}
-
-impl Latency {
-    /// No latency at all.
-    pub const ZERO: Latency = Latency {
-        fixed: Duration::ZERO,
-        jitter: Duration::ZERO,
-    };
-    /// The default: a LAN cluster, 800 µs + up to 400 µs, i.e. about 1 ms per round trip.
-    pub const LAN: Latency = Latency {
-        fixed: Duration::from_micros(800),
-        jitter: Duration::from_micros(400),
-    };
-
-    /// The mean round trip to one replica: `fixed + jitter / 2`. Handoff gaps are divided by
-    /// it to express them in round trips.
-    pub fn mean_round_trip(&self) -> Duration {
-        self.fixed + self.jitter / 2
-    }
-
-    /// The store's latency model.
-    pub fn model(&self) -> lock_core::embedded::LatencyModel {
-        lock_core::embedded::LatencyModel::new(self.fixed, self.jitter)
-    }
-}
-
-impl fmt::Display for Latency {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.jitter.is_zero() {
-            f.write_str(&format_duration(self.fixed))
-        } else {
-            write!(
-                f,
-                "{}+{}",
-                format_duration(self.fixed),
-                format_duration(self.jitter)
-            )
-        }
-    }
-}
-
-impl FromStr for Latency {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (fixed, jitter) = match s.split_once('+') {
-            Some((f, j)) => (parse_duration(f)?, parse_duration(j)?),
-            None => (parse_duration(s)?, Duration::ZERO),
-        };
-        Ok(Latency { fixed, jitter })
-    }
-}
-
-impl Serialize for Latency {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for Latency {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
 
 /// Everything that defines one benchmark run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
     /// Where the locks live.
-    pub backend: BackendKind,
+    pub backend: EngineRef,
     /// Simulated or wall time.
     pub clock: ClockMode,
     /// The algorithms, run one after another on fresh stores.
@@ -242,10 +52,10 @@ pub struct RunConfig {
     /// How long contenders keep asking (on the run's clock).
     #[serde(with = "serde_duration")]
     pub duration: Duration,
-    /// Round trip to one store replica (embedded store).
-    pub latency: Latency,
-    /// Store replicas (embedded store).
-    pub replicas: usize,
+    /// The engine's own options (address, latency model, …), beside the other settings in
+    /// result files.
+    #[serde(flatten)]
+    pub engine: EngineOptions,
     /// Consistency of every read and write.
     pub consistency: Consistency,
     /// Contender `i`'s clock is offset by a value drawn uniformly in `±skew`.
@@ -261,24 +71,10 @@ pub struct RunConfig {
     pub poll_interval: Duration,
     /// The shadow lock's backoff.
     pub backoff: BackoffPreset,
-    /// How long tombstones stay before the embedded store may purge them.
-    #[serde(with = "serde_duration")]
-    pub gc_grace: Duration,
     /// Seed of every random choice (store, contenders, skews).
     pub seed: u64,
-    /// Cassandra backend: contact points, `host:port` each.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<String>,
-    /// Cassandra backend: the keyspace of the lock tables.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keyspace: Option<String>,
-    /// Redis backend: the server's URL (a password in it is redacted in result files).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redis: Option<String>,
-    /// ZooKeeper backend: the connect string, `host:port[,host:port…]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub zookeeper: Option<String>,
-    /// Worker processes sharing the contenders (real backends only); 1: all in this process.
+    /// Worker processes sharing the contenders (servers outside this process only); 1: all in
+    /// this process.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub processes: usize,
 }
@@ -298,17 +94,24 @@ impl RunConfig {
     pub const DEFAULT_SIMULATED_DURATION: Duration = Duration::from_secs(60);
     /// Default run length in wall time.
     pub const DEFAULT_WALL_DURATION: Duration = Duration::from_secs(10);
-    /// Least tombstone grace of the embedded store in benchmarks (see
-    /// [`RunConfig::auto_gc_grace`]).
-    pub const MIN_GC_GRACE: Duration = Duration::from_millis(100);
 
-    /// The default tombstone grace for a latency model: 100 times the longest round trip, and
-    /// at least [`RunConfig::MIN_GC_GRACE`]. Far longer than any message is in flight, so a
-    /// purged tombstone can never let a late write resurrect its cell; far shorter than
-    /// Cassandra's 10 days, which would make every read of a queue row scan every tombstone
-    /// of the run (a cost in simulation time only: the store's latency does not depend on it).
-    pub fn auto_gc_grace(latency: &Latency) -> Duration {
-        ((latency.fixed + latency.jitter) * 100).max(Self::MIN_GC_GRACE)
+    /// The default scenario on `engine`, with its default options and clock.
+    pub fn on(engine: EngineRef) -> RunConfig {
+        RunConfig {
+            backend: engine,
+            engine: engine.default_options(),
+            clock: if engine.in_process() {
+                ClockMode::Simulated
+            } else {
+                ClockMode::Wall
+            },
+            duration: if engine.in_process() {
+                Self::DEFAULT_SIMULATED_DURATION
+            } else {
+                Self::DEFAULT_WALL_DURATION
+            },
+            ..RunConfig::default()
+        }
     }
 
     /// How much slower than the model the tokio clock runs: [`SIMULATED_TIME_SCALE`] in
@@ -325,15 +128,38 @@ impl RunConfig {
         d * self.time_scale()
     }
 
-    /// The mean round trip to one replica.
-    pub fn mean_round_trip(&self) -> Duration {
-        self.latency.mean_round_trip()
+    /// What the algorithms read of this run.
+    pub fn settings(&self) -> AlgorithmSettings {
+        AlgorithmSettings {
+            poll_interval: self.poll_interval,
+            backoff: self.backoff,
+            time_scale: self.time_scale(),
+            ttl: self.ttl,
+            consistency: self.consistency,
+            time_source: self.time_source,
+        }
     }
 
-    /// The mean round trip of the latency model, when the store is the model (the embedded
-    /// store); `None` for real servers, whose round trip the harness does not know.
+    /// What the engine needs to open in `namespace`.
+    pub fn engine_setup<'a>(&'a self, namespace: &'a str) -> EngineSetup<'a> {
+        EngineSetup {
+            options: &self.engine,
+            namespace,
+            seed: self.seed,
+            settings: self.settings(),
+            service_skews: self.service_skews(crate::engines::cell_model::TIME_SERVICE_REPLICAS),
+        }
+    }
+
+    /// Where the engine is, for messages.
+    pub fn address(&self) -> String {
+        self.backend.address(&self.engine)
+    }
+
+    /// The mean round trip of the engine's latency model, when it is a model; `None` for real
+    /// servers, whose round trip the harness does not know.
     pub fn modelled_round_trip(&self) -> Option<Duration> {
-        (self.backend == BackendKind::Embedded).then(|| self.mean_round_trip())
+        self.backend.modelled_round_trip(&self.engine)
     }
 
     /// The contenders worker process `worker` of [`RunConfig::processes`] runs: a contiguous
@@ -344,12 +170,12 @@ impl RunConfig {
         at(worker)..at(worker + 1)
     }
 
-    /// The settings as they may be written into result files: a password in the Redis URL
-    /// is replaced by `***`.
+    /// The settings as they may be written into result files (passwords redacted).
     pub fn redacted(&self) -> RunConfig {
-        let mut cfg = self.clone();
-        cfg.redis = cfg.redis.as_deref().map(redact_url);
-        cfg
+        RunConfig {
+            engine: self.backend.redacted(&self.engine),
+            ..self.clone()
+        }
     }
 
     /// The lock id of lock `index`.
@@ -385,21 +211,7 @@ impl RunConfig {
 
     /// Checks what clap cannot: combinations of settings.
     pub fn validate(&self) -> Result<(), String> {
-        if self.threads == 0 {
-            return Err("--threads must be at least 1".into());
-        }
-        if self.locks == 0 {
-            return Err("--locks must be at least 1".into());
-        }
-        if self.duration.is_zero() {
-            return Err("--duration must be above zero".into());
-        }
-        if self.replicas == 0 {
-            return Err("--replicas must be at least 1".into());
-        }
-        if self.algorithms.is_empty() {
-            return Err("no algorithm to run".into());
-        }
+        self.validate_counts()?;
         if self.ttl < Duration::from_secs(1) {
             return Err(format!(
                 "--ttl must be at least 1s (CQL TTLs are whole seconds), got {}",
@@ -409,19 +221,47 @@ impl RunConfig {
         if self.poll_interval.is_zero() {
             return Err("--poll-interval must be above zero".into());
         }
-        if self.clock == ClockMode::Simulated && self.backend != BackendKind::Embedded {
-            return Err(format!(
-                "--clock simulated needs the embedded store; the {} backend is a real server and runs in wall time (use --clock wall, the default for it)",
-                self.backend
-            ));
+        self.validate_engine()
+    }
+
+    fn validate_counts(&self) -> Result<(), String> {
+        if self.threads == 0 {
+            return Err("--threads must be at least 1".into());
+        }
+        if self.locks == 0 {
+            return Err("--locks must be at least 1".into());
+        }
+        if self.duration.is_zero() {
+            return Err("--duration must be above zero".into());
+        }
+        if self.algorithms.is_empty() {
+            return Err("no algorithm to run".into());
         }
         if self.processes == 0 {
             return Err("--processes must be at least 1".into());
         }
-        if self.processes > 1 && !self.backend.is_remote() {
+        Ok(())
+    }
+
+    /// What the engine allows: simulated time in this process only, worker processes on a
+    /// shared server only.
+    fn validate_engine(&self) -> Result<(), String> {
+        let in_process: Vec<&str> = crate::engines::ENGINES
+            .iter()
+            .filter(|e| e.in_process())
+            .map(|e| e.name())
+            .collect();
+        if self.clock == ClockMode::Simulated && !self.backend.in_process() {
             return Err(format!(
-                "--processes {} needs a backend that several processes can share (--backend cassandra, redis or zookeeper); the embedded store lives inside one process",
-                self.processes
+                "--clock simulated needs an engine inside this process ({}); the {} backend is a real server and runs in wall time (use --clock wall, the default for it)",
+                in_process.join(", "),
+                self.backend
+            ));
+        }
+        if self.processes > 1 && self.backend.in_process() {
+            return Err(format!(
+                "--processes {} needs a backend that several processes can share (a server); the {} backend lives inside one process",
+                self.processes, self.backend
             ));
         }
         if self.processes > self.threads {
@@ -436,8 +276,9 @@ impl RunConfig {
 
 impl Default for RunConfig {
     fn default() -> Self {
+        let engine = EngineRef::default_engine();
         RunConfig {
-            backend: BackendKind::Embedded,
+            backend: engine,
             clock: ClockMode::Simulated,
             algorithms: Vec::new(),
             threads: Self::DEFAULT_THREADS,
@@ -447,22 +288,50 @@ impl Default for RunConfig {
                 mean: Duration::from_millis(5),
             },
             duration: Self::DEFAULT_SIMULATED_DURATION,
-            latency: Latency::LAN,
-            replicas: 3,
+            engine: engine.default_options(),
             consistency: Consistency::Quorum,
             skew: Duration::ZERO,
             time_source: TimeSourceKind::Local,
             ttl: lock_core::context::DEFAULT_TTL,
             poll_interval: lock_queue::DEFAULT_POLL_INTERVAL,
             backoff: BackoffPreset::Thesis,
-            gc_grace: Self::auto_gc_grace(&Latency::LAN),
             seed: 1,
-            nodes: Vec::new(),
-            keyspace: None,
-            redis: None,
-            zookeeper: None,
             processes: 1,
         }
+    }
+}
+
+impl fmt::Display for RunConfig {
+    /// One line describing the scenario.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let skew = if self.skew.is_zero() {
+            String::new()
+        } else {
+            format!(", skew ±{}", format_duration(self.skew))
+        };
+        write!(
+            f,
+            "{} contenders on {} lock{}, hold {}, think {}, {} {} time",
+            self.threads,
+            self.locks,
+            if self.locks == 1 { "" } else { "s" },
+            self.hold,
+            self.think,
+            format_duration(self.duration),
+            self.clock,
+        )?;
+        if self.processes > 1 {
+            write!(f, " in {} worker processes", self.processes)?;
+        }
+        write!(
+            f,
+            "; {}{skew}, time source {}, poll {}, backoff {}, seed {}",
+            self.backend.describe(&self.engine, &self.settings()),
+            self.time_source,
+            format_duration(self.poll_interval),
+            self.backoff.name(),
+            self.seed,
+        )
     }
 }
 
@@ -480,16 +349,6 @@ impl Default for RunConfig {
 /// the larger numbers free. In wall time nothing is scaled (and the real timers round the
 /// same way: sub-millisecond latencies are not faithful there).
 pub const SIMULATED_TIME_SCALE: u32 = 1000;
-
-/// `scheme://user:password@host…` with the credentials replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
 
 /// SplitMix64's finalizer: spreads seeds so that neighbouring indices get unrelated streams.
 pub fn mix(x: u64) -> u64 {
@@ -517,14 +376,10 @@ fn skews(seed: u64, salt: u64, n: usize, skew: Duration) -> Vec<i64> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn latency_parses_and_has_a_mean() {
-        let l: Latency = "800us+400us".parse().unwrap();
-        assert_eq!(l, Latency::LAN);
-        assert_eq!(l.mean_round_trip(), Duration::from_millis(1));
-        assert_eq!(l.to_string(), "800us+400us");
-        assert_eq!("0".parse::<Latency>().unwrap(), Latency::ZERO);
-        assert_eq!("2ms".parse::<Latency>().unwrap().to_string(), "2ms");
+    fn server() -> EngineRef {
+        EngineRef::all()
+            .find(|e| !e.in_process())
+            .expect("a server engine")
     }
 
     #[test]
@@ -539,14 +394,6 @@ mod tests {
         assert!(s.iter().all(|x| x.abs() <= 10_000));
         assert!(s.iter().any(|x| *x != 0));
         assert_eq!(s, cfg.contender_skews());
-        assert_eq!(
-            RunConfig::auto_gc_grace(&Latency::LAN),
-            Duration::from_millis(120)
-        );
-        assert_eq!(
-            RunConfig::auto_gc_grace(&Latency::ZERO),
-            RunConfig::MIN_GC_GRACE
-        );
         assert!(RunConfig::default()
             .contender_skews()
             .iter()
@@ -564,6 +411,12 @@ mod tests {
         assert!(json.contains("\"latency\":\"800us+400us\""), "{json}");
         let back: RunConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(back, cfg);
+        for e in EngineRef::all() {
+            let cfg = RunConfig::on(e);
+            let back: RunConfig =
+                serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
+            assert_eq!(back, cfg, "{e}");
+        }
     }
 
     #[test]
@@ -581,25 +434,25 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("--threads"));
         let e = RunConfig {
-            backend: BackendKind::Redis,
-            ..ok.clone()
+            clock: ClockMode::Simulated,
+            algorithms: vec!["x".into()],
+            ..RunConfig::on(server())
         }
         .validate()
         .unwrap_err();
-        assert!(e.contains("--clock wall"));
+        assert!(e.contains("--clock wall"), "{e}");
         let e = RunConfig {
             processes: 2,
             ..ok.clone()
         }
         .validate()
         .unwrap_err();
-        assert!(e.contains("embedded store lives inside one process"), "{e}");
+        assert!(e.contains("lives inside one process"), "{e}");
         let e = RunConfig {
-            backend: BackendKind::Redis,
-            clock: ClockMode::Wall,
+            algorithms: vec!["x".into()],
             threads: 2,
             processes: 3,
-            ..ok.clone()
+            ..RunConfig::on(server())
         }
         .validate()
         .unwrap_err();
@@ -623,24 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact_url("redis://user:secret@10.0.0.1:6379/0"),
-            "redis://***@10.0.0.1:6379/0"
-        );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379/"),
-            "redis://127.0.0.1:6379/"
-        );
-        let cfg = RunConfig {
-            redis: Some("redis://:pw@h:1/".into()),
-            ..RunConfig::default()
-        };
-        assert_eq!(cfg.redacted().redis.as_deref(), Some("redis://***@h:1/"));
-    }
-
-    #[test]
-    fn embedded_configs_serialize_without_backend_fields() {
+    fn default_configs_serialize_only_their_engines_fields() {
         let json = serde_json::to_string(&RunConfig::default()).unwrap();
         for key in ["nodes", "keyspace", "redis", "zookeeper", "processes"] {
             assert!(!json.contains(&format!("\"{key}\"")), "{key} in {json}");

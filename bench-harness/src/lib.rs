@@ -15,24 +15,33 @@
 //! simulated time, prints the comparison and writes `out/summary.json`, `out/grants.csv` and
 //! charts; `bench-harness sweep` regenerates the thesis's benchmark charts in `results/`.
 //!
-//! Real servers are built in too: `--backend cassandra --nodes host:port` (shadow, queue and
-//! bakery on `lock_cassandra::CassandraStore`), `--backend redis --redis URL` (jedis,
-//! redis-token), `--backend zookeeper --zookeeper host:port` (the ZooKeeper recipe), all in
-//! wall time; `--processes P` spreads the contenders over P worker processes ([`worker`]);
-//! `bench-harness engines` compares the engines side by side ([`engines`]).
+//! Real servers are engines too: `--backend cassandra --nodes host:port`, `--backend redis
+//! --redis URL`, `--backend zookeeper --zookeeper host:port`, all in wall time; `--processes
+//! P` spreads the contenders over P worker processes; `bench-harness engines` compares the
+//! engines side by side.
 //!
-//! The modules, in the order data flows: [`cli`] → [`config::RunConfig`] → [`registry`]
-//! (name and backend → constructor) and [`backend`] → [`runner`] (the grant log; or
-//! [`worker`], several processes merged) → [`metrics`] (pure functions) →
-//! [`summary::Summary`] (the one result contract) → [`output`], [`figures`], [`sweep`],
-//! [`engines`].
+//! ## The pipeline
+//!
+//! The folders follow the data:
+//!
+//! 1. [`cli`]: the command line → a [`config::RunConfig`] (each layer reads the part of it
+//!    it needs: the engine its options, the algorithms [`engines::AlgorithmSettings`]);
+//! 2. [`engines`]: where the locks live, one module per engine behind the [`engines::Engine`]
+//!    trait, each with its options, connection, counters and algorithms;
+//! 3. [`run`]: the contenders of one algorithm on its opened engine, in this process or in
+//!    worker processes → the raw record, [`measure::log::RunOutcome`];
+//! 4. [`measure`]: pure metrics over that record → [`measure::summary::Summary`], the one
+//!    result contract;
+//! 5. [`report`]: the console table, `summary.json`, `grants.csv` and charts, from the
+//!    summary alone;
+//! 6. [`experiments`]: many runs into `results/`: the sweep and the engines comparison.
 //!
 //! ## Example
 //!
 //! Measure the queue lock with eight contenders for five simulated seconds:
 //!
 //! ```
-//! use bench_harness::{config::RunConfig, registry, runner, summary};
+//! use bench_harness::{config::RunConfig, measure::summary, run};
 //! use std::time::Duration;
 //!
 //! let cfg = RunConfig {
@@ -41,9 +50,9 @@
 //!     duration: Duration::from_secs(5),
 //!     ..RunConfig::default()
 //! };
-//! let entry = registry::lookup("queue", cfg.backend).unwrap();
-//! let run = runner::run_algorithm(&cfg, entry, None)?;
-//! let report = summary::analyze(&cfg, entry, &run);
+//! let queue = cfg.backend.algorithm("queue").unwrap();
+//! let outcome = run::run_algorithm(&cfg, queue, None)?;
+//! let report = summary::analyze(&cfg, queue, &outcome);
 //! assert!(report.grants > 0);
 //! assert_eq!(report.safety.overlapping_holds, 0);
 //! assert!(report.fairness.jain_index.unwrap() > 0.9);
@@ -51,28 +60,20 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod backend;
-pub mod charts;
 pub mod cli;
 pub mod config;
-pub mod counting;
 pub mod dist;
 pub mod engines;
-pub mod figures;
-pub mod metrics;
-pub mod output;
-pub mod progress;
-pub mod registry;
-pub mod runner;
-pub mod summary;
-pub mod sweep;
-pub mod worker;
+pub mod experiments;
+pub mod measure;
+pub mod report;
+pub mod run;
 
-use anyhow::anyhow;
 use cli::{Cli, Command, RunArgs};
 use config::ClockMode;
+use measure::summary::{self, Summary};
+use report::{figures, files, progress, table};
 use std::path::Path;
-use summary::Summary;
 
 /// A usage error found after parsing (a combination of settings, an algorithm that does not
 /// run on the chosen backend): the binary exits with 2, as for clap's own usage errors.
@@ -92,48 +93,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => run_command(&cli.run),
         Some(Command::Run(args)) => run_command(&args),
-        Some(Command::Sweep(args)) => sweep::run(&args),
-        Some(Command::Engines(args)) => engines::run(&args),
+        Some(Command::Sweep(args)) => experiments::sweep::run(&args),
+        Some(Command::Engines(args)) => experiments::compare::run(&args),
         Some(Command::List) => {
-            print!("{}", list());
+            print!("{}", engines::list());
             Ok(())
         }
-        Some(Command::Worker) => worker::worker_main(),
+        Some(Command::Worker) => run::processes::worker_main(),
     }
-}
-
-/// The algorithms per backend, for `bench-harness list`.
-pub fn list() -> String {
-    let mut out =
-        String::from("algorithms per backend (--backend B, then --algorithms among its own):\n");
-    for b in config::BackendKind::ALL {
-        let how = match b {
-            config::BackendKind::Embedded => {
-                "in this process; simulated time (default) or --clock wall".to_string()
-            }
-            config::BackendKind::Cassandra => format!(
-                "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default {}), --keyspace; wall time",
-                backend::DEFAULT_CASSANDRA_NODES
-            ),
-            config::BackendKind::Redis => format!(
-                "--redis URL (default {}); wall time",
-                backend::DEFAULT_REDIS_URL
-            ),
-            config::BackendKind::Zookeeper => format!(
-                "--zookeeper host:port[,...] (default {}); wall time",
-                backend::DEFAULT_ZOOKEEPER
-            ),
-        };
-        let state = match backend::check_available(b) {
-            Ok(()) => "",
-            Err(_) => " [not built in]",
-        };
-        out.push_str(&format!("{}{state}: {how}\n", b.name()));
-        for e in registry::for_backend(b) {
-            out.push_str(&format!("  {:<12} {}\n", e.name, e.summary));
-        }
-    }
-    out
 }
 
 /// `bench-harness [run]`: every algorithm in turn, results written as each one ends.
@@ -142,9 +109,9 @@ pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
         .to_config()
         .map_err(|e| anyhow::Error::new(UsageError(e)))?;
     let summary = run_scenario(&cfg, &args.out, args.quiet)?;
-    print!("{}", output::table(&summary));
+    print!("{}", table::table(&summary));
     if !args.quiet {
-        print!("{}", output::notes(&summary));
+        print!("{}", table::notes(&summary));
     }
     Ok(())
 }
@@ -152,52 +119,25 @@ pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
 /// Runs every algorithm of `cfg` into `out`: after each algorithm `summary.json`,
 /// `grants.csv` and the charts are (re)written. Returns the summary.
 pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow::Result<Summary> {
-    output::prepare_dir(out)?;
-    let csv = output::GrantsCsv::create(&out.join("grants.csv"))?;
+    files::prepare_dir(out)?;
+    let csv = files::GrantsCsv::create(&out.join("grants.csv"))?;
     let mut summary = Summary::new(cfg);
     let mut logs = Vec::new();
-    progress::status(quiet, &format!("{}\n", output::describe(cfg)));
+    progress::status(quiet, &format!("{cfg}\n"));
     let total = std::time::Instant::now();
-    for name in &cfg.algorithms {
-        let entry = registry::lookup(name, cfg.backend).ok_or_else(|| {
-            anyhow!(
-                "algorithm '{name}' does not run on the {} backend",
-                cfg.backend
-            )
-        })?;
-        let bar = match cfg.clock {
-            ClockMode::Wall => Some(progress::bar(
-                cfg.duration.as_millis() as u64,
-                entry.name,
-                quiet,
-                "ms",
-            )),
-            ClockMode::Simulated => None,
-        };
-        let run = runner::run_algorithm(cfg, entry, bar.as_ref())?;
+    for algorithm in engines::resolve(&cfg.algorithms, cfg.backend).map_err(UsageError)? {
+        let bar = (cfg.clock == ClockMode::Wall)
+            .then(|| progress::bar(cfg.duration.as_millis() as u64, algorithm.name, quiet, "ms"));
+        let outcome = run::run_algorithm(cfg, algorithm, bar.as_ref())?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        let report = summary::analyze(cfg, entry, &run);
-        progress::status(
-            quiet,
-            &format!(
-                "{:>8}: {} grants, p50 {:.1} ms, p99 {:.1} ms, Jain {} ({:.1} s wall)",
-                entry.name,
-                report.grants,
-                report.latency.p50_ms,
-                report.latency.p99_ms,
-                report
-                    .fairness
-                    .jain_index
-                    .map_or("-".into(), |j| format!("{j:.3}")),
-                run.wall_time.as_secs_f64()
-            ),
-        );
+        let report = summary::analyze(cfg, algorithm, &outcome);
+        progress::status(quiet, &one_line(&report, outcome.wall_time));
         summary.results.push(report);
-        csv.append(entry.name, &run.grants)?;
-        output::write_json(&out.join("summary.json"), &summary)?;
-        logs.push((entry.name.to_string(), run.grants));
+        csv.append(algorithm.name, &outcome.grants)?;
+        files::write_json(&out.join("summary.json"), &summary)?;
+        logs.push((algorithm.name.to_string(), outcome.grants));
         figures::draw_run(out, &summary, &logs)?;
     }
     progress::status(
@@ -209,4 +149,21 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         ),
     );
     Ok(summary)
+}
+
+/// The status line after one algorithm's run.
+fn one_line(report: &summary::AlgorithmReport, wall: std::time::Duration) -> String {
+    format!(
+        "{:>8}: {} grants, p50 {:.1} ms, p99 {:.1} ms, Jain {}, {} errors ({:.1} s wall)",
+        report.algorithm,
+        report.grants,
+        report.latency.p50_ms,
+        report.latency.p99_ms,
+        report
+            .fairness
+            .jain_index
+            .map_or("-".into(), |j| format!("{j:.3}")),
+        report.errors.total(),
+        wall.as_secs_f64()
+    )
 }

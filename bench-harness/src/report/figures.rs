@@ -6,11 +6,11 @@
 //! - `grants_per_contender.png`: grants per contender, sorted, per algorithm (a flat line is
 //!   a fair lock).
 
-use crate::charts::{
+use super::charts::{
     algorithm_color, render_lines, render_timelines, Formats, LineChart, Series, TimelinePanel,
 };
-use crate::metrics::Grant;
-use crate::summary::Summary;
+use crate::measure::metrics::Grant;
+use crate::measure::summary::Summary;
 use std::path::{Path, PathBuf};
 
 /// Holds of lock 0 as timeline bars, in seconds.
@@ -62,7 +62,7 @@ pub fn cdf_chart(title: &str, summary: &Summary) -> LineChart {
         x_log: true,
         y_log: false,
         y_range: Some((0.0, 1.02)),
-        legend: crate::charts::Legend::LowerRight,
+        legend: super::charts::Legend::LowerRight,
         series: summary
             .results
             .iter()

@@ -36,7 +36,7 @@ pub fn algorithm_color(name: &str) -> RGBColor {
         "shadow" => RGBColor(214, 39, 40),
         "queue" => RGBColor(31, 119, 180),
         other => {
-            let index = crate::registry::names()
+            let index = crate::engines::algorithm_names()
                 .iter()
                 .position(|n| *n == other)
                 .unwrap_or(other.len());

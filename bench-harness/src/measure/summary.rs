@@ -3,12 +3,12 @@
 //! results between measuring and showing them. It holds no wall-clock readings, so the same
 //! seed gives a byte-identical file.
 
-use crate::config::RunConfig;
-use crate::metrics::{
+use super::log::{ErrorCounts, RunOutcome};
+use super::metrics::{
     self, CdfPoint, HandoffStats, LatencyStats, LongestRun, Overtakes, StoreLoad,
 };
-use crate::registry::{AlgorithmEntry, AlgorithmSettings};
-use crate::runner::{ErrorCounts, RunOutcome};
+use crate::config::RunConfig;
+use crate::engines::Algorithm;
 use serde::{Deserialize, Serialize};
 
 /// Version of the `summary.json` layout; bumped when a field changes meaning.
@@ -180,17 +180,17 @@ impl AlgorithmReport {
 }
 
 /// Computes every metric of one algorithm's run.
-pub fn analyze(cfg: &RunConfig, entry: &AlgorithmEntry, run: &RunOutcome) -> AlgorithmReport {
+pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> AlgorithmReport {
     let grants = &run.grants;
     let histogram = run.histogram();
     let per_contender = metrics::grants_per_contender(grants, cfg.threads);
     // Round trips and the ideal handoff are known only for the embedded store's model.
     let round_trip = cfg.modelled_round_trip();
     let round_trip_us = round_trip.map_or(0.0, |rt| rt.as_micros() as f64);
-    let ideal_us = entry
+    let ideal_us = algorithm
         .ideal_handoff
         .zip(round_trip)
-        .map(|(f, rt)| f(rt, &AlgorithmSettings::of(cfg)).as_micros() as f64);
+        .map(|(f, rt)| f(rt, &cfg.settings()).as_micros() as f64);
     let handoff = metrics::handoff_stats(&metrics::handoff_gaps(grants), round_trip_us, ideal_us);
     let store = run
         .counters
@@ -222,7 +222,7 @@ pub fn analyze(cfg: &RunConfig, entry: &AlgorithmEntry, run: &RunOutcome) -> Alg
         .collect();
     let gps = metrics::grants_per_second_per_lock(grants, run.duration_us, cfg.locks);
     AlgorithmReport {
-        algorithm: entry.name.to_string(),
+        algorithm: algorithm.name.to_string(),
         grants: grants.len() as u64,
         grants_in_window: metrics::grants_in_window(grants, run.duration_us) as u64,
         finished_ms: run.finished_us as f64 / 1000.0,

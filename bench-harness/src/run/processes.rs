@@ -22,11 +22,11 @@
 //! ([`Stamp::System`]): comparable across processes on one machine. (On several machines they
 //! would be as comparable as the machines' clocks.)
 
-use crate::backend::Backend;
+use super::contenders::{self as runner, Stamp};
 use crate::config::{ClockMode, RunConfig};
-use crate::metrics::{new_histogram, Grant, OpCount};
-use crate::registry::{self, AlgorithmEntry};
-use crate::runner::{self, ContenderOutcome, ErrorCounts, RunOutcome, Stamp};
+use crate::engines::Algorithm;
+use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
+use crate::measure::metrics::{new_histogram, Grant, OpCount};
 use anyhow::{anyhow, bail, Context};
 use indicatif::ProgressBar;
 use lock_core::embedded::{OpCounts, StoreCounters};
@@ -169,41 +169,17 @@ pub fn merge(
     let mut per_table: BTreeMap<String, OpCounts> = BTreeMap::new();
     let mut finished_us = 0;
     for r in reports {
-        for c in r.contenders {
-            let i = c.contender as usize;
-            let slot = records.get_mut(i).ok_or_else(|| {
-                anyhow!(
-                    "worker {} reported contender {i}, but the run has {n}",
-                    r.worker
-                )
-            })?;
-            if slot.is_some() {
-                bail!(
-                    "contender {i} was reported twice (again by worker {})",
-                    r.worker
-                );
-            }
-            *slot = Some(c);
-        }
-        for g in &r.grants {
-            if g.contender as usize >= n {
-                bail!(
-                    "worker {} reported a grant to contender {}, but the run has {n}",
-                    r.worker,
-                    g.contender
-                );
-            }
+        place_contenders(&mut records, r.worker, r.contenders)?;
+        if let Some(g) = r.grants.iter().find(|g| g.contender as usize >= n) {
+            bail!(
+                "worker {} reported a grant to contender {}, but the run has {n}",
+                r.worker,
+                g.contender
+            );
         }
         grants.extend(r.grants);
         match r.counters {
-            Some(map) => {
-                for (table, c) in map {
-                    let sum = per_table.entry(table).or_default();
-                    sum.reads += c.reads;
-                    sum.writes += c.writes;
-                    sum.deletes += c.deletes;
-                }
-            }
+            Some(map) => add_counts(&mut per_table, map),
             None => counted = false,
         }
         finished_us = finished_us.max(r.finished_us);
@@ -249,6 +225,36 @@ pub fn merge(
         finished_us,
         wall_time: Duration::ZERO,
     })
+}
+
+/// Puts each of `worker`'s contender records in its slot: a contender outside the run or
+/// reported twice is an error.
+fn place_contenders(
+    records: &mut [Option<ContenderRecord>],
+    worker: usize,
+    contenders: Vec<ContenderRecord>,
+) -> anyhow::Result<()> {
+    let n = records.len();
+    for c in contenders {
+        let i = c.contender as usize;
+        let slot = records.get_mut(i).ok_or_else(|| {
+            anyhow!("worker {worker} reported contender {i}, but the run has {n}")
+        })?;
+        if slot.is_some() {
+            bail!("contender {i} was reported twice (again by worker {worker})");
+        }
+        *slot = Some(c);
+    }
+    Ok(())
+}
+
+fn add_counts(per_table: &mut BTreeMap<String, OpCounts>, counts: BTreeMap<String, OpCount>) {
+    for (table, c) in counts {
+        let sum = per_table.entry(table).or_default();
+        sum.reads += c.reads;
+        sum.writes += c.writes;
+        sum.deletes += c.deletes;
+    }
 }
 
 fn to_op_count(c: &OpCounts) -> OpCount {
@@ -312,99 +318,142 @@ fn failure(r: &mut Running, what: &str) -> anyhow::Error {
     }
 }
 
-/// Runs `entry` under `cfg` in `cfg.processes` worker processes (see the module docs).
+/// Runs `algorithm` under `cfg` in `cfg.processes` worker processes (see the module docs).
 pub fn run_algorithm(
     cfg: &RunConfig,
-    entry: &'static AlgorithmEntry,
+    algorithm: &'static Algorithm,
     progress: Option<&ProgressBar>,
 ) -> anyhow::Result<RunOutcome> {
     cfg.validate().map_err(|e| anyhow!(e))?;
     let wall = Instant::now();
-    let namespace = crate::backend::fresh_namespace();
-    {
-        // One connection first: an unreachable server fails once, here, and Cassandra's
-        // tables exist before the workers prepare their statements.
-        let rt = runner::runtime(ClockMode::Wall)?;
-        let probe = RunConfig {
-            time_source: crate::config::TimeSourceKind::Local,
-            ..cfg.clone()
-        };
-        rt.block_on(Backend::open_in(&probe, &namespace))
-            .map_err(|e| anyhow!(e))?;
-    }
+    let namespace = crate::engines::fresh_namespace();
+    probe(cfg, &namespace)?;
+    let (mut workers, events) = start_workers(cfg, algorithm, &namespace)?;
+    await_ready(&mut workers, &events, cfg.processes)?;
+    let start_us = runner::system_now_us() + START_MARGIN.as_micros() as u64;
+    send_go(&mut workers, start_us)?;
+    wait_until_done(cfg, &mut workers, start_us, progress)?;
+    let reports = collect_reports(&mut workers)?;
+    let mut outcome = merge(cfg, algorithm.name, reports)?;
+    outcome.wall_time = wall.elapsed();
+    Ok(outcome)
+}
+
+/// One connection first: an unreachable server fails once, here, and Cassandra's tables exist
+/// before the workers prepare their statements.
+fn probe(cfg: &RunConfig, namespace: &str) -> anyhow::Result<()> {
+    let rt = runner::runtime(ClockMode::Wall)?;
+    let probe = RunConfig {
+        time_source: crate::engines::TimeSourceKind::Local,
+        ..cfg.clone()
+    };
+    rt.block_on(probe.backend.open(probe.engine_setup(namespace)))
+        .map(drop)
+        .map_err(|e| anyhow!(e))
+}
+
+/// Starts every worker and hands it its [`WorkerSpec`]; the receiver gets their
+/// [`Event`]s.
+fn start_workers(
+    cfg: &RunConfig,
+    algorithm: &Algorithm,
+    namespace: &str,
+) -> anyhow::Result<(Workers, mpsc::Receiver<Event>)> {
     let exe = std::env::current_exe().context("cannot find this program to start workers")?;
     let (tx, rx) = mpsc::channel();
     let mut workers = Workers(Vec::with_capacity(cfg.processes));
     for w in 0..cfg.processes {
-        let mut child = Command::new(&exe)
-            .arg(WORKER_COMMAND)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start worker process {w} ({})", exe.display()))?;
-        let mut stdin = child.stdin.take();
-        let stdout = child.stdout.take().map(|out| {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let mut reader = BufReader::new(out);
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    match reader.read_line(&mut line) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {
-                            if matches!(
-                                serde_json::from_str::<WorkerLine>(line.trim()),
-                                Ok(WorkerLine::Ready { .. })
-                            ) {
-                                let _ = tx.send(Event::Ready(w));
-                            }
-                            text.push_str(&line);
-                        }
-                    }
-                }
-                let _ = tx.send(Event::Eof(w));
-                text
-            })
-        });
-        let stderr = child.stderr.take().map(|mut err| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = err.read_to_string(&mut text);
-                text
-            })
-        });
         let spec = WorkerSpec {
             config: cfg.clone(),
-            algorithm: entry.name.to_string(),
+            algorithm: algorithm.name.to_string(),
             worker: w,
-            namespace: namespace.clone(),
+            namespace: namespace.to_string(),
         };
-        if let Some(s) = stdin.as_mut() {
-            let mut line = serde_json::to_string(&spec)?;
-            line.push('\n');
-            s.write_all(line.as_bytes())
-                .and_then(|_| s.flush())
-                .with_context(|| format!("cannot talk to worker process {w}"))?;
-        }
-        workers.0.push(Running {
-            worker: w,
-            child,
-            stdin,
-            stdout,
-            stderr,
-        });
+        workers.0.push(start_worker(&exe, spec, tx.clone())?);
     }
-    drop(tx);
+    Ok((workers, rx))
+}
 
-    // Every worker connected?
-    let mut ready = vec![false; cfg.processes];
+fn start_worker(
+    exe: &std::path::Path,
+    spec: WorkerSpec,
+    tx: mpsc::Sender<Event>,
+) -> anyhow::Result<Running> {
+    let w = spec.worker;
+    let mut child = Command::new(exe)
+        .arg(WORKER_COMMAND)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start worker process {w} ({})", exe.display()))?;
+    let mut stdin = child.stdin.take();
+    let stdout = child.stdout.take().map(|out| read_stdout(w, out, tx));
+    let stderr = child.stderr.take().map(|mut err| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        })
+    });
+    if let Some(s) = stdin.as_mut() {
+        let mut line = serde_json::to_string(&spec)?;
+        line.push('\n');
+        s.write_all(line.as_bytes())
+            .and_then(|_| s.flush())
+            .with_context(|| format!("cannot talk to worker process {w}"))?;
+    }
+    Ok(Running {
+        worker: w,
+        child,
+        stdin,
+        stdout,
+        stderr,
+    })
+}
+
+/// A thread that collects worker `w`'s stdout, telling `tx` when it is ready and when its
+/// output ends.
+fn read_stdout(
+    w: usize,
+    out: std::process::ChildStdout,
+    tx: mpsc::Sender<Event>,
+) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let mut reader = BufReader::new(out);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if matches!(
+                        serde_json::from_str::<WorkerLine>(line.trim()),
+                        Ok(WorkerLine::Ready { .. })
+                    ) {
+                        let _ = tx.send(Event::Ready(w));
+                    }
+                    text.push_str(&line);
+                }
+            }
+        }
+        let _ = tx.send(Event::Eof(w));
+        text
+    })
+}
+
+/// Waits until every worker has connected its contenders.
+fn await_ready(
+    workers: &mut Workers,
+    events: &mpsc::Receiver<Event>,
+    processes: usize,
+) -> anyhow::Result<()> {
+    let mut ready = vec![false; processes];
     let deadline = Instant::now() + READY_TIMEOUT;
     while ready.iter().any(|r| !r) {
         let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
+        match events.recv_timeout(left) {
             Ok(Event::Ready(w)) => ready[w] = true,
             Ok(Event::Eof(w)) => {
                 let r = &mut workers.0[w];
@@ -416,7 +465,11 @@ pub fn run_algorithm(
             ),
         }
     }
-    let start_us = runner::system_now_us() + START_MARGIN.as_micros() as u64;
+    Ok(())
+}
+
+/// Sends every worker the common start.
+fn send_go(workers: &mut Workers, start_us: u64) -> anyhow::Result<()> {
     let go = format!("{}\n", serde_json::to_string(&Go { start_us })?);
     for r in &mut workers.0 {
         if let Some(mut s) = r.stdin.take() {
@@ -425,23 +478,26 @@ pub fn run_algorithm(
                 .with_context(|| format!("cannot talk to worker process {}", r.worker))?;
         }
     }
+    Ok(())
+}
 
-    // The run and its drain, then the workers' reports.
+/// Waits for the run and its drain, moving `progress` along the run's clock.
+fn wait_until_done(
+    cfg: &RunConfig,
+    workers: &mut Workers,
+    start_us: u64,
+    progress: Option<&ProgressBar>,
+) -> anyhow::Result<()> {
     let limit = START_MARGIN + cfg.duration * 2 + Duration::from_secs(60);
     let started = Instant::now();
     if let Some(bar) = progress {
         bar.set_length(cfg.duration.as_millis() as u64);
     }
-    loop {
-        let mut alive = false;
-        for r in &mut workers.0 {
-            if matches!(r.child.try_wait(), Ok(None)) {
-                alive = true;
-            }
-        }
-        if !alive {
-            break;
-        }
+    while workers
+        .0
+        .iter_mut()
+        .any(|r| matches!(r.child.try_wait(), Ok(None)))
+    {
         if started.elapsed() > limit {
             bail!("the worker processes did not finish within {limit:?}");
         }
@@ -451,7 +507,13 @@ pub fn run_algorithm(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut reports = Vec::with_capacity(cfg.processes);
+    Ok(())
+}
+
+/// Every worker's report, once all have exited; a worker that failed fails the run with its
+/// own error message.
+fn collect_reports(workers: &mut Workers) -> anyhow::Result<Vec<WorkerReport>> {
+    let mut reports = Vec::with_capacity(workers.0.len());
     for r in &mut workers.0 {
         let status = r.child.wait().context("cannot wait for a worker process")?;
         let text = r
@@ -468,9 +530,7 @@ pub fn run_algorithm(
         }
         reports.push(parse_output(r.worker, &text)?);
     }
-    let mut outcome = merge(cfg, entry.name, reports)?;
-    outcome.wall_time = wall.elapsed();
-    Ok(outcome)
+    Ok(reports)
 }
 
 /// `bench-harness worker`: reads a [`WorkerSpec`] and then a [`Go`] from stdin, runs its
@@ -486,9 +546,9 @@ pub fn worker_main() -> anyhow::Result<()> {
     };
     let spec: WorkerSpec =
         serde_json::from_str(&next_line("worker spec")?).context("invalid worker spec")?;
-    let cfg = spec.config;
+    let cfg = &spec.config;
     cfg.validate().map_err(|e| anyhow!(e))?;
-    let entry = registry::lookup(&spec.algorithm, cfg.backend).ok_or_else(|| {
+    let algorithm = cfg.backend.algorithm(&spec.algorithm).ok_or_else(|| {
         anyhow!(
             "algorithm '{}' does not run on the {} backend",
             spec.algorithm,
@@ -496,26 +556,22 @@ pub fn worker_main() -> anyhow::Result<()> {
         )
     })?;
     let rt = runner::runtime(ClockMode::Wall)?;
-    let (backend, lockers) = rt.block_on(async {
-        let backend = Backend::open_in(&cfg, &spec.namespace)
+    let (engine, lockers) = rt.block_on(async {
+        let engine = cfg
+            .backend
+            .open(cfg.engine_setup(&spec.namespace))
             .await
             .map_err(|e| anyhow!(e))?;
-        let lockers =
-            runner::setup_contenders(&cfg, entry, &backend, cfg.worker_contenders(spec.worker))
-                .await?;
-        anyhow::Ok((backend, lockers))
+        let indices = cfg.worker_contenders(spec.worker);
+        let lockers = runner::setup_contenders(cfg, algorithm, engine.as_ref(), indices).await?;
+        anyhow::Ok((engine, lockers))
     })?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let emit = |line: &WorkerLine, out: &mut std::io::BufWriter<std::io::StdoutLock>| {
-        serde_json::to_writer(&mut *out, line)?;
-        out.write_all(b"\n")?;
-        anyhow::Ok(())
-    };
     emit(
+        &mut out,
         &WorkerLine::Ready {
             worker: spec.worker,
         },
-        &mut out,
     )?;
     out.flush()?;
     let go: Go =
@@ -523,23 +579,33 @@ pub fn worker_main() -> anyhow::Result<()> {
     let driven = rt.block_on(async {
         let delay = go.start_us.saturating_sub(runner::system_now_us());
         let start = tokio::time::Instant::now() + Duration::from_micros(delay);
-        runner::drive(
-            &cfg,
-            lockers,
-            start,
-            Stamp::System {
-                start_us: go.start_us,
-            },
-            backend.counters_handle(),
-            None,
-        )
-        .await
+        let stamp = Stamp::System {
+            start_us: go.start_us,
+        };
+        runner::drive(cfg, lockers, start, stamp, engine.counters(), None).await
     })?;
+    report(&mut out, spec.worker, &driven)?;
+    out.flush()?;
+    drop(engine);
+    drop(rt);
+    Ok(())
+}
+
+fn emit(out: &mut impl Write, line: &WorkerLine) -> anyhow::Result<()> {
+    serde_json::to_writer(&mut *out, line)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// A worker's output after its run: a line per grant and per contender, the counters when
+/// the engine counts, and `done`.
+fn report(out: &mut impl Write, worker: usize, driven: &runner::Driven) -> anyhow::Result<()> {
     for g in &driven.grants {
-        emit(&WorkerLine::Grant(*g), &mut out)?;
+        emit(out, &WorkerLine::Grant(*g))?;
     }
     for c in &driven.contenders {
         emit(
+            out,
             &WorkerLine::Contender(ContenderRecord {
                 contender: c.index,
                 lock: c.lock,
@@ -547,38 +613,28 @@ pub fn worker_main() -> anyhow::Result<()> {
                 unfinished_since_us: c.unfinished_since_us,
                 errors: c.errors.clone(),
             }),
-            &mut out,
         )?;
     }
     if let Some(counters) = &driven.counters {
-        emit(
-            &WorkerLine::Counters {
-                per_table: counters
-                    .per_table
-                    .iter()
-                    .map(|(t, c)| (t.clone(), to_op_count(c)))
-                    .collect(),
-            },
-            &mut out,
-        )?;
+        let per_table = counters
+            .per_table
+            .iter()
+            .map(|(t, c)| (t.clone(), to_op_count(c)))
+            .collect();
+        emit(out, &WorkerLine::Counters { per_table })?;
     }
     emit(
+        out,
         &WorkerLine::Done {
-            worker: spec.worker,
+            worker,
             finished_us: driven.finished_us,
         },
-        &mut out,
-    )?;
-    out.flush()?;
-    drop(backend);
-    drop(rt);
-    Ok(())
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BackendKind;
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
         Grant {
@@ -602,14 +658,15 @@ mod tests {
     }
 
     fn cfg(threads: usize) -> RunConfig {
+        let server = crate::engines::EngineRef::all()
+            .find(|e| !e.in_process())
+            .expect("a server engine");
         RunConfig {
-            backend: BackendKind::Redis,
-            clock: ClockMode::Wall,
             threads,
             processes: 2,
             duration: Duration::from_millis(100),
-            algorithms: vec!["redis-token".into()],
-            ..RunConfig::default()
+            algorithms: vec![server.algorithm_names()[0].into()],
+            ..RunConfig::on(server)
         }
     }
 
@@ -691,10 +748,13 @@ mod tests {
         assert_eq!(run.contenders[1].histogram.max(), 17);
         let total = run.counters.as_ref().unwrap().total();
         assert_eq!((total.reads, total.writes, total.deletes), (3, 2, 1));
-        assert_eq!(crate::metrics::overlapping_holds(&run.grants), 0);
-        assert_eq!(crate::metrics::overtakes(&run.grants).pairs, 0);
+        assert_eq!(crate::measure::metrics::overlapping_holds(&run.grants), 0);
+        assert_eq!(crate::measure::metrics::overtakes(&run.grants).pairs, 0);
         assert_eq!(
-            crate::metrics::jain_index(&crate::metrics::grants_per_contender(&run.grants, 2)),
+            crate::measure::metrics::jain_index(&crate::measure::metrics::grants_per_contender(
+                &run.grants,
+                2
+            )),
             Some(0.9)
         );
 
@@ -702,7 +762,7 @@ mod tests {
         let mut bad = w1.clone();
         bad.grants = vec![g(1, 5, 15, 30, 2)];
         let run = merge(&cfg(2), "redis-token", vec![w0.clone(), bad]).unwrap();
-        assert_eq!(crate::metrics::overlapping_holds(&run.grants), 1);
+        assert_eq!(crate::measure::metrics::overlapping_holds(&run.grants), 1);
 
         // A worker that does not count makes the merged counters unknown, not smaller.
         let mut silent = w1.clone();

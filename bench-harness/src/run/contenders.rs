@@ -1,8 +1,8 @@
-//! The runner: N contenders on one algorithm, each looping request → hold → release → think
+//! The contenders: N of them on one algorithm, each looping request → hold → release → think
 //! until the run's duration ends.
 //!
-//! Each algorithm runs on a fresh backend (a fresh embedded store with the run's seed), in its
-//! own tokio runtime: in simulated time a current-thread runtime with a paused clock, so that
+//! Each algorithm runs on a freshly opened engine (a fresh embedded store with the run's seed),
+//! in its own tokio runtime: in simulated time a current-thread runtime with a paused clock, so that
 //! the store's latencies, the holds and the thinks cost no wall time and the same seed gives
 //! the same grant log; in wall time a two-worker multi-thread runtime.
 //!
@@ -18,115 +18,20 @@
 //! reported as unfinished. Throughput and store load count only the run's window (grants
 //! granted before its end, requests sent before it: the counters are read at the end).
 
-use crate::backend::{Backend, CounterHandle};
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
-use crate::metrics::{new_histogram, Grant};
-use crate::registry::{AlgorithmEntry, AlgorithmSettings, ContenderSetup};
+use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
+use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
+use crate::measure::metrics::{new_histogram, Grant};
 use anyhow::{anyhow, Context};
-use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use lock_core::embedded::StoreCounters;
 use lock_core::{LockError, Locker};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// Failures seen by contenders (none are expected in a healthy run).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorCounts {
-    /// `lock` calls that failed for another reason than the end of the run.
-    pub lock_errors: u64,
-    /// `release` calls that failed.
-    pub release_errors: u64,
-    /// Holds whose lease was lost before the holder let go.
-    pub leases_lost_while_holding: u64,
-    /// The first error message, for the report.
-    pub first_error: Option<String>,
-}
-
-impl ErrorCounts {
-    /// Keeps the first error's message.
-    pub fn note(&mut self, e: &LockError) {
-        self.first_error.get_or_insert_with(|| e.to_string());
-    }
-
-    /// Adds `other`'s counts (keeping the first message).
-    pub fn add(&mut self, other: &ErrorCounts) {
-        self.lock_errors += other.lock_errors;
-        self.release_errors += other.release_errors;
-        self.leases_lost_while_holding += other.leases_lost_while_holding;
-        if self.first_error.is_none() {
-            self.first_error.clone_from(&other.first_error);
-        }
-    }
-
-    /// True when nothing failed.
-    pub fn is_clean(&self) -> bool {
-        self.lock_errors == 0 && self.release_errors == 0 && self.leases_lost_while_holding == 0
-    }
-}
-
-/// What one contender did.
-#[derive(Debug, Clone)]
-pub struct ContenderOutcome {
-    /// Contender index.
-    pub index: u32,
-    /// The lock it asked for.
-    pub lock: u32,
-    /// Its clock skew.
-    pub skew_us: i64,
-    /// Its acquisition latencies, in microseconds.
-    pub histogram: Histogram<u64>,
-    /// When its last request began, if the run ended before it was granted.
-    pub unfinished_since_us: Option<u64>,
-    /// Its failures.
-    pub errors: ErrorCounts,
-}
-
-/// Everything one algorithm's run produced.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    /// The algorithm.
-    pub algorithm: &'static str,
-    /// The grant log, sorted by lock, then grant time, then contender.
-    pub grants: Vec<Grant>,
-    /// Per contender, in index order.
-    pub contenders: Vec<ContenderOutcome>,
-    /// The store's request counters at the end of the run's window (before the drain), when
-    /// the backend counts.
-    pub counters: Option<StoreCounters>,
-    /// The run's window on its clock, in microseconds.
-    pub duration_us: u64,
-    /// When the last contender finished (the drain included), in microseconds.
-    pub finished_us: u64,
-    /// How long the run took in wall time (not part of any result file: it varies).
-    pub wall_time: Duration,
-}
-
-impl RunOutcome {
-    /// All contenders' errors added up.
-    pub fn errors(&self) -> ErrorCounts {
-        let mut sum = ErrorCounts::default();
-        for c in &self.contenders {
-            sum.add(&c.errors);
-        }
-        sum
-    }
-
-    /// All contenders' histograms merged.
-    pub fn histogram(&self) -> Histogram<u64> {
-        let mut h = new_histogram();
-        for c in &self.contenders {
-            // Same bounds everywhere: adding cannot fail.
-            let _ = h.add(&c.histogram);
-        }
-        h
-    }
-}
 
 /// A tokio runtime for `clock`.
 pub fn runtime(clock: ClockMode) -> anyhow::Result<tokio::runtime::Runtime> {
@@ -143,20 +48,17 @@ pub fn runtime(clock: ClockMode) -> anyhow::Result<tokio::runtime::Runtime> {
     rt.context("cannot start the tokio runtime")
 }
 
-/// Runs `entry` under `cfg` in a runtime of its own (or, with `--processes P` above 1, in P
-/// worker processes: [`crate::worker`]). `progress`, in wall time, follows the run's clock
-/// (its length is set to the duration in milliseconds).
-pub fn run_algorithm(
+/// Runs `algorithm` under `cfg` in a runtime of its own, every contender in this process.
+/// `progress`, in wall time, follows the run's clock (its length is set to the duration in
+/// milliseconds).
+pub fn run_in_process(
     cfg: &RunConfig,
-    entry: &'static AlgorithmEntry,
+    algorithm: &'static Algorithm,
     progress: Option<&ProgressBar>,
 ) -> anyhow::Result<RunOutcome> {
-    if cfg.processes > 1 {
-        return crate::worker::run_algorithm(cfg, entry, progress);
-    }
     let wall = std::time::Instant::now();
     let rt = runtime(cfg.clock)?;
-    let mut outcome = rt.block_on(run_async(cfg, entry, progress))?;
+    let mut outcome = rt.block_on(run_async(cfg, algorithm, progress))?;
     // Leases, the time service and in-flight store messages die with the runtime.
     drop(rt);
     outcome.wall_time = wall.elapsed();
@@ -221,36 +123,32 @@ fn us_between(scale: u32, start: Instant, t: Instant) -> u64 {
     t.saturating_duration_since(start).as_micros() as u64 / scale as u64
 }
 
-/// Builds the lockers of contenders `indices` (global indices) on `backend`.
+/// Builds the lockers of contenders `indices` (global indices) on the opened `engine`.
 pub async fn setup_contenders(
     cfg: &RunConfig,
-    entry: &'static AlgorithmEntry,
-    backend: &Backend,
+    algorithm: &'static Algorithm,
+    engine: &dyn OpenEngine,
     indices: std::ops::Range<usize>,
 ) -> anyhow::Result<Vec<(usize, Arc<dyn Locker>)>> {
     let skews = cfg.contender_skews();
-    let settings = AlgorithmSettings::of(cfg);
     let mut lockers = Vec::with_capacity(indices.len());
     for index in indices {
-        let skew = skews.get(index).copied().unwrap_or(0);
-        let (client, ctx) = backend
-            .contender(cfg, index, skew)
+        let spec = ContenderSpec {
+            index,
+            owner: RunConfig::owner_id(index),
+            seed: cfg.contender_seed(index),
+            skew_us: skews.get(index).copied().unwrap_or(0),
+        };
+        let locker = engine
+            .contender(algorithm, spec)
             .await
             .map_err(|e| anyhow!(e))
-            .with_context(|| format!("cannot connect contender {index}"))?;
-        let locker = (entry.build)(ContenderSetup {
-            index,
-            client,
-            ctx,
-            settings,
-        })
-        .await
-        .with_context(|| {
-            format!(
-                "cannot set up contender {index} of the {} algorithm",
-                entry.name
-            )
-        })?;
+            .with_context(|| {
+                format!(
+                    "cannot set up contender {index} of the {} algorithm",
+                    algorithm.name
+                )
+            })?;
         lockers.push((index, locker));
     }
     Ok(lockers)
@@ -324,7 +222,7 @@ pub async fn drive(
     // the measured window.
     let snapshot = tokio::spawn(async move {
         tokio::time::sleep_until(end).await;
-        counters.map(|c| c.counters())
+        counters.map(|read| read())
     });
 
     let mut grants = Vec::new();
@@ -352,33 +250,30 @@ pub async fn drive(
     })
 }
 
-/// Runs `entry` under `cfg` on the current runtime, every contender in this process.
+/// Runs `algorithm` under `cfg` on the current runtime, every contender in this process.
 pub async fn run_async(
     cfg: &RunConfig,
-    entry: &'static AlgorithmEntry,
+    algorithm: &'static Algorithm,
     progress: Option<&ProgressBar>,
 ) -> anyhow::Result<RunOutcome> {
     cfg.validate().map_err(|e| anyhow!(e))?;
-    let backend = Backend::open(cfg).await.map_err(|e| anyhow!(e))?;
-    let lockers = setup_contenders(cfg, entry, &backend, 0..cfg.threads).await?;
+    let namespace = crate::engines::fresh_namespace();
+    let engine = cfg
+        .backend
+        .open(cfg.engine_setup(&namespace))
+        .await
+        .map_err(|e| anyhow!(e))?;
+    let lockers = setup_contenders(cfg, algorithm, engine.as_ref(), 0..cfg.threads).await?;
     let start = Instant::now();
     let stamp = Stamp::Tokio {
         start,
         scale: cfg.time_scale(),
     };
-    let driven = drive(
-        cfg,
-        lockers,
-        start,
-        stamp,
-        backend.counters_handle(),
-        progress,
-    )
-    .await?;
+    let driven = drive(cfg, lockers, start, stamp, engine.counters(), progress).await?;
     let mut grants = driven.grants;
     grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
     Ok(RunOutcome {
-        algorithm: entry.name,
+        algorithm: algorithm.name,
         grants,
         contenders: driven.contenders,
         counters: driven.counters,

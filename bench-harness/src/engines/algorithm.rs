@@ -1,0 +1,171 @@
+//! What the harness knows about an algorithm, whatever engine runs it ([`Algorithm`]), what
+//! the algorithms read of a run ([`AlgorithmSettings`]), and an engine's registry entry
+//! ([`Entry`]): an algorithm and how to build one contender's locker from the engine's client.
+
+use lock_core::context::ClientContext;
+use lock_core::store::Consistency;
+use lock_core::{LockError, Locker};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One lock algorithm as reports and experiments see it (the same on every engine it runs
+/// on).
+#[derive(Debug)]
+pub struct Algorithm {
+    /// Short name, as `--algorithms` takes it.
+    pub name: &'static str,
+    /// One line for `bench-harness list` and the README.
+    pub summary: &'static str,
+    /// Reads `--time-source` to order its waiters (the skew experiment runs it per source).
+    pub uses_time_source: bool,
+    /// Reads `--poll-interval` (the poll-interval experiment runs it).
+    pub uses_poll_interval: bool,
+    /// The handoff the algorithm should achieve when someone waits, given the mean round trip
+    /// and the settings: reports divide the measured median gap by it.
+    pub ideal_handoff: Option<fn(Duration, &AlgorithmSettings) -> Duration>,
+    /// The ideal handoff in words, for reports ("" without one).
+    pub ideal_handoff_text: &'static str,
+}
+
+impl Algorithm {
+    /// An algorithm that reads neither the time source nor the poll interval and has no ideal
+    /// handoff (fill in the rest with struct update syntax).
+    pub const fn new(name: &'static str, summary: &'static str) -> Algorithm {
+        Algorithm {
+            name,
+            summary,
+            uses_time_source: false,
+            uses_poll_interval: false,
+            ideal_handoff: None,
+            ideal_handoff_text: "",
+        }
+    }
+}
+
+/// What a constructor returns: it may need to connect first, hence a future.
+pub type BuildFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn Locker>, LockError>> + Send>>;
+
+/// One algorithm on one engine: how to build a contender's locker from the engine's client
+/// type `C`, its context (owner id, clocks, TTL, consistency, time source, seed) and the run's
+/// settings.
+pub struct Entry<C> {
+    /// The algorithm.
+    pub algorithm: &'static Algorithm,
+    /// Builds one contender's locker.
+    pub build: fn(C, ClientContext, &AlgorithmSettings) -> BuildFuture,
+}
+
+impl<C> Entry<C> {
+    /// The entry of `algorithm` in `entries`.
+    pub fn find<'a>(entries: &'a [Entry<C>], algorithm: &Algorithm) -> Option<&'a Entry<C>> {
+        entries.iter().find(|e| e.algorithm.name == algorithm.name)
+    }
+
+    /// The algorithms of `entries`, in order.
+    pub fn algorithms(entries: &[Entry<C>]) -> Vec<&'static Algorithm> {
+        entries.iter().map(|e| e.algorithm).collect()
+    }
+}
+
+/// What the algorithms read of a run, in the model's time, with the time scale of the run's
+/// clock.
+///
+/// A constructor must pass every duration through [`AlgorithmSettings::scaled`] (and take
+/// every time constant of its algorithm from settings, not from a hard-coded default): in
+/// simulated time the tokio clock runs [`crate::config::SIMULATED_TIME_SCALE`] times slower
+/// than the model (see there why).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AlgorithmSettings {
+    /// The queue lock's (and other polling algorithms') wait between polls.
+    pub poll_interval: Duration,
+    /// The shadow lock's backoff.
+    pub backoff: BackoffPreset,
+    /// Tokio-clock time per unit of model time.
+    pub time_scale: u32,
+    /// Lease TTL, Redis expiry, ZooKeeper session timeout (model time).
+    pub ttl: Duration,
+    /// Consistency of every read and write of the Cassandra-model locks.
+    pub consistency: Consistency,
+    /// What orders the queue lock's waiters.
+    pub time_source: TimeSourceKind,
+}
+
+impl AlgorithmSettings {
+    /// A model duration on the tokio clock.
+    pub fn scaled(&self, d: Duration) -> Duration {
+        d * self.time_scale
+    }
+}
+
+/// `name()`, the name used on the command line and in result files, and a [`fmt::Display`]
+/// that writes it, for an enum of settings.
+macro_rules! named {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The name used on the command line and in result files.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+pub(crate) use named;
+
+/// What orders the queue lock's entries (SPEC 3.4).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeSourceKind {
+    /// Each contender's own (possibly skewed) clock.
+    Local,
+    /// A hybrid logical clock per contender over its skewed clock.
+    Hlc,
+    /// The thesis's replicated GlobalTime service (three service replicas updating every
+    /// 500 ms, with clocks skewed like the contenders').
+    Global,
+}
+
+named!(TimeSourceKind {
+    Local => "local",
+    Hlc => "hlc",
+    Global => "global",
+});
+
+/// The shadow lock's backoff preset (`lock_shadow::Backoff::preset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackoffPreset {
+    /// Thesis listing 4: 0–1000 ms after `AnotherThreadIsOwner`, 0–50·attempt ms after
+    /// `ConcurrentAttempt`.
+    Thesis,
+    /// The production successor: 0–50·⌊e^min(attempt,5)⌋ ms after `ConcurrentAttempt`.
+    Production,
+}
+
+named!(BackoffPreset {
+    Thesis => "thesis",
+    Production => "production",
+});

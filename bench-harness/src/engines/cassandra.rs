@@ -1,0 +1,306 @@
+//! The Cassandra engine: the Cassandra-model algorithms on a real Cassandra / ScyllaDB cluster
+//! through `lock_cassandra::CassandraStore` (the `scylla` driver), in wall time.
+//!
+//! Opening a run connects one driver session (an unreachable cluster fails here, naming the
+//! contact points and what was tried), creates the lock tables if missing
+//! ([`cell_model::TABLES`]) and starts the GlobalTime service when asked. Each contender gets a
+//! [`CassandraClient`] on that session whose row keys carry the run's namespace as a prefix —
+//! so runs never see each other's cells, nor an earlier run's tombstones — and whose requests
+//! are counted by the harness ([`CountingStore`]: one per `CellStore` call, i.e. per CQL
+//! request). Write timestamps come from the system clock plus the contender's skew.
+//!
+//! Options: `--nodes host:port[,…]` (or `LOCK_CASSANDRA_NODES`), `--keyspace` (or
+//! `LOCK_CASSANDRA_KEYSPACE`); the replication of a keyspace created here and the local
+//! datacenter come from `LOCK_CASSANDRA_REPLICATION` and `LOCK_CASSANDRA_LOCAL_DC` (see
+//! `lock-cassandra`).
+
+use super::algorithm::{AlgorithmSettings, Entry};
+use super::counting::{CountingStore, RequestCounter};
+use super::{
+    cell_model, given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
+    EngineSetup, OpenEngine,
+};
+use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use lock_cassandra::{CassandraClient, CassandraConfig, CassandraStore};
+use lock_core::time::{GlobalTimeService, LocalClock, PhysicalClock};
+use lock_core::Locker;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The engine.
+pub struct Cassandra;
+
+/// Default contact point.
+pub const DEFAULT_NODES: &str = "127.0.0.1:9042";
+
+type Client = CountingStore<CassandraClient>;
+
+/// The algorithms on Cassandra.
+static ALGORITHMS: [Entry<Client>; 3] = cell_model::entries();
+
+/// Its command-line options.
+#[derive(clap::Args, Debug, Clone)]
+#[group(id = "cassandra-options")]
+#[command(next_help_heading = "Cassandra (--backend cassandra)")]
+pub struct Args {
+    /// Cassandra/ScyllaDB contact points, host:port[,host:port...] [default: 127.0.0.1:9042].
+    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_CASSANDRA_NODES")]
+    pub nodes: Option<String>,
+    /// Cassandra keyspace of the lock tables (created if missing) [default: distributed_locks].
+    #[arg(long, env = "LOCK_CASSANDRA_KEYSPACE")]
+    pub keyspace: Option<String>,
+}
+
+/// Its options, as result files show them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// Contact points, `host:port` each (empty: [`DEFAULT_NODES`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// The keyspace of the lock tables (none: lock-cassandra's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyspace: Option<String>,
+}
+
+impl From<Options> for EngineOptions {
+    fn from(o: Options) -> EngineOptions {
+        EngineOptions::of(&o)
+    }
+}
+
+impl Options {
+    fn nodes(&self) -> Vec<String> {
+        if self.nodes.is_empty() {
+            vec![DEFAULT_NODES.to_string()]
+        } else {
+            self.nodes.clone()
+        }
+    }
+}
+
+/// The driver configuration of `o`: the contact points, the keyspace, and from the
+/// environment the replication of a keyspace created here and the local datacenter (see
+/// `lock_cassandra::config`).
+pub fn driver_config(o: &Options) -> Result<CassandraConfig, String> {
+    let nodes = o.nodes().join(",");
+    let from_env = CassandraConfig::from_vars(|name| {
+        if name == lock_cassandra::config::ENV_NODES {
+            Some(nodes.clone())
+        } else if name == lock_cassandra::config::ENV_KEYSPACE {
+            o.keyspace.clone().or_else(|| std::env::var(name).ok())
+        } else {
+            std::env::var(name).ok()
+        }
+    })
+    .map_err(|e| format!("invalid Cassandra settings: {}", e.0))?;
+    from_env.ok_or_else(|| "no Cassandra contact points (--nodes)".to_string())
+}
+
+impl Engine for Cassandra {
+    fn name(&self) -> &'static str {
+        "cassandra"
+    }
+
+    fn about(&self) -> String {
+        format!("--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default {DEFAULT_NODES}), --keyspace; wall time")
+    }
+
+    fn help_examples(&self) -> &'static str {
+        "
+  bench-harness --backend cassandra --nodes 10.0.0.1:9042,10.0.0.2:9042 --threads 16
+      shadow, queue and bakery on a real Cassandra/ScyllaDB cluster (wall time;
+      keyspace distributed_locks, created if missing; LOCK_CASSANDRA_NODES works too)
+  bench-harness --backend cassandra --nodes 127.0.0.1:9042 --processes 4 --threads 64
+      64 contenders spread over 4 worker processes of this program, one merged result"
+    }
+
+    fn in_process(&self) -> bool {
+        false
+    }
+
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
+    }
+
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        Args::augment_args(cmd)
+    }
+
+    fn is_configured(&self, m: &ArgMatches) -> bool {
+        given(m, "nodes")
+    }
+
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
+        let nodes = match a.nodes.as_deref().filter(|n| !n.trim().is_empty()) {
+            Some(n) => lock_cassandra::config::parse_nodes(n)
+                .map_err(|e| format!("--nodes {n}: {}", e.0))?,
+            None => Vec::new(),
+        };
+        let o = Options {
+            nodes,
+            keyspace: a.keyspace.filter(|k| !k.trim().is_empty()),
+        };
+        driver_config(&o)?;
+        Ok(o.into())
+    }
+
+    fn default_options(&self) -> EngineOptions {
+        Options::default().into()
+    }
+
+    fn address(&self, options: &EngineOptions) -> String {
+        options.get::<Options>().nodes().join(",")
+    }
+
+    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        let o: Options = options.get();
+        format!(
+            "cassandra at {} (keyspace {}), reads and writes at {}, TTL {}",
+            o.nodes().join(","),
+            driver_config(&o)
+                .map(|c| c.keyspace)
+                .unwrap_or_else(|_| "?".into()),
+            s.consistency,
+            crate::dist::format_duration(s.ttl),
+        )
+    }
+
+    fn counts_requests(&self) -> bool {
+        true
+    }
+
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+        Box::pin(async move {
+            let o: Options = setup.options.get();
+            let address = o.nodes().join(",");
+            let store = CassandraStore::connect(driver_config(&o)?)
+                .await
+                .map_err(|e| format!("cannot reach the cassandra backend at {address}: {e}"))?;
+            store
+                .ensure_tables(&cell_model::TABLES)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot create the lock tables on the cassandra backend at {address}: {e}"
+                    )
+                })?;
+            let counter = Arc::new(RequestCounter::default());
+            let prefix = format!("{}/", setup.namespace);
+            let client = |id: String| {
+                CountingStore::new(
+                    store.client(id).with_row_prefix(prefix.clone()),
+                    counter.clone(),
+                )
+            };
+            let s = setup.settings;
+            let probe = client("time-service-probe".into());
+            let service =
+                cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
+                    let c = client(format!("time-service-{i}"));
+                    (c, LocalClock::new(PhysicalClock::System, skew))
+                })
+                .await?;
+            counter.reset();
+            Ok(Box::new(Opened {
+                store,
+                counter,
+                prefix,
+                settings: s,
+                _time_service: service,
+            }) as Box<dyn OpenEngine>)
+        })
+    }
+}
+
+struct Opened {
+    store: CassandraStore,
+    counter: Arc<RequestCounter>,
+    prefix: String,
+    settings: AlgorithmSettings,
+    _time_service: Option<GlobalTimeService>,
+}
+
+impl OpenEngine for Opened {
+    fn contender<'a>(
+        &'a self,
+        algorithm: &'static Algorithm,
+        spec: ContenderSpec,
+    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
+        Box::pin(async move {
+            let s = &self.settings;
+            let entry = Entry::find(&ALGORITHMS, algorithm)
+                .ok_or_else(|| format!("{} does not run on cassandra", algorithm.name))?;
+            let client = CountingStore::new(
+                self.store
+                    .client(spec.owner.clone())
+                    .with_row_prefix(self.prefix.clone()),
+                self.counter.clone(),
+            );
+            let clock = LocalClock::new(PhysicalClock::System, spec.skew_us);
+            let ctx = cell_model::context(spec.owner, clock, spec.seed, s, || {
+                cell_model::global_time(client.clone(), s)
+            });
+            (entry.build)(client, ctx, s)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn counters(&self) -> Option<CounterHandle> {
+        let counter = self.counter.clone();
+        Some(Arc::new(move || counter.snapshot()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn connection_settings_belong_to_their_backend() {
+        let cli = crate::cli::Cli::try_parse_from([
+            "bench-harness",
+            "--backend",
+            "cassandra",
+            "--nodes",
+            "10.0.0.1:9042, 10.0.0.2",
+            "--keyspace",
+            "bench",
+            "--redis",
+            "redis://x/",
+            "--processes",
+            "2",
+            "--threads",
+            "4",
+        ])
+        .unwrap();
+        let cfg = cli.run.to_config().unwrap();
+        let o: Options = cfg.engine.get();
+        assert_eq!(o.nodes, ["10.0.0.1:9042", "10.0.0.2:9042"]);
+        assert_eq!(o.keyspace.as_deref(), Some("bench"));
+        let json = serde_json::to_string(&cfg).unwrap();
+        assert!(!json.contains("redis://x/"), "{json}");
+        assert_eq!(cfg.processes, 2);
+        assert_eq!(cfg.algorithms, ["shadow", "queue", "bakery"]);
+        // Another engine's run carries none of these settings.
+        let cli =
+            crate::cli::Cli::try_parse_from(["bench-harness", "--nodes", "10.0.0.1:9042"]).unwrap();
+        let json = serde_json::to_string(&cli.run.to_config().unwrap()).unwrap();
+        assert!(!json.contains("nodes"), "{json}");
+        let cli = crate::cli::Cli::try_parse_from([
+            "bench-harness",
+            "--backend",
+            "cassandra",
+            "--nodes",
+            "a:b:c",
+        ])
+        .unwrap();
+        assert!(cli.run.to_config().unwrap_err().contains("--nodes"));
+    }
+}

@@ -1,0 +1,236 @@
+//! What the Cassandra-model engines (the embedded store and a real cluster) share: the
+//! algorithms written against [`CellStore`] — shadow, queue, bakery — as registry entries for
+//! any store type, the contenders' context (time source, TTL, consistency), the GlobalTime
+//! service, and the tables the algorithms write.
+//!
+//! An algorithm written against `CellStore` runs on both engines by one entry in
+//! [`entries`]; it is then listed by both, measured by both, and compared in the engines
+//! comparison on both.
+
+use super::algorithm::{Algorithm, AlgorithmSettings, BuildFuture, Entry};
+use super::TimeSourceKind;
+use lock_core::context::ClientContext;
+use lock_core::store::CellStore;
+use lock_core::time::{GlobalTime, GlobalTimeService, HybridClock, LocalClock, SharedTimeSource};
+use lock_core::{LockError, Locker};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every table the Cassandra-model algorithms use, created before a run on a real cluster so
+/// that no contender pays for a schema change inside its timed section.
+pub const TABLES: [&str; 8] = [
+    "shadow_lock_main",
+    "shadow_lock_shadow",
+    "queue_lock_main",
+    "queue_lock_queue",
+    "lock_fence",
+    "time_service",
+    lock_bakery::CHOOSING_TABLE,
+    lock_bakery::NUMBERS_TABLE,
+];
+
+/// Number of replicas of the GlobalTime service when `--time-source global`.
+pub const TIME_SERVICE_REPLICAS: usize = 3;
+
+/// The 2012 shadow-table lock.
+pub static SHADOW: Algorithm = Algorithm::new(
+    "shadow",
+    "2012 shadow-table lock with randomized backoff (thesis listings 3-4)",
+);
+
+/// The thesis's queue lock.
+pub static QUEUE: Algorithm = Algorithm {
+    uses_time_source: true,
+    uses_poll_interval: true,
+    ideal_handoff: Some(queue_ideal_handoff),
+    ideal_handoff_text: "3 round trips + half the poll interval",
+    ..Algorithm::new(
+        "queue",
+        "timestamp-ordered queue lock (thesis section 5, listings 5-7)",
+    )
+};
+
+/// Lamport's bakery on two column families (seed 002).
+pub static BAKERY: Algorithm = Algorithm {
+    uses_poll_interval: true,
+    ideal_handoff: Some(bakery_ideal_handoff),
+    ideal_handoff_text: "1 round trip + half the poll interval",
+    ..Algorithm::new(
+        "bakery",
+        "Lamport's bakery on Choosing/Numbers column families (seed 002)",
+    )
+};
+
+/// The Cassandra-model algorithms on store type `S`, in the order they run.
+pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 3] {
+    [
+        Entry {
+            algorithm: &SHADOW,
+            build: build_shadow::<S>,
+        },
+        Entry {
+            algorithm: &QUEUE,
+            build: build_queue::<S>,
+        },
+        Entry {
+            algorithm: &BAKERY,
+            build: build_bakery::<S>,
+        },
+    ]
+}
+
+/// The queue lock's ideal handoff when a waiter is next: it notices the release after half a
+/// poll interval on average, then reads the queue head, writes the main row and reads it back
+/// (three round trips).
+pub fn queue_ideal_handoff(round_trip: Duration, s: &AlgorithmSettings) -> Duration {
+    round_trip * 3 + s.poll_interval / 2
+}
+
+/// The bakery lock's ideal handoff when a waiter is next: it notices the release after half a
+/// poll interval on average, in one read of the `Numbers` row.
+pub fn bakery_ideal_handoff(round_trip: Duration, s: &AlgorithmSettings) -> Duration {
+    round_trip + s.poll_interval / 2
+}
+
+/// A contender's context on a cell store: owner, clock and seed, with the run's TTL and
+/// consistency (on the tokio clock's scale) and the time source that orders queue entries;
+/// `global` makes a reader of the GlobalTime service when that is the source.
+pub fn context(
+    owner: String,
+    clock: LocalClock,
+    seed: u64,
+    s: &AlgorithmSettings,
+    global: impl FnOnce() -> SharedTimeSource,
+) -> ClientContext {
+    let ctx = ClientContext::new(owner, clock, seed)
+        .with_ttl(s.scaled(s.ttl))
+        .with_consistency(s.consistency);
+    match s.time_source {
+        TimeSourceKind::Local => ctx,
+        TimeSourceKind::Hlc => ctx.with_time(Arc::new(HybridClock::new(clock))),
+        TimeSourceKind::Global => ctx.with_time(global()),
+    }
+}
+
+/// A reader of the GlobalTime cell through `store`.
+pub fn global_time<S: CellStore + Clone + 'static>(
+    store: S,
+    s: &AlgorithmSettings,
+) -> SharedTimeSource {
+    Arc::new(GlobalTime::new(store, s.consistency))
+}
+
+/// Starts the GlobalTime service when the settings ask for it and waits for its first value,
+/// read through `probe`. `replica(i, skew_us)` makes replica `i`'s store handle and clock
+/// (skewed by `skew_us` of the model).
+pub async fn start_time_service<S>(
+    s: &AlgorithmSettings,
+    service_skews: &[i64],
+    probe: &S,
+    replica: impl Fn(usize, i64) -> (S, LocalClock),
+) -> Result<Option<GlobalTimeService>, String>
+where
+    S: CellStore + Clone,
+{
+    if s.time_source != TimeSourceKind::Global {
+        return Ok(None);
+    }
+    let replicas = service_skews
+        .iter()
+        .enumerate()
+        .map(|(i, &skew)| replica(i, skew))
+        .collect();
+    let service = GlobalTimeService::start(
+        replicas,
+        s.scaled(GlobalTimeService::DEFAULT_PERIOD),
+        s.consistency,
+    );
+    // The first updates need a read and a write; wait until the cell exists.
+    let reader = GlobalTime::new(probe.clone(), s.consistency);
+    let mut waited = Duration::ZERO;
+    let step = s.scaled(Duration::from_millis(5));
+    while !matches!(reader.read().await, Ok(Some(_))) {
+        if waited > s.scaled(Duration::from_secs(5)) {
+            return Err("the GlobalTime service wrote no value within 5 s".into());
+        }
+        tokio::time::sleep(step).await;
+        waited += step;
+    }
+    Ok(Some(service))
+}
+
+fn build_shadow<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> BuildFuture {
+    let s = *s;
+    Box::pin(async move {
+        let mut backoff = lock_shadow::Backoff::preset(s.backoff.name()).ok_or_else(|| {
+            LockError::Config(format!("unknown backoff preset {}", s.backoff.name()))
+        })?;
+        backoff.owner_max = s.scaled(backoff.owner_max);
+        backoff.concurrent_step = s.scaled(backoff.concurrent_step);
+        let config = lock_shadow::ShadowConfig {
+            backoff,
+            ..lock_shadow::ShadowConfig::default()
+        };
+        Ok(Arc::new(lock_shadow::ShadowLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
+    })
+}
+
+fn build_queue<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> BuildFuture {
+    #[allow(clippy::needless_update)]
+    let config = lock_queue::QueueConfig {
+        poll_interval: s.scaled(s.poll_interval),
+        ..lock_queue::QueueConfig::default()
+    };
+    Box::pin(async move {
+        Ok(Arc::new(lock_queue::QueueLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
+    })
+}
+
+fn build_bakery<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> BuildFuture {
+    #[allow(clippy::needless_update)]
+    let config = lock_bakery::BakeryConfig {
+        poll_interval: s.scaled(s.poll_interval),
+        ..lock_bakery::BakeryConfig::default()
+    };
+    Box::pin(async move {
+        Ok(Arc::new(lock_bakery::BakeryLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::BackoffPreset;
+
+    #[test]
+    fn queue_ideal_handoff_is_three_round_trips_and_half_a_poll() {
+        let s = AlgorithmSettings {
+            poll_interval: Duration::from_millis(20),
+            backoff: BackoffPreset::Thesis,
+            time_scale: 1,
+            ttl: Duration::from_secs(10),
+            consistency: lock_core::store::Consistency::Quorum,
+            time_source: TimeSourceKind::Local,
+        };
+        assert_eq!(
+            queue_ideal_handoff(Duration::from_millis(1), &s),
+            Duration::from_millis(13)
+        );
+        assert_eq!(
+            bakery_ideal_handoff(Duration::from_millis(1), &s),
+            Duration::from_millis(11)
+        );
+    }
+}

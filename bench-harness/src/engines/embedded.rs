@@ -1,0 +1,355 @@
+//! The embedded engine: `lock-core`'s in-process Cassandra-model store, nothing to start.
+//!
+//! Each algorithm's run opens a fresh [`EmbeddedStore`] with the run's seed (and the GlobalTime
+//! service when asked); each contender gets a client handle of its own, with its clock skew.
+//! The store counts every request itself. It runs in simulated time (the default: a paused
+//! tokio clock, dilated by the run's time scale) or in wall time.
+//!
+//! Options: `--latency FIXED+JITTER` (the round trip to one replica), `--replicas`, and
+//! `--gc-grace` (how long tombstones stay before they may be purged).
+
+use super::algorithm::{AlgorithmSettings, Entry};
+use super::{
+    cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
+    EngineSetup, OpenEngine,
+};
+use crate::dist::{format_duration, parse_duration, serde_duration};
+use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel};
+use lock_core::time::GlobalTimeService;
+use lock_core::Locker;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The engine.
+pub struct Embedded;
+
+/// The algorithms on the embedded store.
+static ALGORITHMS: [Entry<EmbeddedClient>; 3] = cell_model::entries();
+
+/// Its command-line options.
+#[derive(clap::Args, Debug, Clone)]
+#[group(id = "embedded-options")]
+#[command(next_help_heading = "Embedded store (--backend embedded)")]
+pub struct Args {
+    /// Embedded store: round trip to one replica, FIXED[+JITTER] (uniform jitter).
+    #[arg(long, value_name = "FIXED+JITTER", default_value = "800us+400us")]
+    pub latency: Latency,
+    /// Embedded store: number of replicas.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    pub replicas: u32,
+    /// Embedded store: how long tombstones stay before they may be purged [default: 100 round
+    /// trips, at least 100ms].
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+    pub gc_grace: Option<Duration>,
+}
+
+/// Its options, as result files show them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// Round trip to one store replica.
+    pub latency: Latency,
+    /// Store replicas.
+    pub replicas: usize,
+    /// How long tombstones stay before the store may purge them.
+    #[serde(with = "serde_duration")]
+    pub gc_grace: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            latency: Latency::LAN,
+            replicas: 3,
+            gc_grace: auto_gc_grace(&Latency::LAN),
+        }
+    }
+}
+
+impl From<Options> for EngineOptions {
+    fn from(o: Options) -> EngineOptions {
+        EngineOptions::of(&o)
+    }
+}
+
+/// Least tombstone grace of the store in benchmarks (see [`auto_gc_grace`]).
+pub const MIN_GC_GRACE: Duration = Duration::from_millis(100);
+
+/// The default tombstone grace for a latency model: 100 times the longest round trip, and at
+/// least [`MIN_GC_GRACE`]. Far longer than any message is in flight, so a purged tombstone can
+/// never let a late write resurrect its cell; far shorter than Cassandra's 10 days, which
+/// would make every read of a queue row scan every tombstone of the run (a cost in simulation
+/// time only: the store's latency does not depend on it).
+pub fn auto_gc_grace(latency: &Latency) -> Duration {
+    ((latency.fixed + latency.jitter) * 100).max(MIN_GC_GRACE)
+}
+
+impl Engine for Embedded {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn about(&self) -> String {
+        "in this process; simulated time (default) or --clock wall".into()
+    }
+
+    fn help_notes(&self) -> &'static str {
+        "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
+         writes at QUORUM, and a round trip to one replica of 800us plus a uniform 0-400us of jitter\n\
+         (--latency 800us+400us, mean 1 ms), drawn per replica and request; a QUORUM request completes\n\
+         when 2 replicas answered. In simulated time (the default) every delay is a tokio sleep on a\n\
+         paused clock: a 60 s run takes seconds and the same --seed gives byte-identical results."
+    }
+
+    fn in_process(&self) -> bool {
+        true
+    }
+
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
+    }
+
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        Args::augment_args(cmd)
+    }
+
+    fn is_configured(&self, _m: &ArgMatches) -> bool {
+        true
+    }
+
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
+        Ok(Options {
+            latency: a.latency,
+            replicas: a.replicas as usize,
+            gc_grace: a.gc_grace.unwrap_or_else(|| auto_gc_grace(&a.latency)),
+        }
+        .into())
+    }
+
+    fn default_options(&self) -> EngineOptions {
+        Options::default().into()
+    }
+
+    fn address(&self, _options: &EngineOptions) -> String {
+        "in this process".into()
+    }
+
+    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        let o: Options = options.get();
+        format!(
+            "embedded store: {} replica{} at {}, round trip {} (mean {}), tombstones purged after {}",
+            o.replicas,
+            if o.replicas == 1 { "" } else { "s" },
+            s.consistency,
+            o.latency,
+            format_duration(o.latency.mean_round_trip()),
+            format_duration(o.gc_grace),
+        )
+    }
+
+    fn modelled_round_trip(&self, options: &EngineOptions) -> Option<Duration> {
+        Some(options.get::<Options>().latency.mean_round_trip())
+    }
+
+    fn counts_requests(&self) -> bool {
+        true
+    }
+
+    fn comparison_note(&self, options: &EngineOptions) -> Option<String> {
+        let o: Options = options.get();
+        Some(format!(
+            "The embedded store keeps its model ({} replicas, round trip {}) but runs on real timers here, \
+             which round every delay up to the next millisecond: its latencies are those of the model with \
+             1-2 ms round trips, not of a network.",
+            o.replicas, o.latency
+        ))
+    }
+
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+        Box::pin(async move {
+            let o: Options = setup.options.get();
+            let s = setup.settings;
+            let store = open_store(&o, setup.seed, &s);
+            let scale = s.time_scale as i64;
+            let probe = store.client("time-service-probe");
+            let service =
+                cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
+                    let client = store
+                        .client(format!("time-service-{i}"))
+                        .with_skew(skew * scale);
+                    let clock = client.clock();
+                    (client, clock)
+                })
+                .await?;
+            store.reset_counters();
+            Ok(Box::new(Opened {
+                store,
+                settings: s,
+                _time_service: service,
+            }) as Box<dyn OpenEngine>)
+        })
+    }
+}
+
+fn open_store(o: &Options, seed: u64, s: &AlgorithmSettings) -> EmbeddedStore {
+    EmbeddedStore::new(EmbeddedConfig {
+        replicas: o.replicas,
+        latency: LatencyModel::new(s.scaled(o.latency.fixed), s.scaled(o.latency.jitter)),
+        seed,
+        request_timeout: s.scaled(EmbeddedConfig::DEFAULT_REQUEST_TIMEOUT),
+        gc_grace: s.scaled(o.gc_grace),
+    })
+}
+
+struct Opened {
+    store: EmbeddedStore,
+    settings: AlgorithmSettings,
+    _time_service: Option<GlobalTimeService>,
+}
+
+impl OpenEngine for Opened {
+    fn contender<'a>(
+        &'a self,
+        algorithm: &'static Algorithm,
+        spec: ContenderSpec,
+    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
+        Box::pin(async move {
+            let s = &self.settings;
+            let entry = Entry::find(&ALGORITHMS, algorithm)
+                .ok_or_else(|| format!("{} does not run on the embedded store", algorithm.name))?;
+            let client = self
+                .store
+                .client(spec.owner.clone())
+                .with_skew(spec.skew_us * s.time_scale as i64);
+            let clock = client.clock();
+            let ctx = cell_model::context(spec.owner, clock, spec.seed, s, || {
+                cell_model::global_time(client.clone(), s)
+            });
+            (entry.build)(client, ctx, s)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn counters(&self) -> Option<CounterHandle> {
+        let store = self.store.clone();
+        Some(Arc::new(move || store.counters()))
+    }
+}
+
+/// The store's round trip to one replica: `fixed` plus a uniform `[0, jitter]`. Written
+/// `FIXED+JITTER` (`800us+400us`), `FIXED` alone, or `0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latency {
+    /// Part of every round trip.
+    pub fixed: Duration,
+    /// Upper bound of the uniform extra part.
+    pub jitter: Duration,
+}
+
+impl Latency {
+    /// No latency at all.
+    pub const ZERO: Latency = Latency {
+        fixed: Duration::ZERO,
+        jitter: Duration::ZERO,
+    };
+    /// The default: a LAN cluster, 800 µs + up to 400 µs, i.e. about 1 ms per round trip.
+    pub const LAN: Latency = Latency {
+        fixed: Duration::from_micros(800),
+        jitter: Duration::from_micros(400),
+    };
+
+    /// The mean round trip to one replica: `fixed + jitter / 2`. Handoff gaps are divided by
+    /// it to express them in round trips.
+    pub fn mean_round_trip(&self) -> Duration {
+        self.fixed + self.jitter / 2
+    }
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency::LAN
+    }
+}
+
+impl fmt::Display for Latency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.jitter.is_zero() {
+            f.write_str(&format_duration(self.fixed))
+        } else {
+            write!(
+                f,
+                "{}+{}",
+                format_duration(self.fixed),
+                format_duration(self.jitter)
+            )
+        }
+    }
+}
+
+impl FromStr for Latency {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (fixed, jitter) = match s.split_once('+') {
+            Some((f, j)) => (parse_duration(f)?, parse_duration(j)?),
+            None => (parse_duration(s)?, Duration::ZERO),
+        };
+        Ok(Latency { fixed, jitter })
+    }
+}
+
+impl Serialize for Latency {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Latency {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_parses_and_has_a_mean() {
+        let l: Latency = "800us+400us".parse().unwrap();
+        assert_eq!(l, Latency::LAN);
+        assert_eq!(l.mean_round_trip(), Duration::from_millis(1));
+        assert_eq!(l.to_string(), "800us+400us");
+        assert_eq!("0".parse::<Latency>().unwrap(), Latency::ZERO);
+        assert_eq!("2ms".parse::<Latency>().unwrap().to_string(), "2ms");
+    }
+
+    #[test]
+    fn the_tombstone_grace_follows_the_latency_model() {
+        assert_eq!(auto_gc_grace(&Latency::LAN), Duration::from_millis(120));
+        assert_eq!(auto_gc_grace(&Latency::ZERO), MIN_GC_GRACE);
+    }
+
+    #[test]
+    fn options_round_trip_through_engine_options() {
+        let o = Options {
+            latency: Latency::ZERO,
+            replicas: 1,
+            gc_grace: Duration::ZERO,
+        };
+        let erased: EngineOptions = o.clone().into();
+        assert_eq!(erased.get::<Options>(), o);
+        let json = serde_json::to_string(&erased).unwrap();
+        assert_eq!(json, r#"{"gc_grace":"0s","latency":"0s","replicas":1}"#);
+    }
+}

@@ -1,0 +1,532 @@
+//! Engines: where the locks live, one module each.
+//!
+//! An engine is everything the harness needs to know about one kind of store: its command-line
+//! options and their defaults, how it is opened and probed (a clear error naming its address
+//! when it cannot be reached), what each contender gets, whether and how its requests are
+//! counted, the namespace that keeps one run's data apart from another's, and the algorithms
+//! that run on it. The rest of the harness talks to engines only through the [`Engine`] and
+//! [`OpenEngine`] traits; nothing outside this folder names a particular engine.
+//!
+//! | module | engine | algorithms |
+//! |---|---|---|
+//! | [`embedded`] | the in-process Cassandra-model store of `lock-core` (simulated or wall time) | shadow, queue, bakery |
+//! | [`cassandra`] | a Cassandra / ScyllaDB cluster through `lock-cassandra` | shadow, queue, bakery |
+//! | [`redis`] | a `redis-server` | jedis, redis-token |
+//! | [`zookeeper`] | a ZooKeeper server | zookeeper |
+//!
+//! [`cell_model`] holds what the two Cassandra-model engines share: the algorithms written
+//! against `lock_core::store::CellStore`, the GlobalTime service, the lock tables.
+//!
+//! **Adding an engine** is a module implementing [`Engine`] and one line in [`ENGINES`].
+//! **Adding an algorithm** to an engine is one [`Entry`] in that engine's list (and its
+//! [`Algorithm`] description, shared by every engine it runs on). See the crate's README for
+//! both, with examples that compile.
+
+pub mod algorithm;
+pub mod cassandra;
+pub mod cell_model;
+pub mod counting;
+pub mod embedded;
+pub mod redis;
+pub mod zookeeper;
+
+pub use algorithm::{
+    Algorithm, AlgorithmSettings, BackoffPreset, BuildFuture, Entry, TimeSourceKind,
+};
+
+use clap::ArgMatches;
+use lock_core::embedded::StoreCounters;
+use lock_core::Locker;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every engine, in the order `list` shows them and the engines comparison runs them. The
+/// first is the default of `--backend`.
+pub static ENGINES: &[&dyn Engine] = &[
+    &embedded::Embedded,
+    &cassandra::Cassandra,
+    &redis::Redis,
+    &zookeeper::Zookeeper,
+];
+
+/// A boxed future, for the object-safe async methods of the engine traits.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One kind of store the locks can live in.
+pub trait Engine: Send + Sync + 'static {
+    /// The name `--backend` takes and result files carry.
+    fn name(&self) -> &'static str;
+
+    /// One line for `bench-harness list`: what it is and how to point at it.
+    fn about(&self) -> String;
+
+    /// Example command lines for `--help`, each on its own line starting with a newline and
+    /// two spaces (an explanation may follow, indented by six).
+    fn help_examples(&self) -> &'static str {
+        ""
+    }
+
+    /// A paragraph for `--help` on what the engine is and how it behaves ("" for none).
+    fn help_notes(&self) -> &'static str {
+        ""
+    }
+
+    /// True for an engine inside this process: it runs in simulated time (its default) or
+    /// wall time, and cannot be shared by worker processes. Servers outside the process run
+    /// in wall time only and can be shared (`--processes`).
+    fn in_process(&self) -> bool;
+
+    /// The algorithms that run on it, in the order they run and appear in tables.
+    fn algorithms(&self) -> Vec<&'static Algorithm>;
+
+    /// Adds its command-line options (a clap `Args` struct of its own) to `cmd`.
+    fn add_args(&self, cmd: clap::Command) -> clap::Command;
+
+    /// True when the command line or the environment points at this engine (an in-process
+    /// engine always is): the engines comparison includes such engines by default.
+    fn is_configured(&self, m: &ArgMatches) -> bool;
+
+    /// Its options as given on the command line (defaults filled in), checked: an invalid
+    /// address or setting is a usage error naming the option.
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String>;
+
+    /// Its options when none are given.
+    fn default_options(&self) -> EngineOptions;
+
+    /// Where it is, for messages: contact points, URL, hosts (passwords redacted).
+    fn address(&self, options: &EngineOptions) -> String;
+
+    /// The store and its settings, for the line that describes a run (e.g. "embedded store:
+    /// 3 replicas at QUORUM, round trip 800us+400us (mean 1ms)").
+    fn describe(&self, options: &EngineOptions, settings: &AlgorithmSettings) -> String;
+
+    /// The mean round trip of the engine's latency model, when the harness knows it (only a
+    /// model does): the unit of handoff gaps in round trips and of ideal handoffs.
+    fn modelled_round_trip(&self, _options: &EngineOptions) -> Option<Duration> {
+        None
+    }
+
+    /// True when it counts the requests its contenders send (store load per grant).
+    fn counts_requests(&self) -> bool;
+
+    /// The options as they may be written into result files (a password in an address
+    /// replaced by `***`).
+    fn redacted(&self, options: &EngineOptions) -> EngineOptions {
+        options.clone()
+    }
+
+    /// A caveat for the engines comparison's README, if its wall-time figures need one.
+    fn comparison_note(&self, _options: &EngineOptions) -> Option<String> {
+        None
+    }
+
+    /// Opens the engine for one algorithm's run: probes the server (an unreachable one fails
+    /// here, once, naming its address and what was tried), prepares what every contender
+    /// shares, and starts the services the run needs. Call inside the run's tokio runtime.
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>>;
+}
+
+/// An engine opened for one algorithm's run.
+pub trait OpenEngine: Send + Sync {
+    /// Builds contender `spec`'s locker of `algorithm` (connecting its own connection or
+    /// session where the engine gives each contender one).
+    fn contender<'a>(
+        &'a self,
+        algorithm: &'static Algorithm,
+        spec: ContenderSpec,
+    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>>;
+
+    /// Reads the request counters later (from another task), when the engine counts.
+    fn counters(&self) -> Option<CounterHandle>;
+}
+
+/// What [`Engine::open`] needs to know of the run.
+#[derive(Debug, Clone)]
+pub struct EngineSetup<'a> {
+    /// The engine's own options.
+    pub options: &'a EngineOptions,
+    /// The run's namespace on a server (a row-key prefix, key prefix or znode root), shared by
+    /// the worker processes of one run.
+    pub namespace: &'a str,
+    /// Seed of the engine's own random choices (the embedded store's latencies).
+    pub seed: u64,
+    /// What the algorithms read (TTL, consistency, time source, poll interval, …), with the
+    /// time scale of the run's clock.
+    pub settings: AlgorithmSettings,
+    /// Clock skews of the GlobalTime service's replicas, in model microseconds.
+    pub service_skews: Vec<i64>,
+}
+
+/// One contender, as an engine sees it.
+#[derive(Debug, Clone)]
+pub struct ContenderSpec {
+    /// Global contender index, from 0.
+    pub index: usize,
+    /// Its owner id.
+    pub owner: String,
+    /// Seed of its random choices (backoff).
+    pub seed: u64,
+    /// Its clock skew in model microseconds.
+    pub skew_us: i64,
+}
+
+/// Reads an engine's request counters.
+pub type CounterHandle = Arc<dyn Fn() -> StoreCounters + Send + Sync>;
+
+/// A reference to a registered engine: `Copy`, compared by name, written as its name in
+/// result files and read back by looking the name up in [`ENGINES`].
+#[derive(Clone, Copy)]
+pub struct EngineRef(&'static dyn Engine);
+
+impl EngineRef {
+    /// The engine called `name`.
+    pub fn find(name: &str) -> Option<EngineRef> {
+        ENGINES
+            .iter()
+            .find(|e| e.name() == name)
+            .map(|e| EngineRef(*e))
+    }
+
+    /// The default engine: the first of [`ENGINES`].
+    pub fn default_engine() -> EngineRef {
+        EngineRef(ENGINES[0])
+    }
+
+    /// Every engine.
+    pub fn all() -> impl Iterator<Item = EngineRef> {
+        ENGINES.iter().map(|e| EngineRef(*e))
+    }
+
+    /// The algorithm called `name` on this engine.
+    pub fn algorithm(self, name: &str) -> Option<&'static Algorithm> {
+        self.algorithms().into_iter().find(|a| a.name == name)
+    }
+
+    /// The names of its algorithms, in order.
+    pub fn algorithm_names(self) -> Vec<&'static str> {
+        self.algorithms().iter().map(|a| a.name).collect()
+    }
+}
+
+impl std::ops::Deref for EngineRef {
+    type Target = dyn Engine;
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl PartialEq for EngineRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl Eq for EngineRef {}
+
+impl fmt::Debug for EngineRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl fmt::Display for EngineRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl Default for EngineRef {
+    fn default() -> Self {
+        EngineRef::default_engine()
+    }
+}
+
+impl Serialize for EngineRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for EngineRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        EngineRef::find(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown engine '{name}' (known: {})",
+                names().join(", ")
+            ))
+        })
+    }
+}
+
+/// The names of every engine, in order.
+pub fn names() -> Vec<&'static str> {
+    ENGINES.iter().map(|e| e.name()).collect()
+}
+
+/// `--backend`'s parser: one of [`names`], as an [`EngineRef`].
+pub fn parse_engine(s: &str) -> Result<EngineRef, String> {
+    EngineRef::find(s.trim()).ok_or_else(|| {
+        format!(
+            "unknown backend '{}' (known: {})",
+            s.trim(),
+            names().join(", ")
+        )
+    })
+}
+
+/// An engine's options, type-erased: each engine serializes its own options struct into it
+/// and reads it back ([`EngineOptions::of`], [`EngineOptions::get`]). In result files they
+/// stand beside the run's other settings (the field is flattened), so a file says exactly
+/// what produced it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EngineOptions(serde_json::Map<String, serde_json::Value>);
+
+impl EngineOptions {
+    /// The options `value` (an engine's own serde struct).
+    pub fn of<T: Serialize>(value: &T) -> EngineOptions {
+        match serde_json::to_value(value) {
+            Ok(serde_json::Value::Object(map)) => EngineOptions(map),
+            _ => EngineOptions::default(),
+        }
+    }
+
+    /// The options as the engine's own struct; fields missing take their serde defaults.
+    pub fn get<T: DeserializeOwned + Default>(&self) -> T {
+        serde_json::from_value(serde_json::Value::Object(self.0.clone())).unwrap_or_default()
+    }
+
+    /// The options with `value` merged over them (tests and experiments that change one
+    /// engine setting).
+    pub fn with<T: Serialize>(mut self, value: &T) -> EngineOptions {
+        self.0.extend(EngineOptions::of(value).0);
+        self
+    }
+}
+
+/// Every engine's command-line options, flattened into a command: each engine adds its own
+/// flags ([`Engine::add_args`]); the matches are kept so that only the chosen engine's
+/// options are read and checked ([`EngineArgs::options`]).
+#[derive(Debug, Clone, Default)]
+pub struct EngineArgs {
+    matches: ArgMatches,
+}
+
+impl EngineArgs {
+    /// The options of `engine` from these arguments.
+    pub fn options(&self, engine: EngineRef) -> Result<EngineOptions, String> {
+        engine.options(&self.matches)
+    }
+
+    /// True when these arguments (or the environment) point at `engine`.
+    pub fn is_configured(&self, engine: EngineRef) -> bool {
+        engine.is_configured(&self.matches)
+    }
+}
+
+impl clap::FromArgMatches for EngineArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(EngineArgs { matches: m.clone() })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        self.matches = m.clone();
+        Ok(())
+    }
+}
+
+impl clap::Args for EngineArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        ENGINES.iter().fold(cmd, |cmd, e| e.add_args(cmd))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// True when option `id` was given on the command line or in the environment (not left at a
+/// default).
+pub fn given(m: &ArgMatches, id: &str) -> bool {
+    matches!(
+        m.value_source(id),
+        Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
+    )
+}
+
+/// A namespace no other run uses: the system time in microseconds and the process id.
+pub fn fresh_namespace() -> String {
+    format!(
+        "bh{}p{}",
+        lock_core::time::PhysicalClock::System.now_micros(),
+        std::process::id()
+    )
+}
+
+/// `scheme://user:password@host…` with the credentials replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The lines of `bench-harness list`: every engine, what it is, and its algorithms.
+pub fn list() -> String {
+    let mut out =
+        String::from("algorithms per backend (--backend B, then --algorithms among its own):\n");
+    for e in ENGINES {
+        out.push_str(&format!("{}: {}\n", e.name(), e.about()));
+        for a in e.algorithms() {
+            out.push_str(&format!("  {:<12} {}\n", a.name, a.summary));
+        }
+    }
+    out
+}
+
+/// Every algorithm name on any engine, once, in engine and registry order.
+pub fn algorithm_names() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for e in ENGINES {
+        for a in e.algorithms() {
+            if !out.contains(&a.name) {
+                out.push(a.name);
+            }
+        }
+    }
+    out
+}
+
+/// True when some engine runs an algorithm called `name`.
+pub fn is_known_algorithm(name: &str) -> bool {
+    algorithm_names().contains(&name)
+}
+
+/// Resolves `--algorithms` on `engine` (empty: every algorithm of the engine), keeping the
+/// engine's order and dropping repeats. An algorithm that does not run on `engine` is an error
+/// that lists the ones that do.
+pub fn resolve(names: &[String], engine: EngineRef) -> Result<Vec<&'static Algorithm>, String> {
+    let available = engine.algorithms();
+    if names.is_empty() {
+        if available.is_empty() {
+            return Err(format!(
+                "no registered algorithm runs on the {engine} backend"
+            ));
+        }
+        return Ok(available);
+    }
+    for name in names {
+        if engine.algorithm(name).is_none() {
+            return Err(not_on(name, engine));
+        }
+    }
+    Ok(available
+        .into_iter()
+        .filter(|a| names.iter().any(|n| n == a.name))
+        .collect())
+}
+
+fn not_on(name: &str, engine: EngineRef) -> String {
+    let elsewhere: Vec<&str> = ENGINES
+        .iter()
+        .filter(|e| e.algorithms().iter().any(|a| a.name == name))
+        .map(|e| e.name())
+        .collect();
+    let why = if elsewhere.is_empty() {
+        format!(
+            "unknown algorithm '{name}' (known: {})",
+            algorithm_names().join(", ")
+        )
+    } else {
+        format!(
+            "algorithm '{name}' does not run on the {engine} backend (it runs on: {})",
+            elsewhere.join(", ")
+        )
+    };
+    format!(
+        "{why}; available on --backend {engine}: {}",
+        engine.algorithm_names().join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_names_and_algorithms_are_unique() {
+        let names = names();
+        for (i, n) in names.iter().enumerate() {
+            assert!(!names[..i].contains(n), "engine {n} twice");
+        }
+        for e in EngineRef::all() {
+            let algs = e.algorithm_names();
+            for (i, a) in algs.iter().enumerate() {
+                assert!(!algs[..i].contains(a), "{a} twice on {e}");
+            }
+            assert_eq!(EngineRef::find(e.name()), Some(e));
+        }
+        assert_eq!(EngineRef::default_engine(), EngineRef(ENGINES[0]));
+        assert!(is_known_algorithm("queue") && !is_known_algorithm("paxos"));
+    }
+
+    #[test]
+    fn engine_refs_round_trip_through_json() {
+        for e in EngineRef::all() {
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(json, format!("\"{}\"", e.name()));
+            assert_eq!(serde_json::from_str::<EngineRef>(&json).unwrap(), e);
+        }
+        let err = serde_json::from_str::<EngineRef>("\"mongo\"").unwrap_err();
+        assert!(err.to_string().contains("unknown engine 'mongo'"), "{err}");
+    }
+
+    #[test]
+    fn resolve_keeps_engine_order_and_explains_refusals() {
+        let e = EngineRef::default_engine();
+        let all = e.algorithm_names();
+        let picked = resolve(&[all[1].into(), all[0].into(), all[1].into()], e).unwrap();
+        assert_eq!(picked.iter().map(|a| a.name).collect::<Vec<_>>(), all[..2]);
+        assert_eq!(resolve(&[], e).unwrap().len(), all.len());
+        let err = resolve(&["paxos".into()], e).unwrap_err();
+        assert!(
+            err.contains("unknown algorithm 'paxos'") && err.contains(all[0]),
+            "{err}"
+        );
+        // An algorithm of another engine names where it runs.
+        for other in EngineRef::all() {
+            for a in other.algorithm_names() {
+                if e.algorithm(a).is_none() {
+                    let err = resolve(&[a.into()], e).unwrap_err();
+                    assert!(
+                        err.contains("does not run on") && err.contains(other.name()),
+                        "{err}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://user:secret@10.0.0.1:6379/0"),
+            "redis://***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/"),
+            "redis://127.0.0.1:6379/"
+        );
+    }
+}

@@ -1,0 +1,416 @@
+//! `bench-harness engines`: the engines side by side in **wall time** — every engine the
+//! command line or the environment points at (its address given: Redis, ZooKeeper,
+//! Cassandra…) and the in-process ones (the embedded store with `--clock wall`), or those
+//! named by `--engines` — at a few contention levels (1, 8, 64 contenders by default).
+//!
+//! It writes into `--out` (default `results/engines/`):
+//!
+//! | file | contents |
+//! |---|---|
+//! | `engines.json` | [`EnginesSummary`]: the scenario, the servers, and every point's [`AlgorithmReport`] |
+//! | `engines.png` / `.svg` | p50 and p99 acquisition latency and throughput against contenders, a line per engine and algorithm |
+//! | `README.md` | the table of every figure and the chart, generated from `engines.json` |
+//!
+//! and regenerates the engines section of the sweep's `README.md` one directory up (between
+//! the markers [`SECTION_BEGIN`] and [`SECTION_END`], appended if missing). The sweep writes
+//! the same section from the same `engines.json` ([`section_for`]), so neither generator
+//! overwrites the other's work. Nothing in these files is typed by hand.
+//!
+//! Unlike the sweep, these are wall-time measurements against real servers on this machine:
+//! they vary from run to run, and the embedded store's sub-millisecond latency model is
+//! rounded up to tokio's 1 ms timer resolution.
+
+mod report;
+
+pub use report::{
+    draw, readme, section, section_for, splice_section, table, update_results_readme,
+};
+
+use crate::cli::EnginesArgs;
+use crate::config::RunConfig;
+use crate::dist::{format_duration, serde_duration, Dist};
+use crate::engines::{Algorithm, EngineRef};
+use crate::measure::summary::{analyze, AlgorithmReport};
+use crate::report::{files, progress};
+use anyhow::{anyhow, Context};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Where the engines section of the results README begins.
+pub const SECTION_BEGIN: &str = "<!-- engines:begin: generated from engines/engines.json by `bench-harness engines` and `bench-harness sweep`; do not edit -->";
+/// Where it ends.
+pub const SECTION_END: &str = "<!-- engines:end -->";
+/// The directory, under the results directory, that [`section_for`] reads.
+pub const ENGINES_DIR: &str = "engines";
+
+/// The scenario every point shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnginesScenario {
+    /// Hold time.
+    pub hold: Dist,
+    /// Think time.
+    pub think: Dist,
+    /// Wall time of each point's window.
+    #[serde(with = "serde_duration")]
+    pub duration: Duration,
+    /// Lease TTL, Redis expiry, ZooKeeper session timeout.
+    #[serde(with = "serde_duration")]
+    pub ttl: Duration,
+    /// Poll interval of the polling locks.
+    #[serde(with = "serde_duration")]
+    pub poll_interval: Duration,
+    /// Seed.
+    pub seed: u64,
+    /// Contender counts.
+    pub contenders: Vec<usize>,
+}
+
+/// One engine of the comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Engine {
+    /// The backend.
+    pub backend: EngineRef,
+    /// Where it ran (contact points, URL, hosts; "in this process" for the embedded store).
+    pub address: String,
+    /// Its algorithms.
+    pub algorithms: Vec<String>,
+    /// The engine's caveat for wall-time figures, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One measured point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnginePoint {
+    /// The backend.
+    pub backend: EngineRef,
+    /// The algorithm.
+    pub algorithm: String,
+    /// Contenders.
+    pub contenders: usize,
+    /// Wall time the point took, the drain included.
+    pub wall_s: f64,
+    /// Everything measured (per-contender details left out).
+    pub report: AlgorithmReport,
+}
+
+impl EnginePoint {
+    /// The line's name in charts and tables: `backend/algorithm`, or the backend alone when
+    /// the algorithm has its name.
+    pub fn series(&self) -> String {
+        series_name(self.backend, &self.algorithm)
+    }
+}
+
+fn series_name(backend: EngineRef, algorithm: &str) -> String {
+    if backend.name() == algorithm {
+        algorithm.to_string()
+    } else {
+        format!("{backend}/{algorithm}")
+    }
+}
+
+/// `engines.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnginesSummary {
+    /// Layout version (that of `summary.json`).
+    pub schema_version: u32,
+    /// `bench-harness <version>`.
+    pub tool: String,
+    /// The shared scenario.
+    pub scenario: EnginesScenario,
+    /// The engines, in the order they ran.
+    pub engines: Vec<Engine>,
+    /// Every point, in the order they ran.
+    pub points: Vec<EnginePoint>,
+}
+
+impl EnginesSummary {
+    /// The series in the order they first appear.
+    pub fn series(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for p in &self.points {
+            let s = p.series();
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// The points of `series`, by contenders.
+    pub fn points_of(&self, series: &str) -> Vec<&EnginePoint> {
+        let mut pts: Vec<&EnginePoint> = self
+            .points
+            .iter()
+            .filter(|p| p.series() == series)
+            .collect();
+        pts.sort_by_key(|p| p.contenders);
+        pts
+    }
+}
+
+/// The contender counts of `args`, ascending, each once.
+fn contender_levels(args: &EnginesArgs) -> Vec<usize> {
+    let mut contenders: Vec<usize> = args.contenders.iter().map(|&n| n as usize).collect();
+    contenders.sort_unstable();
+    contenders.dedup();
+    contenders
+}
+
+/// The engines of `args`: those named by `--engines`, or else every engine the command line or
+/// the environment points at (in-process engines always are), in [`crate::engines::ENGINES`]
+/// order; each with the run configuration of its points (algorithms and contenders unset).
+fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
+    let chosen: Vec<EngineRef> = if args.engines.is_empty() {
+        EngineRef::all()
+            .filter(|e| args.engine_args.is_configured(*e))
+            .collect()
+    } else {
+        EngineRef::all()
+            .filter(|e| args.engines.contains(e))
+            .collect()
+    };
+    anyhow::ensure!(
+        !chosen.is_empty(),
+        "nothing to compare: give a server's address (e.g. --redis, --zookeeper, --nodes) or --engines"
+    );
+    chosen
+        .into_iter()
+        .map(|e| {
+            let engine = args.engine_args.options(e).map_err(|m| anyhow!(m))?;
+            Ok(RunConfig {
+                backend: e,
+                engine,
+                clock: crate::config::ClockMode::Wall,
+                duration: args.duration,
+                hold: args.workload.hold,
+                think: args.workload.think,
+                ttl: args.timing.ttl,
+                poll_interval: args.timing.poll_interval,
+                seed: args.seed,
+                ..RunConfig::default()
+            })
+        })
+        .collect()
+}
+
+/// The runs of `args`: one [`RunConfig`] per engine, algorithm and contender count.
+pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)> {
+    let contenders = contender_levels(args);
+    let mut engines = Vec::new();
+    let mut runs = Vec::new();
+    for base in engines_of(args)? {
+        let algorithms = base.backend.algorithm_names();
+        engines.push(Engine {
+            backend: base.backend,
+            address: base.address(),
+            algorithms: algorithms.iter().map(|a| a.to_string()).collect(),
+            note: base.backend.comparison_note(&base.engine),
+        });
+        for &n in &contenders {
+            for a in &algorithms {
+                let cfg = RunConfig {
+                    algorithms: vec![a.to_string()],
+                    threads: n,
+                    ..base.clone()
+                };
+                cfg.validate().map_err(|e| anyhow!(e))?;
+                runs.push(cfg);
+            }
+        }
+    }
+    Ok((engines, runs))
+}
+
+/// `bench-harness engines`.
+pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
+    if args.redraw {
+        let path = args.out.join("engines.json");
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "cannot read {} (--redraw needs an earlier run)",
+                path.display()
+            )
+        })?;
+        let summary: EnginesSummary = serde_json::from_str(&text)
+            .with_context(|| format!("cannot parse {}", path.display()))?;
+        return report::write_outputs(args, &summary, std::time::Instant::now());
+    }
+    let (engines, runs) = plan(args)?;
+    files::prepare_dir(&args.out)?;
+    let wall = std::time::Instant::now();
+    let mut summary = EnginesSummary {
+        schema_version: crate::measure::summary::SCHEMA_VERSION,
+        tool: format!("bench-harness {}", env!("CARGO_PKG_VERSION")),
+        scenario: scenario(args),
+        engines,
+        points: Vec::new(),
+    };
+    progress::status(
+        args.quiet,
+        &announce(&summary.engines, runs.len(), args.duration),
+    );
+    let mut warmed: Vec<(EngineRef, String)> = Vec::new();
+    for cfg in &runs {
+        let key = (cfg.backend, cfg.algorithms[0].clone());
+        if !cfg.backend.in_process() && !args.warm_up.is_zero() && !warmed.contains(&key) {
+            warm_up(cfg, args)?;
+            warmed.push(key);
+        }
+        summary.points.push(measure_point(cfg, args.quiet)?);
+        files::write_json(&args.out.join("engines.json"), &summary)?;
+    }
+    report::write_outputs(args, &summary, wall)
+}
+
+fn scenario(args: &EnginesArgs) -> EnginesScenario {
+    EnginesScenario {
+        hold: args.workload.hold,
+        think: args.workload.think,
+        duration: args.duration,
+        ttl: args.timing.ttl,
+        poll_interval: args.timing.poll_interval,
+        seed: args.seed,
+        contenders: contender_levels(args),
+    }
+}
+
+fn announce(engines: &[Engine], runs: usize, duration: Duration) -> String {
+    let where_ = engines
+        .iter()
+        .map(|e| {
+            if e.backend.in_process() {
+                format!("the {} store in this process", e.backend)
+            } else {
+                format!("{} at {}", e.backend, e.address)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "engines: {runs} runs of {} each (plus the drain of waiting requests), wall time; {where_}",
+        format_duration(duration)
+    )
+}
+
+fn algorithm_of(cfg: &RunConfig) -> anyhow::Result<&'static Algorithm> {
+    let name = &cfg.algorithms[0];
+    cfg.backend
+        .algorithm(name)
+        .ok_or_else(|| anyhow!("{name} does not run on {}", cfg.backend))
+}
+
+/// An unrecorded run of `cfg`'s algorithm with 8 contenders (a fresh JVM runs ZooKeeper's
+/// first requests slowly).
+fn warm_up(cfg: &RunConfig, args: &EnginesArgs) -> anyhow::Result<()> {
+    let series = series_name(cfg.backend, &cfg.algorithms[0]);
+    let warm = RunConfig {
+        threads: 8,
+        duration: args.warm_up,
+        ..cfg.clone()
+    };
+    let bar = progress::bar(
+        warm.duration.as_millis() as u64,
+        format!("warm-up {series}"),
+        args.quiet,
+        "ms",
+    );
+    crate::run::run_algorithm(&warm, algorithm_of(cfg)?, Some(&bar))
+        .with_context(|| format!("warming up {series}"))?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// One measured point.
+fn measure_point(cfg: &RunConfig, quiet: bool) -> anyhow::Result<EnginePoint> {
+    let algorithm = algorithm_of(cfg)?;
+    let series = series_name(cfg.backend, algorithm.name);
+    let label = format!("{series} ×{}", cfg.threads);
+    let bar = progress::bar(cfg.duration.as_millis() as u64, label.clone(), quiet, "ms");
+    let run = crate::run::run_algorithm(cfg, algorithm, Some(&bar))
+        .with_context(|| format!("{series} with {} contenders", cfg.threads))?;
+    bar.finish_and_clear();
+    let mut report = analyze(cfg, algorithm, &run);
+    report.contenders.clear();
+    progress::status(
+        quiet,
+        &format!(
+            "{label:>24}: {} grants, p50 {:.1} ms, p99 {:.1} ms, {:.1} grants/s ({:.1} s wall)",
+            report.grants,
+            report.latency.p50_ms,
+            report.latency.p99_ms,
+            report.throughput.grants_per_second_per_lock,
+            run.wall_time.as_secs_f64()
+        ),
+    );
+    Ok(EnginePoint {
+        backend: cfg.backend,
+        algorithm: algorithm.name.to_string(),
+        contenders: cfg.threads,
+        wall_s: (run.wall_time.as_secs_f64() * 10.0).round() / 10.0,
+        report,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_section_is_replaced_in_place_or_appended() {
+        let sec = format!("{SECTION_BEGIN}\nnew\n{SECTION_END}\n");
+        let plain = "# Results\n\ntext\n";
+        let once = splice_section(plain, &sec);
+        assert_eq!(once, format!("# Results\n\ntext\n\n{sec}"));
+        // Idempotent, and what surrounds the section stays.
+        assert_eq!(splice_section(&once, &sec), once);
+        let old = format!("# R\n\n{SECTION_BEGIN}\nold\n{SECTION_END}\n\n## After\n");
+        assert_eq!(
+            splice_section(&old, &sec),
+            format!("# R\n\n{sec}\n## After\n")
+        );
+    }
+
+    #[test]
+    fn plans_every_engine_algorithm_and_level() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "bench-harness",
+            "engines",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--zookeeper",
+            "127.0.0.1:1",
+            "--contenders",
+            "8,1,8",
+        ])
+        .unwrap();
+        let Some(crate::cli::Command::Engines(mut args)) = cli.command else {
+            panic!("engines")
+        };
+        // Whatever LOCK_CASSANDRA_NODES says: the engines named are compared.
+        args.engines = ["embedded", "redis", "zookeeper"]
+            .iter()
+            .map(|n| EngineRef::find(n).unwrap())
+            .collect();
+        let (engines, runs) = plan(&args).unwrap();
+        assert_eq!(
+            engines.iter().map(|e| e.backend.name()).collect::<Vec<_>>(),
+            ["embedded", "redis", "zookeeper"]
+        );
+        assert_eq!(engines[1].address, "redis://127.0.0.1:1/");
+        assert!(engines[0].note.is_some());
+        // (3 embedded + 2 redis + 1 zookeeper algorithms) at 1 and 8 contenders.
+        assert_eq!(runs.len(), 12);
+        assert!(runs
+            .iter()
+            .all(|r| r.clock == crate::config::ClockMode::Wall));
+        let zk = EngineRef::find("zookeeper").unwrap();
+        assert_eq!(series_name(zk, "zookeeper"), "zookeeper");
+        assert_eq!(
+            series_name(EngineRef::find("redis").unwrap(), "jedis"),
+            "redis/jedis"
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! The engines comparison's outputs, from [`EnginesSummary`] alone: the chart, the console
+//! table, `results/engines/README.md`, and the engines section of the results README.
+
+use super::{Engine, EnginesSummary, ENGINES_DIR, SECTION_BEGIN, SECTION_END};
+use crate::cli::EnginesArgs;
+use crate::dist::format_duration;
+use crate::measure::summary::AlgorithmReport;
+use crate::report::charts::{algorithm_color, lighter, render_lines, Formats, LineChart, Series};
+use crate::report::{files, progress};
+use anyhow::Context;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+pub(super) fn write_outputs(
+    args: &EnginesArgs,
+    summary: &EnginesSummary,
+    wall: std::time::Instant,
+) -> anyhow::Result<()> {
+    let files = draw(&args.out, summary)?;
+    files::write_atomic(&args.out.join("README.md"), readme(summary).as_bytes())?;
+    let updated = update_results_readme(&args.out)?;
+    progress::status(
+        args.quiet,
+        &format!(
+            "wrote engines.json, {} and README.md into {}{} in {:.1} s",
+            files
+                .iter()
+                .filter_map(|f| f.file_name())
+                .map(|f| f.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.out.display(),
+            updated.map_or(String::new(), |p| format!(
+                ", and the engines section of {}",
+                p.display()
+            )),
+            wall.elapsed().as_secs_f64()
+        ),
+    );
+    print!("{}", table(summary));
+    Ok(())
+}
+
+fn color_of(s: &EnginesSummary, series: &str) -> plotters::style::RGBColor {
+    let Some(p) = s.points.iter().find(|p| p.series() == series) else {
+        return algorithm_color(series);
+    };
+    let base = algorithm_color(&p.algorithm);
+    // An algorithm on several engines: the lines of every engine after its first are lighter.
+    let first = s.points.iter().find(|q| q.algorithm == p.algorithm);
+    if first.is_some_and(|q| q.backend != p.backend) {
+        lighter(base)
+    } else {
+        base
+    }
+}
+
+/// Draws `engines.png` and `engines.svg`: p50, p99 and throughput against contenders.
+pub fn draw(dir: &Path, s: &EnginesSummary) -> anyhow::Result<Vec<PathBuf>> {
+    let chart = |title: &str, y_label: &str, y_log: bool, y: fn(&AlgorithmReport) -> f64| {
+        let series = s
+            .series()
+            .iter()
+            .map(|name| {
+                Series::new(
+                    name.clone(),
+                    color_of(s, name),
+                    s.points_of(name)
+                        .iter()
+                        .map(|p| (p.contenders as f64, y(&p.report)))
+                        .filter(|(_, v)| !y_log || *v > 0.0)
+                        .collect(),
+                )
+            })
+            .collect();
+        LineChart::against_contenders(title, y_label, y_log, series)
+    };
+    let mut throughput = chart("Throughput (wall time)", "grants per second", false, |r| {
+        r.throughput.grants_per_second_per_lock
+    });
+    // Room above the lines for the legend.
+    let top = s
+        .points
+        .iter()
+        .map(|p| p.report.throughput.grants_per_second_per_lock)
+        .fold(0.0, f64::max);
+    throughput.y_range = Some((0.0, (top * 1.6).max(1.0)));
+    render_lines(
+        &dir.join("engines"),
+        &[
+            chart(
+                "Median acquisition latency (wall time)",
+                "p50 ms (log)",
+                true,
+                |r| r.latency.p50_ms,
+            ),
+            chart(
+                "99th percentile acquisition latency (wall time)",
+                "p99 ms (log)",
+                true,
+                |r| r.latency.p99_ms,
+            ),
+            throughput,
+        ],
+        3,
+        (620, 460),
+        Formats::PngAndSvg,
+    )
+}
+
+fn f1(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+fn ops_per_grant(r: &AlgorithmReport) -> String {
+    match (&r.store.ops, r.store.ops_per_grant) {
+        (None, _) => "n/a".into(),
+        (Some(_), Some(v)) => format!("{v:.1}"),
+        (Some(_), None) => "-".into(),
+    }
+}
+
+/// The console table: one row per point.
+pub fn table(s: &EnginesSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<22} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>9} {:>8}",
+        "engine",
+        "n",
+        "grants",
+        "grants/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "Jain",
+        "ops/grant",
+        "overlaps",
+        "errors"
+    );
+    for p in &s.points {
+        let r = &p.report;
+        let _ = writeln!(
+            out,
+            "{:<22} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>9} {:>8}",
+            p.series(),
+            p.contenders,
+            r.grants,
+            f1(r.throughput.grants_per_second_per_lock),
+            f1(r.latency.p50_ms),
+            f1(r.latency.p99_ms),
+            f1(r.latency.max_ms),
+            r.fairness
+                .jain_index
+                .map_or("-".into(), |j| format!("{j:.3}")),
+            ops_per_grant(r),
+            r.safety.overlapping_holds,
+            r.errors.total(),
+        );
+    }
+    for p in s.points.iter().filter(|p| !p.report.errors.is_clean()) {
+        let e = &p.report.errors;
+        let _ = writeln!(
+            out,
+            "{} ×{}: {} lock errors, {} release errors, {} leases lost while holding; first error: {}",
+            p.series(),
+            p.contenders,
+            e.lock_errors,
+            e.release_errors,
+            e.leases_lost_while_holding,
+            e.first_error.as_deref().unwrap_or("-")
+        );
+    }
+    out
+}
+
+fn engines_sentence(s: &EnginesSummary) -> String {
+    s.engines
+        .iter()
+        .map(|e| {
+            if e.backend.in_process() {
+                format!(
+                    "the {} store ({}) in wall time",
+                    e.backend,
+                    e.algorithms.join(", ")
+                )
+            } else {
+                format!(
+                    "{} at `{}` ({})",
+                    e.backend,
+                    e.address,
+                    e.algorithms.join(", ")
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Which engines count store requests, which do not.
+fn store_load_sentence(s: &EnginesSummary) -> String {
+    let (counted, not): (Vec<&Engine>, Vec<&Engine>) =
+        s.engines.iter().partition(|e| e.backend.counts_requests());
+    let names = |v: &[&Engine]| {
+        v.iter()
+            .map(|e| e.backend.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut text = String::from("Store load");
+    if !counted.is_empty() {
+        let _ = write!(
+            text,
+            " is counted for {} (requests sent, per grant)",
+            names(&counted)
+        );
+    }
+    if !not.is_empty() {
+        if !counted.is_empty() {
+            text.push(';');
+        }
+        let _ = write!(
+            text,
+            " is n/a for {}: their clients do not expose request counts",
+            names(&not)
+        );
+    }
+    text.push('.');
+    text
+}
+
+/// `results/engines/README.md`.
+pub fn readme(s: &EnginesSummary) -> String {
+    let sc = &s.scenario;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Engines compared in wall time\n");
+    let _ = writeln!(
+        md,
+        "Generated by `bench-harness engines` (`scripts/compare-engines.sh`); do not edit by hand. \
+         Every number comes from `engines.json` in this directory. These are wall-time measurements \
+         against servers on one 2-core machine: they vary from run to run.\n"
+    );
+    let _ = writeln!(md, "## Scenario\n");
+    let _ = writeln!(
+        md,
+        "Each contender loops: request the lock, hold it for {hold}, release it, think for {think}, \
+         for {dur} of wall time per point on one lock, at {levels} contenders (requests still waiting \
+         at the end are drained for up to another {dur}; throughput counts the window only). \
+         Every point runs in a fresh namespace on its server (key prefix, znode root), after an unrecorded \
+         warm-up of each algorithm on each server. \
+         Lease TTL, Redis expiry and ZooKeeper session timeout {ttl}; the queue and bakery locks poll every {poll}; \
+         the Redis locks retry as their sources do (jedis every 100 ms, the token lock every 50 ms). Seed {seed}.\n",
+        hold = sc.hold,
+        think = sc.think,
+        dur = format_duration(sc.duration),
+        levels = sc
+            .contenders
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        ttl = format_duration(sc.ttl),
+        poll = format_duration(sc.poll_interval),
+        seed = sc.seed,
+    );
+    let _ = writeln!(md, "Engines: {}.\n", engines_sentence(s));
+    for note in s.engines.iter().filter_map(|e| e.note.as_deref()) {
+        let _ = writeln!(md, "{note}\n");
+    }
+    let _ = writeln!(md, "{}\n", store_load_sentence(s));
+    figures_table(&mut md, s);
+    let _ = writeln!(md, "## Chart\n");
+    let _ = writeln!(
+        md,
+        "Median and 99th-percentile acquisition latency (log scale) and grants per second against contenders, \
+         a line per engine and algorithm ([SVG](engines.svg)).\n\n![engines](engines.png)\n"
+    );
+    let _ = writeln!(md, "## Regenerating\n");
+    let _ = writeln!(
+        md,
+        "```sh\nscripts/compare-engines.sh    # starts redis-server and ZooKeeper on free loopback ports, runs, stops them\n```"
+    );
+    md
+}
+
+/// The README's table: every point's figures.
+fn figures_table(md: &mut String, s: &EnginesSummary) {
+    let _ = writeln!(md, "## Figures\n");
+    let _ = writeln!(
+        md,
+        "| engine / algorithm | contenders | grants | grants/s | p50 ms | p90 ms | p99 ms | max ms | Jain | longest run | overtaken | store ops / grant | overlapping holds | token order violations | errors | wall s |"
+    );
+    let _ = writeln!(
+        md,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for name in s.series() {
+        for p in s.points_of(&name) {
+            let r = &p.report;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} | {} | {} | {} | {:.1} |",
+                name,
+                p.contenders,
+                r.grants,
+                f1(r.throughput.grants_per_second_per_lock),
+                f1(r.latency.p50_ms),
+                f1(r.latency.p90_ms),
+                f1(r.latency.p99_ms),
+                f1(r.latency.max_ms),
+                r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
+                r.fairness.longest_run.length,
+                r.fairness.overtakes.overtaken_fraction * 100.0,
+                ops_per_grant(r),
+                r.safety.overlapping_holds,
+                r.safety.token_order_violations,
+                r.errors.total(),
+                p.wall_s,
+            );
+        }
+    }
+    md.push('\n');
+}
+
+/// The engines section of the results README (between the markers), from `s`; `dir` is the
+/// engines directory's name relative to that README.
+pub fn section(s: &EnginesSummary, dir: &str) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "{SECTION_BEGIN}");
+    let _ = writeln!(md, "## Real engines in wall time\n");
+    let levels: Vec<usize> = s.scenario.contenders.clone();
+    let lv = levels
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(" / ");
+    let _ = writeln!(
+        md,
+        "Measured by `scripts/compare-engines.sh` (not by the sweep): {} — {} of wall time per point, hold {}, think {}. \
+         The full table, the scenario and the caveats: [{dir}/README.md]({dir}/README.md).\n",
+        engines_sentence(s),
+        format_duration(s.scenario.duration),
+        s.scenario.hold,
+        s.scenario.think,
+    );
+    let _ = writeln!(
+        md,
+        "| engine / algorithm | p50 ms at {lv} contenders | p99 ms at {lv} | grants/s at {lv} | overlapping holds |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    for name in s.series() {
+        let pts = s.points_of(&name);
+        let cell = |f: &dyn Fn(&AlgorithmReport) -> f64| {
+            levels
+                .iter()
+                .map(|n| {
+                    pts.iter()
+                        .find(|p| p.contenders == *n)
+                        .map_or("-".to_string(), |p| f1(f(&p.report)))
+                })
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let overlaps: u64 = pts.iter().map(|p| p.report.safety.overlapping_holds).sum();
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} | {overlaps} |",
+            cell(&|r| r.latency.p50_ms),
+            cell(&|r| r.latency.p99_ms),
+            cell(&|r| r.throughput.grants_per_second_per_lock),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n![engines: latency and throughput against contenders]({dir}/engines.png)\n"
+    );
+    let _ = writeln!(md, "{SECTION_END}");
+    md
+}
+
+/// The engines section for the results README in `results_dir`, from
+/// `results_dir/engines/engines.json`; `None` when that file does not exist.
+pub fn section_for(results_dir: &Path) -> anyhow::Result<Option<String>> {
+    let path = results_dir.join(ENGINES_DIR).join("engines.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let s: EnginesSummary =
+        serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
+    Ok(Some(section(&s, ENGINES_DIR)))
+}
+
+/// `readme` with its engines section replaced by `section` (or `section` appended, after a
+/// blank line, when it has none).
+pub fn splice_section(readme: &str, section: &str) -> String {
+    if let (Some(b), Some(e)) = (readme.find(SECTION_BEGIN), readme.find(SECTION_END)) {
+        if b < e {
+            let mut end = e + SECTION_END.len();
+            if readme[end..].starts_with('\n') {
+                end += 1;
+            }
+            return format!("{}{}{}", &readme[..b], section, &readme[end..]);
+        }
+    }
+    let mut out = readme.trim_end_matches('\n').to_string();
+    out.push_str("\n\n");
+    out.push_str(section);
+    out
+}
+
+/// After `bench-harness engines --out DIR`: when DIR is called `engines` and its parent holds
+/// a README.md (the sweep's), regenerate that README's engines section. Returns the README
+/// updated, if any.
+pub fn update_results_readme(out: &Path) -> anyhow::Result<Option<PathBuf>> {
+    if out.file_name().is_none_or(|n| n != ENGINES_DIR) {
+        return Ok(None);
+    }
+    let Some(results) = out.parent() else {
+        return Ok(None);
+    };
+    let results = if results.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        results
+    };
+    let readme_path = results.join("README.md");
+    let Ok(readme) = std::fs::read_to_string(&readme_path) else {
+        return Ok(None);
+    };
+    let Some(section) = section_for(results)? else {
+        return Ok(None);
+    };
+    files::write_atomic(&readme_path, splice_section(&readme, &section).as_bytes())?;
+    Ok(Some(readme_path))
+}

@@ -1,0 +1,108 @@
+//! The raw record of one algorithm's run, as the contenders leave it: the grant log, each
+//! contender's latencies and failures, and the store's request counters. The metrics
+//! ([`super::metrics`]) and the summary ([`super::summary`]) are computed from it alone.
+
+use super::metrics::{new_histogram, Grant};
+use hdrhistogram::Histogram;
+use lock_core::embedded::StoreCounters;
+use lock_core::LockError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Failures seen by contenders (none are expected in a healthy run).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCounts {
+    /// `lock` calls that failed for another reason than the end of the run.
+    pub lock_errors: u64,
+    /// `release` calls that failed.
+    pub release_errors: u64,
+    /// Holds whose lease was lost before the holder let go.
+    pub leases_lost_while_holding: u64,
+    /// The first error message, for the report.
+    pub first_error: Option<String>,
+}
+
+impl ErrorCounts {
+    /// Keeps the first error's message.
+    pub fn note(&mut self, e: &LockError) {
+        self.first_error.get_or_insert_with(|| e.to_string());
+    }
+
+    /// Adds `other`'s counts (keeping the first message).
+    pub fn add(&mut self, other: &ErrorCounts) {
+        self.lock_errors += other.lock_errors;
+        self.release_errors += other.release_errors;
+        self.leases_lost_while_holding += other.leases_lost_while_holding;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+    }
+
+    /// Every failure: lock errors, release errors and leases lost while holding.
+    pub fn total(&self) -> u64 {
+        self.lock_errors + self.release_errors + self.leases_lost_while_holding
+    }
+
+    /// True when nothing failed.
+    pub fn is_clean(&self) -> bool {
+        self.lock_errors == 0 && self.release_errors == 0 && self.leases_lost_while_holding == 0
+    }
+}
+
+/// What one contender did.
+#[derive(Debug, Clone)]
+pub struct ContenderOutcome {
+    /// Contender index.
+    pub index: u32,
+    /// The lock it asked for.
+    pub lock: u32,
+    /// Its clock skew.
+    pub skew_us: i64,
+    /// Its acquisition latencies, in microseconds.
+    pub histogram: Histogram<u64>,
+    /// When its last request began, if the run ended before it was granted.
+    pub unfinished_since_us: Option<u64>,
+    /// Its failures.
+    pub errors: ErrorCounts,
+}
+
+/// Everything one algorithm's run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The algorithm.
+    pub algorithm: &'static str,
+    /// The grant log, sorted by lock, then grant time, then contender.
+    pub grants: Vec<Grant>,
+    /// Per contender, in index order.
+    pub contenders: Vec<ContenderOutcome>,
+    /// The store's request counters at the end of the run's window (before the drain), when
+    /// the backend counts.
+    pub counters: Option<StoreCounters>,
+    /// The run's window on its clock, in microseconds.
+    pub duration_us: u64,
+    /// When the last contender finished (the drain included), in microseconds.
+    pub finished_us: u64,
+    /// How long the run took in wall time (not part of any result file: it varies).
+    pub wall_time: Duration,
+}
+
+impl RunOutcome {
+    /// All contenders' errors added up.
+    pub fn errors(&self) -> ErrorCounts {
+        let mut sum = ErrorCounts::default();
+        for c in &self.contenders {
+            sum.add(&c.errors);
+        }
+        sum
+    }
+
+    /// All contenders' histograms merged.
+    pub fn histogram(&self) -> Histogram<u64> {
+        let mut h = new_histogram();
+        for c in &self.contenders {
+            // Same bounds everywhere: adding cannot fail.
+            let _ = h.add(&c.histogram);
+        }
+        h
+    }
+}

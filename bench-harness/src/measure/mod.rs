@@ -1,0 +1,12 @@
+//! Measuring: from a run's raw record ([`log`]) to every figure the harness reports.
+//!
+//! - [`log`]: what the contenders leave behind: the grant log, per-contender latencies and
+//!   failures, the store's request counters;
+//! - [`metrics`]: pure functions over the grant log (latency, throughput, handoff gaps,
+//!   fairness, store load, safety), unit-tested;
+//! - [`summary`]: the one result contract, [`summary::Summary`], that the console table,
+//!   `summary.json`, the charts and the experiments read.
+
+pub mod log;
+pub mod metrics;
+pub mod summary;
