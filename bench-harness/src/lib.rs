@@ -167,3 +167,8 @@ fn one_line(report: &summary::AlgorithmReport, wall: std::time::Duration) -> Str
         wall.as_secs_f64()
     )
 }
+
+/// The README's examples (adding an engine, adding an algorithm) compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
