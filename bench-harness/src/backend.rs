@@ -342,6 +342,7 @@ fn open_embedded(cfg: &RunConfig) -> EmbeddedStore {
         seed: cfg.seed,
         request_timeout: cfg.scaled(EmbeddedConfig::DEFAULT_REQUEST_TIMEOUT),
         gc_grace: cfg.scaled(cfg.gc_grace),
+        ..EmbeddedConfig::default()
     })
 }
 
