@@ -85,3 +85,41 @@ fn tombstones_per_read_stay_under_the_bound_while_the_thesis_queue_grows() {
     assert!(thesis_stats[MAIN_TABLE].max <= BOUND);
     assert_eq!(overtakes(&bounded_grants), 0);
 }
+
+/// The finding of issue 11, kept as a test: the thesis's queue lock stops working once its
+/// queue row holds more tombstones than the failure threshold (100,000 on Cassandra; 200
+/// here), and the error says why; the bounded lock goes on.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn past_the_failure_threshold_the_thesis_queue_fails_and_the_bounded_one_goes_on() {
+    use lock_core::context::ClientContext;
+    use lock_core::embedded::{EmbeddedConfig, EmbeddedStore};
+    use lock_core::{LockError, StoreError};
+    let store = EmbeddedStore::new(EmbeddedConfig { tombstone_failure_threshold: 200, ..Default::default() });
+    let client = store.client("w");
+    let ctx = ClientContext::new("w", client.clock(), 1);
+    let thesis = QueueLocker::new(client.clone(), ctx.clone(), Default::default()).unwrap();
+    let bounded = BoundedQueueLocker::new(client, ctx, Default::default()).unwrap();
+    let mut failed_at = None;
+    for round in 0..300 {
+        // A new microsecond, so a new queue column (the store has no latency here).
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        match thesis.lock("l", None).await {
+            Ok(g) => g.release().await.unwrap(),
+            Err(e) => {
+                assert!(
+                    matches!(&e, LockError::Store { source: StoreError::TombstoneOverwhelming { scanned: 201, .. }, .. }),
+                    "{e:?}"
+                );
+                assert!(e.to_string().contains("tombstone"), "{e}");
+                eprintln!("thesis queue, round {round}: {e}");
+                failed_at = Some(round);
+                break;
+            }
+        }
+    }
+    assert_eq!(failed_at, Some(201), "one tombstone per request: request 202 scans 201");
+    for _ in 0..1000 {
+        bounded.lock("l", None).await.unwrap().release().await.unwrap();
+    }
+    assert_eq!(store.tombstone_counters()[BOUNDED_QUEUE_TABLE].max, 0, "a lone thread's read finds its own cell live");
+}

@@ -39,7 +39,7 @@
 //! Both rows' columns are thread ids, so a thread's next cell (written with a newer timestamp
 //! than its last deletion) replaces its own tombstone: each row holds at most one cell, live or
 //! dead, per thread that used the lock within the last `gc_grace`, and a read scans at most
-//! K − 1 tombstones for K threads, however long the lock runs (on a real node over 180 s its
+//! K tombstones for K threads (K when the lock is free and every thread's cell is dead), however long the lock runs (on a real node over 180 s its
 //! throughput stayed flat, 1898 → 1863 grants per 30 s, issue 11).
 //!
 //! ## Invariants the tests check
