@@ -38,10 +38,11 @@
 //! so the new cell *replaces* the thread's own tombstone instead of adding one. The row thus
 //! never holds more cells, live or dead, than the distinct thread ids that queued for the lock
 //! within the last `gc_grace` (plus the compaction interval); the main row likewise. A read of
-//! either row — a whole-row read, which scans every dead cell of the row — therefore scans at
-//! most **K − 1 tombstones, K being the number of distinct owner ids using the lock** (the
-//! reader's own cell is live): 63 for the harness's 64 contenders, whatever the run length,
-//! against one per request ever made for the thesis's queue. The test
+//! either row therefore scans at most **K tombstones, K being the number of distinct owner ids
+//! using the lock** — K − 1 for a waiter's whole-row reads, in which its own cell is live;
+//! K only for the soft lock's first look at a free main row: 64 for the harness's 64
+//! contenders, whatever the run length, against one per request ever made for the thesis's
+//! queue. The test
 //! `tests/bounded.rs` runs both locks side by side until the thesis's queue reads scan tens of
 //! times that bound.
 //!
@@ -82,7 +83,7 @@
 //!   fencing), simulated and wall time;
 //! - with agreeing clocks no overtakes (FIFO), and two contenders take turns;
 //! - over a long run the thesis's queue reads scan thousands of tombstones while this lock's
-//!   never scan more than K − 1.
+//!   never scan more than K − 1 (the waiters' reads the test makes).
 
 use crate::{queue_column_time, QueueConfig};
 use async_trait::async_trait;
