@@ -59,7 +59,8 @@
 //! The bakery compares no clocks: write timestamps only order one client's writes to its own
 //! cells, so clock skew between clients cannot break it (tested up to ±1 h). Each contender
 //! reuses its two cells, so rows stay as small as the set of contenders (no tombstone build-up
-//! as in the queue lock's row); numbers grow while the row never empties, and start again at 1
+//! as in the queue lock's row: a read scans at most K − 1 tombstones for K contenders, and a
+//! real node's throughput stayed flat over 180 s, issue 11); numbers grow while the row never empties, and start again at 1
 //! when it does.
 //!
 //! ## Why it holds at QUORUM

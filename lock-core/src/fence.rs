@@ -27,6 +27,21 @@
 //! step 3 fails and A's token is never handed to A's caller, even if its write lands later.
 //! The argument assumes, as every lease does, that the client's clock and the store's clock
 //! run at the same rate (bounded drift over one TTL).
+//!
+//! # Keeping the row small
+//!
+//! One live cell per grant forever would make the row grow without bound. So the holder of
+//! token `t`, when it releases (after its cells are deleted, off the acquisition path),
+//! deletes the cell of token `t - KEEP_TOKENS` ([`KEEP_TOKENS`] = 4): the row keeps the newest
+//! few tokens live. Why this keeps tokens strictly increasing: the cell deleted is never the
+//! greatest one. Token `t`'s write completed at QUORUM before `t`'s holder got its guard, so
+//! from then on every read sees a token `>= t > t - KEEP_TOKENS`; and nobody writes the column
+//! of `t - KEEP_TOKENS` again, since a holder writes only the successor of the greatest token
+//! it read. The deleted cells become tombstones, and they sort *after* the live cells (greater
+//! tokens sort first), so step 1's `first(1)` read stops at the first, live, cell and scans no
+//! tombstone, however many accumulate until a compaction purges them. A holder that crashes,
+//! or whose trim fails, leaves one extra live cell, also after the newest ones: the row's live
+//! cells grow by one per crash, never per grant.
 
 use crate::store::{CellStore, CellWrite, Consistency, Slice, StoreError};
 use crate::time::TimestampGenerator;
@@ -68,6 +83,22 @@ pub async fn next_token<S: CellStore + ?Sized>(
     };
     store.write(FENCE_TABLE, lock_id, std::slice::from_ref(&cell), consistency).await?;
     Ok(token)
+}
+
+/// How many of the newest token cells the row keeps live.
+pub const KEEP_TOKENS: u64 = 4;
+
+/// Deletes the cell of token `token - KEEP_TOKENS`, if any: called by the holder of `token`
+/// when it releases. One store round trip (none for the first tokens).
+pub async fn trim_older<S: CellStore + ?Sized>(
+    store: &S,
+    timestamps: &TimestampGenerator,
+    lock_id: &str,
+    token: u64,
+    consistency: Consistency,
+) -> Result<(), StoreError> {
+    let Some(old) = token.checked_sub(KEEP_TOKENS).filter(|&t| t > 0) else { return Ok(()) };
+    store.delete(FENCE_TABLE, lock_id, &token_column(old), timestamps.next(), consistency).await
 }
 
 #[cfg(test)]

@@ -251,6 +251,9 @@ pub struct CellRelease<S> {
     pub consistency: Consistency,
     /// The lock id, for errors.
     pub lock_id: String,
+    /// The fencing token of the grant this release ends, once there is one: the release then
+    /// trims the fencing row ([`crate::fence::trim_older`]).
+    pub fence_token: Option<u64>,
 }
 
 impl<S: CellStore + Clone> CellRelease<S> {
@@ -262,6 +265,7 @@ impl<S: CellStore + Clone> CellRelease<S> {
             timestamps: ctx.timestamps.clone(),
             consistency: ctx.consistency,
             lock_id: lock_id.to_string(),
+            fence_token: None,
         }
     }
 
@@ -269,7 +273,7 @@ impl<S: CellStore + Clone> CellRelease<S> {
     /// ([`crate::fence`], steps 1–2), check that the lease still held when it was written
     /// (step 3), and hand out the guard. On failure everything is released and the error
     /// returned, so the caller holds nothing.
-    pub async fn into_guard(self, owner: &str) -> Result<crate::lock::LockGuard, crate::lock::LockError> {
+    pub async fn into_guard(mut self, owner: &str) -> Result<crate::lock::LockGuard, crate::lock::LockError> {
         let token =
             match crate::fence::next_token(&self.store, &self.timestamps, &self.lock_id, owner, self.consistency).await {
                 Ok(t) => t,
@@ -287,6 +291,7 @@ impl<S: CellStore + Clone> CellRelease<S> {
                 reason: "the lease ran out before the grant was complete".into(),
             });
         }
+        self.fence_token = Some(token);
         let watch = self.lease.subscribe();
         let lock_id = self.lock_id.clone();
         Ok(crate::lock::LockGuard::new(lock_id, owner, token, watch, Box::new(self)))
@@ -298,9 +303,13 @@ impl<S: CellStore> CellRelease<S> {
     /// tried.
     pub async fn run(self) -> Result<(), crate::lock::LockError> {
         let cells = self.lease.stop().await;
-        delete_cells(&self.store, &cells, &self.timestamps, self.consistency)
-            .await
-            .map_err(|e| crate::lock::LockError::store(&self.lock_id, e))
+        let deleted = delete_cells(&self.store, &cells, &self.timestamps, self.consistency).await;
+        // After the lock's own cells: the next holder need not wait for this round trip.
+        let trimmed = match self.fence_token {
+            Some(t) => crate::fence::trim_older(&self.store, &self.timestamps, &self.lock_id, t, self.consistency).await,
+            None => Ok(()),
+        };
+        deleted.and(trimmed).map_err(|e| crate::lock::LockError::store(&self.lock_id, e))
     }
 }
 

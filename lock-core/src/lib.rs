@@ -19,6 +19,21 @@
 //! - [`fence`]: fencing tokens on the cell store;
 //! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
 //!
+//! # Which rows stay bounded
+//!
+//! Tombstones stay for `gc_grace` (10 days) and every read pays for those before its live cells
+//! ([`embedded`] models both), so every row the algorithms write was checked for growth:
+//!
+//! | row | columns | bounded? |
+//! |---|---|---|
+//! | shadow lock: main, shadow | thread id | yes: one cell per thread; a new cell replaces the thread's own tombstone |
+//! | queue lock: main | thread id | yes, likewise |
+//! | queue lock (thesis): queue | time + thread id, new per request | **no**: one tombstone per request, all before the live cells; reads fail past 100,000 (issue 11) |
+//! | queue-bounded: queue, main | thread id (ticket in the value) | yes: at most K tombstones per read for K threads |
+//! | bakery: `Choosing`, `Numbers` | thread id | yes: one cell per thread |
+//! | fencing tokens ([`fence`]) | `MAX − token` | live cells: the newest [`fence::KEEP_TOKENS`] (plus one per crashed holder); its tombstones sort after the live cells, so the `first(1)` read scans none; they are purged by compaction |
+//! | `GlobalTime` ([`time`]) | one column | yes: one cell, only overwritten |
+//!
 //! ```
 //! use lock_core::embedded::{EmbeddedConfig, EmbeddedStore};
 //! use lock_core::store::{CellStore, CellWrite, Consistency, Slice};

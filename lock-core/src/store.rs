@@ -178,6 +178,23 @@ pub enum StoreError {
     /// The request was rejected (bad schema, bad value, server error).
     #[error("store rejected the request: {0}")]
     Rejected(String),
+    /// A read scanned more tombstones than the store's `tombstone_failure_threshold` on one
+    /// replica and was aborted, as Cassandra's `TombstoneOverwhelmingException`. Nothing was
+    /// returned; retrying the same read fails the same way until a compaction purges the
+    /// tombstones (after `gc_grace_seconds`), so callers should give up rather than retry.
+    #[error(
+        "read of row {row:?} of table {table:?} aborted: it scanned {scanned} tombstones, more than the \
+         tombstone failure threshold (Cassandra's TombstoneOverwhelmingException); the row's deleted \
+         cells stay until a compaction after gc_grace"
+    )]
+    TombstoneOverwhelming {
+        /// The table read.
+        table: String,
+        /// The row key read.
+        row: String,
+        /// Tombstones the aborting replica had scanned (the threshold plus one).
+        scanned: u64,
+    },
 }
 
 impl StoreError {

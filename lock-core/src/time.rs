@@ -12,6 +12,9 @@
 //!   that [`GlobalTimeService`] replicas keep at the maximum of their clocks;
 //! - [`HybridClock`]: a hybrid logical clock that never goes backwards and moves past every
 //!   timestamp it has observed.
+//!
+//! The `GlobalTime` row stays one cell: it is only ever overwritten (no TTL, no deletion), so
+//! it holds no tombstone and a read of it scans none, however long the service runs.
 
 use crate::store::{CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
 use async_trait::async_trait;

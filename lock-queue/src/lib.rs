@@ -64,6 +64,17 @@
 //! - fencing tokens strictly increase; a crashed holder frees the lock after its TTL;
 //! - a timed-out or soft-lock attempt leaves no queue cell behind.
 //!
+//! ## Tombstones, and the bounded variant
+//! Every request writes a new queue column and deletes it afterwards. On Cassandra each
+//! deletion stays as a tombstone for `gc_grace_seconds` (10 days), before every live cell of
+//! the queue row, so every head read scans one tombstone per request made since: reads grow
+//! slower for the whole run and fail past 100,000 tombstones (issue 11; the embedded store
+//! models this, see `lock_core::embedded`). The lock stays as the thesis wrote it;
+//! [`bounded::BoundedQueueLocker`] keeps its protocol and order with one reused queue column
+//! per thread, so its reads scan at most one tombstone per thread. The main row's
+//! columns are thread ids already: a thread's next main cell replaces its own tombstone, so
+//! the main row holds at most one cell per thread.
+//!
 //! ## Example
 //! ```
 //! use lock_core::{context::ClientContext, embedded::{EmbeddedConfig, EmbeddedStore}, Locker};
@@ -93,6 +104,9 @@ use lock_core::store::{CellStore, CellWrite, Micros, Slice};
 use lock_core::time::TimeSource;
 use std::time::Duration;
 use tokio::time::Instant;
+
+pub mod bounded;
+pub use bounded::BoundedQueueLocker;
 
 /// The main row's table: who holds the lock.
 pub const MAIN_TABLE: &str = "queue_lock_main";

@@ -35,6 +35,13 @@
 //! rewritten every TTL/2 by the [`LeaseKeeper`]; release stops it and deletes the cell. The
 //! fencing token comes from [`lock_core::fence`] after the grant.
 //!
+//! ## Row growth
+//! Both rows' columns are thread ids, so a thread's next cell (written with a newer timestamp
+//! than its last deletion) replaces its own tombstone: each row holds at most one cell, live or
+//! dead, per thread that used the lock within the last `gc_grace`, and a read scans at most
+//! K tombstones for K threads (K when the lock is free and every thread's cell is dead), however long the lock runs (on a real node over 180 s its
+//! throughput stayed flat, 1898 → 1863 grants per 30 s, issue 11).
+//!
 //! ## Invariants the tests check
 //! - at most one holder per lock id (hold intervals never overlap, over many seeds, in
 //!   simulated and wall time) — the conformance suite;

@@ -1,0 +1,327 @@
+//! One row on one replica: live cells, dead cells (tombstones and expired TTL cells), and the
+//! bookkeeping that makes a read's tombstone count cheap.
+//!
+//! # Layout
+//!
+//! - `live`: the cells not dead as of the row's last access, in a `BTreeMap` by column.
+//! - `expiries`: `(expiry, column)` of the live cells with a TTL. Every access first moves the
+//!   cells whose expiry has passed from `live` to `dead` (an expired cell *is* a tombstone,
+//!   with its own write timestamp). The store's instants never go backwards, so doing this
+//!   lazily at each access is exact.
+//! - `dead`: the dead cells, sorted by column, in chunks of at most [`CHUNK_MAX`] cells held
+//!   behind `Arc`s. Two things need this shape:
+//!   - **counting**: the tombstones a read scans are the dead cells between its start and its
+//!     `limit`-th live cell, i.e. a difference of two ranks; a rank is a binary search over
+//!     the chunks' first columns, a sum of the lengths of the chunks before (at most
+//!     `n / (CHUNK_MAX / 2)` additions) and a binary search inside one chunk. For the 150,000
+//!     tombstones of the measured test that is ~300 additions instead of 150,000 steps.
+//!   - **snapshots**: a coordinator that merges several replicas' answers needs each replica's
+//!     dead cells as they were at its read instant (a tombstone decides against another
+//!     replica's stale live cell). A snapshot clones the chunk list (one `Arc` per chunk);
+//!     a later change to a shared chunk copies that chunk only (`Arc::make_mut`).
+//!
+//! Dead cells keep only what reconciliation and compaction use: their timestamp (a dead cell
+//! beats a live one of equal timestamp whatever its value) and since when they are dead.
+
+use crate::store::{reconcile, Micros, Version};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A chunk of dead cells is split in two when it grows past this many cells.
+pub(super) const CHUNK_MAX: usize = 1024;
+
+/// A cell that is alive (until its expiry, if it has one).
+#[derive(Clone, Debug)]
+pub(super) struct LiveCell {
+    pub timestamp: Micros,
+    pub value: Vec<u8>,
+    pub expires_at: Option<Instant>,
+}
+
+/// A tombstone, or a TTL cell past its expiry.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DeadCell {
+    pub timestamp: Micros,
+    /// The apply instant of a tombstone, the expiry of a TTL cell; `gc_grace` counts from it.
+    pub dead_at: Instant,
+}
+
+/// A version arriving at a replica.
+pub(super) enum Incoming {
+    Live(LiveCell),
+    Dead(DeadCell),
+}
+
+impl Incoming {
+    /// The incoming version as `reconcile` sees it at `now` (a TTL cell already past its
+    /// expiry, e.g. a zero TTL, arrives dead).
+    fn settle(self, now: Instant) -> Incoming {
+        match self {
+            Incoming::Live(c) => match c.expires_at {
+                Some(at) if at <= now => Incoming::Dead(DeadCell { timestamp: c.timestamp, dead_at: at }),
+                _ => Incoming::Live(c),
+            },
+            dead => dead,
+        }
+    }
+}
+
+type Chunk = Vec<(Arc<str>, DeadCell)>;
+
+/// Dead cells sorted by column, chunked for cheap ranks and snapshots (see the module docs).
+#[derive(Clone, Default)]
+pub(super) struct DeadCells {
+    chunks: Vec<Arc<Chunk>>,
+    len: usize,
+}
+
+impl DeadCells {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The chunk that holds `column` or would hold it: the last one whose first column is
+    /// `<= column` (the first chunk for a column before all of them).
+    fn chunk_of(&self, column: &str) -> usize {
+        self.chunks.partition_point(|c| c.first().is_some_and(|(k, _)| &**k <= column)).saturating_sub(1)
+    }
+
+    pub fn get(&self, column: &str) -> Option<DeadCell> {
+        let chunk = self.chunks.get(self.chunk_of(column))?;
+        chunk.binary_search_by(|(k, _)| (**k).cmp(column)).ok().map(|i| chunk[i].1)
+    }
+
+    pub fn insert(&mut self, column: Arc<str>, cell: DeadCell) {
+        if self.chunks.is_empty() {
+            self.chunks.push(Arc::new(Vec::new()));
+        }
+        let i = self.chunk_of(&column);
+        let chunk = Arc::make_mut(&mut self.chunks[i]);
+        match chunk.binary_search_by(|(k, _)| (**k).cmp(&column)) {
+            Ok(j) => chunk[j].1 = cell,
+            Err(j) => {
+                chunk.insert(j, (column, cell));
+                self.len += 1;
+            }
+        }
+        if chunk.len() > CHUNK_MAX {
+            let upper = chunk.split_off(chunk.len() / 2);
+            self.chunks.insert(i + 1, Arc::new(upper));
+        }
+    }
+
+    pub fn remove(&mut self, column: &str) -> Option<DeadCell> {
+        let i = self.chunk_of(column);
+        let j = self.chunks.get(i)?.binary_search_by(|(k, _)| (**k).cmp(column)).ok()?;
+        let chunk = Arc::make_mut(&mut self.chunks[i]);
+        let (_, cell) = chunk.remove(j);
+        if chunk.is_empty() {
+            self.chunks.remove(i);
+        }
+        self.len -= 1;
+        Some(cell)
+    }
+
+    /// How many dead cells sort before `column` (`None`: all of them).
+    pub fn rank(&self, column: Option<&str>) -> usize {
+        let Some(column) = column else { return self.len };
+        let i = self.chunk_of(column);
+        let before: usize = self.chunks[..i.min(self.chunks.len())].iter().map(|c| c.len()).sum();
+        let inside = self.chunks.get(i).map_or(0, |c| c.partition_point(|(k, _)| &**k < column));
+        before + inside
+    }
+
+    /// Drops the cells `purge` says to, rebuilding the chunks (compaction).
+    pub fn retain(&mut self, mut keep: impl FnMut(&DeadCell) -> bool) {
+        let kept: Vec<(Arc<str>, DeadCell)> =
+            self.chunks.iter().flat_map(|c| c.iter()).filter(|(_, c)| keep(c)).cloned().collect();
+        if kept.len() == self.len {
+            return;
+        }
+        self.len = kept.len();
+        self.chunks = kept.chunks(CHUNK_MAX / 2).map(|c| Arc::new(c.to_vec())).collect();
+    }
+
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &(Arc<str>, DeadCell)> {
+        self.chunks.iter().flat_map(|c| c.iter())
+    }
+}
+
+/// One row on one replica.
+pub(super) struct Row {
+    pub live: BTreeMap<Arc<str>, LiveCell>,
+    pub dead: DeadCells,
+    expiries: BTreeSet<(Instant, Arc<str>)>,
+    /// The row is compacted at its first access at or after this instant.
+    next_compaction: Instant,
+}
+
+/// What one replica's scan of a slice found.
+pub(super) struct Scan {
+    /// The live cells from the start, up to the limit.
+    pub live: Vec<(Arc<str>, LiveCell)>,
+    /// Dead cells between the start and the last live cell returned (to the row's end when
+    /// the limit was not reached): what Cassandra counts as tombstones scanned.
+    pub tombstones: u64,
+    /// The limit was reached, so cells after the last one returned were not scanned.
+    pub truncated: bool,
+}
+
+impl Row {
+    pub fn new(now: Instant, interval: Duration) -> Self {
+        Row {
+            live: BTreeMap::new(),
+            dead: DeadCells::default(),
+            expiries: BTreeSet::new(),
+            next_compaction: far_after(now, interval),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty() && self.dead.len() == 0
+    }
+
+    /// Brings the row to `now`: expired cells become dead; when a compaction is due, dead cells
+    /// dead for at least `grace` are purged.
+    pub fn advance(&mut self, now: Instant, grace: Duration, interval: Duration) {
+        while let Some((at, column)) = self.expiries.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop_first();
+            if let Some(cell) = self.live.remove(&column) {
+                self.dead.insert(column, DeadCell { timestamp: cell.timestamp, dead_at: at });
+            }
+        }
+        if now >= self.next_compaction {
+            self.dead.retain(|c| now.saturating_duration_since(c.dead_at) < grace);
+            self.next_compaction = far_after(now, interval);
+        }
+    }
+
+    /// Reconciles `incoming` with the version already stored under `column` (after
+    /// [`Row::advance`] to `now`), keeping the winner.
+    pub fn merge(&mut self, column: &str, incoming: Incoming, now: Instant) {
+        let incoming = incoming.settle(now);
+        let (new_ts, new_version, new_dead) = as_version(&incoming);
+        let old = match (self.live.get(column), self.dead.get(column)) {
+            (Some(l), _) => Some((l.timestamp, live_version(l), false)),
+            (None, Some(d)) => Some((d.timestamp, Version::Tombstone, true)),
+            (None, None) => None,
+        };
+        if let Some((ts, version, dead)) = old {
+            if reconcile(new_ts, &new_version, new_dead, ts, &version, dead) != Ordering::Greater {
+                return;
+            }
+        }
+        let key: Arc<str> = match self.live.remove_entry(column) {
+            Some((key, cell)) => {
+                if let Some(at) = cell.expires_at {
+                    self.expiries.remove(&(at, Arc::clone(&key)));
+                }
+                key
+            }
+            None => {
+                self.dead.remove(column);
+                Arc::from(column)
+            }
+        };
+        match incoming {
+            Incoming::Live(cell) => {
+                if let Some(at) = cell.expires_at {
+                    self.expiries.insert((at, Arc::clone(&key)));
+                }
+                self.live.insert(key, cell);
+            }
+            Incoming::Dead(cell) => self.dead.insert(key, cell),
+        }
+    }
+
+    /// The live cells from `start` on up to `limit`, and the tombstones scanned meanwhile.
+    pub fn scan(&self, start: Option<&str>, limit: usize) -> Scan {
+        let lower = start.map_or(Bound::Unbounded, Bound::Included);
+        let live: Vec<(Arc<str>, LiveCell)> = self
+            .live
+            .range::<str, _>((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(k, c)| (Arc::clone(k), c.clone()))
+            .collect();
+        let truncated = limit > 0 && live.len() == limit && self.live_after(live.last().map(|(k, _)| &**k));
+        // With the limit reached the scan stops at the last live cell returned; a live cell
+        // is never in `dead`, so the rank up to it counts exactly the dead cells before it.
+        let end = if live.len() == limit { live.last().map(|(k, _)| &**k) } else { None };
+        let tombstones = if limit == 0 {
+            0
+        } else {
+            let to = if live.len() == limit { self.dead.rank(end) } else { self.dead.len() };
+            to.saturating_sub(start.map_or(0, |s| self.dead.rank(Some(s))))
+        };
+        Scan { live, tombstones: tombstones as u64, truncated }
+    }
+
+    /// Whether the row holds any cell, live or dead, after `column`: a reader that stopped at
+    /// `column` may have missed something.
+    fn live_after(&self, column: Option<&str>) -> bool {
+        let Some(column) = column else { return false };
+        let after = (Bound::Excluded(column), Bound::Unbounded);
+        self.live.range::<str, _>(after).next().is_some() || self.dead.rank(Some(column)) < self.dead.len()
+    }
+}
+
+fn live_version(c: &LiveCell) -> Version<Instant> {
+    Version::Live { value: c.value.clone(), expires_at: c.expires_at }
+}
+
+fn as_version(i: &Incoming) -> (Micros, Version<Instant>, bool) {
+    match i {
+        Incoming::Live(c) => (c.timestamp, live_version(c), false),
+        Incoming::Dead(d) => (d.timestamp, Version::Tombstone, true),
+    }
+}
+
+/// `now + d`, or an instant far enough to be never for any run when that overflows.
+fn far_after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 86_400)))
+        .unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dead(n: usize) -> DeadCells {
+        let now = Instant::now();
+        let mut d = DeadCells::default();
+        for i in 0..n {
+            d.insert(Arc::from(format!("{i:08}")), DeadCell { timestamp: i as i64, dead_at: now });
+        }
+        d
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ranks_gets_and_removes_across_chunks() {
+        let mut d = dead(5000);
+        assert!(d.chunks.len() > 4, "{} chunks", d.chunks.len());
+        assert_eq!(d.rank(Some("00002500")), 2500);
+        assert_eq!(d.rank(Some("00002500x")), 2501);
+        assert_eq!(d.rank(Some("")), 0);
+        assert_eq!(d.rank(None), 5000);
+        assert_eq!(d.get("00004999").map(|c| c.timestamp), Some(4999));
+        assert_eq!(d.remove("00000010").map(|c| c.timestamp), Some(10));
+        assert!(d.get("00000010").is_none());
+        assert_eq!(d.rank(Some("00002500")), 2499);
+        let snapshot = d.clone();
+        d.insert(Arc::from("00000010"), DeadCell { timestamp: 99, dead_at: Instant::now() });
+        assert!(snapshot.get("00000010").is_none(), "a snapshot does not see later changes");
+        assert_eq!(d.iter().count(), 5000);
+        d.retain(|c| c.timestamp % 2 == 1);
+        assert_eq!(d.len(), 2501);
+        assert_eq!(d.rank(None), 2501);
+    }
+}
