@@ -34,6 +34,7 @@ fn uncontended(c: &mut Criterion) {
             latency: Latency::ZERO,
             replicas: 1,
             gc_grace: std::time::Duration::ZERO,
+            tombstone_cost: std::time::Duration::ZERO,
         }
         .into(),
         threads: 1,

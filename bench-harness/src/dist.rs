@@ -19,8 +19,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Parses a duration: a non-negative number followed by `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`
-/// or `h`; a bare `0` is zero.
+/// Parses a duration: a non-negative number followed by `ns`, `us`/`µs`, `ms`, `s`, `m`/`min`,
+/// `h` or `d`; a bare `0` is zero.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     if s.is_empty() {
@@ -51,9 +51,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" | "sec" => 1e9,
         "m" | "min" => 60e9,
         "h" => 3600e9,
+        "d" => 86400e9,
         other => {
             return Err(format!(
-                "unknown unit '{other}' in '{text}' (use ns, us, ms, s, m or h)"
+                "unknown unit '{other}' in '{text}' (use ns, us, ms, s, m, h or d)"
             ))
         }
     };
@@ -76,11 +77,15 @@ pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Formats a duration in the largest unit up to seconds that shows it exactly: `60s`, `5ms`,
-/// `800us`, `1500ns`.
+/// `800us`, `1500ns`; whole days as days (`10d`, Cassandra's tombstone grace).
 pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     if ns == 0 {
         return "0s".into();
+    }
+    const DAY: u128 = 86_400_000_000_000;
+    if ns.is_multiple_of(DAY) {
+        return format!("{}d", ns / DAY);
     }
     for (unit, scale) in [("s", 1_000_000_000u128), ("ms", 1_000_000), ("us", 1_000)] {
         if ns.is_multiple_of(scale) {

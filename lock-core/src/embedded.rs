@@ -273,6 +273,9 @@ pub struct StoreCounters {
     /// Requests per client id (the store's own [`CellStore`] impl is client `""`); clients
     /// without requests are left out.
     pub per_client: BTreeMap<String, OpCounts>,
+    /// Tombstones scanned by reads, per table (tables whose reads were counted; empty for a
+    /// store that does not know, such as a real cluster seen from the client).
+    pub tombstones: BTreeMap<String, TombstoneStats>,
 }
 
 impl StoreCounters {
@@ -314,6 +317,16 @@ impl TombstoneStats {
     /// precision; 0 without reads.
     pub fn quantile(&self, q: f64) -> u64 {
         self.histogram.quantile(q).min(self.max)
+    }
+
+    /// Adds `other`'s reads (e.g. of another table) to these.
+    pub fn merge(&mut self, other: &TombstoneStats) {
+        self.reads += other.reads;
+        self.scanned += other.scanned;
+        self.max = self.max.max(other.max);
+        self.warned += other.warned;
+        self.failed += other.failed;
+        self.histogram.merge(&other.histogram);
     }
 
     /// The median of tombstones scanned per read.
@@ -365,6 +378,13 @@ impl TombstoneHistogram {
     /// Counts one value.
     pub fn record(&mut self, v: u64) {
         *self.buckets.entry(Self::bucket(v).0).or_default() += 1;
+    }
+
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &TombstoneHistogram) {
+        for (low, n) in other.buckets() {
+            *self.buckets.entry(low).or_default() += n;
+        }
     }
 
     /// The non-empty buckets: (lowest value, count), in order.
@@ -707,7 +727,8 @@ impl EmbeddedStore {
             .map(|(id, state)| (id.clone(), state.counts()))
             .filter(|(_, counts)| counts.total() > 0)
             .collect();
-        StoreCounters { per_table, per_client }
+        let tombstones = lock(&self.inner.tombstones).clone();
+        StoreCounters { per_table, per_client, tombstones }
     }
 
     /// Zero every counter (e.g. after a benchmark's warm-up).

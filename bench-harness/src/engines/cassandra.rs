@@ -36,7 +36,7 @@ pub const DEFAULT_NODES: &str = "127.0.0.1:9042";
 type Client = CountingStore<CassandraClient>;
 
 /// The algorithms on Cassandra.
-static ALGORITHMS: [Entry<Client>; 3] = cell_model::entries();
+static ALGORITHMS: [Entry<Client>; 4] = cell_model::entries();
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]
@@ -287,7 +287,7 @@ mod tests {
         let json = serde_json::to_string(&cfg).unwrap();
         assert!(!json.contains("redis://x/"), "{json}");
         assert_eq!(cfg.processes, 2);
-        assert_eq!(cfg.algorithms, ["shadow", "queue", "bakery"]);
+        assert_eq!(cfg.algorithms, ["shadow", "queue", "bakery", "queue-bounded"]);
         // Another engine's run carries none of these settings.
         let cli =
             crate::cli::Cli::try_parse_from(["bench-harness", "--nodes", "10.0.0.1:9042"]).unwrap();

@@ -18,11 +18,13 @@ use std::time::Duration;
 
 /// Every table the Cassandra-model algorithms use, created before a run on a real cluster so
 /// that no contender pays for a schema change inside its timed section.
-pub const TABLES: [&str; 8] = [
+pub const TABLES: [&str; 10] = [
     "shadow_lock_main",
     "shadow_lock_shadow",
-    "queue_lock_main",
-    "queue_lock_queue",
+    lock_queue::MAIN_TABLE,
+    lock_queue::QUEUE_TABLE,
+    lock_queue::bounded::BOUNDED_MAIN_TABLE,
+    lock_queue::bounded::BOUNDED_QUEUE_TABLE,
     "lock_fence",
     "time_service",
     lock_bakery::CHOOSING_TABLE,
@@ -50,6 +52,19 @@ pub static QUEUE: Algorithm = Algorithm {
     )
 };
 
+/// The queue lock whose reads scan a bounded number of tombstones (one queue column per
+/// thread, reused).
+pub static QUEUE_BOUNDED: Algorithm = Algorithm {
+    uses_time_source: true,
+    uses_poll_interval: true,
+    ideal_handoff: Some(queue_ideal_handoff),
+    ideal_handoff_text: "3 round trips + half the poll interval",
+    ..Algorithm::new(
+        "queue-bounded",
+        "the queue lock with one reused queue column per thread: tombstones per read bounded",
+    )
+};
+
 /// Lamport's bakery on two column families (seed 002).
 pub static BAKERY: Algorithm = Algorithm {
     uses_poll_interval: true,
@@ -62,7 +77,7 @@ pub static BAKERY: Algorithm = Algorithm {
 };
 
 /// The Cassandra-model algorithms on store type `S`, in the order they run.
-pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 3] {
+pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 4] {
     [
         Entry {
             algorithm: &SHADOW,
@@ -75,6 +90,10 @@ pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 3] {
         Entry {
             algorithm: &BAKERY,
             build: build_bakery::<S>,
+        },
+        Entry {
+            algorithm: &QUEUE_BOUNDED,
+            build: build_queue_bounded::<S>,
         },
     ]
 }
@@ -191,6 +210,21 @@ fn build_queue<S: CellStore + Clone + 'static>(
     };
     Box::pin(async move {
         Ok(Arc::new(lock_queue::QueueLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
+    })
+}
+
+fn build_queue_bounded<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> BuildFuture {
+    #[allow(clippy::needless_update)]
+    let config = lock_queue::QueueConfig {
+        poll_interval: s.scaled(s.poll_interval),
+        ..lock_queue::QueueConfig::default()
+    };
+    Box::pin(async move {
+        Ok(Arc::new(lock_queue::BoundedQueueLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
     })
 }
 

@@ -47,7 +47,7 @@ impl RequestCounter {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
-            per_client: BTreeMap::new(),
+            ..StoreCounters::default()
         }
     }
 

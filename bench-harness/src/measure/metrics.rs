@@ -409,6 +409,64 @@ pub struct StoreLoad {
     pub ops_per_second: Option<f64>,
     /// Requests per table.
     pub per_table: BTreeMap<String, OpCount>,
+    /// Tombstones the run's reads scanned, when the engine knows (the embedded store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tombstones: Option<TombstoneCounts>,
+    /// The same per table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tombstones_per_table: BTreeMap<String, TombstoneCounts>,
+}
+
+/// Tombstones scanned per read (Cassandra logs a warning past 1,000 in one read and fails the
+/// read past 100,000).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TombstoneCounts {
+    /// Reads counted.
+    pub reads: u64,
+    /// Median tombstones scanned by a read (within 3.2%).
+    pub per_read_p50: u64,
+    /// Most tombstones one read scanned.
+    pub per_read_max: u64,
+    /// Mean tombstones scanned by a read.
+    pub per_read_mean: f64,
+    /// Reads over the warning threshold.
+    pub reads_over_warning: u64,
+    /// Reads that failed past the failure threshold.
+    pub reads_failed: u64,
+}
+
+impl TombstoneCounts {
+    /// The figures of the store's statistics.
+    pub fn of(s: &lock_core::embedded::TombstoneStats) -> Self {
+        TombstoneCounts {
+            reads: s.reads,
+            per_read_p50: s.p50(),
+            per_read_max: s.max,
+            per_read_mean: round4(s.mean()),
+            reads_over_warning: s.warned,
+            reads_failed: s.failed,
+        }
+    }
+}
+
+/// The tombstone figures of `counters`, all tables together and per table; `None` when the
+/// engine counts no tombstones.
+pub fn tombstone_counts(
+    counters: &lock_core::embedded::StoreCounters,
+) -> (Option<TombstoneCounts>, BTreeMap<String, TombstoneCounts>) {
+    if counters.tombstones.is_empty() {
+        return (None, BTreeMap::new());
+    }
+    let mut all = lock_core::embedded::TombstoneStats::default();
+    for t in counters.tombstones.values() {
+        all.merge(t);
+    }
+    let per_table = counters
+        .tombstones
+        .iter()
+        .map(|(t, s)| (t.clone(), TombstoneCounts::of(s)))
+        .collect();
+    (Some(TombstoneCounts::of(&all)), per_table)
 }
 
 /// Store load from the backend's counters, read at the end of the window that had `grants`
@@ -425,7 +483,10 @@ pub fn store_load(
         total: c.total(),
     };
     let ops = conv(&counters.total());
+    let (tombstones, tombstones_per_table) = tombstone_counts(counters);
     StoreLoad {
+        tombstones,
+        tombstones_per_table,
         ops_per_grant: (grants > 0).then(|| round4(ops.total as f64 / grants as f64)),
         ops_per_second: Some(if duration_us == 0 {
             0.0

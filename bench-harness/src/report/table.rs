@@ -30,6 +30,8 @@ pub fn table(summary: &Summary) -> String {
         "overlaps",
         "token viol.",
         "errors",
+        "tombs/read p50/max",
+        "tomb. warn/fail",
     ];
     let rows: Vec<Vec<String>> = summary.results.iter().map(row).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -107,6 +109,14 @@ fn row(r: &AlgorithmReport) -> Vec<String> {
         r.safety.overlapping_holds.to_string(),
         r.safety.token_order_violations.to_string(),
         r.errors.total().to_string(),
+        r.store.tombstones.map_or_else(
+            || "n/a".to_string(),
+            |t| format!("{}/{}", t.per_read_p50, t.per_read_max),
+        ),
+        r.store.tombstones.map_or_else(
+            || "n/a".to_string(),
+            |t| format!("{}/{}", t.reads_over_warning, t.reads_failed),
+        ),
     ]
 }
 
@@ -117,7 +127,8 @@ pub fn notes(summary: &Summary) -> String {
         "Requests still waiting at the end are drained (they may wait up to another duration); throughput and store load count the window only.\n\
          latency: request to grant. gap: release to the next grant while someone waited (RTs: in mean store round trips; \
          gap/ideal: median gap over the algorithm's ideal handoff). Jain: fairness of grants per contender (1 = even). \
-         overtaken: grants that a later request overtook. errors: lock errors + release errors + leases lost while holding.\n",
+         overtaken: grants that a later request overtook. errors: lock errors + release errors + leases lost while holding. \
+         tombs/read: tombstones a read scanned (median/most); warn/fail: reads over Cassandra's warning threshold (1,000) and failed past its failure threshold (100,000).\n",
     );
     for r in &summary.results {
         if !r.is_safe() {
@@ -172,14 +183,14 @@ mod tests {
         let mut summary = Summary::new(&cfg);
         summary.results.push(report.clone());
         let clean = table(&summary);
-        assert!(clean.lines().next().unwrap().ends_with("errors"), "{clean}");
+        assert!(clean.lines().next().unwrap().contains(" errors "), "{clean}");
         assert_eq!(clean.lines().count(), 3, "{clean}");
         report.errors.lock_errors = 2;
         report.errors.leases_lost_while_holding = 1;
         report.errors.first_error = Some("store unreachable: broken pipe".into());
         summary.results[0] = report;
         let t = table(&summary);
-        assert!(t.lines().nth(2).unwrap().trim_end().ends_with(" 3"), "{t}");
+        assert!(t.lines().nth(2).unwrap().contains(" 3  "), "{t}");
         assert!(
             t.contains("queue: 2 lock errors, 0 release errors, 1 leases lost while holding; first error: store unreachable: broken pipe"),
             "{t}"

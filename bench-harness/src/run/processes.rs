@@ -219,7 +219,7 @@ pub fn merge(
         contenders,
         counters: counted.then(|| StoreCounters {
             per_table,
-            per_client: BTreeMap::new(),
+            ..StoreCounters::default()
         }),
         duration_us: cfg.duration.as_micros() as u64,
         finished_us,
