@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates results/: the thesis's benchmark section (SPEC section 5) as charts (PNG and
-# SVG), sweep.json with every measured point, and README.md with the headline table.
+# SVG), sweep.json with every measured point, and README.md with the headline table; then
+# results/longrun/ (every algorithm for an hour of simulated time: what Cassandra's tombstones
+# do to it) and its section of README.md.
 #
 # Every point runs on the embedded store in simulated time, so the same seed gives the same
-# files, and the whole sweep takes well under three minutes of wall time on two cores (the
-# points run in parallel on two threads). Extra arguments go to `bench-harness sweep`, e.g.
+# files; the sweep takes about a minute of wall time on two cores and the long run a few
+# more (the points run in parallel on two threads). Extra arguments go to
+# `bench-harness sweep` (and --seed, --out and --quick to the long run too), e.g.
 #   scripts/regenerate-results.sh --seed 2 --jobs 4
 #   scripts/regenerate-results.sh --quick --out /tmp/results-check
 set -euo pipefail
@@ -15,11 +18,20 @@ start=$(date +%s)
 ./target/release/bench-harness sweep --out results "$@"
 echo "regenerate-results.sh: the sweep took $(( $(date +%s) - start )) s of wall time" >&2
 
+out_dir=results
+longrun_args=()
+for arg in "$@"; do case "$arg" in --out=*) out_dir="${arg#--out=}";; --seed=*) longrun_args+=("$arg");; --quick) longrun_args+=(--duration 5m --interval 30s);; esac; done
+prev=""; for arg in "$@"; do
+  [ "$prev" = "--out" ] && out_dir="$arg"
+  [ "$prev" = "--seed" ] && longrun_args+=(--seed "$arg")
+  prev="$arg"
+done
+start=$(date +%s)
+./target/release/bench-harness longrun --out "$out_dir/longrun" "${longrun_args[@]}"
+echo "regenerate-results.sh: the long run took $(( $(date +%s) - start )) s of wall time" >&2
+
 # The top README shows the headline table and findings as generated above: copy them between
 # its markers, so no figure in it is typed by hand.
-out_dir=results
-for arg in "$@"; do case "$arg" in --out=*) out_dir="${arg#--out=}";; esac; done
-prev=""; for arg in "$@"; do [ "$prev" = "--out" ] && out_dir="$arg"; prev="$arg"; done
 if [ "$out_dir" = "results" ]; then
   block=$(mktemp)
   {

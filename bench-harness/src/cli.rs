@@ -21,7 +21,9 @@ Examples:
   bench-harness --latency 0 --replicas 1          a store without latency
   bench-harness --clock wall --duration 10s --threads 8";
 
-const MORE_EXAMPLES: &str = "  bench-harness sweep                             regenerate results/ (the thesis's benchmark)
+const MORE_EXAMPLES: &str =
+    "  bench-harness sweep                             regenerate results/ (the thesis's benchmark)
+  bench-harness longrun                           an hour per algorithm: what tombstones do
   bench-harness engines --redis URL --zookeeper HOSTS
       the engines pointed at, side by side with the embedded store in wall time at 1, 8
       and 64 contenders, into results/engines/ (what scripts/compare-engines.sh runs)
@@ -103,6 +105,10 @@ pub enum Command {
     /// Regenerate the thesis's benchmark into results/: sweeps over contenders (1 to 256),
     /// the queue lock's poll interval and clock skew, charts and results/README.md.
     Sweep(SweepArgs),
+    /// Run every algorithm for an hour of simulated time on one lock and show what Cassandra's
+    /// tombstones do to it: throughput, latency and tombstones per read per minute, when reads
+    /// would fail, and a calibration against a real node; into results/longrun/.
+    Longrun(LongrunArgs),
     /// Compare the engines in wall time: Redis (jedis, redis-token), ZooKeeper, Cassandra and
     /// the embedded store (shadow, queue, bakery) at several contention levels, into
     /// results/engines/ (JSON, chart, README table). Used by scripts/compare-engines.sh.
@@ -237,6 +243,37 @@ pub struct SweepArgs {
     #[arg(short, long)]
     pub quiet: bool,
     /// The base scenario every point varies.
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+}
+
+/// The settings of `bench-harness longrun`.
+#[derive(Args, Debug, Clone)]
+pub struct LongrunArgs {
+    /// Output directory (longrun.json, longrun.png/.svg, README.md). When it is called
+    /// `longrun` and its parent holds the sweep's README.md, that README's long-run section is
+    /// regenerated too.
+    #[arg(short, long, value_name = "DIR", default_value = "results/longrun")]
+    pub out: PathBuf,
+    /// Simulated length of each run.
+    #[arg(short, long, default_value = "60m", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// Length of the intervals the runs are cut into.
+    #[arg(long, default_value = "1m", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub interval: Duration,
+    /// Contender counts.
+    #[arg(long, value_delimiter = ',', default_value = "8,64", value_parser = clap::value_parser!(u32).range(1..))]
+    pub contenders: Vec<u32>,
+    /// Leave out the calibration against issue 11's real node (8 contenders, 180 s).
+    #[arg(long)]
+    pub no_calibration: bool,
+    /// OS threads running runs in parallel, each with its own paused runtime.
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The scenario every run shares.
     #[command(flatten)]
     pub scenario: ScenarioArgs,
 }

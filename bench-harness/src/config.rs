@@ -77,6 +77,10 @@ pub struct RunConfig {
     /// this process.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub processes: usize,
+    /// Read the store's counters every this long during the window as well as at its end (the
+    /// long-run experiment's time series); in-process runs only, not written to result files.
+    #[serde(skip)]
+    pub sample_every: Option<Duration>,
 }
 
 fn one() -> usize {
@@ -297,6 +301,7 @@ impl Default for RunConfig {
             backoff: BackoffPreset::Thesis,
             seed: 1,
             processes: 1,
+            sample_every: None,
         }
     }
 }

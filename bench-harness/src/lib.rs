@@ -95,6 +95,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Run(args)) => run_command(&args),
         Some(Command::Sweep(args)) => experiments::sweep::run(&args),
         Some(Command::Engines(args)) => experiments::compare::run(&args),
+        Some(Command::Longrun(args)) => experiments::longrun::run(&args),
         Some(Command::List) => {
             print!("{}", engines::list());
             Ok(())

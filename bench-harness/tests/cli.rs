@@ -564,3 +564,79 @@ fn cassandra_with_two_worker_processes_when_a_cluster_is_given() {
         assert!(r["store"]["ops_per_grant"].as_f64().unwrap() > 1.0, "{r}");
     }
 }
+
+#[test]
+fn a_short_long_run_shows_the_queue_lock_slowing_and_queue_bounded_flat() {
+    // Three simulated minutes at 8 contenders, tombstones kept as Cassandra keeps them: the
+    // thesis's queue lock reads more tombstones every interval and slows down; queue-bounded's
+    // reads scan at most one tombstone per contender.
+    let results = scratch("longrun");
+    let dir = results.join("longrun");
+    std::fs::create_dir_all(&results).unwrap();
+    std::fs::write(results.join("README.md"), "# Benchmark results\n").unwrap();
+    let o = run(&[
+        "longrun",
+        "--duration",
+        "3m",
+        "--interval",
+        "30s",
+        "--contenders",
+        "8",
+        "--no-calibration",
+        "-a",
+        "queue,queue-bounded",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("longrun.json")).unwrap()).unwrap();
+    let runs = s["runs"].as_array().unwrap();
+    let of = |name: &str| {
+        runs.iter()
+            .find(|r| r["algorithm"] == name)
+            .unwrap()
+            .clone()
+    };
+    let per_read = |r: &serde_json::Value| -> Vec<f64> {
+        r["intervals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["tombstones_per_read"].as_f64().unwrap())
+            .collect()
+    };
+    let grants = |r: &serde_json::Value| -> Vec<u64> {
+        r["intervals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["grants"].as_u64().unwrap())
+            .collect()
+    };
+    let queue = of("queue");
+    let q = per_read(&queue);
+    assert_eq!(q.len(), 6);
+    assert!(
+        q.windows(2).all(|w| w[1] > w[0]),
+        "queue tombstones per read: {q:?}"
+    );
+    assert!(q[5] > 1000.0, "queue tombstones per read: {q:?}");
+    let g = grants(&queue);
+    assert!(g[5] < g[0], "queue grants per interval: {g:?}");
+    let bounded = of("queue-bounded");
+    assert!(
+        bounded["max_tombstones_per_read"].as_u64().unwrap() <= 8,
+        "{bounded}"
+    );
+    assert_eq!(bounded["would_fail_at_s"], serde_json::Value::Null);
+    assert!(dir.join("longrun.png").exists());
+    // The results README gained its long-run section.
+    let readme = std::fs::read_to_string(results.join("README.md")).unwrap();
+    assert!(
+        readme.contains("<!-- longrun:begin") && readme.contains("queue-bounded"),
+        "{readme}"
+    );
+    assert!(stdout(&o).contains("would fail at"), "{}", stdout(&o));
+}

@@ -287,7 +287,10 @@ mod tests {
         let json = serde_json::to_string(&cfg).unwrap();
         assert!(!json.contains("redis://x/"), "{json}");
         assert_eq!(cfg.processes, 2);
-        assert_eq!(cfg.algorithms, ["shadow", "queue", "bakery", "queue-bounded"]);
+        assert_eq!(
+            cfg.algorithms,
+            ["shadow", "queue", "bakery", "queue-bounded"]
+        );
         // Another engine's run carries none of these settings.
         let cli =
             crate::cli::Cli::try_parse_from(["bench-harness", "--nodes", "10.0.0.1:9042"]).unwrap();

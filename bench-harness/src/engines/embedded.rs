@@ -165,6 +165,24 @@ impl Engine for Embedded {
         true
     }
 
+    /// One replica, and a round trip of 500 µs + up to 500 µs: with the calibrated tombstone
+    /// cost this reproduces issue 11's run on a real single node on loopback (see
+    /// `lock_core::embedded`'s calibration).
+    fn single_node(&self, options: &EngineOptions) -> Option<EngineOptions> {
+        let o: Options = options.get();
+        Some(
+            Options {
+                replicas: 1,
+                latency: Latency {
+                    fixed: Duration::from_micros(500),
+                    jitter: Duration::from_micros(500),
+                },
+                ..o
+            }
+            .into(),
+        )
+    }
+
     fn comparison_note(&self, options: &EngineOptions) -> Option<String> {
         let o: Options = options.get();
         Some(format!(

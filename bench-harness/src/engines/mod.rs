@@ -111,6 +111,12 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Its options modelling one Cassandra node on loopback, when it is a model (the long-run
+    /// experiment's calibration against a real node).
+    fn single_node(&self, _options: &EngineOptions) -> Option<EngineOptions> {
+        None
+    }
+
     /// True when it counts the requests its contenders send (store load per grant).
     fn counts_requests(&self) -> bool;
 

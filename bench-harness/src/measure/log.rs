@@ -78,6 +78,9 @@ pub struct RunOutcome {
     /// The store's request counters at the end of the run's window (before the drain), when
     /// the backend counts.
     pub counters: Option<StoreCounters>,
+    /// The counters read during the window when the run asked for samples
+    /// ([`crate::config::RunConfig::sample_every`]), in time order.
+    pub samples: Vec<CounterSample>,
     /// The run's window on its clock, in microseconds.
     pub duration_us: u64,
     /// When the last contender finished (the drain included), in microseconds.
@@ -105,4 +108,13 @@ impl RunOutcome {
         }
         h
     }
+}
+
+/// The store's counters at one moment of a run.
+#[derive(Debug, Clone)]
+pub struct CounterSample {
+    /// When, in microseconds on the run's clock.
+    pub at_us: u64,
+    /// The counters since the run's start.
+    pub counters: StoreCounters,
 }

@@ -174,6 +174,7 @@ mod tests {
             grants: Vec::new(),
             contenders: Vec::new(),
             counters: None,
+            samples: Vec::new(),
             duration_us: 1,
             finished_us: 1,
             wall_time: std::time::Duration::ZERO,
@@ -183,7 +184,10 @@ mod tests {
         let mut summary = Summary::new(&cfg);
         summary.results.push(report.clone());
         let clean = table(&summary);
-        assert!(clean.lines().next().unwrap().contains(" errors "), "{clean}");
+        assert!(
+            clean.lines().next().unwrap().contains(" errors "),
+            "{clean}"
+        );
         assert_eq!(clean.lines().count(), 3, "{clean}");
         report.errors.lock_errors = 2;
         report.errors.leases_lost_while_holding = 1;

@@ -21,7 +21,7 @@
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
-use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
+use crate::measure::log::{ContenderOutcome, CounterSample, ErrorCounts, RunOutcome};
 use crate::measure::metrics::{new_histogram, Grant};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
@@ -163,6 +163,8 @@ pub struct Driven {
     pub contenders: Vec<ContenderOutcome>,
     /// The counters when the window ended.
     pub counters: Option<StoreCounters>,
+    /// The counters read during the window ([`RunConfig::sample_every`]).
+    pub samples: Vec<CounterSample>,
     /// When the last contender finished, in microseconds since the start.
     pub finished_us: u64,
 }
@@ -218,11 +220,24 @@ pub async fn drive(
         _ => None,
     };
 
-    // The counters as they stand when the window ends; the drain's requests are not load of
-    // the measured window.
+    // The counters as they stand when the window ends (the drain's requests are not load of
+    // the measured window), and every `sample_every` before that when asked.
+    let sample_every = cfg.sample_every.map(|d| cfg.scaled(d));
     let snapshot = tokio::spawn(async move {
+        let mut samples = Vec::new();
+        if let (Some(every), Some(read)) = (sample_every, counters.as_ref()) {
+            let mut next = start + every;
+            while next < end {
+                tokio::time::sleep_until(next).await;
+                samples.push(CounterSample {
+                    at_us: stamp.at(next),
+                    counters: read(),
+                });
+                next += every;
+            }
+        }
         tokio::time::sleep_until(end).await;
-        counters.map(|read| read())
+        (samples, counters.map(|read| read()))
     });
 
     let mut grants = Vec::new();
@@ -239,13 +254,14 @@ pub async fn drive(
     if Instant::now() < end {
         tokio::time::sleep_until(end).await;
     }
-    let counters = snapshot
+    let (samples, counters) = snapshot
         .await
         .context("the counter snapshot task panicked")?;
     Ok(Driven {
         grants,
         contenders,
         counters,
+        samples,
         finished_us,
     })
 }
@@ -277,6 +293,7 @@ pub async fn run_async(
         grants,
         contenders: driven.contenders,
         counters: driven.counters,
+        samples: driven.samples,
         duration_us: cfg.duration.as_micros() as u64,
         finished_us: driven.finished_us,
         wall_time: Duration::ZERO,

@@ -221,6 +221,7 @@ pub fn merge(
             per_table,
             ..StoreCounters::default()
         }),
+        samples: Vec::new(),
         duration_us: cfg.duration.as_micros() as u64,
         finished_us,
         wall_time: Duration::ZERO,

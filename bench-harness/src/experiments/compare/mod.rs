@@ -22,8 +22,14 @@
 
 mod report;
 
-pub use report::{
-    draw, readme, section, section_for, splice_section, table, update_results_readme,
+pub use report::{draw, readme, section, section_for, splice_section, table};
+
+/// The engines section of the results README.
+pub static SECTION: crate::experiments::Section = crate::experiments::Section {
+    dir: ENGINES_DIR,
+    begin: SECTION_BEGIN,
+    end: SECTION_END,
+    render: section_for,
 };
 
 use crate::cli::EnginesArgs;
@@ -356,21 +362,6 @@ fn measure_point(cfg: &RunConfig, quiet: bool) -> anyhow::Result<EnginePoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_section_is_replaced_in_place_or_appended() {
-        let sec = format!("{SECTION_BEGIN}\nnew\n{SECTION_END}\n");
-        let plain = "# Results\n\ntext\n";
-        let once = splice_section(plain, &sec);
-        assert_eq!(once, format!("# Results\n\ntext\n\n{sec}"));
-        // Idempotent, and what surrounds the section stays.
-        assert_eq!(splice_section(&once, &sec), once);
-        let old = format!("# R\n\n{SECTION_BEGIN}\nold\n{SECTION_END}\n\n## After\n");
-        assert_eq!(
-            splice_section(&old, &sec),
-            format!("# R\n\n{sec}\n## After\n")
-        );
-    }
 
     #[test]
     fn plans_every_engine_algorithm_and_level() {

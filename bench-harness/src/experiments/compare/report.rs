@@ -18,7 +18,7 @@ pub(super) fn write_outputs(
 ) -> anyhow::Result<()> {
     let files = draw(&args.out, summary)?;
     files::write_atomic(&args.out.join("README.md"), readme(summary).as_bytes())?;
-    let updated = update_results_readme(&args.out)?;
+    let updated = crate::experiments::update_results_readme(&args.out, &super::SECTION)?;
     progress::status(
         args.quiet,
         &format!(
@@ -392,46 +392,7 @@ pub fn section_for(results_dir: &Path) -> anyhow::Result<Option<String>> {
     Ok(Some(section(&s, ENGINES_DIR)))
 }
 
-/// `readme` with its engines section replaced by `section` (or `section` appended, after a
-/// blank line, when it has none).
+/// `readme` with its engines section replaced by `section` (or appended).
 pub fn splice_section(readme: &str, section: &str) -> String {
-    if let (Some(b), Some(e)) = (readme.find(SECTION_BEGIN), readme.find(SECTION_END)) {
-        if b < e {
-            let mut end = e + SECTION_END.len();
-            if readme[end..].starts_with('\n') {
-                end += 1;
-            }
-            return format!("{}{}{}", &readme[..b], section, &readme[end..]);
-        }
-    }
-    let mut out = readme.trim_end_matches('\n').to_string();
-    out.push_str("\n\n");
-    out.push_str(section);
-    out
-}
-
-/// After `bench-harness engines --out DIR`: when DIR is called `engines` and its parent holds
-/// a README.md (the sweep's), regenerate that README's engines section. Returns the README
-/// updated, if any.
-pub fn update_results_readme(out: &Path) -> anyhow::Result<Option<PathBuf>> {
-    if out.file_name().is_none_or(|n| n != ENGINES_DIR) {
-        return Ok(None);
-    }
-    let Some(results) = out.parent() else {
-        return Ok(None);
-    };
-    let results = if results.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        results
-    };
-    let readme_path = results.join("README.md");
-    let Ok(readme) = std::fs::read_to_string(&readme_path) else {
-        return Ok(None);
-    };
-    let Some(section) = section_for(results)? else {
-        return Ok(None);
-    };
-    files::write_atomic(&readme_path, splice_section(&readme, &section).as_bytes())?;
-    Ok(Some(readme_path))
+    crate::experiments::splice(readme, &super::SECTION, section)
 }

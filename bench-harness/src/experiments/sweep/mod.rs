@@ -32,8 +32,6 @@ use crate::measure::summary::{analyze, AlgorithmReport};
 use crate::report::{files, progress};
 use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Contenders of the poll-interval and skew experiments.
@@ -379,44 +377,11 @@ pub(crate) fn experiment_name(e: Experiment) -> &'static str {
     }
 }
 
-/// Runs every job on `jobs` threads; results in plan order.
+/// Runs every job on `jobs` threads, the costliest first; results in plan order.
 fn execute(plan: &Plan, jobs: usize, bar: &indicatif::ProgressBar) -> anyhow::Result<Vec<Done>> {
     let mut order: Vec<usize> = (0..plan.jobs.len()).collect();
     order.sort_by(|&a, &b| plan.jobs[b].cost.total_cmp(&plan.jobs[a].cost));
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<anyhow::Result<Done>>>> =
-        Mutex::new((0..plan.jobs.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, plan.jobs.len().max(1)) {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&index) = order.get(k) else { break };
-                let done = run_job(&plan.jobs[index]);
-                let failed = done.is_err();
-                results.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(done);
-                bar.inc(1);
-                if failed {
-                    // Let the other workers stop early too.
-                    next.store(order.len(), Ordering::Relaxed);
-                    break;
-                }
-            });
-        }
-    });
-    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    let mut out = Vec::with_capacity(results.len());
-    for r in results {
-        match r {
-            Some(Ok(done)) => out.push(done),
-            Some(Err(e)) => return Err(e),
-            None => {
-                return Err(anyhow!(
-                    "a sweep point did not run (an earlier point failed)"
-                ))
-            }
-        }
-    }
-    Ok(out)
+    super::parallel(&plan.jobs, &order, jobs, bar, run_job)
 }
 
 /// `bench-harness sweep`.
@@ -454,10 +419,12 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<()> {
     files::write_json(&args.out.join("sweep.json"), &summary)?;
     let images = charts::draw(&args.out, &summary, &timelines)?;
     let mut readme = readme(&summary, &images, &args.out);
-    // The engines comparison (`bench-harness engines`) is measured apart, in wall time; its
-    // section is regenerated from its own engines.json, as that command regenerates it.
-    if let Some(section) = crate::experiments::compare::section_for(&args.out)? {
-        readme = crate::experiments::compare::splice_section(&readme, &section);
+    // The experiments measured apart (the long run, the engines comparison in wall time)
+    // keep their sections, regenerated from their own JSON files as they regenerate them.
+    for section in super::SECTIONS {
+        if let Some(text) = (section.render)(&args.out)? {
+            readme = super::splice(&readme, section, &text);
+        }
     }
     files::write_atomic(&args.out.join("README.md"), readme.as_bytes())?;
     progress::status(
