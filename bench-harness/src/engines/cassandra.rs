@@ -231,24 +231,21 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        Box::pin(async move {
-            let s = &self.settings;
-            let entry = Entry::find(&ALGORITHMS, algorithm)
-                .ok_or_else(|| format!("{} does not run on cassandra", algorithm.name))?;
-            let client = CountingStore::new(
-                self.store
-                    .client(spec.owner.clone())
-                    .with_row_prefix(self.prefix.clone()),
-                self.counter.clone(),
-            );
-            let clock = LocalClock::new(PhysicalClock::System, spec.skew_us);
-            let ctx = cell_model::context(spec.owner, clock, spec.seed, s, || {
-                cell_model::global_time(client.clone(), s)
-            });
-            (entry.build)(client, ctx, s)
-                .await
-                .map_err(|e| e.to_string())
-        })
+        let client = CountingStore::new(
+            self.store
+                .client(spec.owner.clone())
+                .with_row_prefix(self.prefix.clone()),
+            self.counter.clone(),
+        );
+        let clock = LocalClock::new(PhysicalClock::System, spec.skew_us);
+        Box::pin(cell_model::contender(
+            &ALGORITHMS,
+            algorithm,
+            client,
+            clock,
+            spec,
+            &self.settings,
+        ))
     }
 
     fn counters(&self) -> Option<CounterHandle> {

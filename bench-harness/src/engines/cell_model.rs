@@ -178,24 +178,38 @@ where
     Ok(Some(service))
 }
 
+/// A constructor's result as a [`BuildFuture`] (the cell-model lockers need no connecting).
+fn ready<L: Locker + 'static>(locker: Result<L, LockError>) -> BuildFuture {
+    Box::pin(async move { Ok(Arc::new(locker?) as Arc<dyn Locker>) })
+}
+
 fn build_shadow<S: CellStore + Clone + 'static>(
     store: S,
     ctx: ClientContext,
     s: &AlgorithmSettings,
 ) -> BuildFuture {
-    let s = *s;
-    Box::pin(async move {
-        let mut backoff = lock_shadow::Backoff::preset(s.backoff.name()).ok_or_else(|| {
-            LockError::Config(format!("unknown backoff preset {}", s.backoff.name()))
-        })?;
-        backoff.owner_max = s.scaled(backoff.owner_max);
-        backoff.concurrent_step = s.scaled(backoff.concurrent_step);
-        let config = lock_shadow::ShadowConfig {
-            backoff,
-            ..lock_shadow::ShadowConfig::default()
-        };
-        Ok(Arc::new(lock_shadow::ShadowLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
-    })
+    let Some(mut backoff) = lock_shadow::Backoff::preset(s.backoff.name()) else {
+        return ready::<lock_shadow::ShadowLocker<S>>(Err(LockError::Config(format!(
+            "unknown backoff preset {}",
+            s.backoff.name()
+        ))));
+    };
+    backoff.owner_max = s.scaled(backoff.owner_max);
+    backoff.concurrent_step = s.scaled(backoff.concurrent_step);
+    let config = lock_shadow::ShadowConfig {
+        backoff,
+        ..lock_shadow::ShadowConfig::default()
+    };
+    ready(lock_shadow::ShadowLocker::new(store, ctx, config))
+}
+
+/// The queue locks' configuration: the run's poll interval.
+fn queue_config(s: &AlgorithmSettings) -> lock_queue::QueueConfig {
+    #[allow(clippy::needless_update)]
+    lock_queue::QueueConfig {
+        poll_interval: s.scaled(s.poll_interval),
+        ..lock_queue::QueueConfig::default()
+    }
 }
 
 fn build_queue<S: CellStore + Clone + 'static>(
@@ -203,14 +217,7 @@ fn build_queue<S: CellStore + Clone + 'static>(
     ctx: ClientContext,
     s: &AlgorithmSettings,
 ) -> BuildFuture {
-    #[allow(clippy::needless_update)]
-    let config = lock_queue::QueueConfig {
-        poll_interval: s.scaled(s.poll_interval),
-        ..lock_queue::QueueConfig::default()
-    };
-    Box::pin(async move {
-        Ok(Arc::new(lock_queue::QueueLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
-    })
+    ready(lock_queue::QueueLocker::new(store, ctx, queue_config(s)))
 }
 
 fn build_queue_bounded<S: CellStore + Clone + 'static>(
@@ -218,14 +225,11 @@ fn build_queue_bounded<S: CellStore + Clone + 'static>(
     ctx: ClientContext,
     s: &AlgorithmSettings,
 ) -> BuildFuture {
-    #[allow(clippy::needless_update)]
-    let config = lock_queue::QueueConfig {
-        poll_interval: s.scaled(s.poll_interval),
-        ..lock_queue::QueueConfig::default()
-    };
-    Box::pin(async move {
-        Ok(Arc::new(lock_queue::BoundedQueueLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
-    })
+    ready(lock_queue::BoundedQueueLocker::new(
+        store,
+        ctx,
+        queue_config(s),
+    ))
 }
 
 fn build_bakery<S: CellStore + Clone + 'static>(
@@ -238,9 +242,27 @@ fn build_bakery<S: CellStore + Clone + 'static>(
         poll_interval: s.scaled(s.poll_interval),
         ..lock_bakery::BakeryConfig::default()
     };
-    Box::pin(async move {
-        Ok(Arc::new(lock_bakery::BakeryLocker::new(store, ctx, config)?) as Arc<dyn Locker>)
-    })
+    ready(lock_bakery::BakeryLocker::new(store, ctx, config))
+}
+
+/// One contender's locker of `algorithm` from `entries` on a cell store: `client` with
+/// `clock`, its context from [`context`].
+pub async fn contender<S: CellStore + Clone + 'static>(
+    entries: &[Entry<S>],
+    algorithm: &Algorithm,
+    client: S,
+    clock: LocalClock,
+    spec: super::ContenderSpec,
+    s: &AlgorithmSettings,
+) -> Result<Arc<dyn Locker>, String> {
+    let entry = Entry::find(entries, algorithm)
+        .ok_or_else(|| format!("{} does not run on this engine", algorithm.name))?;
+    let ctx = context(spec.owner, clock, spec.seed, s, || {
+        global_time(client.clone(), s)
+    });
+    (entry.build)(client, ctx, s)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -246,22 +246,20 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        Box::pin(async move {
-            let s = &self.settings;
-            let entry = Entry::find(&ALGORITHMS, algorithm)
-                .ok_or_else(|| format!("{} does not run on the embedded store", algorithm.name))?;
-            let client = self
-                .store
-                .client(spec.owner.clone())
-                .with_skew(spec.skew_us * s.time_scale as i64);
-            let clock = client.clock();
-            let ctx = cell_model::context(spec.owner, clock, spec.seed, s, || {
-                cell_model::global_time(client.clone(), s)
-            });
-            (entry.build)(client, ctx, s)
-                .await
-                .map_err(|e| e.to_string())
-        })
+        let s = &self.settings;
+        let client = self
+            .store
+            .client(spec.owner.clone())
+            .with_skew(spec.skew_us * s.time_scale as i64);
+        let clock = client.clock();
+        Box::pin(cell_model::contender(
+            &ALGORITHMS,
+            algorithm,
+            client,
+            clock,
+            spec,
+            s,
+        ))
     }
 
     fn counters(&self) -> Option<CounterHandle> {

@@ -369,6 +369,29 @@ pub fn given(m: &ArgMatches, id: &str) -> bool {
     )
 }
 
+/// One contender's locker of `algorithm` from `entries` on a server that gives every contender
+/// a connection of its own (`connect`), on the system clock plus the contender's skew, with the
+/// run's TTL and consistency.
+pub async fn server_contender<C>(
+    entries: &[Entry<C>],
+    algorithm: &Algorithm,
+    connect: impl Future<Output = Result<C, String>>,
+    spec: ContenderSpec,
+    s: &AlgorithmSettings,
+) -> Result<Arc<dyn Locker>, String> {
+    let entry = Entry::find(entries, algorithm)
+        .ok_or_else(|| format!("{} does not run on this engine", algorithm.name))?;
+    let client = connect.await?;
+    let clock =
+        lock_core::time::LocalClock::new(lock_core::time::PhysicalClock::System, spec.skew_us);
+    let ctx = lock_core::context::ClientContext::new(spec.owner, clock, spec.seed)
+        .with_ttl(s.scaled(s.ttl))
+        .with_consistency(s.consistency);
+    (entry.build)(client, ctx, s)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// A namespace no other run uses: the system time in microseconds and the process id.
 pub fn fresh_namespace() -> String {
     format!(

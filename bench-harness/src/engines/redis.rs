@@ -16,7 +16,6 @@ use super::{
 };
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
-use lock_core::time::{LocalClock, PhysicalClock};
 use lock_core::Locker;
 use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
@@ -197,19 +196,13 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        Box::pin(async move {
-            let s = &self.settings;
-            let entry = Entry::find(&ALGORITHMS, algorithm)
-                .ok_or_else(|| format!("{} does not run on redis", algorithm.name))?;
-            let backend = self.connect().await?;
-            let clock = LocalClock::new(PhysicalClock::System, spec.skew_us);
-            let ctx = ClientContext::new(spec.owner, clock, spec.seed)
-                .with_ttl(s.scaled(s.ttl))
-                .with_consistency(s.consistency);
-            (entry.build)(backend, ctx, s)
-                .await
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(super::server_contender(
+            &ALGORITHMS,
+            algorithm,
+            self.connect(),
+            spec,
+            &self.settings,
+        ))
     }
 
     fn counters(&self) -> Option<CounterHandle> {
