@@ -300,12 +300,12 @@ pub fn cut(run: &RunOutcome, contenders: usize, interval: Duration) -> LongRun {
     let mut marks: Vec<lock_core::embedded::TombstoneStats> = run
         .samples
         .iter()
-        .map(|s| total_tombstones(&s.counters))
+        .map(|s| crate::measure::metrics::all_tombstones(&s.counters))
         .collect();
     marks.push(
         run.counters
             .as_ref()
-            .map(total_tombstones)
+            .map(crate::measure::metrics::all_tombstones)
             .unwrap_or_default(),
     );
     let mut intervals = Vec::with_capacity(n);
@@ -354,14 +354,6 @@ pub fn cut(run: &RunOutcome, contenders: usize, interval: Duration) -> LongRun {
         failed_at_s,
         intervals,
     }
-}
-
-fn total_tombstones(c: &lock_core::embedded::StoreCounters) -> lock_core::embedded::TombstoneStats {
-    let mut all = lock_core::embedded::TombstoneStats::default();
-    for t in c.tombstones.values() {
-        all.merge(t);
-    }
-    all
 }
 
 /// When tombstones per read reach the failure threshold if they keep growing as they did over

@@ -449,6 +449,17 @@ impl TombstoneCounts {
     }
 }
 
+/// The tombstone statistics of every table of `counters` together.
+pub fn all_tombstones(
+    counters: &lock_core::embedded::StoreCounters,
+) -> lock_core::embedded::TombstoneStats {
+    let mut all = lock_core::embedded::TombstoneStats::default();
+    for t in counters.tombstones.values() {
+        all.merge(t);
+    }
+    all
+}
+
 /// The tombstone figures of `counters`, all tables together and per table; `None` when the
 /// engine counts no tombstones.
 pub fn tombstone_counts(
@@ -457,10 +468,7 @@ pub fn tombstone_counts(
     if counters.tombstones.is_empty() {
         return (None, BTreeMap::new());
     }
-    let mut all = lock_core::embedded::TombstoneStats::default();
-    for t in counters.tombstones.values() {
-        all.merge(t);
-    }
+    let all = all_tombstones(counters);
     let per_table = counters
         .tombstones
         .iter()
