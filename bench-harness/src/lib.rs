@@ -28,7 +28,7 @@
 //!    it needs: the engine its options, the algorithms [`engines::AlgorithmSettings`]);
 //! 2. [`engines`]: where the locks live, one module per engine behind the [`engines::Engine`]
 //!    trait, each with its options, connection, counters and algorithms;
-//! 3. [`run`]: the contenders of one algorithm on its opened engine, in this process or in
+//! 3. [`mod@run`]: the contenders of one algorithm on its opened engine, in this process or in
 //!    worker processes → the raw record, [`measure::log::RunOutcome`];
 //! 4. [`measure`]: pure metrics over that record → [`measure::summary::Summary`], the one
 //!    result contract;
