@@ -85,16 +85,15 @@
 //! - over a long run the thesis's queue reads scan thousands of tombstones while this lock's
 //!   never scan more than K − 1 (the waiters' reads the test makes).
 
+use crate::protocol::{Place, Queue};
 use crate::{queue_column_time, QueueConfig};
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
-use lock_core::lock::{validate_id, LockError, LockGuard, Locker};
-use lock_core::store::{Cell, CellStore, CellWrite, Micros, Slice};
+use lock_core::lock::{LockError, LockGuard, Locker};
+use lock_core::store::{Cell, CellStore, Micros, Slice};
 #[allow(unused_imports)]
 use lock_core::time::TimeSource;
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// The bounded queue lock's main row's table: who holds the lock.
 pub const BOUNDED_MAIN_TABLE: &str = "bounded_queue_lock_main";
@@ -113,21 +112,6 @@ pub struct BoundedQueueLocker<S> {
     config: QueueConfig,
 }
 
-/// A waiter's place: its ticket and the lease that keeps its queue cell.
-struct Place {
-    ticket: String,
-    lease: LeaseKeeper,
-}
-
-enum HeadCheck {
-    /// The lock is ours; the main cell's write started then.
-    Granted(Instant),
-    /// We are the head, but the main row holds someone else.
-    Occupied,
-    /// Someone is ahead of us.
-    NotFirst,
-}
-
 /// The head of a queue row: the live cell with the least `(ticket, thread id)`.
 fn head(queue: &[Cell]) -> Option<&Cell> {
     queue.iter().min_by(|a, b| (&a.value, &a.column).cmp(&(&b.value, &b.column)))
@@ -142,94 +126,48 @@ impl<S: CellStore + Clone> BoundedQueueLocker<S> {
         }
         Ok(BoundedQueueLocker { store, ctx, config })
     }
+}
 
-    fn write_of(&self, column: &str, value: &[u8]) -> CellWrite {
-        CellWrite {
-            column: column.to_owned(),
-            value: value.to_vec(),
-            timestamp: self.ctx.timestamps.next(),
-            ttl: Some(self.ctx.ttl),
-        }
+#[async_trait]
+impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
+    type Store = S;
+    const MAIN_TABLE: &'static str = BOUNDED_MAIN_TABLE;
+
+    fn store(&self) -> &S {
+        &self.store
     }
 
-    fn queue_key(&self, lock_id: &str) -> CellKey {
-        CellKey::new(BOUNDED_QUEUE_TABLE, lock_id, &self.ctx.owner)
+    fn ctx(&self) -> &ClientContext {
+        &self.ctx
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.config.poll_interval
     }
 
     /// Step 1: take the time, write our queue cell over our own last one, keep it.
     async fn join(&self, lock_id: &str) -> Result<Place, LockError> {
         let err = |e| LockError::store(lock_id, e);
         let ticket = ticket(self.ctx.time.now().await.map_err(err)?);
-        let lease = LeaseKeeper::start(
-            self.store.clone(),
-            self.ctx.timestamps.clone(),
-            LeaseConfig::new(self.ctx.ttl, self.ctx.consistency),
-        );
-        let started = Instant::now();
-        let write = self.write_of(&self.ctx.owner, ticket.as_bytes());
-        if let Err(e) = self.store.write(BOUNDED_QUEUE_TABLE, lock_id, &[write], self.ctx.consistency).await {
-            // It may have landed; take it back.
-            let key = self.queue_key(lock_id);
-            let _ = delete_cells(&self.store, &[key], &self.ctx.timestamps, self.ctx.consistency).await;
-            return Err(err(e));
-        }
-        lease.add(self.queue_key(lock_id), ticket.as_bytes().to_vec(), started);
-        Ok(Place { ticket, lease })
+        let owner = &self.ctx.owner;
+        crate::protocol::join_queue(self, BOUNDED_QUEUE_TABLE, lock_id, owner, ticket.as_bytes(), ticket.clone()).await
     }
 
-    /// Step 2, once: read the whole queue; if we are the head, try the main row.
-    async fn check_head(&self, lock_id: &str, place: &Place) -> Result<HeadCheck, LockError> {
+    /// Step 2, once: read the whole queue; is its head (the least place) ours? The main row is
+    /// then [`crate::protocol`]'s, as in the thesis's lock.
+    async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.ctx.consistency;
         let err = |e| LockError::store(lock_id, e);
         let queue = self.store.read(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
         let ours = queue.iter().find(|cell| cell.column == self.ctx.owner);
-        if ours.is_none_or(|cell| cell.value != place.ticket.as_bytes()) {
+        if ours.is_none_or(|cell| cell.value != place.id.as_bytes()) {
             return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
-        let Some(first) = head(&queue) else { return Ok(HeadCheck::NotFirst) };
+        let Some(first) = head(&queue) else { return Ok(false) };
         if let Some(t) = std::str::from_utf8(&first.value).ok().and_then(queue_column_time) {
             self.ctx.time.observe(t);
         }
-        if first.column != self.ctx.owner {
-            return Ok(HeadCheck::NotFirst);
-        }
-        self.try_main(lock_id).await
-    }
-
-    /// Write our main cell and read the main row: alone there means the lock is ours.
-    async fn try_main(&self, lock_id: &str) -> Result<HeadCheck, LockError> {
-        let c = self.ctx.consistency;
-        let err = |e| LockError::store(lock_id, e);
-        let started = Instant::now();
-        let main_write = self.write_of(&self.ctx.owner, self.ctx.owner.as_bytes());
-        let main_key = CellKey::new(BOUNDED_MAIN_TABLE, lock_id, &self.ctx.owner);
-        let main = match self.store.write(BOUNDED_MAIN_TABLE, lock_id, &[main_write], c).await {
-            Ok(()) => self.store.read(BOUNDED_MAIN_TABLE, lock_id, Slice::all(), c).await,
-            Err(e) => Err(e),
-        };
-        match main {
-            Ok(main) if main.len() == 1 && main[0].column == self.ctx.owner => Ok(HeadCheck::Granted(started)),
-            Ok(_) => {
-                delete_cells(&self.store, &[main_key], &self.ctx.timestamps, c).await.map_err(err)?;
-                Ok(HeadCheck::Occupied)
-            }
-            Err(e) => {
-                let _ = delete_cells(&self.store, &[main_key], &self.ctx.timestamps, c).await;
-                Err(err(e))
-            }
-        }
-    }
-
-    /// Leave the queue (timeout, soft lock refused, error): stop the lease, delete our cells.
-    async fn leave(&self, lock_id: &str, place: Place) {
-        let _ = CellRelease::new(&self.store, &self.ctx, lock_id, place.lease).run().await;
-    }
-
-    /// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
-    async fn grant(&self, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
-        let key = CellKey::new(BOUNDED_MAIN_TABLE, lock_id, &self.ctx.owner);
-        place.lease.add(key, self.ctx.owner.as_bytes().to_vec(), main_written);
-        CellRelease::new(&self.store, &self.ctx, lock_id, place.lease).into_guard(&self.ctx.owner).await
+        Ok(first.column == self.ctx.owner)
     }
 }
 
@@ -244,57 +182,10 @@ impl<S: CellStore + Clone> Locker for BoundedQueueLocker<S> {
     }
 
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        validate_id("lock id", lock_id)?;
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        let place = self.join(lock_id).await?;
-        loop {
-            if place.lease.is_lost() {
-                let e = place.lease.lost_error(lock_id, "lease lost while waiting");
-                self.leave(lock_id, place).await;
-                return Err(e);
-            }
-            match self.check_head(lock_id, &place).await {
-                Ok(HeadCheck::Granted(written)) => return self.grant(lock_id, place, written).await,
-                Ok(HeadCheck::Occupied | HeadCheck::NotFirst) => {}
-                Err(e) => {
-                    self.leave(lock_id, place).await;
-                    return Err(e);
-                }
-            }
-            let wake = Instant::now() + self.config.poll_interval;
-            match deadline {
-                Some(d) if wake >= d => {
-                    tokio::time::sleep_until(d).await;
-                    self.leave(lock_id, place).await;
-                    return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
-                }
-                _ => tokio::time::sleep_until(wake).await,
-            }
-        }
+        crate::protocol::lock(self, lock_id, timeout).await
     }
 
     async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        validate_id("lock id", lock_id)?;
-        let c = self.ctx.consistency;
-        let main = self.store.read(BOUNDED_MAIN_TABLE, lock_id, Slice::first(1), c).await;
-        if !main.map_err(|e| LockError::store(lock_id, e))?.is_empty() {
-            return Ok(None);
-        }
-        let place = self.join(lock_id).await?;
-        loop {
-            match self.check_head(lock_id, &place).await {
-                Ok(HeadCheck::Granted(written)) => return self.grant(lock_id, place, written).await.map(Some),
-                Ok(HeadCheck::Occupied) => tokio::time::sleep(self.config.poll_interval).await,
-                Ok(HeadCheck::NotFirst) => {
-                    self.leave(lock_id, place).await;
-                    return Ok(None);
-                }
-                Err(e) => {
-                    self.leave(lock_id, place).await;
-                    return Err(e);
-                }
-            }
-        }
+        crate::protocol::try_lock(self, lock_id).await
     }
 }

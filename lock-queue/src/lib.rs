@@ -97,15 +97,15 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
-use lock_core::lock::{validate_id, LockError, LockGuard, Locker};
-use lock_core::store::{CellStore, CellWrite, Micros, Slice};
+use lock_core::lock::{LockError, LockGuard, Locker};
+use lock_core::store::{CellStore, Micros, Slice};
+use protocol::{Place, Queue};
 #[allow(unused_imports)]
 use lock_core::time::TimeSource;
 use std::time::Duration;
-use tokio::time::Instant;
 
 pub mod bounded;
+mod protocol;
 pub use bounded::BoundedQueueLocker;
 
 /// The main row's table: who holds the lock.
@@ -146,21 +146,6 @@ pub struct QueueLocker<S> {
     config: QueueConfig,
 }
 
-/// A waiter's place: its queue cell and the lease that keeps it.
-struct Place {
-    column: String,
-    lease: LeaseKeeper,
-}
-
-enum HeadCheck {
-    /// The lock is ours; the main cell's write started then.
-    Granted(Instant),
-    /// We are first, but the main row holds someone else.
-    Occupied,
-    /// Someone is ahead of us.
-    NotFirst,
-}
-
 impl<S: CellStore + Clone> QueueLocker<S> {
     /// A locker for `ctx.owner` over `store`.
     pub fn new(store: S, ctx: ClientContext, config: QueueConfig) -> Result<Self, LockError> {
@@ -170,14 +155,23 @@ impl<S: CellStore + Clone> QueueLocker<S> {
         }
         Ok(QueueLocker { store, ctx, config })
     }
+}
 
-    fn write_of(&self, column: String) -> CellWrite {
-        CellWrite {
-            column,
-            value: self.ctx.owner.as_bytes().to_vec(),
-            timestamp: self.ctx.timestamps.next(),
-            ttl: Some(self.ctx.ttl),
-        }
+#[async_trait]
+impl<S: CellStore + Clone> Queue for QueueLocker<S> {
+    type Store = S;
+    const MAIN_TABLE: &'static str = MAIN_TABLE;
+
+    fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn ctx(&self) -> &ClientContext {
+        &self.ctx
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.config.poll_interval
     }
 
     /// Listing 5 and step 1 of listings 6/7: take the time, write the queue cell, keep it.
@@ -185,28 +179,15 @@ impl<S: CellStore + Clone> QueueLocker<S> {
         let err = |e| LockError::store(lock_id, e);
         let now = self.ctx.time.now().await.map_err(err)?;
         let column = queue_column(now, &self.ctx.owner);
-        let lease = LeaseKeeper::start(
-            self.store.clone(),
-            self.ctx.timestamps.clone(),
-            LeaseConfig::new(self.ctx.ttl, self.ctx.consistency),
-        );
-        let started = Instant::now();
-        let write = self.write_of(column.clone());
-        if let Err(e) = self.store.write(QUEUE_TABLE, lock_id, &[write], self.ctx.consistency).await {
-            // It may have landed; take it back.
-            let key = CellKey::new(QUEUE_TABLE, lock_id, &column);
-            let _ = delete_cells(&self.store, &[key], &self.ctx.timestamps, self.ctx.consistency).await;
-            return Err(err(e));
-        }
-        lease.add(CellKey::new(QUEUE_TABLE, lock_id, &column), self.ctx.owner.as_bytes().to_vec(), started);
-        Ok(Place { column, lease })
+        protocol::join_queue(self, QUEUE_TABLE, lock_id, &column, self.ctx.owner.as_bytes(), column.clone()).await
     }
 
-    /// Steps 2–7 of listing 6 (4–10 of listing 7), once.
-    async fn check_head(&self, lock_id: &str, place: &Place) -> Result<HeadCheck, LockError> {
+    /// Steps 2–3 of listing 6 (4–5 of listing 7): read the first queue cell; is it ours? The
+    /// main row (the rest of the steps) is [`protocol`]'s.
+    async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.ctx.consistency;
-        let err = |e| LockError::store(lock_id, e);
-        let head = self.store.read(QUEUE_TABLE, lock_id, Slice::first(1), c).await.map_err(err)?;
+        let head = self.store.read(QUEUE_TABLE, lock_id, Slice::first(1), c).await;
+        let head = head.map_err(|e| LockError::store(lock_id, e))?;
         let Some(first) = head.first() else {
             // Our own cell is gone (expired, or the store lost it): the lease says so.
             return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
@@ -214,42 +195,10 @@ impl<S: CellStore + Clone> QueueLocker<S> {
         if let Some(t) = queue_column_time(&first.column) {
             self.ctx.time.observe(t);
         }
-        if first.column != place.column {
-            if first.column > place.column {
-                return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
-            }
-            return Ok(HeadCheck::NotFirst);
+        if first.column > place.id {
+            return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
-        let started = Instant::now();
-        let main_write = self.write_of(self.ctx.owner.clone());
-        let main_key = CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner);
-        let wrote = self.store.write(MAIN_TABLE, lock_id, &[main_write], c).await;
-        let main = match wrote {
-            Ok(()) => self.store.read(MAIN_TABLE, lock_id, Slice::all(), c).await,
-            Err(e) => Err(e),
-        };
-        match main {
-            Ok(main) if main.len() == 1 && main[0].column == self.ctx.owner => Ok(HeadCheck::Granted(started)),
-            Ok(_) => {
-                delete_cells(&self.store, &[main_key], &self.ctx.timestamps, c).await.map_err(err)?;
-                Ok(HeadCheck::Occupied)
-            }
-            Err(e) => {
-                let _ = delete_cells(&self.store, &[main_key], &self.ctx.timestamps, c).await;
-                Err(err(e))
-            }
-        }
-    }
-
-    /// Leave the queue (timeout, soft lock refused, error): stop the lease, delete our cells.
-    async fn leave(&self, lock_id: &str, place: Place) {
-        let _ = CellRelease::new(&self.store, &self.ctx, lock_id, place.lease).run().await;
-    }
-
-    /// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
-    async fn grant(&self, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
-        place.lease.add(CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner), self.ctx.owner.as_bytes().to_vec(), main_written);
-        CellRelease::new(&self.store, &self.ctx, lock_id, place.lease).into_guard(&self.ctx.owner).await
+        Ok(first.column == place.id)
     }
 }
 
@@ -265,61 +214,11 @@ impl<S: CellStore + Clone> Locker for QueueLocker<S> {
 
     /// Listing 6, with a timeout that leaves the queue.
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        validate_id("lock id", lock_id)?;
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        let place = self.join(lock_id).await?;
-        loop {
-            if place.lease.is_lost() {
-                let e = place.lease.lost_error(lock_id, "lease lost while waiting");
-                self.leave(lock_id, place).await;
-                return Err(e);
-            }
-            match self.check_head(lock_id, &place).await {
-                Ok(HeadCheck::Granted(written)) => return self.grant(lock_id, place, written).await,
-                Ok(HeadCheck::Occupied | HeadCheck::NotFirst) => {}
-                Err(e) => {
-                    self.leave(lock_id, place).await;
-                    return Err(e);
-                }
-            }
-            let wake = Instant::now() + self.config.poll_interval;
-            match deadline {
-                Some(d) if wake >= d => {
-                    tokio::time::sleep_until(d).await;
-                    self.leave(lock_id, place).await;
-                    return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
-                }
-                _ => tokio::time::sleep_until(wake).await,
-            }
-        }
+        protocol::lock(self, lock_id, timeout).await
     }
 
     /// Listing 7.
     async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        validate_id("lock id", lock_id)?;
-        let main = self
-            .store
-            .read(MAIN_TABLE, lock_id, Slice::first(1), self.ctx.consistency)
-            .await
-            .map_err(|e| LockError::store(lock_id, e))?;
-        if !main.is_empty() {
-            return Ok(None);
-        }
-        let place = self.join(lock_id).await?;
-        loop {
-            match self.check_head(lock_id, &place).await {
-                Ok(HeadCheck::Granted(written)) => return self.grant(lock_id, place, written).await.map(Some),
-                Ok(HeadCheck::Occupied) => tokio::time::sleep(self.config.poll_interval).await,
-                Ok(HeadCheck::NotFirst) => {
-                    self.leave(lock_id, place).await;
-                    return Ok(None);
-                }
-                Err(e) => {
-                    self.leave(lock_id, place).await;
-                    return Err(e);
-                }
-            }
-        }
+        protocol::try_lock(self, lock_id).await
     }
 }

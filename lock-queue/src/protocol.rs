@@ -1,0 +1,201 @@
+//! What the thesis's queue lock and the bounded one share: everything but the queue itself.
+//!
+//! Both locks decide *who tries* with a queue and *who holds* with the main row, and only the
+//! queue differs (a new column per request against one reused column per thread). So each
+//! lock implements [`Queue`] — how it joins the queue and whether its place is the head — and
+//! the rest is here, once:
+//!
+//! - [`try_main`]: the main-row step both rest their safety on (thesis Theorem 1): write our
+//!   cell into the main row, read the row back, alone there means the lock is ours, otherwise
+//!   delete our cell;
+//! - [`lock`]: listing 6's loop — while our lease holds, check the head and try the main row,
+//!   else wait a poll interval — with a timeout that leaves the queue;
+//! - [`try_lock`]: listing 7 — nothing if the main row is taken; else join, and while we are
+//!   the head try the main row; not the head: leave and answer no;
+//! - [`leave`] and [`grant`]: stop the lease and delete our cells, or keep the main cell too,
+//!   take a fencing token and hand out the guard.
+
+use async_trait::async_trait;
+use lock_core::context::ClientContext;
+use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
+use lock_core::lock::{validate_id, LockError, LockGuard};
+use lock_core::store::{CellStore, CellWrite, Slice};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A waiter's place: what identifies its queue cell (the thesis's column, the bounded lock's
+/// ticket) and the lease that keeps the cell.
+pub(crate) struct Place {
+    pub(crate) id: String,
+    pub(crate) lease: LeaseKeeper,
+}
+
+/// One look at the queue and, when we are first, at the main row.
+pub(crate) enum HeadCheck {
+    /// The lock is ours; the main cell's write started then.
+    Granted(Instant),
+    /// We are first, but the main row holds someone else.
+    Occupied,
+    /// Someone is ahead of us.
+    NotFirst,
+}
+
+/// A queue lock's own part: its queue.
+#[async_trait]
+pub(crate) trait Queue: Send + Sync {
+    /// The store.
+    type Store: CellStore + Clone;
+    /// The main row's table.
+    const MAIN_TABLE: &'static str;
+    /// The store handle.
+    fn store(&self) -> &Self::Store;
+    /// Owner, clocks, TTL, consistency.
+    fn ctx(&self) -> &ClientContext;
+    /// The wait between two looks at the head.
+    fn poll_interval(&self) -> Duration;
+    /// Take the time, write our queue cell, keep it under a lease.
+    async fn join(&self, lock_id: &str) -> Result<Place, LockError>;
+    /// Read the queue: is our place its head? An error when our place is gone.
+    async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError>;
+}
+
+/// A cell of ours, with the next timestamp and our TTL.
+fn write_of(ctx: &ClientContext, column: &str, value: &[u8]) -> CellWrite {
+    CellWrite {
+        column: column.to_owned(),
+        value: value.to_vec(),
+        timestamp: ctx.timestamps.next(),
+        ttl: Some(ctx.ttl),
+    }
+}
+
+/// Step 1 of both locks once the time is taken: write our queue cell `column` = `value` into
+/// `table` and keep it under a new lease; a failed write is taken back (it may have landed).
+/// `id` is what identifies the place later.
+pub(crate) async fn join_queue<Q: Queue>(
+    q: &Q,
+    table: &'static str,
+    lock_id: &str,
+    column: &str,
+    value: &[u8],
+    id: String,
+) -> Result<Place, LockError> {
+    let (store, ctx) = (q.store(), q.ctx());
+    let lease = LeaseKeeper::start(store.clone(), ctx.timestamps.clone(), LeaseConfig::new(ctx.ttl, ctx.consistency));
+    let started = Instant::now();
+    let write = write_of(ctx, column, value);
+    let key = CellKey::new(table, lock_id, column);
+    if let Err(e) = store.write(table, lock_id, &[write], ctx.consistency).await {
+        let _ = delete_cells(store, &[key], &ctx.timestamps, ctx.consistency).await;
+        return Err(LockError::store(lock_id, e));
+    }
+    lease.add(key, value.to_vec(), started);
+    Ok(Place { id, lease })
+}
+
+/// The head check, once: if we are first, try the main row.
+async fn check_head<Q: Queue>(q: &Q, lock_id: &str, place: &Place) -> Result<HeadCheck, LockError> {
+    if q.is_head(lock_id, place).await? {
+        try_main(q, lock_id).await
+    } else {
+        Ok(HeadCheck::NotFirst)
+    }
+}
+
+/// Write our main cell and read the main row: alone there means the lock is ours; otherwise
+/// delete our main cell.
+async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError> {
+    let (store, ctx) = (q.store(), q.ctx());
+    let c = ctx.consistency;
+    let err = |e| LockError::store(lock_id, e);
+    let started = Instant::now();
+    let main_write = write_of(ctx, &ctx.owner, ctx.owner.as_bytes());
+    let main_key = CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner);
+    let main = match store.write(Q::MAIN_TABLE, lock_id, &[main_write], c).await {
+        Ok(()) => store.read(Q::MAIN_TABLE, lock_id, Slice::all(), c).await,
+        Err(e) => Err(e),
+    };
+    match main {
+        Ok(main) if main.len() == 1 && main[0].column == ctx.owner => Ok(HeadCheck::Granted(started)),
+        Ok(_) => {
+            delete_cells(store, &[main_key], &ctx.timestamps, c).await.map_err(err)?;
+            Ok(HeadCheck::Occupied)
+        }
+        Err(e) => {
+            let _ = delete_cells(store, &[main_key], &ctx.timestamps, c).await;
+            Err(err(e))
+        }
+    }
+}
+
+/// Leave the queue (timeout, soft lock refused, error): stop the lease, delete our cells.
+async fn leave<Q: Queue>(q: &Q, lock_id: &str, place: Place) {
+    let _ = CellRelease::new(q.store(), q.ctx(), lock_id, place.lease).run().await;
+}
+
+/// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
+async fn grant<Q: Queue>(q: &Q, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
+    let ctx = q.ctx();
+    place.lease.add(CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner), ctx.owner.as_bytes().to_vec(), main_written);
+    CellRelease::new(q.store(), ctx, lock_id, place.lease).into_guard(&ctx.owner).await
+}
+
+/// Listing 6, with a timeout that leaves the queue.
+pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+    validate_id("lock id", lock_id)?;
+    let start = Instant::now();
+    let deadline = timeout.map(|t| start + t);
+    let place = q.join(lock_id).await?;
+    loop {
+        if place.lease.is_lost() {
+            let e = place.lease.lost_error(lock_id, "lease lost while waiting");
+            leave(q, lock_id, place).await;
+            return Err(e);
+        }
+        match check_head(q, lock_id, &place).await {
+            Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await,
+            Ok(HeadCheck::Occupied | HeadCheck::NotFirst) => {}
+            Err(e) => {
+                leave(q, lock_id, place).await;
+                return Err(e);
+            }
+        }
+        let wake = Instant::now() + q.poll_interval();
+        match deadline {
+            Some(d) if wake >= d => {
+                tokio::time::sleep_until(d).await;
+                leave(q, lock_id, place).await;
+                return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
+            }
+            _ => tokio::time::sleep_until(wake).await,
+        }
+    }
+}
+
+/// Listing 7.
+pub(crate) async fn try_lock<Q: Queue>(q: &Q, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+    validate_id("lock id", lock_id)?;
+    let main = q
+        .store()
+        .read(Q::MAIN_TABLE, lock_id, Slice::first(1), q.ctx().consistency)
+        .await
+        .map_err(|e| LockError::store(lock_id, e))?;
+    if !main.is_empty() {
+        return Ok(None);
+    }
+    let place = q.join(lock_id).await?;
+    loop {
+        match check_head(q, lock_id, &place).await {
+            Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await.map(Some),
+            Ok(HeadCheck::Occupied) => tokio::time::sleep(q.poll_interval()).await,
+            Ok(HeadCheck::NotFirst) => {
+                leave(q, lock_id, place).await;
+                return Ok(None);
+            }
+            Err(e) => {
+                leave(q, lock_id, place).await;
+                return Err(e);
+            }
+        }
+    }
+}
