@@ -37,7 +37,7 @@ impl ClientContext {
             owner: owner.into(),
             ttl: DEFAULT_TTL,
             consistency: Consistency::Quorum,
-            timestamps: Arc::new(TimestampGenerator::new(clock)),
+            timestamps: Arc::new(TimestampGenerator::new(clock.clone())),
             time: Arc::new(clock),
             seed,
         }

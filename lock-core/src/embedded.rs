@@ -29,8 +29,16 @@
 //!   `QUORUM` write that completed before it, and a `ONE` read may be stale.
 //! - **Faults.** [`EmbeddedStore::stop_replica`] makes a replica ignore writes and reads until
 //!   [`EmbeddedStore::start_replica`]; it keeps its data but misses what was written meanwhile
-//!   (no hinted handoff, no read repair). [`EmbeddedStore::isolate`] cuts one client off: its
-//!   requests fail with [`StoreError::Unreachable`] after the request timeout, unapplied.
+//!   (no hinted handoff, no read repair). [`EmbeddedStore::lag_replica`] makes a replica
+//!   overloaded, as a Cassandra node whose mutation stage is backed up: it applies (and
+//!   acknowledges) every mutation late by a fixed delay and drops a fraction of them without
+//!   applying or acknowledging them (Cassandra's "dropped MUTATION messages"), while it still
+//!   answers reads at once from what it has. [`EmbeddedStore::isolate`] cuts one client off:
+//!   its requests fail with [`StoreError::Unreachable`] after the request timeout, unapplied.
+//!   [`EmbeddedStore::pause_client`] freezes one client as a stop-the-world GC pause or
+//!   `SIGSTOP` would: a request it would send waits until it resumes, and an answer that
+//!   arrives meanwhile is seen only then (a request already sent still reaches the replicas).
+//!   [`EmbeddedStore::jump_clock`] steps one client's clock.
 //! - **Time.** Every delay is a tokio sleep and every instant a [`tokio::time::Instant`];
 //!   TTLs run on the store's clock (the replica's apply instant plus the TTL, exactly, with no
 //!   rounding to seconds; a zero TTL expires at once). tokio's timer has millisecond
@@ -104,16 +112,17 @@
 
 use crate::store::{reconcile, Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError, Version};
 use row::{DeadCell, DeadCells, Incoming, LiveCell, Row};
-use crate::time::{LocalClock, PhysicalClock, SIMULATED_EPOCH_MICROS};
+use crate::time::{ClockJump, LocalClock, PhysicalClock, SIMULATED_EPOCH_MICROS};
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 mod row;
@@ -443,12 +452,30 @@ struct RowPolicy {
 
 struct Replica {
     running: AtomicBool,
+    /// Extra delay of every mutation, in nanoseconds ([`EmbeddedStore::lag_replica`]).
+    lag_nanos: AtomicU64,
+    /// Mutations dropped, per million.
+    drop_ppm: AtomicU32,
     tables: Mutex<Tables>,
 }
 
 impl Replica {
     fn new() -> Self {
-        Replica { running: AtomicBool::new(true), tables: Mutex::new(BTreeMap::new()) }
+        Replica {
+            running: AtomicBool::new(true),
+            lag_nanos: AtomicU64::new(0),
+            drop_ppm: AtomicU32::new(0),
+            tables: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The extra delay of a mutation sent to this replica now.
+    fn lag(&self) -> Duration {
+        Duration::from_nanos(self.lag_nanos.load(Ordering::Acquire))
+    }
+
+    fn is_lagging(&self) -> bool {
+        self.lag_nanos.load(Ordering::Acquire) > 0 || self.drop_ppm.load(Ordering::Acquire) > 0
     }
 
     fn is_running(&self) -> bool {
@@ -588,15 +615,38 @@ impl OwnedMutation {
 }
 
 /// Per-client state shared by all handles with the same id.
-#[derive(Default)]
 struct ClientState {
     isolated: AtomicBool,
+    /// True while the client is frozen ([`EmbeddedStore::pause_client`]).
+    paused: watch::Sender<bool>,
+    /// The client's clock steps ([`EmbeddedStore::jump_clock`]).
+    jump: ClockJump,
     reads: AtomicU64,
     writes: AtomicU64,
     deletes: AtomicU64,
 }
 
+impl Default for ClientState {
+    fn default() -> Self {
+        ClientState {
+            isolated: AtomicBool::new(false),
+            paused: watch::Sender::new(false),
+            jump: ClockJump::new(),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            deletes: AtomicU64::new(0),
+        }
+    }
+}
+
 impl ClientState {
+    /// Returns once the client is not frozen (at once when it is not).
+    async fn thawed(&self) {
+        let mut rx = self.paused.subscribe();
+        // `wait_for` fails only when the sender is gone, and `self` holds it.
+        let _ = rx.wait_for(|paused| !*paused).await;
+    }
+
     fn bump(&self, kind: OpKind) {
         let counter = match kind {
             OpKind::Read => &self.reads,
@@ -719,6 +769,37 @@ impl EmbeddedStore {
         self.inner.client_state(client_id).isolated.store(isolated, Ordering::Release);
     }
 
+    /// Freeze the client `client_id` (`true`) or let it go on (`false`), as a stop-the-world
+    /// GC pause or `SIGSTOP` of its process would: while frozen, a request it starts is not
+    /// sent, and the answer to a request already sent is not seen, until it is let go. What
+    /// was sent still reaches the replicas. The caller freezes the rest of the client itself
+    /// (its own timers): the store only holds its messages. Works for handles created before
+    /// or after the call.
+    pub fn pause_client(&self, client_id: &str, paused: bool) {
+        self.inner.client_state(client_id).paused.send_replace(paused);
+    }
+
+    /// Step the clock of client `client_id` by `micros` (negative: backwards), on top of its
+    /// skew and of earlier steps. Every [`EmbeddedClient::clock`] of that client, made before
+    /// or after the call, reads the new time at once.
+    pub fn jump_clock(&self, client_id: &str, micros: Micros) {
+        self.inner.client_state(client_id).jump.jump(micros);
+    }
+
+    /// Make replica `index` overloaded: from now on it applies and acknowledges each mutation
+    /// `lag` late and drops about `drop_fraction` of them (0.0 to 1.0) without applying or
+    /// acknowledging them; reads it answers at once from what it has applied. `lag_replica(i,
+    /// Duration::ZERO, 0.0)` makes it healthy again (what was dropped stays missing: no hints,
+    /// no repair). An index out of range is ignored. Which mutations are dropped is drawn from
+    /// the store's seeded RNG.
+    pub fn lag_replica(&self, index: usize, lag: Duration, drop_fraction: f64) {
+        if let Some(r) = self.inner.replicas.get(index) {
+            let nanos = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
+            r.lag_nanos.store(nanos, Ordering::Release);
+            r.drop_ppm.store((drop_fraction.clamp(0.0, 1.0) * 1e6).round() as u32, Ordering::Release);
+        }
+    }
+
     /// A snapshot of the request counters.
     pub fn counters(&self) -> StoreCounters {
         let per_table = lock(&self.inner.table_counts).clone();
@@ -827,9 +908,10 @@ impl EmbeddedClient {
         self.skew
     }
 
-    /// The client's local clock: the store's clock plus the client's skew.
+    /// The client's local clock: the store's clock plus the client's skew, stepped by
+    /// [`EmbeddedStore::jump_clock`].
     pub fn clock(&self) -> LocalClock {
-        LocalClock::new(self.store.physical_clock(), self.skew)
+        LocalClock::new(self.store.physical_clock(), self.skew).with_jump(self.state.jump.clone())
     }
 
     /// The store this client talks to.
@@ -842,16 +924,27 @@ impl EmbeddedClient {
     }
 }
 
+impl EmbeddedClient {
+    /// Runs one request as a frozen client sees it: not sent while frozen, its answer not
+    /// seen while frozen ([`EmbeddedStore::pause_client`]).
+    async fn request<T>(&self, request: impl std::future::Future<Output = T>) -> T {
+        self.state.thawed().await;
+        let answer = request.await;
+        self.state.thawed().await;
+        answer
+    }
+}
+
 #[async_trait]
 impl CellStore for EmbeddedClient {
     async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
-        self.caller().mutate(table, row, Mutation::Write(cells), c).await
+        self.request(self.caller().mutate(table, row, Mutation::Write(cells), c)).await
     }
     async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
-        self.caller().mutate(table, row, Mutation::Delete { column, timestamp: ts }, c).await
+        self.request(self.caller().mutate(table, row, Mutation::Delete { column, timestamp: ts }, c)).await
     }
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
-        self.caller().read(table, row, &slice, c).await
+        self.request(self.caller().read(table, row, &slice, c)).await
     }
 }
 
@@ -902,6 +995,22 @@ impl Inner {
     fn running(&self) -> Vec<usize> {
         (0..self.replicas.len()).filter(|&i| self.replicas[i].is_running()).collect()
     }
+
+    /// A mutation reaches replica `replica` at `now`: an overloaded replica may drop it
+    /// ([`EmbeddedStore::lag_replica`]). True when applied (it will be acknowledged).
+    fn deliver(&self, replica: usize, table: &str, row: &str, m: Mutation<'_>, now: Instant) -> bool {
+        let Some(r) = self.replicas.get(replica) else { return false };
+        let drop_ppm = r.drop_ppm.load(Ordering::Acquire);
+        if drop_ppm > 0 && r.is_running() && lock(&self.rng).random_range(0..1_000_000u32) < drop_ppm {
+            return false;
+        }
+        r.apply(table, row, m, now, self.config.row_policy())
+    }
+
+    /// True when no replica lags: requests may then be served inline without latency.
+    fn none_lagging(&self) -> bool {
+        !self.replicas.iter().any(Replica::is_lagging)
+    }
 }
 
 /// One scheduled step of a request: a replica applies or reads (`reply == false`, half-way
@@ -915,18 +1024,24 @@ struct Event {
 }
 
 /// Builds the timeline of one request to `slots` replicas, sorted by time; a stable sort so
-/// that simultaneous events keep a fixed order (each replica's apply before its reply).
-fn timeline(inner: &Inner, start: Instant, slots: impl Iterator<Item = usize>) -> Vec<Event> {
+/// that simultaneous events keep a fixed order (each replica's apply before its reply). For a
+/// mutation (`slots` are replica indices) an overloaded replica's lag delays both its apply
+/// and its acknowledgement.
+fn timeline(inner: &Inner, start: Instant, slots: impl Iterator<Item = usize>, mutation: bool) -> Vec<Event> {
     let mut events = Vec::new();
     {
         let mut rng = lock(&inner.rng);
         for slot in slots {
+            let lag = match inner.replicas.get(slot) {
+                Some(r) if mutation => r.lag(),
+                _ => Duration::ZERO,
+            };
             let rt = inner.config.latency.sample(&mut rng);
             // An instant beyond the clock's range is never reached: that message is lost.
-            if let Some(at) = start.checked_add(rt / 2) {
+            if let Some(at) = start.checked_add(rt / 2 + lag) {
                 events.push(Event { at, slot, reply: false });
             }
-            if let Some(at) = start.checked_add(rt) {
+            if let Some(at) = start.checked_add(rt + lag) {
                 events.push(Event { at, slot, reply: true });
             }
         }
@@ -968,9 +1083,7 @@ impl Drop for InFlight<'_> {
         handle.spawn(async move {
             for (at, replica) in pending {
                 tokio::time::sleep_until(at).await;
-                if let Some(r) = inner.replicas.get(replica) {
-                    r.apply(&table, &row, mutation.as_mutation(), Instant::now(), inner.config.row_policy());
-                }
+                inner.deliver(replica, &table, &row, mutation.as_mutation(), Instant::now());
             }
         });
     }
@@ -1018,7 +1131,7 @@ impl Caller<'_> {
         let start = Instant::now();
         let required = c.required(inner.replicas.len());
 
-        if inner.config.latency.is_zero() {
+        if inner.config.latency.is_zero() && inner.none_lagging() {
             let alive = inner.replicas.iter().filter(|r| r.is_running()).count();
             if alive < required {
                 tokio::task::yield_now().await;
@@ -1041,7 +1154,7 @@ impl Caller<'_> {
             return Err(StoreError::Unavailable { consistency: c, required, alive: live.len() });
         }
         let deadline = inner.deadline(start);
-        let events = timeline(inner, start, live.iter().copied());
+        let events = timeline(inner, start, live.iter().copied(), true);
         let mut flight = InFlight { inner, table, row, mutation: m, events, next: 0 };
         let mut applied = vec![false; inner.replicas.len()];
         let mut acks = 0usize;
@@ -1062,8 +1175,8 @@ impl Caller<'_> {
                         break;
                     }
                 }
-            } else if let Some(r) = inner.replicas.get(ev.slot) {
-                let ok = r.apply(table, row, m, Instant::now(), inner.config.row_policy());
+            } else {
+                let ok = inner.deliver(ev.slot, table, row, m, Instant::now());
                 if let Some(a) = applied.get_mut(ev.slot) {
                     *a = ok;
                 }
@@ -1174,7 +1287,7 @@ impl Caller<'_> {
             answers.resize_with(required, || None);
             let deadline = inner.deadline(start);
             let mut slept = false;
-            let mut events = timeline(inner, start, 0..required);
+            let mut events = timeline(inner, start, 0..required, false);
             let mut next = 0;
             while let Some(&ev) = events.get(next) {
                 next += 1;

@@ -211,6 +211,14 @@ impl LockGuard {
     pub fn watch_lease(&self) -> watch::Receiver<LeaseState> {
         self.lease.clone()
     }
+    /// Let go of the guard as a crashed process would: nothing is released, the holder's
+    /// cells, keys or znodes stay behind until their lease runs out, and whatever renewed
+    /// them is dropped (for the cell-store locks, the lease keeper stops; a backend whose
+    /// renewal runs elsewhere stops when its connection goes). For fault injection and
+    /// crash tests; a program that means to give the lock up calls [`LockGuard::release`].
+    pub fn abandon(mut self) {
+        drop(self.release.take());
+    }
     /// Release the lock and wait until its traces are gone from the store.
     pub async fn release(mut self) -> Result<(), LockError> {
         match self.release.take() {

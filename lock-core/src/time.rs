@@ -63,25 +63,55 @@ impl PhysicalClock {
     }
 }
 
-/// A client's local clock: a physical clock plus a fixed skew (positive runs ahead).
-#[derive(Debug, Clone, Copy)]
+/// A client's local clock: a physical clock plus a fixed skew (positive runs ahead), plus an
+/// optional [`ClockJump`] that a fault injector moves while the clock is in use.
+#[derive(Debug, Clone)]
 pub struct LocalClock {
     base: PhysicalClock,
     skew: Micros,
+    jump: Option<ClockJump>,
 }
 
 impl LocalClock {
     /// A clock reading `base` shifted by `skew_micros`.
     pub fn new(base: PhysicalClock, skew_micros: Micros) -> Self {
-        LocalClock { base, skew: skew_micros }
+        LocalClock { base, skew: skew_micros, jump: None }
+    }
+    /// The same clock, also shifted by whatever `jump` holds at each reading.
+    pub fn with_jump(mut self, jump: ClockJump) -> Self {
+        self.jump = Some(jump);
+        self
     }
     /// The clock's reading in microseconds.
     pub fn now_micros(&self) -> Micros {
-        self.base.now_micros() + self.skew
+        let jumped = self.jump.as_ref().map_or(0, ClockJump::offset);
+        self.base.now_micros() + self.skew + jumped
     }
-    /// The configured skew.
+    /// The configured skew (without any jump).
     pub fn skew(&self) -> Micros {
         self.skew
+    }
+}
+
+/// A step a clock has taken, shared by every copy of the clocks built with it: what an NTP
+/// step, a VM migration or an operator's `date -s` does to a machine's clock while programs
+/// read it. Every reading of a [`LocalClock::with_jump`] clock adds the current offset, so
+/// write timestamps, queue times and expiry values all see the jump at once.
+#[derive(Debug, Clone, Default)]
+pub struct ClockJump(Arc<AtomicI64>);
+
+impl ClockJump {
+    /// No jump yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The clock jumps by `micros` (negative: backwards) from now on, on top of earlier jumps.
+    pub fn jump(&self, micros: Micros) {
+        self.0.fetch_add(micros, Ordering::AcqRel);
+    }
+    /// The total offset of every jump so far.
+    pub fn offset(&self) -> Micros {
+        self.0.load(Ordering::Acquire)
     }
 }
 
@@ -116,7 +146,7 @@ impl TimestampGenerator {
     }
     /// The underlying clock.
     pub fn clock(&self) -> LocalClock {
-        self.clock
+        self.clock.clone()
     }
 }
 

@@ -92,7 +92,7 @@ async fn global_time_is_an_error_before_any_replica_wrote_it() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn hybrid_clock_never_goes_back_and_passes_what_it_observed() {
     let behind = LocalClock::new(PhysicalClock::tokio(), -2_000_000);
-    let hlc = HybridClock::new(behind);
+    let hlc = HybridClock::new(behind.clone());
     let a = hlc.now().await.unwrap();
     let b = hlc.now().await.unwrap();
     assert!(b > a, "two readings in the same instant must differ");
@@ -110,7 +110,7 @@ async fn local_clock_applies_its_skew_and_timestamps_strictly_increase() {
     let base = PhysicalClock::tokio();
     let ahead = LocalClock::new(base, 1_500);
     assert_eq!(ahead.now_micros() - base.now_micros(), 1_500);
-    let gen = TimestampGenerator::new(ahead);
+    let gen = TimestampGenerator::new(ahead.clone());
     // Time does not move in a paused runtime without sleeps: still strictly increasing.
     let ts: Vec<i64> = (0..1000).map(|_| gen.next()).collect();
     assert!(ts.windows(2).all(|w| w[1] > w[0]));

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// Settings of a [`JedisLock`]. [`Default`] is the seed's example: acquire timeout 10 s,
 /// expiry 30 s, retry every 100 ms, the system clock, and renewal on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct JedisConfig {
     /// How long [`JedisLock::acquire`] keeps trying (the library's `timeoutMsecs`, 10 s).
     /// [`Locker::lock`] takes its timeout as an argument instead.
@@ -180,7 +180,7 @@ impl JedisLock {
             backend: self.backend.clone(),
             key: key.clone(),
             written: expires,
-            clock: self.config.clock,
+            clock: self.config.clock.clone(),
             expiry: self.config.expiry,
         };
         let every = self.config.renewal.then_some(self.config.expiry / 2);

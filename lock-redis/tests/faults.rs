@@ -72,7 +72,7 @@ async fn token_lock_late_release_leaves_the_next_holders_lock() {
 async fn jedis_original_without_renewal_is_up_for_grabs_after_its_expiry() {
     let fx = RedisFixture::new("norenew", jedis(), EXPIRY).await;
     let original = JedisConfig::new(EXPIRY).without_renewal();
-    let a = fx.backend("a").await.jedis("a", original).unwrap();
+    let a = fx.backend("a").await.jedis("a", original.clone()).unwrap();
     let b = fx.backend("b").await.jedis("b", original).unwrap();
     let ga = a.lock("busy", None).await.unwrap();
     let start = Instant::now();
@@ -220,7 +220,7 @@ async fn bad_urls_and_settings_are_config_errors() {
 async fn jedis_acquire_uses_the_configured_acquire_timeout() {
     let fx = RedisFixture::new("acquire", jedis(), EXPIRY).await;
     let cfg = JedisConfig::new(Duration::from_secs(10)).with_acquire_timeout(Duration::from_millis(300));
-    let a = fx.backend("a").await.jedis("a", cfg).unwrap();
+    let a = fx.backend("a").await.jedis("a", cfg.clone()).unwrap();
     let b = fx.backend("b").await.jedis("b", cfg).unwrap();
     let g = a.acquire("acq").await.unwrap();
     let start = Instant::now();

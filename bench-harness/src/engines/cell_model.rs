@@ -121,7 +121,7 @@ pub fn context(
     s: &AlgorithmSettings,
     global: impl FnOnce() -> SharedTimeSource,
 ) -> ClientContext {
-    let ctx = ClientContext::new(owner, clock, seed)
+    let ctx = ClientContext::new(owner, clock.clone(), seed)
         .with_ttl(s.scaled(s.ttl))
         .with_consistency(s.consistency);
     match s.time_source {
