@@ -5,6 +5,7 @@
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::{parse_duration, parse_positive_duration, Dist};
 use crate::engines::{self, BackoffPreset, EngineArgs, EngineRef, TimeSourceKind};
+use crate::faults::FaultPlan;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use lock_core::store::Consistency;
@@ -48,8 +49,24 @@ grant), latency_cdf.png/.svg, timeline.png, grants_per_contender.png; written as
 algorithm's run ends. The table's errors column counts lock errors, release errors and leases
 lost while holding; the first error of each algorithm that had one is printed under it.
 
+Faults (--faults KIND:DURATION@PERIOD,...): each entry starts a fault every PERIOD (the first
+at a seeded offset) that lasts DURATION; every fault is logged in faults.csv. Kinds: pause (a
+holder, when there is one, freezes: its requests, lease renewals and critical section; it then
+carries on without re-checking), crash (a contender dies where it is, leaving its cells behind,
+and comes back DURATION later under a new owner id), clock-jump (a contender's clock steps by
+±DURATION, then back), partition (a holder is cut off from the store), replica-stop and
+replica-lag[/lag=1s/drop=0.1] (the embedded store: a replica stops and misses writes, or
+applies them late and drops some), server-restart (servers the harness can restart). Every
+critical section writes to a fenced resource at its grant and just before release; it rejects a
+token below the highest it accepted (resource.csv). The table's safety columns then count
+overlapping holds, stale writes accepted and rejected, and leases lost.
+  bench-harness --threads 16 --duration 120s --consistency ONE \\
+      --faults replica-stop:5s@15s,replica-lag:5s@15s --check
+  bench-harness --ttl 2s --faults pause:5s@20s --check
+
 Exit status: 0 success, 1 the run failed (e.g. the output directory cannot be written, a
-server cannot be reached), 2 usage error.";
+server cannot be reached), 2 usage error, 3 --check (or check) found an overlap or an accepted
+stale write.";
 
 /// The text after `--help`'s options: examples, how runs work and what each engine is (each
 /// engine adds its own examples and paragraph), output and exit status.
@@ -113,11 +130,31 @@ pub enum Command {
     /// the embedded store (shadow, queue, bakery) at several contention levels, into
     /// results/engines/ (JSON, chart, README table). Used by scripts/compare-engines.sh.
     Engines(EnginesArgs),
+    /// Check a run's output directory: recompute every safety figure from grants.csv,
+    /// resource.csv and faults.csv alone, name the overlapping grants, and exit with 3 on any
+    /// overlap or any stale write the fenced resource accepted (0 when safe, 1 when the files
+    /// cannot be read).
+    Check(CheckArgs),
     /// List the algorithms per backend.
     List,
     /// Internal: one worker process of `--processes P` (reads its orders on stdin).
     #[command(hide = true)]
     Worker,
+}
+
+/// The settings of `check`.
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// The run's output directory (holding grants.csv, resource.csv and faults.csv).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Lease TTL of the run, by which each fault window is extended when unavailability is
+    /// attributed to fault kinds [default: the ttl in DIR/summary.json, else 10s].
+    #[arg(long, value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+    /// Overlapping grants to name per algorithm at most.
+    #[arg(long, default_value_t = 10)]
+    pub show: usize,
 }
 
 /// Settings shared by a run and a sweep.
@@ -153,6 +190,10 @@ pub struct ScenarioArgs {
     /// Where the locks live (servers run in wall time; `list` shows each one's algorithms).
     #[arg(long, value_name = "ENGINE", default_value_t = EngineRef::default_engine(), value_parser = engine_parser())]
     pub backend: EngineRef,
+    /// Faults to inject: KIND:DURATION@PERIOD, comma-separated, e.g. pause:5s@20s or
+    /// replica-stop:5s@15s,replica-lag:5s@15s/lag=1s/drop=0.1 (see "Faults" below).
+    #[arg(long, value_name = "SPEC", default_value = "none")]
+    pub faults: FaultPlan,
     /// Every engine's own options (address, latency model, ...).
     #[command(flatten)]
     pub engines: EngineArgs,
@@ -215,6 +256,10 @@ pub struct RunArgs {
     /// No progress bars or status lines (the table is still printed).
     #[arg(short, long)]
     pub quiet: bool,
+    /// Run the checker on the output directory at the end (as `bench-harness check DIR`) and
+    /// exit with its status: 3 when it finds an overlap or an accepted stale write.
+    #[arg(long)]
+    pub check: bool,
     /// The scenario.
     #[command(flatten)]
     pub scenario: ScenarioArgs,
@@ -357,6 +402,7 @@ impl ScenarioArgs {
         cfg.poll_interval = self.timing.poll_interval;
         cfg.backoff = self.backoff;
         cfg.seed = self.seed;
+        cfg.faults = self.faults.clone();
         Ok(())
     }
 }

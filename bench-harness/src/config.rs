@@ -6,6 +6,7 @@
 //! workload, the duration and their seeds and skews.
 
 use crate::dist::{format_duration, serde_duration, Dist};
+use crate::faults::FaultPlan;
 use crate::engines::{
     AlgorithmSettings, BackoffPreset, EngineOptions, EngineRef, EngineSetup, TimeSourceKind,
 };
@@ -77,6 +78,9 @@ pub struct RunConfig {
     /// this process.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub processes: usize,
+    /// Faults injected during the run (`--faults`); none by default.
+    #[serde(default, skip_serializing_if = "FaultPlan::is_empty")]
+    pub faults: FaultPlan,
     /// Read the store's counters every this long during the window as well as at its end (the
     /// long-run experiment's time series); in-process runs only, not written to result files.
     #[serde(skip)]
@@ -192,6 +196,14 @@ impl RunConfig {
         format!("c{index:04}")
     }
 
+    /// The owner id of contender `index` after its `life`-th crash (`life` 0: the first).
+    pub fn owner_id_of_life(index: usize, life: u32) -> String {
+        match life {
+            0 => Self::owner_id(index),
+            n => format!("c{index:04}.{n}"),
+        }
+    }
+
     /// The lock index contender `index` asks for.
     pub fn lock_of(&self, contender: usize) -> usize {
         contender % self.locks.max(1)
@@ -268,11 +280,39 @@ impl RunConfig {
                 self.processes, self.backend
             ));
         }
+        self.validate_faults()?;
         if self.processes > self.threads {
             return Err(format!(
                 "--processes {} is more than --threads {}: every worker process needs at least one contender",
                 self.processes, self.threads
             ));
+        }
+        Ok(())
+    }
+}
+
+impl RunConfig {
+    /// Faults the engine can inject, in this process.
+    fn validate_faults(&self) -> Result<(), String> {
+        if self.faults.is_empty() {
+            return Ok(());
+        }
+        if self.processes > 1 {
+            return Err(
+                "--faults runs in one process: worker processes (--processes) cannot share the nemesis and the fenced resource yet"
+                    .into(),
+            );
+        }
+        let can = self.backend.fault_kinds();
+        for kind in self.faults.kinds() {
+            if !can.contains(&kind) {
+                let names: Vec<&str> = can.iter().map(|k| k.name()).collect();
+                return Err(format!(
+                    "the {} backend cannot inject {kind} faults (it can: {})",
+                    self.backend,
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                ));
+            }
         }
         Ok(())
     }
@@ -301,6 +341,7 @@ impl Default for RunConfig {
             backoff: BackoffPreset::Thesis,
             seed: 1,
             processes: 1,
+            faults: FaultPlan::default(),
             sample_every: None,
         }
     }
@@ -336,7 +377,11 @@ impl fmt::Display for RunConfig {
             format_duration(self.poll_interval),
             self.backoff.name(),
             self.seed,
-        )
+        )?;
+        if !self.faults.is_empty() {
+            write!(f, "; faults {}", self.faults)?;
+        }
+        Ok(())
     }
 }
 

@@ -60,11 +60,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod dist;
 pub mod engines;
 pub mod experiments;
+pub mod faults;
 pub mod measure;
 pub mod report;
 pub mod run;
@@ -96,6 +98,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Sweep(args)) => experiments::sweep::run(&args),
         Some(Command::Engines(args)) => experiments::compare::run(&args),
         Some(Command::Longrun(args)) => experiments::longrun::run(&args),
+        Some(Command::Check(args)) => check::run(&args),
         Some(Command::List) => {
             print!("{}", engines::list());
             Ok(())
@@ -114,6 +117,12 @@ pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
     if !args.quiet {
         print!("{}", table::notes(&summary));
     }
+    if args.check {
+        let verdicts = check::check_dir(&args.out, cfg.ttl)?;
+        println!("\ncheck {}:\n{}", args.out.display(), check::render(&verdicts, 10));
+        check::verdict(&verdicts)?;
+        println!("safe: no overlapping hold and no stale write accepted");
+    }
     Ok(())
 }
 
@@ -121,7 +130,7 @@ pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
 /// `grants.csv` and the charts are (re)written. Returns the summary.
 pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow::Result<Summary> {
     files::prepare_dir(out)?;
-    let csv = files::GrantsCsv::create(&out.join("grants.csv"))?;
+    let csv = files::RunLogs::create(out)?;
     let mut summary = Summary::new(cfg);
     let mut logs = Vec::new();
     progress::status(quiet, &format!("{cfg}\n"));
@@ -136,7 +145,7 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         let report = summary::analyze(cfg, algorithm, &outcome);
         progress::status(quiet, &one_line(&report, outcome.wall_time));
         summary.results.push(report);
-        csv.append(algorithm.name, &outcome.grants)?;
+        csv.append(&outcome)?;
         files::write_json(&out.join("summary.json"), &summary)?;
         logs.push((algorithm.name.to_string(), outcome.grants));
         figures::draw_run(out, &summary, &logs)?;

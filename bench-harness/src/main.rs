@@ -1,6 +1,6 @@
 //! `bench-harness`: parse the command line, run, map failures to exit codes (clap exits with 2
-//! on usage errors by itself, and so do the usage errors found after parsing; every other
-//! failure exits with 1).
+//! on usage errors by itself, and so do the usage errors found after parsing; the checker exits
+//! with 3 when it finds a run unsafe; every other failure exits with 1).
 use clap::{CommandFactory, Parser};
 use std::process::ExitCode;
 
@@ -13,6 +13,10 @@ fn main() -> ExitCode {
                 bench_harness::cli::Cli::command()
                     .error(clap::error::ErrorKind::ArgumentConflict, &usage.0)
                     .exit();
+            }
+            if let Some(unsafe_run) = e.downcast_ref::<bench_harness::check::Unsafe>() {
+                eprintln!("check: {unsafe_run}");
+                return ExitCode::from(3);
             }
             eprintln!("error: {e:#}");
             ExitCode::from(1)

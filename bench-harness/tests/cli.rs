@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
-const HEADER: &str = "algorithm,lock,contender,requested_us,granted_us,released_us,token";
+const HEADER: &str = "algorithm,lock,contender,requested_us,granted_us,released_us,token,lease_lost,crashed";
 
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))

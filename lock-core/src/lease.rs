@@ -220,7 +220,21 @@ async fn renew_loop<S: CellStore>(
                     ttl: Some(config.ttl),
                 })
                 .collect();
-            match store.write(&table, &row, &writes, config.consistency).await {
+            // A renewal still unanswered when the lease runs out is as good as failed: the
+            // holder must hear of the loss then, not when the answer comes (a frozen client
+            // may see it seconds later, after others have taken the lock).
+            let write = store.write(&table, &row, &writes, config.consistency);
+            let answer = match shared.valid_until() {
+                Some(d) => tokio::time::timeout_at(d, write).await,
+                None => Ok(write.await),
+            };
+            let Ok(answer) = answer else {
+                let _ = state.send(LeaseState::Lost(LeaseLost {
+                    reason: format!("a renewal was still unanswered when the cells' TTL of {:?} ran out", config.ttl),
+                }));
+                return;
+            };
+            match answer {
                 Ok(()) => {
                     let mut map = shared.lock();
                     for (k, _) in cells {

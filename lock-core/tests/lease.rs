@@ -74,3 +74,20 @@ async fn blocked_renewal_is_signalled_as_lost_when_the_ttl_runs_out() {
     sleep(TTL).await;
     assert!(!present(&store).await);
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_frozen_holder_is_told_at_the_deadline_not_when_it_thaws() {
+    // The holder's process freezes (a GC pause) before its renewal: the renewal waits for the
+    // thaw, and the keeper must declare the loss when the lease runs out, not after.
+    let (store, _client, _ts, keeper) = setup().await;
+    let rx = keeper.subscribe();
+    let until = keeper.valid_until().unwrap();
+    sleep(TTL / 4).await;
+    store.pause_client("holder", true);
+    sleep(TTL * 2).await;
+    assert!(matches!(*rx.borrow(), LeaseState::Lost(_)), "{:?}", *rx.borrow());
+    assert!(!present(&store).await, "the cell outlived its TTL while its holder was frozen");
+    assert!(Instant::now() > until);
+    store.pause_client("holder", false);
+    drop(keeper);
+}

@@ -14,9 +14,10 @@
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::{
     cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
-    EngineSetup, OpenEngine,
+    EngineSetup, Injection, OpenEngine,
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
+use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel};
 use lock_core::time::GlobalTimeService;
@@ -165,6 +166,18 @@ impl Engine for Embedded {
         true
     }
 
+    /// Every contender fault, and both replica faults: the store has a switch for each.
+    fn fault_kinds(&self) -> &'static [FaultKind] {
+        &[
+            FaultKind::Pause,
+            FaultKind::Crash,
+            FaultKind::ClockJump,
+            FaultKind::Partition,
+            FaultKind::ReplicaStop,
+            FaultKind::ReplicaLag,
+        ]
+    }
+
     /// One replica, and a round trip of 500 µs + up to 500 µs: with the calibrated tombstone
     /// cost this reproduces issue 11's run on a real single node on loopback (see
     /// `lock_core::embedded`'s calibration).
@@ -265,6 +278,30 @@ impl OpenEngine for Opened {
     fn counters(&self) -> Option<CounterHandle> {
         let store = self.store.clone();
         Some(Arc::new(move || store.counters()))
+    }
+
+    /// Each contender is the store client named by its owner id, so every fault is one of the
+    /// store's switches; model durations are scaled to the tokio clock.
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        let store = &self.store;
+        let scale = self.settings.time_scale;
+        match injection {
+            Injection::Freeze { owner, on } => store.pause_client(owner, on),
+            Injection::Partition { owner, on } => store.isolate(owner, on),
+            Injection::Kill { owner } => store.isolate(owner, true),
+            Injection::ClockJump { owner, by_us } => store.jump_clock(owner, by_us * scale as i64),
+            Injection::ReplicaStop { replica, on: true } => store.stop_replica(replica),
+            Injection::ReplicaStop { replica, on: false } => store.start_replica(replica),
+            Injection::ReplicaLag { replica, lag, drop } => store.lag_replica(replica, lag * scale, drop),
+            Injection::ServerRestart { .. } => {
+                return Box::pin(async { Err("the embedded store has no server to restart".to_string()) })
+            }
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn replicas(&self) -> usize {
+        self.store.replica_count()
     }
 }
 

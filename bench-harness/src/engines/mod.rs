@@ -37,6 +37,7 @@ pub use algorithm::{
 use clap::ArgMatches;
 use lock_core::embedded::StoreCounters;
 use lock_core::Locker;
+use crate::faults::FaultKind;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -120,6 +121,12 @@ pub trait Engine: Send + Sync + 'static {
     /// True when it counts the requests its contenders send (store load per grant).
     fn counts_requests(&self) -> bool;
 
+    /// The fault kinds its opened engine can inject ([`OpenEngine::inject`]); `--faults`
+    /// with another kind is refused before the run.
+    fn fault_kinds(&self) -> &'static [FaultKind] {
+        &[]
+    }
+
     /// The options as they may be written into result files (a password in an address
     /// replaced by `***`).
     fn redacted(&self, options: &EngineOptions) -> EngineOptions {
@@ -152,6 +159,71 @@ pub trait OpenEngine: Send + Sync {
 
     /// Reads the request counters later (from another task), when the engine counts.
     fn counters(&self) -> Option<CounterHandle>;
+
+    /// Breaks (or heals) something, for the nemesis ([`crate::faults`]). Only the kinds of
+    /// [`Engine::fault_kinds`] are asked for.
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move { Err(format!("this engine cannot inject {injection:?}")) })
+    }
+
+    /// How many replicas a `replica-*` fault may pick from.
+    fn replicas(&self) -> usize {
+        0
+    }
+}
+
+/// One step of a fault, as the nemesis asks an engine to take it. Contenders are named by
+/// their owner id; durations are those of the model (the engine scales them to its clock).
+#[derive(Debug, Clone, Copy)]
+pub enum Injection<'a> {
+    /// Freeze (`on`) or thaw the contender's connection: nothing it sends leaves, nothing sent
+    /// to it arrives, until thawed.
+    Freeze {
+        /// Owner id.
+        owner: &'a str,
+        /// Freeze or thaw.
+        on: bool,
+    },
+    /// Cut the contender off the store (`on`) or heal it: its requests fail.
+    Partition {
+        /// Owner id.
+        owner: &'a str,
+        /// Cut or heal.
+        on: bool,
+    },
+    /// The contender's process died: cut it off for good (what it had sent still lands).
+    Kill {
+        /// Owner id.
+        owner: &'a str,
+    },
+    /// Step the contender's clock.
+    ClockJump {
+        /// Owner id.
+        owner: &'a str,
+        /// By how much, in microseconds of the model (negative: backwards).
+        by_us: i64,
+    },
+    /// Stop (`on`) or restart a replica.
+    ReplicaStop {
+        /// Replica index.
+        replica: usize,
+        /// Stop or restart.
+        on: bool,
+    },
+    /// Overload a replica: mutations late by `lag`, `drop` of them lost; zero and 0.0 heal.
+    ReplicaLag {
+        /// Replica index.
+        replica: usize,
+        /// How late.
+        lag: Duration,
+        /// Fraction dropped.
+        drop: f64,
+    },
+    /// Stop (`on`) or start again the server.
+    ServerRestart {
+        /// Stop or start.
+        on: bool,
+    },
 }
 
 /// What [`Engine::open`] needs to know of the run.

@@ -20,12 +20,25 @@ pub struct ErrorCounts {
     pub leases_lost_while_holding: u64,
     /// The first error message, for the report.
     pub first_error: Option<String>,
+    /// Every failure by kind (`timeout`, `lease-lost`, `store`, `backend`, `invalid`,
+    /// `config`), lock and release errors together.
+    #[serde(default)]
+    pub by_kind: std::collections::BTreeMap<String, u64>,
 }
 
 impl ErrorCounts {
     /// Keeps the first error's message.
     pub fn note(&mut self, e: &LockError) {
         self.first_error.get_or_insert_with(|| e.to_string());
+        let kind = match e {
+            LockError::InvalidId { .. } => "invalid",
+            LockError::Timeout { .. } => "timeout",
+            LockError::LeaseLost { .. } => "lease-lost",
+            LockError::Store { .. } => "store",
+            LockError::Backend { .. } => "backend",
+            LockError::Config(_) => "config",
+        };
+        *self.by_kind.entry(kind.to_string()).or_default() += 1;
     }
 
     /// Adds `other`'s counts (keeping the first message).
@@ -35,6 +48,9 @@ impl ErrorCounts {
         self.leases_lost_while_holding += other.leases_lost_while_holding;
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
+        }
+        for (kind, n) in &other.by_kind {
+            *self.by_kind.entry(kind.clone()).or_default() += n;
         }
     }
 
@@ -87,6 +103,38 @@ pub struct RunOutcome {
     pub finished_us: u64,
     /// How long the run took in wall time (not part of any result file: it varies).
     pub wall_time: Duration,
+    /// Every write the fenced resource saw, in the order it decided them.
+    pub resource: Vec<ResourceWrite>,
+    /// Every fault injected, in start order.
+    pub faults: Vec<FaultWindow>,
+}
+
+/// One write to the fenced resource (a line of `resource.csv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceWrite {
+    /// Lock index.
+    pub lock: u32,
+    /// The writing contender.
+    pub contender: u32,
+    /// The fencing token the write carried.
+    pub token: u64,
+    /// When the resource decided, in microseconds on the grant log's clock.
+    pub at_us: u64,
+    /// Whether the resource accepted it (its token was not below the highest accepted).
+    pub accepted: bool,
+}
+
+/// One injected fault (a line of `faults.csv`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultWindow {
+    /// The kind's name (`pause`, `crash`, ...).
+    pub kind: String,
+    /// What it hit: an owner id (`c0003`), a replica (`replica-1`) or `server`.
+    pub target: String,
+    /// When it began, in microseconds on the grant log's clock.
+    pub start_us: u64,
+    /// When it was healed.
+    pub end_us: u64,
 }
 
 impl RunOutcome {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One acquisition in the grant log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
     /// Lock index.
     pub lock: u32,
@@ -28,6 +28,12 @@ pub struct Grant {
     pub released_us: u64,
     /// The fencing token.
     pub token: u64,
+    /// The holder's guard said its lease was lost before it let go.
+    #[serde(default)]
+    pub lease_lost: bool,
+    /// The holder crashed while holding (`released_us` is the crash): it let go of nothing.
+    #[serde(default)]
+    pub crashed: bool,
 }
 
 impl Grant {
@@ -522,6 +528,7 @@ mod tests {
             granted_us: granted,
             released_us: released,
             token,
+            ..Grant::default()
         }
     }
 

@@ -4,9 +4,12 @@
 //!   failures, the store's request counters;
 //! - [`metrics`]: pure functions over the grant log (latency, throughput, handoff gaps,
 //!   fairness, store load, safety), unit-tested;
+//! - [`safety`]: safety under faults from the grant log, the fenced resource's writes and the
+//!   fault windows (the checker recomputes it from the CSV files);
 //! - [`summary`]: the one result contract, [`summary::Summary`], that the console table,
 //!   `summary.json`, the charts and the experiments read.
 
 pub mod log;
 pub mod metrics;
+pub mod safety;
 pub mod summary;

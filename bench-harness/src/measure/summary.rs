@@ -4,6 +4,7 @@
 //! seed gives a byte-identical file.
 
 use super::log::{ErrorCounts, RunOutcome};
+use super::safety::{self, SafetyFigures};
 use super::metrics::{
     self, CdfPoint, HandoffStats, LatencyStats, LongestRun, Overtakes, StoreLoad,
 };
@@ -158,6 +159,10 @@ pub struct AlgorithmReport {
     pub store: StoreLoad,
     /// Must be zero.
     pub safety: Safety,
+    /// Safety under faults: overlaps, stale writes to the fenced resource, leases lost,
+    /// unavailability ([`super::safety`]).
+    #[serde(default)]
+    pub fault_safety: SafetyFigures,
     /// Failures.
     pub errors: ErrorCounts,
     /// The latency CDF, for plotting.
@@ -173,9 +178,11 @@ impl AlgorithmReport {
         self.handoff.ratio_to_ideal
     }
 
-    /// True when both safety counts are zero.
+    /// True when both safety counts are zero and the fenced resource accepted no stale write.
     pub fn is_safe(&self) -> bool {
-        self.safety.overlapping_holds == 0 && self.safety.token_order_violations == 0
+        self.safety.overlapping_holds == 0
+            && self.safety.token_order_violations == 0
+            && self.fault_safety.stale_accepted == 0
     }
 }
 
@@ -250,6 +257,12 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
             overlapping_holds: metrics::overlapping_holds(grants),
             token_order_violations: metrics::token_order_violations(grants),
         },
+        fault_safety: safety::figures(
+            grants,
+            &run.resource,
+            &run.faults,
+            cfg.ttl.as_micros() as u64,
+        ),
         errors: run.errors(),
         latency_cdf: metrics::latency_cdf(&histogram),
         contenders,

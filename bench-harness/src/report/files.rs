@@ -1,6 +1,8 @@
-//! Result files: `summary.json`, `grants.csv`, and the atomic writes and output directory
-//! checks every report uses.
+//! Result files: `summary.json`, `grants.csv`, `resource.csv`, `faults.csv`, and the atomic
+//! writes and output directory checks every report uses. The three CSV files are what the
+//! checker (`bench-harness check DIR`) reads back.
 
+use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::Grant;
 use anyhow::Context;
 use std::fmt::Write as _;
@@ -8,9 +10,17 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The exact header of `grants.csv`.
+/// The exact header of `grants.csv`. `lease_lost`: the holder's guard said its lease was lost
+/// before it let go; `crashed`: the holder crashed while holding (`released_us` is the crash).
 pub const GRANTS_CSV_HEADER: &str =
-    "algorithm,lock,contender,requested_us,granted_us,released_us,token";
+    "algorithm,lock,contender,requested_us,granted_us,released_us,token,lease_lost,crashed";
+
+/// The exact header of `resource.csv`: every write the fenced resource decided.
+pub const RESOURCE_CSV_HEADER: &str = "algorithm,lock,contender,token,at_us,accepted";
+
+/// The exact header of `faults.csv`: every fault injected (`target`: an owner id, a replica
+/// or `server`).
+pub const FAULTS_CSV_HEADER: &str = "algorithm,kind,target,start_us,end_us";
 
 /// Creates `dir` (and parents), failing with a clear message when it cannot be written.
 pub fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
@@ -47,30 +57,31 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// `grants.csv`: created with its header, then appended to as each algorithm finishes.
-pub struct GrantsCsv {
+/// A CSV file created with its header, then appended to as each algorithm finishes.
+pub struct CsvLog {
     path: PathBuf,
 }
 
-impl GrantsCsv {
-    /// Creates (or truncates) `path` and writes the header.
-    pub fn create(path: &Path) -> anyhow::Result<Self> {
-        fs::write(path, format!("{GRANTS_CSV_HEADER}\n"))
+impl CsvLog {
+    /// Creates (or truncates) `path` and writes `header`.
+    pub fn create(path: &Path, header: &str) -> anyhow::Result<Self> {
+        fs::write(path, format!("{header}\n"))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(GrantsCsv {
+        Ok(CsvLog {
             path: path.to_path_buf(),
         })
     }
 
-    /// Appends the grants of `algorithm`.
-    pub fn append(&self, algorithm: &str, grants: &[Grant]) -> anyhow::Result<()> {
-        let mut text = String::with_capacity(grants.len() * 48);
-        for g in grants {
-            let _ = writeln!(
-                text,
-                "{algorithm},{},{},{},{},{},{}",
-                g.lock, g.contender, g.requested_us, g.granted_us, g.released_us, g.token
-            );
+    /// Appends `rows` of `algorithm`, each written by `line` (without the algorithm column).
+    pub fn append<T>(
+        &self,
+        algorithm: &str,
+        rows: &[T],
+        line: impl Fn(&T) -> String,
+    ) -> anyhow::Result<()> {
+        let mut text = String::with_capacity(rows.len() * 48);
+        for row in rows {
+            let _ = writeln!(text, "{algorithm},{}", line(row));
         }
         let mut f = fs::OpenOptions::new()
             .append(true)
@@ -86,32 +97,143 @@ impl GrantsCsv {
     }
 }
 
-/// Reads a `grants.csv` back (for charts and tests): `(algorithm, grant)` rows.
-pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
+/// One line of `grants.csv` after the algorithm.
+pub fn grant_line(g: &Grant) -> String {
+    format!(
+        "{},{},{},{},{},{},{},{}",
+        g.lock, g.contender, g.requested_us, g.granted_us, g.released_us, g.token, g.lease_lost, g.crashed
+    )
+}
+
+/// One line of `resource.csv` after the algorithm.
+pub fn resource_line(w: &ResourceWrite) -> String {
+    format!("{},{},{},{},{}", w.lock, w.contender, w.token, w.at_us, w.accepted)
+}
+
+/// One line of `faults.csv` after the algorithm.
+pub fn fault_line(f: &FaultWindow) -> String {
+    format!("{},{},{},{}", f.kind, f.target, f.start_us, f.end_us)
+}
+
+/// The three logs of one run directory.
+pub struct RunLogs {
+    /// `grants.csv`.
+    pub grants: CsvLog,
+    /// `resource.csv`.
+    pub resource: CsvLog,
+    /// `faults.csv`.
+    pub faults: CsvLog,
+}
+
+impl RunLogs {
+    /// Creates all three in `dir`, each with its header.
+    pub fn create(dir: &Path) -> anyhow::Result<Self> {
+        Ok(RunLogs {
+            grants: CsvLog::create(&dir.join("grants.csv"), GRANTS_CSV_HEADER)?,
+            resource: CsvLog::create(&dir.join("resource.csv"), RESOURCE_CSV_HEADER)?,
+            faults: CsvLog::create(&dir.join("faults.csv"), FAULTS_CSV_HEADER)?,
+        })
+    }
+
+    /// Appends one algorithm's logs.
+    pub fn append(&self, outcome: &crate::measure::log::RunOutcome) -> anyhow::Result<()> {
+        let name = outcome.algorithm;
+        self.grants.append(name, &outcome.grants, grant_line)?;
+        self.resource.append(name, &outcome.resource, resource_line)?;
+        self.faults.append(name, &outcome.faults, fault_line)
+    }
+}
+
+/// Splits a CSV text after checking its header: the fields of every line, with its number.
+fn csv_rows<'a>(
+    name: &str,
+    header: &str,
+    text: &'a str,
+    fields: usize,
+) -> anyhow::Result<Vec<(usize, Vec<&'a str>)>> {
     let mut lines = text.lines();
-    let header = lines.next().unwrap_or_default();
+    let first = lines.next().unwrap_or_default();
     anyhow::ensure!(
-        header == GRANTS_CSV_HEADER,
-        "unexpected grants.csv header: {header}"
+        first == header,
+        "unexpected {name} header: {first:?} (expected {header:?})"
     );
     lines
         .enumerate()
+        .filter(|(_, l)| !l.is_empty())
         .map(|(i, line)| {
             let f: Vec<&str> = line.split(',').collect();
-            anyhow::ensure!(f.len() == 7, "line {}: expected 7 fields", i + 2);
-            let n = |k: usize| {
-                f[k].parse::<u64>()
-                    .with_context(|| format!("line {}: field {}", i + 2, k + 1))
-            };
+            anyhow::ensure!(
+                f.len() == fields,
+                "{name} line {}: expected {fields} fields, found {}",
+                i + 2,
+                f.len()
+            );
+            Ok((i + 2, f))
+        })
+        .collect()
+}
+
+fn field<T: std::str::FromStr>(name: &str, line: usize, f: &[&str], k: usize) -> anyhow::Result<T> {
+    f[k].parse::<T>()
+        .map_err(|_| anyhow::anyhow!("{name} line {line}: field {} ({:?}) is not valid", k + 1, f[k]))
+}
+
+/// Reads a `grants.csv` back: `(algorithm, grant)` rows.
+pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
+    let name = "grants.csv";
+    csv_rows(name, GRANTS_CSV_HEADER, text, 9)?
+        .into_iter()
+        .map(|(l, f)| {
             Ok((
                 f[0].to_string(),
                 Grant {
-                    lock: n(1)? as u32,
-                    contender: n(2)? as u32,
-                    requested_us: n(3)?,
-                    granted_us: n(4)?,
-                    released_us: n(5)?,
-                    token: n(6)?,
+                    lock: field(name, l, &f, 1)?,
+                    contender: field(name, l, &f, 2)?,
+                    requested_us: field(name, l, &f, 3)?,
+                    granted_us: field(name, l, &f, 4)?,
+                    released_us: field(name, l, &f, 5)?,
+                    token: field(name, l, &f, 6)?,
+                    lease_lost: field(name, l, &f, 7)?,
+                    crashed: field(name, l, &f, 8)?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Reads a `resource.csv` back: `(algorithm, write)` rows.
+pub fn read_resource_csv(text: &str) -> anyhow::Result<Vec<(String, ResourceWrite)>> {
+    let name = "resource.csv";
+    csv_rows(name, RESOURCE_CSV_HEADER, text, 6)?
+        .into_iter()
+        .map(|(l, f)| {
+            Ok((
+                f[0].to_string(),
+                ResourceWrite {
+                    lock: field(name, l, &f, 1)?,
+                    contender: field(name, l, &f, 2)?,
+                    token: field(name, l, &f, 3)?,
+                    at_us: field(name, l, &f, 4)?,
+                    accepted: field(name, l, &f, 5)?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Reads a `faults.csv` back: `(algorithm, window)` rows.
+pub fn read_faults_csv(text: &str) -> anyhow::Result<Vec<(String, FaultWindow)>> {
+    let name = "faults.csv";
+    csv_rows(name, FAULTS_CSV_HEADER, text, 5)?
+        .into_iter()
+        .map(|(l, f)| {
+            Ok((
+                f[0].to_string(),
+                FaultWindow {
+                    kind: f[1].to_string(),
+                    target: f[2].to_string(),
+                    start_us: field(name, l, &f, 3)?,
+                    end_us: field(name, l, &f, 4)?,
                 },
             ))
         })
@@ -126,7 +248,7 @@ mod tests {
     fn grants_csv_round_trips() {
         let dir = std::env::temp_dir().join(format!("bench-harness-csv-{}", std::process::id()));
         prepare_dir(&dir).unwrap();
-        let csv = GrantsCsv::create(&dir.join("grants.csv")).unwrap();
+        let csv = CsvLog::create(&dir.join("grants.csv"), GRANTS_CSV_HEADER).unwrap();
         let g = Grant {
             lock: 1,
             contender: 2,
@@ -134,14 +256,24 @@ mod tests {
             granted_us: 4,
             released_us: 5,
             token: 6,
+            lease_lost: true,
+            crashed: false,
         };
-        csv.append("queue", &[g]).unwrap();
-        csv.append("shadow", &[g, g]).unwrap();
+        csv.append("queue", &[g], grant_line).unwrap();
+        csv.append("shadow", &[g, g], grant_line).unwrap();
         let text = fs::read_to_string(csv.path()).unwrap();
-        assert!(text.starts_with(&format!("{GRANTS_CSV_HEADER}\nqueue,1,2,3,4,5,6\n")));
+        assert!(text.starts_with(&format!("{GRANTS_CSV_HEADER}\nqueue,1,2,3,4,5,6,true,false\n")));
         let back = read_grants_csv(&text).unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(back[2], ("shadow".to_string(), g));
+        let w = ResourceWrite { lock: 0, contender: 3, token: 9, at_us: 12, accepted: false };
+        let text = format!("{RESOURCE_CSV_HEADER}\nlwt,{}\n", resource_line(&w));
+        assert_eq!(read_resource_csv(&text).unwrap(), [("lwt".to_string(), w)]);
+        let f = FaultWindow { kind: "pause".into(), target: "c0001".into(), start_us: 1, end_us: 2 };
+        let text = format!("{FAULTS_CSV_HEADER}\nq,{}\n", fault_line(&f));
+        assert_eq!(read_faults_csv(&text).unwrap(), [("q".to_string(), f)]);
+        let e = read_grants_csv(&format!("{GRANTS_CSV_HEADER}\nq,1,2\n")).unwrap_err();
+        assert!(e.to_string().contains("line 2: expected 9 fields"), "{e}");
         let _ = fs::remove_dir_all(dir);
     }
 

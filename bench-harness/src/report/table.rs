@@ -29,6 +29,8 @@ pub fn table(summary: &Summary) -> String {
         "ops/s",
         "overlaps",
         "token viol.",
+        "stale acc/rej",
+        "leases lost",
         "errors",
         "tombs/read p50/max",
         "tomb. warn/fail",
@@ -72,15 +74,25 @@ pub fn first_errors(summary: &Summary) -> String {
     for r in summary.results.iter().filter(|r| !r.errors.is_clean()) {
         let _ = writeln!(
             out,
-            "{}: {} lock errors, {} release errors, {} leases lost while holding; first error: {}",
+            "{}: {} lock errors, {} release errors, {} leases lost while holding{}; first error: {}",
             r.algorithm,
             r.errors.lock_errors,
             r.errors.release_errors,
             r.errors.leases_lost_while_holding,
+            by_kind(&r.errors.by_kind),
             r.errors.first_error.as_deref().unwrap_or("-")
         );
     }
     out
+}
+
+/// " (by kind: store 2, timeout 1)", or nothing when no error was noted by kind.
+fn by_kind(kinds: &std::collections::BTreeMap<String, u64>) -> String {
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    format!(" (by kind: {})", parts.join(", "))
 }
 
 fn row(r: &AlgorithmReport) -> Vec<String> {
@@ -108,6 +120,11 @@ fn row(r: &AlgorithmReport) -> Vec<String> {
             .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
         r.safety.overlapping_holds.to_string(),
         r.safety.token_order_violations.to_string(),
+        format!(
+            "{}/{}",
+            r.fault_safety.stale_accepted, r.fault_safety.stale_rejected
+        ),
+        r.fault_safety.leases_lost_signalled.to_string(),
         r.errors.total().to_string(),
         r.store.tombstones.map_or_else(
             || "n/a".to_string(),
@@ -128,14 +145,20 @@ pub fn notes(summary: &Summary) -> String {
          latency: request to grant. gap: release to the next grant while someone waited (RTs: in mean store round trips; \
          gap/ideal: median gap over the algorithm's ideal handoff). Jain: fairness of grants per contender (1 = even). \
          overtaken: grants that a later request overtook. errors: lock errors + release errors + leases lost while holding. \
-         tombs/read: tombstones a read scanned (median/most); warn/fail: reads over Cassandra's warning threshold (1,000) and failed past its failure threshold (100,000).\n",
+         tombs/read: tombstones a read scanned (median/most); warn/fail: reads over Cassandra's warning threshold (1,000) and failed past its failure threshold (100,000). \
+         stale acc/rej: writes to the fenced resource made after another holder was granted, accepted/rejected by it (a resource without fencing accepts them all); \
+         leases lost: holders told their lease was lost before they let go.\n",
     );
     for r in &summary.results {
         if !r.is_safe() {
             let _ = writeln!(
                 out,
-                "SAFETY VIOLATION in {}: {} overlapping holds, {} fencing-token order violations",
-                r.algorithm, r.safety.overlapping_holds, r.safety.token_order_violations
+                "SAFETY VIOLATION in {}: {} overlapping holds ({:.1} ms in all), {} fencing-token order violations, {} stale writes accepted by the fenced resource",
+                r.algorithm,
+                r.safety.overlapping_holds,
+                r.fault_safety.overlap_us as f64 / 1000.0,
+                r.safety.token_order_violations,
+                r.fault_safety.stale_accepted
             );
         }
         if r.unfinished_requests > 0 {
@@ -178,6 +201,8 @@ mod tests {
             duration_us: 1,
             finished_us: 1,
             wall_time: std::time::Duration::ZERO,
+            resource: Vec::new(),
+            faults: Vec::new(),
         };
         let algorithm = cfg.backend.algorithm("queue").unwrap();
         let mut report = crate::measure::summary::analyze(&cfg, algorithm, &run);
@@ -192,11 +217,12 @@ mod tests {
         report.errors.lock_errors = 2;
         report.errors.leases_lost_while_holding = 1;
         report.errors.first_error = Some("store unreachable: broken pipe".into());
+        report.errors.by_kind.insert("store".into(), 2);
         summary.results[0] = report;
         let t = table(&summary);
         assert!(t.lines().nth(2).unwrap().contains(" 3  "), "{t}");
         assert!(
-            t.contains("queue: 2 lock errors, 0 release errors, 1 leases lost while holding; first error: store unreachable: broken pipe"),
+            t.contains("queue: 2 lock errors, 0 release errors, 1 leases lost while holding (by kind: store 2); first error: store unreachable: broken pipe"),
             "{t}"
         );
     }

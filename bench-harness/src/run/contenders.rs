@@ -20,13 +20,17 @@
 
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
+use super::resource::FencedResource;
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
-use crate::measure::log::{ContenderOutcome, CounterSample, ErrorCounts, RunOutcome};
+use crate::faults::{Control, Nemesis};
+use crate::measure::log::{
+    ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
+};
 use crate::measure::metrics::{new_histogram, Grant};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
 use lock_core::embedded::StoreCounters;
-use lock_core::{LockError, Locker};
+use lock_core::{LockError, LockGuard, Locker};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -123,6 +127,17 @@ fn us_between(scale: u32, start: Instant, t: Instant) -> u64 {
     t.saturating_duration_since(start).as_micros() as u64 / scale as u64
 }
 
+/// Contender `index`'s spec under `owner` (its first owner id, or the one it comes back
+/// under after a crash).
+fn contender_spec(cfg: &RunConfig, index: usize, owner: String, skews: &[i64]) -> ContenderSpec {
+    ContenderSpec {
+        index,
+        owner,
+        seed: cfg.contender_seed(index),
+        skew_us: skews.get(index).copied().unwrap_or(0),
+    }
+}
+
 /// Builds the lockers of contenders `indices` (global indices) on the opened `engine`.
 pub async fn setup_contenders(
     cfg: &RunConfig,
@@ -133,12 +148,7 @@ pub async fn setup_contenders(
     let skews = cfg.contender_skews();
     let mut lockers = Vec::with_capacity(indices.len());
     for index in indices {
-        let spec = ContenderSpec {
-            index,
-            owner: RunConfig::owner_id(index),
-            seed: cfg.contender_seed(index),
-            skew_us: skews.get(index).copied().unwrap_or(0),
-        };
+        let spec = contender_spec(cfg, index, RunConfig::owner_id(index), &skews);
         let locker = engine
             .contender(algorithm, spec)
             .await
@@ -167,16 +177,35 @@ pub struct Driven {
     pub samples: Vec<CounterSample>,
     /// When the last contender finished, in microseconds since the start.
     pub finished_us: u64,
+    /// The fenced resource's log (empty when the contenders wrote to none).
+    pub resource: Vec<ResourceWrite>,
+    /// The faults injected.
+    pub faults: Vec<FaultWindow>,
+}
+
+/// What the contenders of one run share besides their lockers.
+pub struct Rig {
+    /// The opened engine, for the nemesis and for contenders coming back from a crash; `None`
+    /// in a worker process, which injects no faults.
+    pub engine: Option<Arc<dyn OpenEngine>>,
+    /// The algorithm run.
+    pub algorithm: &'static Algorithm,
+    /// The fenced resource, when every contender of the run can reach this one (in one
+    /// process).
+    pub resource: Option<Arc<FencedResource>>,
+    /// The counters, when the engine counts.
+    pub counters: Option<CounterHandle>,
 }
 
 /// Runs `lockers` from `start` (a tokio instant, now or soon) for the run's duration and the
-/// drain, stamping the grant log with `stamp`; reads `counters` when the window ends.
+/// drain, stamping the grant log with `stamp`, with the run's faults when `rig` has the
+/// engine; reads the counters when the window ends.
 pub async fn drive(
     cfg: &RunConfig,
     lockers: Vec<(usize, Arc<dyn Locker>)>,
     start: Instant,
     stamp: Stamp,
-    counters: Option<CounterHandle>,
+    rig: Rig,
     progress: Option<&ProgressBar>,
 ) -> anyhow::Result<Driven> {
     let scale = cfg.time_scale();
@@ -186,8 +215,9 @@ pub async fn drive(
     if Instant::now() < start {
         tokio::time::sleep_until(start).await;
     }
+    let controls: Vec<Arc<Control>> = lockers.iter().map(|(i, _)| Arc::new(Control::new(*i))).collect();
     let mut tasks = Vec::with_capacity(lockers.len());
-    for (index, locker) in lockers {
+    for ((index, locker), control) in lockers.into_iter().zip(&controls) {
         let lock = cfg.lock_of(index);
         let plan = Plan {
             index,
@@ -202,43 +232,32 @@ pub async fn drive(
             end,
             drain_end,
         };
-        tasks.push(tokio::spawn(contender(locker, plan)));
+        let reviver = rig.engine.clone().map(|engine| Reviver {
+            engine,
+            algorithm: rig.algorithm,
+            spec: contender_spec(cfg, index, String::new(), &skews),
+        });
+        let shared = Shared { control: Arc::clone(control), resource: rig.resource.clone(), reviver };
+        tasks.push(tokio::spawn(contender(locker, plan, shared)));
     }
-
-    // Only in wall time: in simulated time an extra timer task is pure overhead.
-    let ticker = match (cfg.clock, progress) {
-        (ClockMode::Wall, Some(bar)) => {
-            let bar = bar.clone();
-            bar.set_length(cfg.duration.as_millis() as u64);
-            Some(tokio::spawn(async move {
-                loop {
-                    bar.set_position(start.elapsed().as_millis() as u64);
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }))
+    let nemesis = match (&rig.engine, cfg.faults.is_empty()) {
+        (Some(engine), false) => {
+            let nemesis = Arc::new(Nemesis {
+                engine: Arc::clone(engine),
+                controls,
+                stamp,
+                scale,
+                seed: cfg.seed,
+                start,
+                end,
+            });
+            let plan = cfg.faults.clone();
+            Some(tokio::spawn(async move { nemesis.run(&plan).await }))
         }
         _ => None,
     };
-
-    // The counters as they stand when the window ends (the drain's requests are not load of
-    // the measured window), and every `sample_every` before that when asked.
-    let sample_every = cfg.sample_every.map(|d| cfg.scaled(d));
-    let snapshot = tokio::spawn(async move {
-        let mut samples = Vec::new();
-        if let (Some(every), Some(read)) = (sample_every, counters.as_ref()) {
-            let mut next = start + every;
-            while next < end {
-                tokio::time::sleep_until(next).await;
-                samples.push(CounterSample {
-                    at_us: stamp.at(next),
-                    counters: read(),
-                });
-                next += every;
-            }
-        }
-        tokio::time::sleep_until(end).await;
-        (samples, counters.map(|read| read()))
-    });
+    let ticker = progress_ticker(cfg, progress, start);
+    let snapshot = counter_snapshots(cfg, rig.counters, start, end, stamp);
 
     let mut grants = Vec::new();
     let mut contenders = Vec::with_capacity(tasks.len());
@@ -254,15 +273,72 @@ pub async fn drive(
     if Instant::now() < end {
         tokio::time::sleep_until(end).await;
     }
-    let (samples, counters) = snapshot
-        .await
-        .context("the counter snapshot task panicked")?;
+    let faults = match nemesis {
+        Some(task) => task
+            .await
+            .context("the fault injector panicked")?
+            .map_err(|e| anyhow!("fault injection failed: {e}"))?,
+        None => Vec::new(),
+    };
+    let (samples, counters) = snapshot.await.context("the counter snapshot task panicked")?;
     Ok(Driven {
         grants,
         contenders,
         counters,
         samples,
         finished_us,
+        resource: rig.resource.map(|r| r.take_log()).unwrap_or_default(),
+        faults,
+    })
+}
+
+/// In wall time only, a task moving `progress` along the run's clock (in simulated time an
+/// extra timer task is pure overhead).
+fn progress_ticker(
+    cfg: &RunConfig,
+    progress: Option<&ProgressBar>,
+    start: Instant,
+) -> Option<tokio::task::JoinHandle<()>> {
+    match (cfg.clock, progress) {
+        (ClockMode::Wall, Some(bar)) => {
+            let bar = bar.clone();
+            bar.set_length(cfg.duration.as_millis() as u64);
+            Some(tokio::spawn(async move {
+                loop {
+                    bar.set_position(start.elapsed().as_millis() as u64);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }))
+        }
+        _ => None,
+    }
+}
+
+/// The counters as they stand when the window ends (the drain's requests are not load of the
+/// measured window), and every `sample_every` before that when asked.
+fn counter_snapshots(
+    cfg: &RunConfig,
+    counters: Option<CounterHandle>,
+    start: Instant,
+    end: Instant,
+    stamp: Stamp,
+) -> tokio::task::JoinHandle<(Vec<CounterSample>, Option<StoreCounters>)> {
+    let sample_every = cfg.sample_every.map(|d| cfg.scaled(d));
+    tokio::spawn(async move {
+        let mut samples = Vec::new();
+        if let (Some(every), Some(read)) = (sample_every, counters.as_ref()) {
+            let mut next = start + every;
+            while next < end {
+                tokio::time::sleep_until(next).await;
+                samples.push(CounterSample {
+                    at_us: stamp.at(next),
+                    counters: read(),
+                });
+                next += every;
+            }
+        }
+        tokio::time::sleep_until(end).await;
+        (samples, counters.map(|read| read()))
     })
 }
 
@@ -274,18 +350,25 @@ pub async fn run_async(
 ) -> anyhow::Result<RunOutcome> {
     cfg.validate().map_err(|e| anyhow!(e))?;
     let namespace = crate::engines::fresh_namespace();
-    let engine = cfg
+    let engine: Arc<dyn OpenEngine> = cfg
         .backend
         .open(cfg.engine_setup(&namespace))
         .await
-        .map_err(|e| anyhow!(e))?;
+        .map_err(|e| anyhow!(e))?
+        .into();
     let lockers = setup_contenders(cfg, algorithm, engine.as_ref(), 0..cfg.threads).await?;
     let start = Instant::now();
     let stamp = Stamp::Tokio {
         start,
         scale: cfg.time_scale(),
     };
-    let driven = drive(cfg, lockers, start, stamp, engine.counters(), progress).await?;
+    let rig = Rig {
+        counters: engine.counters(),
+        engine: Some(engine),
+        algorithm,
+        resource: Some(Arc::new(FencedResource::new())),
+    };
+    let driven = drive(cfg, lockers, start, stamp, rig, progress).await?;
     let mut grants = driven.grants;
     grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
     Ok(RunOutcome {
@@ -297,12 +380,56 @@ pub async fn run_async(
         duration_us: cfg.duration.as_micros() as u64,
         finished_us: driven.finished_us,
         wall_time: Duration::ZERO,
+        resource: driven.resource,
+        faults: driven.faults,
     })
 }
 
-async fn contender(locker: Arc<dyn Locker>, plan: Plan) -> (Vec<Grant>, ContenderOutcome) {
+/// How a crashed contender comes back: a new locker from the engine under a new owner id.
+struct Reviver {
+    engine: Arc<dyn OpenEngine>,
+    algorithm: &'static Algorithm,
+    spec: ContenderSpec,
+}
+
+/// What one contender shares with the rest of the run.
+struct Shared {
+    control: Arc<Control>,
+    resource: Option<Arc<FencedResource>>,
+    reviver: Option<Reviver>,
+}
+
+/// A held guard that is abandoned, not released, when dropped: the contender's task was
+/// stopped by a crash while holding.
+struct Held(Option<LockGuard>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(guard) = self.0.take() {
+            guard.abandon();
+        }
+    }
+}
+
+/// How one request → hold → release → think round ended.
+enum Round {
+    /// Done (granted and released, or failed and paused); go on.
+    Done,
+    /// The lock timed out at the end of the drain: the request is unfinished.
+    GaveUp(u64),
+    /// The contender crashed; it comes back at this instant.
+    Crashed(Instant),
+}
+
+/// A round in progress, kept outside the round's future so that a crash can see it.
+#[derive(Default)]
+struct InProgress {
+    /// The grant being held: requested, granted, token.
+    holding: Option<(u64, u64, u64)>,
+}
+
+async fn contender(mut locker: Arc<dyn Locker>, plan: Plan, shared: Shared) -> (Vec<Grant>, ContenderOutcome) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
-    let scale = plan.scale;
     let mut grants = Vec::new();
     let mut out = ContenderOutcome {
         index: plan.index as u32,
@@ -312,56 +439,123 @@ async fn contender(locker: Arc<dyn Locker>, plan: Plan) -> (Vec<Grant>, Contende
         unfinished_since_us: None,
         errors: ErrorCounts::default(),
     };
-    loop {
-        let requested = Instant::now();
-        if requested >= plan.end {
-            break;
-        }
-        let requested_us = plan.stamp.at(requested);
-        match locker
-            .lock(&plan.lock_id, Some(plan.drain_end - requested))
-            .await
-        {
-            Ok(guard) => {
-                let granted = Instant::now();
-                let granted_us = plan.stamp.at(granted);
-                let latency_us = match plan.stamp {
-                    Stamp::Tokio { .. } => us_between(scale, requested, granted),
-                    Stamp::System { .. } => granted_us.saturating_sub(requested_us),
-                };
-                out.histogram.saturating_record(latency_us);
-                tokio::time::sleep(plan.hold.sample(&mut rng) * scale).await;
-                if guard.is_lost() {
-                    out.errors.leases_lost_while_holding += 1;
-                }
-                let token = guard.token();
-                let released_us = plan.stamp.at(Instant::now());
-                if let Err(e) = guard.release().await {
-                    out.errors.release_errors += 1;
-                    out.errors.note(&e);
-                }
-                grants.push(Grant {
-                    lock: plan.lock as u32,
-                    contender: plan.index as u32,
-                    requested_us,
-                    granted_us,
-                    released_us,
-                    token,
-                });
-                tokio::time::sleep(plan.think.sample(&mut rng) * scale).await;
-            }
-            Err(LockError::Timeout { .. }) => {
-                out.unfinished_since_us = Some(requested_us);
+    let ctl = &shared.control;
+    let can_crash = shared.reviver.is_some();
+    while Instant::now() < plan.end {
+        let mut now = InProgress::default();
+        let ended = tokio::select! {
+            biased;
+            until = ctl.crashed(), if can_crash => Round::Crashed(until),
+            ended = round(locker.as_ref(), &plan, &shared, &mut rng, &mut now, &mut grants, &mut out) => ended,
+        };
+        match ended {
+            Round::Done => {}
+            Round::GaveUp(since) => {
+                out.unfinished_since_us = Some(since);
                 break;
             }
-            Err(e) => {
-                out.errors.lock_errors += 1;
-                out.errors.note(&e);
-                // Never spin at one instant on a persistent failure.
-                let pause = plan.think.sample(&mut rng).max(Duration::from_millis(1)) * scale;
-                tokio::time::sleep(pause).await;
+            Round::Crashed(until) => {
+                if let Some((requested_us, granted_us, token)) = now.holding {
+                    grants.push(Grant {
+                        lock: plan.lock as u32,
+                        contender: plan.index as u32,
+                        requested_us,
+                        granted_us,
+                        released_us: plan.stamp.now_us(),
+                        token,
+                        lease_lost: false,
+                        crashed: true,
+                    });
+                }
+                ctl.set_holding(false);
+                tokio::time::sleep_until(until).await;
+                let Some(reviver) = &shared.reviver else { break };
+                let spec = ContenderSpec { owner: ctl.revive(), ..reviver.spec.clone() };
+                match reviver.engine.contender(reviver.algorithm, spec).await {
+                    Ok(l) => locker = l,
+                    Err(e) => {
+                        out.errors.lock_errors += 1;
+                        out.errors.note(&LockError::Config(format!("cannot come back after a crash: {e}")));
+                        break;
+                    }
+                }
             }
         }
     }
     (grants, out)
+}
+
+/// One request → hold → release → think round.
+async fn round(
+    locker: &dyn Locker,
+    plan: &Plan,
+    shared: &Shared,
+    rng: &mut StdRng,
+    now: &mut InProgress,
+    grants: &mut Vec<Grant>,
+    out: &mut ContenderOutcome,
+) -> Round {
+    let ctl = &shared.control;
+    let requested = Instant::now();
+    let requested_us = plan.stamp.at(requested);
+    let guard = match locker.lock(&plan.lock_id, Some(plan.drain_end - requested)).await {
+        Ok(guard) => Held(Some(guard)),
+        Err(LockError::Timeout { .. }) => return Round::GaveUp(requested_us),
+        Err(e) => {
+            out.errors.lock_errors += 1;
+            out.errors.note(&e);
+            // Never spin at one instant on a persistent failure.
+            ctl.sleep(plan.think.sample(rng).max(Duration::from_millis(1)) * plan.scale).await;
+            return Round::Done;
+        }
+    };
+    // A frozen process sees the grant only when it is thawed.
+    ctl.thawed().await;
+    let granted = Instant::now();
+    let granted_us = plan.stamp.at(granted);
+    let latency_us = match plan.stamp {
+        Stamp::Tokio { .. } => us_between(plan.scale, requested, granted),
+        Stamp::System { .. } => granted_us.saturating_sub(requested_us),
+    };
+    out.histogram.saturating_record(latency_us);
+    let token = guard.0.as_ref().map_or(0, LockGuard::token);
+    now.holding = Some((requested_us, granted_us, token));
+    ctl.set_holding(true);
+    let write = |resource: &FencedResource| {
+        resource.write(plan.lock as u32, plan.index as u32, token, plan.stamp.now_us());
+    };
+    if let Some(r) = &shared.resource {
+        write(r);
+    }
+    ctl.sleep(plan.hold.sample(rng) * plan.scale).await;
+    // The holder carries on where it was: no look at its lease before the last write.
+    ctl.thawed().await;
+    if let Some(r) = &shared.resource {
+        write(r);
+    }
+    let mut guard = guard;
+    let Some(guard) = guard.0.take() else { return Round::Done };
+    let lease_lost = guard.is_lost();
+    if lease_lost {
+        out.errors.leases_lost_while_holding += 1;
+    }
+    let released_us = plan.stamp.now_us();
+    now.holding = None;
+    ctl.set_holding(false);
+    grants.push(Grant {
+        lock: plan.lock as u32,
+        contender: plan.index as u32,
+        requested_us,
+        granted_us,
+        released_us,
+        token,
+        lease_lost,
+        crashed: false,
+    });
+    if let Err(e) = guard.release().await {
+        out.errors.release_errors += 1;
+        out.errors.note(&e);
+    }
+    ctl.sleep(plan.think.sample(rng) * plan.scale).await;
+    Round::Done
 }

@@ -4,10 +4,12 @@
 //! - [`contenders`]: N contenders in this process, each looping request → hold → release →
 //!   think on a freshly opened engine, in simulated or wall time, with the drain at the end;
 //! - [`processes`]: the same contenders spread over P worker processes of this binary against
-//!   one shared server, their grant logs merged.
+//!   one shared server, their grant logs merged;
+//! - [`resource`]: the fenced resource every critical section writes to.
 
 pub mod contenders;
 pub mod processes;
+pub mod resource;
 
 use crate::config::RunConfig;
 use crate::engines::Algorithm;

@@ -225,6 +225,10 @@ pub fn merge(
         duration_us: cfg.duration.as_micros() as u64,
         finished_us,
         wall_time: Duration::ZERO,
+        // Faults and the fenced resource are not taken across worker processes (config
+        // validation refuses --faults with --processes).
+        resource: Vec::new(),
+        faults: Vec::new(),
     })
 }
 
@@ -583,7 +587,13 @@ pub fn worker_main() -> anyhow::Result<()> {
         let stamp = Stamp::System {
             start_us: go.start_us,
         };
-        runner::drive(cfg, lockers, start, stamp, engine.counters(), None).await
+        let rig = runner::Rig {
+            counters: engine.counters(),
+            engine: None,
+            algorithm,
+            resource: None,
+        };
+        runner::drive(cfg, lockers, start, stamp, rig, None).await
     })?;
     report(&mut out, spec.worker, &driven)?;
     out.flush()?;
@@ -645,6 +655,7 @@ mod tests {
             granted_us: granted,
             released_us: released,
             token,
+            ..Grant::default()
         }
     }
 

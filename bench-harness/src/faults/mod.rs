@@ -1,0 +1,347 @@
+//! The nemesis: faults injected into a running benchmark (`--faults`), so that the safety
+//! figures measure something.
+//!
+//! Each entry of `--faults KIND:DURATION@PERIOD` ([`spec`]) runs as one task beside the
+//! contenders: it sleeps to a start drawn from the run's seed in `[0, PERIOD)`, injects, heals
+//! DURATION later, and repeats every PERIOD until the run's window ends. What it hit and when
+//! is logged as a [`FaultWindow`] (`faults.csv`). In simulated time everything is on the
+//! paused tokio clock and every choice comes from the seed, so a run with faults is
+//! reproducible byte for byte.
+//!
+//! How each kind is made, and who takes part:
+//!
+//! | kind | the engine ([`Injection`]) | the contender ([`Control`]) |
+//! |---|---|---|
+//! | `pause` (a holder: the first to hold from the start on, or anyone after DURATION) | its connection frozen: nothing sent, no answer seen | its own timers frozen: the hold lasts DURATION longer; then it carries on without re-checking its lease |
+//! | `crash` (any contender) | cut off for good; what it had sent still lands | its task stops where it is: a held guard is abandoned (cells, keys, znodes stay), a pending request dropped; DURATION later it comes back under a new owner id |
+//! | `clock-jump` (any contender) | its clock steps by ±DURATION, then back | — |
+//! | `partition` (a holder, as for `pause`) | its requests fail for DURATION | it carries on; its lease keeper's renewals fail |
+//! | `replica-stop` | a replica stops, then starts with what it missed still missing | — |
+//! | `replica-lag` | a replica applies mutations late and drops a fraction | — |
+//! | `server-restart` | the server stops, then starts | — |
+//!
+//! The contender's side of `pause` matters: a real GC pause freezes the critical section too,
+//! so the holder's second write to the fenced resource comes after the pause, when another
+//! holder may have been granted: the stale write fencing exists to reject.
+
+pub mod spec;
+
+pub use spec::{FaultKind, FaultPlan, FaultSpec};
+
+use crate::engines::{Injection, OpenEngine};
+use crate::measure::log::FaultWindow;
+use crate::run::contenders::Stamp;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// What the nemesis can do to one contender, and what the contender tells it.
+#[derive(Debug)]
+pub struct Control {
+    index: usize,
+    frozen: watch::Sender<bool>,
+    /// The end of the current crash (a tokio instant), when the contender must die.
+    crash: watch::Sender<Option<Instant>>,
+    holding: AtomicBool,
+    life: AtomicU32,
+}
+
+impl Control {
+    /// The control of contender `index`.
+    pub fn new(index: usize) -> Self {
+        Control {
+            index,
+            frozen: watch::Sender::new(false),
+            crash: watch::Sender::new(None),
+            holding: AtomicBool::new(false),
+            life: AtomicU32::new(0),
+        }
+    }
+
+    /// Its current owner id (it changes when it comes back from a crash).
+    pub fn owner(&self) -> String {
+        crate::config::RunConfig::owner_id_of_life(self.index, self.life.load(Ordering::Acquire))
+    }
+
+    /// The contender holds its lock now.
+    pub fn set_holding(&self, holding: bool) {
+        self.holding.store(holding, Ordering::Release);
+    }
+
+    /// Whether it holds its lock now.
+    pub fn is_holding(&self) -> bool {
+        self.holding.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the contender is not frozen.
+    pub async fn thawed(&self) {
+        let mut rx = self.frozen.subscribe();
+        let _ = rx.wait_for(|f| !*f).await;
+    }
+
+    /// Sleeps `d` of the contender's own time: time spent frozen does not count, as a
+    /// process that is stopped does not see its timers run.
+    pub async fn sleep(&self, d: Duration) {
+        let mut rx = self.frozen.subscribe();
+        let mut left = d;
+        loop {
+            let _ = rx.wait_for(|f| !*f).await;
+            let began = Instant::now();
+            tokio::select! {
+                _ = tokio::time::sleep(left) => return,
+                _ = rx.wait_for(|f| *f) => {
+                    left = left.saturating_sub(began.elapsed());
+                }
+            }
+        }
+    }
+
+    /// Resolves with the end of the crash when the contender is told to die.
+    pub async fn crashed(&self) -> Instant {
+        let mut rx = self.crash.subscribe();
+        let until = match rx.wait_for(Option::is_some).await {
+            Ok(until) => *until,
+            Err(_) => None,
+        };
+        match until {
+            Some(until) => until,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// After a crash: the contender comes back under its next owner id.
+    pub fn revive(&self) -> String {
+        self.crash.send_replace(None);
+        self.life.fetch_add(1, Ordering::AcqRel);
+        self.owner()
+    }
+
+    fn freeze(&self, on: bool) {
+        self.frozen.send_replace(on);
+    }
+}
+
+/// Everything the nemesis acts on.
+pub struct Nemesis {
+    /// The opened engine.
+    pub engine: Arc<dyn OpenEngine>,
+    /// Every contender's control, by index.
+    pub controls: Vec<Arc<Control>>,
+    /// The grant log's clock.
+    pub stamp: Stamp,
+    /// [`crate::config::RunConfig::time_scale`].
+    pub scale: u32,
+    /// The run's seed.
+    pub seed: u64,
+    /// The window's start and end (tokio instants).
+    pub start: Instant,
+    /// When faults stop starting.
+    pub end: Instant,
+}
+
+impl Nemesis {
+    /// Runs every entry of `plan` until the window ends (a fault still open then is healed at
+    /// once); returns the fault log in start order.
+    pub async fn run(self: Arc<Self>, plan: &FaultPlan) -> Result<Vec<FaultWindow>, String> {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (i, spec) in plan.0.iter().enumerate() {
+            let me = Arc::clone(&self);
+            let spec = spec.clone();
+            let log = Arc::clone(&log);
+            let seed = crate::config::mix(self.seed ^ crate::config::mix(0xFA17 + i as u64));
+            tasks.push(tokio::spawn(async move { me.entry(spec, seed, log).await }));
+        }
+        for t in tasks {
+            t.await.map_err(|e| format!("a fault task panicked: {e}"))??;
+        }
+        let mut windows = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
+        windows.sort_by(|a: &FaultWindow, b| (a.start_us, &a.kind, &a.target).cmp(&(b.start_us, &b.kind, &b.target)));
+        Ok(windows)
+    }
+
+    async fn entry(&self, spec: FaultSpec, seed: u64, log: Arc<Mutex<Vec<FaultWindow>>>) -> Result<(), String> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let period = spec.period * self.scale;
+        let offset = Duration::from_nanos(rng.random_range(0..period.as_nanos() as u64));
+        let mut at = self.start + offset;
+        while at < self.end {
+            tokio::time::sleep_until(at).await;
+            if prefers_holder(spec.kind) {
+                self.until_someone_holds(at + spec.duration * self.scale).await;
+            }
+            let struck = Instant::now();
+            let until = struck + spec.duration * self.scale;
+            let target = self.strike(&spec, &mut rng, until).await?;
+            let healed = until.min(self.end.max(Instant::now()));
+            tokio::time::sleep_until(healed).await;
+            self.heal(&spec, &target).await?;
+            let window = FaultWindow {
+                kind: spec.kind.name().to_string(),
+                target: target.name(),
+                start_us: self.stamp.at(struck),
+                end_us: self.stamp.at(healed),
+            };
+            log.lock().unwrap_or_else(|e| e.into_inner()).push(window);
+            at += period;
+        }
+        Ok(())
+    }
+
+    /// Waits until some contender holds its lock (checking every millisecond of the model),
+    /// or until `deadline`: a pause or partition means to hit a holder, and between two holds
+    /// nobody holds for a while.
+    async fn until_someone_holds(&self, deadline: Instant) {
+        let step = Duration::from_millis(1) * self.scale;
+        while !self.controls.iter().any(|c| c.is_holding()) && Instant::now() < deadline {
+            tokio::time::sleep(step).await;
+        }
+    }
+
+    /// A contender to hit: a holder when `prefer_holder` and one holds, else any; seeded.
+    fn pick_contender(&self, rng: &mut StdRng, prefer_holder: bool) -> Arc<Control> {
+        let holders: Vec<&Arc<Control>> = self.controls.iter().filter(|c| c.is_holding()).collect();
+        let pool: Vec<&Arc<Control>> = if prefer_holder && !holders.is_empty() {
+            holders
+        } else {
+            self.controls.iter().collect()
+        };
+        Arc::clone(pool[rng.random_range(0..pool.len())])
+    }
+
+    async fn strike(&self, spec: &FaultSpec, rng: &mut StdRng, until: Instant) -> Result<Target, String> {
+        let engine = self.engine.as_ref();
+        match spec.kind {
+            FaultKind::Pause => {
+                let c = self.pick_contender(rng, prefers_holder(spec.kind));
+                let owner = c.owner();
+                c.freeze(true);
+                engine.inject(Injection::Freeze { owner: &owner, on: true }).await?;
+                Ok(Target::Contender(c, owner, 0))
+            }
+            FaultKind::Partition => {
+                let c = self.pick_contender(rng, prefers_holder(spec.kind));
+                let owner = c.owner();
+                engine.inject(Injection::Partition { owner: &owner, on: true }).await?;
+                Ok(Target::Contender(c, owner, 0))
+            }
+            FaultKind::Crash => {
+                let c = self.pick_contender(rng, false);
+                let owner = c.owner();
+                engine.inject(Injection::Kill { owner: &owner }).await?;
+                c.crash.send_replace(Some(until));
+                Ok(Target::Contender(c, owner, 0))
+            }
+            FaultKind::ClockJump => {
+                let c = self.pick_contender(rng, false);
+                let owner = c.owner();
+                let size = spec.duration.as_micros() as i64;
+                let by_us = if rng.random_bool(0.5) { size } else { -size };
+                engine.inject(Injection::ClockJump { owner: &owner, by_us }).await?;
+                Ok(Target::Contender(c, owner, by_us))
+            }
+            FaultKind::ReplicaStop | FaultKind::ReplicaLag => {
+                let replicas = engine.replicas();
+                if replicas == 0 {
+                    return Err(format!("{} needs replicas, and this engine has none", spec.kind));
+                }
+                let replica = rng.random_range(0..replicas);
+                let injection = match spec.kind {
+                    FaultKind::ReplicaStop => Injection::ReplicaStop { replica, on: true },
+                    _ => Injection::ReplicaLag { replica, lag: spec.lag, drop: spec.drop },
+                };
+                engine.inject(injection).await?;
+                Ok(Target::Replica(replica))
+            }
+            FaultKind::ServerRestart => {
+                engine.inject(Injection::ServerRestart { on: true }).await?;
+                Ok(Target::Server)
+            }
+        }
+    }
+
+    async fn heal(&self, spec: &FaultSpec, target: &Target) -> Result<(), String> {
+        let engine = self.engine.as_ref();
+        match (spec.kind, target) {
+            (FaultKind::Pause, Target::Contender(c, owner, _)) => {
+                engine.inject(Injection::Freeze { owner, on: false }).await?;
+                c.freeze(false);
+                Ok(())
+            }
+            (FaultKind::Partition, Target::Contender(_, owner, _)) => {
+                engine.inject(Injection::Partition { owner, on: false }).await
+            }
+            (FaultKind::ClockJump, Target::Contender(_, owner, by_us)) => {
+                engine.inject(Injection::ClockJump { owner, by_us: -by_us }).await
+            }
+            // The contender comes back by itself when the crash ends ([`Control::crashed`]).
+            (FaultKind::Crash, _) => Ok(()),
+            (FaultKind::ReplicaStop, Target::Replica(replica)) => {
+                engine.inject(Injection::ReplicaStop { replica: *replica, on: false }).await
+            }
+            (FaultKind::ReplicaLag, Target::Replica(replica)) => {
+                engine
+                    .inject(Injection::ReplicaLag { replica: *replica, lag: Duration::ZERO, drop: 0.0 })
+                    .await
+            }
+            (FaultKind::ServerRestart, _) => engine.inject(Injection::ServerRestart { on: false }).await,
+            (kind, _) => Err(format!("cannot heal {kind}: it hit nothing")),
+        }
+    }
+}
+
+/// The kinds that hit a holder when there is one.
+fn prefers_holder(kind: FaultKind) -> bool {
+    matches!(kind, FaultKind::Pause | FaultKind::Partition)
+}
+
+/// What one fault hit.
+enum Target {
+    /// A contender, by its owner id then, with the clock jump made (µs) if any.
+    Contender(Arc<Control>, String, i64),
+    Replica(usize),
+    Server,
+}
+
+impl Target {
+    fn name(&self) -> String {
+        match self {
+            Target::Contender(_, owner, _) => owner.clone(),
+            Target::Replica(r) => format!("replica-{r}"),
+            Target::Server => "server".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_frozen_contender_sleeps_longer_by_the_pause() {
+        let c = Arc::new(Control::new(3));
+        let start = Instant::now();
+        let sleeper = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { c.sleep(Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        c.freeze(true);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        c.freeze(false);
+        sleeper.await.unwrap();
+        assert_eq!(start.elapsed().as_secs(), 15);
+    }
+
+    #[test]
+    fn a_revived_contender_has_a_new_owner_id() {
+        let c = Control::new(7);
+        assert_eq!(c.owner(), "c0007");
+        assert_eq!(c.revive(), "c0007.1");
+        assert_eq!(c.revive(), "c0007.2");
+    }
+}

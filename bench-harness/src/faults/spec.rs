@@ -1,0 +1,247 @@
+//! `--faults SPEC`: what to break, for how long, how often.
+//!
+//! SPEC is a comma-separated list of `KIND:DURATION@PERIOD[/key=value...]`: a fault of KIND
+//! lasts DURATION and starts every PERIOD, the first time at an offset drawn from the run's
+//! seed in `[0, PERIOD)`. Two kinds take options after a `/`:
+//!
+//! - `replica-lag:5s@15s/lag=1s/drop=0.1`: how late the overloaded replica applies mutations
+//!   (default 1 s) and which fraction it drops (default 0.1);
+//! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
+//!   from the seed); the clock steps back after DURATION, as NTP would correct it.
+
+use crate::dist::{format_duration, parse_duration};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// One contender (a holder when there is one) freezes: a GC pause or `SIGSTOP`.
+    Pause,
+    /// One contender dies where it is and comes back under a new owner id.
+    Crash,
+    /// One contender's clock steps forwards or backwards.
+    ClockJump,
+    /// One contender (a holder when there is one) is cut off from the store.
+    Partition,
+    /// One replica of the embedded store stops and misses what is written meanwhile.
+    ReplicaStop,
+    /// One replica of the embedded store applies mutations late and drops some.
+    ReplicaLag,
+    /// The server (Redis, ZooKeeper) stops and starts again.
+    ServerRestart,
+}
+
+impl FaultKind {
+    /// Every kind, in the order of the docs.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::ReplicaStop,
+        FaultKind::ReplicaLag,
+        FaultKind::ServerRestart,
+    ];
+
+    /// The name on the command line and in `faults.csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Pause => "pause",
+            FaultKind::Crash => "crash",
+            FaultKind::ClockJump => "clock-jump",
+            FaultKind::Partition => "partition",
+            FaultKind::ReplicaStop => "replica-stop",
+            FaultKind::ReplicaLag => "replica-lag",
+            FaultKind::ServerRestart => "server-restart",
+        }
+    }
+
+    /// True for the kinds that hit one contender (the others hit the store or server).
+    pub fn hits_a_contender(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Pause | FaultKind::Crash | FaultKind::ClockJump | FaultKind::Partition
+        )
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown fault kind '{s}' (expected one of {})", names.join(", "))
+            })
+    }
+}
+
+/// One entry of `--faults`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSpec {
+    /// What breaks.
+    pub kind: FaultKind,
+    /// How long each fault lasts (for `clock-jump`, also the size of the jump).
+    pub duration: Duration,
+    /// How often a fault starts.
+    pub period: Duration,
+    /// `replica-lag`: how late mutations are applied.
+    pub lag: Duration,
+    /// `replica-lag`: the fraction of mutations dropped.
+    pub drop: f64,
+}
+
+impl FaultSpec {
+    /// The default lag of `replica-lag`.
+    pub const DEFAULT_LAG: Duration = Duration::from_secs(1);
+    /// The default drop fraction of `replica-lag`.
+    pub const DEFAULT_DROP: f64 = 0.1;
+}
+
+impl fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}@{}",
+            self.kind,
+            format_duration(self.duration),
+            format_duration(self.period)
+        )?;
+        if self.kind == FaultKind::ReplicaLag {
+            write!(f, "/lag={}/drop={}", format_duration(self.lag), self.drop)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for FaultSpec {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = |why: &str| format!("fault '{text}': {why} (expected KIND:DURATION@PERIOD, e.g. pause:5s@20s)");
+        let mut parts = text.trim().split('/');
+        let head = parts.next().unwrap_or_default();
+        let (kind, timing) = head.split_once(':').ok_or_else(|| bad("no ':'"))?;
+        let (duration, period) = timing.split_once('@').ok_or_else(|| bad("no '@'"))?;
+        let mut spec = FaultSpec {
+            kind: kind.parse()?,
+            duration: parse_duration(duration).map_err(|e| bad(&e))?,
+            period: parse_duration(period).map_err(|e| bad(&e))?,
+            lag: Self::DEFAULT_LAG,
+            drop: Self::DEFAULT_DROP,
+        };
+        if spec.duration.is_zero() || spec.period.is_zero() {
+            return Err(bad("DURATION and PERIOD must be positive"));
+        }
+        if spec.duration >= spec.period {
+            return Err(bad("DURATION must be shorter than PERIOD, so that faults of one entry do not overlap"));
+        }
+        for option in parts {
+            let (key, value) = option.split_once('=').ok_or_else(|| bad("an option is KEY=VALUE"))?;
+            match (spec.kind, key) {
+                (FaultKind::ReplicaLag, "lag") => spec.lag = parse_duration(value).map_err(|e| bad(&e))?,
+                (FaultKind::ReplicaLag, "drop") => {
+                    spec.drop = value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|d| (0.0..=1.0).contains(d))
+                        .ok_or_else(|| bad("drop is a fraction between 0 and 1"))?
+                }
+                _ => return Err(bad(&format!("{} takes no option '{key}'", spec.kind))),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// A whole `--faults` list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FaultPlan(pub Vec<FaultSpec>);
+
+impl FaultPlan {
+    /// True when nothing is injected.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// The kinds in the plan.
+    pub fn kinds(&self) -> impl Iterator<Item = FaultKind> + '_ {
+        self.0.iter().map(|s| s.kind)
+    }
+}
+
+impl FromStr for FaultPlan {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text.trim().is_empty() || text.trim() == "none" {
+            return Ok(FaultPlan::default());
+        }
+        text.split(',').map(str::parse).collect::<Result<_, _>>().map(FaultPlan)
+    }
+}
+
+impl fmt::Display for FaultPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("none");
+        }
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl Serialize for FaultPlan {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for FaultPlan {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_print_back() {
+        let plan: FaultPlan = "replica-stop:5s@15s,replica-lag:5s@15s,pause:5s@20s".parse().unwrap();
+        assert_eq!(plan.0.len(), 3);
+        assert_eq!(plan.0[0].kind, FaultKind::ReplicaStop);
+        assert_eq!(plan.0[2].duration, Duration::from_secs(5));
+        assert_eq!(plan.to_string(), "replica-stop:5s@15s,replica-lag:5s@15s/lag=1s/drop=0.1,pause:5s@20s");
+        assert_eq!(plan.to_string().parse::<FaultPlan>().unwrap(), plan);
+        let lag: FaultSpec = "replica-lag:2s@10s/lag=300ms/drop=0.5".parse().unwrap();
+        assert_eq!((lag.lag, lag.drop), (Duration::from_millis(300), 0.5));
+        assert!("none".parse::<FaultPlan>().unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        for (text, says) in [
+            ("pause", "no ':'"),
+            ("pause:5s", "no '@'"),
+            ("nap:5s@20s", "unknown fault kind 'nap'"),
+            ("pause:20s@5s", "shorter than PERIOD"),
+            ("pause:0s@5s", "positive"),
+            ("pause:1s@5s/lag=1s", "takes no option 'lag'"),
+            ("replica-lag:1s@5s/drop=2", "between 0 and 1"),
+        ] {
+            let e = text.parse::<FaultPlan>().unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Safety under faults, as pure functions over three logs: the grants, the writes the fenced
+//! resource saw, and the fault windows. The run computes them from its record and the checker
+//! (`bench-harness check DIR`) recomputes them from `grants.csv`, `resource.csv` and
+//! `faults.csv` alone, with this same code.
+//!
+//! - **Overlapping holds**: a grant whose hold `[granted, released)` began before an earlier
+//!   hold of the same lock ended; the overlap time is the union, per lock, of the times two
+//!   holds were open at once.
+//! - **Stale writes**: a resource write by a holder made after another holder of the same lock
+//!   was granted (the other's grant after this holder's grant, and not after the write). The
+//!   fenced resource should reject every one of them (its token is below the newer holder's);
+//!   a resource without fencing accepts them all, which is what "accepted without fencing"
+//!   counts.
+//! - **Leases lost and signalled**: grants whose holder's guard said `Lost` before release,
+//!   and how many of the holders that wrote stale were among them.
+//! - **Unavailability**: per lock, the time during which some request was waiting and nobody
+//!   held the lock, in total and within the windows of each fault kind (each window extended
+//!   by the lease TTL, since a fault's effect on a lease outlasts the fault by up to one TTL).
+
+use super::log::{FaultWindow, ResourceWrite};
+use super::metrics::{by_lock, Grant};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The safety figures of one algorithm's run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SafetyFigures {
+    /// Holds that began before an earlier hold of the same lock ended.
+    pub overlapping_holds: u64,
+    /// Total time, in microseconds, during which two holds of one lock were open at once.
+    pub overlap_us: u64,
+    /// Overlapping holds that began outside every `pause` window (extended by the TTL):
+    /// the ones no lease-based lock admits by design.
+    pub overlaps_outside_pauses: u64,
+    /// Resource writes made after another holder was granted.
+    pub stale_writes: u64,
+    /// Stale writes the fenced resource accepted (must be 0).
+    pub stale_accepted: u64,
+    /// Stale writes the fenced resource rejected.
+    pub stale_rejected: u64,
+    /// Stale writes a resource without fencing would have accepted (all of them).
+    pub stale_accepted_without_fencing: u64,
+    /// Resource writes in all.
+    pub resource_writes: u64,
+    /// Grants whose holder was told its lease was lost before it let go.
+    pub leases_lost_signalled: u64,
+    /// Grants that made a stale write.
+    pub stale_holders: u64,
+    /// Of those, the ones told their lease was lost before they let go.
+    pub stale_holders_told: u64,
+    /// Grants whose holder crashed while holding.
+    pub crashed_holds: u64,
+    /// Time, in microseconds, during which someone waited and nobody held, summed over locks.
+    pub unavailable_us: u64,
+    /// The same within the windows of each fault kind (extended by the TTL), by kind name.
+    pub unavailable_us_by_fault: BTreeMap<String, u64>,
+}
+
+impl SafetyFigures {
+    /// True when nothing unsafe happened: no overlap and no stale write accepted.
+    pub fn is_safe(&self) -> bool {
+        self.overlapping_holds == 0 && self.stale_accepted == 0
+    }
+}
+
+/// Two grants of one lock whose holds overlapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overlap {
+    /// The earlier grant.
+    pub first: Grant,
+    /// The grant that began while `first` was held.
+    pub second: Grant,
+}
+
+/// Every pair of overlapping holds, per lock in grant order: each grant paired with the
+/// earlier grant whose hold was still open (the one that ends last, when several were).
+pub fn overlaps(grants: &[Grant]) -> Vec<Overlap> {
+    let mut found = Vec::new();
+    for list in by_lock(grants).values() {
+        let mut open: Option<Grant> = None;
+        for g in list {
+            if let Some(o) = open.filter(|o| g.granted_us < o.released_us) {
+                found.push(Overlap { first: o, second: *g });
+            }
+            if open.is_none_or(|o| g.released_us > o.released_us) {
+                open = Some(*g);
+            }
+        }
+    }
+    found
+}
+
+/// Time during which at least two holds of one lock were open, summed over locks.
+pub fn overlap_time_us(grants: &[Grant]) -> u64 {
+    let mut total = 0;
+    for list in by_lock(grants).values() {
+        let intervals: Vec<(u64, u64)> = list.iter().map(|g| (g.granted_us, g.released_us)).collect();
+        total += covered_at_least(&intervals, 2);
+    }
+    total
+}
+
+/// Length of the time covered by at least `depth` of `intervals` (half-open).
+fn covered_at_least(intervals: &[(u64, u64)], depth: i64) -> u64 {
+    let mut edges: Vec<(u64, i64)> = Vec::with_capacity(intervals.len() * 2);
+    for &(a, b) in intervals {
+        if b > a {
+            edges.push((a, 1));
+            edges.push((b, -1));
+        }
+    }
+    // Ends before starts at one instant: back-to-back holds do not overlap.
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let (mut level, mut since, mut total) = (0i64, 0u64, 0u64);
+    for (t, d) in edges {
+        if level >= depth {
+            total += t - since;
+        }
+        level += d;
+        since = t;
+    }
+    total
+}
+
+/// Which writes were stale: per write, whether another holder of its lock was granted after
+/// the writer's grant and not after the write. The writer's grant is found by lock, contender
+/// and token.
+pub fn stale_flags(grants: &[Grant], writes: &[ResourceWrite]) -> Vec<bool> {
+    let locks = by_lock(grants);
+    writes
+        .iter()
+        .map(|w| {
+            let Some(list) = locks.get(&w.lock) else { return false };
+            let Some(mine) = list.iter().find(|g| g.contender == w.contender && g.token == w.token && g.granted_us <= w.at_us)
+            else {
+                return false;
+            };
+            list.iter().any(|g| {
+                !(g.contender == mine.contender && g.token == mine.token)
+                    && g.granted_us > mine.granted_us
+                    && g.granted_us <= w.at_us
+            })
+        })
+        .collect()
+}
+
+/// Time during which someone waited on a lock and nobody held it, summed over locks, clipped
+/// to `within` when given (a list of half-open windows).
+pub fn unavailable_us(grants: &[Grant], within: Option<&[(u64, u64)]>) -> u64 {
+    let mut total = 0;
+    for list in by_lock(grants).values() {
+        // +1 per waiting request, +WAY per hold: covered by a wait and no hold means level in
+        // [1, WAY).
+        const WAY: i64 = 1 << 32;
+        let mut edges: Vec<(u64, i64)> = Vec::with_capacity(list.len() * 4);
+        for g in list {
+            if g.granted_us > g.requested_us {
+                edges.push((g.requested_us, 1));
+                edges.push((g.granted_us, -1));
+            }
+            if g.released_us > g.granted_us {
+                edges.push((g.granted_us, WAY));
+                edges.push((g.released_us, -WAY));
+            }
+        }
+        edges.sort_by_key(|&(t, d)| (t, d));
+        let (mut level, mut since) = (0i64, 0u64);
+        for (t, d) in edges {
+            if (1..WAY).contains(&level) && t > since {
+                total += match within {
+                    None => t - since,
+                    Some(windows) => windows
+                        .iter()
+                        .map(|&(a, b)| t.min(b).saturating_sub(since.max(a)))
+                        .sum(),
+                };
+            }
+            level += d;
+            since = t;
+        }
+    }
+    total
+}
+
+/// The windows of `kind`, each extended by `extend_us`, merged so that none is counted twice.
+pub fn windows_of(faults: &[FaultWindow], kind: &str, extend_us: u64) -> Vec<(u64, u64)> {
+    let mut w: Vec<(u64, u64)> = faults
+        .iter()
+        .filter(|f| f.kind == kind)
+        .map(|f| (f.start_us, f.end_us.saturating_add(extend_us)))
+        .collect();
+    w.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(w.len());
+    for (a, b) in w {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
+/// Every safety figure of one algorithm from its three logs; `ttl_us` extends each fault
+/// window for the unavailability by kind and for telling pause-caused overlaps apart.
+pub fn figures(grants: &[Grant], writes: &[ResourceWrite], faults: &[FaultWindow], ttl_us: u64) -> SafetyFigures {
+    let found = overlaps(grants);
+    let pauses = windows_of(faults, "pause", ttl_us);
+    let in_pause = |t: u64| pauses.iter().any(|&(a, b)| (a..b).contains(&t));
+    let stale = stale_flags(grants, writes);
+    let mut stale_grants = std::collections::BTreeSet::new();
+    let mut f = SafetyFigures {
+        overlapping_holds: found.len() as u64,
+        overlap_us: overlap_time_us(grants),
+        overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count() as u64,
+        resource_writes: writes.len() as u64,
+        leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
+        crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
+        unavailable_us: unavailable_us(grants, None),
+        ..SafetyFigures::default()
+    };
+    for (w, &is_stale) in writes.iter().zip(&stale) {
+        if !is_stale {
+            continue;
+        }
+        f.stale_writes += 1;
+        f.stale_accepted_without_fencing += 1;
+        if w.accepted {
+            f.stale_accepted += 1;
+        } else {
+            f.stale_rejected += 1;
+        }
+        stale_grants.insert((w.lock, w.contender, w.token));
+    }
+    f.stale_holders = stale_grants.len() as u64;
+    f.stale_holders_told = grants
+        .iter()
+        .filter(|g| g.lease_lost && stale_grants.contains(&(g.lock, g.contender, g.token)))
+        .count() as u64;
+    let mut kinds: Vec<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let windows = windows_of(faults, kind, ttl_us);
+        f.unavailable_us_by_fault.insert(kind.to_string(), unavailable_us(grants, Some(&windows)));
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
+        Grant { lock: 0, contender, requested_us: req, granted_us: granted, released_us: released, token, ..Grant::default() }
+    }
+
+    fn w(contender: u32, token: u64, at_us: u64, accepted: bool) -> ResourceWrite {
+        ResourceWrite { lock: 0, contender, token, at_us, accepted }
+    }
+
+    #[test]
+    fn overlaps_are_named_and_timed() {
+        // 0 holds [10, 50); 1 is granted at 30 (a paused holder's lease ran out), holds to 40;
+        // 2 follows at 50.
+        let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2), g(2, 6, 50, 60, 3)];
+        let found = overlaps(&grants);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].first.contender, found[0].second.contender), (0, 1));
+        assert_eq!(overlap_time_us(&grants), 10);
+        // Back to back is not an overlap.
+        assert!(overlaps(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)]).is_empty());
+    }
+
+    #[test]
+    fn stale_writes_are_those_after_a_newer_grant() {
+        let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2)];
+        // 0 writes at its grant (fresh), 1 writes at its grant (fresh), 0 writes at 49 after 1
+        // was granted (stale, rejected by fencing), 1 writes at 39 (fresh).
+        let writes = [w(0, 1, 10, true), w(1, 2, 30, true), w(1, 2, 39, true), w(0, 1, 49, false)];
+        assert_eq!(stale_flags(&grants, &writes), [false, false, false, true]);
+        let mut lost = grants;
+        lost[0].lease_lost = true;
+        let f = figures(&lost, &writes, &[], 0);
+        assert_eq!((f.stale_writes, f.stale_rejected, f.stale_accepted), (1, 1, 0));
+        assert_eq!(f.stale_accepted_without_fencing, 1);
+        assert_eq!((f.stale_holders, f.stale_holders_told), (1, 1));
+        assert!(!f.is_safe(), "an overlap is never safe");
+    }
+
+    #[test]
+    fn unavailability_is_waiting_with_nobody_holding() {
+        // 0 holds [0, 10); 1 waits from 5, is granted at 30: 20 us unavailable.
+        let grants = [g(0, 0, 0, 10, 1), g(1, 5, 30, 40, 2)];
+        assert_eq!(unavailable_us(&grants, None), 20);
+        assert_eq!(unavailable_us(&grants, Some(&[(0, 15)])), 5);
+        let faults = [FaultWindow { kind: "crash".into(), target: "c0".into(), start_us: 8, end_us: 9 }];
+        let f = figures(&grants, &[], &faults, 4);
+        assert_eq!(f.unavailable_us_by_fault["crash"], 3, "window [8, 13) holds 10..13");
+        assert_eq!(f.overlaps_outside_pauses, 0);
+    }
+
+    #[test]
+    fn windows_merge_and_extend() {
+        let faults = [
+            FaultWindow { kind: "pause".into(), target: "a".into(), start_us: 0, end_us: 10 },
+            FaultWindow { kind: "pause".into(), target: "b".into(), start_us: 12, end_us: 20 },
+            FaultWindow { kind: "crash".into(), target: "c".into(), start_us: 100, end_us: 110 },
+        ];
+        assert_eq!(windows_of(&faults, "pause", 5), [(0, 25)]);
+        assert_eq!(windows_of(&faults, "crash", 0), [(100, 110)]);
+    }
+}
