@@ -130,6 +130,10 @@ pub enum Command {
     /// the embedded store (shadow, queue, bakery) at several contention levels, into
     /// results/engines/ (JSON, chart, README table). Used by scripts/compare-engines.sh.
     Engines(EnginesArgs),
+    /// Soak the Cassandra-model locks: at least a million grants each on the embedded store at
+    /// QUORUM under crashes, partitions, clock jumps and replica faults, every grant checked
+    /// by the checker; exits 3 if any run was unsafe. Into out/soak/ (a table in README.md).
+    Soak(SoakArgs),
     /// Check a run's output directory: recompute every safety figure from grants.csv,
     /// resource.csv and faults.csv alone, name the overlapping grants, and exit with 3 on any
     /// overlap or any stale write the fenced resource accepted (0 when safe, 1 when the files
@@ -140,6 +144,39 @@ pub enum Command {
     /// Internal: one worker process of `--processes P` (reads its orders on stdin).
     #[command(hide = true)]
     Worker,
+}
+
+/// The settings of `soak`.
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    /// Grants to check per algorithm at least (runs are repeated with the next seed until
+    /// there are this many).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub grants: u64,
+    /// Algorithms (default: every Cassandra-model algorithm).
+    #[arg(short, long, value_delimiter = ',', value_parser = algorithm_name)]
+    pub algorithms: Vec<String>,
+    /// Contenders per run; contender i asks for lock i % LOCKS.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+    /// Lock ids per run.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub locks: u32,
+    /// Simulated time of one run.
+    #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
+    pub run_length: Duration,
+    /// The fault schedule.
+    #[arg(long, value_name = "SPEC", default_value = crate::experiments::soak::DEFAULT_FAULTS)]
+    pub faults: FaultPlan,
+    /// Seed of the first run (run k uses SEED + k).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(short, long, value_name = "DIR", default_value = "out/soak")]
+    pub out: PathBuf,
+    /// No status lines.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// The settings of `check`.

@@ -99,6 +99,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Engines(args)) => experiments::compare::run(&args),
         Some(Command::Longrun(args)) => experiments::longrun::run(&args),
         Some(Command::Check(args)) => check::run(&args),
+        Some(Command::Soak(args)) => experiments::soak::run(&args),
         Some(Command::List) => {
             print!("{}", engines::list());
             Ok(())

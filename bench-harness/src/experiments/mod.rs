@@ -14,6 +14,7 @@
 
 pub mod compare;
 pub mod longrun;
+pub mod soak;
 pub mod sweep;
 
 use crate::report::files;

@@ -1,0 +1,191 @@
+//! `bench-harness soak`: at least a million checked grants per Cassandra-model algorithm, at
+//! QUORUM, under a mixed fault schedule.
+//!
+//! Each algorithm runs on the embedded store in simulated time, many locks at once (so that a
+//! simulated minute yields many grants), under crashes, partitions, clock jumps, stopped
+//! replicas and overloaded replicas — every fault the Cassandra locks are meant to survive at
+//! QUORUM. Pauses are left out on purpose: no lease-based lock survives a holder paused past its
+//! lease, which the safety experiment shows separately. Runs are repeated with the next seed
+//! until the algorithm has the grants asked for; each run's directory gets the three logs, and
+//! the checker ([`crate::check`]) reads them back and judges every grant. Any overlap or
+//! accepted stale write fails the command (exit status 3) and keeps the run's directory and
+//! seed, to be turned into a test.
+
+use crate::check;
+use crate::cli::SoakArgs;
+use crate::config::RunConfig;
+use crate::engines;
+use crate::report::{files, progress};
+use crate::run as runner;
+use anyhow::Context;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The default mixed schedule: everything the Cassandra locks must survive at QUORUM.
+pub const DEFAULT_FAULTS: &str =
+    "crash:2s@5s,partition:2s@5s,clock-jump:1s@5s,replica-stop:3s@10s,replica-lag:3s@10s";
+
+/// What one algorithm's soak found.
+#[derive(Debug)]
+pub struct Soaked {
+    /// The algorithm.
+    pub algorithm: String,
+    /// Grants checked.
+    pub grants: u64,
+    /// Runs (seeds) it took.
+    pub runs: u32,
+    /// Faults injected.
+    pub faults: u64,
+    /// Crashed holds, stale writes, leases lost, overlaps, accepted stale writes, summed.
+    pub figures: crate::measure::safety::SafetyFigures,
+    /// Wall time.
+    pub wall: Duration,
+    /// The directories of the runs the checker judged unsafe.
+    pub unsafe_runs: Vec<PathBuf>,
+}
+
+fn add(sum: &mut crate::measure::safety::SafetyFigures, f: &crate::measure::safety::SafetyFigures) {
+    sum.overlapping_holds += f.overlapping_holds;
+    sum.overlap_us += f.overlap_us;
+    sum.overlaps_outside_pauses += f.overlaps_outside_pauses;
+    sum.stale_writes += f.stale_writes;
+    sum.stale_accepted += f.stale_accepted;
+    sum.stale_rejected += f.stale_rejected;
+    sum.stale_accepted_without_fencing += f.stale_accepted_without_fencing;
+    sum.resource_writes += f.resource_writes;
+    sum.leases_lost_signalled += f.leases_lost_signalled;
+    sum.stale_holders += f.stale_holders;
+    sum.stale_holders_told += f.stale_holders_told;
+    sum.crashed_holds += f.crashed_holds;
+    sum.unavailable_us += f.unavailable_us;
+}
+
+/// The configuration of run `k` of `algorithm`.
+fn config(args: &SoakArgs, algorithm: &str, k: u32) -> Result<RunConfig, String> {
+    let mut cfg = RunConfig::on(engines::EngineRef::default_engine());
+    cfg.algorithms = vec![algorithm.to_string()];
+    cfg.threads = args.threads as usize;
+    cfg.locks = args.locks as usize;
+    cfg.duration = args.run_length;
+    cfg.faults = args.faults.clone();
+    cfg.seed = args.seed + u64::from(k);
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Soaks one algorithm into `out/<algorithm>/run-K/`.
+fn soak_one(args: &SoakArgs, algorithm: &'static engines::Algorithm, out: &Path, quiet: bool) -> anyhow::Result<Soaked> {
+    let wall = Instant::now();
+    let mut s = Soaked {
+        algorithm: algorithm.name.to_string(),
+        grants: 0,
+        runs: 0,
+        faults: 0,
+        figures: Default::default(),
+        wall: Duration::ZERO,
+        unsafe_runs: Vec::new(),
+    };
+    while s.grants < args.grants {
+        let cfg = config(args, algorithm.name, s.runs).map_err(crate::UsageError)?;
+        let dir = out.join(algorithm.name).join(format!("run-{}", s.runs));
+        files::prepare_dir(&dir)?;
+        let outcome = runner::run_algorithm(&cfg, algorithm, None)?;
+        files::RunLogs::create(&dir)?.append(&outcome)?;
+        let summary = crate::measure::summary::analyze(&cfg, algorithm, &outcome);
+        let mut whole = crate::measure::summary::Summary::new(&cfg);
+        whole.results.push(summary);
+        files::write_json(&dir.join("summary.json"), &whole)?;
+        // The verdict is the checker's, from the files alone.
+        for v in check::check_dir(&dir, cfg.ttl)? {
+            s.grants += v.grants as u64;
+            add(&mut s.figures, &v.figures);
+            if !v.figures.is_safe() {
+                s.unsafe_runs.push(dir.clone());
+            }
+        }
+        s.faults += outcome.faults.len() as u64;
+        s.runs += 1;
+        progress::status(
+            quiet,
+            &format!(
+                "{:>14}: run {} (seed {}): {} grants so far, {} overlaps, {:.0} s wall\n",
+                algorithm.name,
+                s.runs,
+                cfg.seed,
+                s.grants,
+                s.figures.overlapping_holds,
+                wall.elapsed().as_secs_f64()
+            ),
+        );
+    }
+    s.wall = wall.elapsed();
+    Ok(s)
+}
+
+/// The soak's report: a row per algorithm.
+pub fn render(args: &SoakArgs, soaked: &[Soaked]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Soak: {} contenders on {} locks, QUORUM, {}s runs of simulated time, faults {}\n",
+        args.threads,
+        args.locks,
+        args.run_length.as_secs(),
+        args.faults
+    );
+    let _ = writeln!(
+        out,
+        "| algorithm | grants checked | runs | faults | crashed holds | overlaps | stale writes accepted / rejected | leases lost | wall s | grants per wall s |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for s in soaked {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {:.0} |",
+            s.algorithm,
+            s.grants,
+            s.runs,
+            s.faults,
+            s.figures.crashed_holds,
+            s.figures.overlapping_holds,
+            s.figures.stale_accepted,
+            s.figures.stale_rejected,
+            s.figures.leases_lost_signalled,
+            s.wall.as_secs_f64(),
+            s.grants as f64 / s.wall.as_secs_f64().max(1e-9),
+        );
+    }
+    out
+}
+
+/// `bench-harness soak`.
+pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
+    let algorithms = engines::resolve(&args.algorithms, engines::EngineRef::default_engine())
+        .map_err(crate::UsageError)?;
+    // Validate once before any run starts.
+    for a in &algorithms {
+        config(args, a.name, 0).map_err(crate::UsageError)?;
+    }
+    files::prepare_dir(&args.out)?;
+    let mut soaked = Vec::new();
+    for a in algorithms {
+        soaked.push(soak_one(args, a, &args.out, args.quiet)?);
+    }
+    let report = render(args, &soaked);
+    files::write_atomic(&args.out.join("README.md"), report.as_bytes())
+        .context("cannot write the soak's README")?;
+    print!("{report}");
+    let bad: Vec<String> = soaked
+        .iter()
+        .flat_map(|s| s.unsafe_runs.iter().map(|d| d.display().to_string()))
+        .collect();
+    if !bad.is_empty() {
+        return Err(check::Unsafe(format!(
+            "unsafe runs (their seeds are in each summary.json): {}",
+            bad.join(", ")
+        ))
+        .into());
+    }
+    Ok(())
+}
