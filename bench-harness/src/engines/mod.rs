@@ -450,12 +450,14 @@ pub async fn server_contender<C>(
     connect: impl Future<Output = Result<C, String>>,
     spec: ContenderSpec,
     s: &AlgorithmSettings,
+    jump: lock_core::time::ClockJump,
 ) -> Result<Arc<dyn Locker>, String> {
     let entry = Entry::find(entries, algorithm)
         .ok_or_else(|| format!("{} does not run on this engine", algorithm.name))?;
     let client = connect.await?;
     let clock =
-        lock_core::time::LocalClock::new(lock_core::time::PhysicalClock::System, spec.skew_us);
+        lock_core::time::LocalClock::new(lock_core::time::PhysicalClock::System, spec.skew_us)
+            .with_jump(jump);
     let ctx = lock_core::context::ClientContext::new(spec.owner, clock, spec.seed)
         .with_ttl(s.scaled(s.ttl))
         .with_consistency(s.consistency);

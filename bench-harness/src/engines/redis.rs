@@ -12,14 +12,16 @@
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::{
     given, redact_url, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
-    EngineSetup, OpenEngine,
+    EngineSetup, Injection, OpenEngine,
 };
+use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::Locker;
 use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The engine.
@@ -143,6 +145,10 @@ impl Engine for Redis {
         false
     }
 
+    fn fault_kinds(&self) -> &'static [FaultKind] {
+        &[FaultKind::ClockJump]
+    }
+
     fn redacted(&self, options: &EngineOptions) -> EngineOptions {
         let mut o: Options = options.get();
         o.redis = o.redis.as_deref().map(redact_url);
@@ -158,6 +164,7 @@ impl Engine for Redis {
                 options: setup.options.get(),
                 namespace: setup.namespace.to_string(),
                 settings: setup.settings,
+                jumps: Mutex::new(BTreeMap::new()),
             };
             // One probe connection: an unreachable server fails here, once.
             opened.connect().await?;
@@ -170,6 +177,8 @@ struct Opened {
     options: Options,
     namespace: String,
     settings: AlgorithmSettings,
+    /// Each contender's clock steps, by owner id.
+    jumps: Mutex<BTreeMap<String, lock_core::time::ClockJump>>,
 }
 
 impl Opened {
@@ -196,18 +205,43 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
+        let jump = lock_core::time::ClockJump::new();
+        lock_jumps(&self.jumps).insert(spec.owner.clone(), jump.clone());
         Box::pin(super::server_contender(
             &ALGORITHMS,
             algorithm,
             self.connect(),
             spec,
             &self.settings,
+            jump,
         ))
     }
 
     fn counters(&self) -> Option<CounterHandle> {
         None
     }
+
+    /// Clock jumps: each contender's clock carries a [`lock_core::time::ClockJump`] the
+    /// nemesis moves (jedis-lock judges expiry by client clocks; the token lock ignores them).
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        let done = match injection {
+            Injection::ClockJump { owner, by_us } => match lock_jumps(&self.jumps).get(owner) {
+                Some(jump) => {
+                    jump.jump(by_us);
+                    Ok(())
+                }
+                None => Err(format!("no contender {owner} to step the clock of")),
+            },
+            other => Err(format!("the redis engine cannot inject {other:?}")),
+        };
+        Box::pin(async move { done })
+    }
+}
+
+fn lock_jumps(
+    jumps: &Mutex<BTreeMap<String, lock_core::time::ClockJump>>,
+) -> std::sync::MutexGuard<'_, BTreeMap<String, lock_core::time::ClockJump>> {
+    jumps.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and

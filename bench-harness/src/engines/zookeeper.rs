@@ -184,6 +184,7 @@ impl OpenEngine for Opened {
             self.connect(),
             spec,
             &self.settings,
+            lock_core::time::ClockJump::new(),
         ))
     }
 
