@@ -59,8 +59,18 @@
 //!   outage returns [`LockError::Backend`] and keeps deleting in the background until it
 //!   succeeds or the session is over; a waiting request dropped or failed mid-wait does the
 //!   same for its znode.
+//! - A **create whose answer is lost** (the connection broke while it was on its way, or no
+//!   answer came within the session timeout) fails with [`LockError::Backend`], yet the server
+//!   may have made the znode; in a session that survives, that orphan would hold the lock
+//!   forever (the restart test hit this). Once connected again the backend deletes every znode
+//!   of its session in that lock's directory that none of its waiters or holders knows (after
+//!   one session timeout when the answer was late rather than lost): Curator's "protected"
+//!   create, by session ownership rather than a name prefix. A concurrent create of the same
+//!   backend for the same lock id whose answer is still on its way can be swept too; its waiter
+//!   then fails with [`LockError::LeaseLost`] ("vanished while waiting").
 //! - A **waiter** keeps its place across a short outage (the client sets its watch again on
-//!   reconnecting). If its session ends while it waits, it fails with
+//!   reconnecting, and a list or watch whose answer was lost with the connection is sent again
+//!   once reconnected within the session). If its session ends while it waits, it fails with
 //!   [`LockError::LeaseLost`] (its place in the queue was a znode of that session); it is not
 //!   re-queued, since a new znode would go to the back of the queue: the caller decides.
 //! - After an outage **longer** than 1.4 session timeouts the client has given the session up,
@@ -160,6 +170,9 @@ struct Session {
     /// The session timeout the server granted.
     timeout: Duration,
     hosts: Arc<str>,
+    /// The znodes this session created and has not deleted yet, as far as the backend knows:
+    /// what an orphan sweep ([`sweep_orphans`]) must leave alone.
+    known: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Session {
@@ -179,6 +192,27 @@ impl Session {
         tokio::time::timeout(self.timeout, fut)
             .await
             .map_err(|_| self.err(what, path, format!("no answer within the session timeout {:?}", self.timeout)))
+    }
+
+    /// [`Session::op`] for a read that can be repeated (a list, a watch): one whose answer was
+    /// lost with the connection is sent again once the client has reconnected within the
+    /// session, so that a waiter keeps its place across a short outage even with a request on
+    /// its way. A session that ends meanwhile answers `SessionExpired`.
+    async fn read<T, F, Fut>(&self, what: &str, path: &str, request: F) -> Result<Result<T, zk::Error>, LockError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, zk::Error>>,
+    {
+        loop {
+            match self.op(what, path, request()).await? {
+                Err(zk::Error::ConnectionLoss) => {
+                    if !connected(self).await {
+                        return Ok(Err(zk::Error::SessionExpired));
+                    }
+                }
+                other => return Ok(other),
+            }
+        }
     }
 
     /// Whether the session can never be used again (expired, closed, or refused).
@@ -232,7 +266,7 @@ async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, Lo
         }
     };
     let timeout = client.session_timeout();
-    Ok(Session { client, timeout, hosts: hosts.clone() })
+    Ok(Session { client, timeout, hosts: hosts.clone(), known: Default::default() })
 }
 
 impl Inner {
@@ -429,8 +463,55 @@ impl Drop for Pending {
 /// removed it for us, or someone removed it by hand.
 async fn delete_node(session: &Session, path: &str) -> Result<(), LockError> {
     match session.op("delete", path, session.client.delete(path, None)).await? {
-        Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => Ok(()),
+        Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+            session.known.lock().unwrap().remove(path);
+            Ok(())
+        }
         Err(e) => Err(session.err("delete", path, e)),
+    }
+}
+
+/// Wait until `session` is connected; false if it ended instead.
+async fn connected(session: &Session) -> bool {
+    let mut states = session.client.state_watcher();
+    let mut state = states.peek_state();
+    while state != zk::SessionState::SyncConnected {
+        if state.is_terminated() {
+            return false;
+        }
+        state = states.changed().await;
+    }
+    true
+}
+
+/// Delete the znodes of `session` in `dir` that no waiter or holder of this backend knows: a
+/// create whose answer was lost (the connection broke, or the answer came too late) may still
+/// have made its znode, and that orphan, in a session that lives on, would block the lock for
+/// good. This is Curator's "protected" create, done by the owning session instead of a name
+/// prefix. `settle` is how long the lost request may still be on its way to the server.
+async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration) {
+    tokio::time::sleep(settle).await;
+    loop {
+        if !connected(&session).await {
+            return; // The session ended: its znodes are gone.
+        }
+        let ours = session.client.session_id().0;
+        let Ok(Ok(children)) = session.op("list", &dir, session.client.list_children(&dir)).await else {
+            tokio::time::sleep(FIRST_SESSION_RETRY).await;
+            continue;
+        };
+        for name in children {
+            let path = format!("{dir}/{name}");
+            if session.known.lock().unwrap().contains(&path) {
+                continue;
+            }
+            if let Ok(Ok((_, stat))) = session.op("read", &path, session.client.get_data(&path)).await {
+                if stat.ephemeral_owner == ours && !session.known.lock().unwrap().contains(&path) {
+                    delete_until_done(session.clone(), path).await;
+                }
+            }
+        }
+        return;
     }
 }
 
@@ -438,17 +519,12 @@ async fn delete_node(session: &Session, path: &str) -> Result<(), LockError> {
 /// a znode whose delete failed in an outage would otherwise block the lock for as long as the
 /// session lives, and a session that survives the outage lives on.
 async fn delete_until_done(session: Arc<Session>, path: String) {
-    let mut states = session.client.state_watcher();
     while delete_node(&session, &path).await.is_err() {
         // Retry once connected again; a session that ends on the way took the znode with it.
         // The pause keeps a failure while connected (a slow server) from spinning.
         tokio::time::sleep(FIRST_SESSION_RETRY).await;
-        let mut state = states.peek_state();
-        while state != zk::SessionState::SyncConnected {
-            if state.is_terminated() {
-                return;
-            }
-            state = states.changed().await;
+        if !connected(&session).await {
+            return;
         }
     }
 }
@@ -465,11 +541,26 @@ impl ZkLock {
         let client = &session.client;
         let mut made_dir = false;
         loop {
-            match session.op("create", &prefix, client.create(&prefix, self.owner.as_bytes(), &ephemeral)).await? {
+            let created =
+                match session.op("create", &prefix, client.create(&prefix, self.owner.as_bytes(), &ephemeral)).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // No answer in time: the create may still land; sweep once it must have.
+                        tokio::spawn(sweep_orphans(session.clone(), dir.to_string(), session.timeout));
+                        return Err(e);
+                    }
+                };
+            match created {
                 Ok((stat, seq)) => {
                     let path = format!("{prefix}{seq}");
+                    session.known.lock().unwrap().insert(path.clone());
                     let pending = Pending { session: session.clone(), path, armed: true };
                     return Ok((pending, seq.into_i64(), stat));
+                }
+                Err(e @ zk::Error::ConnectionLoss) => {
+                    // The server may have made the znode before the connection broke.
+                    tokio::spawn(sweep_orphans(session.clone(), dir.to_string(), Duration::ZERO));
+                    return Err(session.err("create", &prefix, e));
                 }
                 Err(zk::Error::NoNode) if !made_dir => {
                     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -486,7 +577,7 @@ impl ZkLock {
 
     /// Step 3: the sequences of the lock's znodes, ascending.
     async fn queue(&self, session: &Session, dir: &str) -> Result<Vec<(i64, String)>, LockError> {
-        let children = match session.op("list", dir, session.client.list_children(dir)).await? {
+        let children = match session.read("list", dir, || session.client.list_children(dir)).await? {
             Ok(c) => c,
             Err(zk::Error::NoNode) => Vec::new(),
             Err(e) => return Err(session.err("list", dir, e)),
@@ -602,7 +693,11 @@ impl Locker for ZkLock {
             if session.is_over() {
                 return Err(place_lost(&pending));
             }
-            let queue = self.queue(&session, &dir).await?;
+            let queue = match self.queue(&session, &dir).await {
+                Ok(q) => q,
+                Err(_) if session.is_over() => return Err(place_lost(&pending)),
+                Err(e) => return Err(e),
+            };
             if !queue.iter().any(|(s, _)| *s == seq) {
                 return Err(LockError::LeaseLost {
                     lock_id: lock_id.to_string(),
@@ -613,10 +708,13 @@ impl Locker for ZkLock {
                 return Ok(self.grant(lock_id, pending, &stat));
             };
             let pred = format!("{dir}/{predecessor}");
-            let (exists, watcher) = session
-                .op("watch", &pred, session.client.check_and_watch_stat(&pred))
-                .await?
-                .map_err(|e| session.err("watch", &pred, e))?;
+            let (exists, watcher) =
+                match session.read("watch", &pred, || session.client.check_and_watch_stat(&pred)).await {
+                    Ok(Ok(answer)) => answer,
+                    _ if session.is_over() => return Err(place_lost(&pending)),
+                    Ok(Err(e)) => return Err(session.err("watch", &pred, e)),
+                    Err(e) => return Err(e),
+                };
             if exists.is_none() {
                 continue;
             }

@@ -148,6 +148,15 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
     .await
     .expect("b queues behind a");
     drop(raw);
+    // And has set its watch on a's znode: b is waiting, not still queueing.
+    let port = server.port;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !test_servers::four_letter(port, "wchp").is_some_and(|w| w.contains(&format!("{dir}/lock-"))) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("b watches a's znode");
     assert!(!waiting.is_finished(), "b waits behind a");
     let stopped = Instant::now();
     blocking(|| server.stop());
