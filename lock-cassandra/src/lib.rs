@@ -161,6 +161,40 @@
 //! the contact points and what was tried. A connect to unreachable nodes gives up after the
 //! connect timeout (default 5 s) plus 5 s at most.
 //!
+//! ## Node restarts and outages
+//!
+//! The `scylla` driver (1.9) recovers by itself; a [`CassandraStore`] never has to be made
+//! again. Each node has a connection pool that the driver refills in the background after a
+//! connection breaks, spacing failed attempts by its default `ExponentialReconnectPolicy`
+//! (50 ms doubling to 10 s, with jitter), and the control connection that follows the
+//! topology reconnects to any live contact point. Statements are idempotent (above), so the
+//! driver may retry one on another node. What a lock sees while a node is down:
+//!
+//! - **Replicas left for the consistency level** (three replicas at `QUORUM`, one down): the
+//!   load balancer skips the down node and the locks go on; no holder or waiter notices.
+//! - **Too few replicas, or the only node down**: every request fails with
+//!   [`StoreError::Unreachable`] (broken connection, empty pool) or `Unavailable`, at once or
+//!   within the request timeout, as `lock_core::LockError::Store`. A **waiter** (a mandatory
+//!   lock polling the queue or retrying `TryLock`) fails with that error; it does not wait out
+//!   the outage. A **holder**'s renewals fail; the lease keeper (`lock_core::lease`) publishes
+//!   `LeaseState::Lost` once no renewal has succeeded within the TTL, and stops renewing (a late
+//!   renewal could resurrect a lock another thread took). Its release fails with the same
+//!   error; its cells expire by their TTL, which keeps running while the node is down (expiry
+//!   is absolute: write time + TTL).
+//! - **After the restart** the node replays its commit log: cells, tombstones and fencing
+//!   tokens written before the crash are back, expired ones are gone, and a holder whose lease
+//!   was still valid renews on it as before. Requests succeed again once the pool has
+//!   reconnected (the next fill attempt: at most 10 s after the node answers, usually far
+//!   less).
+//! - **Unsafe case**: Cassandra's default `commitlog_sync: periodic` acknowledges a write before
+//!   it is synced (up to `commitlog_sync_period`, 10 s). If every replica of a row crashes within
+//!   that window (replication factor 1, or a whole-cluster power loss), an acknowledged grant or
+//!   fencing-token cell can vanish: another thread may then be granted a lock whose holder still
+//!   believes in it, with a fencing token that repeats an earlier one. Use replication factor 3
+//!   at `QUORUM` (a single crash loses nothing a quorum holds) or `commitlog_sync: batch` where
+//!   that matters. The tests cannot show this here (no Cassandra in this environment; they run
+//!   only with `LOCK_TEST_CASSANDRA`).
+//!
 //! ## Caveats the model does not show
 //!
 //! - **Clocks.** Write timestamps come from the clients' clocks; TTLs run on the servers'.

@@ -1,6 +1,7 @@
 //! The jedis-lock algorithm (seed 001): `SETNX` / `GET` / `GETSET` on an expiry timestamp.
 
 use crate::keeper::{Keeper, RedisRelease, Renew, Renewal, Undo};
+use crate::link::Conn;
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
 use lock_core::time::{LocalClock, PhysicalClock};
@@ -118,7 +119,7 @@ impl JedisLock {
     /// Steps 1 to 3 of the seed, once.
     async fn attempt(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
         let key = self.backend.key(lock_id);
-        let mut conn = self.backend.conn();
+        let mut conn = self.backend.conn().await?;
         // One expiry per round, used by SETNX and GETSET alike, as in the library.
         let started = Instant::now();
         let expires = self.now_ms() + self.expiry_ms() + 1;
@@ -129,7 +130,7 @@ impl JedisLock {
             .await
             .map_err(|e| self.backend.err("SETNX", &key, e))?;
         if set == 1 {
-            return self.granted(lock_id, key, expires, started).await.map(Some);
+            return self.granted(&mut conn, lock_id, key, expires, started).await.map(Some);
         }
         let current: Option<String> =
             redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(|e| self.backend.err("GET", &key, e))?;
@@ -148,7 +149,7 @@ impl JedisLock {
                 .await
                 .map_err(|e| self.backend.err("GETSET", &key, e))?;
             if old.as_deref() == Some(current.as_str()) {
-                return self.granted(lock_id, key, expires, started).await.map(Some);
+                return self.granted(&mut conn, lock_id, key, expires, started).await.map(Some);
             }
             // Another client's GETSET came first. Ours has still overwritten its expiry with
             // ours (a few ms apart): the library lives with that, and so does this port.
@@ -158,19 +159,19 @@ impl JedisLock {
 
     async fn granted(
         &self,
+        conn: &mut Conn,
         lock_id: &str,
         key: String,
         expires: i64,
         started: Instant,
     ) -> Result<LockGuard, LockError> {
         let fence_key = self.backend.fence_key(lock_id);
-        let mut conn = self.backend.conn();
         // Addition: a fencing token drawn after the grant; the holder before us drew its own
         // before its release, so ours is greater.
-        let token: i64 = match redis::cmd("INCR").arg(&fence_key).query_async(&mut conn).await {
+        let token: i64 = match redis::cmd("INCR").arg(&fence_key).query_async(conn).await {
             Ok(t) => t,
             Err(e) => {
-                let _ = redis::cmd("DEL").arg(&key).query_async::<i64>(&mut conn).await;
+                let _ = redis::cmd("DEL").arg(&key).query_async::<i64>(conn).await;
                 return Err(self.backend.err("INCR", &fence_key, e));
             }
         };
@@ -203,7 +204,7 @@ impl Renew for JedisRenew {
     async fn renew(&mut self) -> Result<Renewal, LockError> {
         let sent = Instant::now();
         let next = self.clock.now_micros().div_euclid(1000) + self.expiry.as_millis() as i64 + 1;
-        let mut conn = self.backend.conn();
+        let mut conn = self.backend.conn().await?;
         let swapped: i64 = RENEW_IF_VALUE
             .key(&self.key)
             .arg(self.written)

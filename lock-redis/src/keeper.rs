@@ -133,22 +133,24 @@ impl Release for RedisRelease {
         // Stopped first, so that no renewal can land after the key is gone and bring it back
         // (the connection keeps command order, so one already sent lands before the delete).
         self.keeper.task.abort();
-        let mut conn = self.backend.conn();
-        let result = match &self.undo {
-            Undo::Del => redis::cmd("DEL")
-                .arg(&self.key)
-                .query_async::<i64>(&mut conn)
-                .await
-                .map(|_| ())
-                .map_err(|e| self.backend.err("DEL", &self.key, e)),
-            Undo::IfToken(token) => RELEASE_IF_TOKEN
-                .key(&self.key)
-                .arg(token)
-                .invoke_async::<i64>(&mut conn)
-                .await
-                // 0: the key expired or is someone else's; nothing of ours is left to delete.
-                .map(|_| ())
-                .map_err(|e| self.backend.err("release script on", &self.key, e)),
+        let result = match self.backend.conn().await {
+            Err(e) => Err(e),
+            Ok(mut conn) => match &self.undo {
+                Undo::Del => redis::cmd("DEL")
+                    .arg(&self.key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.backend.err("DEL", &self.key, e)),
+                Undo::IfToken(token) => RELEASE_IF_TOKEN
+                    .key(&self.key)
+                    .arg(token)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    // 0: the key expired or is someone else's; nothing of ours is left to delete.
+                    .map(|_| ())
+                    .map_err(|e| self.backend.err("release script on", &self.key, e)),
+            },
         };
         self.keeper.state.send_replace(LeaseState::Released);
         result

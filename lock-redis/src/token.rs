@@ -95,7 +95,7 @@ impl TokenLock {
         // Unique per acquisition, so that a holder never mistakes a later grant (its own
         // included) for its lease.
         let token = format!("{}:{:016x}", self.owner, rand::random::<u64>());
-        let mut conn = self.backend.conn();
+        let mut conn = self.backend.conn().await?;
         // The server's TTL starts after this moment, so the lease is certainly valid until
         // `sent + ttl`.
         let sent = Instant::now();
@@ -134,7 +134,7 @@ struct TokenRenew {
 impl Renew for TokenRenew {
     async fn renew(&mut self) -> Result<Renewal, LockError> {
         let sent = Instant::now();
-        let mut conn = self.backend.conn();
+        let mut conn = self.backend.conn().await?;
         let renewed: i64 = RENEW_IF_TOKEN
             .key(&self.key)
             .arg(&self.token)

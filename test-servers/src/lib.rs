@@ -11,8 +11,17 @@
 //! - [`shared_redis`], [`shared_zookeeper`]: one server per test binary, started on first use
 //!   and kept for the life of the process.
 //! - Cleanup: a server is killed and its directory removed on drop; every server also gets
-//!   `SIGKILL` when its test binary exits or is killed (`PR_SET_PDEATHSIG`), and the directories
+//!   `SIGKILL` when its test binary exits or is killed (`PR_SET_PDEATHSIG`, armed from a thread
+//!   that lives as long as the server, whichever thread started it), and the directories
 //!   left by test binaries that have exited are swept when the next one makes its first.
+//! - Restarts: [`RedisServer::stop`] / [`ZkServer::stop`] kill a server as a crash would and
+//!   keep its port and data directory; `start_again` starts it on the same port with the same
+//!   directory, so that clients can reconnect to the address they know (`restart_after` does
+//!   both around a downtime). A Redis started with [`RedisServer::start_persistent`] keeps its
+//!   keys across a restart, one started with [`RedisServer::start`] comes back empty; ZooKeeper
+//!   always keeps its znodes and sessions. These are plain public functions that block the
+//!   calling thread, usable from a benchmark binary as well as from tests (from async code,
+//!   call them in `spawn_blocking`).
 //! - [`Proxy`]: a TCP forwarder in front of a server for one client, which a test can cut (as a
 //!   crash or a partition would) or pause (as a stalled process or network would).
 #![deny(missing_docs)]

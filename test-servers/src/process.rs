@@ -1,5 +1,7 @@
 //! What every server shares: a free port, a data directory, a child process that cannot outlive
-//! its test binary, the wait until it answers, and the one-per-binary keeper.
+//! its test binary, the wait until it answers, a stop and a start again on the same port and
+//! directory (a server restart is a fault the lock clients must survive), and the one-per-binary
+//! keeper.
 
 use crate::INSTALL_HINT;
 use std::net::TcpListener;
@@ -7,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Every server's data directory is `<temp dir>/lockbench-<kind>-<pid>-<n>`.
@@ -72,16 +74,85 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
-/// A running server process and its data directory: killed, and the directory removed, on drop.
-pub(crate) struct Process {
+/// A child spawned from a thread of its own that lives exactly as long as the child is wanted.
+/// The death signal is tied to the *thread* that spawned the child, so spawning from whatever
+/// thread calls `start` or `start_again` (a tokio blocking-pool thread, which ends after 10 s
+/// idle; a harness's short-lived helper) would kill the server behind its owner's back. The
+/// holder thread ends when `stop` is dropped (after the child was killed), or with the process.
+struct Held {
     child: Child,
+    _stop: mpsc::Sender<()>,
+}
+
+fn spawn_held(cmd: Command) -> std::io::Result<Held> {
+    let (result_tx, result_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("test-server-holder".into())
+        .spawn(move || {
+            let mut cmd = cmd;
+            let spawned = cmd.spawn();
+            let ok = spawned.is_ok();
+            let _ = result_tx.send(spawned);
+            if ok {
+                // Err once the sender is dropped: the server was stopped or dropped.
+                let _ = stop_rx.recv();
+            }
+        })?;
+    let child = result_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the server holder thread died"))??;
+    Ok(Held {
+        child,
+        _stop: stop_tx,
+    })
+}
+
+/// A server process and its data directory: killed, and the directory removed, on drop. It can
+/// be stopped (killed, as by a crash, keeping the directory) and started again on the same
+/// port with the same command and directory.
+pub(crate) struct Process {
+    held: Option<Held>,
     dir: PathBuf,
+    port: u16,
+    launch: &'static Launch,
+    command: Box<dyn Fn() -> Command + Send + Sync>,
+}
+
+impl Process {
+    /// Kill the server (`SIGKILL`: a crash, nothing is flushed that the server had not already
+    /// written) and wait until it is gone; the data directory stays. A no-op when stopped.
+    pub fn stop(&mut self) {
+        if let Some(mut held) = self.held.take() {
+            let _ = held.child.kill();
+            let _ = held.child.wait();
+        }
+    }
+
+    /// Start the server again with the command, port and data directory it had, and wait until
+    /// it answers. A no-op when it runs. On failure the directory stays (the process owns it).
+    pub fn start_again(&mut self) -> Result<(), String> {
+        if self.held.is_some() {
+            return Ok(());
+        }
+        self.held = Some(self.launch.run((self.command)(), &self.dir, self.port)?);
+        Ok(())
+    }
+
+    /// Whether the server was started and not stopped since.
+    pub fn is_running(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -109,18 +180,45 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
-    /// Spawn `cmd` (output into the log in `dir`, killed when the test binary exits) and wait
-    /// until the server on `port` is ready. A missing program panics with [`INSTALL_HINT`]; any
-    /// other failure is an `Err` (the caller may retry on another port), with `dir` removed when
-    /// the server was spawned.
-    pub fn spawn(&self, mut cmd: Command, dir: PathBuf, port: u16) -> Result<Process, String> {
-        let log = std::fs::File::create(dir.join(self.log)).map_err(|e| e.to_string())?;
+    /// Spawn the server `command` builds (output into the log in `dir`, killed when the test
+    /// binary exits) and wait until the server on `port` is ready. A missing program panics
+    /// with [`INSTALL_HINT`]; any other failure is an `Err` (the caller may retry on another
+    /// port), with `dir` removed when the server was spawned.
+    pub fn spawn(
+        &'static self,
+        command: impl Fn() -> Command + Send + Sync + 'static,
+        dir: PathBuf,
+        port: u16,
+    ) -> Result<Process, String> {
+        match self.run(command(), &dir, port) {
+            Ok(held) => Ok(Process {
+                held: Some(held),
+                dir,
+                port,
+                launch: self,
+                command: Box::new(command),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Spawn `cmd` and wait until it is ready; the log is appended to, so that the log of a
+    /// restarted server keeps what its earlier runs wrote.
+    fn run(&self, mut cmd: Command, dir: &Path, port: u16) -> Result<Held, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(self.log))
+            .map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
         die_with_parent(&mut cmd);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        let mut held = match spawn_held(cmd) {
+            Ok(h) => h,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 panic!("{}: {INSTALL_HINT}", self.missing)
             }
@@ -130,16 +228,15 @@ impl Launch {
         let deadline = Instant::now() + self.deadline;
         loop {
             if (self.ready)(port) {
-                return Ok(Process { child, dir });
+                return Ok(held);
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Ok(Some(status)) = held.child.try_wait() {
                 let log = std::fs::read_to_string(dir.join(self.log)).unwrap_or_default();
-                let _ = std::fs::remove_dir_all(&dir);
                 return Err(format!("{name} exited with {status}: {log}"));
             }
             if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
+                let _ = held.child.kill();
+                let _ = held.child.wait();
                 let mut msg = format!(
                     "{name} on port {port} did not answer {} within {} s",
                     self.probe,
@@ -149,7 +246,6 @@ impl Launch {
                     let log = std::fs::read_to_string(dir.join(self.log)).unwrap_or_default();
                     msg = format!("{msg}: {log}");
                 }
-                let _ = std::fs::remove_dir_all(&dir);
                 return Err(msg);
             }
             std::thread::sleep(self.poll);

@@ -8,12 +8,18 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// A `redis-server` child process on a free loopback port, with its own data directory and no
-/// persistence; killed on drop (and when the test binary exits).
+/// A `redis-server` child process on a free loopback port, with its own data directory; killed
+/// on drop (and when the test binary exits). [`RedisServer::start`] runs it without
+/// persistence (a restart forgets every key), [`RedisServer::start_persistent`] with an
+/// append-only file synced on every write (a restart keeps them).
+///
+/// [`RedisServer::stop`] and [`RedisServer::start_again`] restart it on the same port with the
+/// same directory, as a crash and a restart would.
 pub struct RedisServer {
-    _process: Process,
+    process: Process,
     /// The loopback port it listens on.
     pub port: u16,
+    persistent: bool,
 }
 
 const LAUNCH: Launch = Launch {
@@ -44,33 +50,89 @@ fn ping(port: u16) -> bool {
 }
 
 impl RedisServer {
-    /// Start a server (it answers `PING` within 15 s, on the third port at the latest), or
-    /// panic saying why, or what to install.
+    /// Start a server without persistence (it answers `PING` within 15 s, on the third port at
+    /// the latest), or panic saying why, or what to install.
     pub fn start() -> RedisServer {
-        with_retries("redis-server", Self::try_start)
+        with_retries("redis-server", || Self::try_start(false))
     }
 
-    fn try_start() -> Result<RedisServer, String> {
+    /// [`RedisServer::start`] with persistence: `appendonly yes`, `appendfsync always`, so
+    /// that every acknowledged write survives a crash and a restart (keys' expiry times
+    /// included: they are absolute, so a TTL keeps running while the server is down).
+    pub fn start_persistent() -> RedisServer {
+        with_retries("redis-server", || Self::try_start(true))
+    }
+
+    fn try_start(persistent: bool) -> Result<RedisServer, String> {
         let port = free_port();
         let dir = temp_dir("redis");
-        let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(&dir);
-        let process = LAUNCH.spawn(cmd, dir, port)?;
+        let data = dir.clone();
+        let command = move || {
+            let mut cmd = Command::new("redis-server");
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ]);
+            if persistent {
+                cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+            } else {
+                cmd.args(["--appendonly", "no"]);
+            }
+            cmd.arg("--dir").arg(&data);
+            cmd
+        };
+        let process = LAUNCH.spawn(command, dir, port)?;
         Ok(RedisServer {
-            _process: process,
+            process,
             port,
+            persistent,
         })
+    }
+
+    /// Kill the server (`SIGKILL`, as a crash) and wait until it is gone. Clients see their
+    /// connections closed and new ones refused. The port and the data directory stay this
+    /// server's. A no-op when it is stopped.
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Start the stopped server again on the same port, with the same data directory and
+    /// settings, and wait until it answers `PING` (15 s at most), or panic saying why (another
+    /// process may have taken the port meanwhile). Without persistence it starts empty. A no-op
+    /// when it runs.
+    pub fn start_again(&mut self) {
+        if let Err(e) = self.process.start_again() {
+            panic!(
+                "could not start redis-server again on port {}: {e}",
+                self.port
+            );
+        }
+    }
+
+    /// [`RedisServer::stop`], `downtime` of sleep, [`RedisServer::start_again`].
+    pub fn restart_after(&mut self, downtime: Duration) {
+        self.stop();
+        std::thread::sleep(downtime);
+        self.start_again();
+    }
+
+    /// Its data directory (removed when it is dropped).
+    pub fn dir(&self) -> &std::path::Path {
+        self.process.dir()
+    }
+
+    /// Whether it runs (started and not stopped since).
+    pub fn is_running(&self) -> bool {
+        self.process.is_running()
+    }
+
+    /// Whether it keeps its keys across a restart ([`RedisServer::start_persistent`]).
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
     }
 
     /// `redis://127.0.0.1:<port>/`.

@@ -18,8 +18,15 @@ pub const ZK_TICK_MS: u64 = 200;
 
 /// A ZooKeeper server (standalone, on `java`) child process on a free loopback port, with its
 /// own data directory; killed on drop (and when the test binary exits).
+///
+/// [`ZkServer::stop`] and [`ZkServer::start_again`] restart it on the same port with the same
+/// data directory, as a crash and a restart would. ZooKeeper writes every transaction (session
+/// creations and closes included) to its log before it answers, and a restarted standalone
+/// server reloads its sessions from the snapshot and log and gives each of them a whole session
+/// timeout again: a client that reconnects within that time keeps its session, its ephemeral
+/// znodes and its watches.
 pub struct ZkServer {
-    _process: Process,
+    process: Process,
     /// The loopback client port it listens on.
     pub port: u16,
 }
@@ -80,21 +87,55 @@ impl ZkServer {
         );
         let cfg_path = dir.join("zoo.cfg");
         std::fs::write(&cfg_path, cfg).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("java");
-        cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-            .arg("-Dzookeeper.admin.enableServer=false")
-            .args([
-                "-cp",
-                classpath,
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-            ])
-            .arg(&cfg_path);
-        let process = LAUNCH.spawn(cmd, dir, port)?;
-        Ok(ZkServer {
-            _process: process,
-            port,
-        })
+        let classpath = classpath.to_string();
+        let command = move || {
+            let mut cmd = Command::new("java");
+            cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+                .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+                .arg("-Dzookeeper.admin.enableServer=false")
+                .args([
+                    "-cp",
+                    &classpath,
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                ])
+                .arg(&cfg_path);
+            cmd
+        };
+        let process = LAUNCH.spawn(command, dir, port)?;
+        Ok(ZkServer { process, port })
+    }
+
+    /// Kill the server (`SIGKILL`, as a crash) and wait until it is gone. Clients see their
+    /// connections closed and new ones refused; the server's clock of session expiry stops
+    /// with it. The port and the data directory stay this server's. A no-op when stopped.
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Start the stopped server again on the same port with the same data directory, and wait
+    /// until it answers `ruok` (60 s at most), or panic saying why (another process may have
+    /// taken the port meanwhile). It reloads its znodes and sessions. A no-op when it runs.
+    pub fn start_again(&mut self) {
+        if let Err(e) = self.process.start_again() {
+            panic!("could not start ZooKeeper again on port {}: {e}", self.port);
+        }
+    }
+
+    /// [`ZkServer::stop`], `downtime` of sleep, [`ZkServer::start_again`].
+    pub fn restart_after(&mut self, downtime: Duration) {
+        self.stop();
+        std::thread::sleep(downtime);
+        self.start_again();
+    }
+
+    /// Its data directory (removed when it is dropped).
+    pub fn dir(&self) -> &std::path::Path {
+        self.process.dir()
+    }
+
+    /// Whether it runs (started and not stopped since).
+    pub fn is_running(&self) -> bool {
+        self.process.is_running()
     }
 
     /// `127.0.0.1:<port>`, as ZooKeeper clients take it.

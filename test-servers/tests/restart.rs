@@ -1,0 +1,106 @@
+//! Stopping and starting a server again: same port, same directory, the data it should keep,
+//! and a server that outlives the thread that started it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use test_servers::{four_letter, RedisServer, ZkServer};
+
+/// Send one inline command to Redis on `port` and return its first reply line.
+fn redis(port: u16, command: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("{command}\r\n").as_bytes())?;
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    if line.starts_with('$') && !line.starts_with("$-1") {
+        line.clear();
+        reader.read_line(&mut line)?;
+    }
+    Ok(line.trim_end().to_string())
+}
+
+#[test]
+fn redis_without_persistence_comes_back_empty_on_the_same_port() {
+    let mut server = RedisServer::start();
+    let port = server.port;
+    assert_eq!(redis(port, "SET k v").unwrap(), "+OK");
+    server.stop();
+    assert!(!server.is_running());
+    assert!(
+        redis(port, "PING").is_err(),
+        "a stopped server refuses connections"
+    );
+    assert!(server.dir().exists(), "stop keeps the data directory");
+    server.start_again();
+    assert_eq!(server.port, port);
+    assert_eq!(redis(port, "PING").unwrap(), "+PONG");
+    assert_eq!(
+        redis(port, "GET k").unwrap(),
+        "$-1",
+        "no persistence: the key is gone"
+    );
+    let dir = server.dir().to_path_buf();
+    drop(server);
+    assert!(!dir.exists(), "drop removes the directory");
+}
+
+#[test]
+fn persistent_redis_keeps_keys_and_their_running_ttls() {
+    let mut server = RedisServer::start_persistent();
+    let port = server.port;
+    assert_eq!(redis(port, "SET k v").unwrap(), "+OK");
+    assert_eq!(redis(port, "SET t v PX 60000").unwrap(), "+OK");
+    server.restart_after(Duration::from_millis(300));
+    assert_eq!(redis(port, "GET k").unwrap(), "v");
+    let pttl: i64 = redis(port, "PTTL t")
+        .unwrap()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=59_700).contains(&pttl),
+        "the TTL kept running while the server was down: {pttl}"
+    );
+}
+
+#[test]
+fn a_server_outlives_the_thread_that_started_it() {
+    // The death signal belongs to the spawning thread: a server started (or started again) from
+    // a short-lived thread must not die with that thread.
+    let mut server = std::thread::spawn(RedisServer::start).join().unwrap();
+    let port = server.port;
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(redis(port, "PING").unwrap(), "+PONG");
+    server.stop();
+    let server = std::thread::spawn(move || {
+        server.start_again();
+        server
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(redis(port, "PING").unwrap(), "+PONG");
+    drop(server);
+    assert!(redis(port, "PING").is_err(), "dropped: killed");
+}
+
+#[test]
+fn zookeeper_comes_back_on_the_same_port_with_its_data() {
+    let mut server = ZkServer::start();
+    let port = server.port;
+    server.stop();
+    assert_eq!(
+        four_letter(port, "ruok"),
+        None,
+        "a stopped server refuses connections"
+    );
+    let data = server.dir().join("data");
+    assert!(data.exists(), "stop keeps the data directory");
+    server.start_again();
+    assert_eq!(four_letter(port, "ruok").as_deref(), Some("imok"));
+    let dir = server.dir().to_path_buf();
+    drop(server);
+    assert!(!dir.exists(), "drop removes the directory");
+}
