@@ -2,7 +2,8 @@
 # Regenerates results/: the thesis's benchmark section (SPEC section 5) as charts (PNG and
 # SVG), sweep.json with every measured point, and README.md with the headline table; then
 # results/longrun/ (every algorithm for an hour of simulated time: what Cassandra's tombstones
-# do to it) and its section of README.md.
+# do to it) and its section of README.md; then results/safety/ (every algorithm under each
+# fault kind).
 #
 # Every point runs on the embedded store in simulated time, so the same seed gives the same
 # files; the sweep takes about a minute of wall time on two cores and the long run a few
@@ -29,6 +30,10 @@ done
 start=$(date +%s)
 ./target/release/bench-harness longrun --out "$out_dir/longrun" "${longrun_args[@]}"
 echo "regenerate-results.sh: the long run took $(( $(date +%s) - start )) s of wall time" >&2
+
+start=$(date +%s)
+./target/release/bench-harness safety --quiet --out "$out_dir/safety"
+echo "regenerate-results.sh: the safety table took $(( $(date +%s) - start )) s of wall time" >&2
 
 # The top README shows the headline table and findings as generated above: copy them between
 # its markers, so no figure in it is typed by hand.

@@ -130,6 +130,11 @@ pub enum Command {
     /// the embedded store (shadow, queue, bakery) at several contention levels, into
     /// results/engines/ (JSON, chart, README table). Used by scripts/compare-engines.sh.
     Engines(EnginesArgs),
+    /// Every Cassandra-model lock on the embedded store under each fault kind in turn (no
+    /// fault, pause past the lease, crash, clock jump, partition, replica stop at QUORUM and
+    /// ONE, replica lag at ONE): overlaps, stale writes with and without fencing, leases lost,
+    /// unavailability; into results/safety/.
+    Safety(SafetyArgs),
     /// Soak the Cassandra-model locks: at least a million grants each on the embedded store at
     /// QUORUM under crashes, partitions, clock jumps and replica faults, every grant checked
     /// by the checker; exits 3 if any run was unsafe. Into out/soak/ (a table in README.md).
@@ -144,6 +149,29 @@ pub enum Command {
     /// Internal: one worker process of `--processes P` (reads its orders on stdin).
     #[command(hide = true)]
     Worker,
+}
+
+/// The settings of `safety`.
+#[derive(Args, Debug, Clone)]
+pub struct SafetyArgs {
+    /// Contenders per run (one lock).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+    /// Simulated time per run.
+    #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(short, long, value_name = "DIR", default_value = "results/safety")]
+    pub out: PathBuf,
+    /// OS threads running runs in parallel, each with its own paused runtime.
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// The settings of `soak`.

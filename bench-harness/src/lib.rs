@@ -100,6 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Longrun(args)) => experiments::longrun::run(&args),
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Soak(args)) => experiments::soak::run(&args),
+        Some(Command::Safety(args)) => experiments::safety::run(&args),
         Some(Command::List) => {
             print!("{}", engines::list());
             Ok(())

@@ -14,6 +14,7 @@
 
 pub mod compare;
 pub mod longrun;
+pub mod safety;
 pub mod soak;
 pub mod sweep;
 

@@ -131,7 +131,13 @@ pub fn stale_flags(grants: &[Grant], writes: &[ResourceWrite]) -> Vec<bool> {
         .iter()
         .map(|w| {
             let Some(list) = locks.get(&w.lock) else { return false };
-            let Some(mine) = list.iter().find(|g| g.contender == w.contender && g.token == w.token && g.granted_us <= w.at_us)
+            // The writer's grant: its latest grant with that token up to the write (a
+            // contender's holds never overlap each other; tokens may repeat when a lock is
+            // unsafe, as at ONE).
+            let Some(mine) = list
+                .iter()
+                .filter(|g| g.contender == w.contender && g.token == w.token && g.granted_us <= w.at_us)
+                .max_by_key(|g| g.granted_us)
             else {
                 return false;
             };
@@ -278,6 +284,10 @@ mod tests {
         // was granted (stale, rejected by fencing), 1 writes at 39 (fresh).
         let writes = [w(0, 1, 10, true), w(1, 2, 30, true), w(1, 2, 39, true), w(0, 1, 49, false)];
         assert_eq!(stale_flags(&grants, &writes), [false, false, false, true]);
+        // A token seen again later (an unsafe lock repeats tokens) is matched to the writer's
+        // latest grant, not its first.
+        let again = [g(0, 0, 10, 20, 1), g(1, 0, 30, 40, 2), g(0, 0, 50, 60, 1)];
+        assert_eq!(stale_flags(&again, &[w(0, 1, 59, false)]), [false]);
         let mut lost = grants;
         lost[0].lease_lost = true;
         let f = figures(&lost, &writes, &[], 0);
