@@ -13,7 +13,6 @@ use crate::measure::metrics::Grant;
 use crate::measure::safety::{self, SafetyFigures};
 use crate::report::files;
 use anyhow::Context;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -54,7 +53,7 @@ pub struct Verdict {
     pub grants: usize,
 }
 
-/// Reads the three logs of `dir`, per algorithm in the order they appear in `grants.csv`.
+/// Reads the three logs of `dir`, per algorithm in the order they first appear.
 pub fn read_logs(dir: &Path) -> anyhow::Result<Vec<(String, Logs)>> {
     let read = |name: &str| {
         let path = dir.join(name);
@@ -63,33 +62,27 @@ pub fn read_logs(dir: &Path) -> anyhow::Result<Vec<(String, Logs)>> {
     let grants = files::read_grants_csv(&read("grants.csv")?)?;
     let writes = files::read_resource_csv(&read("resource.csv")?)?;
     let faults = files::read_faults_csv(&read("faults.csv")?)?;
-    let mut order: Vec<String> = Vec::new();
-    let mut logs: BTreeMap<String, Logs> = BTreeMap::new();
+    let mut logs: Vec<(String, Logs)> = Vec::new();
+    fn of<'a>(logs: &'a mut Vec<(String, Logs)>, name: String) -> &'a mut Logs {
+        let at = match logs.iter().position(|(n, _)| *n == name) {
+            Some(at) => at,
+            None => {
+                logs.push((name, Logs::default()));
+                logs.len() - 1
+            }
+        };
+        &mut logs[at].1
+    }
     for (name, g) in grants {
-        if !logs.contains_key(&name) {
-            order.push(name.clone());
-        }
-        logs.entry(name).or_default().grants.push(g);
+        of(&mut logs, name).grants.push(g);
     }
     for (name, w) in writes {
-        if !logs.contains_key(&name) {
-            order.push(name.clone());
-        }
-        logs.entry(name).or_default().writes.push(w);
+        of(&mut logs, name).writes.push(w);
     }
     for (name, f) in faults {
-        if !logs.contains_key(&name) {
-            order.push(name.clone());
-        }
-        logs.entry(name).or_default().faults.push(f);
+        of(&mut logs, name).faults.push(f);
     }
-    Ok(order
-        .into_iter()
-        .map(|name| {
-            let l = logs.remove(&name).unwrap_or_default();
-            (name, l)
-        })
-        .collect())
+    Ok(logs)
 }
 
 /// The checker's verdicts for every algorithm of `dir`.
@@ -97,11 +90,9 @@ pub fn check_dir(dir: &Path, ttl: Duration) -> anyhow::Result<Vec<Verdict>> {
     let ttl_us = ttl.as_micros() as u64;
     Ok(read_logs(dir)?
         .into_iter()
-        .map(|(algorithm, logs)| Verdict {
-            figures: safety::figures(&logs.grants, &logs.writes, &logs.faults, ttl_us),
-            overlaps: safety::overlaps(&logs.grants),
-            grants: logs.grants.len(),
-            algorithm,
+        .map(|(algorithm, logs)| {
+            let (figures, overlaps) = safety::judge(&logs.grants, &logs.writes, &logs.faults, ttl_us);
+            Verdict { figures, overlaps, grants: logs.grants.len(), algorithm }
         })
         .collect())
 }
@@ -183,12 +174,18 @@ pub fn verdict(verdicts: &[Verdict]) -> Result<(), Unsafe> {
     }
 }
 
+/// Checks `dir`, prints the report naming up to `show` overlapping grants per algorithm, and
+/// fails with [`Unsafe`] when a run was unsafe.
+pub fn check_and_report(dir: &Path, ttl: Duration, show: usize) -> anyhow::Result<()> {
+    let verdicts = check_dir(dir, ttl)?;
+    print!("{}", render(&verdicts, show));
+    verdict(&verdicts)?;
+    println!("safe: no overlapping hold and no stale write accepted in {}", dir.display());
+    Ok(())
+}
+
 /// `bench-harness check DIR`.
 pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
     let ttl = args.ttl.or_else(|| recorded_ttl(&args.dir)).unwrap_or(Duration::from_secs(10));
-    let verdicts = check_dir(&args.dir, ttl)?;
-    print!("{}", render(&verdicts, args.show));
-    verdict(&verdicts)?;
-    println!("safe: no overlapping hold and no stale write accepted in {}", args.dir.display());
-    Ok(())
+    check_and_report(&args.dir, ttl, args.show)
 }

@@ -361,17 +361,34 @@ pub fn count_inversions(xs: &mut [u64]) -> u64 {
 
 /// Grants whose hold began before an earlier hold of the same lock ended (must be 0).
 pub fn overlapping_holds(grants: &[Grant]) -> u64 {
-    let mut overlaps = 0;
-    for list in by_lock(grants).values() {
-        let mut held_until: Option<u64> = None;
+    overlaps(&by_lock(grants)).len() as u64
+}
+
+/// Two grants of one lock whose holds overlapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overlap {
+    /// The earlier grant: of those still held, the one held longest.
+    pub first: Grant,
+    /// The grant that began while `first` was held.
+    pub second: Grant,
+}
+
+/// Every overlapping hold of `locks` ([`by_lock`]), in grant order per lock: each grant that
+/// began while an earlier hold was open, paired with the open hold that ends last.
+pub fn overlaps(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<Overlap> {
+    let mut found = Vec::new();
+    for list in locks.values() {
+        let mut open: Option<Grant> = None;
         for g in list {
-            if held_until.is_some_and(|u| g.granted_us < u) {
-                overlaps += 1;
+            if let Some(o) = open.filter(|o| g.granted_us < o.released_us) {
+                found.push(Overlap { first: o, second: *g });
             }
-            held_until = Some(held_until.map_or(g.released_us, |u| u.max(g.released_us)));
+            if open.is_none_or(|o| g.released_us > o.released_us) {
+                open = Some(*g);
+            }
         }
     }
-    overlaps
+    found
 }
 
 /// Grants whose fencing token is not greater than every token granted before on the same

@@ -20,7 +20,7 @@
 use super::log::{FaultWindow, ResourceWrite};
 use super::metrics::{by_lock, Grant};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The safety figures of one algorithm's run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,41 +63,17 @@ impl SafetyFigures {
     }
 }
 
-/// Two grants of one lock whose holds overlapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Overlap {
-    /// The earlier grant.
-    pub first: Grant,
-    /// The grant that began while `first` was held.
-    pub second: Grant,
-}
+pub use super::metrics::Overlap;
 
-/// Every pair of overlapping holds, per lock in grant order: each grant paired with the
-/// earlier grant whose hold was still open (the one that ends last, when several were).
-pub fn overlaps(grants: &[Grant]) -> Vec<Overlap> {
-    let mut found = Vec::new();
-    for list in by_lock(grants).values() {
-        let mut open: Option<Grant> = None;
-        for g in list {
-            if let Some(o) = open.filter(|o| g.granted_us < o.released_us) {
-                found.push(Overlap { first: o, second: *g });
-            }
-            if open.is_none_or(|o| g.released_us > o.released_us) {
-                open = Some(*g);
-            }
-        }
-    }
-    found
-}
-
-/// Time during which at least two holds of one lock were open, summed over locks.
-pub fn overlap_time_us(grants: &[Grant]) -> u64 {
-    let mut total = 0;
-    for list in by_lock(grants).values() {
-        let intervals: Vec<(u64, u64)> = list.iter().map(|g| (g.granted_us, g.released_us)).collect();
-        total += covered_at_least(&intervals, 2);
-    }
-    total
+/// Time during which at least two holds of one lock were open, summed over `locks`.
+pub fn overlap_time_us(locks: &BTreeMap<u32, Vec<Grant>>) -> u64 {
+    locks
+        .values()
+        .map(|list| {
+            let holds: Vec<(u64, u64)> = list.iter().map(|g| (g.granted_us, g.released_us)).collect();
+            covered_at_least(&holds, 2)
+        })
+        .sum()
 }
 
 /// Length of the time covered by at least `depth` of `intervals` (half-open).
@@ -123,39 +99,37 @@ fn covered_at_least(intervals: &[(u64, u64)], depth: i64) -> u64 {
 }
 
 /// Which writes were stale: per write, whether another holder of its lock was granted after
-/// the writer's grant and not after the write. The writer's grant is found by lock, contender
-/// and token.
-pub fn stale_flags(grants: &[Grant], writes: &[ResourceWrite]) -> Vec<bool> {
-    let locks = by_lock(grants);
+/// the writer's grant and not after the write. The writer's grant is its latest grant with
+/// the write's lock, contender and token up to the write (a contender's holds never overlap
+/// each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches over the
+/// grants in grant order: a soak's run has hundreds of thousands of writes.
+pub fn stale_flags(locks: &BTreeMap<u32, Vec<Grant>>, writes: &[ResourceWrite]) -> Vec<bool> {
+    let mut granted: HashMap<(u32, u32, u64), Vec<u64>> = HashMap::new();
+    for (&lock, list) in locks {
+        for g in list {
+            granted.entry((lock, g.contender, g.token)).or_default().push(g.granted_us);
+        }
+    }
     writes
         .iter()
         .map(|w| {
-            let Some(list) = locks.get(&w.lock) else { return false };
-            // The writer's grant: its latest grant with that token up to the write (a
-            // contender's holds never overlap each other; tokens may repeat when a lock is
-            // unsafe, as at ONE).
-            let Some(mine) = list
-                .iter()
-                .filter(|g| g.contender == w.contender && g.token == w.token && g.granted_us <= w.at_us)
-                .max_by_key(|g| g.granted_us)
-            else {
+            let (Some(times), Some(list)) = (granted.get(&(w.lock, w.contender, w.token)), locks.get(&w.lock)) else {
                 return false;
             };
-            list.iter().any(|g| {
-                !(g.contender == mine.contender && g.token == mine.token)
-                    && g.granted_us > mine.granted_us
-                    && g.granted_us <= w.at_us
-            })
+            let Some(&mine) = times[..times.partition_point(|&t| t <= w.at_us)].last() else {
+                return false;
+            };
+            let next = list.partition_point(|g| g.granted_us <= mine);
+            list.get(next).is_some_and(|g| g.granted_us <= w.at_us)
         })
         .collect()
 }
 
-/// Time during which someone waited on a lock and nobody held it, summed over locks, clipped
-/// to `within` when given (a list of half-open windows).
-pub fn unavailable_us(grants: &[Grant], within: Option<&[(u64, u64)]>) -> u64 {
-    let mut total = 0;
-    for list in by_lock(grants).values() {
-        // +1 per waiting request, +WAY per hold: covered by a wait and no hold means level in
+/// The intervals, per lock, during which someone waited on the lock and nobody held it.
+pub fn idle_intervals(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<(u64, u64)> {
+    let mut idle = Vec::new();
+    for list in locks.values() {
+        // +1 per waiting request, +WAY per hold: waited on and not held means a level in
         // [1, WAY).
         const WAY: i64 = 1 << 32;
         let mut edges: Vec<(u64, i64)> = Vec::with_capacity(list.len() * 4);
@@ -173,19 +147,24 @@ pub fn unavailable_us(grants: &[Grant], within: Option<&[(u64, u64)]>) -> u64 {
         let (mut level, mut since) = (0i64, 0u64);
         for (t, d) in edges {
             if (1..WAY).contains(&level) && t > since {
-                total += match within {
-                    None => t - since,
-                    Some(windows) => windows
-                        .iter()
-                        .map(|&(a, b)| t.min(b).saturating_sub(since.max(a)))
-                        .sum(),
-                };
+                idle.push((since, t));
             }
             level += d;
             since = t;
         }
     }
-    total
+    idle
+}
+
+/// The total length of `intervals`, clipped to `within` when given (half-open windows).
+pub fn total_us(intervals: &[(u64, u64)], within: Option<&[(u64, u64)]>) -> u64 {
+    intervals
+        .iter()
+        .map(|&(a, b)| match within {
+            None => b - a,
+            Some(windows) => windows.iter().map(|&(x, y)| b.min(y).saturating_sub(a.max(x))).sum(),
+        })
+        .sum()
 }
 
 /// The windows of `kind`, each extended by `extend_us`, merged so that none is counted twice.
@@ -206,25 +185,32 @@ pub fn windows_of(faults: &[FaultWindow], kind: &str, extend_us: u64) -> Vec<(u6
     merged
 }
 
-/// Every safety figure of one algorithm from its three logs; `ttl_us` extends each fault
-/// window for the unavailability by kind and for telling pause-caused overlaps apart.
-pub fn figures(grants: &[Grant], writes: &[ResourceWrite], faults: &[FaultWindow], ttl_us: u64) -> SafetyFigures {
-    let found = overlaps(grants);
+/// Every safety figure of one algorithm from its three logs, with its overlapping grants;
+/// `ttl_us` extends each fault window for the unavailability by kind and for telling
+/// pause-caused overlaps apart.
+pub fn judge(
+    grants: &[Grant],
+    writes: &[ResourceWrite],
+    faults: &[FaultWindow],
+    ttl_us: u64,
+) -> (SafetyFigures, Vec<Overlap>) {
+    let locks = by_lock(grants);
+    let found = super::metrics::overlaps(&locks);
     let pauses = windows_of(faults, "pause", ttl_us);
     let in_pause = |t: u64| pauses.iter().any(|&(a, b)| (a..b).contains(&t));
-    let stale = stale_flags(grants, writes);
-    let mut stale_grants = std::collections::BTreeSet::new();
+    let idle = idle_intervals(&locks);
     let mut f = SafetyFigures {
         overlapping_holds: found.len() as u64,
-        overlap_us: overlap_time_us(grants),
+        overlap_us: overlap_time_us(&locks),
         overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count() as u64,
         resource_writes: writes.len() as u64,
         leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
         crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
-        unavailable_us: unavailable_us(grants, None),
+        unavailable_us: total_us(&idle, None),
         ..SafetyFigures::default()
     };
-    for (w, &is_stale) in writes.iter().zip(&stale) {
+    let mut stale_grants = BTreeSet::new();
+    for (w, is_stale) in writes.iter().zip(stale_flags(&locks, writes)) {
         if !is_stale {
             continue;
         }
@@ -242,19 +228,24 @@ pub fn figures(grants: &[Grant], writes: &[ResourceWrite], faults: &[FaultWindow
         .iter()
         .filter(|g| g.lease_lost && stale_grants.contains(&(g.lock, g.contender, g.token)))
         .count() as u64;
-    let mut kinds: Vec<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
-    kinds.sort_unstable();
-    kinds.dedup();
+    let kinds: BTreeSet<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
     for kind in kinds {
         let windows = windows_of(faults, kind, ttl_us);
-        f.unavailable_us_by_fault.insert(kind.to_string(), unavailable_us(grants, Some(&windows)));
+        f.unavailable_us_by_fault.insert(kind.to_string(), total_us(&idle, Some(&windows)));
     }
-    f
+    (f, found)
+}
+
+/// Every safety figure of one algorithm from its three logs ([`judge`] without the list of
+/// overlapping grants).
+pub fn figures(grants: &[Grant], writes: &[ResourceWrite], faults: &[FaultWindow], ttl_us: u64) -> SafetyFigures {
+    judge(grants, writes, faults, ttl_us).0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::metrics::overlaps;
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
         Grant { lock: 0, contender, requested_us: req, granted_us: granted, released_us: released, token, ..Grant::default() }
@@ -269,12 +260,12 @@ mod tests {
         // 0 holds [10, 50); 1 is granted at 30 (a paused holder's lease ran out), holds to 40;
         // 2 follows at 50.
         let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2), g(2, 6, 50, 60, 3)];
-        let found = overlaps(&grants);
+        let found = overlaps(&by_lock(&grants));
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].first.contender, found[0].second.contender), (0, 1));
-        assert_eq!(overlap_time_us(&grants), 10);
+        assert_eq!(overlap_time_us(&by_lock(&grants)), 10);
         // Back to back is not an overlap.
-        assert!(overlaps(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)]).is_empty());
+        assert!(overlaps(&by_lock(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)])).is_empty());
     }
 
     #[test]
@@ -283,11 +274,11 @@ mod tests {
         // 0 writes at its grant (fresh), 1 writes at its grant (fresh), 0 writes at 49 after 1
         // was granted (stale, rejected by fencing), 1 writes at 39 (fresh).
         let writes = [w(0, 1, 10, true), w(1, 2, 30, true), w(1, 2, 39, true), w(0, 1, 49, false)];
-        assert_eq!(stale_flags(&grants, &writes), [false, false, false, true]);
+        assert_eq!(stale_flags(&by_lock(&grants), &writes), [false, false, false, true]);
         // A token seen again later (an unsafe lock repeats tokens) is matched to the writer's
         // latest grant, not its first.
         let again = [g(0, 0, 10, 20, 1), g(1, 0, 30, 40, 2), g(0, 0, 50, 60, 1)];
-        assert_eq!(stale_flags(&again, &[w(0, 1, 59, false)]), [false]);
+        assert_eq!(stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]), [false]);
         let mut lost = grants;
         lost[0].lease_lost = true;
         let f = figures(&lost, &writes, &[], 0);
@@ -301,8 +292,9 @@ mod tests {
     fn unavailability_is_waiting_with_nobody_holding() {
         // 0 holds [0, 10); 1 waits from 5, is granted at 30: 20 us unavailable.
         let grants = [g(0, 0, 0, 10, 1), g(1, 5, 30, 40, 2)];
-        assert_eq!(unavailable_us(&grants, None), 20);
-        assert_eq!(unavailable_us(&grants, Some(&[(0, 15)])), 5);
+        let idle = idle_intervals(&by_lock(&grants));
+        assert_eq!(total_us(&idle, None), 20);
+        assert_eq!(total_us(&idle, Some(&[(0, 15)])), 5);
         let faults = [FaultWindow { kind: "crash".into(), target: "c0".into(), start_us: 8, end_us: 9 }];
         let f = figures(&grants, &[], &faults, 4);
         assert_eq!(f.unavailable_us_by_fault["crash"], 3, "window [8, 13) holds 10..13");
