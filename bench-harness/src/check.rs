@@ -63,7 +63,7 @@ pub fn read_logs(dir: &Path) -> anyhow::Result<Vec<(String, Logs)>> {
     let writes = files::read_resource_csv(&read("resource.csv")?)?;
     let faults = files::read_faults_csv(&read("faults.csv")?)?;
     let mut logs: Vec<(String, Logs)> = Vec::new();
-    fn of<'a>(logs: &'a mut Vec<(String, Logs)>, name: String) -> &'a mut Logs {
+    fn of(logs: &mut Vec<(String, Logs)>, name: String) -> &mut Logs {
         let at = match logs.iter().position(|(n, _)| *n == name) {
             Some(at) => at,
             None => {
