@@ -85,7 +85,7 @@
 //! - over a long run the thesis's queue reads scan thousands of tombstones while this lock's
 //!   never scan more than K − 1 (the waiters' reads the test makes).
 
-use crate::protocol::{Place, Queue};
+use crate::protocol::{Parts, Place, Queue};
 use crate::{queue_column_time, QueueConfig};
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
@@ -107,9 +107,7 @@ pub fn ticket(micros: Micros) -> String {
 
 /// The bounded queue lock for one owner (thread).
 pub struct BoundedQueueLocker<S> {
-    store: S,
-    ctx: ClientContext,
-    config: QueueConfig,
+    parts: Parts<S>,
 }
 
 /// The head of a queue row: the live cell with the least `(ticket, thread id)`.
@@ -120,11 +118,7 @@ fn head(queue: &[Cell]) -> Option<&Cell> {
 impl<S: CellStore + Clone> BoundedQueueLocker<S> {
     /// A locker for `ctx.owner` over `store`.
     pub fn new(store: S, ctx: ClientContext, config: QueueConfig) -> Result<Self, LockError> {
-        ctx.validate()?;
-        if config.poll_interval.is_zero() {
-            return Err(LockError::Config("the queue lock's poll interval must be above zero".into()));
-        }
-        Ok(BoundedQueueLocker { store, ctx, config })
+        Ok(BoundedQueueLocker { parts: Parts::new(store, ctx, config)? })
     }
 }
 
@@ -133,41 +127,33 @@ impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
     type Store = S;
     const MAIN_TABLE: &'static str = BOUNDED_MAIN_TABLE;
 
-    fn store(&self) -> &S {
-        &self.store
-    }
-
-    fn ctx(&self) -> &ClientContext {
-        &self.ctx
-    }
-
-    fn poll_interval(&self) -> Duration {
-        self.config.poll_interval
+    fn parts(&self) -> &Parts<S> {
+        &self.parts
     }
 
     /// Step 1: take the time, write our queue cell over our own last one, keep it.
     async fn join(&self, lock_id: &str) -> Result<Place, LockError> {
         let err = |e| LockError::store(lock_id, e);
-        let ticket = ticket(self.ctx.time.now().await.map_err(err)?);
-        let owner = &self.ctx.owner;
+        let ticket = ticket(self.parts.ctx.time.now().await.map_err(err)?);
+        let owner = &self.parts.ctx.owner;
         crate::protocol::join_queue(self, BOUNDED_QUEUE_TABLE, lock_id, owner, ticket.as_bytes(), ticket.clone()).await
     }
 
     /// Step 2, once: read the whole queue; is its head (the least place) ours? The main row is
     /// then [`crate::protocol`]'s, as in the thesis's lock.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
-        let c = self.ctx.consistency;
+        let c = self.parts.ctx.consistency;
         let err = |e| LockError::store(lock_id, e);
-        let queue = self.store.read(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
-        let ours = queue.iter().find(|cell| cell.column == self.ctx.owner);
+        let queue = self.parts.store.read(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
+        let ours = queue.iter().find(|cell| cell.column == self.parts.ctx.owner);
         if ours.is_none_or(|cell| cell.value != place.id.as_bytes()) {
             return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
         let Some(first) = head(&queue) else { return Ok(false) };
         if let Some(t) = std::str::from_utf8(&first.value).ok().and_then(queue_column_time) {
-            self.ctx.time.observe(t);
+            self.parts.ctx.time.observe(t);
         }
-        Ok(first.column == self.ctx.owner)
+        Ok(first.column == self.parts.ctx.owner)
     }
 }
 
@@ -178,7 +164,7 @@ impl<S: CellStore + Clone> Locker for BoundedQueueLocker<S> {
     }
 
     fn owner(&self) -> &str {
-        &self.ctx.owner
+        &self.parts.ctx.owner
     }
 
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {

@@ -99,7 +99,7 @@ use async_trait::async_trait;
 use lock_core::context::ClientContext;
 use lock_core::lock::{LockError, LockGuard, Locker};
 use lock_core::store::{CellStore, Micros, Slice};
-use protocol::{Place, Queue};
+use protocol::{Parts, Place, Queue};
 #[allow(unused_imports)]
 use lock_core::time::TimeSource;
 use std::time::Duration;
@@ -141,19 +141,13 @@ pub fn queue_column_time(column: &str) -> Option<Micros> {
 
 /// The queue lock for one owner (thread).
 pub struct QueueLocker<S> {
-    store: S,
-    ctx: ClientContext,
-    config: QueueConfig,
+    parts: Parts<S>,
 }
 
 impl<S: CellStore + Clone> QueueLocker<S> {
     /// A locker for `ctx.owner` over `store`.
     pub fn new(store: S, ctx: ClientContext, config: QueueConfig) -> Result<Self, LockError> {
-        ctx.validate()?;
-        if config.poll_interval.is_zero() {
-            return Err(LockError::Config("the queue lock's poll interval must be above zero".into()));
-        }
-        Ok(QueueLocker { store, ctx, config })
+        Ok(QueueLocker { parts: Parts::new(store, ctx, config)? })
     }
 }
 
@@ -162,38 +156,30 @@ impl<S: CellStore + Clone> Queue for QueueLocker<S> {
     type Store = S;
     const MAIN_TABLE: &'static str = MAIN_TABLE;
 
-    fn store(&self) -> &S {
-        &self.store
-    }
-
-    fn ctx(&self) -> &ClientContext {
-        &self.ctx
-    }
-
-    fn poll_interval(&self) -> Duration {
-        self.config.poll_interval
+    fn parts(&self) -> &Parts<S> {
+        &self.parts
     }
 
     /// Listing 5 and step 1 of listings 6/7: take the time, write the queue cell, keep it.
     async fn join(&self, lock_id: &str) -> Result<Place, LockError> {
         let err = |e| LockError::store(lock_id, e);
-        let now = self.ctx.time.now().await.map_err(err)?;
-        let column = queue_column(now, &self.ctx.owner);
-        protocol::join_queue(self, QUEUE_TABLE, lock_id, &column, self.ctx.owner.as_bytes(), column.clone()).await
+        let now = self.parts.ctx.time.now().await.map_err(err)?;
+        let column = queue_column(now, &self.parts.ctx.owner);
+        protocol::join_queue(self, QUEUE_TABLE, lock_id, &column, self.parts.ctx.owner.as_bytes(), column.clone()).await
     }
 
     /// Steps 2–3 of listing 6 (4–5 of listing 7): read the first queue cell; is it ours? The
     /// main row (the rest of the steps) is [`protocol`]'s.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
-        let c = self.ctx.consistency;
-        let head = self.store.read(QUEUE_TABLE, lock_id, Slice::first(1), c).await;
+        let c = self.parts.ctx.consistency;
+        let head = self.parts.store.read(QUEUE_TABLE, lock_id, Slice::first(1), c).await;
         let head = head.map_err(|e| LockError::store(lock_id, e))?;
         let Some(first) = head.first() else {
             // Our own cell is gone (expired, or the store lost it): the lease says so.
             return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
         };
         if let Some(t) = queue_column_time(&first.column) {
-            self.ctx.time.observe(t);
+            self.parts.ctx.time.observe(t);
         }
         if first.column > place.id {
             return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
@@ -209,7 +195,7 @@ impl<S: CellStore + Clone> Locker for QueueLocker<S> {
     }
 
     fn owner(&self) -> &str {
-        &self.ctx.owner
+        &self.parts.ctx.owner
     }
 
     /// Listing 6, with a timeout that leaves the queue.

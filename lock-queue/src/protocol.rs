@@ -20,6 +20,7 @@ use lock_core::context::ClientContext;
 use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, LockError, LockGuard};
 use lock_core::store::{CellStore, CellWrite, Slice};
+use crate::QueueConfig;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -40,6 +41,25 @@ pub(crate) enum HeadCheck {
     NotFirst,
 }
 
+/// What each queue lock is made of: its store, its client's context and its configuration,
+/// checked once by [`Parts::new`].
+pub(crate) struct Parts<S> {
+    pub(crate) store: S,
+    pub(crate) ctx: ClientContext,
+    pub(crate) config: QueueConfig,
+}
+
+impl<S> Parts<S> {
+    /// Checks the context and that the poll interval is above zero.
+    pub(crate) fn new(store: S, ctx: ClientContext, config: QueueConfig) -> Result<Self, LockError> {
+        ctx.validate()?;
+        if config.poll_interval.is_zero() {
+            return Err(LockError::Config("the queue lock's poll interval must be above zero".into()));
+        }
+        Ok(Parts { store, ctx, config })
+    }
+}
+
 /// A queue lock's own part: its queue.
 #[async_trait]
 pub(crate) trait Queue: Send + Sync {
@@ -47,12 +67,8 @@ pub(crate) trait Queue: Send + Sync {
     type Store: CellStore + Clone;
     /// The main row's table.
     const MAIN_TABLE: &'static str;
-    /// The store handle.
-    fn store(&self) -> &Self::Store;
-    /// Owner, clocks, TTL, consistency.
-    fn ctx(&self) -> &ClientContext;
-    /// The wait between two looks at the head.
-    fn poll_interval(&self) -> Duration;
+    /// Store, context and configuration.
+    fn parts(&self) -> &Parts<Self::Store>;
     /// Take the time, write our queue cell, keep it under a lease.
     async fn join(&self, lock_id: &str) -> Result<Place, LockError>;
     /// Read the queue: is our place its head? An error when our place is gone.
@@ -80,7 +96,7 @@ pub(crate) async fn join_queue<Q: Queue>(
     value: &[u8],
     id: String,
 ) -> Result<Place, LockError> {
-    let (store, ctx) = (q.store(), q.ctx());
+    let (store, ctx) = (&q.parts().store, &q.parts().ctx);
     let lease = LeaseKeeper::start(store.clone(), ctx.timestamps.clone(), LeaseConfig::new(ctx.ttl, ctx.consistency));
     let started = Instant::now();
     let write = write_of(ctx, column, value);
@@ -105,7 +121,7 @@ async fn check_head<Q: Queue>(q: &Q, lock_id: &str, place: &Place) -> Result<Hea
 /// Write our main cell and read the main row: alone there means the lock is ours; otherwise
 /// delete our main cell.
 async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError> {
-    let (store, ctx) = (q.store(), q.ctx());
+    let (store, ctx) = (&q.parts().store, &q.parts().ctx);
     let c = ctx.consistency;
     let err = |e| LockError::store(lock_id, e);
     let started = Instant::now();
@@ -130,14 +146,14 @@ async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError
 
 /// Leave the queue (timeout, soft lock refused, error): stop the lease, delete our cells.
 async fn leave<Q: Queue>(q: &Q, lock_id: &str, place: Place) {
-    let _ = CellRelease::new(q.store(), q.ctx(), lock_id, place.lease).run().await;
+    let _ = CellRelease::new(&q.parts().store, &q.parts().ctx, lock_id, place.lease).run().await;
 }
 
 /// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
 async fn grant<Q: Queue>(q: &Q, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
-    let ctx = q.ctx();
+    let ctx = &q.parts().ctx;
     place.lease.add(CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner), ctx.owner.as_bytes().to_vec(), main_written);
-    CellRelease::new(q.store(), ctx, lock_id, place.lease).into_guard(&ctx.owner).await
+    CellRelease::new(&q.parts().store, ctx, lock_id, place.lease).into_guard(&ctx.owner).await
 }
 
 /// Listing 6, with a timeout that leaves the queue.
@@ -160,7 +176,7 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
                 return Err(e);
             }
         }
-        let wake = Instant::now() + q.poll_interval();
+        let wake = Instant::now() + q.parts().config.poll_interval;
         match deadline {
             Some(d) if wake >= d => {
                 tokio::time::sleep_until(d).await;
@@ -176,8 +192,9 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
 pub(crate) async fn try_lock<Q: Queue>(q: &Q, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
     validate_id("lock id", lock_id)?;
     let main = q
-        .store()
-        .read(Q::MAIN_TABLE, lock_id, Slice::first(1), q.ctx().consistency)
+        .parts()
+        .store
+        .read(Q::MAIN_TABLE, lock_id, Slice::first(1), q.parts().ctx.consistency)
         .await
         .map_err(|e| LockError::store(lock_id, e))?;
     if !main.is_empty() {
@@ -187,7 +204,7 @@ pub(crate) async fn try_lock<Q: Queue>(q: &Q, lock_id: &str) -> Result<Option<Lo
     loop {
         match check_head(q, lock_id, &place).await {
             Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await.map(Some),
-            Ok(HeadCheck::Occupied) => tokio::time::sleep(q.poll_interval()).await,
+            Ok(HeadCheck::Occupied) => tokio::time::sleep(q.parts().config.poll_interval).await,
             Ok(HeadCheck::NotFirst) => {
                 leave(q, lock_id, place).await;
                 return Ok(None);
