@@ -51,7 +51,7 @@
 //!   still returned (the lock is held, so returning it is the useful answer).
 //!
 //! ## Leases and fencing
-//! Every cell carries the context's TTL. The queue cell is kept by the [`LeaseKeeper`] from the
+//! Every cell carries the context's TTL. The queue cell is kept by the [`LeaseKeeper`](lock_core::lease::LeaseKeeper) from the
 //! moment it is written — a waiter's place would otherwise expire — and the main cell from the
 //! grant. Release, timeout and failure stop the keeper and delete the cells. A waiter whose
 //! lease is lost stops waiting with [`LockError::LeaseLost`]. The fencing token comes from
