@@ -31,6 +31,23 @@
 //! [`Backoff::production`] is the successor's (0–50·⌊e^min(attempt,5)⌋ ms after
 //! `ConcurrentAttempt`). The soft lock is one `TryLock`.
 //!
+//! ## A release that timed out (finding of the fault soak)
+//! Lines 3–4 of listing 3 return `Success` when the one main cell is the caller's own. In
+//! Cassandra a write or delete that times out (`WriteTimeout`: fewer acknowledgements than the
+//! consistency level asked) is not undone: it may sit on a minority of replicas. So a holder
+//! whose release timed out leaves its main cell on a replica that missed the delete, while the
+//! replica that applied it holds the tombstone. A QUORUM read that reaches the tombstone sees a
+//! free lock, and a contender B takes it through the shadow round; a QUORUM read by the old
+//! holder A that reaches only replicas without the tombstone sees its own cell alone, and A
+//! re-enters. If A reads after B's fresh read of step 10 and before B's main write lands, both
+//! hold. The soak found it (`bench-harness soak -a shadow --seed 3`: one overlap of 3.6 ms at
+//! QUORUM, right after a stopped replica came back while another had been dropping mutations,
+//! with 41 release timeouts in the run); `tests/release_timeout.rs` replays it step by step.
+//! QUORUM protects what was acknowledged, and a timed-out delete was not. By default
+//! ([`OwnCell::Clear`]) step 2 deletes such a leftover and reports `ConcurrentAttempt`, so the
+//! caller competes through the shadow round, whose cells B's attempt still holds;
+//! [`OwnCell::Reenter`] keeps the listing for the test.
+//!
 //! Leases (section 5.3): every cell carries the context's TTL; the main cell of a holder is
 //! rewritten every TTL/2 by the [`LeaseKeeper`]; release stops it and deletes the cell. The
 //! fencing token comes from [`lock_core::fence`] after the grant.
@@ -149,11 +166,29 @@ pub struct ShadowConfig {
     /// listing read literally, which admits two holders (see the crate docs); kept only so a
     /// test can show the counterexample.
     pub reread_main: bool,
+    /// What step 2 does when the one main cell is the caller's own although it does not hold
+    /// the lock (default [`OwnCell::Clear`]; see "A release that timed out" in the crate docs).
+    #[serde(default)]
+    pub own_cell: OwnCell,
+}
+
+/// Step 2 of listing 3 finds the one main cell is the caller's own, though the caller holds no
+/// guard: the leftover of a release (or of a failed main write) whose delete timed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnCell {
+    /// Delete the leftover and report `ConcurrentAttempt`: the next attempt goes through the
+    /// shadow round like anyone's (the default).
+    #[default]
+    Clear,
+    /// Listing 3, lines 3–4: return `Success` at once. Admits two holders after a release
+    /// that timed out (`tests/release_timeout.rs`); kept only so a test can show it.
+    Reenter,
 }
 
 impl Default for ShadowConfig {
     fn default() -> Self {
-        ShadowConfig { backoff: Backoff::thesis(), reread_main: true }
+        ShadowConfig { backoff: Backoff::thesis(), reread_main: true, own_cell: OwnCell::Clear }
     }
 }
 
@@ -200,11 +235,7 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
             if main[0].column != self.ctx.owner {
                 return Ok((AttemptResult::AnotherThreadIsOwner, Instant::now()));
             }
-            // Ours already (a release that did not reach the store): rewrite it so the lease
-            // starts from a write we know the time of.
-            let started = Instant::now();
-            self.store.write(MAIN_TABLE, lock_id, &[self.cell()], c).await.map_err(err)?;
-            return Ok((AttemptResult::Success, started));
+            return self.own_leftover(lock_id).await;
         }
         self.store.write(SHADOW_TABLE, lock_id, &[self.cell()], c).await.map_err(err)?;
         let shadow = self.store.read(SHADOW_TABLE, lock_id, Slice::all(), c).await;
@@ -238,6 +269,29 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
         let result = result?;
         cleanup.map_err(err)?;
         Ok(result)
+    }
+
+    /// Step 2 found our own cell alone in the main row, though we hold no guard (see
+    /// [`OwnCell`]).
+    async fn own_leftover(&self, lock_id: &str) -> Result<(AttemptResult, Instant), LockError> {
+        let c = self.ctx.consistency;
+        let err = |e| LockError::store(lock_id, e);
+        match self.config.own_cell {
+            OwnCell::Reenter => {
+                // The listing: ours, so ours. Rewrite it so the lease starts from a write we
+                // know the time of.
+                let started = Instant::now();
+                self.store.write(MAIN_TABLE, lock_id, &[self.cell()], c).await.map_err(err)?;
+                Ok((AttemptResult::Success, started))
+            }
+            OwnCell::Clear => {
+                // Other quorums may not see it (its delete reached a minority), and one of
+                // them may be winning the lock right now: take it back, then compete.
+                let key = CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner);
+                delete_cells(&self.store, &[key], &self.ctx.timestamps, c).await.map_err(err)?;
+                Ok((AttemptResult::ConcurrentAttempt, Instant::now()))
+            }
+        }
     }
 
     /// Turn a successful attempt into a guard: start the lease on the main cell, then take a
