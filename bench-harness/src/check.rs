@@ -91,8 +91,14 @@ pub fn check_dir(dir: &Path, ttl: Duration) -> anyhow::Result<Vec<Verdict>> {
     Ok(read_logs(dir)?
         .into_iter()
         .map(|(algorithm, logs)| {
-            let (figures, overlaps) = safety::judge(&logs.grants, &logs.writes, &logs.faults, ttl_us);
-            Verdict { figures, overlaps, grants: logs.grants.len(), algorithm }
+            let (figures, overlaps) =
+                safety::judge(&logs.grants, &logs.writes, &logs.faults, ttl_us);
+            Verdict {
+                figures,
+                overlaps,
+                grants: logs.grants.len(),
+                algorithm,
+            }
         })
         .collect())
 }
@@ -111,7 +117,16 @@ pub fn render(verdicts: &[Verdict], show: usize) -> String {
     let _ = writeln!(
         out,
         "{:<14} {:>9} {:>8} {:>11} {:>6} {:>14} {:>14} {:>17} {:>11} {:>13}",
-        "algorithm", "grants", "overlaps", "overlap ms", "stale", "stale accepted", "stale rejected", "without fencing", "leases lost", "unavailable s"
+        "algorithm",
+        "grants",
+        "overlaps",
+        "overlap ms",
+        "stale",
+        "stale accepted",
+        "stale rejected",
+        "without fencing",
+        "leases lost",
+        "unavailable s"
     );
     for v in verdicts {
         let f = &v.figures;
@@ -130,8 +145,30 @@ pub fn render(verdicts: &[Verdict], show: usize) -> String {
             f.unavailable_us as f64 / 1e6,
         );
     }
+    for v in verdicts
+        .iter()
+        .filter(|v| !v.figures.resumed_after_us_by_fault.is_empty())
+    {
+        let resumed: Vec<String> = v
+            .figures
+            .resumed_after_us_by_fault
+            .iter()
+            .map(|(kind, us)| format!("{kind} {:.2} s", *us as f64 / 1e6))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}: grants resumed at most this long after a fault ended: {}",
+            v.algorithm,
+            resumed.join(", ")
+        );
+    }
     for v in verdicts.iter().filter(|v| !v.overlaps.is_empty()) {
-        let _ = writeln!(out, "\n{}: {} overlapping holds", v.algorithm, v.overlaps.len());
+        let _ = writeln!(
+            out,
+            "\n{}: {} overlapping holds",
+            v.algorithm,
+            v.overlaps.len()
+        );
         for o in v.overlaps.iter().take(show) {
             let _ = writeln!(
                 out,
@@ -180,12 +217,18 @@ pub fn check_and_report(dir: &Path, ttl: Duration, show: usize) -> anyhow::Resul
     let verdicts = check_dir(dir, ttl)?;
     print!("{}", render(&verdicts, show));
     verdict(&verdicts)?;
-    println!("safe: no overlapping hold and no stale write accepted in {}", dir.display());
+    println!(
+        "safe: no overlapping hold and no stale write accepted in {}",
+        dir.display()
+    );
     Ok(())
 }
 
 /// `bench-harness check DIR`.
 pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
-    let ttl = args.ttl.or_else(|| recorded_ttl(&args.dir)).unwrap_or(Duration::from_secs(10));
+    let ttl = args
+        .ttl
+        .or_else(|| recorded_ttl(&args.dir))
+        .unwrap_or(Duration::from_secs(10));
     check_and_report(&args.dir, ttl, args.show)
 }

@@ -6,10 +6,10 @@
 //! workload, the duration and their seeds and skews.
 
 use crate::dist::{format_duration, serde_duration, Dist};
-use crate::faults::FaultPlan;
 use crate::engines::{
     AlgorithmSettings, BackoffPreset, EngineOptions, EngineRef, EngineSetup, TimeSourceKind,
 };
+use crate::faults::FaultPlan;
 use lock_core::store::Consistency;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -156,6 +156,7 @@ impl RunConfig {
             seed: self.seed,
             settings: self.settings(),
             service_skews: self.service_skews(crate::engines::cell_model::TIME_SERVICE_REPLICAS),
+            fault_kinds: self.faults.kinds().collect(),
         }
     }
 
@@ -303,14 +304,25 @@ impl RunConfig {
                     .into(),
             );
         }
-        let can = self.backend.fault_kinds();
+        let can = self.backend.fault_kinds(&self.engine);
         for kind in self.faults.kinds() {
             if !can.contains(&kind) {
                 let names: Vec<&str> = can.iter().map(|k| k.name()).collect();
+                let hint = if kind == crate::faults::FaultKind::ServerRestart
+                    && !self.backend.in_process()
+                {
+                    " (server-restart needs a server the harness starts itself: see the backend's --spawn option in --help)"
+                } else {
+                    ""
+                };
                 return Err(format!(
-                    "the {} backend cannot inject {kind} faults (it can: {})",
+                    "the {} backend cannot inject {kind} faults{hint} (it can: {})",
                     self.backend,
-                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
                 ));
             }
         }

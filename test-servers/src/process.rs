@@ -181,9 +181,9 @@ pub(crate) struct Launch {
 
 impl Launch {
     /// Spawn the server `command` builds (output into the log in `dir`, killed when the test
-    /// binary exits) and wait until the server on `port` is ready. A missing program panics
-    /// with [`INSTALL_HINT`]; any other failure is an `Err` (the caller may retry on another
-    /// port), with `dir` removed when the server was spawned.
+    /// binary exits) and wait until the server on `port` is ready. A failure is an `Err` (the
+    /// caller may retry on another port; a missing program's names [`INSTALL_HINT`]), with
+    /// `dir` removed when the server was spawned.
     pub fn spawn(
         &'static self,
         command: impl Fn() -> Command + Send + Sync + 'static,
@@ -220,7 +220,7 @@ impl Launch {
         let mut held = match spawn_held(cmd) {
             Ok(h) => h,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                panic!("{}: {INSTALL_HINT}", self.missing)
+                return Err(format!("{}: {INSTALL_HINT}", self.missing))
             }
             Err(e) => return Err(format!("spawn {}: {e}", self.program)),
         };
@@ -253,18 +253,27 @@ impl Launch {
     }
 }
 
-/// Call `try_start` until it succeeds, 3 times at most, then panic with "could not start
-/// {name}" and the last failure.
-pub(crate) fn with_retries<S>(name: &str, mut try_start: impl FnMut() -> Result<S, String>) -> S {
+/// Call `try_start` until it succeeds, 3 times at most, then return "could not start {name}"
+/// and the last failure.
+pub(crate) fn try_with_retries<S>(
+    name: &str,
+    mut try_start: impl FnMut() -> Result<S, String>,
+) -> Result<S, String> {
     let mut last = String::new();
     // A free port can be taken by someone else between our probe and the server's bind.
     for _ in 0..3 {
         match try_start() {
-            Ok(s) => return s,
+            Ok(s) => return Ok(s),
+            Err(e) if e.contains(INSTALL_HINT) => return Err(e),
             Err(e) => last = e,
         }
     }
-    panic!("could not start {name}: {last}");
+    Err(format!("could not start {name}: {last}"))
+}
+
+/// [`try_with_retries`], panicking with its error: for tests.
+pub(crate) fn with_retries<S>(name: &str, try_start: impl FnMut() -> Result<S, String>) -> S {
+    try_with_retries(name, try_start).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// One server per test binary, spawned from a thread (named `thread`) that lives as long as

@@ -6,14 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A TCP forwarder to the server for one client. [`Proxy::cut`] closes its connections and
-/// refuses new ones: the client is cut off as by a crash or a partition, while the server keeps
-/// whatever the client left there. [`Proxy::pause`] holds every byte in both directions until
-/// [`Proxy::resume`], as a stalled process or network would.
+/// refuses new ones until [`Proxy::heal`]: the client is cut off as by a crash or a partition,
+/// while the server keeps whatever the client left there. [`Proxy::pause`] holds every byte in
+/// both directions until [`Proxy::resume`], as a stalled process or network would.
 pub struct Proxy {
     addr: SocketAddr,
     cut: Arc<AtomicBool>,
     paused: tokio::sync::watch::Sender<bool>,
+    /// The connections' tasks (aborted by a cut).
     tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// The accepting task (aborted on drop).
+    accept: tokio::task::AbortHandle,
 }
 
 async fn pipe(
@@ -43,12 +46,16 @@ async fn pipe(
 
 impl Proxy {
     /// Start forwarding a loopback port of its own to `upstream`, on the current tokio runtime
-    /// (its tasks end with the runtime, or on [`Proxy::cut`]).
+    /// (its tasks end with the runtime, or when it is dropped). Panics if no port can be bound:
+    /// for tests; [`Proxy::try_start`] returns the error.
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind proxy");
-        let addr = listener.local_addr().unwrap();
+        Proxy::try_start(upstream).await.expect("bind proxy")
+    }
+
+    /// [`Proxy::start`], returning the error when no loopback port can be bound.
+    pub async fn try_start(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let cut = Arc::new(AtomicBool::new(false));
         let (paused, _) = tokio::sync::watch::channel(false);
         let tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
@@ -76,16 +83,18 @@ impl Proxy {
                     let (sr, sw) = server.into_split();
                     tokio::join!(pipe(cr, sw, paused.clone()), pipe(sr, cw, paused));
                 });
-                tasks2.lock().unwrap().push(conn.abort_handle());
+                let mut conns = tasks2.lock().unwrap_or_else(|e| e.into_inner());
+                conns.retain(|t| !t.is_finished());
+                conns.push(conn.abort_handle());
             }
         });
-        tasks.lock().unwrap().push(accept.abort_handle());
-        Proxy {
+        Ok(Proxy {
             addr,
             cut,
             paused,
             tasks,
-        }
+            accept: accept.abort_handle(),
+        })
     }
 
     /// The address the client connects to instead of the server's.
@@ -93,13 +102,28 @@ impl Proxy {
         self.addr
     }
 
-    /// Drop every connection (both sides see them close) and the listener (new connections are
-    /// refused).
+    /// Drop every connection (both sides see them close); new connections are accepted and
+    /// closed at once, until [`Proxy::heal`].
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
-        for t in self.tasks.lock().unwrap().drain(..) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
             t.abort();
         }
+    }
+
+    /// Forward new connections again after [`Proxy::cut`] (the client reconnects by itself).
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// True between [`Proxy::cut`] and [`Proxy::heal`].
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
     }
 
     /// Hold all traffic until [`Proxy::resume`].
@@ -115,6 +139,7 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        self.accept.abort();
         self.cut();
     }
 }

@@ -1,7 +1,7 @@
 //! A real `redis-server`.
 
 use crate::free_port;
-use crate::process::{keep, temp_dir, with_retries, Launch, Process};
+use crate::process::{keep, temp_dir, try_with_retries, with_retries, Launch, Process};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
@@ -63,6 +63,13 @@ impl RedisServer {
         with_retries("redis-server", || Self::try_start(true))
     }
 
+    /// [`RedisServer::start`] (`persistent: false`) or [`RedisServer::start_persistent`],
+    /// returning why it could not start (what to install, when `redis-server` is missing)
+    /// instead of panicking: for a benchmark binary.
+    pub fn launch(persistent: bool) -> Result<RedisServer, String> {
+        try_with_retries("redis-server", || Self::try_start(persistent))
+    }
+
     fn try_start(persistent: bool) -> Result<RedisServer, String> {
         let port = free_port();
         let dir = temp_dir("redis");
@@ -105,12 +112,19 @@ impl RedisServer {
     /// process may have taken the port meanwhile). Without persistence it starts empty. A no-op
     /// when it runs.
     pub fn start_again(&mut self) {
-        if let Err(e) = self.process.start_again() {
-            panic!(
+        if let Err(e) = self.try_start_again() {
+            panic!("{e}");
+        }
+    }
+
+    /// [`RedisServer::start_again`], returning the failure instead of panicking.
+    pub fn try_start_again(&mut self) -> Result<(), String> {
+        self.process.start_again().map_err(|e| {
+            format!(
                 "could not start redis-server again on port {}: {e}",
                 self.port
-            );
-        }
+            )
+        })
     }
 
     /// [`RedisServer::stop`], `downtime` of sleep, [`RedisServer::start_again`].

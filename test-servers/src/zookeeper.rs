@@ -1,6 +1,6 @@
 //! A real standalone ZooKeeper.
 
-use crate::process::{keep, temp_dir, with_retries, Launch, Process};
+use crate::process::{keep, temp_dir, try_with_retries, Launch, Process};
 use crate::{free_port, INSTALL_HINT};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -63,14 +63,20 @@ impl ZkServer {
     /// panic saying why, or what to install. The tick is [`ZK_TICK_MS`]; granted session
     /// timeouts range from 2 ticks to 60 s.
     pub fn start() -> ZkServer {
+        Self::launch().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`ZkServer::start`], returning why it could not start (what to install, when a jar is
+    /// missing) instead of panicking: for a benchmark binary.
+    pub fn launch() -> Result<ZkServer, String> {
         let classpath = std::env::var("ZOOKEEPER_CLASSPATH")
             .unwrap_or_else(|_| ZK_DEFAULT_CLASSPATH.to_string());
         for jar in classpath.split(':') {
             if !std::path::Path::new(jar).exists() {
-                panic!("ZooKeeper jar {jar} is missing: {INSTALL_HINT}");
+                return Err(format!("ZooKeeper jar {jar} is missing: {INSTALL_HINT}"));
             }
         }
-        with_retries("ZooKeeper", || Self::try_start(&classpath))
+        try_with_retries("ZooKeeper", || Self::try_start(&classpath))
     }
 
     fn try_start(classpath: &str) -> Result<ZkServer, String> {
@@ -116,9 +122,16 @@ impl ZkServer {
     /// until it answers `ruok` (60 s at most), or panic saying why (another process may have
     /// taken the port meanwhile). It reloads its znodes and sessions. A no-op when it runs.
     pub fn start_again(&mut self) {
-        if let Err(e) = self.process.start_again() {
-            panic!("could not start ZooKeeper again on port {}: {e}", self.port);
+        if let Err(e) = self.try_start_again() {
+            panic!("{e}");
         }
+    }
+
+    /// [`ZkServer::start_again`], returning the failure instead of panicking.
+    pub fn try_start_again(&mut self) -> Result<(), String> {
+        self.process
+            .start_again()
+            .map_err(|e| format!("could not start ZooKeeper again on port {}: {e}", self.port))
     }
 
     /// [`ZkServer::stop`], `downtime` of sleep, [`ZkServer::start_again`].

@@ -167,7 +167,7 @@ impl Engine for Embedded {
     }
 
     /// Every contender fault, and both replica faults: the store has a switch for each.
-    fn fault_kinds(&self) -> &'static [FaultKind] {
+    fn fault_kinds(&self, _options: &EngineOptions) -> &'static [FaultKind] {
         &[
             FaultKind::Pause,
             FaultKind::Crash,
@@ -292,9 +292,13 @@ impl OpenEngine for Opened {
             Injection::ClockJump { owner, by_us } => store.jump_clock(owner, by_us * scale as i64),
             Injection::ReplicaStop { replica, on: true } => store.stop_replica(replica),
             Injection::ReplicaStop { replica, on: false } => store.start_replica(replica),
-            Injection::ReplicaLag { replica, lag, drop } => store.lag_replica(replica, lag * scale, drop),
+            Injection::ReplicaLag { replica, lag, drop } => {
+                store.lag_replica(replica, lag * scale, drop)
+            }
             Injection::ServerRestart { .. } => {
-                return Box::pin(async { Err("the embedded store has no server to restart".to_string()) })
+                return Box::pin(async {
+                    Err("the embedded store has no server to restart".to_string())
+                })
             }
         }
         Box::pin(async { Ok(()) })

@@ -28,16 +28,17 @@ pub mod cell_model;
 pub mod counting;
 pub mod embedded;
 pub mod redis;
+pub mod server_faults;
 pub mod zookeeper;
 
 pub use algorithm::{
     Algorithm, AlgorithmSettings, BackoffPreset, BuildFuture, Entry, TimeSourceKind,
 };
 
+use crate::faults::FaultKind;
 use clap::ArgMatches;
 use lock_core::embedded::StoreCounters;
 use lock_core::Locker;
-use crate::faults::FaultKind;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -123,7 +124,8 @@ pub trait Engine: Send + Sync + 'static {
 
     /// The fault kinds its opened engine can inject ([`OpenEngine::inject`]); `--faults`
     /// with another kind is refused before the run.
-    fn fault_kinds(&self) -> &'static [FaultKind] {
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        let _ = options;
         &[]
     }
 
@@ -241,6 +243,8 @@ pub struct EngineSetup<'a> {
     pub settings: AlgorithmSettings,
     /// Clock skews of the GlobalTime service's replicas, in model microseconds.
     pub service_skews: Vec<i64>,
+    /// The kinds of fault the run will inject (`--faults`).
+    pub fault_kinds: Vec<FaultKind>,
 }
 
 /// One contender, as an engine sees it.

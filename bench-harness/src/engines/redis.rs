@@ -7,9 +7,13 @@
 //! clocks (the system clock plus the contender's skew), as jedis-lock does. The Redis client
 //! exposes no request count: store load is n/a.
 //!
-//! Option: `--redis URL` (or `LOCK_REDIS_URL`); a password in it is redacted in result files.
+//! Options: `--redis URL` (or `LOCK_REDIS_URL`; a password in it is redacted in result files),
+//! or `--spawn-redis[=aof|memory]`: the harness starts a `redis-server` of its own on a free
+//! loopback port for each run (with an append-only file synced on every write, or in memory
+//! only) and can then restart it (`--faults server-restart:…`). Faults: [`super::server_faults`].
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::server_faults::{self, Managed, ServerFaults};
 use super::{
     given, redact_url, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
     EngineSetup, Injection, OpenEngine,
@@ -20,8 +24,8 @@ use lock_core::context::ClientContext;
 use lock_core::Locker;
 use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The engine.
@@ -61,8 +65,29 @@ static ALGORITHMS: [Entry<RedisBackend>; 2] = [
 #[command(next_help_heading = "Redis (--backend redis)")]
 pub struct Args {
     /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
-    #[arg(long, value_name = "URL", env = "LOCK_REDIS_URL")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LOCK_REDIS_URL",
+        conflicts_with = "spawn_redis"
+    )]
     pub redis: Option<String>,
+    /// Start a redis-server of the harness's own for each run, on a free loopback port, and
+    /// stop it afterwards; needed for `--faults server-restart:…`. `aof` (the default) syncs an
+    /// append-only file on every write, so a restart keeps the lock keys; `memory` keeps them
+    /// in memory only, so a restart forgets them.
+    #[arg(long, value_name = "PERSISTENCE", num_args = 0..=1, default_missing_value = "aof")]
+    pub spawn_redis: Option<Persistence>,
+}
+
+/// How a redis-server the harness starts keeps its keys.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Persistence {
+    /// `appendonly yes`, `appendfsync always`: every acknowledged write survives a restart.
+    Aof,
+    /// No persistence: a restart comes back empty.
+    Memory,
 }
 
 /// Its options, as result files show them.
@@ -72,6 +97,9 @@ pub struct Options {
     /// The server's URL (none: [`DEFAULT_URL`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis: Option<String>,
+    /// A server the harness starts for each run (`--spawn-redis`), instead of `redis`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<Persistence>,
 }
 
 impl From<Options> for EngineOptions {
@@ -114,13 +142,14 @@ impl Engine for Redis {
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "redis")
+        given(m, "redis") || given(m, "spawn_redis")
     }
 
     fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         Ok(Options {
             redis: a.redis.filter(|u| !u.trim().is_empty()),
+            spawn: a.spawn_redis,
         }
         .into())
     }
@@ -130,7 +159,13 @@ impl Engine for Redis {
     }
 
     fn address(&self, options: &EngineOptions) -> String {
-        redact_url(options.get::<Options>().url())
+        let o = options.get::<Options>();
+        match o.spawn {
+            Some(p) => {
+                format!("a redis-server started by the harness ({p:?} persistence)").to_lowercase()
+            }
+            None => redact_url(o.url()),
+        }
     }
 
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
@@ -145,8 +180,8 @@ impl Engine for Redis {
         false
     }
 
-    fn fault_kinds(&self) -> &'static [FaultKind] {
-        &[FaultKind::ClockJump]
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        server_faults::kinds(options.get::<Options>().spawn.is_some())
     }
 
     fn redacted(&self, options: &EngineOptions) -> EngineOptions {
@@ -160,43 +195,92 @@ impl Engine for Redis {
         setup: EngineSetup<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         Box::pin(async move {
+            let options: Options = setup.options.get();
+            let (url, server) = match options.spawn {
+                Some(p) => {
+                    let (server, url) = Managed::start(move || {
+                        test_servers::RedisServer::launch(p == Persistence::Aof)
+                    })
+                    .await
+                    .map_err(|e| format!("--spawn-redis: {e}"))?;
+                    (url, Some(server))
+                }
+                None => (options.url().to_string(), None),
+            };
+            let upstream = if server_faults::needs_proxies(&setup.fault_kinds) {
+                Some(server_faults::resolve(authority(&url)?).await?)
+            } else {
+                None
+            };
             let opened = Opened {
-                options: setup.options.get(),
+                url,
                 namespace: setup.namespace.to_string(),
                 settings: setup.settings,
-                jumps: Mutex::new(BTreeMap::new()),
+                faults: ServerFaults::new(upstream, server),
             };
             // One probe connection: an unreachable server fails here, once.
-            opened.connect().await?;
+            opened.connect(None).await?;
             Ok(Box::new(opened) as Box<dyn OpenEngine>)
         })
     }
 }
 
 struct Opened {
-    options: Options,
+    /// The server's URL.
+    url: String,
     namespace: String,
     settings: AlgorithmSettings,
-    /// Each contender's clock steps, by owner id.
-    jumps: Mutex<BTreeMap<String, lock_core::time::ClockJump>>,
+    faults: ServerFaults,
 }
 
 impl Opened {
-    async fn connect(&self) -> Result<RedisBackend, String> {
+    /// A connection to the server, or through `via` (a contender's proxy).
+    async fn connect(&self, via: Option<SocketAddr>) -> Result<RedisBackend, String> {
         let config = RedisConnectConfig {
             connect_timeout: CONNECT_TIMEOUT,
             key_prefix: format!("bench-harness:{}:", self.namespace),
             ..RedisConnectConfig::default()
         };
-        RedisBackend::connect_with(self.options.url(), config)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot reach the redis backend at {} (--redis): {e}",
-                    redact_url(self.options.url())
-                )
-            })
+        let url = match via {
+            Some(addr) => with_authority(&self.url, &addr.to_string())?,
+            None => self.url.clone(),
+        };
+        RedisBackend::connect_with(&url, config).await.map_err(|e| {
+            format!(
+                "cannot reach the redis backend at {} (--redis): {e}",
+                redact_url(&url)
+            )
+        })
     }
+
+    async fn connect_contender(&self, owner: &str) -> Result<RedisBackend, String> {
+        let via = self.faults.route(owner).await?;
+        self.connect(via).await
+    }
+}
+
+/// The `host:port` of a redis URL.
+fn authority(url: &str) -> Result<&str, String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    if host_port.is_empty() {
+        return Err(format!("no host:port in the redis URL {}", redact_url(url)));
+    }
+    Ok(host_port)
+}
+
+/// `url` with its `host:port` replaced by `host_port` (scheme, credentials and database kept).
+fn with_authority(url: &str, host_port: &str) -> Result<String, String> {
+    let old = authority(url)?;
+    let at = url
+        .rfind(old)
+        .ok_or_else(|| format!("no host:port in the redis URL {}", redact_url(url)))?;
+    Ok(format!(
+        "{}{host_port}{}",
+        &url[..at],
+        &url[at + old.len()..]
+    ))
 }
 
 impl OpenEngine for Opened {
@@ -205,43 +289,30 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        let jump = lock_core::time::ClockJump::new();
-        lock_jumps(&self.jumps).insert(spec.owner.clone(), jump.clone());
-        Box::pin(super::server_contender(
-            &ALGORITHMS,
-            algorithm,
-            self.connect(),
-            spec,
-            &self.settings,
-            jump,
-        ))
+        let jump = self.faults.jump(&spec.owner);
+        let owner = spec.owner.clone();
+        Box::pin(async move {
+            super::server_contender(
+                &ALGORITHMS,
+                algorithm,
+                self.connect_contender(&owner),
+                spec,
+                &self.settings,
+                jump,
+            )
+            .await
+        })
     }
 
     fn counters(&self) -> Option<CounterHandle> {
         None
     }
 
-    /// Clock jumps: each contender's clock carries a [`lock_core::time::ClockJump`] the
-    /// nemesis moves (jedis-lock judges expiry by client clocks; the token lock ignores them).
+    /// Faults through [`ServerFaults`]: jedis-lock judges expiry by client clocks (the token
+    /// lock ignores them); proxies for pause, crash and partition; restarts of a spawned server.
     fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
-        let done = match injection {
-            Injection::ClockJump { owner, by_us } => match lock_jumps(&self.jumps).get(owner) {
-                Some(jump) => {
-                    jump.jump(by_us);
-                    Ok(())
-                }
-                None => Err(format!("no contender {owner} to step the clock of")),
-            },
-            other => Err(format!("the redis engine cannot inject {other:?}")),
-        };
-        Box::pin(async move { done })
+        self.faults.inject(injection)
     }
-}
-
-fn lock_jumps(
-    jumps: &Mutex<BTreeMap<String, lock_core::time::ClockJump>>,
-) -> std::sync::MutexGuard<'_, BTreeMap<String, lock_core::time::ClockJump>> {
-    jumps.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and
@@ -266,6 +337,7 @@ mod tests {
         let cfg = crate::config::RunConfig {
             engine: Options {
                 redis: Some("redis://:pw@h:1/".into()),
+                spawn: None,
             }
             .into(),
             ..crate::config::RunConfig::on(super::super::EngineRef::find("redis").unwrap())
@@ -276,5 +348,19 @@ mod tests {
             "{json}"
         );
         assert_eq!(Redis.address(&cfg.engine), "redis://***@h:1/");
+    }
+
+    #[test]
+    fn a_proxy_takes_the_host_and_port_of_the_url_and_nothing_else() {
+        assert_eq!(authority("redis://:pw@h:1/2").unwrap(), "h:1");
+        assert_eq!(
+            with_authority("redis://:pw@h:1/2", "127.0.0.1:9").unwrap(),
+            "redis://:pw@127.0.0.1:9/2"
+        );
+        assert_eq!(
+            with_authority("redis://h:1", "127.0.0.1:9").unwrap(),
+            "redis://127.0.0.1:9"
+        );
+        assert!(authority("redis:///").is_err());
     }
 }

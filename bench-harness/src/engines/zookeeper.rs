@@ -6,18 +6,24 @@
 //! timeout is the run's TTL, with its lock znodes under the run's own root
 //! `/bench-harness/<ns>`. The ZooKeeper client exposes no request count: store load is n/a.
 //!
-//! Option: `--zookeeper host:port[,…]` (or `LOCK_ZOOKEEPER_HOSTS`).
+//! Options: `--zookeeper host:port[,…]` (or `LOCK_ZOOKEEPER_HOSTS`), or `--spawn-zookeeper`:
+//! the harness starts a ZooKeeper server of its own on a free loopback port for each run (the
+//! Debian package's jars) and can then restart it (`--faults server-restart:…`). Faults:
+//! [`super::server_faults`]; contender faults need a single host.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::server_faults::{self, Managed, ServerFaults};
 use super::{
     given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions, EngineSetup,
-    OpenEngine,
+    Injection, OpenEngine,
 };
+use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,8 +53,18 @@ static ALGORITHMS: [Entry<ZkBackend>; 1] = [Entry {
 #[command(next_help_heading = "ZooKeeper (--backend zookeeper)")]
 pub struct Args {
     /// ZooKeeper connect string, host:port[,host:port...] [default: 127.0.0.1:2181].
-    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_ZOOKEEPER_HOSTS")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        env = "LOCK_ZOOKEEPER_HOSTS",
+        conflicts_with = "spawn_zookeeper"
+    )]
     pub zookeeper: Option<String>,
+    /// Start a ZooKeeper server of the harness's own for each run (Debian's `zookeeper`
+    /// package, on `java`), on a free loopback port, and stop it afterwards; needed for
+    /// `--faults server-restart:…`. It keeps its znodes and sessions across a restart.
+    #[arg(long)]
+    pub spawn_zookeeper: bool,
 }
 
 /// Its options, as result files show them.
@@ -58,6 +74,9 @@ pub struct Options {
     /// The connect string (none: [`DEFAULT_HOSTS`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zookeeper: Option<String>,
+    /// A server the harness starts for each run (`--spawn-zookeeper`), instead of `zookeeper`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub spawn: bool,
 }
 
 impl From<Options> for EngineOptions {
@@ -100,13 +119,14 @@ impl Engine for Zookeeper {
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "zookeeper")
+        given(m, "zookeeper") || given(m, "spawn_zookeeper")
     }
 
     fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         Ok(Options {
             zookeeper: a.zookeeper.filter(|h| !h.trim().is_empty()),
+            spawn: a.spawn_zookeeper,
         }
         .into())
     }
@@ -116,7 +136,12 @@ impl Engine for Zookeeper {
     }
 
     fn address(&self, options: &EngineOptions) -> String {
-        options.get::<Options>().hosts().to_string()
+        let o = options.get::<Options>();
+        if o.spawn {
+            "a ZooKeeper server started by the harness".to_string()
+        } else {
+            o.hosts().to_string()
+        }
     }
 
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
@@ -131,44 +156,76 @@ impl Engine for Zookeeper {
         false
     }
 
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        server_faults::kinds(options.get::<Options>().spawn)
+    }
+
     fn open<'a>(
         &'a self,
         setup: EngineSetup<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         Box::pin(async move {
+            let options: Options = setup.options.get();
+            let (hosts, server) = if options.spawn {
+                let (server, hosts) = Managed::start(test_servers::ZkServer::launch)
+                    .await
+                    .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
+                (hosts, Some(server))
+            } else {
+                (options.hosts().to_string(), None)
+            };
+            let upstream = if server_faults::needs_proxies(&setup.fault_kinds) {
+                if hosts.contains(',') {
+                    return Err(format!(
+                        "pause, crash and partition faults need a single ZooKeeper host, not {hosts}"
+                    ));
+                }
+                Some(server_faults::resolve(&hosts).await?)
+            } else {
+                None
+            };
             let opened = Opened {
-                options: setup.options.get(),
+                hosts,
                 namespace: setup.namespace.to_string(),
                 settings: setup.settings,
+                faults: ServerFaults::new(upstream, server),
             };
             // One probe session: an unreachable server fails here, once.
-            opened.connect().await?;
+            opened.connect(None).await?;
             Ok(Box::new(opened) as Box<dyn OpenEngine>)
         })
     }
 }
 
 struct Opened {
-    options: Options,
+    /// The connect string.
+    hosts: String,
     namespace: String,
     settings: AlgorithmSettings,
+    faults: ServerFaults,
 }
 
 impl Opened {
-    async fn connect(&self) -> Result<ZkBackend, String> {
+    /// A session on the server, or through `via` (a contender's proxy).
+    async fn connect(&self, via: Option<SocketAddr>) -> Result<ZkBackend, String> {
+        let hosts = via.map_or_else(|| self.hosts.clone(), |a| a.to_string());
         let config = ZkConfig {
             session_timeout: self.settings.scaled(self.settings.ttl),
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
         };
-        ZkBackend::connect_with(self.options.hosts(), config)
+        ZkBackend::connect_with(&hosts, config)
             .await
             .map_err(|e| {
                 format!(
-                    "cannot reach the zookeeper backend at {} (--zookeeper; tried to establish a session within {CONNECT_TIMEOUT:?}): {e}",
-                    self.options.hosts(),
+                    "cannot reach the zookeeper backend at {hosts} (--zookeeper; tried to establish a session within {CONNECT_TIMEOUT:?}): {e}",
                 )
             })
+    }
+
+    async fn connect_contender(&self, owner: &str) -> Result<ZkBackend, String> {
+        let via = self.faults.route(owner).await?;
+        self.connect(via).await
     }
 }
 
@@ -178,18 +235,30 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        Box::pin(super::server_contender(
-            &ALGORITHMS,
-            algorithm,
-            self.connect(),
-            spec,
-            &self.settings,
-            lock_core::time::ClockJump::new(),
-        ))
+        let jump = self.faults.jump(&spec.owner);
+        let owner = spec.owner.clone();
+        Box::pin(async move {
+            super::server_contender(
+                &ALGORITHMS,
+                algorithm,
+                self.connect_contender(&owner),
+                spec,
+                &self.settings,
+                jump,
+            )
+            .await
+        })
     }
 
     fn counters(&self) -> Option<CounterHandle> {
         None
+    }
+
+    /// Faults through [`ServerFaults`]: proxies for pause, crash and partition (a paused
+    /// holder's session pings stall, and the server expires its session); restarts of a
+    /// spawned server. The recipe reads no clock, so a clock jump changes nothing.
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        self.faults.inject(injection)
     }
 }
 

@@ -16,6 +16,9 @@
 //! - **Unavailability**: per lock, the time during which some request was waiting and nobody
 //!   held the lock, in total and within the windows of each fault kind (each window extended
 //!   by the lease TTL, since a fault's effect on a lease outlasts the fault by up to one TTL).
+//! - **Resumed after**: per fault kind, the longest time from the end of one of its windows to
+//!   the first grant (of any lock) at or after it: how long the run took to grant again once
+//!   the fault was healed (a restarted server answering, a partition healed).
 
 use super::log::{FaultWindow, ResourceWrite};
 use super::metrics::{by_lock, Grant};
@@ -54,6 +57,10 @@ pub struct SafetyFigures {
     pub unavailable_us: u64,
     /// The same within the windows of each fault kind (extended by the TTL), by kind name.
     pub unavailable_us_by_fault: BTreeMap<String, u64>,
+    /// Per fault kind, the longest time from a window's end to the next grant, in
+    /// microseconds (windows with no grant after them are left out).
+    #[serde(default)]
+    pub resumed_after_us_by_fault: BTreeMap<String, u64>,
 }
 
 impl SafetyFigures {
@@ -70,7 +77,8 @@ pub fn overlap_time_us(locks: &BTreeMap<u32, Vec<Grant>>) -> u64 {
     locks
         .values()
         .map(|list| {
-            let holds: Vec<(u64, u64)> = list.iter().map(|g| (g.granted_us, g.released_us)).collect();
+            let holds: Vec<(u64, u64)> =
+                list.iter().map(|g| (g.granted_us, g.released_us)).collect();
             covered_at_least(&holds, 2)
         })
         .sum()
@@ -107,13 +115,19 @@ pub fn stale_flags(locks: &BTreeMap<u32, Vec<Grant>>, writes: &[ResourceWrite]) 
     let mut granted: HashMap<(u32, u32, u64), Vec<u64>> = HashMap::new();
     for (&lock, list) in locks {
         for g in list {
-            granted.entry((lock, g.contender, g.token)).or_default().push(g.granted_us);
+            granted
+                .entry((lock, g.contender, g.token))
+                .or_default()
+                .push(g.granted_us);
         }
     }
     writes
         .iter()
         .map(|w| {
-            let (Some(times), Some(list)) = (granted.get(&(w.lock, w.contender, w.token)), locks.get(&w.lock)) else {
+            let (Some(times), Some(list)) = (
+                granted.get(&(w.lock, w.contender, w.token)),
+                locks.get(&w.lock),
+            ) else {
                 return false;
             };
             let Some(&mine) = times[..times.partition_point(|&t| t <= w.at_us)].last() else {
@@ -162,7 +176,10 @@ pub fn total_us(intervals: &[(u64, u64)], within: Option<&[(u64, u64)]>) -> u64 
         .iter()
         .map(|&(a, b)| match within {
             None => b - a,
-            Some(windows) => windows.iter().map(|&(x, y)| b.min(y).saturating_sub(a.max(x))).sum(),
+            Some(windows) => windows
+                .iter()
+                .map(|&(x, y)| b.min(y).saturating_sub(a.max(x)))
+                .sum(),
         })
         .sum()
 }
@@ -202,7 +219,10 @@ pub fn judge(
     let mut f = SafetyFigures {
         overlapping_holds: found.len() as u64,
         overlap_us: overlap_time_us(&locks),
-        overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count() as u64,
+        overlaps_outside_pauses: found
+            .iter()
+            .filter(|o| !in_pause(o.second.granted_us))
+            .count() as u64,
         resource_writes: writes.len() as u64,
         leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
         crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
@@ -231,14 +251,37 @@ pub fn judge(
     let kinds: BTreeSet<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
     for kind in kinds {
         let windows = windows_of(faults, kind, ttl_us);
-        f.unavailable_us_by_fault.insert(kind.to_string(), total_us(&idle, Some(&windows)));
+        f.unavailable_us_by_fault
+            .insert(kind.to_string(), total_us(&idle, Some(&windows)));
     }
+    f.resumed_after_us_by_fault = resumed_after(grants, faults);
     (f, found)
+}
+
+/// Per fault kind, the longest wait from a window's end to the first grant at or after it.
+pub fn resumed_after(grants: &[Grant], faults: &[FaultWindow]) -> BTreeMap<String, u64> {
+    let mut granted: Vec<u64> = grants.iter().map(|g| g.granted_us).collect();
+    granted.sort_unstable();
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for w in faults {
+        let i = granted.partition_point(|&t| t < w.end_us);
+        if let Some(&next) = granted.get(i) {
+            let wait = next - w.end_us;
+            let most = out.entry(w.kind.clone()).or_insert(0);
+            *most = (*most).max(wait);
+        }
+    }
+    out
 }
 
 /// Every safety figure of one algorithm from its three logs ([`judge`] without the list of
 /// overlapping grants).
-pub fn figures(grants: &[Grant], writes: &[ResourceWrite], faults: &[FaultWindow], ttl_us: u64) -> SafetyFigures {
+pub fn figures(
+    grants: &[Grant],
+    writes: &[ResourceWrite],
+    faults: &[FaultWindow],
+    ttl_us: u64,
+) -> SafetyFigures {
     judge(grants, writes, faults, ttl_us).0
 }
 
@@ -248,11 +291,25 @@ mod tests {
     use crate::measure::metrics::overlaps;
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
-        Grant { lock: 0, contender, requested_us: req, granted_us: granted, released_us: released, token, ..Grant::default() }
+        Grant {
+            lock: 0,
+            contender,
+            requested_us: req,
+            granted_us: granted,
+            released_us: released,
+            token,
+            ..Grant::default()
+        }
     }
 
     fn w(contender: u32, token: u64, at_us: u64, accepted: bool) -> ResourceWrite {
-        ResourceWrite { lock: 0, contender, token, at_us, accepted }
+        ResourceWrite {
+            lock: 0,
+            contender,
+            token,
+            at_us,
+            accepted,
+        }
     }
 
     #[test]
@@ -262,7 +319,10 @@ mod tests {
         let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2), g(2, 6, 50, 60, 3)];
         let found = overlaps(&by_lock(&grants));
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].first.contender, found[0].second.contender), (0, 1));
+        assert_eq!(
+            (found[0].first.contender, found[0].second.contender),
+            (0, 1)
+        );
         assert_eq!(overlap_time_us(&by_lock(&grants)), 10);
         // Back to back is not an overlap.
         assert!(overlaps(&by_lock(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)])).is_empty());
@@ -273,19 +333,58 @@ mod tests {
         let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2)];
         // 0 writes at its grant (fresh), 1 writes at its grant (fresh), 0 writes at 49 after 1
         // was granted (stale, rejected by fencing), 1 writes at 39 (fresh).
-        let writes = [w(0, 1, 10, true), w(1, 2, 30, true), w(1, 2, 39, true), w(0, 1, 49, false)];
-        assert_eq!(stale_flags(&by_lock(&grants), &writes), [false, false, false, true]);
+        let writes = [
+            w(0, 1, 10, true),
+            w(1, 2, 30, true),
+            w(1, 2, 39, true),
+            w(0, 1, 49, false),
+        ];
+        assert_eq!(
+            stale_flags(&by_lock(&grants), &writes),
+            [false, false, false, true]
+        );
         // A token seen again later (an unsafe lock repeats tokens) is matched to the writer's
         // latest grant, not its first.
         let again = [g(0, 0, 10, 20, 1), g(1, 0, 30, 40, 2), g(0, 0, 50, 60, 1)];
-        assert_eq!(stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]), [false]);
+        assert_eq!(
+            stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]),
+            [false]
+        );
         let mut lost = grants;
         lost[0].lease_lost = true;
         let f = figures(&lost, &writes, &[], 0);
-        assert_eq!((f.stale_writes, f.stale_rejected, f.stale_accepted), (1, 1, 0));
+        assert_eq!(
+            (f.stale_writes, f.stale_rejected, f.stale_accepted),
+            (1, 1, 0)
+        );
         assert_eq!(f.stale_accepted_without_fencing, 1);
         assert_eq!((f.stale_holders, f.stale_holders_told), (1, 1));
         assert!(!f.is_safe(), "an overlap is never safe");
+    }
+
+    #[test]
+    fn resumed_after_is_the_longest_wait_from_a_window_end_to_the_next_grant() {
+        let grants = [
+            g(0, 0, 0, 10, 1),
+            g(1, 5, 130, 140, 2),
+            g(0, 150, 400, 410, 3),
+        ];
+        let w = |kind: &str, start_us, end_us| FaultWindow {
+            kind: kind.into(),
+            target: "server".into(),
+            start_us,
+            end_us,
+        };
+        let got = resumed_after(
+            &grants,
+            &[
+                w("server-restart", 20, 100),
+                w("server-restart", 160, 380),
+                w("pause", 500, 600),
+            ],
+        );
+        assert_eq!(got.get("server-restart"), Some(&30));
+        assert_eq!(got.get("pause"), None, "no grant after it");
     }
 
     #[test]
@@ -295,18 +394,41 @@ mod tests {
         let idle = idle_intervals(&by_lock(&grants));
         assert_eq!(total_us(&idle, None), 20);
         assert_eq!(total_us(&idle, Some(&[(0, 15)])), 5);
-        let faults = [FaultWindow { kind: "crash".into(), target: "c0".into(), start_us: 8, end_us: 9 }];
+        let faults = [FaultWindow {
+            kind: "crash".into(),
+            target: "c0".into(),
+            start_us: 8,
+            end_us: 9,
+        }];
         let f = figures(&grants, &[], &faults, 4);
-        assert_eq!(f.unavailable_us_by_fault["crash"], 3, "window [8, 13) holds 10..13");
+        assert_eq!(
+            f.unavailable_us_by_fault["crash"], 3,
+            "window [8, 13) holds 10..13"
+        );
         assert_eq!(f.overlaps_outside_pauses, 0);
     }
 
     #[test]
     fn windows_merge_and_extend() {
         let faults = [
-            FaultWindow { kind: "pause".into(), target: "a".into(), start_us: 0, end_us: 10 },
-            FaultWindow { kind: "pause".into(), target: "b".into(), start_us: 12, end_us: 20 },
-            FaultWindow { kind: "crash".into(), target: "c".into(), start_us: 100, end_us: 110 },
+            FaultWindow {
+                kind: "pause".into(),
+                target: "a".into(),
+                start_us: 0,
+                end_us: 10,
+            },
+            FaultWindow {
+                kind: "pause".into(),
+                target: "b".into(),
+                start_us: 12,
+                end_us: 20,
+            },
+            FaultWindow {
+                kind: "crash".into(),
+                target: "c".into(),
+                start_us: 100,
+                end_us: 110,
+            },
         ];
         assert_eq!(windows_of(&faults, "pause", 5), [(0, 25)]);
         assert_eq!(windows_of(&faults, "crash", 0), [(100, 110)]);

@@ -1,0 +1,239 @@
+//! Faults on a real server, for the engines that talk to one (Redis, ZooKeeper).
+//!
+//! - **Contender faults** (`pause`, `crash`, `partition`): each contender reaches the server
+//!   through a TCP proxy of its own ([`test_servers::Proxy`]) when the run has such faults, so
+//!   that one contender can be hit without the others. `pause` holds every byte both ways (its
+//!   lease renewals and session pings stall, as in a stopped process); `partition` closes its
+//!   connections and refuses new ones until healed (its client reconnects by itself); `crash`
+//!   closes them for good: what it left on the server (keys, znodes, sessions) stays until it
+//!   expires there, and the contender comes back under a new owner id with a new proxy.
+//! - **`clock-jump`**: every contender's clock carries a [`ClockJump`] the nemesis moves.
+//! - **`server-restart`**: only for a server the harness started itself ([`Managed`], with the
+//!   engine's `--spawn-…` option): it is killed (`SIGKILL`, as a crash) and started again on
+//!   the same port and data directory. A server the harness did not start is not its to kill.
+//!
+//! Runs without these faults connect straight to the server: the proxy hop is never measured
+//! unless a fault needs it.
+
+use super::{BoxFuture, Injection};
+use crate::faults::FaultKind;
+use lock_core::time::ClockJump;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use test_servers::{Proxy, RedisServer, ZkServer};
+
+/// The fault kinds a server engine can inject: `managed` when the harness started the server.
+pub fn kinds(managed: bool) -> &'static [FaultKind] {
+    const CONTENDER: [FaultKind; 4] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+    ];
+    const ALL: [FaultKind; 5] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::ServerRestart,
+    ];
+    if managed {
+        &ALL
+    } else {
+        &CONTENDER
+    }
+}
+
+/// True when `kinds` need a proxy in front of each contender.
+pub fn needs_proxies(kinds: &[FaultKind]) -> bool {
+    kinds.iter().any(|k| {
+        matches!(
+            k,
+            FaultKind::Pause | FaultKind::Crash | FaultKind::Partition
+        )
+    })
+}
+
+/// A server the harness started, and can therefore restart.
+pub trait Restartable: Send {
+    /// Kill it (as a crash).
+    fn stop(&mut self);
+    /// Start it again on the same port and data directory, and wait until it answers.
+    fn start_again(&mut self) -> Result<(), String>;
+}
+
+impl Restartable for RedisServer {
+    fn stop(&mut self) {
+        RedisServer::stop(self);
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        self.try_start_again()
+    }
+}
+
+impl Restartable for ZkServer {
+    fn stop(&mut self) {
+        ZkServer::stop(self);
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        self.try_start_again()
+    }
+}
+
+/// A server the harness started for one run (stopped and removed with it).
+#[derive(Clone)]
+pub struct Managed(Arc<Mutex<Box<dyn Restartable>>>);
+
+impl Managed {
+    /// Starts a server with `launch` (blocking: off the runtime's threads).
+    pub async fn start<S: Restartable + Addressed + 'static>(
+        launch: impl FnOnce() -> Result<S, String> + Send + 'static,
+    ) -> Result<(Managed, S::Address), String> {
+        let server = tokio::task::spawn_blocking(launch)
+            .await
+            .map_err(|e| format!("starting the server panicked: {e}"))??;
+        let address = server.address();
+        Ok((Managed(Arc::new(Mutex::new(Box::new(server)))), address))
+    }
+
+    async fn with(
+        &self,
+        f: impl FnOnce(&mut dyn Restartable) -> Result<(), String> + Send + 'static,
+    ) -> Result<(), String> {
+        let me = Arc::clone(&self.0);
+        tokio::task::spawn_blocking(move || {
+            f(me.lock().unwrap_or_else(|e| e.into_inner()).as_mut())
+        })
+        .await
+        .map_err(|e| format!("restarting the server panicked: {e}"))?
+    }
+}
+
+/// How clients reach a server the harness started.
+pub trait Addressed {
+    /// A URL or connect string.
+    type Address: Send + 'static;
+    /// This server's.
+    fn address(&self) -> Self::Address;
+}
+
+impl Addressed for RedisServer {
+    type Address = String;
+    fn address(&self) -> String {
+        self.url()
+    }
+}
+
+impl Addressed for ZkServer {
+    type Address = String;
+    fn address(&self) -> String {
+        self.hosts()
+    }
+}
+
+/// The faults of one opened server engine.
+pub struct ServerFaults {
+    /// Where proxies forward to, when contenders go through proxies.
+    upstream: Option<SocketAddr>,
+    proxies: Mutex<BTreeMap<String, Proxy>>,
+    jumps: Mutex<BTreeMap<String, ClockJump>>,
+    server: Option<Managed>,
+}
+
+impl ServerFaults {
+    /// Faults for a server at `upstream`: contenders go through proxies when `upstream` is
+    /// given; `server` when the harness started it.
+    pub fn new(upstream: Option<SocketAddr>, server: Option<Managed>) -> Self {
+        ServerFaults {
+            upstream,
+            proxies: Mutex::default(),
+            jumps: Mutex::default(),
+            server,
+        }
+    }
+
+    /// Where contender `owner` connects: a proxy of its own when contenders go through
+    /// proxies (`None`: straight to the server).
+    pub async fn route(&self, owner: &str) -> Result<Option<SocketAddr>, String> {
+        let Some(upstream) = self.upstream else {
+            return Ok(None);
+        };
+        let proxy = Proxy::try_start(upstream)
+            .await
+            .map_err(|e| format!("cannot start a proxy for contender {owner}: {e}"))?;
+        let addr = proxy.addr();
+        lock(&self.proxies).insert(owner.to_string(), proxy);
+        Ok(Some(addr))
+    }
+
+    /// A clock step for contender `owner`, which the nemesis moves.
+    pub fn jump(&self, owner: &str) -> ClockJump {
+        let jump = ClockJump::new();
+        lock(&self.jumps).insert(owner.to_string(), jump.clone());
+        jump
+    }
+
+    /// Takes one step of a fault.
+    pub fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            match injection {
+                Injection::Freeze { owner, on } => {
+                    self.proxy(owner, |p| if on { p.pause() } else { p.resume() })
+                }
+                Injection::Partition { owner, on } => {
+                    self.proxy(owner, |p| if on { p.cut() } else { p.heal() })
+                }
+                Injection::Kill { owner } => self.proxy(owner, |p| {
+                    p.resume();
+                    p.cut();
+                }),
+                Injection::ClockJump { owner, by_us } => match lock(&self.jumps).get(owner) {
+                    Some(jump) => {
+                        jump.jump(by_us);
+                        Ok(())
+                    }
+                    None => Err(format!("no contender {owner} to step the clock of")),
+                },
+                Injection::ServerRestart { on } => match &self.server {
+                    Some(server) if on => {
+                        server
+                            .with(|s| {
+                                s.stop();
+                                Ok(())
+                            })
+                            .await
+                    }
+                    Some(server) => server.with(|s| s.start_again()).await,
+                    None => Err("server-restart needs a server the harness started itself".into()),
+                },
+                other => Err(format!("a server engine cannot inject {other:?}")),
+            }
+        })
+    }
+
+    fn proxy(&self, owner: &str, f: impl FnOnce(&Proxy)) -> Result<(), String> {
+        match lock(&self.proxies).get(owner) {
+            Some(p) => {
+                f(p);
+                Ok(())
+            }
+            None => Err(format!(
+                "contender {owner} has no proxy (the run has no contender faults)"
+            )),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first `host:port` of a connect string or URL authority, resolved.
+pub async fn resolve(host_port: &str) -> Result<SocketAddr, String> {
+    tokio::net::lookup_host(host_port)
+        .await
+        .map_err(|e| format!("cannot resolve {host_port}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host_port} resolves to no address"))
+}
