@@ -298,11 +298,19 @@ impl RunConfig {
         if self.faults.is_empty() {
             return Ok(());
         }
+        let process_pause = self.faults.kinds().any(|k| k == crate::faults::FaultKind::ProcessPause);
         if self.processes > 1 {
-            return Err(
-                "--faults runs in one process: worker processes (--processes) cannot share the nemesis and the fenced resource yet"
-                    .into(),
-            );
+            // The parent stops and continues whole workers; faults that hit one contender or
+            // the engine need the contenders in the nemesis's process.
+            return match self.faults.kinds().find(|k| *k != crate::faults::FaultKind::ProcessPause) {
+                Some(kind) => Err(format!(
+                    "with --processes the only fault is process-pause: {kind} needs every contender in one process (drop --processes)"
+                )),
+                None => Ok(()),
+            };
+        }
+        if process_pause {
+            return Err("process-pause stops a worker process: it needs --processes P (P ≥ 2)".into());
         }
         let can = self.backend.fault_kinds(&self.engine);
         for kind in self.faults.kinds() {

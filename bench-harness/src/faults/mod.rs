@@ -19,6 +19,7 @@
 //! | `replica-stop` | a replica stops, then starts with what it missed still missing | — |
 //! | `replica-lag` | a replica applies mutations late and drops a fraction | — |
 //! | `server-restart` | the server stops, then starts | — |
+//! | `process-pause` (`--processes`: a worker process, any) | — | the whole process is stopped (`SIGSTOP`) and continued (`SIGCONT`): its contenders, lease keepers and connections |
 //!
 //! The contender's side of `pause` matters: a real GC pause freezes the critical section too,
 //! so the holder's second write to the fenced resource comes after the pause, when another
@@ -127,10 +128,12 @@ impl Control {
 
 /// Everything the nemesis acts on.
 pub struct Nemesis {
-    /// The opened engine.
-    pub engine: Arc<dyn OpenEngine>,
-    /// Every contender's control, by index.
+    /// The opened engine (none in the parent of worker processes).
+    pub engine: Option<Arc<dyn OpenEngine>>,
+    /// Every contender's control, by index (none in the parent of worker processes).
     pub controls: Vec<Arc<Control>>,
+    /// The worker processes' ids (`--processes`), for `process-pause`.
+    pub workers: Vec<u32>,
     /// The grant log's clock.
     pub stamp: Stamp,
     /// [`crate::config::RunConfig::time_scale`].
@@ -175,17 +178,15 @@ impl Nemesis {
                 self.until_someone_holds(at + spec.duration * self.scale).await;
             }
             let struck = Instant::now();
+            // Stamped when they happen (a system-clock stamp reads the clock, not the instant).
+            let start_us = self.stamp.at(struck);
             let until = struck + spec.duration * self.scale;
             let target = self.strike(&spec, &mut rng, until).await?;
             let healed = until.min(self.end.max(Instant::now()));
             tokio::time::sleep_until(healed).await;
+            let end_us = self.stamp.at(healed);
             self.heal(&spec, &target).await?;
-            let window = FaultWindow {
-                kind: spec.kind.name().to_string(),
-                target: target.name(),
-                start_us: self.stamp.at(struck),
-                end_us: self.stamp.at(healed),
-            };
+            let window = FaultWindow { kind: spec.kind.name().to_string(), target: target.name(), start_us, end_us };
             log.lock().unwrap_or_else(|e| e.into_inner()).push(window);
             at += period;
         }
@@ -213,8 +214,23 @@ impl Nemesis {
         Arc::clone(pool[rng.random_range(0..pool.len())])
     }
 
+    fn engine(&self) -> Result<&dyn OpenEngine, String> {
+        self.engine.as_deref().ok_or_else(|| "this fault needs the engine, and the nemesis has none here".to_string())
+    }
+
     async fn strike(&self, spec: &FaultSpec, rng: &mut StdRng, until: Instant) -> Result<Target, String> {
-        let engine = self.engine.as_ref();
+        if spec.kind == FaultKind::ProcessPause {
+            if self.workers.is_empty() {
+                return Err("process-pause needs worker processes (--processes)".into());
+            }
+            let w = rng.random_range(0..self.workers.len());
+            signal(self.workers[w], libc::SIGSTOP)?;
+            return Ok(Target::Process(w, self.workers[w]));
+        }
+        if self.controls.is_empty() && spec.kind.hits_a_contender() {
+            return Err(format!("{} needs the contenders in this process", spec.kind));
+        }
+        let engine = self.engine()?;
         match spec.kind {
             FaultKind::Pause => {
                 let c = self.pick_contender(rng, prefers_holder(spec.kind));
@@ -261,11 +277,15 @@ impl Nemesis {
                 engine.inject(Injection::ServerRestart { on: true }).await?;
                 Ok(Target::Server)
             }
+            FaultKind::ProcessPause => unreachable!("handled above"),
         }
     }
 
     async fn heal(&self, spec: &FaultSpec, target: &Target) -> Result<(), String> {
-        let engine = self.engine.as_ref();
+        if let Target::Process(_, pid) = target {
+            return signal(*pid, libc::SIGCONT);
+        }
+        let engine = self.engine()?;
         match (spec.kind, target) {
             (FaultKind::Pause, Target::Contender(c, owner, _)) => {
                 engine.inject(Injection::Freeze { owner, on: false }).await?;
@@ -305,6 +325,19 @@ enum Target {
     Contender(Arc<Control>, String, i64),
     Replica(usize),
     Server,
+    /// A worker process: its number and process id.
+    Process(usize, u32),
+}
+
+/// Sends `sig` to process `pid`.
+fn signal(pid: u32, sig: libc::c_int) -> Result<(), String> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| format!("process id {pid} out of range"))?;
+    // SAFETY: kill(2) with a valid signal number touches no memory of ours.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(format!("cannot signal worker process {pid}: {}", std::io::Error::last_os_error()))
+    }
 }
 
 impl Target {
@@ -313,6 +346,7 @@ impl Target {
             Target::Contender(_, owner, _) => owner.clone(),
             Target::Replica(r) => format!("replica-{r}"),
             Target::Server => "server".into(),
+            Target::Process(w, _) => format!("worker-{w}"),
         }
     }
 }

@@ -33,11 +33,13 @@ pub enum FaultKind {
     ReplicaLag,
     /// The server (Redis, ZooKeeper) stops and starts again.
     ServerRestart,
+    /// One worker process (`--processes`) is stopped (`SIGSTOP`) and continued (`SIGCONT`).
+    ProcessPause,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -45,6 +47,7 @@ impl FaultKind {
         FaultKind::ReplicaStop,
         FaultKind::ReplicaLag,
         FaultKind::ServerRestart,
+        FaultKind::ProcessPause,
     ];
 
     /// The name on the command line and in `faults.csv`.
@@ -57,6 +60,7 @@ impl FaultKind {
             FaultKind::ReplicaStop => "replica-stop",
             FaultKind::ReplicaLag => "replica-lag",
             FaultKind::ServerRestart => "server-restart",
+            FaultKind::ProcessPause => "process-pause",
         }
     }
 

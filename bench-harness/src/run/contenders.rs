@@ -20,7 +20,7 @@
 
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
-use super::resource::FencedResource;
+use super::resource::{FencedResource, Resource};
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
 use crate::faults::{Control, Nemesis};
 use crate::measure::log::{
@@ -190,9 +190,9 @@ pub struct Rig {
     pub engine: Option<Arc<dyn OpenEngine>>,
     /// The algorithm run.
     pub algorithm: &'static Algorithm,
-    /// The fenced resource, when every contender of the run can reach this one (in one
-    /// process).
-    pub resource: Option<Arc<FencedResource>>,
+    /// The fenced resource, when the run has one: in this process, or (a worker) the
+    /// parent's.
+    pub resource: Option<Resource>,
     /// The counters, when the engine counts.
     pub counters: Option<CounterHandle>,
 }
@@ -243,8 +243,9 @@ pub async fn drive(
     let nemesis = match (&rig.engine, cfg.faults.is_empty()) {
         (Some(engine), false) => {
             let nemesis = Arc::new(Nemesis {
-                engine: Arc::clone(engine),
+                engine: Some(Arc::clone(engine)),
                 controls,
+                workers: Vec::new(),
                 stamp,
                 scale,
                 seed: cfg.seed,
@@ -366,7 +367,7 @@ pub async fn run_async(
         counters: engine.counters(),
         engine: Some(engine),
         algorithm,
-        resource: Some(Arc::new(FencedResource::new())),
+        resource: Some(Resource::Local(Arc::new(FencedResource::new()))),
     };
     let driven = drive(cfg, lockers, start, stamp, rig, progress).await?;
     let mut grants = driven.grants;
@@ -395,7 +396,7 @@ struct Reviver {
 /// What one contender shares with the rest of the run.
 struct Shared {
     control: Arc<Control>,
-    resource: Option<Arc<FencedResource>>,
+    resource: Option<Resource>,
     reviver: Option<Reviver>,
 }
 
@@ -521,17 +522,19 @@ async fn round(
     let token = guard.0.as_ref().map_or(0, LockGuard::token);
     now.holding = Some((requested_us, granted_us, token));
     ctl.set_holding(true);
-    let write = |resource: &FencedResource| {
-        resource.write(plan.lock as u32, plan.index as u32, token, plan.stamp.now_us());
+    let write = |resource: &Resource| {
+        let at_us = plan.stamp.now_us();
+        let resource = resource.clone();
+        async move { resource.write(plan.lock as u32, plan.index as u32, token, at_us).await }
     };
     if let Some(r) = &shared.resource {
-        write(r);
+        write(r).await;
     }
     ctl.sleep(plan.hold.sample(rng) * plan.scale).await;
     // The holder carries on where it was: no look at its lease before the last write.
     ctl.thawed().await;
     if let Some(r) = &shared.resource {
-        write(r);
+        write(r).await;
     }
     let mut guard = guard;
     let Some(guard) = guard.0.take() else { return Round::Done };

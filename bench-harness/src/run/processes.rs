@@ -18,11 +18,19 @@
 //! 5. merges them ([`merge`], a pure function) into one [`RunOutcome`]: the metrics (safety
 //!    and fairness among them) are then computed over the grants of every process together.
 //!
+//! With `--faults process-pause:…` the parent also serves the fenced resource on a loopback
+//! port (its address goes into every [`WorkerSpec`]) and runs the nemesis, which stops and
+//! continues whole workers ([`Services`]); its log and the fault windows join the outcome.
+//!
 //! Times in the grant log are **system-clock microseconds since the common start**
 //! ([`Stamp::System`]): comparable across processes on one machine. (On several machines they
 //! would be as comparable as the machines' clocks.)
 
 use super::contenders::{self as runner, Stamp};
+use super::resource::{serve, FencedResource, RemoteResource, Resource};
+use crate::faults::Nemesis;
+use crate::measure::log::{FaultWindow, ResourceWrite};
+use std::sync::Arc;
 use crate::config::{ClockMode, RunConfig};
 use crate::engines::Algorithm;
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
@@ -55,6 +63,9 @@ pub struct WorkerSpec {
     pub worker: usize,
     /// The run's namespace on the server.
     pub namespace: String,
+    /// The parent's fenced resource, when the run has one (`--faults`).
+    #[serde(default)]
+    pub resource: Option<std::net::SocketAddr>,
 }
 
 /// The second line a worker gets: when to start.
@@ -225,8 +236,7 @@ pub fn merge(
         duration_us: cfg.duration.as_micros() as u64,
         finished_us,
         wall_time: Duration::ZERO,
-        // Faults and the fenced resource are not taken across worker processes (config
-        // validation refuses --faults with --processes).
+        // The parent adds its resource's log and its faults ([`Services`]).
         resource: Vec::new(),
         faults: Vec::new(),
     })
@@ -333,15 +343,88 @@ pub fn run_algorithm(
     let wall = Instant::now();
     let namespace = crate::engines::fresh_namespace();
     probe(cfg, &namespace)?;
-    let (mut workers, events) = start_workers(cfg, algorithm, &namespace)?;
+    let mut services = if cfg.faults.is_empty() { None } else { Some(Services::start(cfg)?) };
+    let resource = services.as_ref().map(|s| s.resource);
+    let (mut workers, events) = start_workers(cfg, algorithm, &namespace, resource)?;
     await_ready(&mut workers, &events, cfg.processes)?;
     let start_us = runner::system_now_us() + START_MARGIN.as_micros() as u64;
     send_go(&mut workers, start_us)?;
+    if let Some(s) = services.as_mut() {
+        s.go(start_us, workers.0.iter().map(|r| r.child.id()).collect())?;
+    }
     wait_until_done(cfg, &mut workers, start_us, progress)?;
     let reports = collect_reports(&mut workers)?;
     let mut outcome = merge(cfg, algorithm.name, reports)?;
+    if let Some(s) = services {
+        (outcome.resource, outcome.faults) = s.finish()?;
+    }
     outcome.wall_time = wall.elapsed();
     Ok(outcome)
+}
+
+/// What the parent of worker processes runs beside them when the run has faults: the fenced
+/// resource every worker writes to, and the nemesis stopping and continuing workers; on a
+/// thread of its own with its own runtime, since the parent otherwise only waits.
+struct Services {
+    resource: std::net::SocketAddr,
+    go: Option<tokio::sync::oneshot::Sender<(u64, Vec<u32>)>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<anyhow::Result<(Vec<ResourceWrite>, Vec<FaultWindow>)>>,
+}
+
+impl Services {
+    fn start(cfg: &RunConfig) -> anyhow::Result<Services> {
+        let (addr_tx, addr_rx) = mpsc::channel();
+        let (go, go_rx) = tokio::sync::oneshot::channel::<(u64, Vec<u32>)>();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let cfg = cfg.clone();
+        let thread = std::thread::Builder::new().name("fault-services".into()).spawn(move || {
+            let rt = runner::runtime(ClockMode::Wall)?;
+            rt.block_on(async move {
+                let resource = Arc::new(FencedResource::new());
+                let (addr, server) = serve(Arc::clone(&resource)).await.context("cannot serve the fenced resource")?;
+                let _ = addr_tx.send(addr);
+                let Ok((start_us, pids)) = go_rx.await else { return Ok((Vec::new(), Vec::new())) };
+                let delay = Duration::from_micros(start_us.saturating_sub(runner::system_now_us()));
+                let start = tokio::time::Instant::now() + delay;
+                let nemesis = Arc::new(Nemesis {
+                    engine: None,
+                    controls: Vec::new(),
+                    workers: pids,
+                    stamp: Stamp::System { start_us },
+                    scale: 1,
+                    seed: cfg.seed,
+                    start,
+                    end: start + cfg.duration,
+                });
+                tokio::time::sleep_until(start).await;
+                let faults = nemesis.run(&cfg.faults).await.map_err(|e| anyhow!("fault injection failed: {e}"))?;
+                // The workers' last writes come in the drain: serve until they are done.
+                let _ = stop_rx.await;
+                server.abort();
+                anyhow::Ok((resource.take_log(), faults))
+            })
+        })?;
+        let Ok(resource) = addr_rx.recv() else {
+            return Err(match thread.join() {
+                Ok(Err(e)) => e,
+                _ => anyhow!("the fault services thread failed"),
+            });
+        };
+        Ok(Services { resource, go: Some(go), stop, thread })
+    }
+
+    /// The common start and the workers' process ids: the nemesis begins.
+    fn go(&mut self, start_us: u64, pids: Vec<u32>) -> anyhow::Result<()> {
+        let go = self.go.take().ok_or_else(|| anyhow!("the fault services started twice"))?;
+        go.send((start_us, pids)).map_err(|_| anyhow!("the fault services thread ended early"))
+    }
+
+    /// The resource's log and the fault windows, once every worker is done.
+    fn finish(self) -> anyhow::Result<(Vec<ResourceWrite>, Vec<FaultWindow>)> {
+        let _ = self.stop.send(());
+        self.thread.join().map_err(|_| anyhow!("the fault services thread panicked"))?
+    }
 }
 
 /// One connection first: an unreachable server fails once, here, and Cassandra's tables exist
@@ -363,6 +446,7 @@ fn start_workers(
     cfg: &RunConfig,
     algorithm: &Algorithm,
     namespace: &str,
+    resource: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<(Workers, mpsc::Receiver<Event>)> {
     let exe = std::env::current_exe().context("cannot find this program to start workers")?;
     let (tx, rx) = mpsc::channel();
@@ -373,6 +457,7 @@ fn start_workers(
             algorithm: algorithm.name.to_string(),
             worker: w,
             namespace: namespace.to_string(),
+            resource,
         };
         workers.0.push(start_worker(&exe, spec, tx.clone())?);
     }
@@ -561,7 +646,13 @@ pub fn worker_main() -> anyhow::Result<()> {
         )
     })?;
     let rt = runner::runtime(ClockMode::Wall)?;
-    let (engine, lockers) = rt.block_on(async {
+    let (engine, lockers, resource) = rt.block_on(async {
+        let resource = match spec.resource {
+            Some(addr) => Some(Resource::Remote(Arc::new(
+                RemoteResource::connect(addr).await.context("cannot reach the parent's fenced resource")?,
+            ))),
+            None => None,
+        };
         let engine = cfg
             .backend
             .open(cfg.engine_setup(&spec.namespace))
@@ -569,7 +660,7 @@ pub fn worker_main() -> anyhow::Result<()> {
             .map_err(|e| anyhow!(e))?;
         let indices = cfg.worker_contenders(spec.worker);
         let lockers = runner::setup_contenders(cfg, algorithm, engine.as_ref(), indices).await?;
-        anyhow::Ok((engine, lockers))
+        anyhow::Ok((engine, lockers, resource))
     })?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     emit(
@@ -591,7 +682,7 @@ pub fn worker_main() -> anyhow::Result<()> {
             counters: engine.counters(),
             engine: None,
             algorithm,
-            resource: None,
+            resource,
         };
         runner::drive(cfg, lockers, start, stamp, rig, None).await
     })?;
