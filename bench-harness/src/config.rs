@@ -281,6 +281,12 @@ impl RunConfig {
                 self.processes, self.backend
             ));
         }
+        if self.processes > 1 && self.backend.spawns_server(&self.engine) {
+            return Err(format!(
+                "--processes {} with a server the harness starts: every worker would start its own; start one server yourself and give its address",
+                self.processes
+            ));
+        }
         self.validate_faults()?;
         if self.processes > self.threads {
             return Err(format!(

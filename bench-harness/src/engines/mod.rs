@@ -83,6 +83,13 @@ pub trait Engine: Send + Sync + 'static {
     /// in wall time only and can be shared (`--processes`).
     fn in_process(&self) -> bool;
 
+    /// True when its options make the harness start the server itself for each run
+    /// (`--spawn-redis`, `--spawn-zookeeper`).
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        let _ = options;
+        false
+    }
+
     /// The algorithms that run on it, in the order they run and appear in tables.
     fn algorithms(&self) -> Vec<&'static Algorithm>;
 

@@ -133,6 +133,10 @@ impl Engine for Redis {
         false
     }
 
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        options.get::<Options>().spawn.is_some()
+    }
+
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
@@ -181,7 +185,7 @@ impl Engine for Redis {
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        server_faults::kinds(options.get::<Options>().spawn.is_some())
+        server_faults::kinds(self.spawns_server(options))
     }
 
     fn redacted(&self, options: &EngineOptions) -> EngineOptions {

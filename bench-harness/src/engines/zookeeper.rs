@@ -110,6 +110,10 @@ impl Engine for Zookeeper {
         false
     }
 
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        options.get::<Options>().spawn
+    }
+
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
@@ -157,7 +161,7 @@ impl Engine for Zookeeper {
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        server_faults::kinds(options.get::<Options>().spawn)
+        server_faults::kinds(self.spawns_server(options))
     }
 
     fn open<'a>(

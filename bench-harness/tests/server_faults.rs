@@ -1,0 +1,171 @@
+//! Faults on real servers, in wall time, the way a user runs them: the binary with a server it
+//! starts itself (`--spawn-redis`, `--spawn-zookeeper`) or one the test started, the checker's
+//! exit status, and the CSV files. Needs `redis-server` and ZooKeeper (`scripts/test.sh`
+//! installs them); a missing one fails the test, naming the package.
+
+use bench_harness::check;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-harness-server-faults").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The binary's exit status and output for `args` with `--check`, into `dir`.
+fn run_checked(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .args(["--check", "--quiet", "--out"])
+        .arg(dir)
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Fault windows of `kind` in `dir/faults.csv`: (target, start_us, end_us).
+fn windows(dir: &Path, kind: &str) -> Vec<(String, u64, u64)> {
+    std::fs::read_to_string(dir.join("faults.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[1] == kind).then(|| (f[2].to_string(), f[3].parse().unwrap(), f[4].parse().unwrap()))
+        })
+        .collect()
+}
+
+/// A server restarted mid-run: requests fail while it is down (counted), grants resume after
+/// it answers again, nothing overlaps.
+fn restart_is_survived(dir: &Path, args: &[&str]) {
+    let (code, text) = run_checked(dir, args);
+    assert_eq!(code, Some(0), "{text}");
+    let restarts = windows(dir, "server-restart");
+    assert!(!restarts.is_empty(), "no restart happened: {text}");
+    // Each lasts its 2 s, but one still open when the run ends is healed then.
+    assert!(restarts.iter().all(|(t, a, b)| t == "server" && b - a < 2_500_000), "{restarts:?}");
+    assert!(restarts.iter().any(|(_, a, b)| b - a >= 1_900_000), "{restarts:?}");
+    let verdicts = check::check_dir(dir, Duration::from_secs(2)).unwrap();
+    for v in &verdicts {
+        let resumed = v.figures.resumed_after_us_by_fault.get("server-restart").copied();
+        assert!(
+            resumed.is_some_and(|us| us < 5_000_000),
+            "{}: grants must resume within 5 s of the restart, got {resumed:?}",
+            v.algorithm
+        );
+    }
+    let json = summary(dir);
+    for r in json["results"].as_array().unwrap() {
+        let errors = &r["errors"];
+        let counted = errors["lock_errors"].as_u64().unwrap() + errors["release_errors"].as_u64().unwrap();
+        assert!(counted > 0, "the outage must show as errors: {errors}");
+    }
+    assert!(text.contains("grants resumed at most this long after a fault ended: server-restart"), "{text}");
+}
+
+#[test]
+fn a_redis_restart_mid_run_is_survived_and_its_errors_counted() {
+    let dir = scratch("redis-restart");
+    restart_is_survived(
+        &dir,
+        &[
+            "--backend", "redis", "--spawn-redis", "--threads", "4", "--duration", "8s", "--ttl", "2s",
+            "--faults", "server-restart:2s@4s",
+        ],
+    );
+}
+
+#[test]
+fn a_zookeeper_restart_mid_run_is_survived_and_its_errors_counted() {
+    let dir = scratch("zk-restart");
+    restart_is_survived(
+        &dir,
+        &[
+            "--backend", "zookeeper", "--spawn-zookeeper", "--threads", "4", "--duration", "10s", "--ttl", "4s",
+            "--faults", "server-restart:2s@5s",
+        ],
+    );
+}
+
+#[test]
+fn a_redis_holder_paused_past_its_ttl_overlaps_and_the_fenced_resource_rejects_it() {
+    let dir = scratch("redis-pause");
+    let (code, text) = run_checked(
+        &dir,
+        &[
+            "--backend", "redis", "--spawn-redis", "-a", "redis-token", "--threads", "4", "--duration", "8s",
+            "--ttl", "1s", "--faults", "pause:3s@5s",
+        ],
+    );
+    assert_eq!(code, Some(3), "a pause past the TTL must break mutual exclusion: {text}");
+    let v = &check::check_dir(&dir, Duration::from_secs(1)).unwrap()[0];
+    let f = &v.figures;
+    assert!(f.overlapping_holds > 0 && f.stale_writes > 0, "{f:?}");
+    assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
+    assert_eq!(f.stale_holders_told, f.stale_holders, "stale holders are told their lease was lost: {f:?}");
+}
+
+#[test]
+fn a_refused_combination_says_why() {
+    let out = Command::new(BIN)
+        .args(["--backend", "redis", "--redis", "redis://127.0.0.1:1/", "--faults", "server-restart:1s@5s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--spawn"), "names the option that makes it possible: {err}");
+    let out = Command::new(BIN)
+        .args(["--backend", "redis", "--spawn-redis", "--processes", "2", "--threads", "4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_stopped_worker_process_is_granted_nothing_and_its_stale_writes_are_rejected() {
+    let server = test_servers::RedisServer::start();
+    let dir = scratch("process-pause");
+    let url = server.url();
+    let (code, text) = run_checked(
+        &dir,
+        &[
+            "--backend", "redis", "--redis", &url, "-a", "redis-token", "--processes", "2", "--threads", "4",
+            "--duration", "9s", "--ttl", "1s", "--faults", "process-pause:3s@4s",
+        ],
+    );
+    assert!(matches!(code, Some(0) | Some(3)), "{text}");
+    let pauses = windows(&dir, "process-pause");
+    assert!(pauses.len() >= 2, "{pauses:?}");
+    // Each lasts its 3 s, but one still open when the run ends is healed then.
+    assert!(pauses.iter().all(|(t, a, b)| t.starts_with("worker-") && b - a < 3_300_000), "{pauses:?}");
+    assert!(pauses.iter().any(|(_, a, b)| b - a >= 2_900_000), "{pauses:?}");
+    // Worker w runs a contiguous block of contenders: with 4 over 2, worker 0 has 0 and 1.
+    let grants = std::fs::read_to_string(dir.join("grants.csv")).unwrap();
+    for (target, start, end) in &pauses {
+        let worker: u32 = target.trim_start_matches("worker-").parse().unwrap();
+        let mine = |c: u32| c / 2 == worker;
+        for l in grants.lines().skip(1) {
+            let f: Vec<&str> = l.split(',').collect();
+            let (c, granted): (u32, u64) = (f[2].parse().unwrap(), f[4].parse().unwrap());
+            // A grant stamped inside the window (with slack for the signal's delivery).
+            assert!(
+                !(mine(c) && granted > start + 100_000 && granted + 100_000 < *end),
+                "contender {c} of the stopped {target} was granted at {granted} us, inside [{start}, {end})"
+            );
+        }
+    }
+    let resource = std::fs::read_to_string(dir.join("resource.csv")).unwrap();
+    assert!(resource.lines().count() > 10, "both workers write to the parent's resource: {resource}");
+    let v = &check::check_dir(&dir, Duration::from_secs(1)).unwrap()[0];
+    assert_eq!(v.figures.stale_accepted, 0, "{:?}", v.figures);
+}
