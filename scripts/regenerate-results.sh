@@ -3,9 +3,11 @@
 # SVG), sweep.json with every measured point, and README.md with the headline table; then
 # results/longrun/ (every algorithm for an hour of simulated time: what Cassandra's tombstones
 # do to it) and its section of README.md; then results/safety/ (every algorithm under each
-# fault kind).
+# fault kind: the embedded store's, then Redis and ZooKeeper on servers the harness starts, which
+# needs redis-server and zookeeper installed and about 10 minutes of wall time; --quick leaves
+# them out).
 #
-# Every point runs on the embedded store in simulated time, so the same seed gives the same
+# Every point on the embedded store runs in simulated time, so the same seed gives the same
 # files; the sweep takes about a minute of wall time on two cores and the long run a few
 # more (the points run in parallel on two threads). Extra arguments go to
 # `bench-harness sweep` (and --seed, --out and --quick to the long run too), e.g.
@@ -32,7 +34,9 @@ start=$(date +%s)
 echo "regenerate-results.sh: the long run took $(( $(date +%s) - start )) s of wall time" >&2
 
 start=$(date +%s)
-./target/release/bench-harness safety --quiet --out "$out_dir/safety"
+safety_args=()
+for arg in "$@"; do [ "$arg" = "--quick" ] && safety_args+=(--no-servers); done
+./target/release/bench-harness safety --quiet --out "$out_dir/safety" "${safety_args[@]}"
 echo "regenerate-results.sh: the safety table took $(( $(date +%s) - start )) s of wall time" >&2
 
 # The top README shows the headline table and findings as generated above: copy them between

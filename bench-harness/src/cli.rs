@@ -157,9 +157,16 @@ pub struct SafetyArgs {
     /// Contenders per run (one lock).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: u32,
-    /// Simulated time per run.
+    /// Simulated time per run on the embedded store.
     #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
     pub duration: Duration,
+    /// Wall time per run on a server (Redis, ZooKeeper).
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    pub server_duration: Duration,
+    /// Leave out the Redis and ZooKeeper rows (they need redis-server and ZooKeeper installed,
+    /// and take a few minutes of wall time).
+    #[arg(long)]
+    pub no_servers: bool,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -1,16 +1,19 @@
-//! `bench-harness safety`: every Cassandra-model algorithm on the embedded store under each
-//! fault the nemesis knows, one at a time, into `results/safety/` (`README.md` and
-//! `safety.json`). Simulated time: the same seed gives the same files.
+//! `bench-harness safety`: every algorithm under each fault the nemesis knows, one at a time,
+//! into `results/safety/` (`README.md` and `safety.json`): the Cassandra-model algorithms on the
+//! embedded store in simulated time (the same seed gives the same rows), then Redis and
+//! ZooKeeper on servers the harness starts itself, in wall time (`--no-servers` leaves them
+//! out).
 //!
 //! Every condition runs with a 2 s lease, so that a 5 s pause outlasts it; the replica
 //! conditions say their consistency level. The figures are those of
 //! [`crate::measure::safety`]: overlapping holds, stale writes the fenced resource accepted
 //! (must be 0) and that a resource without fencing would have accepted, holders told their
-//! lease was lost, and unavailability within the fault windows.
+//! lease was lost, unavailability within the fault windows beside the no-fault run's (handoff
+//! gaps make some even without faults), and how long grants took to resume after a fault.
 
 use crate::cli::SafetyArgs;
-use crate::config::RunConfig;
-use crate::engines;
+use crate::config::{ClockMode, RunConfig};
+use crate::engines::{self, EngineOptions, EngineRef};
 use crate::measure::summary;
 use crate::report::{files, progress};
 use crate::run as runner;
@@ -19,6 +22,17 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// Where a condition applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    /// On the embedded store and the servers.
+    Everywhere,
+    /// On the embedded store only (its replicas).
+    Embedded,
+    /// On the servers only (a restart of the server).
+    Servers,
+}
+
 /// One condition of the table.
 #[derive(Debug, Clone, Copy)]
 pub struct Condition {
@@ -26,21 +40,41 @@ pub struct Condition {
     pub name: &'static str,
     /// `--faults`.
     pub faults: &'static str,
-    /// The consistency level.
+    /// The consistency level (the embedded store's).
     pub consistency: Consistency,
+    /// Where it applies.
+    pub applies: Applies,
+}
+
+const fn condition(name: &'static str, faults: &'static str, consistency: Consistency, applies: Applies) -> Condition {
+    Condition { name, faults, consistency, applies }
 }
 
 /// The conditions, in the table's order.
-pub const CONDITIONS: [Condition; 8] = [
-    Condition { name: "no fault", faults: "none", consistency: Consistency::Quorum },
-    Condition { name: "pause 5s > TTL", faults: "pause:5s@20s", consistency: Consistency::Quorum },
-    Condition { name: "crash", faults: "crash:3s@10s", consistency: Consistency::Quorum },
-    Condition { name: "clock jump ±2s", faults: "clock-jump:2s@10s", consistency: Consistency::Quorum },
-    Condition { name: "partition 3s", faults: "partition:3s@10s", consistency: Consistency::Quorum },
-    Condition { name: "replica stop, QUORUM", faults: "replica-stop:5s@15s", consistency: Consistency::Quorum },
-    Condition { name: "replica lag, ONE", faults: "replica-lag:5s@15s", consistency: Consistency::One },
-    Condition { name: "replica stop, ONE", faults: "replica-stop:5s@15s", consistency: Consistency::One },
+pub const CONDITIONS: [Condition; 9] = [
+    condition("no fault", "none", Consistency::Quorum, Applies::Everywhere),
+    condition("pause 5s > TTL", "pause:5s@20s", Consistency::Quorum, Applies::Everywhere),
+    condition("crash", "crash:3s@10s", Consistency::Quorum, Applies::Everywhere),
+    condition("clock jump ±2s", "clock-jump:2s@10s", Consistency::Quorum, Applies::Everywhere),
+    condition("partition 3s", "partition:3s@10s", Consistency::Quorum, Applies::Everywhere),
+    condition("replica stop, QUORUM", "replica-stop:5s@15s", Consistency::Quorum, Applies::Embedded),
+    condition("replica lag, ONE", "replica-lag:5s@15s", Consistency::One, Applies::Embedded),
+    condition("replica stop, ONE", "replica-stop:5s@15s", Consistency::One, Applies::Embedded),
+    condition("server restart 3s", "server-restart:3s@15s", Consistency::Quorum, Applies::Servers),
 ];
+
+/// The servers of the table, each started by the harness for each run so that it can be
+/// restarted: Redis with its append-only file synced on every write, and ZooKeeper.
+fn servers() -> anyhow::Result<Vec<(EngineRef, EngineOptions)>> {
+    let find = |name: &str| EngineRef::find(name).ok_or_else(|| anyhow::anyhow!("no {name} engine"));
+    Ok(vec![
+        (
+            find("redis")?,
+            engines::redis::Options { spawn: Some(engines::redis::Persistence::Aof), ..Default::default() }.into(),
+        ),
+        (find("zookeeper")?, engines::zookeeper::Options { spawn: true, ..Default::default() }.into()),
+    ])
+}
 
 /// One row: an algorithm under a condition.
 #[derive(Debug, Clone, Serialize)]
@@ -49,21 +83,41 @@ pub struct Row {
     pub condition: &'static str,
     /// Its `--faults`.
     pub faults: &'static str,
-    /// Its consistency.
+    /// The engine.
+    pub engine: String,
+    /// Its consistency (meaningful on the embedded store).
     pub consistency: Consistency,
     /// The algorithm.
     pub algorithm: String,
+    /// The run's length (simulated on the embedded store, wall time on a server).
+    pub duration_s: f64,
     /// Grants per second per lock.
     pub grants_per_second: f64,
     /// Every safety figure.
     pub figures: crate::measure::safety::SafetyFigures,
 }
 
-fn run_one(args: &SafetyArgs, c: &Condition, algorithm: &'static engines::Algorithm) -> anyhow::Result<Row> {
+/// One run of the table.
+#[derive(Clone)]
+struct Job {
+    condition: Condition,
+    engine: EngineRef,
+    options: EngineOptions,
+    algorithm: &'static engines::Algorithm,
+    args: SafetyArgs,
+}
+
+fn run_one(job: &Job) -> anyhow::Result<Row> {
+    let (args, c) = (&job.args, &job.condition);
+    let on_server = !job.engine.in_process();
+    let duration = if on_server { args.server_duration } else { args.duration };
     let cfg = RunConfig {
-        algorithms: vec![algorithm.name.to_string()],
+        backend: job.engine,
+        engine: job.options.clone(),
+        clock: if on_server { ClockMode::Wall } else { ClockMode::Simulated },
+        algorithms: vec![job.algorithm.name.to_string()],
         threads: args.threads as usize,
-        duration: args.duration,
+        duration,
         ttl: Duration::from_secs(2),
         consistency: c.consistency,
         faults: c.faults.parse().map_err(anyhow::Error::msg)?,
@@ -71,13 +125,15 @@ fn run_one(args: &SafetyArgs, c: &Condition, algorithm: &'static engines::Algori
         ..RunConfig::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
-    let outcome = runner::run_algorithm(&cfg, algorithm, None)?;
-    let report = summary::analyze(&cfg, algorithm, &outcome);
+    let outcome = runner::run_algorithm(&cfg, job.algorithm, None)?;
+    let report = summary::analyze(&cfg, job.algorithm, &outcome);
     Ok(Row {
         condition: c.name,
         faults: c.faults,
+        engine: job.engine.to_string(),
         consistency: c.consistency,
-        algorithm: algorithm.name.to_string(),
+        algorithm: job.algorithm.name.to_string(),
+        duration_s: duration.as_secs_f64(),
         grants_per_second: report.throughput.grants_per_second_per_lock,
         figures: report.fault_safety,
     })
@@ -90,30 +146,35 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
         out,
         "# Safety under faults\n\nGenerated by `bench-harness safety` (`scripts/regenerate-results.sh`); do not edit by hand. \
          Every number comes from `safety.json` in this directory.\n\n\
-         {} contenders on one lock on the embedded store (3 replicas, ~1 ms round trips), {} of simulated time per row, \
-         lease TTL 2s, seed {}. Faults as `--faults` writes them; each starts at a seeded offset and repeats every PERIOD. \
-         Every critical section writes to a fenced resource at its grant and just before release.\n\n\
+         {} contenders on one lock, lease TTL 2s, seed {}: the Cassandra-model locks on the embedded store (3 replicas, \
+         ~1 ms round trips, {} of simulated time per row), then Redis and ZooKeeper on loopback servers the harness \
+         starts itself ({} of wall time per row; Redis syncs an append-only file on every write). Faults as `--faults` \
+         writes them; each starts at a seeded offset and repeats every PERIOD. Every critical section writes to a fenced \
+         resource at its grant and just before release.\n\n\
          - **overlaps**: holds that began while another hold of the lock was open (and their total time);\n\
          - **stale writes fenced / unfenced**: writes made after another holder was granted that the fenced resource \
          accepted (must be 0), and that a resource without fencing would have accepted (all of them);\n\
          - **told**: of the holders that wrote stale, those told their lease was lost before they let go;\n\
-         - **unavailable in faults**: time someone waited and nobody held, within the fault windows extended by the TTL.\n",
+         - **unavailable**: the share of time someone waited and nobody held: within the fault windows (extended by the \
+         TTL), and over the whole run for \"no fault\", the baseline that handoff gaps make without any fault;\n\
+         - **resumed after**: the longest time from the end of a fault to the next grant.\n",
         args.threads,
+        args.seed,
         crate::dist::format_duration(args.duration),
-        args.seed
+        crate::dist::format_duration(args.server_duration),
     );
     let _ = writeln!(
         out,
-        "| condition | algorithm | grants/s | overlaps | overlap ms | stale writes fenced / unfenced | told | unavailable in faults s |"
+        "| condition | engine | algorithm | grants/s | overlaps | overlap ms | stale writes fenced / unfenced | told | unavailable | resumed after s |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let f = &r.figures;
-        let unavailable: u64 = f.unavailable_us_by_fault.values().sum();
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {} | {:.1} | {} / {} | {}/{} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {:.1} | {} / {} | {}/{} | {} | {} |",
             r.condition,
+            r.engine,
             r.algorithm,
             r.grants_per_second,
             f.overlapping_holds,
@@ -122,24 +183,65 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
             f.stale_accepted_without_fencing,
             f.stale_holders_told,
             f.stale_holders,
-            if f.unavailable_us_by_fault.is_empty() { "-".to_string() } else { format!("{:.1}", unavailable as f64 / 1e6) },
+            unavailable_share(r),
+            match f.resumed_after_us_by_fault.values().max() {
+                Some(us) => format!("{:.2}", *us as f64 / 1e6),
+                None => "-".into(),
+            },
         );
     }
     out
 }
 
+/// Unavailable time over the time it is measured in: the fault windows, or the whole run
+/// when there were none.
+fn unavailable_share(r: &Row) -> String {
+    let f = &r.figures;
+    let (unavailable, over) = if f.window_us_by_fault.is_empty() {
+        (f.unavailable_us, (r.duration_s * 1e6) as u64)
+    } else {
+        (f.unavailable_us_by_fault.values().sum(), f.window_us_by_fault.values().sum())
+    };
+    if over == 0 {
+        return "-".into();
+    }
+    format!("{:.0}%", 100.0 * unavailable as f64 / over as f64)
+}
+
 /// `bench-harness safety`.
 pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
-    let algorithms = engines::resolve(&[], engines::EngineRef::default_engine()).map_err(crate::UsageError)?;
+    let embedded = engines::EngineRef::default_engine();
+    let algorithms = engines::resolve(&[], embedded).map_err(crate::UsageError)?;
     files::prepare_dir(&args.out)?;
-    let jobs: Vec<(Condition, &'static engines::Algorithm, SafetyArgs)> = CONDITIONS
+    let job = |condition: Condition, engine: EngineRef, options: EngineOptions, algorithm| Job {
+        condition,
+        engine,
+        options,
+        algorithm,
+        args: args.clone(),
+    };
+    let simulated: Vec<Job> = CONDITIONS
         .iter()
+        .filter(|c| c.applies != Applies::Servers)
         .flat_map(|c| algorithms.iter().map(move |a| (*c, *a)))
-        .map(|(c, a)| (c, a, args.clone()))
+        .map(|(c, a)| job(c, embedded, embedded.default_options(), a))
         .collect();
-    let order: Vec<usize> = (0..jobs.len()).collect();
-    let bar = progress::bar(jobs.len() as u64, "safety", args.quiet, "runs");
-    let rows = super::parallel(&jobs, &order, args.jobs as usize, &bar, |(c, a, args)| run_one(args, c, a))?;
+    let mut on_servers = Vec::new();
+    if !args.no_servers {
+        for (engine, options) in servers()? {
+            for c in CONDITIONS.iter().filter(|c| c.applies != Applies::Embedded) {
+                for a in engine.algorithms() {
+                    on_servers.push(job(*c, engine, options.clone(), a));
+                }
+            }
+        }
+    }
+    let bar = progress::bar((simulated.len() + on_servers.len()) as u64, "safety", args.quiet, "runs");
+    let order: Vec<usize> = (0..simulated.len()).collect();
+    let mut rows = super::parallel(&simulated, &order, args.jobs as usize, &bar, run_one)?;
+    // Wall-time runs one at a time: a parallel run would load the machine they measure.
+    let order: Vec<usize> = (0..on_servers.len()).collect();
+    rows.extend(super::parallel(&on_servers, &order, 1, &bar, run_one)?);
     bar.finish_and_clear();
     files::write_json(&args.out.join("safety.json"), &rows)?;
     let text = render(args, &rows);

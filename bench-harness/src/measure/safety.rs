@@ -61,6 +61,10 @@ pub struct SafetyFigures {
     /// microseconds (windows with no grant after them are left out).
     #[serde(default)]
     pub resumed_after_us_by_fault: BTreeMap<String, u64>,
+    /// Per fault kind, the time its windows (extended by the TTL) cover, in microseconds: what
+    /// its unavailability is measured over.
+    #[serde(default)]
+    pub window_us_by_fault: BTreeMap<String, u64>,
 }
 
 impl SafetyFigures {
@@ -253,6 +257,7 @@ pub fn judge(
         let windows = windows_of(faults, kind, ttl_us);
         f.unavailable_us_by_fault
             .insert(kind.to_string(), total_us(&idle, Some(&windows)));
+        f.window_us_by_fault.insert(kind.to_string(), windows.iter().map(|(a, b)| b - a).sum());
     }
     f.resumed_after_us_by_fault = resumed_after(grants, faults);
     (f, found)
