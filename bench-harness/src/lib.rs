@@ -133,6 +133,7 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
     let csv = files::RunLogs::create(out)?;
     let mut summary = Summary::new(cfg);
     let mut logs = Vec::new();
+    let mut faults = std::collections::BTreeMap::new();
     progress::status(quiet, &format!("{cfg}\n"));
     let total = std::time::Instant::now();
     for algorithm in engines::resolve(&cfg.algorithms, cfg.backend).map_err(UsageError)? {
@@ -147,8 +148,9 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         summary.results.push(report);
         csv.append(&outcome)?;
         files::write_json(&out.join("summary.json"), &summary)?;
+        faults.insert(algorithm.name.to_string(), outcome.faults.clone());
         logs.push((algorithm.name.to_string(), outcome.grants));
-        figures::draw_run(out, &summary, &logs)?;
+        figures::draw_run(out, &summary, &logs, &faults)?;
     }
     progress::status(
         quiet,

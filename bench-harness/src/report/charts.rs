@@ -424,6 +424,8 @@ pub struct TimelinePanel {
     pub holds: Vec<(u32, f64, f64)>,
     /// The time window shown, in seconds.
     pub window: (f64, f64),
+    /// Fault windows shaded behind the holds: (start s, end s, kind).
+    pub faults: Vec<(f64, f64, String)>,
 }
 
 /// Draws timeline panels stacked vertically into `base.png` (and `base.svg`).
@@ -504,6 +506,20 @@ fn draw_timeline<DB: DrawingBackend>(
         .bold_line_style(RGBColor(215, 215, 215))
         .draw()
         .map_err(err)?;
+    // The faults first, behind the holds, each labelled with its kind at the top.
+    let shown = |&&(s, e, _): &&(f64, f64, String)| e >= t0 && s <= t1;
+    ctx.draw_series(panel.faults.iter().filter(shown).map(|(s, e, _)| {
+        Rectangle::new([(s.max(t0), -0.5), (e.min(t1), n - 0.5)], RGBColor(255, 226, 196).filled())
+    }))
+    .map_err(err)?;
+    ctx.draw_series(
+        panel
+            .faults
+            .iter()
+            .filter(shown)
+            .map(|(s, _, kind)| Text::new(kind.clone(), (s.max(t0), n - 0.5), (FONT, 11).into_font().color(&RGBColor(150, 80, 20)))),
+    )
+    .map_err(err)?;
     let color = panel.color;
     ctx.draw_series(
         panel
@@ -579,6 +595,7 @@ mod tests {
             contenders: 2,
             holds: vec![(0, 0.0, 0.005), (1, 0.02, 0.025)],
             window: (0.0, 0.05),
+            faults: vec![(0.01, 0.03, "pause".into())],
         };
         let files = render_timelines(
             &dir.join("timeline"),

@@ -2,15 +2,18 @@
 //!
 //! - `latency_cdf.png` / `.svg`: the acquisition latency CDF of every algorithm;
 //! - `timeline.png`: who held lock 0 when, one panel per algorithm (the shadow lock's bursts
-//!   against the queue lock's turn-taking);
+//!   against the queue lock's turn-taking); with `--faults`, around the first fault, with the
+//!   fault windows shaded and labelled (kind and target);
 //! - `grants_per_contender.png`: grants per contender, sorted, per algorithm (a flat line is
 //!   a fair lock).
 
 use super::charts::{
     algorithm_color, render_lines, render_timelines, Formats, LineChart, Series, TimelinePanel,
 };
+use crate::measure::log::FaultWindow;
 use crate::measure::metrics::Grant;
 use crate::measure::summary::Summary;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Holds of lock 0 as timeline bars, in seconds.
@@ -80,11 +83,22 @@ pub fn cdf_chart(title: &str, summary: &Summary) -> LineChart {
     }
 }
 
-/// Draws the charts of a run into `dir`; returns the files written.
+/// The timeline's window when the run had faults: around the first one, so that what it
+/// did to the holds shows (`None` without faults).
+pub fn fault_window(faults: &[FaultWindow], duration_s: f64) -> Option<(f64, f64)> {
+    let first = faults.iter().min_by_key(|f| f.start_us)?;
+    let (a, b) = (first.start_us as f64 / 1e6, first.end_us as f64 / 1e6);
+    let span = (b - a).max(1.0);
+    Some(((a - span).max(0.0), (b + 2.0 * span).min(duration_s.max(b))))
+}
+
+/// Draws the charts of a run into `dir`; returns the files written. `faults` holds each
+/// algorithm's fault windows (by name), shaded in its owner timeline.
 pub fn draw_run(
     dir: &Path,
     summary: &Summary,
     logs: &[(String, Vec<Grant>)],
+    faults: &BTreeMap<String, Vec<FaultWindow>>,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let cfg = &summary.config;
     let mut files = Vec::new();
@@ -97,10 +111,18 @@ pub fn draw_run(
         Formats::PngAndSvg,
     )?);
 
-    let window = timeline_window(logs, 120, cfg.duration.as_secs_f64());
+    let duration_s = cfg.duration.as_secs_f64();
+    let all_faults: Vec<FaultWindow> = faults.values().flatten().cloned().collect();
+    let window = fault_window(&all_faults, duration_s).unwrap_or_else(|| timeline_window(logs, 120, duration_s));
     let panels: Vec<TimelinePanel> = logs
         .iter()
         .map(|(name, grants)| TimelinePanel {
+            faults: faults
+                .get(name)
+                .into_iter()
+                .flatten()
+                .map(|f| (f.start_us as f64 / 1e6, f.end_us as f64 / 1e6, format!("{} {}", f.kind, f.target)))
+                .collect(),
             title: format!(
                 "{name}: holders of lock 0 ({} contenders)",
                 cfg.threads.div_ceil(cfg.locks)

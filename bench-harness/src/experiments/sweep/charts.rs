@@ -273,6 +273,7 @@ fn timeline(
             contenders: n,
             holds: holds_of_lock0(grants),
             window,
+            faults: Vec::new(),
         })
         .collect();
     Ok(Some(figure(
