@@ -12,14 +12,17 @@
 //! Options: `--nodes host:port[,…]` (or `LOCK_CASSANDRA_NODES`), `--keyspace` (or
 //! `LOCK_CASSANDRA_KEYSPACE`); the replication of a keyspace created here and the local
 //! datacenter come from `LOCK_CASSANDRA_REPLICATION` and `LOCK_CASSANDRA_LOCAL_DC` (see
-//! `lock-cassandra`).
+//! `lock-cassandra`). Faults ([`super::server_faults`]): clock jumps (write timestamps), and
+//! with `--node-stop CMD --node-start CMD` restarts of a node (`server-restart`).
 
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::counting::{CountingStore, RequestCounter};
+use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
     cell_model, given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
-    EngineSetup, OpenEngine,
+    EngineSetup, Injection, OpenEngine,
 };
+use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_cassandra::{CassandraClient, CassandraConfig, CassandraStore};
 use lock_core::time::{GlobalTimeService, LocalClock, PhysicalClock};
@@ -49,6 +52,13 @@ pub struct Args {
     /// Cassandra keyspace of the lock tables (created if missing) [default: distributed_locks].
     #[arg(long, env = "LOCK_CASSANDRA_KEYSPACE")]
     pub keyspace: Option<String>,
+    /// A shell command that stops a node of the cluster (for `--faults server-restart:…`),
+    /// e.g. 'nodetool -h 10.0.0.3 stopdaemon' or 'systemctl stop cassandra'; needs --node-start.
+    #[arg(long, value_name = "CMD", requires = "node_start")]
+    pub node_stop: Option<String>,
+    /// A shell command that starts the stopped node again and returns once it answers.
+    #[arg(long, value_name = "CMD", requires = "node_stop")]
+    pub node_start: Option<String>,
 }
 
 /// Its options, as result files show them.
@@ -61,6 +71,12 @@ pub struct Options {
     /// The keyspace of the lock tables (none: lock-cassandra's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyspace: Option<String>,
+    /// How to stop a node (`--node-stop`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_stop: Option<String>,
+    /// How to start it again (`--node-start`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_start: Option<String>,
 }
 
 impl From<Options> for EngineOptions {
@@ -141,6 +157,8 @@ impl Engine for Cassandra {
         let o = Options {
             nodes,
             keyspace: a.keyspace.filter(|k| !k.trim().is_empty()),
+            node_stop: a.node_stop,
+            node_start: a.node_start,
         };
         driver_config(&o)?;
         Ok(o.into())
@@ -169,6 +187,11 @@ impl Engine for Cassandra {
 
     fn counts_requests(&self) -> bool {
         true
+    }
+
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        let o: Options = options.get();
+        server_faults::kinds_without_proxies(o.node_stop.is_some() && o.node_start.is_some())
     }
 
     fn open<'a>(
@@ -206,12 +229,17 @@ impl Engine for Cassandra {
                 })
                 .await?;
             counter.reset();
+            let restart = match (o.node_stop, o.node_start) {
+                (Some(stop), Some(start)) => Some(Managed::commanded(Commanded { stop, start })),
+                _ => None,
+            };
             Ok(Box::new(Opened {
                 store,
                 counter,
                 prefix,
                 settings: s,
                 _time_service: service,
+                faults: ServerFaults::new(None, restart),
             }) as Box<dyn OpenEngine>)
         })
     }
@@ -223,6 +251,7 @@ struct Opened {
     prefix: String,
     settings: AlgorithmSettings,
     _time_service: Option<GlobalTimeService>,
+    faults: ServerFaults,
 }
 
 impl OpenEngine for Opened {
@@ -237,7 +266,8 @@ impl OpenEngine for Opened {
                 .with_row_prefix(self.prefix.clone()),
             self.counter.clone(),
         );
-        let clock = LocalClock::new(PhysicalClock::System, spec.skew_us);
+        let clock = LocalClock::new(PhysicalClock::System, spec.skew_us)
+            .with_jump(self.faults.jump(&spec.owner));
         Box::pin(cell_model::contender(
             &ALGORITHMS,
             algorithm,
@@ -251,6 +281,12 @@ impl OpenEngine for Opened {
     fn counters(&self) -> Option<CounterHandle> {
         let counter = self.counter.clone();
         Some(Arc::new(move || counter.snapshot()))
+    }
+
+    /// Clock jumps (each contender's write timestamps) and, when the user said how, node
+    /// restarts.
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        self.faults.inject(injection)
     }
 }
 
@@ -302,5 +338,28 @@ mod tests {
         ])
         .unwrap();
         assert!(cli.run.to_config().unwrap_err().contains("--nodes"));
+    }
+
+    #[test]
+    fn a_node_restart_needs_both_commands() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["bench-harness", "--backend", "cassandra", "--faults", "server-restart:5s@30s"];
+            args.extend_from_slice(extra);
+            crate::cli::Cli::try_parse_from(args).map_err(|e| e.to_string()).and_then(|c| c.run.to_config())
+        };
+        let refused = parse(&[]).unwrap_err();
+        assert!(refused.contains("cannot inject server-restart"), "{refused}");
+        assert!(parse(&["--node-stop", "true"]).is_err(), "--node-stop alone");
+        let cfg = parse(&["--node-stop", "nodetool stopdaemon", "--node-start", "start-node"]).unwrap();
+        assert!(Cassandra.fault_kinds(&cfg.engine).contains(&FaultKind::ServerRestart));
+    }
+
+    #[test]
+    fn restart_commands_run_in_a_shell_and_a_failure_says_which() {
+        let mut ok = Commanded { stop: "true".into(), start: "exit 0".into() };
+        assert!(server_faults::Restartable::start_again(&mut ok).is_ok());
+        let mut bad = Commanded { stop: "true".into(), start: "echo no node >&2; exit 4".into() };
+        let e = server_faults::Restartable::start_again(&mut bad).unwrap_err();
+        assert!(e.contains("start command") && e.contains("no node"), "{e}");
     }
 }

@@ -8,9 +8,11 @@
 //!   closes them for good: what it left on the server (keys, znodes, sessions) stays until it
 //!   expires there, and the contender comes back under a new owner id with a new proxy.
 //! - **`clock-jump`**: every contender's clock carries a [`ClockJump`] the nemesis moves.
-//! - **`server-restart`**: only for a server the harness started itself ([`Managed`], with the
+//! - **`server-restart`**: for a server the harness started itself ([`Managed`], with the
 //!   engine's `--spawn-…` option): it is killed (`SIGKILL`, as a crash) and started again on
-//!   the same port and data directory. A server the harness did not start is not its to kill.
+//!   the same port and data directory; or for one the user says how to stop and start
+//!   ([`Commanded`]: a Cassandra node's `--node-stop` / `--node-start`). A server the harness
+//!   neither started nor was told how to restart is not its to kill.
 //!
 //! Runs without these faults connect straight to the server: the proxy hop is never measured
 //! unless a fault needs it.
@@ -42,6 +44,16 @@ pub fn kinds(managed: bool) -> &'static [FaultKind] {
         &ALL
     } else {
         &CONTENDER
+    }
+}
+
+/// The fault kinds of an engine whose contenders cannot go through proxies (a Cassandra
+/// driver finds the cluster's nodes itself): clock jumps, and restarts when it knows how.
+pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
+    if restartable {
+        &[FaultKind::ClockJump, FaultKind::ServerRestart]
+    } else {
+        &[FaultKind::ClockJump]
     }
 }
 
@@ -81,6 +93,45 @@ impl Restartable for ZkServer {
     }
 }
 
+/// A server the user tells the harness how to stop and start: two shell commands (`sh -c`),
+/// each of which must exit with status 0, the start command once the server answers.
+pub struct Commanded {
+    /// Stops the server.
+    pub stop: String,
+    /// Starts it again.
+    pub start: String,
+}
+
+impl Commanded {
+    fn run(what: &str, command: &str) -> Result<(), String> {
+        let out = std::process::Command::new("sh")
+            .args(["-c", command])
+            .output()
+            .map_err(|e| format!("cannot run the {what} command `{command}`: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the {what} command `{command}` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}
+
+impl Restartable for Commanded {
+    fn stop(&mut self) {
+        // A stop that fails leaves the server up; say so where the user looks.
+        if let Err(e) = Commanded::run("stop", &self.stop) {
+            eprintln!("server-restart: {e}");
+        }
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        Commanded::run("start", &self.start)
+    }
+}
+
 /// A server the harness started for one run (stopped and removed with it).
 #[derive(Clone)]
 pub struct Managed(Arc<Mutex<Box<dyn Restartable>>>);
@@ -95,6 +146,11 @@ impl Managed {
             .map_err(|e| format!("starting the server panicked: {e}"))??;
         let address = server.address();
         Ok((Managed(Arc::new(Mutex::new(Box::new(server)))), address))
+    }
+
+    /// A server the user restarts with commands.
+    pub fn commanded(commands: Commanded) -> Managed {
+        Managed(Arc::new(Mutex::new(Box::new(commands))))
     }
 
     async fn with(
