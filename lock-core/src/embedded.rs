@@ -680,6 +680,7 @@ struct Inner {
     anonymous: Arc<ClientState>,
     table_counts: Mutex<BTreeMap<String, OpCounts>>,
     tombstones: Mutex<BTreeMap<String, TombstoneStats>>,
+    doorbells: std::sync::OnceLock<Arc<crate::doorbell::LocalDoorbells>>,
 }
 
 /// The in-process store. Cheap to clone (all clones share one store); see the
@@ -719,8 +720,27 @@ impl EmbeddedStore {
                 anonymous,
                 table_counts: Mutex::new(BTreeMap::new()),
                 tombstones: Mutex::new(BTreeMap::new()),
+                doorbells: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// The store's doorbells ([`crate::doorbell`]), one set per store, made on first use: a
+    /// ring arrives after half a round trip of the latency model (its one-way latency, with
+    /// jitter from the store's seeded RNG), so that push handoffs cost in simulated time what
+    /// a message on the cluster's network would.
+    pub fn doorbells(&self) -> Arc<crate::doorbell::LocalDoorbells> {
+        let inner = &self.inner;
+        Arc::clone(inner.doorbells.get_or_init(|| {
+            let weak = Arc::downgrade(inner);
+            Arc::new(crate::doorbell::LocalDoorbells::new(
+                move || match weak.upgrade() {
+                    Some(inner) => inner.config.latency.sample(&mut lock(&inner.rng)) / 2,
+                    None => Duration::ZERO,
+                },
+                inner.config.seed ^ 0xD00B_E11,
+            ))
+        }))
     }
 
     /// A handle for the client `id`. Handles with the same id share counters and isolation.
@@ -868,6 +888,9 @@ impl CellStore for EmbeddedStore {
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.caller().read(table, row, &slice, c).await
     }
+    fn doorbell(&self) -> Option<Arc<dyn crate::doorbell::Doorbell>> {
+        Some(self.doorbells())
+    }
 }
 
 /// A client's handle on an [`EmbeddedStore`]: its requests are counted under its id, it can be
@@ -945,6 +968,9 @@ impl CellStore for EmbeddedClient {
     }
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.request(self.caller().read(table, row, &slice, c)).await
+    }
+    fn doorbell(&self) -> Option<Arc<dyn crate::doorbell::Doorbell>> {
+        Some(self.store.doorbells())
     }
 }
 

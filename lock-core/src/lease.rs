@@ -268,7 +268,13 @@ pub struct CellRelease<S> {
     /// The fencing token of the grant this release ends, once there is one: the release then
     /// trims the fencing row ([`crate::fence::trim_older`]).
     pub fence_token: Option<u64>,
+    /// Run once the cells are deleted and before the fencing row is trimmed: the push queue
+    /// lock rings the next waiter there ([`CellRelease::then`]).
+    pub after_delete: Option<AfterDelete>,
 }
+
+/// A step a release takes once its cells are deleted ([`CellRelease::after_delete`]).
+pub type AfterDelete = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
 impl<S: CellStore + Clone> CellRelease<S> {
     /// The release of `lease` on `lock_id`, for the client of `ctx`.
@@ -280,7 +286,15 @@ impl<S: CellStore + Clone> CellRelease<S> {
             consistency: ctx.consistency,
             lock_id: lock_id.to_string(),
             fence_token: None,
+            after_delete: None,
         }
+    }
+
+    /// The same release, taking `step` once the cells are deleted (whatever the deletes
+    /// answered) and before the fencing row is trimmed.
+    pub fn then(mut self, step: Option<AfterDelete>) -> Self {
+        self.after_delete = step;
+        self
     }
 
     /// Complete a grant whose cells this release keeps: take a fencing token
@@ -318,6 +332,9 @@ impl<S: CellStore> CellRelease<S> {
     pub async fn run(self) -> Result<(), crate::lock::LockError> {
         let cells = self.lease.stop().await;
         let deleted = delete_cells(&self.store, &cells, &self.timestamps, self.consistency).await;
+        if let Some(step) = self.after_delete {
+            step().await;
+        }
         // After the lock's own cells: the next holder need not wait for this round trip.
         let trimmed = match self.fence_token {
             Some(t) => crate::fence::trim_older(&self.store, &self.timestamps, &self.lock_id, t, self.consistency).await,

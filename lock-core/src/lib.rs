@@ -52,6 +52,7 @@
 #![deny(missing_docs)]
 
 pub mod context;
+pub mod doorbell;
 pub mod embedded;
 pub mod fence;
 pub mod lease;

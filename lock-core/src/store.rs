@@ -287,6 +287,13 @@ pub trait CellStore: Send + Sync + 'static {
         slice: Slice,
         consistency: Consistency,
     ) -> Result<Vec<Cell>, StoreError>;
+
+    /// The doorbells this store's clients wake each other with ([`crate::doorbell`]), when it
+    /// has any: the embedded store's in-process ones, or the ones a driver client was given.
+    /// Not a request: Cassandra itself cannot push.
+    fn doorbell(&self) -> Option<std::sync::Arc<dyn crate::doorbell::Doorbell>> {
+        None
+    }
 }
 
 #[async_trait]
@@ -299,5 +306,8 @@ impl<S: CellStore + ?Sized> CellStore for std::sync::Arc<S> {
     }
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         (**self).read(table, row, slice, c).await
+    }
+    fn doorbell(&self) -> Option<std::sync::Arc<dyn crate::doorbell::Doorbell>> {
+        (**self).doorbell()
     }
 }

@@ -106,7 +106,9 @@ use std::time::Duration;
 
 pub mod bounded;
 mod protocol;
+pub mod push;
 pub use bounded::BoundedQueueLocker;
+pub use push::{PushConfig, PushQueueLocker};
 
 /// The main row's table: who holds the lock.
 pub const MAIN_TABLE: &str = "queue_lock_main";

@@ -17,7 +17,7 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::lease::{delete_cells, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
+use lock_core::lease::{delete_cells, AfterDelete, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, LockError, LockGuard};
 use lock_core::store::{CellStore, CellWrite, Slice};
 use crate::QueueConfig;
@@ -29,6 +29,8 @@ use tokio::time::Instant;
 pub(crate) struct Place {
     pub(crate) id: String,
     pub(crate) lease: LeaseKeeper,
+    /// Where rings for this place arrive (the push lock's doorbell), if anywhere.
+    pub(crate) bell: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 /// One look at the queue and, when we are first, at the main row.
@@ -73,6 +75,25 @@ pub(crate) trait Queue: Send + Sync {
     async fn join(&self, lock_id: &str) -> Result<Place, LockError>;
     /// Read the queue: is our place its head? An error when our place is gone.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError>;
+    /// What a release or a leave does once our cells are deleted (the push lock rings the new
+    /// head); nothing by default.
+    fn after_delete(&self, _lock_id: &str) -> Option<AfterDelete> {
+        None
+    }
+    /// Wait until `until`, or until rung at `place`'s doorbell (true: rung, the ringer saw us
+    /// first in the queue). Without a doorbell, sleep.
+    async fn wait(&self, place: &Place, until: Instant) -> bool {
+        match &place.bell {
+            Some(bell) => tokio::select! {
+                _ = bell.notified() => true,
+                _ = tokio::time::sleep_until(until) => false,
+            },
+            None => {
+                tokio::time::sleep_until(until).await;
+                false
+            }
+        }
+    }
 }
 
 /// A cell of ours, with the next timestamp and our TTL.
@@ -106,7 +127,7 @@ pub(crate) async fn join_queue<Q: Queue>(
         return Err(LockError::store(lock_id, e));
     }
     lease.add(key, value.to_vec(), started);
-    Ok(Place { id, lease })
+    Ok(Place { id, lease, bell: None })
 }
 
 /// The head check, once: if we are first, try the main row.
@@ -146,14 +167,18 @@ async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError
 
 /// Leave the queue (timeout, soft lock refused, error): stop the lease, delete our cells.
 async fn leave<Q: Queue>(q: &Q, lock_id: &str, place: Place) {
-    let _ = CellRelease::new(&q.parts().store, &q.parts().ctx, lock_id, place.lease).run().await;
+    let release = CellRelease::new(&q.parts().store, &q.parts().ctx, lock_id, place.lease);
+    let _ = release.then(q.after_delete(lock_id)).run().await;
 }
 
 /// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
 async fn grant<Q: Queue>(q: &Q, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
     let ctx = &q.parts().ctx;
     place.lease.add(CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner), ctx.owner.as_bytes().to_vec(), main_written);
-    CellRelease::new(&q.parts().store, ctx, lock_id, place.lease).into_guard(&ctx.owner).await
+    CellRelease::new(&q.parts().store, ctx, lock_id, place.lease)
+        .then(q.after_delete(lock_id))
+        .into_guard(&ctx.owner)
+        .await
 }
 
 /// Listing 6, with a timeout that leaves the queue.
@@ -162,13 +187,17 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
     let start = Instant::now();
     let deadline = timeout.map(|t| start + t);
     let place = q.join(lock_id).await?;
+    let mut rung = false;
     loop {
         if place.lease.is_lost() {
             let e = place.lease.lost_error(lock_id, "lease lost while waiting");
             leave(q, lock_id, place).await;
             return Err(e);
         }
-        match check_head(q, lock_id, &place).await {
+        // A ring means the ringer read the queue and found us first: go straight to the main
+        // row, which alone decides who holds (a stale or mistaken ring costs a failed try).
+        let checked = if rung { try_main(q, lock_id).await } else { check_head(q, lock_id, &place).await };
+        match checked {
             Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await,
             Ok(HeadCheck::Occupied | HeadCheck::NotFirst) => {}
             Err(e) => {
@@ -183,7 +212,7 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
                 leave(q, lock_id, place).await;
                 return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
             }
-            _ => tokio::time::sleep_until(wake).await,
+            _ => rung = q.wait(&place, wake).await,
         }
     }
 }
@@ -204,7 +233,9 @@ pub(crate) async fn try_lock<Q: Queue>(q: &Q, lock_id: &str) -> Result<Option<Lo
     loop {
         match check_head(q, lock_id, &place).await {
             Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await.map(Some),
-            Ok(HeadCheck::Occupied) => tokio::time::sleep(q.parts().config.poll_interval).await,
+            Ok(HeadCheck::Occupied) => {
+                q.wait(&place, Instant::now() + q.parts().config.poll_interval).await;
+            }
             Ok(HeadCheck::NotFirst) => {
                 leave(q, lock_id, place).await;
                 return Ok(None);

@@ -130,6 +130,9 @@ impl<S: CellStore> CellStore for CountingStore<S> {
         }
         self.inner.read(table, row, slice, consistency).await
     }
+    fn doorbell(&self) -> Option<std::sync::Arc<dyn lock_core::doorbell::Doorbell>> {
+        self.inner.doorbell()
+    }
 }
 
 #[cfg(test)]
