@@ -384,6 +384,7 @@ impl CassandraStore {
             id: Arc::from(id.into()),
             row_prefix: Arc::from(""),
             cut_off: Arc::new(AtomicBool::new(false)),
+            doorbell: None,
         }
     }
 
@@ -585,6 +586,7 @@ pub struct CassandraClient {
     id: Arc<str>,
     row_prefix: Arc<str>,
     cut_off: Arc<AtomicBool>,
+    doorbell: Option<Arc<dyn lock_core::doorbell::Doorbell>>,
 }
 
 impl fmt::Debug for CassandraClient {
@@ -611,6 +613,14 @@ impl CassandraClient {
     /// Put `prefix` before every row key this handle reads or writes.
     pub fn with_row_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.row_prefix = Arc::from(prefix.into());
+        self
+    }
+
+    /// The same client with `doorbell`: the process's doorbells for locks that wake each
+    /// other (queue-push; e.g. a [`lock_core::doorbell::UdpDoorbells`] bound to this host's
+    /// address on the cluster's network). Cassandra itself cannot push.
+    pub fn with_doorbell(mut self, doorbell: Arc<dyn lock_core::doorbell::Doorbell>) -> Self {
+        self.doorbell = Some(doorbell);
         self
     }
 
@@ -661,6 +671,10 @@ impl CellStore for CassandraClient {
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.check()?;
         self.store.do_read(table, &self.stored_row(row), &slice, c).await
+    }
+
+    fn doorbell(&self) -> Option<Arc<dyn lock_core::doorbell::Doorbell>> {
+        self.doorbell.clone()
     }
 }
 

@@ -268,12 +268,13 @@ pub struct CellRelease<S> {
     /// The fencing token of the grant this release ends, once there is one: the release then
     /// trims the fencing row ([`crate::fence::trim_older`]).
     pub fence_token: Option<u64>,
-    /// Run once the cells are deleted and before the fencing row is trimmed: the push queue
+    /// Run once the first cell is deleted (the lock's main cell, which sorts first, when it
+    /// holds one), before the others and before the fencing row is trimmed: the push queue
     /// lock rings the next waiter there ([`CellRelease::then`]).
-    pub after_delete: Option<AfterDelete>,
+    pub after_first_delete: Option<AfterDelete>,
 }
 
-/// A step a release takes once its cells are deleted ([`CellRelease::after_delete`]).
+/// A step a release takes once its first cell is deleted ([`CellRelease::after_first_delete`]).
 pub type AfterDelete = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
 impl<S: CellStore + Clone> CellRelease<S> {
@@ -286,14 +287,14 @@ impl<S: CellStore + Clone> CellRelease<S> {
             consistency: ctx.consistency,
             lock_id: lock_id.to_string(),
             fence_token: None,
-            after_delete: None,
+            after_first_delete: None,
         }
     }
 
-    /// The same release, taking `step` once the cells are deleted (whatever the deletes
-    /// answered) and before the fencing row is trimmed.
+    /// The same release, taking `step` once its first cell is deleted (whatever the delete
+    /// answered), before the other cells and the fencing row.
     pub fn then(mut self, step: Option<AfterDelete>) -> Self {
-        self.after_delete = step;
+        self.after_first_delete = step;
         self
     }
 
@@ -331,10 +332,12 @@ impl<S: CellStore> CellRelease<S> {
     /// tried.
     pub async fn run(self) -> Result<(), crate::lock::LockError> {
         let cells = self.lease.stop().await;
-        let deleted = delete_cells(&self.store, &cells, &self.timestamps, self.consistency).await;
-        if let Some(step) = self.after_delete {
+        let (first, rest) = cells.split_at(cells.len().min(1));
+        let deleted_first = delete_cells(&self.store, first, &self.timestamps, self.consistency).await;
+        if let Some(step) = self.after_first_delete {
             step().await;
         }
+        let deleted = deleted_first.and(delete_cells(&self.store, rest, &self.timestamps, self.consistency).await);
         // After the lock's own cells: the next holder need not wait for this round trip.
         let trimmed = match self.fence_token {
             Some(t) => crate::fence::trim_older(&self.store, &self.timestamps, &self.lock_id, t, self.consistency).await,

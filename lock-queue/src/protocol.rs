@@ -31,6 +31,8 @@ pub(crate) struct Place {
     pub(crate) lease: LeaseKeeper,
     /// Where rings for this place arrive (the push lock's doorbell), if anywhere.
     pub(crate) bell: Option<std::sync::Arc<tokio::sync::Notify>>,
+    /// Waiters ahead of this place at the last look at the queue (kept by the push lock).
+    pub(crate) ahead: std::sync::atomic::AtomicUsize,
 }
 
 /// One look at the queue and, when we are first, at the main row.
@@ -75,10 +77,14 @@ pub(crate) trait Queue: Send + Sync {
     async fn join(&self, lock_id: &str) -> Result<Place, LockError>;
     /// Read the queue: is our place its head? An error when our place is gone.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError>;
-    /// What a release or a leave does once our cells are deleted (the push lock rings the new
-    /// head); nothing by default.
+    /// What a release or a leave does once its first cell is deleted (the main cell, when it
+    /// holds one; the push lock rings the next waiter); nothing by default.
     fn after_delete(&self, _lock_id: &str) -> Option<AfterDelete> {
         None
+    }
+    /// How long to wait before looking at the queue again: the poll interval.
+    fn next_poll(&self, _place: &Place) -> Duration {
+        self.parts().config.poll_interval
     }
     /// Wait until `until`, or until rung at `place`'s doorbell (true: rung, the ringer saw us
     /// first in the queue). Without a doorbell, sleep.
@@ -127,7 +133,7 @@ pub(crate) async fn join_queue<Q: Queue>(
         return Err(LockError::store(lock_id, e));
     }
     lease.add(key, value.to_vec(), started);
-    Ok(Place { id, lease, bell: None })
+    Ok(Place { id, lease, bell: None, ahead: Default::default() })
 }
 
 /// The head check, once: if we are first, try the main row.
@@ -205,7 +211,7 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
                 return Err(e);
             }
         }
-        let wake = Instant::now() + q.parts().config.poll_interval;
+        let wake = Instant::now() + q.next_poll(&place);
         match deadline {
             Some(d) if wake >= d => {
                 tokio::time::sleep_until(d).await;

@@ -39,7 +39,7 @@ pub const DEFAULT_NODES: &str = "127.0.0.1:9042";
 type Client = CountingStore<CassandraClient>;
 
 /// The algorithms on Cassandra.
-static ALGORITHMS: [Entry<Client>; 4] = cell_model::entries();
+static ALGORITHMS: [Entry<Client>; 5] = cell_model::entries();
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]
@@ -59,6 +59,10 @@ pub struct Args {
     /// A shell command that starts the stopped node again and returns once it answers.
     #[arg(long, value_name = "CMD", requires = "node_stop")]
     pub node_start: Option<String>,
+    /// Where this process listens for queue-push's doorbell rings (UDP), host:port: an address
+    /// the other processes of the run can reach [default: 127.0.0.1:0, any free loopback port].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub doorbell_bind: Option<std::net::SocketAddr>,
 }
 
 /// Its options, as result files show them.
@@ -77,6 +81,9 @@ pub struct Options {
     /// How to start it again (`--node-start`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_start: Option<String>,
+    /// queue-push's doorbell address (`--doorbell-bind`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doorbell_bind: Option<std::net::SocketAddr>,
 }
 
 impl From<Options> for EngineOptions {
@@ -159,6 +166,7 @@ impl Engine for Cassandra {
             keyspace: a.keyspace.filter(|k| !k.trim().is_empty()),
             node_stop: a.node_stop,
             node_start: a.node_start,
+            doorbell_bind: a.doorbell_bind,
         };
         driver_config(&o)?;
         Ok(o.into())
@@ -214,9 +222,15 @@ impl Engine for Cassandra {
                 })?;
             let counter = Arc::new(RequestCounter::default());
             let prefix = format!("{}/", setup.namespace);
+            // One doorbell socket per process, for queue-push: its address goes into the
+            // queue cells, so every process of the run can ring this one's waiters.
+            let bind = o.doorbell_bind.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            let bells: Arc<dyn lock_core::doorbell::Doorbell> = lock_core::doorbell::UdpDoorbells::bind(bind)
+                .await
+                .map_err(|e| format!("cannot bind queue-push's doorbell socket at {bind} (--doorbell-bind): {e}"))?;
             let client = |id: String| {
                 CountingStore::new(
-                    store.client(id).with_row_prefix(prefix.clone()),
+                    store.client(id).with_row_prefix(prefix.clone()).with_doorbell(bells.clone()),
                     counter.clone(),
                 )
             };
@@ -240,6 +254,7 @@ impl Engine for Cassandra {
                 settings: s,
                 _time_service: service,
                 faults: ServerFaults::new(None, restart),
+                bells,
             }) as Box<dyn OpenEngine>)
         })
     }
@@ -252,6 +267,7 @@ struct Opened {
     settings: AlgorithmSettings,
     _time_service: Option<GlobalTimeService>,
     faults: ServerFaults,
+    bells: Arc<dyn lock_core::doorbell::Doorbell>,
 }
 
 impl OpenEngine for Opened {
@@ -263,7 +279,8 @@ impl OpenEngine for Opened {
         let client = CountingStore::new(
             self.store
                 .client(spec.owner.clone())
-                .with_row_prefix(self.prefix.clone()),
+                .with_row_prefix(self.prefix.clone())
+                .with_doorbell(self.bells.clone()),
             self.counter.clone(),
         );
         let clock = LocalClock::new(PhysicalClock::System, spec.skew_us)

@@ -18,13 +18,15 @@ use std::time::Duration;
 
 /// Every table the Cassandra-model algorithms use, created before a run on a real cluster so
 /// that no contender pays for a schema change inside its timed section.
-pub const TABLES: [&str; 10] = [
+pub const TABLES: [&str; 12] = [
     "shadow_lock_main",
     "shadow_lock_shadow",
     lock_queue::MAIN_TABLE,
     lock_queue::QUEUE_TABLE,
     lock_queue::bounded::BOUNDED_MAIN_TABLE,
     lock_queue::bounded::BOUNDED_QUEUE_TABLE,
+    lock_queue::push::PUSH_MAIN_TABLE,
+    lock_queue::push::PUSH_QUEUE_TABLE,
     "lock_fence",
     "time_service",
     lock_bakery::CHOOSING_TABLE,
@@ -65,6 +67,17 @@ pub static QUEUE_BOUNDED: Algorithm = Algorithm {
     )
 };
 
+/// The bounded queue lock whose releaser rings the next waiter's doorbell.
+pub static QUEUE_PUSH: Algorithm = Algorithm {
+    uses_time_source: true,
+    ideal_handoff: Some(push_ideal_handoff),
+    ideal_handoff_text: "6.5 round trips: main delete, queue read, ring, main write and read, fencing token",
+    ..Algorithm::new(
+        "queue-push",
+        "the bounded queue lock with doorbells: the releaser rings the next waiter (1 s fallback poll)",
+    )
+};
+
 /// Lamport's bakery on two column families (seed 002).
 pub static BAKERY: Algorithm = Algorithm {
     uses_poll_interval: true,
@@ -77,7 +90,7 @@ pub static BAKERY: Algorithm = Algorithm {
 };
 
 /// The Cassandra-model algorithms on store type `S`, in the order they run.
-pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 4] {
+pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 5] {
     [
         Entry {
             algorithm: &SHADOW,
@@ -95,7 +108,18 @@ pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 4] {
             algorithm: &QUEUE_BOUNDED,
             build: build_queue_bounded::<S>,
         },
+        Entry {
+            algorithm: &QUEUE_PUSH,
+            build: build_queue_push::<S>,
+        },
     ]
+}
+
+/// The push queue lock's ideal handoff: the releaser deletes its main cell, reads the queue
+/// and rings the next waiter (half a round trip), which writes and reads the main row and
+/// takes a fencing token (two round trips): 6.5 round trips, no poll.
+pub fn push_ideal_handoff(round_trip: Duration, _s: &AlgorithmSettings) -> Duration {
+    round_trip * 13 / 2
 }
 
 /// The queue lock's ideal handoff when a waiter is next: it notices the release after half a
@@ -230,6 +254,22 @@ fn build_queue_bounded<S: CellStore + Clone + 'static>(
         ctx,
         queue_config(s),
     ))
+}
+
+fn build_queue_push<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> BuildFuture {
+    let Some(bell) = store.doorbell() else {
+        return ready::<lock_queue::PushQueueLocker<S>>(Err(LockError::Config(
+            "queue-push needs doorbells, and this store has none".into(),
+        )));
+    };
+    let config = lock_queue::PushConfig {
+        fallback_poll: s.scaled(lock_queue::push::DEFAULT_FALLBACK_POLL),
+    };
+    ready(lock_queue::PushQueueLocker::new(store, ctx, config, bell))
 }
 
 fn build_bakery<S: CellStore + Clone + 'static>(

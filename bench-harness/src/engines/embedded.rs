@@ -32,7 +32,7 @@ use std::time::Duration;
 pub struct Embedded;
 
 /// The algorithms on the embedded store.
-static ALGORITHMS: [Entry<EmbeddedClient>; 4] = cell_model::entries();
+static ALGORITHMS: [Entry<EmbeddedClient>; 5] = cell_model::entries();
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]
