@@ -166,7 +166,8 @@ impl Engine for Embedded {
         true
     }
 
-    /// Every contender fault, and both replica faults: the store has a switch for each.
+    /// Every contender fault, both replica faults, and lost or late doorbell rings: the store
+    /// has a switch for each.
     fn fault_kinds(&self, _options: &EngineOptions) -> &'static [FaultKind] {
         &[
             FaultKind::Pause,
@@ -175,6 +176,7 @@ impl Engine for Embedded {
             FaultKind::Partition,
             FaultKind::ReplicaStop,
             FaultKind::ReplicaLag,
+            FaultKind::RingLoss,
         ]
     }
 
@@ -294,6 +296,9 @@ impl OpenEngine for Opened {
             Injection::ReplicaStop { replica, on: false } => store.start_replica(replica),
             Injection::ReplicaLag { replica, lag, drop } => {
                 store.lag_replica(replica, lag * scale, drop)
+            }
+            Injection::Rings { drop, delay } => {
+                store.doorbells().set_faults(lock_core::doorbell::RingFaults { drop, delay: delay * scale })
             }
             Injection::ServerRestart { .. } => {
                 return Box::pin(async {

@@ -233,6 +233,14 @@ pub enum Injection<'a> {
         /// Stop or start.
         on: bool,
     },
+    /// Lose `drop` of the doorbell rings (queue-push) and delay the others by `delay`; 0.0 and
+    /// zero heal.
+    Rings {
+        /// Fraction lost.
+        drop: f64,
+        /// Extra delay.
+        delay: Duration,
+    },
 }
 
 /// What [`Engine::open`] needs to know of the run.

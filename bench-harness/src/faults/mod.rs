@@ -20,6 +20,7 @@
 //! | `replica-lag` | a replica applies mutations late and drops a fraction | — |
 //! | `server-restart` | the server stops, then starts | — |
 //! | `process-pause` (`--processes`: a worker process, any) | — | the whole process is stopped (`SIGSTOP`) and continued (`SIGCONT`): its contenders, lease keepers and connections |
+//! | `ring-loss` | queue-push's doorbell rings are lost (a fraction) or late | — |
 //!
 //! The contender's side of `pause` matters: a real GC pause freezes the critical section too,
 //! so the holder's second write to the fenced resource comes after the pause, when another
@@ -277,6 +278,10 @@ impl Nemesis {
                 engine.inject(Injection::ServerRestart { on: true }).await?;
                 Ok(Target::Server)
             }
+            FaultKind::RingLoss => {
+                engine.inject(Injection::Rings { drop: spec.drop, delay: spec.lag }).await?;
+                Ok(Target::Doorbells)
+            }
             FaultKind::ProcessPause => unreachable!("handled above"),
         }
     }
@@ -309,6 +314,7 @@ impl Nemesis {
                     .await
             }
             (FaultKind::ServerRestart, _) => engine.inject(Injection::ServerRestart { on: false }).await,
+            (FaultKind::RingLoss, _) => engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await,
             (kind, _) => Err(format!("cannot heal {kind}: it hit nothing")),
         }
     }
@@ -325,6 +331,7 @@ enum Target {
     Contender(Arc<Control>, String, i64),
     Replica(usize),
     Server,
+    Doorbells,
     /// A worker process: its number and process id.
     Process(usize, u32),
 }
@@ -346,6 +353,7 @@ impl Target {
             Target::Contender(_, owner, _) => owner.clone(),
             Target::Replica(r) => format!("replica-{r}"),
             Target::Server => "server".into(),
+            Target::Doorbells => "doorbells".into(),
             Target::Process(w, _) => format!("worker-{w}"),
         }
     }

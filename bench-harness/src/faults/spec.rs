@@ -6,6 +6,8 @@
 //!
 //! - `replica-lag:5s@15s/lag=1s/drop=0.1`: how late the overloaded replica applies mutations
 //!   (default 1 s) and which fraction it drops (default 0.1);
+//! - `ring-loss:5s@15s/drop=0.5/lag=20ms`: the fraction of queue-push's doorbell rings lost
+//!   (default 1: all) and the extra delay of the others (default none);
 //! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
 //!   from the seed); the clock steps back after DURATION, as NTP would correct it.
 
@@ -35,11 +37,13 @@ pub enum FaultKind {
     ServerRestart,
     /// One worker process (`--processes`) is stopped (`SIGSTOP`) and continued (`SIGCONT`).
     ProcessPause,
+    /// Doorbell rings (queue-push) are lost, or late.
+    RingLoss,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -48,6 +52,7 @@ impl FaultKind {
         FaultKind::ReplicaLag,
         FaultKind::ServerRestart,
         FaultKind::ProcessPause,
+        FaultKind::RingLoss,
     ];
 
     /// The name on the command line and in `faults.csv`.
@@ -61,6 +66,7 @@ impl FaultKind {
             FaultKind::ReplicaLag => "replica-lag",
             FaultKind::ServerRestart => "server-restart",
             FaultKind::ProcessPause => "process-pause",
+            FaultKind::RingLoss => "ring-loss",
         }
     }
 
@@ -123,7 +129,7 @@ impl fmt::Display for FaultSpec {
             format_duration(self.duration),
             format_duration(self.period)
         )?;
-        if self.kind == FaultKind::ReplicaLag {
+        if matches!(self.kind, FaultKind::ReplicaLag | FaultKind::RingLoss) {
             write!(f, "/lag={}/drop={}", format_duration(self.lag), self.drop)?;
         }
         Ok(())
@@ -145,6 +151,10 @@ impl FromStr for FaultSpec {
             lag: Self::DEFAULT_LAG,
             drop: Self::DEFAULT_DROP,
         };
+        if spec.kind == FaultKind::RingLoss {
+            // Every ring lost, none delayed, unless the options say otherwise.
+            (spec.lag, spec.drop) = (Duration::ZERO, 1.0);
+        }
         if spec.duration.is_zero() || spec.period.is_zero() {
             return Err(bad("DURATION and PERIOD must be positive"));
         }
@@ -154,8 +164,10 @@ impl FromStr for FaultSpec {
         for option in parts {
             let (key, value) = option.split_once('=').ok_or_else(|| bad("an option is KEY=VALUE"))?;
             match (spec.kind, key) {
-                (FaultKind::ReplicaLag, "lag") => spec.lag = parse_duration(value).map_err(|e| bad(&e))?,
-                (FaultKind::ReplicaLag, "drop") => {
+                (FaultKind::ReplicaLag | FaultKind::RingLoss, "lag") => {
+                    spec.lag = parse_duration(value).map_err(|e| bad(&e))?
+                }
+                (FaultKind::ReplicaLag | FaultKind::RingLoss, "drop") => {
                     spec.drop = value
                         .parse::<f64>()
                         .ok()
