@@ -498,6 +498,17 @@ impl EmbeddedFixture {
         EmbeddedFixture { store: EmbeddedStore::new(config), seed, mode, ttl, build: Arc::new(build) }
     }
 
+    /// A fixture on an existing `store` (another fixture's, say), with the TTL of `mode`.
+    pub fn with_store(
+        store: EmbeddedStore,
+        seed: u64,
+        mode: Mode,
+        build: impl Fn(EmbeddedClient, ClientContext) -> Arc<dyn Locker> + Send + Sync + 'static,
+    ) -> Self {
+        let ttl = EmbeddedFixture::new(seed, mode, |_, _| unreachable!("never built")).ttl;
+        EmbeddedFixture { store, seed, mode, ttl, build: Arc::new(build) }
+    }
+
     /// The store, for counters and faults.
     pub fn store(&self) -> &EmbeddedStore {
         &self.store
