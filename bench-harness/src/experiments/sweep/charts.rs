@@ -96,6 +96,7 @@ pub fn draw(
         figs.extend(latency_cdf(dir, s)?);
         figs.push(fairness_vs_contenders(dir, s)?);
         figs.push(store_ops_vs_contenders(dir, s)?);
+        figs.extend(push_vs_polling(dir, s)?);
     }
     for n in TIMELINE_CONTENDERS {
         figs.extend(timeline(dir, s, timelines, n)?);
@@ -242,6 +243,45 @@ fn store_ops_vs_contenders(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figur
         render_lines(&dir.join("store_ops_vs_contenders"), &[ops, ops_s], 2, (640, 440), both)?,
         "Load on the store against the number of contenders: requests (reads, writes, deletes, lease renewals) per grant and per second.",
     ))
+}
+
+/// The locks told their turn against the locks that poll for it: store requests per grant and
+/// the median handoff gap against contenders, for queue-push, queue, shadow and bakery (the
+/// ones the sweep ran).
+const PUSH_AND_POLLING: [&str; 4] = ["queue-push", "queue", "shadow", "bakery"];
+
+fn push_vs_polling(dir: &Path, s: &SweepSummary) -> anyhow::Result<Option<Figure>> {
+    let names: Vec<String> = s
+        .series_names(Experiment::Contention)
+        .into_iter()
+        .filter(|n| PUSH_AND_POLLING.contains(&n.as_str()))
+        .collect();
+    if !names.iter().any(|n| n == "queue-push") {
+        return Ok(None);
+    }
+    let only = |y: fn(&AlgorithmReport) -> Option<f64>| -> Vec<Series> {
+        names
+            .iter()
+            .map(|n| Series::new(n.clone(), algorithm_color(n), pts(s, Experiment::Contention, n, y)))
+            .collect()
+    };
+    let ops = LineChart::against_contenders(
+        "Store requests per grant",
+        "requests per grant (log)",
+        true,
+        only(|r| r.store.ops_per_grant),
+    );
+    let gap = LineChart::against_contenders(
+        "Median handoff gap (release to next grant)",
+        "gap (ms, log)",
+        true,
+        only(|r| (r.handoff.count > 0).then_some(r.handoff.p50_ms)),
+    );
+    Ok(Some(figure(
+        render_lines(&dir.join("push_vs_polling"), &[ops, gap], 2, (640, 440), Formats::PngAndSvg)?,
+        "Told against polling: queue-push's releaser rings the next waiter, the others poll (queue, bakery) or back off (shadow). \
+         Store requests per grant and the median handoff gap against contenders.",
+    )))
 }
 
 /// The owner timeline of `n` contenders, when the sweep kept their grant logs.
