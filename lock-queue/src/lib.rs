@@ -71,7 +71,9 @@
 //! slower for the whole run and fail past 100,000 tombstones (issue 11; the embedded store
 //! models this, see `lock_core::embedded`). The lock stays as the thesis wrote it;
 //! [`bounded::BoundedQueueLocker`] keeps its protocol and order with one reused queue column
-//! per thread, so its reads scan at most one tombstone per thread. The main row's
+//! per thread, so its reads scan at most one tombstone per thread. [`push::PushQueueLocker`]
+//! (`queue-push`) is the bounded lock with doorbells: whoever releases rings the next waiter
+//! instead of letting it poll (the feedback section 6 of the thesis wished for). The main row's
 //! columns are thread ids already: a thread's next main cell replaces its own tombstone, so
 //! the main row holds at most one cell per thread.
 //!
