@@ -47,10 +47,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The waiters of one process, by (lock, owner): their place and their bell.
+/// A waiter's key: (lock id, owner id).
+type WaiterKey = (String, String);
+
+/// The waiters of one process, by (lock, owner): their place (ticket) and their bell.
 #[derive(Default)]
 struct Registry {
-    waiters: Mutex<HashMap<(String, String), (String, Arc<Notify>)>>,
+    waiters: Mutex<HashMap<WaiterKey, (String, Arc<Notify>)>>,
     delivered: std::sync::atomic::AtomicU64,
 }
 

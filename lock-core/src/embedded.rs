@@ -738,7 +738,7 @@ impl EmbeddedStore {
                     Some(inner) => inner.config.latency.sample(&mut lock(&inner.rng)) / 2,
                     None => Duration::ZERO,
                 },
-                inner.config.seed ^ 0xD00B_E11,
+                inner.config.seed ^ 0x0D00_BE11,
             ))
         }))
     }
