@@ -6,16 +6,15 @@ use bench_harness::check;
 use bench_harness::config::RunConfig;
 use bench_harness::measure::summary;
 use bench_harness::run;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
+mod support;
+use support::{run_checked, BIN};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-harness-faults").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    support::scratch("bench-harness-faults", name)
 }
 
 fn faulty(algorithm: &str, threads: usize, duration: Duration, faults: &str) -> RunConfig {
@@ -26,18 +25,6 @@ fn faulty(algorithm: &str, threads: usize, duration: Duration, faults: &str) -> 
         faults: faults.parse().unwrap(),
         ..RunConfig::default()
     }
-}
-
-/// The checker's exit status and output for a run of the binary with `args` into `dir`.
-fn run_checked(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .args(["--check", "--quiet", "--out"])
-        .arg(dir)
-        .output()
-        .expect("the binary runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
 }
 
 #[test]

@@ -8,24 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
+mod support;
+use support::{run_checked, BIN};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-harness-server-faults").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// The binary's exit status and output for `args` with `--check`, into `dir`.
-fn run_checked(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .args(["--check", "--quiet", "--out"])
-        .arg(dir)
-        .output()
-        .expect("the binary runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
+    support::scratch("bench-harness-server-faults", name)
 }
 
 fn summary(dir: &Path) -> serde_json::Value {

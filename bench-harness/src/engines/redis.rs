@@ -256,11 +256,6 @@ impl Opened {
             )
         })
     }
-
-    async fn connect_contender(&self, owner: &str) -> Result<RedisBackend, String> {
-        let via = self.faults.route(owner).await?;
-        self.connect(via).await
-    }
 }
 
 /// The `host:port` of a redis URL.
@@ -293,19 +288,8 @@ impl OpenEngine for Opened {
         algorithm: &'static Algorithm,
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        let jump = self.faults.jump(&spec.owner);
-        let owner = spec.owner.clone();
-        Box::pin(async move {
-            super::server_contender(
-                &ALGORITHMS,
-                algorithm,
-                self.connect_contender(&owner),
-                spec,
-                &self.settings,
-                jump,
-            )
-            .await
-        })
+        self.faults
+            .contender(&ALGORITHMS, algorithm, spec, &self.settings, move |via| self.connect(via))
     }
 
     fn counters(&self) -> Option<CounterHandle> {

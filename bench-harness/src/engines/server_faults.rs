@@ -223,6 +223,28 @@ impl ServerFaults {
         Ok(Some(addr))
     }
 
+    /// Contender `spec`'s locker of `algorithm` from `entries`: its clock carries a step the
+    /// nemesis moves, and it connects with `connect`, through its own proxy when contenders go
+    /// through proxies (`Some(proxy address)`) or straight to the server (`None`).
+    pub fn contender<'a, C, F>(
+        &'a self,
+        entries: &'static [super::algorithm::Entry<C>],
+        algorithm: &'static super::Algorithm,
+        spec: super::ContenderSpec,
+        settings: &'a super::algorithm::AlgorithmSettings,
+        connect: impl FnOnce(Option<SocketAddr>) -> F + Send + 'a,
+    ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>>
+    where
+        C: Send + 'static,
+        F: std::future::Future<Output = Result<C, String>> + Send + 'a,
+    {
+        let jump = self.jump(&spec.owner);
+        Box::pin(async move {
+            let via = self.route(&spec.owner).await?;
+            super::server_contender(entries, algorithm, connect(via), spec, settings, jump).await
+        })
+    }
+
     /// A clock step for contender `owner`, which the nemesis moves.
     pub fn jump(&self, owner: &str) -> ClockJump {
         let jump = ClockJump::new();
