@@ -191,7 +191,14 @@ impl UdpDoorbells {
             async move {
                 let mut buf = vec![0u8; 2048];
                 loop {
-                    let Ok((n, _)) = socket.recv_from(&mut buf).await else { continue };
+                    let n = match socket.recv_from(&mut buf).await {
+                        Ok((n, _)) => n,
+                        // Never spin on a socket that keeps failing.
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
                     let Ok(text) = std::str::from_utf8(&buf[..n]) else { continue };
                     let mut fields = text.split('\t');
                     if let (Some(l), Some(o), Some(t), None) = (fields.next(), fields.next(), fields.next(), fields.next()) {
