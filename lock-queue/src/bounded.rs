@@ -89,11 +89,10 @@ use crate::protocol::{Parts, Place, Queue};
 use crate::{queue_column_time, QueueConfig};
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::lock::{LockError, LockGuard, Locker};
+use lock_core::lock::LockError;
 use lock_core::store::{Cell, CellStore, Micros, Slice};
 #[allow(unused_imports)]
 use lock_core::time::TimeSource;
-use std::time::Duration;
 
 /// The bounded queue lock's main row's table: who holds the lock.
 pub const BOUNDED_MAIN_TABLE: &str = "bounded_queue_lock_main";
@@ -157,21 +156,4 @@ impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
     }
 }
 
-#[async_trait]
-impl<S: CellStore + Clone> Locker for BoundedQueueLocker<S> {
-    fn algorithm(&self) -> &str {
-        "queue-bounded"
-    }
-
-    fn owner(&self) -> &str {
-        &self.parts.ctx.owner
-    }
-
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        crate::protocol::lock(self, lock_id, timeout).await
-    }
-
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        crate::protocol::try_lock(self, lock_id).await
-    }
-}
+queue_locker!(BoundedQueueLocker, "queue-bounded");

@@ -99,12 +99,45 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::lock::{LockError, LockGuard, Locker};
+use lock_core::lock::LockError;
 use lock_core::store::{CellStore, Micros, Slice};
 use protocol::{Parts, Place, Queue};
 #[allow(unused_imports)]
 use lock_core::time::TimeSource;
 use std::time::Duration;
+
+/// The [`Locker`] of a queue lock: listings 6 and 7 from [`protocol`], whatever its queue.
+macro_rules! queue_locker {
+    ($locker:ident, $name:literal) => {
+        #[async_trait::async_trait]
+        impl<S: lock_core::store::CellStore + Clone> lock_core::lock::Locker for $locker<S> {
+            fn algorithm(&self) -> &str {
+                $name
+            }
+
+            fn owner(&self) -> &str {
+                &self.parts.ctx.owner
+            }
+
+            /// Listing 6, with a timeout that leaves the queue.
+            async fn lock(
+                &self,
+                lock_id: &str,
+                timeout: Option<std::time::Duration>,
+            ) -> Result<lock_core::lock::LockGuard, lock_core::lock::LockError> {
+                crate::protocol::lock(self, lock_id, timeout).await
+            }
+
+            /// Listing 7.
+            async fn try_lock(
+                &self,
+                lock_id: &str,
+            ) -> Result<Option<lock_core::lock::LockGuard>, lock_core::lock::LockError> {
+                crate::protocol::try_lock(self, lock_id).await
+            }
+        }
+    };
+}
 
 pub mod bounded;
 mod protocol;
@@ -192,23 +225,4 @@ impl<S: CellStore + Clone> Queue for QueueLocker<S> {
     }
 }
 
-#[async_trait]
-impl<S: CellStore + Clone> Locker for QueueLocker<S> {
-    fn algorithm(&self) -> &str {
-        "queue"
-    }
-
-    fn owner(&self) -> &str {
-        &self.parts.ctx.owner
-    }
-
-    /// Listing 6, with a timeout that leaves the queue.
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        protocol::lock(self, lock_id, timeout).await
-    }
-
-    /// Listing 7.
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        protocol::try_lock(self, lock_id).await
-    }
-}
+queue_locker!(QueueLocker, "queue");

@@ -74,7 +74,7 @@ use async_trait::async_trait;
 use lock_core::context::ClientContext;
 use lock_core::doorbell::Doorbell;
 use lock_core::lease::AfterDelete;
-use lock_core::lock::{LockError, LockGuard, Locker};
+use lock_core::lock::LockError;
 use lock_core::store::{Cell, CellStore, Slice};
 use std::sync::Arc;
 use std::time::Duration;
@@ -211,24 +211,7 @@ impl<S: CellStore + Clone> Queue for PushQueueLocker<S> {
     }
 }
 
-#[async_trait]
-impl<S: CellStore + Clone> Locker for PushQueueLocker<S> {
-    fn algorithm(&self) -> &str {
-        "queue-push"
-    }
-
-    fn owner(&self) -> &str {
-        &self.parts.ctx.owner
-    }
-
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        crate::protocol::lock(self, lock_id, timeout).await
-    }
-
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        crate::protocol::try_lock(self, lock_id).await
-    }
-}
+queue_locker!(PushQueueLocker, "queue-push");
 
 #[cfg(test)]
 mod tests {
