@@ -148,7 +148,7 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         summary.results.push(report);
         csv.append(&outcome)?;
         files::write_json(&out.join("summary.json"), &summary)?;
-        faults.insert(algorithm.name.to_string(), outcome.faults.clone());
+        faults.insert(algorithm.name.to_string(), outcome.faults);
         logs.push((algorithm.name.to_string(), outcome.grants));
         figures::draw_run(out, &summary, &logs, &faults)?;
     }

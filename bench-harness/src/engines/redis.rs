@@ -202,9 +202,10 @@ impl Engine for Redis {
             let options: Options = setup.options.get();
             let (url, server) = match options.spawn {
                 Some(p) => {
-                    let (server, url) = Managed::start(move || {
-                        test_servers::RedisServer::launch(p == Persistence::Aof)
-                    })
+                    let (server, url) = Managed::start(
+                        move || test_servers::RedisServer::launch(p == Persistence::Aof),
+                        test_servers::RedisServer::url,
+                    )
                     .await
                     .map_err(|e| format!("--spawn-redis: {e}"))?;
                     (url, Some(server))

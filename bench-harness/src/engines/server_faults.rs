@@ -137,20 +137,26 @@ impl Restartable for Commanded {
 pub struct Managed(Arc<Mutex<Box<dyn Restartable>>>);
 
 impl Managed {
-    /// Starts a server with `launch` (blocking: off the runtime's threads).
-    pub async fn start<S: Restartable + Addressed + 'static>(
+    fn of(server: impl Restartable + 'static) -> Managed {
+        Managed(Arc::new(Mutex::new(Box::new(server))))
+    }
+
+    /// Starts a server with `launch` (blocking: off the runtime's threads); returns it with
+    /// the address `address` reads off it (a URL or connect string).
+    pub async fn start<S: Restartable + 'static>(
         launch: impl FnOnce() -> Result<S, String> + Send + 'static,
-    ) -> Result<(Managed, S::Address), String> {
+        address: fn(&S) -> String,
+    ) -> Result<(Managed, String), String> {
         let server = tokio::task::spawn_blocking(launch)
             .await
             .map_err(|e| format!("starting the server panicked: {e}"))??;
-        let address = server.address();
-        Ok((Managed(Arc::new(Mutex::new(Box::new(server)))), address))
+        let at = address(&server);
+        Ok((Managed::of(server), at))
     }
 
     /// A server the user restarts with commands.
     pub fn commanded(commands: Commanded) -> Managed {
-        Managed(Arc::new(Mutex::new(Box::new(commands))))
+        Managed::of(commands)
     }
 
     async fn with(
@@ -163,28 +169,6 @@ impl Managed {
         })
         .await
         .map_err(|e| format!("restarting the server panicked: {e}"))?
-    }
-}
-
-/// How clients reach a server the harness started.
-pub trait Addressed {
-    /// A URL or connect string.
-    type Address: Send + 'static;
-    /// This server's.
-    fn address(&self) -> Self::Address;
-}
-
-impl Addressed for RedisServer {
-    type Address = String;
-    fn address(&self) -> String {
-        self.url()
-    }
-}
-
-impl Addressed for ZkServer {
-    type Address = String;
-    fn address(&self) -> String {
-        self.hosts()
     }
 }
 

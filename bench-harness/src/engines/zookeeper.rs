@@ -171,7 +171,7 @@ impl Engine for Zookeeper {
         Box::pin(async move {
             let options: Options = setup.options.get();
             let (hosts, server) = if options.spawn {
-                let (server, hosts) = Managed::start(test_servers::ZkServer::launch)
+                let (server, hosts) = Managed::start(test_servers::ZkServer::launch, test_servers::ZkServer::hosts)
                     .await
                     .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
                 (hosts, Some(server))
