@@ -110,7 +110,9 @@
 //! replicas again for the rest of the row: one more round trip, like Cassandra's short-read
 //! protection.
 
-use crate::store::{reconcile, Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError, Version};
+use crate::store::{
+    reconcile, CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError, Version,
+};
 use row::{DeadCell, DeadCells, Incoming, LiveCell, Row};
 use crate::time::{ClockJump, LocalClock, PhysicalClock, SIMULATED_EPOCH_MICROS};
 use async_trait::async_trait;
@@ -125,7 +127,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+mod paxos;
 mod row;
+
+pub use paxos::PaxosVariant;
 
 /// The round trip between a coordinator and one replica: `fixed` plus a uniform sample from
 /// `[0, jitter]`, drawn independently for every replica of every request.
@@ -194,6 +199,12 @@ pub struct EmbeddedConfig {
     /// A read that would scan more tombstones than this on a replica is aborted there and fails
     /// with [`StoreError::TombstoneOverwhelming`]. Default 100,000.
     pub tombstone_failure_threshold: u64,
+    /// Which Paxos runs the lightweight transactions ([`CellStore::cas`]): Cassandra 4.0's
+    /// (v1, the default: 4 round trips per applied CAS) or 4.1's (v2: 2). See [`paxos`].
+    pub paxos: PaxosVariant,
+    /// How long a lightweight transaction may go on losing rounds to other proposers before it
+    /// fails with [`StoreError::CasTimeout`] (Cassandra's `cas_contention_timeout`). Default 1 s.
+    pub cas_contention_timeout: Duration,
 }
 
 impl EmbeddedConfig {
@@ -208,6 +219,8 @@ impl EmbeddedConfig {
     pub const DEFAULT_TOMBSTONE_WARN_THRESHOLD: u64 = 1_000;
     /// Default [`EmbeddedConfig::tombstone_failure_threshold`]: Cassandra's.
     pub const DEFAULT_TOMBSTONE_FAILURE_THRESHOLD: u64 = 100_000;
+    /// Default [`EmbeddedConfig::cas_contention_timeout`]: Cassandra's `cas_contention_timeout`.
+    pub const DEFAULT_CAS_CONTENTION_TIMEOUT: Duration = Duration::from_secs(1);
 
     /// The effective compaction interval: [`EmbeddedConfig::compaction_interval`] or
     /// [`EmbeddedConfig::gc_grace`].
@@ -237,6 +250,8 @@ impl Default for EmbeddedConfig {
             tombstone_scan_cost: Self::DEFAULT_TOMBSTONE_SCAN_COST,
             tombstone_warn_threshold: Self::DEFAULT_TOMBSTONE_WARN_THRESHOLD,
             tombstone_failure_threshold: Self::DEFAULT_TOMBSTONE_FAILURE_THRESHOLD,
+            paxos: PaxosVariant::default(),
+            cas_contention_timeout: Self::DEFAULT_CAS_CONTENTION_TIMEOUT,
         }
     }
 }
@@ -250,12 +265,39 @@ pub struct OpCounts {
     pub writes: u64,
     /// Delete requests.
     pub deletes: u64,
+    /// Lightweight transactions ([`CellStore::cas`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cas: u64,
+    /// SERIAL reads ([`CellStore::read_serial`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub serial_reads: u64,
+    /// Coordinator-to-replicas round trips spent inside lightweight transactions and SERIAL
+    /// reads (every Paxos phase and read, retries after contention included); counted only by
+    /// a store that sees them (the embedded one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub paxos_round_trips: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl OpCounts {
+    /// Plain reads, writes and deletes only.
+    pub fn new(reads: u64, writes: u64, deletes: u64) -> Self {
+        OpCounts { reads, writes, deletes, ..OpCounts::default() }
+    }
+
     /// All requests.
     pub fn total(&self) -> u64 {
-        self.reads + self.writes + self.deletes
+        self.reads + self.writes + self.deletes + self.cas + self.serial_reads
+    }
+
+    /// Round trips between coordinator and replicas: one per plain request, and those
+    /// counted inside lightweight transactions. The same as [`OpCounts::total`] for the
+    /// algorithms without lightweight transactions.
+    pub fn round_trips(&self) -> u64 {
+        self.reads + self.writes + self.deletes + self.paxos_round_trips
     }
 
     fn bump(&mut self, kind: OpKind) {
@@ -263,6 +305,8 @@ impl OpCounts {
             OpKind::Read => self.reads += 1,
             OpKind::Write => self.writes += 1,
             OpKind::Delete => self.deletes += 1,
+            OpKind::Cas => self.cas += 1,
+            OpKind::SerialRead => self.serial_reads += 1,
         }
     }
 
@@ -270,6 +314,9 @@ impl OpCounts {
         self.reads += other.reads;
         self.writes += other.writes;
         self.deletes += other.deletes;
+        self.cas += other.cas;
+        self.serial_reads += other.serial_reads;
+        self.paxos_round_trips += other.paxos_round_trips;
     }
 }
 
@@ -424,6 +471,8 @@ enum OpKind {
     Read,
     Write,
     Delete,
+    Cas,
+    SerialRead,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -457,6 +506,9 @@ struct Replica {
     /// Mutations dropped, per million.
     drop_ppm: AtomicU32,
     tables: Mutex<Tables>,
+    /// The Paxos state of every row a lightweight transaction touched (Cassandra's
+    /// `system.paxos`): promised ballot, accepted proposal, most recent commit.
+    paxos: Mutex<BTreeMap<(String, String), paxos::PaxosState>>,
 }
 
 impl Replica {
@@ -466,6 +518,7 @@ impl Replica {
             lag_nanos: AtomicU64::new(0),
             drop_ppm: AtomicU32::new(0),
             tables: Mutex::new(BTreeMap::new()),
+            paxos: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -624,6 +677,12 @@ struct ClientState {
     reads: AtomicU64,
     writes: AtomicU64,
     deletes: AtomicU64,
+    cas: AtomicU64,
+    serial_reads: AtomicU64,
+    paxos_round_trips: AtomicU64,
+    /// The last ballot timestamp this client's lightweight transactions used: ballots of one
+    /// client strictly increase (Cassandra's `ClientState.getTimestampForPaxos`).
+    last_ballot: std::sync::atomic::AtomicI64,
 }
 
 impl Default for ClientState {
@@ -635,6 +694,10 @@ impl Default for ClientState {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             deletes: AtomicU64::new(0),
+            cas: AtomicU64::new(0),
+            serial_reads: AtomicU64::new(0),
+            paxos_round_trips: AtomicU64::new(0),
+            last_ballot: std::sync::atomic::AtomicI64::new(Micros::MIN),
         }
     }
 }
@@ -652,6 +715,8 @@ impl ClientState {
             OpKind::Read => &self.reads,
             OpKind::Write => &self.writes,
             OpKind::Delete => &self.deletes,
+            OpKind::Cas => &self.cas,
+            OpKind::SerialRead => &self.serial_reads,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -661,13 +726,16 @@ impl ClientState {
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             deletes: self.deletes.load(Ordering::Relaxed),
+            cas: self.cas.load(Ordering::Relaxed),
+            serial_reads: self.serial_reads.load(Ordering::Relaxed),
+            paxos_round_trips: self.paxos_round_trips.load(Ordering::Relaxed),
         }
     }
 
     fn reset(&self) {
-        self.reads.store(0, Ordering::Relaxed);
-        self.writes.store(0, Ordering::Relaxed);
-        self.deletes.store(0, Ordering::Relaxed);
+        for c in [&self.reads, &self.writes, &self.deletes, &self.cas, &self.serial_reads, &self.paxos_round_trips] {
+            c.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -888,6 +956,12 @@ impl CellStore for EmbeddedStore {
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.caller().read(table, row, &slice, c).await
     }
+    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+        self.caller().cas(table, row, request, serial, commit).await
+    }
+    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        self.caller().read_serial(table, row, &slice, serial).await
+    }
     fn doorbell(&self) -> Option<Arc<dyn crate::doorbell::Doorbell>> {
         Some(self.doorbells())
     }
@@ -968,6 +1042,12 @@ impl CellStore for EmbeddedClient {
     }
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.request(self.caller().read(table, row, &slice, c)).await
+    }
+    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+        self.request(self.caller().cas(table, row, request, serial, commit)).await
+    }
+    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        self.request(self.caller().read_serial(table, row, &slice, serial)).await
     }
     fn doorbell(&self) -> Option<Arc<dyn crate::doorbell::Doorbell>> {
         Some(self.store.doorbells())
@@ -1222,6 +1302,12 @@ impl Caller<'_> {
     async fn read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.count(table, OpKind::Read);
         self.check_reachable().await?;
+        self.quorum_read(table, row, slice, c).await
+    }
+
+    /// A read at `c` as a coordinator runs it, not counted as a request of its own (a
+    /// lightweight transaction's reads are part of it).
+    async fn quorum_read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         let inner = self.inner;
         let required = c.required(inner.replicas.len());
         let mut chosen = inner.running();

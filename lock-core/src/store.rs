@@ -23,6 +23,38 @@
 //! 7. Every operation carries a [`Consistency`]; the algorithms assume [`Consistency::Quorum`]
 //!    for both reads and writes, so that a read issued after a write completed sees that write
 //!    (the thesis's Lemma 1).
+//!
+//! # Lightweight transactions (compare-and-set)
+//!
+//! Cassandra 2.0 added conditional statements (`INSERT … IF NOT EXISTS`, `UPDATE … IF col = ?`,
+//! `DELETE … IF col = ?`, and conditional batches on one partition), run as a round of Paxos
+//! among the row's replicas. [`CellStore::cas`] is that, on the cell model:
+//!
+//! 8. A [`CasRequest`] names one row, a list of [`CasCondition`]s on cells of that row (a cell
+//!    [`Expect::Absent`], or [`Expect::Value`] equal to a value) and a list of [`CasChange`]s
+//!    (set a cell, with an optional TTL; delete a cell). The changes are applied, all of
+//!    them atomically, exactly when every condition holds on the row's state **as of the
+//!    operation's linearization point**: CAS operations and SERIAL reads on one row are
+//!    linearizable. An expired cell is absent.
+//! 9. The answer is a [`CasResult`]: `applied`, and the live cells of the columns named in
+//!    the conditions as they were at that point (Cassandra returns them only when not applied;
+//!    the model returns them always, and an applied result's cells are those the conditions
+//!    matched).
+//! 10. The client chooses no write timestamp: the changes are written with the timestamp of
+//!     the Paxos ballot that decided them, which is greater than that of every CAS decided
+//!     before on the row. Mixing plain writes (client timestamps) into a row written by CAS
+//!     therefore orders them by clock, not by Paxos: the lock algorithms never mix them.
+//! 11. The serial consistency ([`SerialConsistency::Serial`] or `LocalSerial`) sets the Paxos
+//!     quorum (in one data centre, both are a majority of the replicas); the commit
+//!     consistency sets how many replicas must acknowledge the commit before the answer.
+//! 12. A CAS can end with [`StoreError::CasTimeout`]: the store cannot tell whether it
+//!     applied ([`CasTimeoutKind`] says in which phase it stopped). It may still be completed
+//!     by a later Paxos round; a [`CellStore::read_serial`] of the row finishes or buries it
+//!     for good, so what that read shows is final for that operation. Too few live replicas
+//!     for a quorum fail with [`StoreError::Unavailable`] before anything is sent.
+//! 13. [`CellStore::read_serial`] reads a row at SERIAL: it first completes any Paxos round
+//!     in progress on the row, so it sees every CAS that completed before it and no CAS that
+//!     can still change its outcome afterwards.
 
 use async_trait::async_trait;
 use std::cmp::Ordering;
@@ -139,6 +171,167 @@ impl Slice {
     }
 }
 
+/// The Paxos quorum of a lightweight transaction (CQL's serial consistency).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SerialConsistency {
+    /// A majority of all replicas.
+    #[default]
+    Serial,
+    /// A majority of the replicas in the coordinator's data centre (the model and a
+    /// single-data-centre cluster: the same as `Serial`).
+    LocalSerial,
+}
+
+impl SerialConsistency {
+    /// How many of `replicas` replicas must take part in each Paxos phase.
+    pub fn required(self, replicas: usize) -> usize {
+        replicas / 2 + 1
+    }
+}
+
+impl fmt::Display for SerialConsistency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SerialConsistency::Serial => "SERIAL",
+            SerialConsistency::LocalSerial => "LOCAL_SERIAL",
+        })
+    }
+}
+
+/// What a [`CasCondition`] expects of its cell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// No live cell (CQL `IF NOT EXISTS` on the cell's row, or `IF value = null`).
+    Absent,
+    /// A live cell with exactly this value (CQL `IF value = ?`).
+    Value(Vec<u8>),
+}
+
+/// One condition of a [`CasRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CasCondition {
+    /// The column it looks at.
+    pub column: String,
+    /// What it must find there.
+    pub expect: Expect,
+}
+
+impl CasCondition {
+    /// The cell `column` must not exist.
+    pub fn absent(column: impl Into<String>) -> Self {
+        CasCondition { column: column.into(), expect: Expect::Absent }
+    }
+    /// The cell `column` must hold `value`.
+    pub fn equals(column: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        CasCondition { column: column.into(), expect: Expect::Value(value.into()) }
+    }
+    /// True when `cell` (the live cell of the column, if any) satisfies the condition.
+    pub fn holds(&self, cell: Option<&Cell>) -> bool {
+        match (&self.expect, cell) {
+            (Expect::Absent, None) => true,
+            (Expect::Value(v), Some(c)) => c.value == *v,
+            _ => false,
+        }
+    }
+}
+
+/// One change a [`CasRequest`] makes when its conditions hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CasChange {
+    /// Write a cell (its timestamp is the deciding ballot's).
+    Set {
+        /// Column name.
+        column: String,
+        /// Value bytes.
+        value: Vec<u8>,
+        /// Time to live, as in [`CellWrite::ttl`].
+        ttl: Option<Duration>,
+    },
+    /// Delete a cell.
+    Delete {
+        /// Column name.
+        column: String,
+    },
+}
+
+impl CasChange {
+    /// The column it changes.
+    pub fn column(&self) -> &str {
+        match self {
+            CasChange::Set { column, .. } | CasChange::Delete { column } => column,
+        }
+    }
+}
+
+/// A lightweight transaction on one row: if every condition holds, make every change.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CasRequest {
+    /// All must hold (CQL `IF a AND b`); none means the changes always apply.
+    pub conditions: Vec<CasCondition>,
+    /// Applied together when the conditions hold.
+    pub changes: Vec<CasChange>,
+}
+
+impl CasRequest {
+    /// The columns the conditions name, sorted and without duplicates: what the answer carries.
+    pub fn condition_columns(&self) -> Vec<&str> {
+        let mut cols: Vec<&str> = self.conditions.iter().map(|c| c.column.as_str()).collect();
+        cols.sort_unstable();
+        cols.dedup();
+        cols
+    }
+
+    /// True when every condition holds on `row` (the row's live cells, in any order).
+    pub fn holds_on(&self, row: &[Cell]) -> bool {
+        self.conditions.iter().all(|c| c.holds(row.iter().find(|cell| cell.column == c.column)))
+    }
+}
+
+/// The answer to a [`CasRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CasResult {
+    /// True when the conditions held and the changes were made (CQL's `[applied]`).
+    pub applied: bool,
+    /// The live cells of the conditions' columns at the operation's linearization point, in
+    /// column order (without the changes).
+    pub current: Vec<Cell>,
+}
+
+impl CasResult {
+    /// The current cell of `column`, if it was live.
+    pub fn cell(&self, column: &str) -> Option<&Cell> {
+        self.current.iter().find(|c| c.column == column)
+    }
+}
+
+/// Where a lightweight transaction stopped when it timed out, which says what may have
+/// happened to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CasTimeoutKind {
+    /// In a Paxos phase (prepare, propose), or contention lasted past the store's CAS
+    /// contention timeout (Cassandra's `WriteTimeoutException` with write type `CAS`). It may
+    /// have been accepted by some replicas, and a later round may complete it.
+    Paxos,
+    /// Some replicas but fewer than a quorum accepted the proposal (Cassandra 4.0's
+    /// `CasWriteUnknownResultException`): a later round may complete it, or not.
+    PartiallyAccepted,
+    /// A quorum accepted the proposal, so it is decided and will be applied, but the commit
+    /// was not acknowledged in time (write type `SIMPLE` on a conditional statement).
+    Commit,
+}
+
+impl fmt::Display for CasTimeoutKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CasTimeoutKind::Paxos => "Paxos (prepare or propose) phase",
+            CasTimeoutKind::PartiallyAccepted => "propose phase (accepted by fewer than a quorum)",
+            CasTimeoutKind::Commit => "commit phase (decided, not yet acknowledged)",
+        })
+    }
+}
+
 /// What a store operation can fail with. Drivers map their errors onto these.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum StoreError {
@@ -161,6 +354,21 @@ pub enum StoreError {
         received: usize,
         /// Acknowledgements required.
         required: usize,
+    },
+    /// A lightweight transaction timed out: whether it applied is unknown (rule 12).
+    #[error(
+        "lightweight transaction timed out in its {kind} ({received} of {required} replicas answered, \
+         {contentions} contended rounds); it may or may not have applied: a SERIAL read tells"
+    )]
+    CasTimeout {
+        /// Where it stopped.
+        kind: CasTimeoutKind,
+        /// Replicas that answered the last phase.
+        received: usize,
+        /// Replicas that had to.
+        required: usize,
+        /// Rounds lost to other proposers before it stopped.
+        contentions: u32,
     },
     /// A read timed out.
     #[error("read timed out at {consistency} ({received} of {required} answered)")]
@@ -200,7 +408,7 @@ pub enum StoreError {
 impl StoreError {
     /// True when a failed write may nevertheless have been applied, so its cell may exist.
     pub fn may_have_applied(&self) -> bool {
-        matches!(self, StoreError::WriteTimeout { .. } | StoreError::Unreachable(_))
+        matches!(self, StoreError::WriteTimeout { .. } | StoreError::Unreachable(_) | StoreError::CasTimeout { .. })
     }
 }
 
@@ -288,6 +496,29 @@ pub trait CellStore: Send + Sync + 'static {
         consistency: Consistency,
     ) -> Result<Vec<Cell>, StoreError>;
 
+    /// A lightweight transaction on one row (rules 8–12 of the [module docs](self)): one
+    /// request, several round trips inside the store. `commit` is the consistency of the
+    /// commit phase (QUORUM for the lock algorithms). A store without lightweight
+    /// transactions answers [`StoreError::Rejected`].
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
+        let _ = (table, row, request, serial, commit);
+        Err(StoreError::Rejected("this store has no lightweight transactions (compare-and-set)".into()))
+    }
+
+    /// Read a row (or a slice) at SERIAL (rule 13): one request. A store without lightweight
+    /// transactions answers [`StoreError::Rejected`].
+    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        let _ = (table, row, slice, serial);
+        Err(StoreError::Rejected("this store has no lightweight transactions (SERIAL reads)".into()))
+    }
+
     /// The doorbells this store's clients wake each other with ([`crate::doorbell`]), when it
     /// has any: the embedded store's in-process ones, or the ones a driver client was given.
     /// Not a request: Cassandra itself cannot push.
@@ -306,6 +537,12 @@ impl<S: CellStore + ?Sized> CellStore for std::sync::Arc<S> {
     }
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         (**self).read(table, row, slice, c).await
+    }
+    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+        (**self).cas(table, row, request, serial, commit).await
+    }
+    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        (**self).read_serial(table, row, slice, serial).await
     }
     fn doorbell(&self) -> Option<std::sync::Arc<dyn crate::doorbell::Doorbell>> {
         (**self).doorbell()

@@ -260,12 +260,12 @@ async fn counters_count_requests_per_table_and_per_client() {
     assert!(b.write("t2", ROW, &[cell("c", "v", 2)], Q).await.is_err());
 
     let c = s.counters();
-    assert_eq!(c.per_table["t1"], OpCounts { reads: 2, writes: 1, deletes: 0 });
-    assert_eq!(c.per_table["t2"], OpCounts { reads: 1, writes: 1, deletes: 1 });
-    assert_eq!(c.per_client["a"], OpCounts { reads: 1, writes: 1, deletes: 0 });
-    assert_eq!(c.per_client["b"], OpCounts { reads: 1, writes: 1, deletes: 1 });
-    assert_eq!(c.per_client[""], OpCounts { reads: 1, writes: 0, deletes: 0 });
-    assert_eq!(c.total(), OpCounts { reads: 3, writes: 2, deletes: 1 });
+    assert_eq!(c.per_table["t1"], OpCounts::new(2, 1, 0));
+    assert_eq!(c.per_table["t2"], OpCounts::new(1, 1, 1));
+    assert_eq!(c.per_client["a"], OpCounts::new(1, 1, 0));
+    assert_eq!(c.per_client["b"], OpCounts::new(1, 1, 1));
+    assert_eq!(c.per_client[""], OpCounts::new(1, 0, 0));
+    assert_eq!(c.total(), OpCounts::new(3, 2, 1));
     assert_eq!(c.total().total(), 6);
     // Handles with the same id share counters.
     s.client("a").read("t1", ROW, Slice::all(), Q).await.unwrap();
