@@ -37,9 +37,10 @@
 //!    operation's linearization point**: CAS operations and SERIAL reads on one row are
 //!    linearizable. An expired cell is absent.
 //! 9. The answer is a [`CasResult`]: `applied`, and the live cells of the columns named in
-//!    the conditions as they were at that point (Cassandra returns them only when not applied;
-//!    the model returns them always, and an applied result's cells are those the conditions
-//!    matched).
+//!    the conditions as they were at that point. Cassandra returns them only when not
+//!    applied, and without write timestamps: a driver-backed store rebuilds an applied
+//!    result's cells from the conditions and reports timestamp 0; portable code reads only
+//!    columns and values, and only from results that did not apply.
 //! 10. The client chooses no write timestamp: the changes are written with the timestamp of
 //!     the Paxos ballot that decided them, which is greater than that of every CAS decided
 //!     before on the row. Mixing plain writes (client timestamps) into a row written by CAS
@@ -294,7 +295,7 @@ pub struct CasResult {
     /// True when the conditions held and the changes were made (CQL's `[applied]`).
     pub applied: bool,
     /// The live cells of the conditions' columns at the operation's linearization point, in
-    /// column order (without the changes).
+    /// column order (without the changes); see rule 9 for what a real cluster reports.
     pub current: Vec<Cell>,
 }
 
