@@ -50,13 +50,14 @@
 //! round trips, one that does not apply 3, a SERIAL read 3 (prepare, empty propose, read).
 //!
 //! # v2 (Cassandra 4.1, CEP-14)
-//! The promise carries the replica's read of the row, so steps 1 and 3 are one round trip; a
-//! CAS whose conditions fail and a SERIAL read that finds nothing unfinished answer from the
-//! promises alone (nothing to invalidate: no older proposal is newer than the MRC a quorum
-//! agrees on); the commit is sent with the answer, not awaited, and any later round finishes
-//! it (step 2). An applied CAS costs 2 round trips, a failed one or a SERIAL read 1: the
-//! best case CEP-14 describes. (Cassandra 4.1 waits for the commit at the commit consistency
-//! unless it is `ANY`; the model does not, so its v2 is the lower bound.)
+//! The promise carries the replica's read of the row, so steps 1 and 3 are one round trip, and
+//! the commit is sent with the answer, not awaited: any later round finishes it (step 2). An
+//! applied CAS costs 2 round trips, the best case CEP-14 describes. (Cassandra 4.1 waits for
+//! the commit at the commit consistency unless it is `ANY`; the model does not, so its v2 is
+//! the lower bound.) A failed CAS and a SERIAL read still propose the empty update, 2 round
+//! trips: without it a proposal accepted by a minority outside the read's quorum could be
+//! finished after the read said it had not happened (CASSANDRA-12126), and how 4.1 makes
+//! one-round-trip reads safe is not modelled. Rule 12 of `lock_core::store` holds for both.
 //!
 //! # What the model leaves out
 //! Cassandra purges Paxos state after `gc_grace` and repairs it with `nodetool repair
@@ -455,11 +456,7 @@ impl Caller<'_> {
             }
         };
         let proposal = Proposal { ballot, changes };
-        if v2 && proposal.is_empty() {
-            if let Some(outcome) = outcome {
-                return Ok(Round::Done(outcome));
-            }
-        } else {
+        {
             let propose = self.phase(table, row, live, Message::Propose(proposal.clone()), Wait::Acceptances { required, fail_fast: false }).await;
             let accepted = propose.yes();
             if accepted < required {
