@@ -205,6 +205,9 @@ pub struct EmbeddedConfig {
     /// How long a lightweight transaction may go on losing rounds to other proposers before it
     /// fails with [`StoreError::CasTimeout`] (Cassandra's `cas_contention_timeout`). Default 1 s.
     pub cas_contention_timeout: Duration,
+    /// The upper bound of the uniformly random sleep of a lightweight transaction after it
+    /// lost a round to another proposer (Cassandra: 100 ms). Default 100 ms.
+    pub cas_contention_backoff: Duration,
 }
 
 impl EmbeddedConfig {
@@ -221,6 +224,8 @@ impl EmbeddedConfig {
     pub const DEFAULT_TOMBSTONE_FAILURE_THRESHOLD: u64 = 100_000;
     /// Default [`EmbeddedConfig::cas_contention_timeout`]: Cassandra's `cas_contention_timeout`.
     pub const DEFAULT_CAS_CONTENTION_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Default [`EmbeddedConfig::cas_contention_backoff`]: Cassandra's 0–100 ms.
+    pub const DEFAULT_CAS_CONTENTION_BACKOFF: Duration = Duration::from_millis(100);
 
     /// The effective compaction interval: [`EmbeddedConfig::compaction_interval`] or
     /// [`EmbeddedConfig::gc_grace`].
@@ -252,6 +257,7 @@ impl Default for EmbeddedConfig {
             tombstone_failure_threshold: Self::DEFAULT_TOMBSTONE_FAILURE_THRESHOLD,
             paxos: PaxosVariant::default(),
             cas_contention_timeout: Self::DEFAULT_CAS_CONTENTION_TIMEOUT,
+            cas_contention_backoff: Self::DEFAULT_CAS_CONTENTION_BACKOFF,
         }
     }
 }

@@ -39,7 +39,7 @@ pub const DEFAULT_NODES: &str = "127.0.0.1:9042";
 type Client = CountingStore<CassandraClient>;
 
 /// The algorithms on Cassandra.
-static ALGORITHMS: [Entry<Client>; 5] = cell_model::entries();
+static ALGORITHMS: [Entry<Client>; 6] = cell_model::entries();
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// Every table the Cassandra-model algorithms use, created before a run on a real cluster so
 /// that no contender pays for a schema change inside its timed section.
-pub const TABLES: [&str; 12] = [
+pub const TABLES: [&str; 13] = [
     "shadow_lock_main",
     "shadow_lock_shadow",
     lock_queue::MAIN_TABLE,
@@ -31,6 +31,7 @@ pub const TABLES: [&str; 12] = [
     "time_service",
     lock_bakery::CHOOSING_TABLE,
     lock_bakery::NUMBERS_TABLE,
+    lock_lwt::LOCK_TABLE,
 ];
 
 /// Number of replicas of the GlobalTime service when `--time-source global`.
@@ -89,8 +90,16 @@ pub static BAKERY: Algorithm = Algorithm {
     )
 };
 
+/// Cassandra's lightweight transactions: one compare-and-set to take the lock.
+/// No ideal handoff: waiters are unordered and back off at random, so the wait from a release
+/// to the next attempt depends on how many wait, not on the algorithm alone.
+pub static LWT: Algorithm = Algorithm::new(
+    "lwt",
+    "Cassandra lightweight transactions: INSERT IF NOT EXISTS with the fencing token in one Paxos round",
+);
+
 /// The Cassandra-model algorithms on store type `S`, in the order they run.
-pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 5] {
+pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 6] {
     [
         Entry {
             algorithm: &SHADOW,
@@ -111,6 +120,10 @@ pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 5] {
         Entry {
             algorithm: &QUEUE_PUSH,
             build: build_queue_push::<S>,
+        },
+        Entry {
+            algorithm: &LWT,
+            build: build_lwt::<S>,
         },
     ]
 }
@@ -242,6 +255,24 @@ fn build_queue<S: CellStore + Clone + 'static>(
     s: &AlgorithmSettings,
 ) -> BuildFuture {
     ready(lock_queue::QueueLocker::new(store, ctx, queue_config(s)))
+}
+
+fn build_lwt<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> BuildFuture {
+    let defaults = lock_lwt::Backoff::default();
+    let backoff = lock_lwt::Backoff {
+        initial: s.scaled(defaults.initial),
+        max: s.scaled(defaults.max),
+        ..defaults
+    };
+    let config = lock_lwt::LwtConfig {
+        backoff,
+        ..lock_lwt::LwtConfig::default()
+    };
+    ready(lock_lwt::LwtLocker::new(store, ctx, config))
 }
 
 fn build_queue_bounded<S: CellStore + Clone + 'static>(

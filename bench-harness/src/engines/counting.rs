@@ -8,7 +8,9 @@
 
 use async_trait::async_trait;
 use lock_core::embedded::{OpCounts, StoreCounters};
-use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
+use lock_core::store::{
+    CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError,
+};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +25,8 @@ enum Kind {
     Read,
     Write,
     Delete,
+    Cas,
+    SerialRead,
 }
 
 impl RequestCounter {
@@ -36,6 +40,8 @@ impl RequestCounter {
             Kind::Read => c.reads += 1,
             Kind::Write => c.writes += 1,
             Kind::Delete => c.deletes += 1,
+            Kind::Cas => c.cas += 1,
+            Kind::SerialRead => c.serial_reads += 1,
         }
     }
 
@@ -130,6 +136,33 @@ impl<S: CellStore> CellStore for CountingStore<S> {
         }
         self.inner.read(table, row, slice, consistency).await
     }
+
+    // A lightweight transaction is one request on the wire; the Paxos round trips inside it
+    // happen between the cluster's nodes, out of the client's sight (the embedded store
+    // counts those itself).
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
+        self.counter.bump(table, Kind::Cas);
+        self.inner.cas(table, row, request, serial, commit).await
+    }
+
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
+        self.counter.bump(table, Kind::SerialRead);
+        self.inner.read_serial(table, row, slice, serial).await
+    }
+
     fn doorbell(&self) -> Option<std::sync::Arc<dyn lock_core::doorbell::Doorbell>> {
         self.inner.doorbell()
     }

@@ -19,7 +19,7 @@ use super::{
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel};
+use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant};
 use lock_core::time::GlobalTimeService;
 use lock_core::Locker;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -32,7 +32,7 @@ use std::time::Duration;
 pub struct Embedded;
 
 /// The algorithms on the embedded store.
-static ALGORITHMS: [Entry<EmbeddedClient>; 5] = cell_model::entries();
+static ALGORITHMS: [Entry<EmbeddedClient>; 6] = cell_model::entries();
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]
@@ -54,6 +54,11 @@ pub struct Args {
     /// against a real Cassandra 4.0 node; 0: tombstones cost nothing).
     #[arg(long, value_name = "DURATION", default_value = "1200ns", value_parser = parse_duration, allow_hyphen_values = true)]
     pub tombstone_cost: Duration,
+    /// Embedded store: the Paxos of lightweight transactions (the lwt lock): v1 is Cassandra
+    /// 4.0's (prepare, read, propose, commit: 4 round trips per applied CAS), v2 the shape of
+    /// 4.1's Paxos v2 (2 round trips).
+    #[arg(long, value_name = "v1|v2", default_value = "v1")]
+    pub paxos: PaxosVariant,
 }
 
 /// Its options, as result files show them.
@@ -70,6 +75,8 @@ pub struct Options {
     /// What scanning one tombstone adds to a replica's answer.
     #[serde(with = "serde_duration")]
     pub tombstone_cost: Duration,
+    /// The Paxos of lightweight transactions.
+    pub paxos: PaxosVariant,
 }
 
 impl Default for Options {
@@ -79,6 +86,7 @@ impl Default for Options {
             replicas: 3,
             gc_grace: EmbeddedConfig::DEFAULT_GC_GRACE,
             tombstone_cost: EmbeddedConfig::DEFAULT_TOMBSTONE_SCAN_COST,
+            paxos: PaxosVariant::V1,
         }
     }
 }
@@ -132,6 +140,7 @@ impl Engine for Embedded {
             replicas: a.replicas as usize,
             gc_grace: a.gc_grace,
             tombstone_cost: a.tombstone_cost,
+            paxos: a.paxos,
         }
         .into())
     }
@@ -147,7 +156,7 @@ impl Engine for Embedded {
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
         let o: Options = options.get();
         format!(
-            "embedded store: {} replica{} at {}, round trip {} (mean {}), tombstones kept {} and {} each to scan",
+            "embedded store: {} replica{} at {}, round trip {} (mean {}), tombstones kept {} and {} each to scan, Paxos {}",
             o.replicas,
             if o.replicas == 1 { "" } else { "s" },
             s.consistency,
@@ -155,6 +164,7 @@ impl Engine for Embedded {
             format_duration(o.latency.mean_round_trip()),
             format_duration(o.gc_grace),
             format_duration(o.tombstone_cost),
+            o.paxos,
         )
     }
 
@@ -245,6 +255,9 @@ fn open_store(o: &Options, seed: u64, s: &AlgorithmSettings) -> EmbeddedStore {
         request_timeout: s.scaled(EmbeddedConfig::DEFAULT_REQUEST_TIMEOUT),
         gc_grace: s.scaled(o.gc_grace),
         tombstone_scan_cost: s.scaled(o.tombstone_cost),
+        paxos: o.paxos,
+        cas_contention_timeout: s.scaled(EmbeddedConfig::DEFAULT_CAS_CONTENTION_TIMEOUT),
+        cas_contention_backoff: s.scaled(EmbeddedConfig::DEFAULT_CAS_CONTENTION_BACKOFF),
         ..EmbeddedConfig::default()
     })
 }

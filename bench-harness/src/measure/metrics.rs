@@ -416,8 +416,18 @@ pub struct OpCount {
     pub writes: u64,
     /// Deletes.
     pub deletes: u64,
+    /// Lightweight transactions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cas: u64,
+    /// SERIAL reads.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub serial_reads: u64,
     /// All.
     pub total: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The load a run put on the store. Every field is `None` (`null` in JSON, "n/a" in tables)
@@ -430,6 +440,11 @@ pub struct StoreLoad {
     pub ops_per_grant: Option<f64>,
     /// Requests per second of the run.
     pub ops_per_second: Option<f64>,
+    /// Round trips between coordinator and replicas per grant: one per plain request plus the
+    /// Paxos phases inside lightweight transactions. `None` where the Paxos phases are not
+    /// seen (lightweight transactions on a real cluster) or requests are not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trips_per_grant: Option<f64>,
     /// Requests per table.
     pub per_table: BTreeMap<String, OpCount>,
     /// Tombstones the run's reads scanned, when the engine knows (the embedded store).
@@ -511,14 +526,20 @@ pub fn store_load(
         reads: c.reads,
         writes: c.writes,
         deletes: c.deletes,
+        cas: c.cas,
+        serial_reads: c.serial_reads,
         total: c.total(),
     };
-    let ops = conv(&counters.total());
+    let all = counters.total();
+    // Paxos phases are counted only by a store that runs them (the embedded one).
+    let round_trips_known = all.cas + all.serial_reads == 0 || all.paxos_round_trips > 0;
+    let ops = conv(&all);
     let (tombstones, tombstones_per_table) = tombstone_counts(counters);
     StoreLoad {
         tombstones,
         tombstones_per_table,
         ops_per_grant: (grants > 0).then(|| round4(ops.total as f64 / grants as f64)),
+        round_trips_per_grant: (grants > 0 && round_trips_known).then(|| round4(all.round_trips() as f64 / grants as f64)),
         ops_per_second: Some(if duration_us == 0 {
             0.0
         } else {

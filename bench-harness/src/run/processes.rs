@@ -269,6 +269,8 @@ fn add_counts(per_table: &mut BTreeMap<String, OpCounts>, counts: BTreeMap<Strin
         sum.reads += c.reads;
         sum.writes += c.writes;
         sum.deletes += c.deletes;
+        sum.cas += c.cas;
+        sum.serial_reads += c.serial_reads;
     }
 }
 
@@ -277,6 +279,8 @@ fn to_op_count(c: &OpCounts) -> OpCount {
         reads: c.reads,
         writes: c.writes,
         deletes: c.deletes,
+        cas: c.cas,
+        serial_reads: c.serial_reads,
         total: c.total(),
     }
 }

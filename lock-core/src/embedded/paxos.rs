@@ -19,7 +19,7 @@
 //!   timestamp, make `p` the MRC if it is newer, and forget an accepted proposal no newer than
 //!   `p`.
 //!
-//! A stopped replica answers nothing; an overloaded one ([`EmbeddedStore::lag_replica`]) is
+//! A stopped replica answers nothing; an overloaded one ([`EmbeddedStore::lag_replica`](super::EmbeddedStore::lag_replica)) is
 //! late or drops the message, as for mutations (Paxos messages run on Cassandra's mutation
 //! stage).
 //!
@@ -42,8 +42,8 @@
 //! 5. **commit** a non-empty proposal at the commit consistency. An empty one is not
 //!    committed (and never replayed by step 2).
 //!
-//! After contention the coordinator sleeps a uniformly random 0–100 ms (from the store's seeded
-//! RNG) and starts again from 1, until [`EmbeddedConfig::cas_contention_timeout`] has passed
+//! After contention the coordinator sleeps a uniformly random 0–100 ms
+//! ([`EmbeddedConfig::cas_contention_backoff`](super::EmbeddedConfig::cas_contention_backoff), from the store's seeded RNG) and starts again from 1, until [`EmbeddedConfig::cas_contention_timeout`](super::EmbeddedConfig::cas_contention_timeout) has passed
 //! since the request began: then [`CasTimeoutKind::Paxos`]. A phase that does not get its
 //! answers within the request timeout fails the same way; a commit that does not,
 //! [`CasTimeoutKind::Commit`] (it is decided: a later round replays it). An applied CAS costs 4
@@ -345,7 +345,8 @@ impl Caller<'_> {
                     min_micros = min_micros.max(m);
                     if contended {
                         contentions += 1;
-                        let pause = Duration::from_micros(lock(&inner.rng).random_range(0..100_000u64));
+                        let bound = u64::try_from(inner.config.cas_contention_backoff.as_nanos()).unwrap_or(u64::MAX).max(1);
+                        let pause = Duration::from_nanos(lock(&inner.rng).random_range(0..bound));
                         tokio::time::sleep(pause).await;
                     }
                 }

@@ -220,13 +220,14 @@ fn contention_table(md: &mut String, s: &SweepSummary) {
             );
         }
         let _ = writeln!(md, "{row}");
-        let metrics: [Metric; 6] = [
+        let metrics: [Metric; 7] = [
             ("p50 ms", |r| f1(r.latency.p50_ms)),
             ("p99 ms", |r| f1(r.latency.p99_ms)),
             ("grants/s", |r| f1(r.throughput.grants_per_second_per_lock)),
             ("Jain", |r| fopt(r.fairness.jain_index, 3)),
             ("longest run", |r| r.fairness.longest_run.length.to_string()),
             ("ops/grant", |r| fopt(r.store.ops_per_grant, 1)),
+            ("round trips/grant", |r| fopt(r.store.round_trips_per_grant, 1)),
         ];
         metric_rows(
             md,
