@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(cfg.processes, 2);
         assert_eq!(
             cfg.algorithms,
-            ["shadow", "queue", "bakery", "queue-bounded", "queue-push"]
+            ["shadow", "queue", "bakery", "queue-bounded", "queue-push", "lwt"]
         );
         // Another engine's run carries none of these settings.
         let cli =

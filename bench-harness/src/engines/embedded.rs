@@ -432,13 +432,14 @@ mod tests {
             replicas: 1,
             gc_grace: Duration::ZERO,
             tombstone_cost: Duration::ZERO,
+            paxos: PaxosVariant::V2,
         };
         let erased: EngineOptions = o.clone().into();
         assert_eq!(erased.get::<Options>(), o);
         let json = serde_json::to_string(&erased).unwrap();
         assert_eq!(
             json,
-            r#"{"gc_grace":"0s","latency":"0s","replicas":1,"tombstone_cost":"0s"}"#
+            r#"{"gc_grace":"0s","latency":"0s","paxos":"v2","replicas":1,"tombstone_cost":"0s"}"#
         );
     }
 }

@@ -703,11 +703,7 @@ mod tests {
         let mut counters = lock_core::embedded::StoreCounters::default();
         counters.per_table.insert(
             "t".into(),
-            lock_core::embedded::OpCounts {
-                reads: 6,
-                writes: 3,
-                deletes: 1,
-            },
+            lock_core::embedded::OpCounts::new(6, 3, 1),
         );
         let l = store_load(&counters, 5, 2_000_000);
         assert_eq!(l.ops.as_ref().map(|o| o.total), Some(10));

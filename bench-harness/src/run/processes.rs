@@ -825,6 +825,7 @@ mod tests {
                     writes: 1,
                     deletes: 0,
                     total: 3,
+                    ..OpCount::default()
                 },
             )])),
             finished_us: 60,
@@ -840,6 +841,7 @@ mod tests {
                     writes: 1,
                     deletes: 1,
                     total: 3,
+                    ..OpCount::default()
                 },
             )])),
             finished_us: 80,

@@ -394,7 +394,7 @@ mod tests {
         assert!(engines[0].note.is_some());
         // Every algorithm of each engine at 1 and 8 contenders.
         let per_level: usize = engines.iter().map(|e| e.algorithms.len()).sum();
-        assert_eq!(per_level, 5 + 2 + 1);
+        assert_eq!(per_level, 6 + 2 + 1);
         assert_eq!(runs.len(), 2 * per_level);
         assert!(runs
             .iter()

@@ -322,6 +322,7 @@ fn regenerating(md: &mut String, out: &Path) {
 /// clock skew does to the order of its waiters.
 pub fn findings(s: &SweepSummary) -> Vec<String> {
     let mut out = contention_findings(s);
+    out.extend(winner_findings(s));
     out.extend(handoff_findings(s));
     out.extend(skew_findings(s));
     out
@@ -383,6 +384,47 @@ fn contention_findings(s: &SweepSummary) -> Vec<String> {
             fopt(first.report.store.ops_per_grant, 1),
             fopt(last.report.store.ops_per_grant, 1)
         );
+        out.push(line);
+    }
+    out
+}
+
+/// Which algorithm wins where: at each number of contenders, the most grants per second, the
+/// lowest median latency, the fewest store round trips per grant and the fairest split.
+fn winner_findings(s: &SweepSummary) -> Vec<String> {
+    let c = Experiment::Contention;
+    let threads = |p: &SweepPoint| p.threads;
+    let mut out = Vec::new();
+    for x in columns(s, c, threads, usize::cmp) {
+        let pts: Vec<&SweepPoint> = s.points.iter().filter(|p| p.experiment == c && p.threads == x).collect();
+        let best = |key: fn(&SweepPoint) -> Option<f64>, most: bool| {
+            pts.iter()
+                .filter_map(|p| key(p).map(|v| (p.series.as_str(), v)))
+                .max_by(|a, b| if most { a.1.total_cmp(&b.1) } else { b.1.total_cmp(&a.1) })
+        };
+        let (Some(tp), Some(lat), Some(rt)) = (
+            best(|p| Some(p.report.throughput.grants_per_second_per_lock), true),
+            best(|p| Some(p.report.latency.p50_ms), false),
+            best(|p| p.report.store.round_trips_per_grant, false),
+        ) else {
+            continue;
+        };
+        let mut line = format!(
+            "**At {x} contender{}**: most grants/s {} ({}); lowest median latency {} ({} ms); fewest store round trips per grant {} ({})",
+            if x == 1 { "" } else { "s" },
+            tp.0,
+            f1(tp.1),
+            lat.0,
+            f1(lat.1),
+            rt.0,
+            f1(rt.1),
+        );
+        if x >= 2 {
+            if let Some(j) = best(|p| p.report.fairness.jain_index, true) {
+                let _ = write!(line, "; fairest (Jain) {} ({:.3})", j.0, j.1);
+            }
+        }
+        line.push('.');
         out.push(line);
     }
     out
