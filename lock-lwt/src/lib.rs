@@ -61,12 +61,17 @@
 //!   first after a release wins, and when several try at once their Paxos rounds duel (each
 //!   loser sleeps 0–100 ms inside the store and retries). Shorter waits make more duels, not
 //!   faster handoffs: with 32 contenders (hold 5 ms, think 5 ms, 20 s simulated, Paxos v1,
-//!   `tests/round_trips.rs`) a 5–50 ms backoff gave 185 grants at 197 round trips per grant,
-//!   10–200 ms 292 grants at 84, 10–1000 ms 489 grants at 35. Retrying the CAS instead of
-//!   reading ([`WaitProbe::Cas`], what the simplest LWT locks do) puts every waiter into the
-//!   holder's Paxos rounds: 345 grants at 53 round trips per grant with 10–1000 ms, and at 64
-//!   contenders and 10–200 ms the holders' releases lost their rounds for more than the
-//!   store's 1 s CAS contention timeout (which is why a release is retried, step 5).
+//!   `tests/round_trips.rs`, before the fence fix below) a 5–50 ms backoff gave 185 grants,
+//!   10–200 ms 292, 10–1000 ms 489; with the default and the fix, 636 grants at 25.3 round
+//!   trips per grant. Retrying the CAS instead of reading ([`WaitProbe::Cas`], what the
+//!   simplest LWT locks do) puts every waiter into the holder's Paxos rounds: 463 grants at
+//!   37.3 round trips per grant, and at 64 contenders with 10–200 ms the holders' releases
+//!   lost their rounds for longer than the store's 1 s CAS contention timeout (which is why a
+//!   release is retried, step 5).
+//! - **The fence after a grant is the grant's token**: an applied answer shows the row as it
+//!   was, so the locker remembers its own token, not the answer's fence (taking the answer's
+//!   made every next acquire fail once on a stale fence: 3 lightweight transactions per grant
+//!   instead of 2, found by the benchmark at 1 contender).
 //! - **A leftover owner cell of ours** (an acquire that applied after we gave up resolving it,
 //!   or a release whose outcome stayed unknown): we hold no guard for it (a locker is not
 //!   reentrant), so the acquire deletes it with `DELETE owner IF owner = <that value>` and
@@ -257,10 +262,12 @@ impl<S: CellStore + Clone> LwtLocker<S> {
                 Err(e) if e.may_have_applied() => return self.resolve(lock_id, token, &mine, sent).await,
                 Err(e) => return Err(LockError::store(lock_id, e)),
             };
-            self.saw_fence(lock_id, parse_fence(lock_id, answer.cell(FENCE).map(|c| c.value.as_slice()))?);
             if answer.applied {
+                // The answer shows the row before the change: the fence is now our token.
+                self.saw_fence(lock_id, Some(token));
                 return Ok(Attempt::Granted { token, sent });
             }
+            self.saw_fence(lock_id, parse_fence(lock_id, answer.cell(FENCE).map(|c| c.value.as_slice()))?);
             match answer.cell(OWNER) {
                 Some(owner) if self.is_ours(&owner.value) => self.clear_leftover(lock_id, owner.value.clone()).await?,
                 Some(_) => return Ok(Attempt::Held),

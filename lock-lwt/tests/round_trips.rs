@@ -42,6 +42,13 @@ async fn an_uncontended_acquire_and_release_cost_two_lightweight_transactions() 
         assert_eq!((after_acquire.cas, after_acquire.round_trips()), (1, per_lwt), "{variant} acquire");
         assert_eq!((total.cas, total.round_trips()), (2, 2 * per_lwt), "{variant} acquire + release");
         assert_eq!(acquired, Duration::from_millis(per_lwt), "{variant}: one 1 ms round trip per phase");
+        // The next grant of the same locker expects the fence it left: again one LWT each way.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let g = a.lock("job", None).await.unwrap();
+        assert_eq!(g.token(), 2);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        g.release().await.unwrap();
+        assert_eq!(s.counters().total().cas, 4, "{variant}: no failed acquire in between");
     }
 }
 
