@@ -52,7 +52,7 @@ fn replica_faults_break_the_locks_at_one_and_not_at_quorum() {
 
 #[test]
 fn a_holder_paused_past_its_lease_overlaps_and_fencing_rejects_every_stale_write() {
-    for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push"] {
+    for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push", "lwt"] {
         let cfg = RunConfig {
             ttl: Duration::from_secs(2),
             ..faulty(algorithm, 8, Duration::from_secs(45), "pause:5s@20s")
@@ -74,7 +74,7 @@ fn a_holder_paused_past_its_lease_overlaps_and_fencing_rejects_every_stale_write
 
 #[test]
 fn crashed_holders_leave_their_lock_until_the_lease_ends_and_nothing_overlaps() {
-    for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push"] {
+    for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push", "lwt"] {
         let cfg = RunConfig {
             ttl: Duration::from_secs(2),
             locks: 2,
@@ -133,7 +133,7 @@ fn a_small_soak_checks_every_grant_under_mixed_faults() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
-    for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push"] {
+    for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push", "lwt"] {
         let row = readme.lines().find(|l| l.starts_with(&format!("| {algorithm} |"))).unwrap();
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
         let grants: u64 = cells[2].parse().unwrap();
