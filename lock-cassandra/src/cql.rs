@@ -38,10 +38,16 @@ pub fn qualified(keyspace: &str, table: &str) -> String {
     format!("\"{keyspace}\".\"{table}\"")
 }
 
-/// `CREATE KEYSPACE IF NOT EXISTS "ks" WITH replication = {…} AND durable_writes = true`.
-pub fn create_keyspace(keyspace: &str, replication: &Replication) -> String {
+/// `CREATE KEYSPACE IF NOT EXISTS "ks" WITH replication = {…} AND durable_writes = true`,
+/// followed by `AND tablets = {'enabled': false}` when `tablets_off`: ScyllaDB refuses
+/// lightweight transactions in keyspaces with tablets (its manual says so through 2025.x),
+/// which recent releases create by default; Apache Cassandra refuses the `tablets` option,
+/// so it is only sent when asked for
+/// ([`CassandraConfig::tablets_off`](crate::CassandraConfig::tablets_off)).
+pub fn create_keyspace(keyspace: &str, replication: &Replication, tablets_off: bool) -> String {
+    let tablets = if tablets_off { " AND tablets = {'enabled': false}" } else { "" };
     format!(
-        "CREATE KEYSPACE IF NOT EXISTS \"{keyspace}\" WITH replication = {} AND durable_writes = true",
+        "CREATE KEYSPACE IF NOT EXISTS \"{keyspace}\" WITH replication = {} AND durable_writes = true{tablets}",
         replication.cql()
     )
 }
@@ -300,16 +306,21 @@ mod tests {
     #[test]
     fn schema_statements() {
         assert_eq!(
-            create_keyspace("distributed_locks", &Replication::default()),
+            create_keyspace("distributed_locks", &Replication::default(), false),
             "CREATE KEYSPACE IF NOT EXISTS \"distributed_locks\" WITH replication = {'class': 'NetworkTopologyStrategy', 'replication_factor': 1} AND durable_writes = true"
         );
         assert_eq!(
-            create_keyspace("ks", &Replication::Simple { replication_factor: 3 }),
+            create_keyspace("ks", &Replication::Simple { replication_factor: 3 }, false),
             "CREATE KEYSPACE IF NOT EXISTS \"ks\" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3} AND durable_writes = true"
         );
         assert_eq!(
-            create_keyspace("ks", &Replication::NetworkTopology { datacenters: vec![("dc1".into(), 3)] }),
+            create_keyspace("ks", &Replication::NetworkTopology { datacenters: vec![("dc1".into(), 3)] }, false),
             "CREATE KEYSPACE IF NOT EXISTS \"ks\" WITH replication = {'class': 'NetworkTopologyStrategy', 'dc1': 3} AND durable_writes = true"
+        );
+        // ScyllaDB: lightweight transactions need a keyspace without tablets.
+        assert_eq!(
+            create_keyspace("distributed_locks", &Replication::default(), true),
+            "CREATE KEYSPACE IF NOT EXISTS \"distributed_locks\" WITH replication = {'class': 'NetworkTopologyStrategy', 'replication_factor': 1} AND durable_writes = true AND tablets = {'enabled': false}"
         );
         assert_eq!(
             create_table("distributed_locks", "lock_fence", None),

@@ -28,8 +28,11 @@
 //!
 //! `NetworkTopologyStrategy` with the `replication_factor` shorthand is accepted by Cassandra
 //! 4.0+ and every ScyllaDB; `SimpleStrategy` ([`Replication::Simple`]) is refused by ScyllaDB
-//! 2026.2+, whose keyspaces use tablets by default (nothing here needs what tablets lack:
-//! LWT, counters, CDC).
+//! 2026.2+, whose keyspaces use tablets by default. The plain reads and writes need nothing
+//! tablets lack; lightweight transactions do: ScyllaDB refuses them in a keyspace with
+//! tablets. For the LWT lock on ScyllaDB, set [`CassandraConfig::tablets_off`]
+//! (`LOCK_CASSANDRA_TABLETS_OFF=1`), which appends `AND tablets = {'enabled': false}` to the
+//! statement above (Apache Cassandra refuses that option), or create the keyspace so by hand.
 //!
 //! The keyspace holds one CQL table per logical table name of the cell model (`shadow_lock_main`,
 //! `shadow_lock_shadow`, `queue_lock_main`, `queue_lock_queue`, `lock_fence`, `time_service`,
@@ -361,7 +364,8 @@ impl CassandraStore {
             }),
         };
         if store.inner.config.create_schema {
-            let text = cql::create_keyspace(&store.inner.config.keyspace, &store.inner.config.replication);
+            let config = &store.inner.config;
+            let text = cql::create_keyspace(&config.keyspace, &config.replication, config.tablets_off);
             store.schema_change(text, "keyspace").await?;
         }
         Ok(store)

@@ -251,9 +251,9 @@ async fn too_few_replicas_is_unavailable_and_not_applied() {
     let replication = Replication::EveryDatacenter { replication_factor: nodes + 1 };
     // ScyllaDB refuses more replicas than nodes in keyspaces with tablets (its default), and
     // Cassandra does not know the `tablets` option: try without tablets first.
-    let base = lock_cassandra::cql::create_keyspace(&keyspace, &replication);
+    let ddl = |tablets_off| lock_cassandra::cql::create_keyspace(&keyspace, &replication, tablets_off);
     let mut created = Vec::new();
-    for ddl in [format!("{base} AND tablets = {{'enabled': false}}"), base.clone()] {
+    for ddl in [ddl(true), ddl(false)] {
         match probe.session().query_unpaged(ddl.as_str(), ()).await {
             Ok(_) => {
                 created.clear();
