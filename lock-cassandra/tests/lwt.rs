@@ -7,6 +7,7 @@
 //! (ScyllaDB refuses LWT in a keyspace with tablets; Cassandra refuses the option), each into
 //! rows of its own with a per-run prefix, so they can be repeated against one cluster.
 
+use lock_cassandra::fixture::{self, fresh_row};
 use lock_cassandra::{CassandraConfig, CassandraStore};
 use lock_core::store::{
     CasChange, CasCondition, CasRequest, CasResult, CasTimeoutKind, Cell, CellStore, Consistency, SerialConsistency,
@@ -15,24 +16,18 @@ use lock_core::store::{
 use lock_core::time::PhysicalClock;
 use std::collections::HashSet;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const ENV: &str = "LOCK_TEST_CASSANDRA";
 const KEYSPACE: &str = "distributed_locks_lwt_test";
 const TABLE: &str = "lock_cassandra_lwt_itest";
 const Q: Consistency = Consistency::Quorum;
 const SERIAL: SerialConsistency = SerialConsistency::Serial;
 
 fn config() -> Option<CassandraConfig> {
-    match std::env::var(ENV) {
-        Ok(nodes) if !nodes.trim().is_empty() => Some(
-            CassandraConfig::from_nodes(&nodes)
-                .expect("LOCK_TEST_CASSANDRA: host:port[,host:port…]")
-                .with_keyspace(KEYSPACE),
-        ),
-        _ => {
+    match fixture::test_config().expect("LOCK_TEST_CASSANDRA: host:port[,host:port…]") {
+        Some(config) => Some(config.with_keyspace(KEYSPACE)),
+        None => {
             // Straight to stderr, past the test harness's capture, so that it is seen.
             let _ = writeln!(
                 std::io::stderr(),
@@ -43,42 +38,20 @@ fn config() -> Option<CassandraConfig> {
     }
 }
 
-/// A store on the tests' keyspace, which is created first if missing: without tablets
-/// (`CassandraConfig::tablets_off`), or, where the server refuses that option (Cassandra),
-/// as usual.
+/// A store on the tests' keyspace, which is created first if missing, without tablets where
+/// the server knows them.
 async fn connect(config: CassandraConfig) -> CassandraStore {
     let probe = CassandraStore::connect(CassandraConfig { create_schema: false, ..config.clone() })
         .await
         .expect("connect to LOCK_TEST_CASSANDRA");
-    let mut refused = Vec::new();
-    for tablets_off in [true, false] {
-        let ddl = lock_cassandra::cql::create_keyspace(KEYSPACE, &config.replication, tablets_off);
-        match probe.session().query_unpaged(ddl.as_str(), ()).await {
-            Ok(_) => {
-                refused.clear();
-                break;
-            }
-            Err(e) => refused.push(format!("{ddl}: {e}")),
-        }
-    }
-    assert!(refused.is_empty(), "could not create the keyspace: {refused:#?}");
-    probe.session().await_schema_agreement().await.expect("schema agreement");
+    fixture::create_keyspace_without_tablets_where_known(&probe, KEYSPACE, &config.replication)
+        .await
+        .expect("create the keyspace");
     CassandraStore::connect(config).await.expect("connect to LOCK_TEST_CASSANDRA")
 }
 
 async fn store() -> Option<CassandraStore> {
     Some(connect(config()?).await)
-}
-
-/// A row key no other test or run uses.
-fn fresh_row(name: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{name}-{}-{}-{}",
-        PhysicalClock::System.now_micros(),
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn set(column: &str, value: &str, ttl: Option<Duration>) -> CasChange {
