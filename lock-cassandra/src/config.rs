@@ -17,6 +17,9 @@ pub const ENV_REPLICATION: &str = "LOCK_CASSANDRA_REPLICATION";
 /// The environment variable naming the local datacenter (optional): set, `QUORUM` is sent as
 /// `LOCAL_QUORUM` and `ONE` as `LOCAL_ONE`, and the driver prefers that datacenter's nodes.
 pub const ENV_LOCAL_DC: &str = "LOCK_CASSANDRA_LOCAL_DC";
+/// The environment variable that creates the keyspace without tablets (optional; `1`/`true`/
+/// `yes` or `0`/`false`/`no`): see [`CassandraConfig::tablets_off`].
+pub const ENV_TABLETS_OFF: &str = "LOCK_CASSANDRA_TABLETS_OFF";
 
 /// A configuration that cannot be used, with what is wrong in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -214,6 +217,11 @@ pub struct CassandraConfig {
     pub schema_agreement_timeout: Duration,
     /// User name and password for `PasswordAuthenticator` clusters.
     pub credentials: Option<(String, String)>,
+    /// ScyllaDB only: create the keyspace with `tablets = {'enabled': false}`, because ScyllaDB
+    /// refuses lightweight transactions (`CellStore::cas`, SERIAL reads) in keyspaces with
+    /// tablets, which its recent releases create by default. Off by default: Apache Cassandra
+    /// refuses the option. An existing keyspace is kept as it is either way.
+    pub tablets_off: bool,
 }
 
 impl Default for CassandraConfig {
@@ -229,6 +237,7 @@ impl Default for CassandraConfig {
             gc_grace_seconds: None,
             schema_agreement_timeout: Duration::from_secs(30),
             credentials: None,
+            tablets_off: false,
         }
     }
 }
@@ -245,7 +254,8 @@ impl CassandraConfig {
     }
 
     /// From the environment: [`ENV_NODES`] (required; `Ok(None)` when unset or empty),
-    /// [`ENV_KEYSPACE`], [`ENV_REPLICATION`] and [`ENV_LOCAL_DC`] (optional).
+    /// [`ENV_KEYSPACE`], [`ENV_REPLICATION`], [`ENV_LOCAL_DC`] and [`ENV_TABLETS_OFF`]
+    /// (optional).
     pub fn from_env() -> Result<Option<Self>, ConfigError> {
         CassandraConfig::from_vars(|name| std::env::var(name).ok())
     }
@@ -264,6 +274,13 @@ impl CassandraConfig {
         }
         if let Some(dc) = var(ENV_LOCAL_DC).filter(|d| !d.trim().is_empty()) {
             config.local_datacenter = Some(dc.trim().to_string());
+        }
+        if let Some(off) = var(ENV_TABLETS_OFF).filter(|o| !o.trim().is_empty()) {
+            config.tablets_off = match off.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                other => return Err(ConfigError(format!("{ENV_TABLETS_OFF}: '{other}' is not 1/true/yes or 0/false/no"))),
+            };
         }
         config.validate()?;
         Ok(Some(config))
@@ -296,6 +313,13 @@ impl CassandraConfig {
     /// Set the local datacenter (see [`CassandraConfig::local_datacenter`]).
     pub fn with_local_datacenter(mut self, dc: impl Into<String>) -> Self {
         self.local_datacenter = Some(dc.into());
+        self
+    }
+
+    /// Create the keyspace without tablets (ScyllaDB, for lightweight transactions; see
+    /// [`CassandraConfig::tablets_off`]).
+    pub fn with_tablets_off(mut self, off: bool) -> Self {
+        self.tablets_off = off;
         self
     }
 
@@ -450,6 +474,18 @@ mod tests {
         );
         assert_eq!(config.local_datacenter.as_deref(), Some("dc1"));
         assert_eq!(config.quorum_base(), 3);
+        assert!(!config.tablets_off, "tablets are left alone unless asked");
+        for (value, off) in [("1", true), ("TRUE", true), (" yes ", true), ("0", false), ("false", false), ("No", false)] {
+            let config = CassandraConfig::from_vars(|k| match k {
+                ENV_NODES => Some("db".into()),
+                ENV_TABLETS_OFF => Some(value.into()),
+                _ => None,
+            })
+            .unwrap()
+            .unwrap();
+            assert_eq!(config.tablets_off, off, "{value:?}");
+        }
+        assert!(CassandraConfig::default().with_tablets_off(true).tablets_off);
     }
 
     #[test]
@@ -483,6 +519,13 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.0.contains("keyspace"), "{err}");
+        let err = CassandraConfig::from_vars(|k| match k {
+            ENV_NODES => Some("db".into()),
+            ENV_TABLETS_OFF => Some("maybe".into()),
+            _ => None,
+        })
+        .unwrap_err();
+        assert!(err.0.contains(ENV_TABLETS_OFF) && err.0.contains("maybe"), "{err}");
     }
 
     #[test]

@@ -6,16 +6,30 @@
 //! | client-side request timeout of a write or delete | [`StoreError::WriteTimeout`] (0 of required) | maybe |
 //! | `DbError::ReadTimeout`, client-side timeout of a read | [`StoreError::ReadTimeout`] | — |
 //! | `DbError::Unavailable` | [`StoreError::Unavailable`] (required / alive) | no |
+//! | compare-and-set: `DbError::WriteTimeout`/`WriteFailure` with write type `CAS` (a Paxos phase, or contention past `cas_contention_timeout`), or any other type but `SIMPLE`; `DbError::ReadTimeout` (its read phase) | [`StoreError::CasTimeout`] of kind [`Paxos`](CasTimeoutKind::Paxos) (server's received / required) | maybe |
+//! | compare-and-set: `DbError::WriteTimeout`/`WriteFailure` with write type `SIMPLE` (the commit of a decided proposal) | [`StoreError::CasTimeout`] of kind [`Commit`](CasTimeoutKind::Commit) | yes, decided |
+//! | compare-and-set: error code `0x1700` (`CAS_WRITE_UNKNOWN`, proposal accepted by fewer than a quorum), which the driver leaves as `DbError::Other` | [`StoreError::CasTimeout`] of kind [`PartiallyAccepted`](CasTimeoutKind::PartiallyAccepted) (0 of the Paxos quorum: the body is not decoded) | maybe |
+//! | compare-and-set: client-side request timeout | [`StoreError::CasTimeout`] of kind [`Paxos`](CasTimeoutKind::Paxos), 0 of the Paxos quorum | maybe |
+//! | SERIAL read: `DbError::ReadTimeout`, `DbError::WriteTimeout` (a Paxos phase), client-side timeout | [`StoreError::ReadTimeout`] at `QUORUM` (the Paxos quorum, as the embedded store reports it) | — |
 //! | broken connection, no connection in any pool, empty query plan, connect failures | [`StoreError::Unreachable`], naming the contact points | maybe |
 //! | syntax error, invalid, unauthorized, bad credentials, config error, overloaded, bootstrapping, rate limit, read failure, server error, serialization, protocol | [`StoreError::Rejected`], with the driver's message | no |
 //!
 //! "maybe" means [`StoreError::may_have_applied`] is true: the algorithms treat such a write
-//! as possibly landed and delete the cell again.
+//! as possibly landed and delete the cell again (a compare-and-set: read the row at SERIAL).
+//!
+//! **What a compare-and-set timeout can tell, over protocol v4.** Cassandra 4.0 knows more
+//! than v4 can carry: its `CasWriteTimeoutException` (with the number of contended rounds) and
+//! `CasWriteUnknownResultException` (error `CAS_WRITE_UNKNOWN`) exist only in protocol v5, and
+//! to a v4 client, like this driver, it sends both as a plain write timeout of type `CAS`
+//! (`ErrorMessage.encode`). So on Cassandra a proposal accepted by fewer than a quorum is
+//! reported as [`Paxos`](CasTimeoutKind::Paxos) (which promises just as little: a later round
+//! may complete it, or not), and `contentions` is always 0. `CAS_WRITE_UNKNOWN` is mapped all
+//! the same, for a server that would send it.
 
-use lock_core::store::{Consistency, StoreError};
+use lock_core::store::{CasTimeoutKind, Consistency, SerialConsistency, StoreError};
 use scylla::errors::{
     ConnectionError, ConnectionPoolError, ConnectionSetupRequestErrorKind, DbError, ExecutionError, MetadataError,
-    NewSessionError, PrepareError, RequestAttemptError, SchemaAgreementError,
+    NewSessionError, PrepareError, RequestAttemptError, SchemaAgreementError, WriteType,
 };
 use std::fmt;
 use std::time::Duration;
@@ -29,6 +43,10 @@ pub enum Operation {
     Delete,
     /// A select.
     Read,
+    /// A conditional statement or batch (a lightweight transaction).
+    Cas,
+    /// A select at SERIAL or LOCAL_SERIAL (a Paxos read).
+    SerialRead,
     /// Creating the keyspace or a table, preparing statements, waiting for schema agreement.
     Schema,
 }
@@ -39,6 +57,8 @@ impl fmt::Display for Operation {
             Operation::Write => "write",
             Operation::Delete => "delete",
             Operation::Read => "read",
+            Operation::Cas => "compare-and-set",
+            Operation::SerialRead => "serial read",
             Operation::Schema => "schema setup",
         })
     }
@@ -51,8 +71,11 @@ pub struct RequestInfo<'a> {
     pub op: Operation,
     /// On which table.
     pub table: &'a str,
-    /// At which consistency.
+    /// At which consistency: a compare-and-set's commit consistency; `QUORUM` for a SERIAL
+    /// read (the Paxos quorum, as its timeouts report it).
     pub consistency: Consistency,
+    /// The serial consistency of a compare-and-set or a SERIAL read; `None` for the others.
+    pub serial: Option<SerialConsistency>,
     /// Replicas a quorum is a majority of, for the "required" of a client-side timeout.
     pub replicas: usize,
     /// The contact points, named in `Unreachable` messages.
@@ -61,7 +84,13 @@ pub struct RequestInfo<'a> {
 
 impl RequestInfo<'_> {
     fn what(&self) -> String {
-        format!("{} on table '{}' at {}", self.op, self.table, self.consistency)
+        match (self.op, self.serial) {
+            (Operation::Cas, Some(serial)) => {
+                format!("{} on table '{}' at {serial} (commit at {})", self.op, self.table, self.consistency)
+            }
+            (_, Some(serial)) => format!("{} on table '{}' at {serial}", self.op, self.table),
+            (_, None) => format!("{} on table '{}' at {}", self.op, self.table, self.consistency),
+        }
     }
     fn unreachable(&self, detail: impl fmt::Display) -> StoreError {
         StoreError::Unreachable(format!(
@@ -82,6 +111,10 @@ fn count(n: i32) -> usize {
     n.max(0) as usize
 }
 
+/// The error code of Cassandra's `CasWriteUnknownResultException` (protocol v5), which the
+/// driver, decoding v4, leaves as [`DbError::Other`].
+pub const CAS_WRITE_UNKNOWN: i32 = 0x1700;
+
 /// Map the error of executing a statement.
 pub fn map_execution_error(err: &ExecutionError, req: &RequestInfo<'_>) -> StoreError {
     match err {
@@ -101,7 +134,8 @@ fn client_timeout(after: Duration, req: &RequestInfo<'_>) -> StoreError {
     let required = req.consistency.required(req.replicas.max(1));
     match req.op {
         Operation::Write | Operation::Delete => StoreError::WriteTimeout { consistency: req.consistency, received: 0, required },
-        Operation::Read => StoreError::ReadTimeout { consistency: req.consistency, received: 0, required },
+        Operation::Read | Operation::SerialRead => StoreError::ReadTimeout { consistency: req.consistency, received: 0, required },
+        Operation::Cas => cas_timeout(CasTimeoutKind::Paxos, 0, None, req),
         Operation::Schema => req.rejected(format!("no answer within the client-side timeout of {after:?}")),
     }
 }
@@ -118,8 +152,54 @@ pub fn map_attempt_error(err: &RequestAttemptError, req: &RequestInfo<'_>) -> St
     }
 }
 
+/// A compare-and-set whose outcome is unknown; `required` defaults to the Paxos quorum.
+fn cas_timeout(kind: CasTimeoutKind, received: usize, required: Option<usize>, req: &RequestInfo<'_>) -> StoreError {
+    let serial = req.serial.unwrap_or_default();
+    let required = required.unwrap_or_else(|| serial.required(req.replicas.max(1)));
+    // Protocol v4 does not carry the number of contended rounds (see the module docs).
+    StoreError::CasTimeout { kind, received, required, contentions: 0 }
+}
+
+/// Map an error the server answered a compare-and-set or a SERIAL read with; `None` for the
+/// errors these map as every request does.
+fn map_paxos_db_error(err: &DbError, req: &RequestInfo<'_>) -> Option<StoreError> {
+    use scylla::statement::Consistency as D;
+    match (req.op, err) {
+        (
+            Operation::Cas,
+            DbError::WriteTimeout { received, required, write_type, .. }
+            | DbError::WriteFailure { received, required, write_type, .. },
+        ) => {
+            // Cassandra's commit phase times out as a SIMPLE write (StorageProxy.commitPaxos):
+            // the proposal was accepted by a quorum, so it is decided.
+            let kind = if *write_type == WriteType::Simple { CasTimeoutKind::Commit } else { CasTimeoutKind::Paxos };
+            Some(cas_timeout(kind, count(*received), Some(count(*required)), req))
+        }
+        // The QUORUM read between prepare and propose: nothing of this round was proposed,
+        // reported as the embedded store does (a Paxos-phase timeout).
+        (Operation::Cas, DbError::ReadTimeout { received, required, .. }) => {
+            Some(cas_timeout(CasTimeoutKind::Paxos, count(*received), Some(count(*required)), req))
+        }
+        (Operation::Cas, DbError::Other(CAS_WRITE_UNKNOWN)) => Some(cas_timeout(CasTimeoutKind::PartiallyAccepted, 0, None, req)),
+        // Cassandra turns a SERIAL read's Paxos timeout into a read timeout itself; a server
+        // that sends it as a write timeout is mapped the same way.
+        (
+            Operation::SerialRead,
+            DbError::ReadTimeout { received, required, .. } | DbError::WriteTimeout { received, required, .. },
+        ) => Some(StoreError::ReadTimeout { consistency: req.consistency, received: count(*received), required: count(*required) }),
+        // Too few replicas for the Paxos quorum (the commit's level reports itself as usual).
+        (Operation::Cas | Operation::SerialRead, DbError::Unavailable { consistency: D::Serial | D::LocalSerial, required, alive }) => {
+            Some(StoreError::Unavailable { consistency: Consistency::Quorum, required: count(*required), alive: count(*alive) })
+        }
+        _ => None,
+    }
+}
+
 /// Map an error the server answered with.
 pub fn map_db_error(err: &DbError, message: &str, req: &RequestInfo<'_>) -> StoreError {
+    if let Some(mapped) = map_paxos_db_error(err, req) {
+        return mapped;
+    }
     let c = req.consistency;
     match err {
         DbError::WriteTimeout { received, required, .. } => {
@@ -240,7 +320,7 @@ pub fn connect_timed_out(nodes: &[String], connect_timeout: Duration, deadline: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scylla::errors::{BrokenConnectionErrorKind, WriteType};
+    use scylla::errors::BrokenConnectionErrorKind;
     use scylla::statement::Consistency as D;
     use std::sync::Arc;
 
@@ -249,7 +329,8 @@ mod tests {
     }
 
     fn req(op: Operation, nodes: &[String]) -> RequestInfo<'_> {
-        RequestInfo { op, table: "queue_lock_main", consistency: Consistency::Quorum, replicas: 3, nodes }
+        let serial = matches!(op, Operation::Cas | Operation::SerialRead).then_some(SerialConsistency::Serial);
+        RequestInfo { op, table: "queue_lock_main", consistency: Consistency::Quorum, serial, replicas: 3, nodes }
     }
 
     fn db(e: DbError) -> ExecutionError {
@@ -416,5 +497,105 @@ mod tests {
         assert!(!is_refusal_kind(&ConnectionSetupRequestErrorKind::UnableToAllocStreamId));
         assert!(!is_refusal(&refused_io()));
         assert!(!is_refusal(&ConnectionError::ConnectTimeout));
+    }
+
+    fn write_timeout(write_type: WriteType, received: i32) -> ExecutionError {
+        db(DbError::WriteTimeout { consistency: D::Serial, received, required: 2, write_type })
+    }
+
+    #[test]
+    fn a_cas_timed_out_in_paxos_is_a_cas_timeout_that_may_have_applied() {
+        let n = nodes();
+        let cas = req(Operation::Cas, &n);
+        let mapped = map_execution_error(&write_timeout(WriteType::Cas, 1), &cas);
+        assert_eq!(mapped, StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 1, required: 2, contentions: 0 });
+        assert!(mapped.may_have_applied());
+        // A write failure of a Paxos phase says no more than a timeout.
+        let failure = db(DbError::WriteFailure { consistency: D::Serial, received: 0, required: 2, numfailures: 2, write_type: WriteType::Cas });
+        assert!(matches!(map_execution_error(&failure, &cas), StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, .. }));
+        // The read phase timing out: reported as a Paxos-phase timeout, as the embedded store does.
+        let read = db(DbError::ReadTimeout { consistency: D::Quorum, received: 1, required: 2, data_present: false });
+        assert_eq!(
+            map_execution_error(&read, &cas),
+            StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 1, required: 2, contentions: 0 }
+        );
+        // Another write type than SIMPLE on a conditional statement: nothing says it was decided.
+        let batch = map_execution_error(&write_timeout(WriteType::BatchLog, 0), &cas);
+        assert!(matches!(batch, StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, .. }), "{batch:?}");
+    }
+
+    #[test]
+    fn a_cas_timed_out_in_its_commit_is_decided() {
+        let n = nodes();
+        let e = db(DbError::WriteTimeout { consistency: D::Quorum, received: 1, required: 2, write_type: WriteType::Simple });
+        let mapped = map_execution_error(&e, &req(Operation::Cas, &n));
+        assert_eq!(mapped, StoreError::CasTimeout { kind: CasTimeoutKind::Commit, received: 1, required: 2, contentions: 0 });
+        // The same answer to a plain write stays a write timeout.
+        assert!(matches!(map_execution_error(&e, &req(Operation::Write, &n)), StoreError::WriteTimeout { .. }));
+    }
+
+    #[test]
+    fn cas_write_unknown_is_partially_accepted() {
+        let n = nodes();
+        let e = db(DbError::Other(CAS_WRITE_UNKNOWN));
+        assert_eq!(
+            map_execution_error(&e, &req(Operation::Cas, &n)),
+            StoreError::CasTimeout { kind: CasTimeoutKind::PartiallyAccepted, received: 0, required: 2, contentions: 0 }
+        );
+        // Another unknown code is a refusal.
+        assert!(matches!(map_execution_error(&db(DbError::Other(0x1234)), &req(Operation::Cas, &n)), StoreError::Rejected(_)));
+    }
+
+    #[test]
+    fn a_cas_the_client_stopped_waiting_for_is_a_paxos_timeout_of_nothing_heard() {
+        let n = nodes();
+        let e = ExecutionError::RequestTimeout(Duration::from_secs(5));
+        assert_eq!(
+            map_execution_error(&e, &req(Operation::Cas, &n)),
+            StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 0, required: 2, contentions: 0 }
+        );
+        // Five replicas: the Paxos quorum is three, whatever the commit consistency.
+        let five = RequestInfo { replicas: 5, consistency: Consistency::One, ..req(Operation::Cas, &n) };
+        assert!(matches!(map_execution_error(&e, &five), StoreError::CasTimeout { required: 3, .. }));
+    }
+
+    #[test]
+    fn a_serial_read_times_out_as_a_read() {
+        let n = nodes();
+        let serial = req(Operation::SerialRead, &n);
+        let expected = StoreError::ReadTimeout { consistency: Consistency::Quorum, received: 0, required: 2 };
+        let server = db(DbError::ReadTimeout { consistency: D::Serial, received: 0, required: 2, data_present: false });
+        assert_eq!(map_execution_error(&server, &serial), expected);
+        assert_eq!(map_execution_error(&write_timeout(WriteType::Cas, 0), &serial), expected);
+        assert_eq!(map_execution_error(&ExecutionError::RequestTimeout(Duration::from_secs(5)), &serial), expected);
+    }
+
+    #[test]
+    fn a_paxos_quorum_unavailable_is_unavailable_at_quorum() {
+        let n = nodes();
+        for op in [Operation::Cas, Operation::SerialRead] {
+            let e = db(DbError::Unavailable { consistency: D::Serial, required: 2, alive: 1 });
+            let mapped = map_execution_error(&e, &req(op, &n));
+            assert_eq!(mapped, StoreError::Unavailable { consistency: Consistency::Quorum, required: 2, alive: 1 });
+            assert!(!mapped.may_have_applied());
+        }
+        // The commit's level unavailable: reported at the commit consistency.
+        let all = RequestInfo { consistency: Consistency::All, ..req(Operation::Cas, &n) };
+        let e = db(DbError::Unavailable { consistency: D::All, required: 3, alive: 2 });
+        assert_eq!(map_execution_error(&e, &all), StoreError::Unavailable { consistency: Consistency::All, required: 3, alive: 2 });
+    }
+
+    #[test]
+    fn cas_refusals_name_the_serial_and_commit_levels() {
+        let n = nodes();
+        match map_execution_error(&db(DbError::Invalid), &req(Operation::Cas, &n)) {
+            StoreError::Rejected(m) => assert!(m.contains("compare-and-set on table 'queue_lock_main' at SERIAL (commit at QUORUM)"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let local = RequestInfo { serial: Some(SerialConsistency::LocalSerial), ..req(Operation::SerialRead, &n) };
+        match map_execution_error(&db(DbError::Invalid), &local) {
+            StoreError::Rejected(m) => assert!(m.contains("serial read on table 'queue_lock_main' at LOCAL_SERIAL"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

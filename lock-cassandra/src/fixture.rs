@@ -23,7 +23,7 @@
 //! );
 //! ```
 
-use crate::{CassandraClient, CassandraConfig, CassandraStore, ALGORITHM_TABLES};
+use crate::{CassandraClient, CassandraConfig, CassandraStore, Replication, ALGORITHM_TABLES};
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
 use lock_core::context::ClientContext;
@@ -31,6 +31,7 @@ use lock_core::lock::Locker;
 use lock_core::store::{Consistency, StoreError};
 use lock_core::time::{LocalClock, PhysicalClock};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,6 +60,41 @@ pub fn test_config() -> Result<Option<CassandraConfig>, StoreError> {
 pub fn unique_namespace(seed: u64) -> String {
     let micros = PhysicalClock::System.now_micros();
     format!("t{micros}-{}-{seed}/", std::process::id())
+}
+
+/// Create `keyspace` with `replication` if missing, through `store`'s session, without
+/// tablets where the server knows the option and as usual where it does not: ScyllaDB
+/// refuses lightweight transactions, and more replicas than nodes, in a keyspace with tablets
+/// (its default on recent releases), and Apache Cassandra refuses the `tablets` option. Then
+/// waits for schema agreement. For tests that need such a keyspace whatever the server.
+pub async fn create_keyspace_without_tablets_where_known(
+    store: &CassandraStore,
+    keyspace: &str,
+    replication: &Replication,
+) -> Result<(), StoreError> {
+    let mut refused = Vec::new();
+    for tablets_off in [true, false] {
+        let ddl = crate::cql::create_keyspace(keyspace, replication, tablets_off);
+        match store.session().query_unpaged(ddl.as_str(), ()).await {
+            Ok(_) => {
+                return store
+                    .session()
+                    .await_schema_agreement()
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::Rejected(format!("schema agreement after {ddl}: {e}")));
+            }
+            Err(e) => refused.push(format!("{ddl}: {e}")),
+        }
+    }
+    Err(StoreError::Rejected(format!("could not create keyspace '{keyspace}': {}", refused.join("; "))))
+}
+
+/// A row key no other test or run uses: `name`, the system clock in µs, the process id and a
+/// per-process counter.
+pub fn fresh_row(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{name}-{}-{}-{}", PhysicalClock::System.now_micros(), std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A backend on a real cluster plus an algorithm (see the module docs).
@@ -172,6 +208,13 @@ impl Fixture for CassandraFixture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_rows_differ_and_start_with_their_name() {
+        let (a, b) = (fresh_row("lww"), fresh_row("lww"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("lww-"), "{a}");
+    }
 
     #[test]
     fn namespaces_differ_per_seed_and_end_with_a_separator() {

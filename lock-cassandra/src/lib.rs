@@ -10,8 +10,11 @@
 //! Apache Cassandra 4.0, 4.1 and 5.0, ScyllaDB 5.x and 6.x (and the 2024.x/2025.x
 //! releases), over the CQL native protocol v4, the one the driver speaks. Nothing beyond CQL 3
 //! of Cassandra 2.1 is used: `USING TTL ? AND TIMESTAMP ?` with bind markers, `WRITETIME`,
-//! `LIMIT ?`, single-partition `UNLOGGED BATCH`, `CREATE … IF NOT EXISTS`. No lightweight
-//! transactions (Paxos), counters, materialized views or secondary indexes.
+//! `LIMIT ?`, single-partition `UNLOGGED BATCH`, `CREATE … IF NOT EXISTS`; and, only for
+//! [`CellStore::cas`] and [`CellStore::read_serial`], the lightweight transactions of
+//! Cassandra 2.0 (conditional statements and batches, `SERIAL` reads; see
+//! [below](#lightweight-transactions-cas-and-read_serial)). No counters, materialized views
+//! or secondary indexes.
 //!
 //! ## Schema
 //!
@@ -28,8 +31,11 @@
 //!
 //! `NetworkTopologyStrategy` with the `replication_factor` shorthand is accepted by Cassandra
 //! 4.0+ and every ScyllaDB; `SimpleStrategy` ([`Replication::Simple`]) is refused by ScyllaDB
-//! 2026.2+, whose keyspaces use tablets by default (nothing here needs what tablets lack:
-//! LWT, counters, CDC).
+//! 2026.2+, whose keyspaces use tablets by default. The plain reads and writes need nothing
+//! tablets lack; lightweight transactions do: ScyllaDB refuses them in a keyspace with
+//! tablets. For the LWT lock on ScyllaDB, set [`CassandraConfig::tablets_off`]
+//! (`LOCK_CASSANDRA_TABLETS_OFF=1`), which appends `AND tablets = {'enabled': false}` to the
+//! statement above (Apache Cassandra refuses that option), or create the keyspace so by hand.
 //!
 //! The keyspace holds one CQL table per logical table name of the cell model (`shadow_lock_main`,
 //! `shadow_lock_shadow`, `queue_lock_main`, `queue_lock_queue`, `lock_fence`, `time_service`,
@@ -74,6 +80,8 @@
 //! | `read`, `Slice::from(start, n)` | `… WHERE row = ? AND column >= ? LIMIT ?` | row, start, n |
 //! | `read`, `Slice::first(n)` | `… WHERE row = ? LIMIT ?` | row, n |
 //! | `read`, start without limit | `… WHERE row = ? AND column >= ?` | row, start |
+//! | `cas` | one conditional statement, or a conditional `BATCH` of them: see [below](#lightweight-transactions-cas-and-read_serial) | per statement |
+//! | `read_serial` | the `read` statement of the slice, at consistency `SERIAL` / `LOCAL_SERIAL` | as `read` |
 //!
 //! **TTL.** The servers keep a cell's expiry in whole seconds of their clock, so `USING TTL n`
 //! keeps a cell between n − 1 and n seconds. The store binds one second more than
@@ -136,6 +144,67 @@
 //! service replica does that every 500 ms and, when its clock is ahead, `INSERT INTO
 //! time_service …` with TTL 0 and `USING TIMESTAMP` equal to the value written.
 //!
+//! ## Lightweight transactions (`cas` and `read_serial`)
+//!
+//! A [`CasRequest`] becomes one conditional statement, or a conditional batch when it has
+//! several changes (all on the partition `row`, so the server runs them as one Paxos round),
+//! built by [`cql::cas_plan`]; each change is one statement, conditioned by the condition on
+//! its column:
+//!
+//! | change | condition on its column | CQL |
+//! |---|---|---|
+//! | `Set` | `Expect::Absent` | `INSERT INTO ks.t (row, column, value) VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?` |
+//! | `Set` | `Expect::Value(v)` | `UPDATE ks.t USING TTL ? SET value = ? WHERE row = ? AND column = ? IF value = ?` |
+//! | `Delete` | `Expect::Value(v)` | `DELETE FROM ks.t WHERE row = ? AND column = ? IF value = ?` |
+//! | `Set` | none (in a batch) | `INSERT INTO ks.t (row, column, value) VALUES (?, ?, ?) USING TTL ?` |
+//! | `Delete` | none (in a batch) | `DELETE FROM ks.t WHERE row = ? AND column = ?` |
+//!
+//! Several statements go in one `BEGIN BATCH … APPLY BATCH` in the order of the changes.
+//! TTLs are bound as for plain writes (0 = none; [`ttl_secs`](lock_core::store::ttl_secs)
+//! plus the [1 s margin](cql::TTL_MARGIN_SECS), so a lease never ends before its TTL). There
+//! is no `USING TIMESTAMP`: Cassandra forbids it on conditional statements, whose writes take
+//! the timestamp of the Paxos ballot that decided them (rule 10 of `lock_core::store`). Each
+//! statement carries the call's serial consistency (`SERIAL` or `LOCAL_SERIAL`, as asked,
+//! also with a local datacenter) and the commit consistency as its consistency. What CQL
+//! cannot express is refused with [`StoreError::Rejected`] before anything is sent: no
+//! condition, no change, a condition on a column that no change touches, two conditions or
+//! two changes on one column, a `Delete` of a cell expected absent.
+//!
+//! The five statements of each table are prepared on its first CAS and cached with the
+//! table's others. They are not marked idempotent (sent again after a lost answer, an applied
+//! CAS reports "not applied": the driver must not retry it by itself), and their answers are
+//! decoded with the metadata each answer carries, because its columns vary with the outcome.
+//!
+//! **The answer** ([`cql::decode_cas`]). `[applied]` true: Cassandra sends nothing else, and
+//! the current cells are rebuilt from the conditions (timestamp 0), as rule 9 of
+//! `lock_core::store` says. `[applied]` false: Cassandra 4.0 sends one row per conditioned CQL
+//! row that exists, in clustering order, with `row`, `column` and `value` (only `value` for a
+//! single `UPDATE`/`DELETE … IF value = ?`, whose column is its condition's), or one row of
+//! `[applied]` alone when none exists; ScyllaDB always sends the old rows, one per
+//! conditional statement, nulls where none exists. The current cells are the rows with a
+//! value, in column order, timestamp 0.
+//!
+//! **SERIAL reads** are the ordinary selects of `read` at consistency `SERIAL` or
+//! `LOCAL_SERIAL`, which the servers run through Paxos; they return `WRITETIME` like any
+//! read (for cells written by CAS, the deciding ballot's timestamp).
+//!
+//! **Row markers, the one place CQL differs from the cell model.** An `INSERT` also writes
+//! the CQL row's marker, with the `INSERT`'s TTL; `UPDATE` writes only the value. A cell
+//! created by a CAS `Set` on an absent cell without TTL, then set by a CAS `Set` with a TTL,
+//! leaves a row whose value expires while its marker does not: reads see no cell, but `IF NOT
+//! EXISTS` sees the row and never applies again. The store answers that case with
+//! [`StoreError::Rejected`] rather than an endless "not applied" (the test `lwt.rs` shows it
+//! on a real node). The lock algorithms never do this: a lock cell always has a TTL, a
+//! fencing counter never.
+//!
+//! **Timeouts** ([`errors`]): a CAS that timed out is a [`StoreError::CasTimeout`], whose
+//! outcome a `read_serial` settles; over protocol v4 Cassandra cannot tell the driver a
+//! proposal accepted by fewer than a quorum from another Paxos-phase timeout, nor how many
+//! rounds were contended.
+//!
+//! **ScyllaDB**: the keyspace must not use tablets (see [Schema](#schema)). Its LWT takes 3
+//! round trips between replicas instead of Cassandra 4.0's 4 (the read rides on the prepare).
+//!
 //! ## Consistency levels that keep the algorithms correct
 //!
 //! Both algorithms rest on the thesis's Lemma 1: if two clients each write a cell into one row
@@ -154,7 +223,9 @@
 //! ## Errors
 //!
 //! The driver's errors map onto [`StoreError`] by the pure functions of [`errors`]: a write
-//! timeout (server- or client-side) is [`StoreError::WriteTimeout`], "may have applied";
+//! timeout (server- or client-side) is [`StoreError::WriteTimeout`], "may have applied" (a
+//! compare-and-set's is a [`StoreError::CasTimeout`], a SERIAL read's a
+//! [`StoreError::ReadTimeout`]);
 //! `Unavailable` (not applied) carries required and alive replicas; syntax, invalid,
 //! unauthorized and other refusals are [`StoreError::Rejected`] with the server's message;
 //! broken connections, empty pools and failed connects are [`StoreError::Unreachable`] naming
@@ -263,9 +334,11 @@ pub mod fixture;
 pub use config::{CassandraConfig, ConfigError, Replication};
 
 use async_trait::async_trait;
-use cql::{ReadKind, ReadValues, RawCell, TableStatements};
+use cql::{CasKind, CasStatements, ReadKind, ReadValues, RawCell, TableStatements};
 use errors::{Operation, RequestInfo};
-use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
+use lock_core::store::{
+    CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError,
+};
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
@@ -291,6 +364,10 @@ struct Prepared {
     insert: PreparedStatement,
     delete: PreparedStatement,
     reads: [PreparedStatement; 4],
+    /// The compare-and-set statements, indexed by [`CasKind::index`]: prepared on the table's
+    /// first CAS, not before, so that a store that never uses them never prepares them (a
+    /// ScyllaDB keyspace with tablets refuses them).
+    cas: OnceCell<[PreparedStatement; 5]>,
 }
 
 struct Inner {
@@ -361,7 +438,8 @@ impl CassandraStore {
             }),
         };
         if store.inner.config.create_schema {
-            let text = cql::create_keyspace(&store.inner.config.keyspace, &store.inner.config.replication);
+            let config = &store.inner.config;
+            let text = cql::create_keyspace(&config.keyspace, &config.replication, config.tablets_off);
             store.schema_change(text, "keyspace").await?;
         }
         Ok(store)
@@ -412,6 +490,7 @@ impl CassandraStore {
             op,
             table,
             consistency,
+            serial: None,
             replicas: self.inner.config.quorum_base(),
             nodes: &self.inner.config.nodes,
         }
@@ -471,7 +550,31 @@ impl CassandraStore {
             self.prepare(texts.read(ReadKind::First), table).await?,
             self.prepare(texts.read(ReadKind::FromFirst), table).await?,
         ];
-        Ok(Arc::new(Prepared { insert, delete, reads }))
+        Ok(Arc::new(Prepared { insert, delete, reads, cas: OnceCell::new() }))
+    }
+
+    /// The compare-and-set statements of `table`, prepared on first use.
+    async fn cas_statements<'p>(&self, table: &str, prepared: &'p Prepared) -> Result<&'p [PreparedStatement; 5], StoreError> {
+        prepared
+            .cas
+            .get_or_try_init(|| async {
+                let texts = CasStatements::new(&self.inner.config.keyspace, table);
+                let mut statements = Vec::with_capacity(CasKind::ALL.len());
+                for kind in CasKind::ALL {
+                    let mut statement = self.prepare(texts.text(kind), table).await?;
+                    // Not idempotent: sent again after an answer was lost, an applied CAS
+                    // answers "not applied" (its own write is the current value). The driver
+                    // must not retry it on its own; the caller resolves a lost answer with a
+                    // SERIAL read (rule 12 of lock_core::store).
+                    statement.set_is_idempotent(false);
+                    // The answer's columns vary with the outcome (see cql::decode_cas): never
+                    // decode it with the metadata cached at preparation.
+                    statement.set_use_cached_result_metadata(false);
+                    statements.push(statement);
+                }
+                statements.try_into().map_err(|_| StoreError::Rejected("internal: wrong number of CAS statements".into()))
+            })
+            .await
     }
 
     async fn prepare(&self, text: &str, table: &str) -> Result<PreparedStatement, StoreError> {
@@ -525,14 +628,31 @@ impl CassandraStore {
     }
 
     async fn do_read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+        self.read_at(table, row, slice, self.consistency(c), self.info(Operation::Read, table, c)).await
+    }
+
+    /// A read at SERIAL or LOCAL_SERIAL: the ordinary select, which Cassandra and ScyllaDB run
+    /// through Paxos when asked for that read consistency.
+    async fn do_read_serial(&self, table: &str, row: &str, slice: &Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        let info = RequestInfo { serial: Some(serial), ..self.info(Operation::SerialRead, table, Consistency::Quorum) };
+        self.read_at(table, row, slice, cql::serial_read_consistency(serial), info).await
+    }
+
+    async fn read_at(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        consistency: scylla::statement::Consistency,
+        info: RequestInfo<'_>,
+    ) -> Result<Vec<Cell>, StoreError> {
         let values = cql::read_values(row, slice)?;
         let Some(kind) = values.kind() else {
             return Ok(Vec::new());
         };
         let prepared = self.table(table).await?;
-        let info = self.info(Operation::Read, table, c);
         let mut statement = prepared.reads[kind.index()].clone();
-        statement.set_consistency(self.consistency(c));
+        statement.set_consistency(consistency);
         let session = &self.inner.session;
         let result = match values {
             ReadValues::Nothing => return Ok(Vec::new()),
@@ -544,6 +664,59 @@ impl CassandraStore {
         .map_err(|e| errors::map_execution_error(&e, &info))?;
         decode_result(result, slice.limit, &info)
     }
+
+    /// One compare-and-set: one conditional statement, or a conditional batch (see
+    /// [`cql::cas_plan`]), at serial consistency `serial` and commit consistency `commit`.
+    async fn do_cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
+        // Refused shapes fail here, before anything (even the table's setup) is sent.
+        let plan = cql::cas_plan(row, request)?;
+        let prepared = self.table(table).await?;
+        let statements = self.cas_statements(table, &prepared).await?;
+        let info = RequestInfo { serial: Some(serial), ..self.info(Operation::Cas, table, commit) };
+        let result = if let [one] = plan.statements.as_slice() {
+            let mut statement = statements[one.kind.index()].clone();
+            statement.set_consistency(self.consistency(commit));
+            statement.set_serial_consistency(Some(cql::driver_serial_consistency(serial)));
+            self.inner.session.execute_unpaged(&statement, &one.values).await
+        } else {
+            // A logged batch, as CQL's plain `BEGIN BATCH`: on one partition with conditions
+            // Cassandra runs it as one Paxos round and writes no batch log.
+            let mut batch = Batch::new(BatchType::Logged);
+            for s in &plan.statements {
+                batch.append_statement(statements[s.kind.index()].clone());
+            }
+            batch.set_consistency(self.consistency(commit));
+            batch.set_serial_consistency(Some(cql::driver_serial_consistency(serial)));
+            batch.set_is_idempotent(false);
+            let values: Vec<&Vec<scylla::value::CqlValue>> = plan.statements.iter().map(|s| &s.values).collect();
+            self.inner.session.batch(&batch, values).await
+        }
+        .map_err(|e| errors::map_execution_error(&e, &info))?;
+        decode_cas_result(result, request, &info)
+    }
+}
+
+/// The [`CasResult`] of a compare-and-set's answer.
+fn decode_cas_result(result: QueryResult, request: &CasRequest, info: &RequestInfo<'_>) -> Result<CasResult, StoreError> {
+    let bad = |e: &dyn fmt::Display| {
+        StoreError::Rejected(format!("{} on table '{}': unexpected result: {e}", info.op, info.table))
+    };
+    let rows = result.into_rows_result().map_err(|e| bad(&e))?;
+    let names: Vec<&str> = rows.column_specs().iter().map(|spec| spec.name()).collect();
+    let raw = rows
+        .rows::<scylla::value::Row>()
+        .map_err(|e| bad(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&e))?;
+    let answer = cql::cas_answer_rows(&names, raw).map_err(|e| bad(&e))?;
+    cql::decode_cas(request, answer)
 }
 
 /// The cells of a read's result.
@@ -572,6 +745,14 @@ impl CellStore for CassandraStore {
 
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.do_read(table, row, &slice, c).await
+    }
+
+    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+        self.do_cas(table, row, request, serial, commit).await
+    }
+
+    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        self.do_read_serial(table, row, &slice, serial).await
     }
 }
 
@@ -671,6 +852,16 @@ impl CellStore for CassandraClient {
     async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
         self.check()?;
         self.store.do_read(table, &self.stored_row(row), &slice, c).await
+    }
+
+    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+        self.check()?;
+        self.store.do_cas(table, &self.stored_row(row), request, serial, commit).await
+    }
+
+    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+        self.check()?;
+        self.store.do_read_serial(table, &self.stored_row(row), &slice, serial).await
     }
 
     fn doorbell(&self) -> Option<Arc<dyn lock_core::doorbell::Doorbell>> {

@@ -5,11 +5,11 @@
 //! the keyspace `distributed_locks_test`, each into rows of its own with a per-run prefix, so
 //! they can be repeated against one cluster.
 
+use lock_cassandra::fixture::fresh_row;
 use lock_cassandra::{CassandraClient, CassandraConfig, CassandraStore, Replication};
 use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
 use lock_core::time::{LocalClock, PhysicalClock, TimestampGenerator};
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 const ENV: &str = "LOCK_TEST_CASSANDRA";
@@ -33,17 +33,6 @@ fn config() -> Option<CassandraConfig> {
 async fn store() -> Option<CassandraStore> {
     let config = config()?;
     Some(CassandraStore::connect(config).await.expect("connect to LOCK_TEST_CASSANDRA"))
-}
-
-/// A row key no other test or run uses.
-fn fresh_row(name: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{name}-{}-{}-{}",
-        PhysicalClock::System.now_micros(),
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn cell(column: &str, value: &[u8], timestamp: Micros, ttl: Option<Duration>) -> CellWrite {
@@ -250,20 +239,10 @@ async fn too_few_replicas_is_unavailable_and_not_applied() {
     let keyspace = format!("distributed_locks_test_rf{}", nodes + 1);
     let replication = Replication::EveryDatacenter { replication_factor: nodes + 1 };
     // ScyllaDB refuses more replicas than nodes in keyspaces with tablets (its default), and
-    // Cassandra does not know the `tablets` option: try without tablets first.
-    let base = lock_cassandra::cql::create_keyspace(&keyspace, &replication);
-    let mut created = Vec::new();
-    for ddl in [format!("{base} AND tablets = {{'enabled': false}}"), base.clone()] {
-        match probe.session().query_unpaged(ddl.as_str(), ()).await {
-            Ok(_) => {
-                created.clear();
-                break;
-            }
-            Err(e) => created.push(format!("{ddl}: {e}")),
-        }
-    }
-    assert!(created.is_empty(), "could not create the over-replicated keyspace: {created:#?}");
-    probe.session().await_schema_agreement().await.expect("schema agreement");
+    // Cassandra does not know the `tablets` option: without tablets where it is known.
+    lock_cassandra::fixture::create_keyspace_without_tablets_where_known(&probe, &keyspace, &replication)
+        .await
+        .expect("create the over-replicated keyspace");
     drop(probe);
     let s = CassandraStore::connect(config.with_keyspace(keyspace).with_replication(replication))
         .await
