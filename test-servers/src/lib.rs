@@ -1,37 +1,41 @@
 //! # test-servers
 //!
 //! Test support for the workspace's crates that talk to real servers (a dev-dependency only,
-//! never published): it starts a real `redis-server` ([`RedisServer`]) or a real standalone
-//! ZooKeeper ([`ZkServer`], the Debian package's jars on `java`) on a free loopback port, each
-//! with a data directory of its own, and waits until it answers (`PING` / `ruok`).
+//! never published): it starts a real `redis-server` ([`RedisServer`]), a real standalone
+//! ZooKeeper ([`ZkServer`], the Debian package's jars on `java`) or a real one-member `etcd`
+//! ([`EtcdServer`]) on free loopback ports, each with a data directory of its own, and waits
+//! until it answers (`PING` / `ruok` / `GET /health`).
 //!
 //! A missing binary or jar **fails** the test with a message naming the packages to install
-//! ([`INSTALL_HINT`]: `apt-get install -y redis-server zookeeper`); nothing is ever skipped.
+//! ([`INSTALL_HINT`]: `apt-get install -y redis-server zookeeper etcd-server`); nothing is ever
+//! skipped.
 //!
-//! - [`shared_redis`], [`shared_zookeeper`]: one server per test binary, started on first use
+//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`]: one server per test binary, started on first use
 //!   and kept for the life of the process.
 //! - Cleanup: a server is killed and its directory removed on drop; every server also gets
 //!   `SIGKILL` when its test binary exits or is killed (`PR_SET_PDEATHSIG`, armed from a thread
 //!   that lives as long as the server, whichever thread started it), and the directories
 //!   left by test binaries that have exited are swept when the next one makes its first.
-//! - Restarts: [`RedisServer::stop`] / [`ZkServer::stop`] kill a server as a crash would and
+//! - Restarts: [`RedisServer::stop`] / [`ZkServer::stop`] / [`EtcdServer::stop`] kill a server as a crash would and
 //!   keep its port and data directory; `start_again` starts it on the same port with the same
 //!   directory, so that clients can reconnect to the address they know (`restart_after` does
 //!   both around a downtime). A Redis started with [`RedisServer::start_persistent`] keeps its
 //!   keys across a restart, one started with [`RedisServer::start`] comes back empty; ZooKeeper
-//!   always keeps its znodes and sessions. These are plain public functions that block the
+//!   always keeps its znodes and sessions, etcd its keys, revisions and leases. These are plain public functions that block the
 //!   calling thread, usable from a benchmark binary as well as from tests (from async code,
 //!   call them in `spawn_blocking`).
 //! - [`Proxy`]: a TCP forwarder in front of a server for one client, which a test can cut (as a
 //!   crash or a partition would) or pause (as a stalled process or network would).
 #![deny(missing_docs)]
 
+mod etcd;
 mod process;
 mod proxy;
 mod redis;
 mod silent;
 mod zookeeper;
 
+pub use etcd::{shared_etcd, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS};
 pub use process::free_port;
 pub use proxy::Proxy;
 pub use redis::{shared_redis, RedisServer};
@@ -43,4 +47,4 @@ pub use zookeeper::{
 
 /// What a test that cannot start a server tells its reader to do.
 pub const INSTALL_HINT: &str =
-    "install it with `apt-get install -y redis-server zookeeper` (or run `scripts/test-servers.sh install`)";
+    "install it with `apt-get install -y redis-server zookeeper etcd-server` (or run `scripts/test-servers.sh install`)";

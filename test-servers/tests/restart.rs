@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use test_servers::{four_letter, RedisServer, ZkServer};
+use test_servers::{four_letter, EtcdServer, RedisServer, ZkServer};
 
 /// Send one inline command to Redis on `port` and return its first reply line.
 fn redis(port: u16, command: &str) -> std::io::Result<String> {
@@ -100,6 +100,42 @@ fn zookeeper_comes_back_on_the_same_port_with_its_data() {
     assert!(data.exists(), "stop keeps the data directory");
     server.start_again();
     assert_eq!(four_letter(port, "ruok").as_deref(), Some("imok"));
+    let dir = server.dir().to_path_buf();
+    drop(server);
+    assert!(!dir.exists(), "drop removes the directory");
+}
+
+/// POST `body` (JSON) to etcd's JSON gateway at `path` on loopback `port`; the response body.
+fn etcd_json(port: u16, path: &str, body: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    Ok(answer.split_once("\r\n\r\n").map_or(answer.clone(), |(_, b)| b.to_string()))
+}
+
+#[test]
+fn etcd_comes_back_on_the_same_ports_with_its_keys() {
+    let mut server = EtcdServer::start();
+    let (port, peer) = (server.port, server.peer_port);
+    assert_ne!(port, peer);
+    // Key "k" and value "v", base64: "aw==" and "dg==".
+    let put = etcd_json(port, "/v3/kv/put", r#"{"key":"aw==","value":"dg=="}"#).unwrap();
+    assert!(put.contains("revision"), "{put}");
+    server.stop();
+    assert!(!server.is_running());
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "a stopped server refuses connections");
+    assert!(server.dir().join("data").exists(), "stop keeps the data directory");
+    server.start_again();
+    assert_eq!((server.port, server.peer_port), (port, peer));
+    let got = etcd_json(port, "/v3/kv/range", r#"{"key":"aw=="}"#).unwrap();
+    assert!(got.contains(r#""value":"dg==""#), "the key survived the restart: {got}");
     let dir = server.dir().to_path_buf();
     drop(server);
     assert!(!dir.exists(), "drop removes the directory");

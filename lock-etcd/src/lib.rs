@@ -1,0 +1,674 @@
+//! # lock-etcd
+//!
+//! etcd's own lock, `concurrency.Mutex` of the Go client (`client/v3/concurrency/mutex.go`),
+//! against a real etcd server through the `etcd-client` crate: the lock that users of
+//! Kubernetes-era systems already run, beside ZooKeeper's recipe (`lock-zookeeper`) and Redis's
+//! (`lock-redis`).
+//!
+//! ## The protocol, step by step
+//! Every backend holds one **lease** (a *session*, see below). Per lock id, with the prefix
+//! `<root>/<lock id>/` (`root` is `/locks` by default):
+//!
+//! 1. **Enqueue, in one transaction**: `IF create_revision(key) = 0 THEN put(key, owner,
+//!    lease), get(prefix, first by create revision) ELSE get(key), get(prefix, first by create
+//!    revision)`. Our place in the queue is the key's **create revision**, the revision of the
+//!    transaction that made it (or, in the `ELSE` branch, the existing key's). The key is bound
+//!    to the lease: it vanishes when the lease ends.
+//! 2. If the prefix's first key (lowest create revision) is ours, or there is none, the lock is
+//!    ours. The uncontended path is one round trip.
+//! 3. Otherwise **wait for the deletion of every earlier key**: read the prefix's *last* key
+//!    created before ours (`max_create_revision = ours − 1`); if there is none, go to 4; else
+//!    watch that one key from the revision after the read until it is deleted, and read again.
+//!    Watching the predecessor rather than the prefix means a release wakes one waiter: no herd.
+//! 4. Read our key: if it is gone, the lease ended while we waited
+//!    ([`LockError::LeaseLost`]); otherwise the lock is ours.
+//! 5. **Release**: delete our key. A lease that ends deletes it too: that is how a crashed
+//!    holder frees the lock, one TTL after its last renewal reached the server.
+//!
+//! The mandatory lock with a timeout deletes its key before returning [`LockError::Timeout`], so
+//! nothing of it delays the next contender; a waiting future that is dropped deletes it in the
+//! background. The soft lock is etcd's `TryLock`: step 1, and if the first key is not ours,
+//! delete ours and answer "not held".
+//!
+//! ## Choices the Go client leaves open, and ours
+//! - **Key names.** Go names the key `<prefix><lease hex>`, so two mutexes of one session on
+//!   one prefix are the same waiter. Here the lockers of one backend share its lease (as
+//!   ZooKeeper lockers share a session), so each acquisition gets a key of its own,
+//!   `<prefix><lease hex>-<n>`. It also makes a lost answer safe: step 1 is create-or-get, so
+//!   an attempt whose answer was lost could be retried with the same key; we instead delete
+//!   that key (it belongs to no one else) in the background and fail the attempt
+//!   ([`LockError::Backend`]): a later attempt never adopts a key whose grant nobody saw.
+//! - **Waiting across outages.** A read or watch that fails while waiting (a broken connection,
+//!   a restarting server) is tried again after a pause for as long as the lease stands and the
+//!   timeout allows: a waiter keeps its place, which is its key, across a short outage. A watch
+//!   the server cancels (compaction) is set again from a fresh read.
+//! - **Every request is bounded** by [`EtcdConfig::request_timeout`] (default 5 s), and
+//!   connecting by [`EtcdConfig::connect_timeout`] (default 10 s): an unreachable server is a
+//!   [`LockError::Backend`] naming its address within that time, never a hang.
+//!
+//! ## Sessions, and what a holder is told
+//! A session is a lease of [`EtcdConfig::lease_ttl`] (whole seconds; the server may raise it to
+//! its minimum, 1.5 election timeouts) renewed every TTL/3 over a keep-alive stream. The
+//! server counts each renewal from when it receives it, so the client knows the lease stands
+//! until the *send* time of the last answered renewal plus the TTL. When that moment passes
+//! without a fresh answer, or an answer says the lease is gone, the session is over and every
+//! guard of it is told [`LeaseState::Lost`](lock_core::LeaseState::Lost) — before the server
+//! can expire the lease and grant the lock to someone else, as long as the two clocks run at
+//! the same rate. This is Go's `Session.Done()`, measured from the send time rather than the
+//! answer's arrival. A session that is over revokes its lease (best effort) so that its keys
+//! go at once; the backend's next request grants a new lease ([`EtcdBackend::sessions_made`]).
+//! A waiter whose lease ends fails with [`LockError::LeaseLost`]: its place was a key of that
+//! lease, and a new key would go to the back of the queue, so the caller decides.
+//!
+//! ## Fencing token
+//! The key's create revision. Keys are granted in create-revision order and the revision of
+//! the whole store increases with every write, so tokens strictly increase in grant order,
+//! also across lock ids and across a server restart (the revision is in the log).
+//!
+//! ## What the fault experiments show
+//! etcd's key-value operations are linearizable, but the lock is a lease, and a lease is only
+//! as good as the holder's knowledge of time. Jepsen's analysis of etcd 3.4.3 (2020) found
+//! the locks unsafe under process pauses: a holder paused for longer than the TTL wakes up
+//! believing it holds the lock while the server has expired its lease and granted the lock to
+//! the next waiter. The harness reproduces this (`pause` longer than the TTL: overlapping
+//! holds) and shows the cure: a resource that rejects writes whose token (the create revision)
+//! is older than one it has seen rejects every stale write (`bench-harness` tests
+//! `an_etcd_holder_paused_past_its_lease_*`).
+//!
+//! ## Invariants the tests check
+//! - At most one key holds a lock id: the live key with the lowest create revision.
+//! - A waiter watches one key, its predecessor; a release wakes one waiter.
+//! - Grants are first come, first served, by create revision.
+//! - A crashed holder's lock is free one TTL after its last renewal reached the server
+//!   (plus the server's expiry check, every 500 ms).
+//! - A timed-out, cancelled or refused (soft) attempt leaves no key behind.
+//!
+//! ## Conformance verdict
+//! The whole shared suite (`lock_core::conformance_suite!`) passes against a real etcd with a
+//! 2 s lease, each contender on its own backend through a proxy it can be cut off by
+//! (`tests/conformance.rs`). "Lease renewal" is the lease keep-alive; "TTL" is the lease TTL.
+//!
+//! ## Example
+//! ```no_run
+//! use lock_core::Locker;
+//! use lock_etcd::EtcdBackend;
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), lock_core::LockError> {
+//! let backend = EtcdBackend::connect("http://127.0.0.1:2379", Duration::from_secs(10)).await?;
+//! let locker = backend.locker("worker-1")?;
+//! let guard = locker.lock("invoice-42", Some(Duration::from_secs(30))).await?;
+//! tokio::select! {
+//!     _ = guard.lost() => { /* the lease may be gone: stop, someone else may hold the lock */ }
+//!     _ = async { /* the critical section, passing guard.token() downstream */ } => {}
+//! }
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod session;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
+};
+use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
+use lock_core::{LockError, LockGuard, Locker};
+use session::{Session, RETRY_PAUSE};
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The backend name in [`LockError::Backend`].
+pub const BACKEND: &str = "etcd";
+
+fn backend_err(message: impl Display) -> LockError {
+    LockError::Backend { backend: BACKEND, message: message.to_string() }
+}
+
+/// How [`EtcdBackend::connect_with`] connects.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// The lease TTL asked of the server, rounded up to whole seconds (default 10 s; the server
+    /// raises it to its minimum). A crashed holder's lock is free this long after the server
+    /// last heard from it.
+    pub lease_ttl: Duration,
+    /// Longest wait for the first lease grant when connecting (default 10 s).
+    pub connect_timeout: Duration,
+    /// Longest wait for the answer to one request (default 5 s).
+    pub request_timeout: Duration,
+    /// Parent of the lock prefixes (default `/locks`).
+    pub root: String,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig {
+            lease_ttl: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
+            root: "/locks".into(),
+        }
+    }
+}
+
+/// The first wait after a failed attempt at a new session; it doubles up to
+/// [`MAX_SESSION_RETRY`].
+const FIRST_SESSION_RETRY: Duration = Duration::from_millis(100);
+/// The longest wait between two attempts at a new session.
+const MAX_SESSION_RETRY: Duration = Duration::from_secs(2);
+
+/// When the next attempt at a new session may be made, after failed ones.
+struct Renewal {
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    last_error: String,
+}
+
+struct Inner {
+    endpoints: Arc<str>,
+    client: Client,
+    config: EtcdConfig,
+    /// The session new requests use; replaced once it is over.
+    session: std::sync::Mutex<Arc<Session>>,
+    renewal: std::sync::Mutex<Renewal>,
+    /// Held by the one request that is granting a new lease.
+    renewing: tokio::sync::Mutex<()>,
+    sessions: std::sync::atomic::AtomicU64,
+}
+
+impl Inner {
+    fn current(&self) -> Arc<Session> {
+        self.session.lock().unwrap().clone()
+    }
+
+    /// The session for a new request: the current one while its lease stands, else a new
+    /// lease (one attempt at a time; after a failed attempt requests fail at once for a
+    /// backoff of 100 ms, doubling up to 2 s).
+    async fn session(&self) -> Result<Arc<Session>, LockError> {
+        let session = self.current();
+        if session.over().is_none() {
+            return Ok(session);
+        }
+        self.refused()?;
+        let _turn = self.renewing.lock().await;
+        // Whoever had the turn before us may have succeeded, or failed and set a backoff.
+        let session = self.current();
+        if session.over().is_none() {
+            return Ok(session);
+        }
+        self.refused()?;
+        match Session::open(&self.client, &self.endpoints, &self.config, self.config.request_timeout).await {
+            Ok(new) => {
+                let new = Arc::new(new);
+                *self.session.lock().unwrap() = new.clone();
+                self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut r = self.renewal.lock().unwrap();
+                r.retry_at = None;
+                r.backoff = FIRST_SESSION_RETRY;
+                Ok(new)
+            }
+            Err(e) => {
+                let mut r = self.renewal.lock().unwrap();
+                r.retry_at = Some(Instant::now() + r.backoff);
+                r.backoff = (r.backoff * 2).min(MAX_SESSION_RETRY);
+                r.last_error = e.to_string();
+                Err(e)
+            }
+        }
+    }
+
+    /// An error while the backoff after a failed attempt at a new session runs.
+    fn refused(&self) -> Result<(), LockError> {
+        let r = self.renewal.lock().unwrap();
+        match r.retry_at {
+            Some(at) if Instant::now() < at => Err(backend_err(format!(
+                "no etcd lease at {}: {} (next attempt in {:?})",
+                self.endpoints,
+                r.last_error,
+                at.saturating_duration_since(Instant::now())
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An etcd backend, from which lockers are made: one client connection and one lease at a
+/// time.
+///
+/// All lockers of one backend share its lease: if it ends, every lock they hold is lost at
+/// once. Give each contender of a benchmark its own backend when they must fail
+/// independently. Once the lease is over the next request grants a new one. Dropping the last
+/// clone of a backend (and every guard and locker made from it) revokes the lease, which
+/// deletes its keys.
+#[derive(Clone)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.inner.endpoints)
+            .field("root", &self.inner.config.root)
+            .field("lease_ttl", &self.lease_ttl())
+            .finish()
+    }
+}
+
+impl EtcdBackend {
+    /// Connect to `endpoints` (`http://host:port` or `host:port`, comma-separated) with a lease
+    /// of `lease_ttl` and the other settings of [`EtcdConfig::default`]. An unreachable server
+    /// fails within the connect timeout (10 s) with a [`LockError::Backend`] naming it.
+    pub async fn connect(endpoints: &str, lease_ttl: Duration) -> Result<Self, LockError> {
+        Self::connect_with(endpoints, EtcdConfig { lease_ttl, ..EtcdConfig::default() }).await
+    }
+
+    /// Connect to `endpoints` with `config`.
+    pub async fn connect_with(endpoints: &str, config: EtcdConfig) -> Result<Self, LockError> {
+        let mut config = config;
+        config.root = config.root.trim_end_matches('/').to_string();
+        if !config.root.starts_with('/') || config.root.contains("//") {
+            return Err(LockError::Config(format!(
+                "etcd lock root {:?} must be an absolute path other than /",
+                config.root
+            )));
+        }
+        if config.lease_ttl < Duration::from_secs(1) || config.lease_ttl > Duration::from_secs(9_000_000_000) {
+            return Err(LockError::Config(format!(
+                "etcd lease TTL {:?} must be at least 1 s (leases are granted in whole seconds)",
+                config.lease_ttl
+            )));
+        }
+        if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
+            return Err(LockError::Config("etcd connect and request timeouts must be positive".into()));
+        }
+        let list: Vec<&str> = endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        if list.is_empty() {
+            return Err(LockError::Config(format!("no etcd endpoint in {endpoints:?}")));
+        }
+        let endpoints: Arc<str> = list.join(",").into();
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout)
+            // HTTP/2 pings find a dead connection (a stalled network, a killed server) so that
+            // the channel connects again instead of waiting on it.
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+            // In a cluster without a leader, fail requests instead of holding them.
+            .with_require_leader(true);
+        let client = tokio::time::timeout(config.connect_timeout, Client::connect(&list, Some(options)))
+            .await
+            .map_err(|_| backend_err(format!("cannot connect to etcd at {endpoints}: no connection within {:?}", config.connect_timeout)))?
+            .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))?;
+        let session = Session::open(&client, &endpoints, &config, config.connect_timeout).await?;
+        Ok(EtcdBackend {
+            inner: Arc::new(Inner {
+                endpoints,
+                client,
+                config,
+                session: std::sync::Mutex::new(Arc::new(session)),
+                renewal: std::sync::Mutex::new(Renewal {
+                    retry_at: None,
+                    backoff: FIRST_SESSION_RETRY,
+                    last_error: String::new(),
+                }),
+                renewing: tokio::sync::Mutex::new(()),
+                sessions: 1.into(),
+            }),
+        })
+    }
+
+    /// A locker for `owner` on this backend's lease.
+    pub fn locker(&self, owner: &str) -> Result<EtcdLock, LockError> {
+        validate_id("owner id", owner)?;
+        Ok(EtcdLock { inner: self.inner.clone(), owner: owner.to_string() })
+    }
+
+    /// The TTL the server granted to the current lease.
+    pub fn lease_ttl(&self) -> Duration {
+        self.inner.current().ttl
+    }
+
+    /// The current lease's id.
+    pub fn lease_id(&self) -> i64 {
+        self.inner.current().lease
+    }
+
+    /// How many leases this backend has been granted: 1 after `connect`, one more for every
+    /// lease that replaced one that was over.
+    pub fn sessions_made(&self) -> u64 {
+        self.inner.sessions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The endpoints, comma-separated.
+    pub fn endpoints(&self) -> &str {
+        &self.inner.endpoints
+    }
+
+    /// The prefix of `lock_id`'s keys (`<root>/<lock id>/`).
+    pub fn lock_prefix(&self, lock_id: &str) -> String {
+        format!("{}/{lock_id}/", self.inner.config.root)
+    }
+
+    /// The client, for tests and tools that look at the keys.
+    pub fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+}
+
+/// etcd's Mutex for one owner. See the crate docs for the protocol.
+pub struct EtcdLock {
+    inner: Arc<Inner>,
+    owner: String,
+}
+
+impl std::fmt::Debug for EtcdLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLock").field("owner", &self.owner).field("endpoints", &self.inner.endpoints).finish()
+    }
+}
+
+/// The prefix's key with the lowest create revision.
+fn first_created() -> GetOptions {
+    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)
+}
+
+/// The prefix's key with the highest create revision below `revision`.
+fn last_created_before(revision: i64) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_max_create_revision(revision - 1)
+        .with_limit(1)
+}
+
+/// Our key while we wait for the lock. Dropped without [`Pending::keep`] or
+/// [`Pending::delete`] (the waiting future was cancelled), it deletes the key in the
+/// background: left behind it would block the lock for as long as the lease lives.
+struct Pending {
+    session: Arc<Session>,
+    key: String,
+    armed: bool,
+}
+
+impl Pending {
+    async fn delete(mut self) -> Result<(), LockError> {
+        self.armed = false;
+        let result = delete_key(&self.session, &self.key).await;
+        if result.is_err() {
+            tokio::spawn(delete_until_done(self.session.clone(), std::mem::take(&mut self.key)));
+        }
+        result
+    }
+    fn keep(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(delete_until_done(self.session.clone(), std::mem::take(&mut self.key)));
+            }
+        }
+    }
+}
+
+/// Delete our key. Gone already is success.
+async fn delete_key(session: &Session, key: &str) -> Result<(), LockError> {
+    let mut kv = session.client.kv_client();
+    session.call("delete", key, kv.delete(key, None)).await.map(|_| ())
+}
+
+/// [`delete_key`] until it succeeds or the lease is over (which deletes the key for us): a key
+/// whose delete failed in an outage would otherwise block the lock for as long as the lease
+/// lives, and a lease that survives the outage lives on.
+async fn delete_until_done(session: Arc<Session>, key: String) {
+    while session.over().is_none() && delete_key(&session, &key).await.is_err() {
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// What step 1 found.
+struct Enqueued {
+    pending: Pending,
+    /// Our key's create revision: our place, and the fencing token.
+    revision: i64,
+    /// Whether our key is the first of the prefix.
+    first: bool,
+}
+
+/// How a wait for the predecessor's deletion ended.
+enum Waited {
+    /// No key was created before ours is left: the lock is ours if our key still exists.
+    NoneBefore,
+    /// The lease ended (our key with it).
+    LeaseOver(String),
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl EtcdLock {
+    fn prefix(&self, lock_id: &str) -> String {
+        format!("{}/{lock_id}/", self.inner.config.root)
+    }
+
+    /// Step 1: our key, created in one transaction that also reads the prefix's first key.
+    async fn enqueue(&self, session: &Arc<Session>, prefix: &str) -> Result<Enqueued, LockError> {
+        let key = session.new_key(prefix);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(key.as_str(), self.owner.as_str(), Some(PutOptions::new().with_lease(session.lease))),
+                TxnOp::get(prefix, Some(first_created())),
+            ])
+            .or_else([TxnOp::get(key.as_str(), None), TxnOp::get(prefix, Some(first_created()))]);
+        let mut kv = session.client.kv_client();
+        let answer = match session.call("create", &key, kv.txn(txn)).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                // The transaction may have been applied without our hearing of it: its key is
+                // ours alone, so delete it now and again once a late request must have landed.
+                tokio::spawn(sweep_lost_create(session.clone(), key));
+                return Err(e);
+            }
+        };
+        let pending = Pending { session: session.clone(), key, armed: true };
+        let responses = answer.op_responses();
+        let kvs = |i: usize| match responses.get(i) {
+            Some(TxnOpResponse::Get(get)) => get.kvs().to_vec(),
+            _ => Vec::new(),
+        };
+        let revision = if answer.succeeded() {
+            answer.header().map_or(0, |h| h.revision())
+        } else {
+            kvs(0).first().map_or(0, |kv| kv.create_revision())
+        };
+        if revision <= 0 {
+            let e = session.err("create", &pending.key, "the transaction's answer has no revision");
+            drop(pending);
+            return Err(e);
+        }
+        let first = kvs(1).first().is_none_or(|kv| kv.create_revision() == revision);
+        Ok(Enqueued { pending, revision, first })
+    }
+
+    /// Step 3: wait until no key of the prefix was created before `revision`, the lease ends,
+    /// or `deadline` passes. Failed reads and watches are tried again after a pause.
+    async fn wait_turn(
+        &self,
+        session: &Session,
+        prefix: &str,
+        revision: i64,
+        deadline: Option<Instant>,
+    ) -> Waited {
+        loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Waited::TimedOut;
+            }
+            let step = async {
+                let mut kv = session.client.kv_client();
+                let before = session.call("read", prefix, kv.get(prefix, Some(last_created_before(revision)))).await?;
+                let Some(predecessor) = before.kvs().first() else {
+                    return Ok(true);
+                };
+                let read_at = before.header().map_or(0, |h| h.revision());
+                watch_deletion(session, predecessor.key(), read_at + 1).await?;
+                Ok::<bool, LockError>(false)
+            };
+            let sleep_until = |d: Option<Instant>| async move {
+                match d {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                done = step => match done {
+                    Ok(true) => return Waited::NoneBefore,
+                    Ok(false) => {}
+                    // An outage: keep our place and try again while the lease stands.
+                    Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
+                },
+                why = session.ended() => return Waited::LeaseOver(why),
+                _ = sleep_until(deadline) => return Waited::TimedOut,
+            }
+        }
+    }
+
+    fn grant(&self, lock_id: &str, pending: Pending, revision: i64) -> LockGuard {
+        let session = pending.session.clone();
+        let key = pending.key.clone();
+        pending.keep();
+        let (tx, rx) = watch::channel(LeaseState::Held);
+        let tx = Arc::new(tx);
+        let monitor = {
+            let (tx, session) = (tx.clone(), session.clone());
+            tokio::spawn(async move {
+                let reason = session.ended().await;
+                tx.send_if_modified(|s| {
+                    if *s == LeaseState::Held {
+                        *s = LeaseState::Lost(LeaseLost { reason });
+                        true
+                    } else {
+                        false
+                    }
+                });
+            })
+        };
+        let release = EtcdRelease { session, key, monitor, state: tx };
+        LockGuard::new(lock_id, &self.owner, revision as u64, rx, Box::new(release))
+    }
+}
+
+/// Wait until `key` is deleted, watching from `from_revision`. `Ok` also when the watch ends
+/// without a deletion (cancelled by the server, or compacted): the caller reads again.
+async fn watch_deletion(session: &Session, key: &[u8], from_revision: i64) -> Result<(), LockError> {
+    let name = String::from_utf8_lossy(key).into_owned();
+    let mut watches = session.client.watch_client();
+    let options = WatchOptions::new().with_start_revision(from_revision);
+    let mut stream = session.call("watch", &name, watches.watch(key, Some(options))).await?;
+    loop {
+        let answer = stream.message().await.map_err(|e| session.err("watch", &name, e))?;
+        let Some(answer) = answer else {
+            return Err(session.err("watch", &name, "the watch stream ended"));
+        };
+        if answer.canceled() || answer.compact_revision() > 0 {
+            return Ok(());
+        }
+        if answer.events().iter().any(|e| e.event_type() == EventType::Delete) {
+            return Ok(());
+        }
+    }
+}
+
+/// After a create whose answer was lost: delete its key at once, and again once a request
+/// still on its way must have landed (one request timeout later).
+async fn sweep_lost_create(session: Arc<Session>, key: String) {
+    delete_until_done(session.clone(), key.clone()).await;
+    tokio::time::sleep(session.request_timeout).await;
+    delete_until_done(session, key).await;
+}
+
+struct EtcdRelease {
+    session: Arc<Session>,
+    key: String,
+    monitor: tokio::task::JoinHandle<()>,
+    state: Arc<watch::Sender<LeaseState>>,
+}
+
+#[async_trait]
+impl Release for EtcdRelease {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        self.monitor.abort();
+        let result = delete_key(&self.session, &self.key).await;
+        if result.is_err() {
+            // The lease may outlive the outage that failed the delete, and with it the key that
+            // holds the lock: keep deleting in the background until one of them is gone.
+            tokio::spawn(delete_until_done(self.session.clone(), self.key.clone()));
+        }
+        self.state.send_replace(LeaseState::Released);
+        result
+    }
+}
+
+#[async_trait]
+impl Locker for EtcdLock {
+    fn algorithm(&self) -> &str {
+        "etcd"
+    }
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        validate_id("lock id", lock_id)?;
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        // The whole wait runs on one lease: our place in the queue is a key of it.
+        let session = self.inner.session().await?;
+        let prefix = self.prefix(lock_id);
+        let Enqueued { pending, revision, first } = self.enqueue(&session, &prefix).await?;
+        if first {
+            return Ok(self.grant(lock_id, pending, revision));
+        }
+        let our_key = pending.key.clone();
+        let place_lost = |why: String| LockError::LeaseLost {
+            lock_id: lock_id.to_string(),
+            reason: format!("{why}; our key {our_key} (our place in the queue) went with the lease"),
+        };
+        match self.wait_turn(&session, &prefix, revision, deadline).await {
+            Waited::NoneBefore => {}
+            Waited::LeaseOver(why) => return Err(place_lost(why)),
+            Waited::TimedOut => {
+                // Our key goes before we report: a waiter behind us must not wait on it.
+                pending.delete().await?;
+                return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
+            }
+        }
+        // Step 4: the lease may have ended, taking our key, just as the last predecessor went.
+        let mut kv = session.client.kv_client();
+        let ours = session.call("read", &pending.key, kv.get(pending.key.as_str(), None)).await?;
+        if ours.kvs().is_empty() {
+            let why = session.over().unwrap_or_else(|| "our key was deleted while we waited".into());
+            return Err(place_lost(why));
+        }
+        Ok(self.grant(lock_id, pending, revision))
+    }
+
+    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+        validate_id("lock id", lock_id)?;
+        let session = self.inner.session().await?;
+        let prefix = self.prefix(lock_id);
+        let Enqueued { pending, revision, first } = self.enqueue(&session, &prefix).await?;
+        if first {
+            return Ok(Some(self.grant(lock_id, pending, revision)));
+        }
+        pending.delete().await?;
+        Ok(None)
+    }
+}

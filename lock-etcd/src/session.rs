@@ -1,0 +1,216 @@
+//! The lease under every key of a backend, kept alive in the background: etcd's
+//! `concurrency.Session`.
+//!
+//! A session is one lease granted by the server and a task that renews it every TTL/3 over a
+//! keep-alive stream. The task knows when the lease is safe: the server counts a renewal's TTL
+//! from the moment it *receives* the request, so the lease lives at least until the *sending*
+//! time of the last answered renewal plus the TTL the answer granted. Once that moment passes
+//! without a fresh answer, or an answer says the lease is gone (TTL 0), the session is over:
+//! every guard of it is told [`LeaseState::Lost`](lock_core::LeaseState::Lost), and the next
+//! request of the backend grants a new lease.
+
+use crate::{backend_err, EtcdConfig};
+use etcd_client::Client;
+use lock_core::LockError;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The pause before a failed keep-alive stream, request or delete is tried again.
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether a session's lease still stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Renewed, as far as the client knows.
+    Alive,
+    /// Expired, or possibly expired: why.
+    Over(String),
+}
+
+/// One lease, its keep-alive task, and the keys made under it.
+pub(crate) struct Session {
+    pub client: Client,
+    /// The lease id (the hex of it names the keys).
+    pub lease: i64,
+    /// The TTL the server granted.
+    pub ttl: Duration,
+    pub endpoints: Arc<str>,
+    /// How long one request may take.
+    pub request_timeout: Duration,
+    state: watch::Receiver<Lease>,
+    keeper: tokio::task::JoinHandle<()>,
+    next_key: AtomicU64,
+}
+
+impl Session {
+    /// Grant a lease of `config.lease_ttl` (in whole seconds) on `client` and start keeping it
+    /// alive; the grant must answer within `within`.
+    pub async fn open(
+        client: &Client,
+        endpoints: &Arc<str>,
+        config: &EtcdConfig,
+        within: Duration,
+    ) -> Result<Session, LockError> {
+        let ttl_secs = config.lease_ttl.as_secs_f64().ceil() as i64;
+        let sent = Instant::now();
+        let mut leases = client.lease_client();
+        let granted = match tokio::time::timeout(within, leases.grant(ttl_secs, None)).await {
+            Ok(Ok(g)) => g,
+            Ok(Err(e)) => return Err(backend_err(format!("cannot grant a lease on etcd at {endpoints}: {e}"))),
+            Err(_) => {
+                return Err(backend_err(format!(
+                    "cannot reach etcd at {endpoints}: no answer to a lease grant within {within:?}"
+                )))
+            }
+        };
+        if !granted.error().is_empty() {
+            return Err(backend_err(format!("etcd at {endpoints} refused a lease: {}", granted.error())));
+        }
+        let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
+        let (tx, state) = watch::channel(Lease::Alive);
+        let keeper = tokio::spawn(keep_alive(client.clone(), granted.id(), ttl, sent + ttl, endpoints.clone(), tx));
+        Ok(Session {
+            client: client.clone(),
+            lease: granted.id(),
+            ttl,
+            endpoints: endpoints.clone(),
+            request_timeout: config.request_timeout,
+            state,
+            keeper,
+            next_key: AtomicU64::new(0),
+        })
+    }
+
+    /// Why the lease is over, or `None` while it stands.
+    pub fn over(&self) -> Option<String> {
+        match &*self.state.borrow() {
+            Lease::Alive => None,
+            Lease::Over(why) => Some(why.clone()),
+        }
+    }
+
+    /// Resolves with the reason once the lease is over.
+    pub async fn ended(&self) -> String {
+        let mut state = self.state.clone();
+        loop {
+            if let Lease::Over(why) = &*state.borrow_and_update() {
+                return why.clone();
+            }
+            if state.changed().await.is_err() {
+                return "the lease keeper stopped".into();
+            }
+        }
+    }
+
+    /// A key of its own under `prefix`: `<prefix><lease hex>-<n>`. etcd's Mutex names its key
+    /// after the lease alone; here every acquisition gets a fresh name because the lockers of
+    /// one backend share its lease, and because a key left by an attempt whose answer was lost
+    /// must never be adopted by a later one (see the crate docs).
+    pub fn new_key(&self, prefix: &str) -> String {
+        format!("{prefix}{:x}-{}", self.lease, self.next_key.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// `request` bounded by the request timeout, its failure worded for `what` on `key`.
+    pub async fn call<T>(
+        &self,
+        what: &str,
+        key: &str,
+        request: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.request_timeout, request).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(self.err(what, key, e)),
+            Err(_) => Err(self.err(what, key, format!("no answer within {:?}", self.request_timeout))),
+        }
+    }
+
+    /// A backend error for `what` on `key`.
+    pub fn err(&self, what: &str, key: &str, e: impl std::fmt::Display) -> LockError {
+        backend_err(format!("{what} {key} on etcd at {}: {e}", self.endpoints))
+    }
+}
+
+impl Drop for Session {
+    /// The last user of a session is gone: stop renewing and revoke the lease, which deletes
+    /// its keys at once (as closing a ZooKeeper session deletes its ephemeral znodes). A revoke
+    /// that cannot reach the server leaves the lease to expire after its TTL.
+    fn drop(&mut self) {
+        self.keeper.abort();
+        if self.over().is_some() {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (mut leases, lease, within) = (self.client.lease_client(), self.lease, self.request_timeout);
+            handle.spawn(async move {
+                let _ = tokio::time::timeout(within, leases.revoke(lease)).await;
+            });
+        }
+    }
+}
+
+/// Renew `lease` (granted for `ttl`) every TTL/3 until it is over, publishing the end on
+/// `state`. `safe_until` is the moment the grant made the lease safe to: the send time of the
+/// grant plus its TTL.
+async fn keep_alive(
+    client: Client,
+    lease: i64,
+    mut ttl: Duration,
+    mut safe_until: Instant,
+    endpoints: Arc<str>,
+    state: watch::Sender<Lease>,
+) {
+    let over = |why: String| {
+        state.send_replace(Lease::Over(why));
+    };
+    let lapsed = |ttl_hint: Duration| {
+        format!(
+            "no keep-alive of lease {lease:x} answered by etcd at {endpoints} for its TTL ({ttl_hint:?}): \
+             the server may have expired it, and deleted its keys"
+        )
+    };
+    loop {
+        // One keep-alive stream; a broken one is opened again until the lease may have lapsed.
+        let sent = Instant::now();
+        let opened = tokio::time::timeout_at(safe_until, client.lease_client().keep_alive(lease)).await;
+        let (mut keeper, mut answers) = match opened {
+            Err(_) => return over(lapsed(ttl)),
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) => {
+                return over(format!("etcd at {endpoints} says lease {lease:x} is gone ({e}): its keys are deleted"))
+            }
+            Ok(Err(_)) => {
+                tokio::time::sleep(RETRY_PAUSE.min(safe_until.saturating_duration_since(Instant::now()))).await;
+                continue;
+            }
+            // Opening the stream renewed the lease once already.
+            Ok(Ok(pair)) => pair,
+        };
+        // The crate keeps the opening renewal's answer to itself (it only checks that the lease
+        // exists): its TTL is the last one granted.
+        safe_until = sent + ttl;
+        loop {
+            tokio::time::sleep(ttl / 3).await;
+            let sent = Instant::now();
+            if keeper.keep_alive().await.is_err() {
+                break;
+            }
+            match tokio::time::timeout_at(safe_until, answers.message()).await {
+                Err(_) => return over(lapsed(ttl)),
+                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                    ttl = Duration::from_secs(answer.ttl() as u64);
+                    safe_until = sent + ttl;
+                }
+                Ok(Ok(Some(_))) => {
+                    return over(format!("etcd at {endpoints} says lease {lease:x} has expired: its keys are deleted"))
+                }
+                Ok(Ok(None)) | Ok(Err(_)) => break,
+            }
+        }
+        if Instant::now() >= safe_until {
+            return over(lapsed(ttl));
+        }
+    }
+}
