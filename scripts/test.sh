@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: installs what the tests need, then runs them.
 #
-# The Redis and ZooKeeper tests start their own servers on free loopback ports, from Debian's
-# packages `redis-server` and `zookeeper`; this script installs them when they are missing
-# (as root directly, otherwise through sudo). The Cassandra integration tests run only when
+# The Redis, ZooKeeper and etcd tests start their own servers on free loopback ports, from
+# Debian's packages `redis-server`, `zookeeper` and `etcd-server`; the etcd client crate runs
+# `protoc` (package `protobuf-compiler`) when it is built. This script installs them when they
+# are missing (as root directly, otherwise through sudo). The Cassandra integration tests run only when
 # LOCK_TEST_CASSANDRA=host:port names a cluster (see README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +12,10 @@ cd "$(dirname "$0")/.."
 need_packages=()
 command -v redis-server >/dev/null 2>&1 || need_packages+=(redis-server)
 [ -f /usr/share/java/zookeeper.jar ] || need_packages+=(zookeeper)
+command -v etcd >/dev/null 2>&1 || need_packages+=(etcd-server)
+command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || need_packages+=(protobuf-compiler)
 if [ ${#need_packages[@]} -gt 0 ]; then
-  echo "test.sh: installing ${need_packages[*]} (needed by the Redis and ZooKeeper tests)" >&2
+  echo "test.sh: installing ${need_packages[*]} (needed by the Redis, ZooKeeper and etcd tests)" >&2
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
