@@ -90,9 +90,11 @@ fn after_help() -> String {
     text
 }
 
-/// `--backend`: one of the registered engines.
+/// `--backend`: one of the registered engines. The engines this build leaves out are listed
+/// too, so that asking for one says how to build it in rather than that it does not exist.
 fn engine_parser() -> impl TypedValueParser<Value = EngineRef> {
-    PossibleValuesParser::new(engines::names()).try_map(|s| engines::parse_engine(&s))
+    let names = engines::names().into_iter().chain(engines::NOT_BUILT.iter().map(|(name, _)| *name));
+    PossibleValuesParser::new(names).try_map(|s| engines::parse_engine(&s))
 }
 
 /// Measure distributed lock algorithms side by side under contention.
@@ -554,6 +556,21 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.algorithms, ["shadow", "queue"]);
         assert_eq!(cfg.skew, Duration::from_millis(2));
+    }
+
+    #[test]
+    fn an_engine_left_out_of_the_build_says_how_to_build_it_in() {
+        // etcd is either built in (feature `etcd`) or named as left out, never unknown.
+        let built = engines::names().contains(&"etcd");
+        let left_out = engines::NOT_BUILT.iter().any(|(name, _)| *name == "etcd");
+        assert!(built != left_out, "etcd built in: {built}, listed as left out: {left_out}");
+        for (name, how) in engines::NOT_BUILT {
+            assert!(!engines::names().contains(name), "{name} is built in and listed as left out");
+            let e = Cli::try_parse_from(["bench-harness", "--backend", name]).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            let text = e.to_string();
+            assert!(text.contains("has no") && text.contains(how), "{text}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Faults on real servers, in wall time, the way a user runs them: the binary with a server it
-//! starts itself (`--spawn-redis`, `--spawn-zookeeper`) or one the test started, the checker's
-//! exit status, and the CSV files. Needs `redis-server` and ZooKeeper (`scripts/test.sh`
-//! installs them); a missing one fails the test, naming the package.
+//! starts itself (`--spawn-redis`, `--spawn-zookeeper`, `--spawn-etcd`) or one the test
+//! started, the checker's exit status, and the CSV files. Needs `redis-server`, ZooKeeper and
+//! etcd (`scripts/test.sh` installs them; the etcd tests are in the build with the `etcd`
+//! feature, which `scripts/test.sh` turns on); a missing one fails the test, naming the
+//! package.
 
 use bench_harness::check;
 use std::path::{Path, PathBuf};
@@ -84,22 +86,55 @@ fn a_zookeeper_restart_mid_run_is_survived_and_its_errors_counted() {
     );
 }
 
+/// A holder paused past its lease overlaps its successor (the run exits 3), is told its lease
+/// was lost, and the fenced resource rejects every write it makes after the successor's grant.
+fn a_pause_past_the_lease_is_caught_by_fencing(dir: &Path, args: &[&str]) {
+    let (code, text) = run_checked(dir, args);
+    assert_eq!(code, Some(3), "a pause past the TTL must break mutual exclusion: {text}");
+    let v = &check::check_dir(dir, Duration::from_secs(1)).unwrap()[0];
+    let f = &v.figures;
+    assert!(f.overlapping_holds > 0 && f.stale_writes > 0, "{f:?}");
+    assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
+    assert_eq!(f.stale_holders_told, f.stale_holders, "stale holders are told their lease was lost: {f:?}");
+}
+
 #[test]
 fn a_redis_holder_paused_past_its_ttl_overlaps_and_the_fenced_resource_rejects_it() {
-    let dir = scratch("redis-pause");
-    let (code, text) = run_checked(
-        &dir,
+    a_pause_past_the_lease_is_caught_by_fencing(
+        &scratch("redis-pause"),
         &[
             "--backend", "redis", "--spawn-redis", "-a", "redis-token", "--threads", "4", "--duration", "8s",
             "--ttl", "1s", "--faults", "pause:3s@5s",
         ],
     );
-    assert_eq!(code, Some(3), "a pause past the TTL must break mutual exclusion: {text}");
-    let v = &check::check_dir(&dir, Duration::from_secs(1)).unwrap()[0];
-    let f = &v.figures;
-    assert!(f.overlapping_holds > 0 && f.stale_writes > 0, "{f:?}");
-    assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
-    assert_eq!(f.stale_holders_told, f.stale_holders, "stale holders are told their lease was lost: {f:?}");
+}
+
+/// Jepsen's finding on etcd 3.4.3's locks, reproduced: a holder paused for longer than its
+/// lease overlaps the next holder; the key's create revision as a fencing token makes the
+/// resource safe.
+#[cfg(feature = "etcd")]
+#[test]
+fn an_etcd_holder_paused_past_its_lease_overlaps_and_the_revision_fenced_resource_rejects_it() {
+    a_pause_past_the_lease_is_caught_by_fencing(
+        &scratch("etcd-pause"),
+        &[
+            "--backend", "etcd", "--spawn-etcd", "--threads", "4", "--duration", "8s", "--ttl", "1s", "--faults",
+            "pause:3s@5s",
+        ],
+    );
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn an_etcd_restart_mid_run_is_survived_and_its_errors_counted() {
+    let dir = scratch("etcd-restart");
+    restart_is_survived(
+        &dir,
+        &[
+            "--backend", "etcd", "--spawn-etcd", "--threads", "4", "--duration", "10s", "--ttl", "4s",
+            "--faults", "server-restart:2s@5s",
+        ],
+    );
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! | [`cassandra`] | a Cassandra / ScyllaDB cluster through `lock-cassandra` | shadow, queue, bakery |
 //! | [`redis`] | a `redis-server` | jedis, redis-token |
 //! | [`zookeeper`] | a ZooKeeper server | zookeeper |
+//! | `etcd` (feature `etcd`) | an etcd server | etcd |
 //!
 //! [`cell_model`] holds what the two Cassandra-model engines share: the algorithms written
 //! against `lock_core::store::CellStore`, the GlobalTime service, the lock tables.
@@ -27,6 +28,8 @@ pub mod cassandra;
 pub mod cell_model;
 pub mod counting;
 pub mod embedded;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod redis;
 pub mod server_faults;
 pub mod zookeeper;
@@ -54,6 +57,17 @@ pub static ENGINES: &[&dyn Engine] = &[
     &cassandra::Cassandra,
     &redis::Redis,
     &zookeeper::Zookeeper,
+    #[cfg(feature = "etcd")]
+    &etcd::Etcd,
+];
+
+/// Engines this build leaves out, and how to get them: `--backend` names them in its error.
+pub static NOT_BUILT: &[(&str, &str)] = &[
+    #[cfg(not(feature = "etcd"))]
+    (
+        "etcd",
+        "build the harness with `--features etcd` (its client runs protoc when built: apt-get install protobuf-compiler)",
+    ),
 ];
 
 /// A boxed future, for the object-safe async methods of the engine traits.
@@ -372,6 +386,9 @@ pub fn names() -> Vec<&'static str> {
 /// `--backend`'s parser: one of [`names`], as an [`EngineRef`].
 pub fn parse_engine(s: &str) -> Result<EngineRef, String> {
     EngineRef::find(s.trim()).ok_or_else(|| {
+        if let Some((name, how)) = NOT_BUILT.iter().find(|(name, _)| *name == s.trim()) {
+            return format!("this build of the harness has no {name} backend: {how}");
+        }
         format!(
             "unknown backend '{}' (known: {})",
             s.trim(),

@@ -1,0 +1,295 @@
+//! The etcd engine: etcd's `concurrency.Mutex` (a key per waiter bound to a kept-alive lease,
+//! each waiter watching its predecessor) on a real etcd server, in wall time.
+//!
+//! Opening a run grants one probe lease (an unreachable server fails here, once, naming the
+//! endpoints); each contender then gets a backend of its own ([`EtcdBackend`]: a client and a
+//! lease whose TTL is the run's, rounded up to whole seconds), with its keys under the run's
+//! own root `/bench-harness/<ns>`. The client exposes no request count: store load is n/a.
+//!
+//! Options: `--etcd http://host:port[,…]` (or `LOCK_ETCD_ENDPOINTS`), or `--spawn-etcd`: the
+//! harness starts a one-member etcd of its own on free loopback ports for each run (Debian's
+//! `etcd-server`) and can then restart it (`--faults server-restart:…`). Faults:
+//! [`super::server_faults`]; contender faults need a single endpoint.
+//!
+//! The engine is compiled in with the harness's `etcd` feature (`--features etcd`), because
+//! the etcd client runs `protoc` when it is built and the default build needs nothing
+//! installed.
+
+use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::server_faults::{self, Managed, ServerFaults};
+use super::{
+    given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions, EngineSetup,
+    Injection, OpenEngine,
+};
+use crate::faults::FaultKind;
+use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use lock_core::context::ClientContext;
+use lock_core::Locker;
+use lock_etcd::{EtcdBackend, EtcdConfig};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The engine.
+pub struct Etcd;
+
+/// Default endpoint.
+pub const DEFAULT_ENDPOINTS: &str = "http://127.0.0.1:2379";
+/// How long connecting (the first lease grant) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// etcd's Mutex.
+pub static MUTEX: Algorithm = Algorithm::new(
+    "etcd",
+    "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
+);
+
+/// The algorithms on etcd.
+static ALGORITHMS: [Entry<EtcdBackend>; 1] = [Entry {
+    algorithm: &MUTEX,
+    build: build_mutex,
+}];
+
+/// Its command-line options.
+#[derive(clap::Args, Debug, Clone)]
+#[group(id = "etcd-options")]
+#[command(next_help_heading = "etcd (--backend etcd)")]
+pub struct Args {
+    /// etcd endpoints, http://host:port[,http://host:port...] [default: http://127.0.0.1:2379].
+    #[arg(
+        long,
+        value_name = "URL,...",
+        env = "LOCK_ETCD_ENDPOINTS",
+        conflicts_with = "spawn_etcd"
+    )]
+    pub etcd: Option<String>,
+    /// Start an etcd of the harness's own for each run (Debian's `etcd-server` package, one
+    /// member), on free loopback ports, and stop it afterwards; needed for
+    /// `--faults server-restart:…`. It keeps its keys and leases across a restart.
+    #[arg(long)]
+    pub spawn_etcd: bool,
+}
+
+/// Its options, as result files show them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// The endpoints (none: [`DEFAULT_ENDPOINTS`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<String>,
+    /// A server the harness starts for each run (`--spawn-etcd`), instead of `etcd`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub spawn: bool,
+}
+
+impl From<Options> for EngineOptions {
+    fn from(o: Options) -> EngineOptions {
+        EngineOptions::of(&o)
+    }
+}
+
+impl Options {
+    fn endpoints(&self) -> &str {
+        self.etcd.as_deref().unwrap_or(DEFAULT_ENDPOINTS)
+    }
+}
+
+/// The lease TTL for a run's TTL: whole seconds (etcd grants no less), at least 1.
+pub fn lease_ttl(ttl: Duration) -> Duration {
+    Duration::from_secs(ttl.as_secs_f64().ceil().max(1.0) as u64)
+}
+
+impl Engine for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn about(&self) -> String {
+        format!("--etcd http://host:port[,...] (default {DEFAULT_ENDPOINTS}); wall time")
+    }
+
+    fn help_examples(&self) -> &'static str {
+        "
+  bench-harness --backend etcd --spawn-etcd --threads 8
+      etcd's Mutex on an etcd the harness starts, each contender on its own lease
+      (--ttl: the lease TTL, rounded up to whole seconds)"
+    }
+
+    fn in_process(&self) -> bool {
+        false
+    }
+
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        options.get::<Options>().spawn
+    }
+
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
+    }
+
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        Args::augment_args(cmd)
+    }
+
+    fn is_configured(&self, m: &ArgMatches) -> bool {
+        given(m, "etcd") || given(m, "spawn_etcd")
+    }
+
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
+        let etcd = a.etcd.filter(|e| !e.trim().is_empty());
+        if let Some(list) = &etcd {
+            for endpoint in list.split(',').map(str::trim) {
+                let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+                if endpoint.starts_with("https://") || !authority.contains(':') || authority.contains('/') {
+                    return Err(format!(
+                        "--etcd: {endpoint:?} is not an endpoint like http://127.0.0.1:2379 (plain http; host and port)"
+                    ));
+                }
+            }
+        }
+        Ok(Options { etcd, spawn: a.spawn_etcd }.into())
+    }
+
+    fn default_options(&self) -> EngineOptions {
+        Options::default().into()
+    }
+
+    fn address(&self, options: &EngineOptions) -> String {
+        let o = options.get::<Options>();
+        if o.spawn {
+            "an etcd server started by the harness".to_string()
+        } else {
+            o.endpoints().to_string()
+        }
+    }
+
+    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        format!(
+            "etcd at {}, lease TTL {}",
+            self.address(options),
+            crate::dist::format_duration(lease_ttl(s.ttl))
+        )
+    }
+
+    fn counts_requests(&self) -> bool {
+        false
+    }
+
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        server_faults::kinds(self.spawns_server(options))
+    }
+
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+        Box::pin(async move {
+            let options: Options = setup.options.get();
+            let (endpoints, server) = if options.spawn {
+                let (server, endpoint) =
+                    Managed::start(test_servers::EtcdServer::launch, test_servers::EtcdServer::endpoint)
+                        .await
+                        .map_err(|e| format!("--spawn-etcd: {e}"))?;
+                (endpoint, Some(server))
+            } else {
+                (options.endpoints().to_string(), None)
+            };
+            let upstream = if server_faults::needs_proxies(&setup.fault_kinds) {
+                if endpoints.contains(',') {
+                    return Err(format!(
+                        "pause, crash and partition faults need a single etcd endpoint, not {endpoints}"
+                    ));
+                }
+                let authority = endpoints.trim_start_matches("http://");
+                Some(server_faults::resolve(authority).await?)
+            } else {
+                None
+            };
+            let opened = Opened {
+                endpoints,
+                namespace: setup.namespace.to_string(),
+                settings: setup.settings,
+                faults: ServerFaults::new(upstream, server),
+            };
+            // One probe lease: an unreachable server fails here, once.
+            opened.connect(None).await?;
+            Ok(Box::new(opened) as Box<dyn OpenEngine>)
+        })
+    }
+}
+
+struct Opened {
+    /// The endpoints.
+    endpoints: String,
+    namespace: String,
+    settings: AlgorithmSettings,
+    faults: ServerFaults,
+}
+
+impl Opened {
+    /// A client and lease on the server, or through `via` (a contender's proxy).
+    async fn connect(&self, via: Option<SocketAddr>) -> Result<EtcdBackend, String> {
+        let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| format!("http://{a}"));
+        let config = EtcdConfig {
+            lease_ttl: lease_ttl(self.settings.scaled(self.settings.ttl)),
+            connect_timeout: CONNECT_TIMEOUT,
+            root: format!("/bench-harness/{}", self.namespace),
+            ..EtcdConfig::default()
+        };
+        EtcdBackend::connect_with(&endpoints, config).await.map_err(|e| {
+            format!(
+                "cannot reach the etcd backend at {endpoints} (--etcd; tried to grant a lease within {CONNECT_TIMEOUT:?}): {e}",
+            )
+        })
+    }
+}
+
+impl OpenEngine for Opened {
+    fn contender<'a>(
+        &'a self,
+        algorithm: &'static Algorithm,
+        spec: ContenderSpec,
+    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
+        self.faults
+            .contender(&ALGORITHMS, algorithm, spec, &self.settings, move |via| self.connect(via))
+    }
+
+    fn counters(&self) -> Option<CounterHandle> {
+        None
+    }
+
+    /// Faults through [`ServerFaults`]: proxies for pause, crash and partition (a paused
+    /// holder's keep-alives stall, and the server expires its lease); restarts of a spawned
+    /// server. The Mutex reads no clock of its own, so a clock jump changes nothing.
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        self.faults.inject(injection)
+    }
+}
+
+/// The Mutex on the contender's own backend (whose lease TTL is the run's).
+fn build_mutex(backend: EtcdBackend, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {
+    Box::pin(async move { Ok(Arc::new(backend.locker(&ctx.owner)?) as Arc<dyn Locker>) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ttls_are_whole_seconds() {
+        assert_eq!(lease_ttl(Duration::from_millis(300)), Duration::from_secs(1));
+        assert_eq!(lease_ttl(Duration::from_millis(1500)), Duration::from_secs(2));
+        assert_eq!(lease_ttl(Duration::from_secs(4)), Duration::from_secs(4));
+    }
+}
+
+impl server_faults::Restartable for test_servers::EtcdServer {
+    fn stop(&mut self) {
+        test_servers::EtcdServer::stop(self);
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        self.try_start_again()
+    }
+}
