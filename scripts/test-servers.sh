@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# A Redis and a ZooKeeper on loopback, started exactly as the lock-redis and lock-zookeeper
-# tests start theirs (the tests do it themselves, through the test-servers crate; this script is
-# for runs by hand and for the benchmark against real servers).
+# A Redis, a ZooKeeper and an etcd on loopback, started exactly as the lock-redis,
+# lock-zookeeper and lock-etcd tests start theirs (the tests do it themselves, through the
+# test-servers crate; this script is for runs by hand and for the benchmark against real
+# servers).
 #
-#   scripts/test-servers.sh install   apt-get install redis-server and zookeeper if missing
-#   scripts/test-servers.sh check     say whether both are installed (exit 1 if not)
-#   scripts/test-servers.sh start     start both in the background, wait until they answer
-#   scripts/test-servers.sh status    PING / ruok both
-#   scripts/test-servers.sh stop      stop both and remove their data
+#   scripts/test-servers.sh install   apt-get install redis-server, zookeeper, etcd-server if missing
+#   scripts/test-servers.sh check     say whether all three are installed (exit 1 if not)
+#   scripts/test-servers.sh start     start all three in the background, wait until they answer
+#   scripts/test-servers.sh status    PING / ruok / GET /health each
+#   scripts/test-servers.sh stop      stop them and remove their data
 #
-# Environment: REDIS_PORT (default 6390), ZK_PORT (default 2191), and STATE_DIR for pids,
-# logs and data (default ${TMPDIR:-/tmp}/lockbench-servers).
+# Environment: REDIS_PORT (default 6390), ZK_PORT (default 2191), ETCD_PORT and ETCD_PEER_PORT
+# (default 2389 and 2390), and STATE_DIR for pids, logs and data (default
+# ${TMPDIR:-/tmp}/lockbench-servers).
 set -euo pipefail
 
 REDIS_PORT="${REDIS_PORT:-6390}"
 ZK_PORT="${ZK_PORT:-2191}"
+ETCD_PORT="${ETCD_PORT:-2389}"
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-2390}"
 STATE_DIR="${STATE_DIR:-${TMPDIR:-/tmp}/lockbench-servers}"
 ZK_CLASSPATH="${ZOOKEEPER_CLASSPATH:-/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar}"
 # Session expiry is checked every tick; 200 ms lets sessions as short as 400 ms be granted.
@@ -28,6 +32,7 @@ missing() {
     [ -f "$jar" ] || { need+=(zookeeper); break; }
   done
   command -v java >/dev/null 2>&1 || [[ " ${need[*]-} " == *" zookeeper "* ]] || need+=(zookeeper)
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   echo "${need[*]-}"
 }
 
@@ -36,6 +41,11 @@ zk_ok() {
   local answer
   answer="$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; cat <&3" 2>/dev/null || true)"
   [ "$answer" = imok ]
+}
+etcd_ok() {
+  local answer
+  answer="$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ETCD_PORT; printf 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3; cat <&3" 2>/dev/null || true)"
+  [[ "$answer" == *'"health":"true"'* ]]
 }
 
 wait_for() { # name check-function
@@ -61,15 +71,15 @@ case "${1:-}" in
       # shellcheck disable=SC2086
       $sudo apt-get install -y -qq $need >/dev/null
     fi
-    echo "test-servers: redis-server and zookeeper are installed"
+    echo "test-servers: redis-server, zookeeper and etcd-server are installed"
     ;;
   check)
     need="$(missing)"
     if [ -n "$need" ]; then
-      echo "test-servers: missing: $need; install with: apt-get install -y redis-server zookeeper" >&2
+      echo "test-servers: missing: $need; install with: apt-get install -y redis-server zookeeper etcd-server" >&2
       exit 1
     fi
-    echo "test-servers: redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), zookeeper jars and java present"
+    echo "test-servers: redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), zookeeper jars and java, etcd $(etcd --version | sed -n 's/^etcd Version: //p') present"
     ;;
   start)
     need="$(missing)"
@@ -104,19 +114,32 @@ CFG
         >"$STATE_DIR/zk.log" 2>&1 &
       echo $! >"$STATE_DIR/zk.pid"
     fi
+    if ! etcd_ok; then
+      # Short heartbeats and elections, as the tests' etcd: leases as short as 1 s are granted.
+      etcd --name lockbench --data-dir "$STATE_DIR/etcd" \
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster "lockbench=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new \
+        --heartbeat-interval 50 --election-timeout 500 --logger zap --log-level warn \
+        >"$STATE_DIR/etcd.log" 2>&1 &
+      echo $! >"$STATE_DIR/etcd.pid"
+    fi
     wait_for redis redis_ok
     wait_for zk zk_ok
+    wait_for etcd etcd_ok
     echo "redis:     redis://127.0.0.1:$REDIS_PORT/"
     echo "zookeeper: 127.0.0.1:$ZK_PORT"
+    echo "etcd:      http://127.0.0.1:$ETCD_PORT"
     ;;
   status)
     rc=0
     if redis_ok; then echo "redis on $REDIS_PORT: PONG"; else echo "redis on $REDIS_PORT: down"; rc=1; fi
     if zk_ok; then echo "zookeeper on $ZK_PORT: imok"; else echo "zookeeper on $ZK_PORT: down"; rc=1; fi
+    if etcd_ok; then echo "etcd on $ETCD_PORT: healthy"; else echo "etcd on $ETCD_PORT: down"; rc=1; fi
     exit $rc
     ;;
   stop)
-    for name in redis zk; do
+    for name in redis zk etcd; do
       if [ -f "$STATE_DIR/$name.pid" ]; then
         pid="$(cat "$STATE_DIR/$name.pid")"
         kill "$pid" 2>/dev/null || true
@@ -128,7 +151,7 @@ CFG
     echo "test-servers: stopped"
     ;;
   *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -162,11 +162,11 @@ pub struct SafetyArgs {
     /// Simulated time per run on the embedded store.
     #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
     pub duration: Duration,
-    /// Wall time per run on a server (Redis, ZooKeeper).
+    /// Wall time per run on a server (Redis, ZooKeeper, etcd).
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub server_duration: Duration,
-    /// Leave out the Redis and ZooKeeper rows (they need redis-server and ZooKeeper installed,
-    /// and take a few minutes of wall time).
+    /// Leave out the rows on servers the harness starts itself (Redis, ZooKeeper, and etcd in a
+    /// build with it: they need those servers installed, and take a few minutes of wall time).
     #[arg(long)]
     pub no_servers: bool,
     /// Seed.
@@ -299,7 +299,7 @@ pub struct WorkloadArgs {
 #[derive(Args, Debug, Clone)]
 pub struct TimingArgs {
     /// Lease TTL of every cell (renewed every TTL/2); the Redis locks' expiry; the ZooKeeper
-    /// session timeout.
+    /// session timeout; the etcd lease TTL (rounded up to whole seconds).
     #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// The queue lock's wait between two reads of the queue.
@@ -403,7 +403,7 @@ pub struct LongrunArgs {
 #[command(
     mut_arg("hold", |a| a.help("Hold time distribution")),
     mut_arg("think", |a| a.help("Think time distribution")),
-    mut_arg("ttl", |a| a.help("Lease TTL, Redis expiry, ZooKeeper session timeout")),
+    mut_arg("ttl", |a| a.help("Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL (rounded up to whole seconds)")),
     mut_arg("poll_interval", |a| a.help("Poll interval of the polling locks (queue, bakery)"))
 )]
 pub struct EnginesArgs {

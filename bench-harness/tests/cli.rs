@@ -163,6 +163,40 @@ fn an_unreachable_zookeeper_fails_fast_naming_the_address() {
     );
 }
 
+#[cfg(feature = "etcd")]
+#[test]
+fn an_unreachable_etcd_fails_fast_naming_the_address() {
+    let dir = scratch("etcd-unreachable");
+    fails_fast(
+        &["--backend", "etcd", "--etcd", "http://127.0.0.1:1", "--threads", "4", "--out", dir.to_str().unwrap()],
+        &["error: cannot reach the etcd backend at http://127.0.0.1:1", "lease"],
+    );
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_runs_in_wall_time_and_bad_endpoints_are_usage_errors() {
+    let server = test_servers::shared_etcd();
+    let dir = scratch("etcd");
+    let o = run(&[
+        "--backend", "etcd", "--etcd", &server.endpoint(), "--threads", "3", "--duration", "2s", "--ttl", "4s", "-q",
+        "--out", dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let r = &summary["results"][0];
+    assert_eq!(r["algorithm"], "etcd");
+    assert!(r["grants"].as_u64().unwrap() > 10, "{r}");
+    assert_eq!(r["safety"]["overlapping_holds"], 0);
+    assert_eq!(r["safety"]["token_order_violations"], 0);
+    assert_eq!(r["errors"]["lock_errors"], 0, "{r}");
+    for bad in ["https://127.0.0.1:2379", "127.0.0.1", "http://127.0.0.1:2379/v3"] {
+        let o = run(&["--backend", "etcd", "--etcd", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--etcd"), "{}", stderr(&o));
+    }
+}
+
 #[test]
 fn backend_mismatches_are_usage_errors() {
     let o = run(&["--backend", "redis", "--clock", "simulated"]);
@@ -308,9 +342,13 @@ fn help_has_examples_and_the_store_model() {
     ] {
         assert!(h.contains(example), "no example of {example} in --help");
     }
+    #[cfg(feature = "etcd")]
+    assert!(h.contains("--backend etcd --spawn-etcd"), "no etcd example in --help");
     let o = run(&["list"]);
     assert!(o.status.success());
     let l = stdout(&o);
+    #[cfg(feature = "etcd")]
+    assert!(l.contains("etcd:") && l.contains("  etcd "), "etcd missing from list: {l}");
     for needle in [
         "shadow",
         "queue",

@@ -86,7 +86,7 @@ pub struct AlgorithmSettings {
     pub backoff: BackoffPreset,
     /// Tokio-clock time per unit of model time.
     pub time_scale: u32,
-    /// Lease TTL, Redis expiry, ZooKeeper session timeout (model time).
+    /// Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL (model time).
     pub ttl: Duration,
     /// Consistency of every read and write of the Cassandra-model locks.
     pub consistency: Consistency,

@@ -124,6 +124,10 @@ impl Engine for Etcd {
         options.get::<Options>().spawn
     }
 
+    fn spawned(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: true, ..Default::default() }.into())
+    }
+
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }

@@ -104,6 +104,13 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
+    /// Its options with a server the harness starts itself for each run (and can therefore
+    /// restart), for the experiments that need one (the safety table); `None` when it cannot
+    /// start its own.
+    fn spawned(&self) -> Option<EngineOptions> {
+        None
+    }
+
     /// The algorithms that run on it, in the order they run and appear in tables.
     fn algorithms(&self) -> Vec<&'static Algorithm>;
 

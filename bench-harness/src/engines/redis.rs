@@ -137,6 +137,11 @@ impl Engine for Redis {
         options.get::<Options>().spawn.is_some()
     }
 
+    /// With its append-only file synced on every write, so that a restart keeps the keys.
+    fn spawned(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: Some(Persistence::Aof), ..Default::default() }.into())
+    }
+
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }

@@ -114,6 +114,10 @@ impl Engine for Zookeeper {
         options.get::<Options>().spawn
     }
 
+    fn spawned(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: true, ..Default::default() }.into())
+    }
+
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }

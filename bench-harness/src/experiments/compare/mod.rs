@@ -1,5 +1,5 @@
 //! `bench-harness engines`: the engines side by side in **wall time** — every engine the
-//! command line or the environment points at (its address given: Redis, ZooKeeper,
+//! command line or the environment points at (its address given: Redis, ZooKeeper, etcd,
 //! Cassandra…) and the in-process ones (the embedded store with `--clock wall`), or those
 //! named by `--engines` — at a few contention levels (1, 8, 64 contenders by default).
 //!
@@ -59,7 +59,7 @@ pub struct EnginesScenario {
     /// Wall time of each point's window.
     #[serde(with = "serde_duration")]
     pub duration: Duration,
-    /// Lease TTL, Redis expiry, ZooKeeper session timeout.
+    /// Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL (whole seconds).
     #[serde(with = "serde_duration")]
     pub ttl: Duration,
     /// Poll interval of the polling locks.
@@ -179,7 +179,7 @@ fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
     };
     anyhow::ensure!(
         !chosen.is_empty(),
-        "nothing to compare: give a server's address (e.g. --redis, --zookeeper, --nodes) or --engines"
+        "nothing to compare: give a server's address (e.g. --redis, --zookeeper, --etcd, --nodes) or --engines"
     );
     chosen
         .into_iter()

@@ -246,9 +246,9 @@ pub fn readme(s: &EnginesSummary) -> String {
         "Each contender loops: request the lock, hold it for {hold}, release it, think for {think}, \
          for {dur} of wall time per point on one lock, at {levels} contenders (requests still waiting \
          at the end are drained for up to another {dur}; throughput counts the window only). \
-         Every point runs in a fresh namespace on its server (key prefix, znode root), after an unrecorded \
+         Every point runs in a fresh namespace on its server (key prefix, znode root, etcd key prefix), after an unrecorded \
          warm-up of each algorithm on each server. \
-         Lease TTL, Redis expiry and ZooKeeper session timeout {ttl}; the queue and bakery locks poll every {poll}; \
+         Lease TTL, Redis expiry, ZooKeeper session timeout and etcd lease TTL {ttl} (etcd's rounded up to whole seconds); the queue and bakery locks poll every {poll}; \
          the Redis locks retry as their sources do (jedis every 100 ms, the token lock every 50 ms). Seed {seed}.\n",
         hold = sc.hold,
         think = sc.think,
@@ -278,7 +278,7 @@ pub fn readme(s: &EnginesSummary) -> String {
     let _ = writeln!(md, "## Regenerating\n");
     let _ = writeln!(
         md,
-        "```sh\nscripts/compare-engines.sh    # starts redis-server and ZooKeeper on free loopback ports, runs, stops them\n```"
+        "```sh\nscripts/compare-engines.sh    # starts redis-server, ZooKeeper and etcd on free loopback ports, runs, stops them\n```"
     );
     md
 }
