@@ -3,9 +3,10 @@
 # SVG), sweep.json with every measured point, and README.md with the headline table; then
 # results/longrun/ (every algorithm for an hour of simulated time: what Cassandra's tombstones
 # do to it) and its section of README.md; then results/safety/ (every algorithm under each
-# fault kind: the embedded store's, then Redis and ZooKeeper on servers the harness starts, which
-# needs redis-server and zookeeper installed and about 10 minutes of wall time; --quick leaves
-# them out).
+# fault kind: the embedded store's, then Redis, ZooKeeper and etcd on servers the harness starts,
+# which needs redis-server, zookeeper and etcd-server installed and about 15 minutes of wall
+# time; --quick leaves them out). The harness is built with its etcd engine, whose client needs
+# protoc (apt-get install -y protobuf-compiler).
 #
 # Every point on the embedded store runs in simulated time, so the same seed gives the same
 # files; the sweep takes about a minute of wall time on two cores and the long run a few
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p bench-harness
+cargo build --release -p bench-harness --features etcd
 start=$(date +%s)
 ./target/release/bench-harness sweep --out results "$@"
 echo "regenerate-results.sh: the sweep took $(( $(date +%s) - start )) s of wall time" >&2
