@@ -1,4 +1,5 @@
-//! The shared conformance suite for the Cassandra-model algorithms, on a real Cassandra or
+//! The shared conformance suite for the Cassandra-model algorithms (shadow, queue, bakery, and
+//! the lightweight-transaction lock lwt), on a real Cassandra or
 //! ScyllaDB cluster. Runs only when `LOCK_TEST_CASSANDRA=host:port` names one (no server can be
 //! started here); without it each test says so and returns.
 use lock_cassandra::fixture::{CassandraFixture, ENV_TEST_NODES};
@@ -58,6 +59,22 @@ mod bakery {
             seed,
             std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
                 lock_bakery::BakeryLocker::new(c, ctx, Default::default()).expect("config")
+            ) as std::sync::Arc<dyn lock_core::Locker>)
+        ),
+        seeds = 2,
+        contenders = 16,
+        run_if = cluster_named()
+    );
+}
+
+mod lwt {
+    use super::*;
+    lock_core::conformance_suite!(
+        Mode::Wall,
+        |seed| fixture(
+            seed,
+            std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
+                lock_lwt::LwtLocker::new(c, ctx, Default::default()).expect("config")
             ) as std::sync::Arc<dyn lock_core::Locker>)
         ),
         seeds = 2,
