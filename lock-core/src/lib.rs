@@ -17,6 +17,8 @@
 //! - [`lease`]: the lease keeper that renews a holder's cells every TTL/2 and says when the
 //!   lease is lost;
 //! - [`fence`]: fencing tokens on the cell store;
+//! - [`session`]: one session at a time, renewed when it ends, for the server backends whose
+//!   locks live in a session (ZooKeeper's, an etcd lease);
 //! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
 //!
 //! # Which rows stay bounded
@@ -57,6 +59,7 @@ pub mod embedded;
 pub mod fence;
 pub mod lease;
 pub mod lock;
+pub mod session;
 pub mod store;
 pub mod time;
 

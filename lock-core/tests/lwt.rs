@@ -276,7 +276,7 @@ async fn client_ops(client: lock_core::embedded::EmbeddedClient, id: u64, ops: u
         let roll = (seed.wrapping_mul(6364136223846793005).wrapping_add(id * 31 + i * 7)) >> 33;
         tokio::time::sleep(Duration::from_micros(roll % 3000)).await;
         let invoked = Instant::now();
-        if roll % 5 == 0 {
+        if roll.is_multiple_of(5) {
             let saw = client.read_serial(T, "r", Slice::all(), SERIAL).await;
             if let Ok(cells) = saw {
                 last = decode(cells.iter().find(|c| c.column == "v"));
@@ -284,7 +284,7 @@ async fn client_ops(client: lock_core::embedded::EmbeddedClient, id: u64, ops: u
             }
             continue;
         }
-        let expected = if roll % 7 == 0 { Some(999_999) } else { last };
+        let expected = if roll.is_multiple_of(7) { Some(999_999) } else { last };
         let new = id * 1000 + i;
         let request = CasRequest {
             conditions: vec![match encode(expected) {

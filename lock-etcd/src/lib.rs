@@ -116,6 +116,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse, WatchOptions,
 };
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
+use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
 use session::{Session, RETRY_PAUSE};
 use std::fmt::Display;
@@ -157,84 +158,28 @@ impl Default for EtcdConfig {
     }
 }
 
-/// The first wait after a failed attempt at a new session; it doubles up to
-/// [`MAX_SESSION_RETRY`].
-const FIRST_SESSION_RETRY: Duration = Duration::from_millis(100);
-/// The longest wait between two attempts at a new session.
-const MAX_SESSION_RETRY: Duration = Duration::from_secs(2);
-
-/// When the next attempt at a new session may be made, after failed ones.
-struct Renewal {
-    retry_at: Option<Instant>,
-    backoff: Duration,
-    last_error: String,
-}
-
 struct Inner {
     endpoints: Arc<str>,
     client: Client,
     config: EtcdConfig,
-    /// The session new requests use; replaced once it is over.
-    session: std::sync::Mutex<Arc<Session>>,
-    renewal: std::sync::Mutex<Renewal>,
-    /// Held by the one request that is granting a new lease.
-    renewing: tokio::sync::Mutex<()>,
-    sessions: std::sync::atomic::AtomicU64,
+    /// The session new requests use; a new lease once it is over.
+    slot: SessionSlot<Session>,
 }
 
 impl Inner {
     fn current(&self) -> Arc<Session> {
-        self.session.lock().unwrap().clone()
+        self.slot.current()
     }
 
     /// The session for a new request: the current one while its lease stands, else a new
     /// lease (one attempt at a time; after a failed attempt requests fail at once for a
-    /// backoff of 100 ms, doubling up to 2 s).
+    /// backoff of 100 ms, doubling up to 2 s: [`SessionSlot`]).
     async fn session(&self) -> Result<Arc<Session>, LockError> {
-        let session = self.current();
-        if session.over().is_none() {
-            return Ok(session);
-        }
-        self.refused()?;
-        let _turn = self.renewing.lock().await;
-        // Whoever had the turn before us may have succeeded, or failed and set a backoff.
-        let session = self.current();
-        if session.over().is_none() {
-            return Ok(session);
-        }
-        self.refused()?;
-        match Session::open(&self.client, &self.endpoints, &self.config, self.config.request_timeout).await {
-            Ok(new) => {
-                let new = Arc::new(new);
-                *self.session.lock().unwrap() = new.clone();
-                self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut r = self.renewal.lock().unwrap();
-                r.retry_at = None;
-                r.backoff = FIRST_SESSION_RETRY;
-                Ok(new)
-            }
-            Err(e) => {
-                let mut r = self.renewal.lock().unwrap();
-                r.retry_at = Some(Instant::now() + r.backoff);
-                r.backoff = (r.backoff * 2).min(MAX_SESSION_RETRY);
-                r.last_error = e.to_string();
-                Err(e)
-            }
-        }
-    }
-
-    /// An error while the backoff after a failed attempt at a new session runs.
-    fn refused(&self) -> Result<(), LockError> {
-        let r = self.renewal.lock().unwrap();
-        match r.retry_at {
-            Some(at) if Instant::now() < at => Err(backend_err(format!(
-                "no etcd lease at {}: {} (next attempt in {:?})",
-                self.endpoints,
-                r.last_error,
-                at.saturating_duration_since(Instant::now())
-            ))),
-            _ => Ok(()),
-        }
+        let open = || Session::open(&self.client, &self.endpoints, &self.config, self.config.request_timeout);
+        let refused = |last: &str, wait: Duration| {
+            backend_err(format!("no etcd lease at {}: {last} (next attempt in {wait:?})", self.endpoints))
+        };
+        self.slot.get(open, refused).await
     }
 }
 
@@ -306,19 +251,7 @@ impl EtcdBackend {
             .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))?;
         let session = Session::open(&client, &endpoints, &config, config.connect_timeout).await?;
         Ok(EtcdBackend {
-            inner: Arc::new(Inner {
-                endpoints,
-                client,
-                config,
-                session: std::sync::Mutex::new(Arc::new(session)),
-                renewal: std::sync::Mutex::new(Renewal {
-                    retry_at: None,
-                    backoff: FIRST_SESSION_RETRY,
-                    last_error: String::new(),
-                }),
-                renewing: tokio::sync::Mutex::new(()),
-                sessions: 1.into(),
-            }),
+            inner: Arc::new(Inner { endpoints, client, config, slot: SessionSlot::new(session) }),
         })
     }
 
@@ -341,7 +274,7 @@ impl EtcdBackend {
     /// How many leases this backend has been granted: 1 after `connect`, one more for every
     /// lease that replaced one that was over.
     pub fn sessions_made(&self) -> u64 {
-        self.inner.sessions.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.slot.made()
     }
 
     /// The endpoints, comma-separated.

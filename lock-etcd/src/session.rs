@@ -134,6 +134,12 @@ impl Session {
     }
 }
 
+impl lock_core::session::Ending for Session {
+    fn is_over(&self) -> bool {
+        self.over().is_some()
+    }
+}
+
 impl Drop for Session {
     /// The last user of a session is gone: stop renewing and revoke the lease, which deletes
     /// its keys at once (as closing a ZooKeeper session deletes its ephemeral znodes). A revoke

@@ -122,6 +122,7 @@
 
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
+use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
 use std::fmt::Display;
 use std::future::Future;
@@ -221,29 +222,21 @@ impl Session {
     }
 }
 
-/// The first wait after a failed attempt at a new session; it doubles up to
-/// [`MAX_SESSION_RETRY`].
-const FIRST_SESSION_RETRY: Duration = Duration::from_millis(100);
-/// The longest wait between two attempts at a new session.
-const MAX_SESSION_RETRY: Duration = Duration::from_secs(2);
-
-/// The backoff between failed attempts at a new session.
-struct Renewal {
-    retry_at: Option<Instant>,
-    backoff: Duration,
-    last_error: String,
+impl lock_core::session::Ending for Session {
+    fn is_over(&self) -> bool {
+        Session::is_over(self)
+    }
 }
+
+/// The pause before a failed delete or list is tried again while connected.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 struct Inner {
     hosts: Arc<str>,
     root: String,
     config: ZkConfig,
-    /// The session new requests use; replaced once it is over.
-    session: std::sync::Mutex<Arc<Session>>,
-    renewal: std::sync::Mutex<Renewal>,
-    /// Held by the one request that is establishing a new session.
-    renewing: tokio::sync::Mutex<()>,
-    sessions: std::sync::atomic::AtomicU64,
+    /// The session new requests use; a new one once it is over.
+    slot: SessionSlot<Session>,
 }
 
 /// Establish a session with `hosts`, or say why not within the connect timeout.
@@ -271,55 +264,20 @@ async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, Lo
 
 impl Inner {
     fn current(&self) -> Arc<Session> {
-        self.session.lock().unwrap().clone()
+        self.slot.current()
     }
 
     /// The session for a new request: the current one while it lives, else a new one (one
-    /// attempt at a time; between failed attempts a backoff during which requests fail at once).
+    /// attempt at a time; between failed attempts a backoff during which requests fail at
+    /// once: [`SessionSlot`]).
     async fn session(&self) -> Result<Arc<Session>, LockError> {
-        let session = self.current();
-        if !session.is_over() {
-            return Ok(session);
-        }
-        let refused = |r: &Renewal| match r.retry_at {
-            Some(at) if Instant::now() < at => Some(backend_err(format!(
-                "no ZooKeeper session at {}: {} (next attempt at a new session in {:?})",
-                self.hosts,
-                r.last_error,
-                at.saturating_duration_since(Instant::now())
-            ))),
-            _ => None,
+        let refused = |last: &str, wait: Duration| {
+            backend_err(format!(
+                "no ZooKeeper session at {}: {last} (next attempt at a new session in {wait:?})",
+                self.hosts
+            ))
         };
-        if let Some(e) = refused(&self.renewal.lock().unwrap()) {
-            return Err(e);
-        }
-        let _turn = self.renewing.lock().await;
-        // Whoever had the turn before us may have succeeded, or failed and set a backoff.
-        let session = self.current();
-        if !session.is_over() {
-            return Ok(session);
-        }
-        if let Some(e) = refused(&self.renewal.lock().unwrap()) {
-            return Err(e);
-        }
-        match open_session(&self.hosts, &self.config).await {
-            Ok(new) => {
-                let new = Arc::new(new);
-                *self.session.lock().unwrap() = new.clone();
-                self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut r = self.renewal.lock().unwrap();
-                r.retry_at = None;
-                r.backoff = FIRST_SESSION_RETRY;
-                Ok(new)
-            }
-            Err(e) => {
-                let mut r = self.renewal.lock().unwrap();
-                r.retry_at = Some(Instant::now() + r.backoff);
-                r.backoff = (r.backoff * 2).min(MAX_SESSION_RETRY);
-                r.last_error = e.to_string();
-                Err(e)
-            }
-        }
+        self.slot.get(|| open_session(&self.hosts, &self.config), refused).await
     }
 }
 
@@ -373,14 +331,7 @@ impl ZkBackend {
                 hosts,
                 root,
                 config,
-                session: std::sync::Mutex::new(Arc::new(session)),
-                renewal: std::sync::Mutex::new(Renewal {
-                    retry_at: None,
-                    backoff: FIRST_SESSION_RETRY,
-                    last_error: String::new(),
-                }),
-                renewing: tokio::sync::Mutex::new(()),
-                sessions: 1.into(),
+                slot: SessionSlot::new(session),
             }),
         })
     }
@@ -399,7 +350,7 @@ impl ZkBackend {
     /// How many sessions this backend has established: 1 after `connect`, one more for every
     /// session that replaced an expired one.
     pub fn sessions_made(&self) -> u64 {
-        self.inner.sessions.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.slot.made()
     }
 
     /// The connect string.
@@ -497,7 +448,7 @@ async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration) {
         }
         let ours = session.client.session_id().0;
         let Ok(Ok(children)) = session.op("list", &dir, session.client.list_children(&dir)).await else {
-            tokio::time::sleep(FIRST_SESSION_RETRY).await;
+            tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
         for name in children {
@@ -522,7 +473,7 @@ async fn delete_until_done(session: Arc<Session>, path: String) {
     while delete_node(&session, &path).await.is_err() {
         // Retry once connected again; a session that ends on the way took the znode with it.
         // The pause keeps a failure while connected (a slow server) from spinning.
-        tokio::time::sleep(FIRST_SESSION_RETRY).await;
+        tokio::time::sleep(RETRY_PAUSE).await;
         if !connected(&session).await {
             return;
         }
