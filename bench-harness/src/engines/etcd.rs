@@ -277,6 +277,16 @@ fn build_mutex(backend: EtcdBackend, ctx: ClientContext, _s: &AlgorithmSettings)
     Box::pin(async move { Ok(Arc::new(backend.locker(&ctx.owner)?) as Arc<dyn Locker>) })
 }
 
+/// The server `--spawn-etcd` starts, which `--faults server-restart` kills and starts again.
+impl server_faults::Restartable for test_servers::EtcdServer {
+    fn stop(&mut self) {
+        test_servers::EtcdServer::stop(self);
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        self.try_start_again()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,14 +296,5 @@ mod tests {
         assert_eq!(lease_ttl(Duration::from_millis(300)), Duration::from_secs(1));
         assert_eq!(lease_ttl(Duration::from_millis(1500)), Duration::from_secs(2));
         assert_eq!(lease_ttl(Duration::from_secs(4)), Duration::from_secs(4));
-    }
-}
-
-impl server_faults::Restartable for test_servers::EtcdServer {
-    fn stop(&mut self) {
-        test_servers::EtcdServer::stop(self);
-    }
-    fn start_again(&mut self) -> Result<(), String> {
-        self.try_start_again()
     }
 }
