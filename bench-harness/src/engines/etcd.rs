@@ -16,11 +16,8 @@
 //! installed.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::server_faults::{self, Managed, ServerFaults};
-use super::{
-    given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions, EngineSetup,
-    Injection, OpenEngine,
-};
+use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
+use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
@@ -211,33 +208,43 @@ impl Engine for Etcd {
             } else {
                 None
             };
-            let opened = Opened {
+            let connector = Connector {
                 endpoints,
                 namespace: setup.namespace.to_string(),
-                settings: setup.settings,
-                faults: ServerFaults::new(upstream, server),
+                lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
             };
-            // One probe lease: an unreachable server fails here, once.
-            opened.connect(None).await?;
-            Ok(Box::new(opened) as Box<dyn OpenEngine>)
+            Opened::probe(connector, setup.settings, ServerFaults::new(upstream, server)).await
         })
     }
 }
 
-struct Opened {
+/// A contender's client and lease on the server, keys under the run's root.
+struct Connector {
     /// The endpoints.
     endpoints: String,
     namespace: String,
-    settings: AlgorithmSettings,
-    faults: ServerFaults,
+    lease_ttl: Duration,
 }
 
-impl Opened {
-    /// A client and lease on the server, or through `via` (a contender's proxy).
-    async fn connect(&self, via: Option<SocketAddr>) -> Result<EtcdBackend, String> {
+impl Connect for Connector {
+    type Client = EtcdBackend;
+
+    fn entries() -> &'static [Entry<EtcdBackend>] {
+        &ALGORITHMS
+    }
+
+    /// A client and lease on the server, or through `via` (a contender's proxy). The Mutex
+    /// reads no clock of its own, so a clock jump changes nothing.
+    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<EtcdBackend, String>> {
+        Box::pin(self.connect_to(via))
+    }
+}
+
+impl Connector {
+    async fn connect_to(&self, via: Option<SocketAddr>) -> Result<EtcdBackend, String> {
         let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| format!("http://{a}"));
         let config = EtcdConfig {
-            lease_ttl: lease_ttl(self.settings.scaled(self.settings.ttl)),
+            lease_ttl: self.lease_ttl,
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
             ..EtcdConfig::default()
@@ -247,28 +254,6 @@ impl Opened {
                 "cannot reach the etcd backend at {endpoints} (--etcd; tried to grant a lease within {CONNECT_TIMEOUT:?}): {e}",
             )
         })
-    }
-}
-
-impl OpenEngine for Opened {
-    fn contender<'a>(
-        &'a self,
-        algorithm: &'static Algorithm,
-        spec: ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        self.faults
-            .contender(&ALGORITHMS, algorithm, spec, &self.settings, move |via| self.connect(via))
-    }
-
-    fn counters(&self) -> Option<CounterHandle> {
-        None
-    }
-
-    /// Faults through [`ServerFaults`]: proxies for pause, crash and partition (a paused
-    /// holder's keep-alives stall, and the server expires its lease); restarts of a spawned
-    /// server. The Mutex reads no clock of its own, so a clock jump changes nothing.
-    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
-        self.faults.inject(injection)
     }
 }
 

@@ -13,19 +13,14 @@
 //! only) and can then restart it (`--faults server-restart:…`). Faults: [`super::server_faults`].
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::server_faults::{self, Managed, ServerFaults};
-use super::{
-    given, redact_url, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
-    EngineSetup, Injection, OpenEngine,
-};
+use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
+use super::{given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
-use lock_core::Locker;
 use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The engine.
@@ -222,30 +217,34 @@ impl Engine for Redis {
             } else {
                 None
             };
-            let opened = Opened {
-                url,
-                namespace: setup.namespace.to_string(),
-                settings: setup.settings,
-                faults: ServerFaults::new(upstream, server),
-            };
-            // One probe connection: an unreachable server fails here, once.
-            opened.connect(None).await?;
-            Ok(Box::new(opened) as Box<dyn OpenEngine>)
+            let connector = Connector { url, namespace: setup.namespace.to_string() };
+            Opened::probe(connector, setup.settings, ServerFaults::new(upstream, server)).await
         })
     }
 }
 
-struct Opened {
+/// A contender's connection to the server at `url`, keys under the run's namespace.
+struct Connector {
     /// The server's URL.
     url: String,
     namespace: String,
-    settings: AlgorithmSettings,
-    faults: ServerFaults,
 }
 
-impl Opened {
+impl Connect for Connector {
+    type Client = RedisBackend;
+
+    fn entries() -> &'static [Entry<RedisBackend>] {
+        &ALGORITHMS
+    }
+
     /// A connection to the server, or through `via` (a contender's proxy).
-    async fn connect(&self, via: Option<SocketAddr>) -> Result<RedisBackend, String> {
+    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<RedisBackend, String>> {
+        Box::pin(self.connect_to(via))
+    }
+}
+
+impl Connector {
+    async fn connect_to(&self, via: Option<SocketAddr>) -> Result<RedisBackend, String> {
         let config = RedisConnectConfig {
             connect_timeout: CONNECT_TIMEOUT,
             key_prefix: format!("bench-harness:{}:", self.namespace),
@@ -286,27 +285,6 @@ fn with_authority(url: &str, host_port: &str) -> Result<String, String> {
         &url[..at],
         &url[at + old.len()..]
     ))
-}
-
-impl OpenEngine for Opened {
-    fn contender<'a>(
-        &'a self,
-        algorithm: &'static Algorithm,
-        spec: ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        self.faults
-            .contender(&ALGORITHMS, algorithm, spec, &self.settings, move |via| self.connect(via))
-    }
-
-    fn counters(&self) -> Option<CounterHandle> {
-        None
-    }
-
-    /// Faults through [`ServerFaults`]: jedis-lock judges expiry by client clocks (the token
-    /// lock ignores them); proxies for pause, crash and partition; restarts of a spawned server.
-    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
-        self.faults.inject(injection)
-    }
 }
 
 /// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and

@@ -287,6 +287,57 @@ impl ServerFaults {
     }
 }
 
+/// How a server engine connects one contender: straight to the server (`via` is `None`) or
+/// through its proxy, with the run's settings; and the algorithms that run on that client.
+pub trait Connect: Send + Sync + 'static {
+    /// A contender's client (connection, session, lease).
+    type Client: Send + 'static;
+    /// The engine's algorithms on that client.
+    fn entries() -> &'static [super::algorithm::Entry<Self::Client>];
+    /// A new client, or an error naming the server and what was tried.
+    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<Self::Client, String>>;
+}
+
+/// A server engine opened for one run: every contender gets a client of its own from `C`,
+/// through a proxy of its own when the run has contender faults; faults go to
+/// [`ServerFaults`]. Such clients expose no request counts.
+pub struct Opened<C> {
+    connector: C,
+    settings: super::AlgorithmSettings,
+    faults: ServerFaults,
+}
+
+impl<C: Connect> Opened<C> {
+    /// Opens the engine after one probe connection: an unreachable server fails here, once.
+    pub async fn probe(
+        connector: C,
+        settings: super::AlgorithmSettings,
+        faults: ServerFaults,
+    ) -> Result<Box<dyn super::OpenEngine>, String> {
+        connector.connect(None).await?;
+        Ok(Box::new(Opened { connector, settings, faults }))
+    }
+}
+
+impl<C: Connect> super::OpenEngine for Opened<C> {
+    fn contender<'a>(
+        &'a self,
+        algorithm: &'static super::Algorithm,
+        spec: super::ContenderSpec,
+    ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>> {
+        self.faults
+            .contender(C::entries(), algorithm, spec, &self.settings, move |via| self.connector.connect(via))
+    }
+
+    fn counters(&self) -> Option<super::CounterHandle> {
+        None
+    }
+
+    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
+        self.faults.inject(injection)
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -12,11 +12,8 @@
 //! [`super::server_faults`]; contender faults need a single host.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::server_faults::{self, Managed, ServerFaults};
-use super::{
-    given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions, EngineSetup,
-    Injection, OpenEngine,
-};
+use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
+use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
@@ -192,33 +189,43 @@ impl Engine for Zookeeper {
             } else {
                 None
             };
-            let opened = Opened {
+            let connector = Connector {
                 hosts,
                 namespace: setup.namespace.to_string(),
-                settings: setup.settings,
-                faults: ServerFaults::new(upstream, server),
+                session_timeout: setup.settings.scaled(setup.settings.ttl),
             };
-            // One probe session: an unreachable server fails here, once.
-            opened.connect(None).await?;
-            Ok(Box::new(opened) as Box<dyn OpenEngine>)
+            Opened::probe(connector, setup.settings, ServerFaults::new(upstream, server)).await
         })
     }
 }
 
-struct Opened {
+/// A contender's session on the server, its timeout the run's TTL, znodes under the run's root.
+struct Connector {
     /// The connect string.
     hosts: String,
     namespace: String,
-    settings: AlgorithmSettings,
-    faults: ServerFaults,
+    session_timeout: Duration,
 }
 
-impl Opened {
-    /// A session on the server, or through `via` (a contender's proxy).
-    async fn connect(&self, via: Option<SocketAddr>) -> Result<ZkBackend, String> {
+impl Connect for Connector {
+    type Client = ZkBackend;
+
+    fn entries() -> &'static [Entry<ZkBackend>] {
+        &ALGORITHMS
+    }
+
+    /// A session on the server, or through `via` (a contender's proxy). The recipe reads no
+    /// clock, so a clock jump changes nothing.
+    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<ZkBackend, String>> {
+        Box::pin(self.connect_to(via))
+    }
+}
+
+impl Connector {
+    async fn connect_to(&self, via: Option<SocketAddr>) -> Result<ZkBackend, String> {
         let hosts = via.map_or_else(|| self.hosts.clone(), |a| a.to_string());
         let config = ZkConfig {
-            session_timeout: self.settings.scaled(self.settings.ttl),
+            session_timeout: self.session_timeout,
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
         };
@@ -229,28 +236,6 @@ impl Opened {
                     "cannot reach the zookeeper backend at {hosts} (--zookeeper; tried to establish a session within {CONNECT_TIMEOUT:?}): {e}",
                 )
             })
-    }
-}
-
-impl OpenEngine for Opened {
-    fn contender<'a>(
-        &'a self,
-        algorithm: &'static Algorithm,
-        spec: ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
-        self.faults
-            .contender(&ALGORITHMS, algorithm, spec, &self.settings, move |via| self.connect(via))
-    }
-
-    fn counters(&self) -> Option<CounterHandle> {
-        None
-    }
-
-    /// Faults through [`ServerFaults`]: proxies for pause, crash and partition (a paused
-    /// holder's session pings stall, and the server expires its session); restarts of a
-    /// spawned server. The recipe reads no clock, so a clock jump changes nothing.
-    fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
-        self.faults.inject(injection)
     }
 }
 
