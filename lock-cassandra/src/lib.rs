@@ -747,7 +747,14 @@ impl CellStore for CassandraStore {
         self.do_read(table, row, &slice, c).await
     }
 
-    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
         self.do_cas(table, row, request, serial, commit).await
     }
 
@@ -854,7 +861,14 @@ impl CellStore for CassandraClient {
         self.store.do_read(table, &self.stored_row(row), &slice, c).await
     }
 
-    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
         self.check()?;
         self.store.do_cas(table, &self.stored_row(row), request, serial, commit).await
     }

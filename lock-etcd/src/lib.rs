@@ -224,7 +224,7 @@ impl EtcdBackend {
                 config.root
             )));
         }
-        if config.lease_ttl < Duration::from_secs(1) || config.lease_ttl > Duration::from_secs(9_000_000_000) {
+        if config.lease_ttl < Duration::from_secs(1) {
             return Err(LockError::Config(format!(
                 "etcd lease TTL {:?} must be at least 1 s (leases are granted in whole seconds)",
                 config.lease_ttl
