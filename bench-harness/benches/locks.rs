@@ -18,10 +18,7 @@ use std::hint::black_box;
 use tokio::runtime::Runtime;
 
 fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime")
+    tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime")
 }
 
 fn uncontended(c: &mut Criterion) {
@@ -43,11 +40,8 @@ fn uncontended(c: &mut Criterion) {
     let mut group = c.benchmark_group("uncontended");
     for algorithm in cfg.backend.algorithms() {
         let (engine, locker) = rt.block_on(async {
-            let engine = cfg
-                .backend
-                .open(cfg.engine_setup("bench"))
-                .await
-                .expect("embedded engine");
+            let engine =
+                cfg.backend.open(cfg.engine_setup("bench")).await.expect("embedded engine");
             let spec = ContenderSpec {
                 index: 0,
                 owner: RunConfig::owner_id(0),
@@ -72,12 +66,7 @@ fn uncontended(c: &mut Criterion) {
 }
 
 fn cell(column: String, timestamp: i64) -> CellWrite {
-    CellWrite {
-        column,
-        value: b"value".to_vec(),
-        timestamp,
-        ttl: None,
-    }
+    CellWrite { column, value: b"value".to_vec(), timestamp, ttl: None }
 }
 
 fn store_ops(c: &mut Criterion) {
@@ -85,23 +74,14 @@ fn store_ops(c: &mut Criterion) {
     let mut group = c.benchmark_group("store");
     for replicas in [1usize, 3] {
         let store = rt.block_on(async {
-            EmbeddedStore::new(EmbeddedConfig {
-                replicas,
-                ..EmbeddedConfig::default()
-            })
+            EmbeddedStore::new(EmbeddedConfig { replicas, ..EmbeddedConfig::default() })
         });
         let client = store.client("bench");
         rt.block_on(async {
             let small: Vec<CellWrite> = (0..10).map(|i| cell(format!("c{i:03}"), 1)).collect();
-            client
-                .write("t", "small", &small, Consistency::Quorum)
-                .await
-                .expect("write");
+            client.write("t", "small", &small, Consistency::Quorum).await.expect("write");
             let large: Vec<CellWrite> = (0..100).map(|i| cell(format!("c{i:03}"), 1)).collect();
-            client
-                .write("t", "large", &large, Consistency::Quorum)
-                .await
-                .expect("write");
+            client.write("t", "large", &large, Consistency::Quorum).await.expect("write");
         });
         let mut ts = 10i64;
         group.bench_with_input(BenchmarkId::new("write", replicas), &replicas, |b, _| {
@@ -111,35 +91,27 @@ fn store_ops(c: &mut Criterion) {
                     .expect("write")
             })
         });
-        group.bench_with_input(
-            BenchmarkId::new("read_row_10", replicas),
-            &replicas,
-            |b, _| {
-                b.iter(|| {
-                    black_box(
-                        rt.block_on(client.read("t", "small", Slice::all(), Consistency::Quorum))
-                            .expect("read"),
-                    )
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("slice_1_of_100", replicas),
-            &replicas,
-            |b, _| {
-                b.iter(|| {
-                    black_box(
-                        rt.block_on(client.read(
-                            "t",
-                            "large",
-                            Slice::from("c050", 1),
-                            Consistency::Quorum,
-                        ))
+        group.bench_with_input(BenchmarkId::new("read_row_10", replicas), &replicas, |b, _| {
+            b.iter(|| {
+                black_box(
+                    rt.block_on(client.read("t", "small", Slice::all(), Consistency::Quorum))
                         .expect("read"),
-                    )
-                })
-            },
-        );
+                )
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("slice_1_of_100", replicas), &replicas, |b, _| {
+            b.iter(|| {
+                black_box(
+                    rt.block_on(client.read(
+                        "t",
+                        "large",
+                        Slice::from("c050", 1),
+                        Consistency::Quorum,
+                    ))
+                    .expect("read"),
+                )
+            })
+        });
     }
     group.finish();
 }

@@ -93,12 +93,7 @@ pub fn check_dir(dir: &Path, ttl: Duration) -> anyhow::Result<Vec<Verdict>> {
         .map(|(algorithm, logs)| {
             let (figures, overlaps) =
                 safety::judge(&logs.grants, &logs.writes, &logs.faults, ttl_us);
-            Verdict {
-                figures,
-                overlaps,
-                grants: logs.grants.len(),
-                algorithm,
-            }
+            Verdict { figures, overlaps, grants: logs.grants.len(), algorithm }
         })
         .collect())
 }
@@ -145,10 +140,7 @@ pub fn render(verdicts: &[Verdict], show: usize) -> String {
             f.unavailable_us as f64 / 1e6,
         );
     }
-    for v in verdicts
-        .iter()
-        .filter(|v| !v.figures.resumed_after_us_by_fault.is_empty())
-    {
+    for v in verdicts.iter().filter(|v| !v.figures.resumed_after_us_by_fault.is_empty()) {
         let resumed: Vec<String> = v
             .figures
             .resumed_after_us_by_fault
@@ -163,12 +155,7 @@ pub fn render(verdicts: &[Verdict], show: usize) -> String {
         );
     }
     for v in verdicts.iter().filter(|v| !v.overlaps.is_empty()) {
-        let _ = writeln!(
-            out,
-            "\n{}: {} overlapping holds",
-            v.algorithm,
-            v.overlaps.len()
-        );
+        let _ = writeln!(out, "\n{}: {} overlapping holds", v.algorithm, v.overlaps.len());
         for o in v.overlaps.iter().take(show) {
             let _ = writeln!(
                 out,
@@ -217,18 +204,12 @@ pub fn check_and_report(dir: &Path, ttl: Duration, show: usize) -> anyhow::Resul
     let verdicts = check_dir(dir, ttl)?;
     print!("{}", render(&verdicts, show));
     verdict(&verdicts)?;
-    println!(
-        "safe: no overlapping hold and no stale write accepted in {}",
-        dir.display()
-    );
+    println!("safe: no overlapping hold and no stale write accepted in {}", dir.display());
     Ok(())
 }
 
 /// `bench-harness check DIR`.
 pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
-    let ttl = args
-        .ttl
-        .or_else(|| recorded_ttl(&args.dir))
-        .unwrap_or(Duration::from_secs(10));
+    let ttl = args.ttl.or_else(|| recorded_ttl(&args.dir)).unwrap_or(Duration::from_secs(10));
     check_and_report(&args.dir, ttl, args.show)
 }

@@ -93,7 +93,8 @@ fn after_help() -> String {
 /// `--backend`: one of the registered engines. The engines this build leaves out are listed
 /// too, so that asking for one says how to build it in rather than that it does not exist.
 fn engine_parser() -> impl TypedValueParser<Value = EngineRef> {
-    let names = engines::names().into_iter().chain(engines::NOT_BUILT.iter().map(|(name, _)| *name));
+    let names =
+        engines::names().into_iter().chain(engines::NOT_BUILT.iter().map(|(name, _)| *name));
     PossibleValuesParser::new(names).try_map(|s| engines::parse_engine(&s))
 }
 
@@ -278,20 +279,10 @@ pub struct ScenarioArgs {
 #[derive(Args, Debug, Clone)]
 pub struct WorkloadArgs {
     /// Hold time distribution: 5ms, uniform:1ms..10ms or exp:5ms.
-    #[arg(
-        long,
-        value_name = "DIST",
-        default_value = "5ms",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, value_name = "DIST", default_value = "5ms", allow_hyphen_values = true)]
     pub hold: Dist,
     /// Think time between a release and the next request.
-    #[arg(
-        long,
-        value_name = "DIST",
-        default_value = "exp:5ms",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, value_name = "DIST", default_value = "exp:5ms", allow_hyphen_values = true)]
     pub think: Dist,
 }
 
@@ -545,15 +536,8 @@ mod tests {
             let e = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
         }
-        let cfg = config(&[
-            "-a",
-            "queue,shadow",
-            "--skew",
-            "2ms",
-            "--hold",
-            "uniform:1ms..3ms",
-        ])
-        .unwrap();
+        let cfg =
+            config(&["-a", "queue,shadow", "--skew", "2ms", "--hold", "uniform:1ms..3ms"]).unwrap();
         assert_eq!(cfg.algorithms, ["shadow", "queue"]);
         assert_eq!(cfg.skew, Duration::from_millis(2));
     }
@@ -581,10 +565,7 @@ mod tests {
             assert_eq!(cfg.duration, Duration::from_secs(10));
             assert_eq!(cfg.algorithms, e.algorithm_names());
             let err = config(&["--backend", e.name(), "--clock", "simulated"]).unwrap_err();
-            assert!(
-                err.contains("--clock simulated") && err.contains(e.name()),
-                "{err}"
-            );
+            assert!(err.contains("--clock simulated") && err.contains(e.name()), "{err}");
         }
     }
 

@@ -108,11 +108,7 @@ impl RunConfig {
         RunConfig {
             backend: engine,
             engine: engine.default_options(),
-            clock: if engine.in_process() {
-                ClockMode::Simulated
-            } else {
-                ClockMode::Wall
-            },
+            clock: if engine.in_process() { ClockMode::Simulated } else { ClockMode::Wall },
             duration: if engine.in_process() {
                 Self::DEFAULT_SIMULATED_DURATION
             } else {
@@ -181,10 +177,7 @@ impl RunConfig {
 
     /// The settings as they may be written into result files (passwords redacted).
     pub fn redacted(&self) -> RunConfig {
-        RunConfig {
-            engine: self.backend.redacted(&self.engine),
-            ..self.clone()
-        }
+        RunConfig { engine: self.backend.redacted(&self.engine), ..self.clone() }
     }
 
     /// The lock id of lock `index`.
@@ -263,11 +256,8 @@ impl RunConfig {
     /// What the engine allows: simulated time in this process only, worker processes on a
     /// shared server only.
     fn validate_engine(&self) -> Result<(), String> {
-        let in_process: Vec<&str> = crate::engines::ENGINES
-            .iter()
-            .filter(|e| e.in_process())
-            .map(|e| e.name())
-            .collect();
+        let in_process: Vec<&str> =
+            crate::engines::ENGINES.iter().filter(|e| e.in_process()).map(|e| e.name()).collect();
         if self.clock == ClockMode::Simulated && !self.backend.in_process() {
             return Err(format!(
                 "--clock simulated needs an engine inside this process ({}); the {} backend is a real server and runs in wall time (use --clock wall, the default for it)",
@@ -304,7 +294,8 @@ impl RunConfig {
         if self.faults.is_empty() {
             return Ok(());
         }
-        let process_pause = self.faults.kinds().any(|k| k == crate::faults::FaultKind::ProcessPause);
+        let process_pause =
+            self.faults.kinds().any(|k| k == crate::faults::FaultKind::ProcessPause);
         if self.processes > 1 {
             // The parent stops and continues whole workers; faults that hit one contender or
             // the engine need the contenders in the nemesis's process.
@@ -316,7 +307,9 @@ impl RunConfig {
             };
         }
         if process_pause {
-            return Err("process-pause stops a worker process: it needs --processes P (P ≥ 2)".into());
+            return Err(
+                "process-pause stops a worker process: it needs --processes P (P ≥ 2)".into()
+            );
         }
         let can = self.backend.fault_kinds(&self.engine);
         for kind in self.faults.kinds() {
@@ -332,11 +325,7 @@ impl RunConfig {
                 return Err(format!(
                     "the {} backend cannot inject {kind} faults{hint} (it can: {})",
                     self.backend,
-                    if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
                 ));
             }
         }
@@ -354,9 +343,7 @@ impl Default for RunConfig {
             threads: Self::DEFAULT_THREADS,
             locks: 1,
             hold: Dist::Fixed(Duration::from_millis(5)),
-            think: Dist::Exp {
-                mean: Duration::from_millis(5),
-            },
+            think: Dist::Exp { mean: Duration::from_millis(5) },
             duration: Self::DEFAULT_SIMULATED_DURATION,
             engine: engine.default_options(),
             consistency: Consistency::Quorum,
@@ -437,15 +424,7 @@ pub fn mix(x: u64) -> u64 {
 fn skews(seed: u64, salt: u64, n: usize, skew: Duration) -> Vec<i64> {
     let max = skew.as_micros().min(i64::MAX as u128) as i64;
     let mut rng = StdRng::seed_from_u64(mix(seed ^ salt));
-    (0..n)
-        .map(|_| {
-            if max == 0 {
-                0
-            } else {
-                rng.random_range(-max..=max)
-            }
-        })
-        .collect()
+    (0..n).map(|_| if max == 0 { 0 } else { rng.random_range(-max..=max) }).collect()
 }
 
 #[cfg(test)]
@@ -453,35 +432,24 @@ mod tests {
     use super::*;
 
     fn server() -> EngineRef {
-        EngineRef::all()
-            .find(|e| !e.in_process())
-            .expect("a server engine")
+        EngineRef::all().find(|e| !e.in_process()).expect("a server engine")
     }
 
     #[test]
     fn skews_are_bounded_seeded_and_shared() {
-        let cfg = RunConfig {
-            skew: Duration::from_millis(10),
-            threads: 100,
-            ..RunConfig::default()
-        };
+        let cfg =
+            RunConfig { skew: Duration::from_millis(10), threads: 100, ..RunConfig::default() };
         let s = cfg.contender_skews();
         assert_eq!(s.len(), 100);
         assert!(s.iter().all(|x| x.abs() <= 10_000));
         assert!(s.iter().any(|x| *x != 0));
         assert_eq!(s, cfg.contender_skews());
-        assert!(RunConfig::default()
-            .contender_skews()
-            .iter()
-            .all(|x| *x == 0));
+        assert!(RunConfig::default().contender_skews().iter().all(|x| *x == 0));
     }
 
     #[test]
     fn config_round_trips_through_json() {
-        let cfg = RunConfig {
-            algorithms: vec!["queue".into()],
-            ..RunConfig::default()
-        };
+        let cfg = RunConfig { algorithms: vec!["queue".into()], ..RunConfig::default() };
         let json = serde_json::to_string(&cfg).unwrap();
         assert!(json.contains("\"duration\":\"60s\""), "{json}");
         assert!(json.contains("\"latency\":\"800us+400us\""), "{json}");
@@ -497,17 +465,9 @@ mod tests {
 
     #[test]
     fn validation_explains_itself() {
-        let ok = RunConfig {
-            algorithms: vec!["queue".into()],
-            ..RunConfig::default()
-        };
+        let ok = RunConfig { algorithms: vec!["queue".into()], ..RunConfig::default() };
         assert!(ok.validate().is_ok());
-        let e = RunConfig {
-            threads: 0,
-            ..ok.clone()
-        }
-        .validate()
-        .unwrap_err();
+        let e = RunConfig { threads: 0, ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("--threads"));
         let e = RunConfig {
             clock: ClockMode::Simulated,
@@ -517,12 +477,7 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.contains("--clock wall"), "{e}");
-        let e = RunConfig {
-            processes: 2,
-            ..ok.clone()
-        }
-        .validate()
-        .unwrap_err();
+        let e = RunConfig { processes: 2, ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("lives inside one process"), "{e}");
         let e = RunConfig {
             algorithms: vec!["x".into()],
@@ -538,14 +493,8 @@ mod tests {
     #[test]
     fn workers_get_disjoint_blocks_covering_every_contender() {
         for (threads, processes) in [(4, 2), (64, 3), (5, 5), (7, 2), (1, 1)] {
-            let cfg = RunConfig {
-                threads,
-                processes,
-                ..RunConfig::default()
-            };
-            let all: Vec<usize> = (0..processes)
-                .flat_map(|w| cfg.worker_contenders(w))
-                .collect();
+            let cfg = RunConfig { threads, processes, ..RunConfig::default() };
+            let all: Vec<usize> = (0..processes).flat_map(|w| cfg.worker_contenders(w)).collect();
             assert_eq!(all, (0..threads).collect::<Vec<_>>());
             assert!((0..processes).all(|w| !cfg.worker_contenders(w).is_empty()));
         }

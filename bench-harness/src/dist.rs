@@ -27,24 +27,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("empty duration (expected e.g. 5ms, 800us, 1.5s)".into());
     }
     if s.starts_with('-') {
-        return Err(format!(
-            "'{text}' is negative: durations must be zero or more"
-        ));
+        return Err(format!("'{text}' is negative: durations must be zero or more"));
     }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let value: f64 = num.parse().map_err(|_| {
         format!("'{text}' is not a duration (expected a number and a unit, e.g. 5ms, 800us, 1.5s)")
     })?;
     let scale_ns: f64 = match unit.trim() {
         "" if value == 0.0 => 0.0,
-        "" => {
-            return Err(format!(
-                "'{text}' has no unit (write e.g. {num}ms or {num}s)"
-            ))
-        }
+        "" => return Err(format!("'{text}' has no unit (write e.g. {num}ms or {num}s)")),
         "ns" => 1.0,
         "us" | "µs" | "μs" => 1e3,
         "ms" => 1e6,
@@ -69,9 +61,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
     if d.is_zero() {
-        return Err(format!(
-            "'{text}' is zero: this duration must be above zero"
-        ));
+        return Err(format!("'{text}' is zero: this duration must be above zero"));
     }
     Ok(d)
 }
@@ -165,12 +155,9 @@ impl fmt::Display for Dist {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Dist::Fixed(d) => f.write_str(&format_duration(d)),
-            Dist::Uniform { lo, hi } => write!(
-                f,
-                "uniform:{}..{}",
-                format_duration(lo),
-                format_duration(hi)
-            ),
+            Dist::Uniform { lo, hi } => {
+                write!(f, "uniform:{}..{}", format_duration(lo), format_duration(hi))
+            }
             Dist::Exp { mean } => write!(f, "exp:{}", format_duration(mean)),
         }
     }
@@ -245,10 +232,7 @@ mod tests {
             let d: Dist = text.parse().unwrap();
             assert_eq!(d.to_string(), text);
         }
-        assert_eq!(
-            "fixed:2ms".parse::<Dist>(),
-            Ok(Dist::Fixed(Duration::from_millis(2)))
-        );
+        assert_eq!("fixed:2ms".parse::<Dist>(), Ok(Dist::Fixed(Duration::from_millis(2))));
         assert!("uniform:5ms..1ms".parse::<Dist>().is_err());
         assert!("gauss:5ms".parse::<Dist>().is_err());
         let mut rng = StdRng::seed_from_u64(1);

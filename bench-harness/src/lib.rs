@@ -111,9 +111,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `bench-harness [run]`: every algorithm in turn, results written as each one ends.
 pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
-    let cfg = args
-        .to_config()
-        .map_err(|e| anyhow::Error::new(UsageError(e)))?;
+    let cfg = args.to_config().map_err(|e| anyhow::Error::new(UsageError(e)))?;
     let summary = run_scenario(&cfg, &args.out, args.quiet)?;
     print!("{}", table::table(&summary));
     if !args.quiet {
@@ -171,10 +169,7 @@ fn one_line(report: &summary::AlgorithmReport, wall: std::time::Duration) -> Str
         report.grants,
         report.latency.p50_ms,
         report.latency.p99_ms,
-        report
-            .fairness
-            .jain_index
-            .map_or("-".into(), |j| format!("{j:.3}")),
+        report.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
         report.errors.total(),
         wall.as_secs_f64()
     )

@@ -7,21 +7,17 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
-const HEADER: &str = "algorithm,lock,contender,requested_us,granted_us,released_us,token,lease_lost,crashed";
+const HEADER: &str =
+    "algorithm,lock,contender,requested_us,granted_us,released_us,token,lease_lost,crashed";
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("bench-harness-cli")
-        .join(name);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-harness-cli").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    Command::new(BIN).args(args).output().expect("the binary runs")
 }
 
 fn stderr(o: &Output) -> String {
@@ -69,20 +65,10 @@ fn an_unwritable_output_directory_fails_with_exit_code_1() {
     let file = dir.join("a-file");
     std::fs::write(&file, "x").unwrap();
     let out = file.join("results");
-    let o = run(&[
-        "--threads",
-        "2",
-        "--duration",
-        "1s",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run(&["--threads", "2", "--duration", "1s", "--out", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(
-        e.starts_with("error: cannot create the output directory"),
-        "{e}"
-    );
+    assert!(e.starts_with("error: cannot create the output directory"), "{e}");
 }
 
 /// Runs `args`, expecting a failure with exit code 1 within 15 s, no panic, and a message
@@ -114,10 +100,7 @@ fn an_unreachable_cassandra_fails_fast_naming_the_address_and_what_was_tried() {
             "--out",
             dir.to_str().unwrap(),
         ],
-        &[
-            "error: cannot reach the cassandra backend at 127.0.0.1:1",
-            "TCP connect",
-        ],
+        &["error: cannot reach the cassandra backend at 127.0.0.1:1", "TCP connect"],
     );
 }
 
@@ -135,10 +118,7 @@ fn an_unreachable_redis_fails_fast_naming_the_address() {
             "--out",
             dir.to_str().unwrap(),
         ],
-        &[
-            "error: cannot reach the redis backend at redis://127.0.0.1:1/",
-            "cannot connect",
-        ],
+        &["error: cannot reach the redis backend at redis://127.0.0.1:1/", "cannot connect"],
     );
 }
 
@@ -156,10 +136,7 @@ fn an_unreachable_zookeeper_fails_fast_naming_the_address() {
             "--out",
             dir.to_str().unwrap(),
         ],
-        &[
-            "error: cannot reach the zookeeper backend at 127.0.0.1:1",
-            "session",
-        ],
+        &["error: cannot reach the zookeeper backend at 127.0.0.1:1", "session"],
     );
 }
 
@@ -168,7 +145,16 @@ fn an_unreachable_zookeeper_fails_fast_naming_the_address() {
 fn an_unreachable_etcd_fails_fast_naming_the_address() {
     let dir = scratch("etcd-unreachable");
     fails_fast(
-        &["--backend", "etcd", "--etcd", "http://127.0.0.1:1", "--threads", "4", "--out", dir.to_str().unwrap()],
+        &[
+            "--backend",
+            "etcd",
+            "--etcd",
+            "http://127.0.0.1:1",
+            "--threads",
+            "4",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
         &["error: cannot reach the etcd backend at http://127.0.0.1:1", "lease"],
     );
 }
@@ -179,8 +165,19 @@ fn etcd_runs_in_wall_time_and_bad_endpoints_are_usage_errors() {
     let server = test_servers::shared_etcd();
     let dir = scratch("etcd");
     let o = run(&[
-        "--backend", "etcd", "--etcd", &server.endpoint(), "--threads", "3", "--duration", "2s", "--ttl", "4s", "-q",
-        "--out", dir.to_str().unwrap(),
+        "--backend",
+        "etcd",
+        "--etcd",
+        &server.endpoint(),
+        "--threads",
+        "3",
+        "--duration",
+        "2s",
+        "--ttl",
+        "4s",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let summary = summary_of(&dir);
@@ -204,11 +201,7 @@ fn backend_mismatches_are_usage_errors() {
     assert!(stderr(&o).contains("--clock simulated"), "{}", stderr(&o));
     let o = run(&["--backend", "zookeeper", "--algorithms", "queue"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("available on --backend zookeeper: zookeeper"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("available on --backend zookeeper: zookeeper"), "{}", stderr(&o));
     let o = run(&["--processes", "2", "--threads", "4"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("one process"), "{}", stderr(&o));
@@ -226,11 +219,7 @@ fn grant_rows(dir: &Path) -> Vec<(String, u32, u64)> {
         .skip(1)
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            (
-                f[0].to_string(),
-                f[2].parse().unwrap(),
-                f[3].parse().unwrap(),
-            )
+            (f[0].to_string(), f[2].parse().unwrap(), f[3].parse().unwrap())
         })
         .collect()
 }
@@ -259,14 +248,8 @@ fn redis_with_two_worker_processes_merges_one_result() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let table = stdout(&o);
-    assert!(
-        table.contains("jedis") && table.contains("redis-token"),
-        "{table}"
-    );
-    assert!(
-        table.contains("n/a"),
-        "store load is not counted on Redis: {table}"
-    );
+    assert!(table.contains("jedis") && table.contains("redis-token"), "{table}");
+    assert!(table.contains("n/a"), "store load is not counted on Redis: {table}");
 
     let summary = summary_of(&dir);
     assert_eq!(summary["config"]["processes"], 2);
@@ -286,10 +269,7 @@ fn redis_with_two_worker_processes_merges_one_result() {
     for algorithm in ["jedis", "redis-token"] {
         let of: Vec<_> = rows.iter().filter(|r| r.0 == algorithm).collect();
         // Both workers' contenders (0-1 in the first, 2-3 in the second) are in one log...
-        assert!(
-            of.iter().any(|r| r.1 < 2) && of.iter().any(|r| r.1 >= 2),
-            "{of:?}"
-        );
+        assert!(of.iter().any(|r| r.1 < 2) && of.iter().any(|r| r.1 >= 2), "{of:?}");
         // ...on one clock that starts at the run's common start.
         assert!(of.iter().all(|r| r.2 < 4_000_000), "{of:?}");
     }
@@ -330,10 +310,7 @@ fn help_has_examples_and_the_store_model() {
     let o = run(&["--help"]);
     assert!(o.status.success());
     let h = stdout(&o);
-    assert!(
-        h.contains("Examples:") && h.contains("800us+400us") && h.contains("QUORUM"),
-        "{h}"
-    );
+    assert!(h.contains("Examples:") && h.contains("800us+400us") && h.contains("QUORUM"), "{h}");
     for example in [
         "--backend cassandra --nodes",
         "--backend redis --redis",
@@ -349,15 +326,9 @@ fn help_has_examples_and_the_store_model() {
     let l = stdout(&o);
     #[cfg(feature = "etcd")]
     assert!(l.contains("etcd:") && l.contains("  etcd "), "etcd missing from list: {l}");
-    for needle in [
-        "shadow",
-        "queue",
-        "cassandra:",
-        "redis:",
-        "  jedis",
-        "  redis-token",
-        "zookeeper:",
-    ] {
+    for needle in
+        ["shadow", "queue", "cassandra:", "redis:", "  jedis", "  redis-token", "zookeeper:"]
+    {
         assert!(l.contains(needle), "{needle} missing from list: {l}");
     }
 }
@@ -365,21 +336,9 @@ fn help_has_examples_and_the_store_model() {
 #[test]
 fn a_small_run_writes_summary_csv_and_charts() {
     let dir = scratch("small");
-    let o = run(&[
-        "--threads",
-        "4",
-        "--duration",
-        "2s",
-        "--quiet",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+    let o = run(&["--threads", "4", "--duration", "2s", "--quiet", "--out", dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stderr(&o).is_empty(),
-        "--quiet prints nothing on stderr: {}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).is_empty(), "--quiet prints nothing on stderr: {}", stderr(&o));
     let table = stdout(&o);
     assert!(
         table.contains("shadow") && table.contains("queue") && table.contains("gap/ideal"),
@@ -400,10 +359,7 @@ fn a_small_run_writes_summary_csv_and_charts() {
     // Every registered algorithm of the embedded store, the two thesis locks among them.
     assert!(results.len() >= 2);
     for name in ["shadow", "queue"] {
-        assert!(
-            results.iter().any(|r| r["algorithm"] == name),
-            "{name} missing"
-        );
+        assert!(results.iter().any(|r| r["algorithm"] == name), "{name} missing");
     }
     for r in results {
         assert!(r["grants"].as_u64().unwrap() > 0, "{r}");
@@ -414,20 +370,10 @@ fn a_small_run_writes_summary_csv_and_charts() {
         );
     }
     let queue = results.iter().find(|r| r["algorithm"] == "queue").unwrap();
-    assert!(
-        queue["handoff"]["ratio_to_ideal"].as_f64().is_some(),
-        "{queue}"
-    );
-    for chart in [
-        "latency_cdf.png",
-        "latency_cdf.svg",
-        "timeline.png",
-        "grants_per_contender.png",
-    ] {
-        assert!(
-            std::fs::metadata(dir.join(chart)).unwrap().len() > 1000,
-            "{chart}"
-        );
+    assert!(queue["handoff"]["ratio_to_ideal"].as_f64().is_some(), "{queue}");
+    for chart in ["latency_cdf.png", "latency_cdf.svg", "timeline.png", "grants_per_contender.png"]
+    {
+        assert!(std::fs::metadata(dir.join(chart)).unwrap().len() > 1000, "{chart}");
     }
 }
 
@@ -458,21 +404,13 @@ fn the_same_seed_gives_byte_identical_results() {
         assert!(o.status.success(), "{}", stderr(&o));
     }
     for file in ["summary.json", "grants.csv"] {
-        let (x, y) = (
-            std::fs::read(a.join(file)).unwrap(),
-            std::fs::read(b.join(file)).unwrap(),
-        );
+        let (x, y) = (std::fs::read(a.join(file)).unwrap(), std::fs::read(b.join(file)).unwrap());
         assert!(x == y, "{file} differs between two runs with the same seed");
     }
     let c = scratch("other-seed");
     let mut other = args(&c);
     other[11] = "8".into();
-    assert!(Command::new(BIN)
-        .args(other)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    assert!(Command::new(BIN).args(other).output().unwrap().status.success());
     assert_ne!(
         std::fs::read(a.join("grants.csv")).unwrap(),
         std::fs::read(c.join("grants.csv")).unwrap()
@@ -546,12 +484,8 @@ fn a_quick_sweep_writes_the_results_directory() {
     let sweep: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("sweep.json")).unwrap()).unwrap();
     let points = sweep["points"].as_array().unwrap();
-    assert!(points
-        .iter()
-        .all(|p| p["report"]["safety"]["overlapping_holds"] == 0));
-    assert!(points
-        .iter()
-        .any(|p| p["experiment"] == "skew" && p["series"] == "queue/global"));
+    assert!(points.iter().all(|p| p["report"]["safety"]["overlapping_holds"] == 0));
+    assert!(points.iter().any(|p| p["experiment"] == "skew" && p["series"] == "queue/global"));
 }
 
 /// On a real cluster only: `LOCK_TEST_CASSANDRA=host:port` (as for lock-cassandra's tests);
@@ -631,12 +565,7 @@ fn a_short_long_run_shows_the_queue_lock_slowing_and_queue_bounded_flat() {
     let s: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("longrun.json")).unwrap()).unwrap();
     let runs = s["runs"].as_array().unwrap();
-    let of = |name: &str| {
-        runs.iter()
-            .find(|r| r["algorithm"] == name)
-            .unwrap()
-            .clone()
-    };
+    let of = |name: &str| runs.iter().find(|r| r["algorithm"] == name).unwrap().clone();
     let per_read = |r: &serde_json::Value| -> Vec<f64> {
         r["intervals"]
             .as_array()
@@ -646,35 +575,21 @@ fn a_short_long_run_shows_the_queue_lock_slowing_and_queue_bounded_flat() {
             .collect()
     };
     let grants = |r: &serde_json::Value| -> Vec<u64> {
-        r["intervals"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["grants"].as_u64().unwrap())
-            .collect()
+        r["intervals"].as_array().unwrap().iter().map(|i| i["grants"].as_u64().unwrap()).collect()
     };
     let queue = of("queue");
     let q = per_read(&queue);
     assert_eq!(q.len(), 6);
-    assert!(
-        q.windows(2).all(|w| w[1] > w[0]),
-        "queue tombstones per read: {q:?}"
-    );
+    assert!(q.windows(2).all(|w| w[1] > w[0]), "queue tombstones per read: {q:?}");
     assert!(q[5] > 1000.0, "queue tombstones per read: {q:?}");
     let g = grants(&queue);
     assert!(g[5] < g[0], "queue grants per interval: {g:?}");
     let bounded = of("queue-bounded");
-    assert!(
-        bounded["max_tombstones_per_read"].as_u64().unwrap() <= 8,
-        "{bounded}"
-    );
+    assert!(bounded["max_tombstones_per_read"].as_u64().unwrap() <= 8, "{bounded}");
     assert_eq!(bounded["would_fail_at_s"], serde_json::Value::Null);
     assert!(dir.join("longrun.png").exists());
     // The results README gained its long-run section.
     let readme = std::fs::read_to_string(results.join("README.md")).unwrap();
-    assert!(
-        readme.contains("<!-- longrun:begin") && readme.contains("queue-bounded"),
-        "{readme}"
-    );
+    assert!(readme.contains("<!-- longrun:begin") && readme.contains("queue-bounded"), "{readme}");
     assert!(stdout(&o).contains("would fail at"), "{}", stdout(&o));
 }

@@ -31,19 +31,33 @@ fn faulty(algorithm: &str, threads: usize, duration: Duration, faults: &str) -> 
 fn replica_faults_break_the_locks_at_one_and_not_at_quorum() {
     let args = |consistency: &'static str| {
         vec![
-            "--threads", "16", "--duration", "60s", "-a", "shadow,bakery", "--consistency", consistency,
-            "--faults", "replica-stop:5s@15s,replica-lag:5s@15s",
+            "--threads",
+            "16",
+            "--duration",
+            "60s",
+            "-a",
+            "shadow,bakery",
+            "--consistency",
+            consistency,
+            "--faults",
+            "replica-stop:5s@15s,replica-lag:5s@15s",
         ]
     };
     let one = scratch("one");
     let (code, text) = run_checked(&one, &args("ONE"));
     assert_eq!(code, Some(3), "{text}");
-    assert!(text.contains("overlapping holds") && text.contains("granted at"), "names the grants: {text}");
+    assert!(
+        text.contains("overlapping holds") && text.contains("granted at"),
+        "names the grants: {text}"
+    );
     // The checker alone, from the files, agrees.
     let verdicts = check::check_dir(&one, Duration::from_secs(10)).unwrap();
     assert!(verdicts.iter().any(|v| v.figures.overlapping_holds > 0));
     let faults = std::fs::read_to_string(one.join("faults.csv")).unwrap();
-    assert!(faults.contains(",replica-stop,replica-") && faults.contains(",replica-lag,replica-"), "{faults}");
+    assert!(
+        faults.contains(",replica-stop,replica-") && faults.contains(",replica-lag,replica-"),
+        "{faults}"
+    );
 
     let (code, text) = run_checked(&scratch("quorum"), &args("QUORUM"));
     assert_eq!(code, Some(0), "{text}");
@@ -62,12 +76,18 @@ fn a_holder_paused_past_its_lease_overlaps_and_fencing_rejects_every_stale_write
         let r = summary::analyze(&cfg, a, &outcome);
         let f = &r.fault_safety;
         assert!(!outcome.faults.is_empty(), "{algorithm}: no pause injected");
-        assert!(f.overlapping_holds > 0, "{algorithm}: a pause past the lease gave no overlap: {f:?}");
+        assert!(
+            f.overlapping_holds > 0,
+            "{algorithm}: a pause past the lease gave no overlap: {f:?}"
+        );
         assert!(f.stale_writes > 0, "{algorithm}: {f:?}");
         assert_eq!(f.stale_accepted, 0, "{algorithm}: fencing let a stale write in: {f:?}");
         assert_eq!(f.stale_rejected, f.stale_writes, "{algorithm}");
         assert_eq!(f.stale_accepted_without_fencing, f.stale_writes, "{algorithm}");
-        assert_eq!(f.stale_holders_told, f.stale_holders, "{algorithm}: a stale holder was not told: {f:?}");
+        assert_eq!(
+            f.stale_holders_told, f.stale_holders,
+            "{algorithm}: a stale holder was not told: {f:?}"
+        );
         assert_eq!(f.overlaps_outside_pauses, 0, "{algorithm}: {f:?}");
     }
 }
@@ -102,19 +122,34 @@ fn a_run_with_faults_is_reproducible_byte_for_byte() {
     let files = |name: &str| {
         let dir = scratch(name);
         let o = Command::new(BIN)
-            .args(["--threads", "8", "--duration", "30s", "-a", "queue,bakery", "--ttl", "2s", "--quiet"])
+            .args([
+                "--threads",
+                "8",
+                "--duration",
+                "30s",
+                "-a",
+                "queue,bakery",
+                "--ttl",
+                "2s",
+                "--quiet",
+            ])
             .args(["--faults", faults, "--out"])
             .arg(&dir)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        ["grants.csv", "resource.csv", "faults.csv"].map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
+        ["grants.csv", "resource.csv", "faults.csv"]
+            .map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
     };
     let first = files("same-a");
     assert_eq!(first, files("same-b"));
     let kinds = ["pause", "crash", "clock-jump", "partition", "replica-stop", "replica-lag"];
     for kind in kinds {
-        assert!(first[2].contains(&format!(",{kind},")), "{kind} missing from faults.csv:\n{}", first[2]);
+        assert!(
+            first[2].contains(&format!(",{kind},")),
+            "{kind} missing from faults.csv:\n{}",
+            first[2]
+        );
     }
     assert!(first[1].lines().count() > 100, "the resource saw the critical sections");
 }
@@ -125,7 +160,18 @@ fn a_small_soak_checks_every_grant_under_mixed_faults() {
     // partitions, clock jumps, stopped and overloaded replicas; the checker judges the files.
     let dir = scratch("soak");
     let o = Command::new(BIN)
-        .args(["soak", "--grants", "20000", "--threads", "64", "--locks", "16", "--run-length", "40s", "--quiet"])
+        .args([
+            "soak",
+            "--grants",
+            "20000",
+            "--threads",
+            "64",
+            "--locks",
+            "16",
+            "--run-length",
+            "40s",
+            "--quiet",
+        ])
         .arg("--out")
         .arg(&dir)
         .output()

@@ -56,10 +56,14 @@ fn restart_is_survived(dir: &Path, args: &[&str]) {
     let json = summary(dir);
     for r in json["results"].as_array().unwrap() {
         let errors = &r["errors"];
-        let counted = errors["lock_errors"].as_u64().unwrap() + errors["release_errors"].as_u64().unwrap();
+        let counted =
+            errors["lock_errors"].as_u64().unwrap() + errors["release_errors"].as_u64().unwrap();
         assert!(counted > 0, "the outage must show as errors: {errors}");
     }
-    assert!(text.contains("grants resumed at most this long after a fault ended: server-restart"), "{text}");
+    assert!(
+        text.contains("grants resumed at most this long after a fault ended: server-restart"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -68,8 +72,17 @@ fn a_redis_restart_mid_run_is_survived_and_its_errors_counted() {
     restart_is_survived(
         &dir,
         &[
-            "--backend", "redis", "--spawn-redis", "--threads", "4", "--duration", "8s", "--ttl", "2s",
-            "--faults", "server-restart:2s@4s",
+            "--backend",
+            "redis",
+            "--spawn-redis",
+            "--threads",
+            "4",
+            "--duration",
+            "8s",
+            "--ttl",
+            "2s",
+            "--faults",
+            "server-restart:2s@4s",
         ],
     );
 }
@@ -80,8 +93,17 @@ fn a_zookeeper_restart_mid_run_is_survived_and_its_errors_counted() {
     restart_is_survived(
         &dir,
         &[
-            "--backend", "zookeeper", "--spawn-zookeeper", "--threads", "4", "--duration", "10s", "--ttl", "4s",
-            "--faults", "server-restart:2s@5s",
+            "--backend",
+            "zookeeper",
+            "--spawn-zookeeper",
+            "--threads",
+            "4",
+            "--duration",
+            "10s",
+            "--ttl",
+            "4s",
+            "--faults",
+            "server-restart:2s@5s",
         ],
     );
 }
@@ -95,7 +117,10 @@ fn a_pause_past_the_lease_is_caught_by_fencing(dir: &Path, args: &[&str]) {
     let f = &v.figures;
     assert!(f.overlapping_holds > 0 && f.stale_writes > 0, "{f:?}");
     assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
-    assert_eq!(f.stale_holders_told, f.stale_holders, "stale holders are told their lease was lost: {f:?}");
+    assert_eq!(
+        f.stale_holders_told, f.stale_holders,
+        "stale holders are told their lease was lost: {f:?}"
+    );
 }
 
 #[test]
@@ -103,8 +128,19 @@ fn a_redis_holder_paused_past_its_ttl_overlaps_and_the_fenced_resource_rejects_i
     a_pause_past_the_lease_is_caught_by_fencing(
         &scratch("redis-pause"),
         &[
-            "--backend", "redis", "--spawn-redis", "-a", "redis-token", "--threads", "4", "--duration", "8s",
-            "--ttl", "1s", "--faults", "pause:3s@5s",
+            "--backend",
+            "redis",
+            "--spawn-redis",
+            "-a",
+            "redis-token",
+            "--threads",
+            "4",
+            "--duration",
+            "8s",
+            "--ttl",
+            "1s",
+            "--faults",
+            "pause:3s@5s",
         ],
     );
 }
@@ -118,7 +154,16 @@ fn an_etcd_holder_paused_past_its_lease_overlaps_and_the_revision_fenced_resourc
     a_pause_past_the_lease_is_caught_by_fencing(
         &scratch("etcd-pause"),
         &[
-            "--backend", "etcd", "--spawn-etcd", "--threads", "4", "--duration", "8s", "--ttl", "1s", "--faults",
+            "--backend",
+            "etcd",
+            "--spawn-etcd",
+            "--threads",
+            "4",
+            "--duration",
+            "8s",
+            "--ttl",
+            "1s",
+            "--faults",
             "pause:3s@5s",
         ],
     );
@@ -131,8 +176,17 @@ fn an_etcd_restart_mid_run_is_survived_and_its_errors_counted() {
     restart_is_survived(
         &dir,
         &[
-            "--backend", "etcd", "--spawn-etcd", "--threads", "4", "--duration", "10s", "--ttl", "4s",
-            "--faults", "server-restart:2s@5s",
+            "--backend",
+            "etcd",
+            "--spawn-etcd",
+            "--threads",
+            "4",
+            "--duration",
+            "10s",
+            "--ttl",
+            "4s",
+            "--faults",
+            "server-restart:2s@5s",
         ],
     );
 }
@@ -140,7 +194,14 @@ fn an_etcd_restart_mid_run_is_survived_and_its_errors_counted() {
 #[test]
 fn a_refused_combination_says_why() {
     let out = Command::new(BIN)
-        .args(["--backend", "redis", "--redis", "redis://127.0.0.1:1/", "--faults", "server-restart:1s@5s"])
+        .args([
+            "--backend",
+            "redis",
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--faults",
+            "server-restart:1s@5s",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -161,15 +222,32 @@ fn a_stopped_worker_process_is_granted_nothing_and_its_stale_writes_are_rejected
     let (code, text) = run_checked(
         &dir,
         &[
-            "--backend", "redis", "--redis", &url, "-a", "redis-token", "--processes", "2", "--threads", "4",
-            "--duration", "9s", "--ttl", "1s", "--faults", "process-pause:3s@4s",
+            "--backend",
+            "redis",
+            "--redis",
+            &url,
+            "-a",
+            "redis-token",
+            "--processes",
+            "2",
+            "--threads",
+            "4",
+            "--duration",
+            "9s",
+            "--ttl",
+            "1s",
+            "--faults",
+            "process-pause:3s@4s",
         ],
     );
     assert!(matches!(code, Some(0) | Some(3)), "{text}");
     let pauses = windows(&dir, "process-pause");
     assert!(pauses.len() >= 2, "{pauses:?}");
     // Each lasts its 3 s, but one still open when the run ends is healed then.
-    assert!(pauses.iter().all(|(t, a, b)| t.starts_with("worker-") && b - a < 3_300_000), "{pauses:?}");
+    assert!(
+        pauses.iter().all(|(t, a, b)| t.starts_with("worker-") && b - a < 3_300_000),
+        "{pauses:?}"
+    );
     assert!(pauses.iter().any(|(_, a, b)| b - a >= 2_900_000), "{pauses:?}");
     // Worker w runs a contiguous block of contenders: with 4 over 2, worker 0 has 0 and 1.
     let grants = std::fs::read_to_string(dir.join("grants.csv")).unwrap();
@@ -187,7 +265,10 @@ fn a_stopped_worker_process_is_granted_nothing_and_its_stale_writes_are_rejected
         }
     }
     let resource = std::fs::read_to_string(dir.join("resource.csv")).unwrap();
-    assert!(resource.lines().count() > 10, "both workers write to the parent's resource: {resource}");
+    assert!(
+        resource.lines().count() > 10,
+        "both workers write to the parent's resource: {resource}"
+    );
     let v = &check::check_dir(&dir, Duration::from_secs(1)).unwrap()[0];
     assert_eq!(v.figures.stale_accepted, 0, "{:?}", v.figures);
 }

@@ -284,7 +284,9 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
     pub fn new(store: S, ctx: ClientContext, config: BakeryConfig) -> Result<Self, LockError> {
         ctx.validate()?;
         if config.poll_interval.is_zero() {
-            return Err(LockError::Config("the bakery lock's poll interval must be above zero".into()));
+            return Err(LockError::Config(
+                "the bakery lock's poll interval must be above zero".into(),
+            ));
         }
         Ok(BakeryLocker { store, ctx, config })
     }
@@ -307,7 +309,13 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
 
     /// Register `column` of `table` with the lease under `value` (before writing it, so that
     /// a failed or abandoned write is cleaned up too), then write it.
-    async fn put(&self, lease: &LeaseKeeper, table: &str, lock_id: &str, value: &[u8]) -> Result<(), LockError> {
+    async fn put(
+        &self,
+        lease: &LeaseKeeper,
+        table: &str,
+        lock_id: &str,
+        value: &[u8],
+    ) -> Result<(), LockError> {
         let started = Instant::now();
         lease.add(CellKey::new(table, lock_id, self.me()), value.to_vec(), started);
         let cell = CellWrite {
@@ -376,10 +384,18 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
 
     /// Step 6: wait until no `Choosing` cell of another contender is true. `soft` gives up at
     /// the first one instead.
-    async fn await_choosers(&self, lock_id: &str, ticket: &Ticket, deadline: Option<Instant>, soft: bool) -> Result<(), Stop> {
+    async fn await_choosers(
+        &self,
+        lock_id: &str,
+        ticket: &Ticket,
+        deadline: Option<Instant>,
+        soft: bool,
+    ) -> Result<(), Stop> {
         loop {
             if ticket.lease.is_lost() {
-                return Err(Stop::Failed(ticket.lease.lost_error(lock_id, "lease lost while waiting")));
+                return Err(Stop::Failed(
+                    ticket.lease.lost_error(lock_id, "lease lost while waiting"),
+                ));
             }
             let choosing = self.read(CHOOSING_TABLE, lock_id).await.map_err(Stop::Failed)?;
             if first_choosing(&choosing, self.me()).is_none() {
@@ -394,16 +410,28 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
 
     /// Step 7: wait until no other contender holds a smaller `(number, owner)` pair. `soft`
     /// gives up at the first one instead.
-    async fn await_turn(&self, lock_id: &str, ticket: &Ticket, deadline: Option<Instant>, soft: bool) -> Result<(), Stop> {
+    async fn await_turn(
+        &self,
+        lock_id: &str,
+        ticket: &Ticket,
+        deadline: Option<Instant>,
+        soft: bool,
+    ) -> Result<(), Stop> {
         loop {
             if ticket.lease.is_lost() {
-                return Err(Stop::Failed(ticket.lease.lost_error(lock_id, "lease lost while waiting")));
+                return Err(Stop::Failed(
+                    ticket.lease.lost_error(lock_id, "lease lost while waiting"),
+                ));
             }
             let numbers = self.read(NUMBERS_TABLE, lock_id).await.map_err(Stop::Failed)?;
             match turn(&numbers, self.me(), ticket.number) {
                 Turn::Ours => return Ok(()),
                 Turn::Gone => {
-                    return Err(Stop::Failed(ticket.lease.lost_error(lock_id, "our number is no longer in the Numbers row")))
+                    return Err(Stop::Failed(
+                        ticket
+                            .lease
+                            .lost_error(lock_id, "our number is no longer in the Numbers row"),
+                    ))
                 }
                 Turn::Behind { .. } if soft => return Err(Stop::Timeout),
                 Turn::Behind { .. } => self.pause(deadline).await?,
@@ -432,7 +460,8 @@ impl<S: CellStore + Clone> Locker for BakeryLocker<S> {
         validate_id("lock id", lock_id)?;
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
-        let timed_out = || LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() };
+        let timed_out =
+            || LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() };
         // Step 1: nobody may be choosing when we start (nothing of ours is written yet).
         loop {
             let choosing = self.read(CHOOSING_TABLE, lock_id).await?;
@@ -512,7 +541,12 @@ mod tests {
     #[test]
     fn next_number_is_one_above_the_numeric_maximum_of_the_others() {
         assert_eq!(next_number(&[], "me"), 1);
-        let row = [cell("a", b"9"), cell("b", &number_value(10)), cell("me", &number_value(50)), cell("z", b"junk")];
+        let row = [
+            cell("a", b"9"),
+            cell("b", &number_value(10)),
+            cell("me", &number_value(50)),
+            cell("z", b"junk"),
+        ];
         assert_eq!(next_number(&row, "me"), 11);
     }
 

@@ -59,11 +59,21 @@ fn quorum_excludes_in_wall_time_with_real_parallelism() {
 /// 28 of this sweep is the case traced in the crate docs, and must still reproduce.
 #[test]
 fn consistency_one_with_stale_replicas_admits_two_holders() {
-    let sc = Scenario { consistency: Consistency::One, rolling_restarts: true, ..Scenario::quorum() };
+    let sc =
+        Scenario { consistency: Consistency::One, rolling_restarts: true, ..Scenario::quorum() };
     let s = sweep(20..30, sc);
     print("ONE, rolling restarts", &s);
     for (seed, a, b) in s.overlaps.iter().take(3) {
-        eprintln!("  seed {seed}: {} held for {:?}, {} granted {:?} after its grant", a.owner, a.released - a.granted, b.owner, b.granted - a.granted);
+        eprintln!(
+            "  seed {seed}: {} held for {:?}, {} granted {:?} after its grant",
+            a.owner,
+            a.released - a.granted,
+            b.owner,
+            b.granted - a.granted
+        );
     }
-    assert!(s.overlaps.iter().any(|(seed, ..)| *seed == 28), "the traced counterexample (seed 28) no longer reproduces");
+    assert!(
+        s.overlaps.iter().any(|(seed, ..)| *seed == 28),
+        "the traced counterexample (seed 28) no longer reproduces"
+    );
 }

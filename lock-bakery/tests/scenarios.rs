@@ -2,7 +2,9 @@
 //! `Choosing` step is there, how ties are broken, what a crashed chooser costs, that waiting
 //! cells are leased and abandoned ones removed, and the counterexample at consistency ONE.
 
-use lock_bakery::{first_choosing, next_number, number_value, read_rows, turn, BakeryConfig, BakeryLocker, Turn};
+use lock_bakery::{
+    first_choosing, next_number, number_value, read_rows, turn, BakeryConfig, BakeryLocker, Turn,
+};
 use lock_bakery::{CHOOSING_FALSE, CHOOSING_TABLE, CHOOSING_TRUE, NUMBERS_TABLE};
 use lock_core::context::ClientContext;
 use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel};
@@ -16,7 +18,12 @@ const L: &str = "printer";
 const TTL: Duration = Duration::from_secs(10);
 
 fn store(replicas: usize, rtt: Duration) -> EmbeddedStore {
-    EmbeddedStore::new(EmbeddedConfig { replicas, latency: LatencyModel::new(rtt, Duration::ZERO), seed: 1, ..Default::default() })
+    EmbeddedStore::new(EmbeddedConfig {
+        replicas,
+        latency: LatencyModel::new(rtt, Duration::ZERO),
+        seed: 1,
+        ..Default::default()
+    })
 }
 
 fn locker(store: &EmbeddedStore, name: &str, c: Consistency) -> Arc<BakeryLocker<EmbeddedClient>> {
@@ -41,7 +48,12 @@ impl Manual {
         self.client.id().to_string()
     }
     async fn put(&self, table: &str, value: &[u8]) {
-        let w = CellWrite { column: self.me(), value: value.to_vec(), timestamp: self.ts.next(), ttl: Some(TTL) };
+        let w = CellWrite {
+            column: self.me(),
+            value: value.to_vec(),
+            timestamp: self.ts.next(),
+            ttl: Some(TTL),
+        };
         self.client.write(table, L, &[w], Consistency::Quorum).await.unwrap();
     }
     async fn get(&self, table: &str) -> Vec<lock_core::Cell> {
@@ -49,14 +61,18 @@ impl Manual {
     }
     async fn leave(&self) {
         for t in [CHOOSING_TABLE, NUMBERS_TABLE] {
-            self.client.delete(t, L, &self.me(), self.ts.next(), Consistency::Quorum).await.unwrap();
+            self.client
+                .delete(t, L, &self.me(), self.ts.next(), Consistency::Quorum)
+                .await
+                .unwrap();
         }
     }
     /// Steps 6 and 7 once: would this contender enter now with `number`?
     async fn may_enter(&self, number: u64) -> bool {
         let choosing = self.get(CHOOSING_TABLE).await;
         let numbers = self.get(NUMBERS_TABLE).await;
-        first_choosing(&choosing, &self.me()).is_none() && turn(&numbers, &self.me(), number) == Turn::Ours
+        first_choosing(&choosing, &self.me()).is_none()
+            && turn(&numbers, &self.me(), number) == Turn::Ours
     }
 }
 
@@ -73,7 +89,9 @@ async fn until_choosing(store: &EmbeddedStore, owner: &str) {
 
 /// The interleaving both `Choosing` scenarios start from: `b` asks for the lock and is
 /// choosing; `a` is a manual contender that has done nothing yet.
-async fn b_choosing_then_a(store: &EmbeddedStore) -> (Manual, tokio::task::JoinHandle<Result<lock_core::LockGuard, LockError>>) {
+async fn b_choosing_then_a(
+    store: &EmbeddedStore,
+) -> (Manual, tokio::task::JoinHandle<Result<lock_core::LockGuard, LockError>>) {
     let b = locker(store, "b", Consistency::Quorum);
     let lock_b = tokio::spawn(async move { b.lock(L, None).await });
     until_choosing(store, "b").await;
@@ -119,7 +137,11 @@ async fn with_choosing_the_late_drawer_is_waited_for() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!lock_b.is_finished(), "b entered beside a");
     a.leave().await;
-    let guard_b = tokio::time::timeout(Duration::from_millis(200), lock_b).await.expect("b enters once a left").unwrap().unwrap();
+    let guard_b = tokio::time::timeout(Duration::from_millis(200), lock_b)
+        .await
+        .expect("b enters once a left")
+        .unwrap()
+        .unwrap();
     guard_b.release().await.unwrap();
 }
 
@@ -136,12 +158,20 @@ async fn equal_numbers_are_ordered_by_owner_id() {
     });
     let guard_a = a.lock(L, None).await.unwrap();
     let rows = read_rows(&store, L, Consistency::All).await.unwrap();
-    assert_eq!(rows.numbers, [("a".to_string(), Some(1)), ("b".to_string(), Some(1))], "both drew 1");
+    assert_eq!(
+        rows.numbers,
+        [("a".to_string(), Some(1)), ("b".to_string(), Some(1))],
+        "both drew 1"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!lock_b.is_finished(), "(1, b) entered before (1, a) left");
     let token_a = guard_a.token();
     guard_a.release().await.unwrap();
-    let guard_b = tokio::time::timeout(Duration::from_millis(100), lock_b).await.expect("b follows").unwrap().unwrap();
+    let guard_b = tokio::time::timeout(Duration::from_millis(100), lock_b)
+        .await
+        .expect("b follows")
+        .unwrap()
+        .unwrap();
     assert!(guard_b.token() > token_a);
     guard_b.release().await.unwrap();
 }
@@ -157,9 +187,16 @@ async fn a_crashed_chooser_blocks_the_lock_until_its_ttl() {
     let crashed = Instant::now();
     ghost.put(CHOOSING_TABLE, CHOOSING_TRUE).await;
     assert!(a.try_lock(L).await.unwrap().is_none());
-    assert!(matches!(a.lock(L, Some(Duration::from_secs(1))).await, Err(LockError::Timeout { .. })));
+    assert!(matches!(
+        a.lock(L, Some(Duration::from_secs(1))).await,
+        Err(LockError::Timeout { .. })
+    ));
     let rows = read_rows(&store, L, Consistency::All).await.unwrap();
-    assert_eq!(rows.choosing, [("ghost".to_string(), true)], "a timed out at step 1, before writing");
+    assert_eq!(
+        rows.choosing,
+        [("ghost".to_string(), true)],
+        "a timed out at step 1, before writing"
+    );
     let guard = a.lock(L, None).await.unwrap();
     let waited = crashed.elapsed();
     eprintln!("a crashed chooser blocked the lock for {waited:?} (TTL {TTL:?})");
@@ -195,11 +232,19 @@ async fn waiting_numbers_are_renewed_and_abandoned_ones_removed() {
     assert!(matches!(lock_c.await.unwrap(), Err(LockError::Timeout { .. })));
     tokio::time::sleep(TTL * 3).await;
     let rows = read_rows(&store, L, Consistency::All).await.unwrap();
-    assert_eq!(rows.numbers, [("a".to_string(), Some(1)), ("b".to_string(), Some(2))], "after 3 x TTL: {rows:?}");
+    assert_eq!(
+        rows.numbers,
+        [("a".to_string(), Some(1)), ("b".to_string(), Some(2))],
+        "after 3 x TTL: {rows:?}"
+    );
     assert_eq!(rows.choosing, [("a".to_string(), false), ("b".to_string(), false)]);
     assert!(b.try_lock(L).await.is_ok_and(|g| g.is_none()));
     guard_a.release().await.unwrap();
-    let guard_b = tokio::time::timeout(Duration::from_millis(100), lock_b).await.expect("b enters").unwrap().unwrap();
+    let guard_b = tokio::time::timeout(Duration::from_millis(100), lock_b)
+        .await
+        .expect("b enters")
+        .unwrap()
+        .unwrap();
     assert!(!guard_b.is_lost());
     guard_b.release().await.unwrap();
     assert!(read_rows(&store, L, Consistency::All).await.unwrap().is_empty());
@@ -222,7 +267,11 @@ async fn consistency_one_admits_two_holders_when_reads_miss_the_holders_replica(
     s.start_replica(2);
     s.stop_replica(0);
     let guard_b = b.lock(L, Some(Duration::from_secs(1))).await.expect("b's reads miss a's cells");
-    assert_eq!((guard_a.token(), guard_b.token()), (1, 1), "the fence row is stale too: both hold token 1");
+    assert_eq!(
+        (guard_a.token(), guard_b.token()),
+        (1, 1),
+        "the fence row is stale too: both hold token 1"
+    );
     drop((guard_a, guard_b));
 
     let s = store(3, Duration::ZERO);
@@ -230,11 +279,17 @@ async fn consistency_one_admits_two_holders_when_reads_miss_the_holders_replica(
     let b = locker(&s, "b", Consistency::Quorum);
     s.stop_replica(1);
     s.stop_replica(2);
-    assert!(matches!(a.lock(L, None).await, Err(LockError::Store { .. })), "QUORUM refuses to write to one replica");
+    assert!(
+        matches!(a.lock(L, None).await, Err(LockError::Store { .. })),
+        "QUORUM refuses to write to one replica"
+    );
     s.start_replica(1);
     let guard_a = a.lock(L, None).await.unwrap();
     s.start_replica(2);
     s.stop_replica(0);
-    assert!(matches!(b.lock(L, Some(Duration::from_secs(1))).await, Err(LockError::Timeout { .. })), "replica 1 holds a's number");
+    assert!(
+        matches!(b.lock(L, Some(Duration::from_secs(1))).await, Err(LockError::Timeout { .. })),
+        "replica 1 holds a's number"
+    );
     guard_a.release().await.unwrap();
 }

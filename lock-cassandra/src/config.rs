@@ -83,19 +83,19 @@ impl Replication {
     /// the cluster's to tell).
     pub fn replicas(&self) -> usize {
         match self {
-            Replication::EveryDatacenter { replication_factor } | Replication::Simple { replication_factor } => {
-                *replication_factor as usize
+            Replication::EveryDatacenter { replication_factor }
+            | Replication::Simple { replication_factor } => *replication_factor as usize,
+            Replication::NetworkTopology { datacenters } => {
+                datacenters.iter().map(|(_, rf)| *rf as usize).sum()
             }
-            Replication::NetworkTopology { datacenters } => datacenters.iter().map(|(_, rf)| *rf as usize).sum(),
         }
     }
 
     /// Replicas in datacenter `dc` (for `LOCAL_QUORUM`); the whole cluster's for `SimpleStrategy`.
     pub fn replicas_in(&self, dc: &str) -> usize {
         match self {
-            Replication::EveryDatacenter { replication_factor } | Replication::Simple { replication_factor } => {
-                *replication_factor as usize
-            }
+            Replication::EveryDatacenter { replication_factor }
+            | Replication::Simple { replication_factor } => *replication_factor as usize,
             Replication::NetworkTopology { datacenters } => {
                 datacenters.iter().filter(|(d, _)| d == dc).map(|(_, rf)| *rf as usize).sum()
             }
@@ -104,20 +104,25 @@ impl Replication {
 
     fn validate(&self) -> Result<(), ConfigError> {
         match self {
-            Replication::Simple { replication_factor: 0 } | Replication::EveryDatacenter { replication_factor: 0 } => {
+            Replication::Simple { replication_factor: 0 }
+            | Replication::EveryDatacenter { replication_factor: 0 } => {
                 Err(ConfigError("the replication factor must be at least 1".into()))
             }
             Replication::Simple { .. } | Replication::EveryDatacenter { .. } => Ok(()),
             Replication::NetworkTopology { datacenters } => {
                 if datacenters.is_empty() {
-                    return Err(ConfigError("NetworkTopologyStrategy needs at least one datacenter".into()));
+                    return Err(ConfigError(
+                        "NetworkTopologyStrategy needs at least one datacenter".into(),
+                    ));
                 }
                 for (dc, rf) in datacenters {
                     if dc.trim().is_empty() {
                         return Err(ConfigError("a datacenter name is empty".into()));
                     }
                     if *rf == 0 {
-                        return Err(ConfigError(format!("datacenter '{dc}' has replication factor 0")));
+                        return Err(ConfigError(format!(
+                            "datacenter '{dc}' has replication factor 0"
+                        )));
                     }
                 }
                 Ok(())
@@ -129,8 +134,12 @@ impl Replication {
 impl fmt::Display for Replication {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Replication::EveryDatacenter { replication_factor } => write!(f, "NetworkTopologyStrategy:{replication_factor}"),
-            Replication::Simple { replication_factor } => write!(f, "SimpleStrategy:{replication_factor}"),
+            Replication::EveryDatacenter { replication_factor } => {
+                write!(f, "NetworkTopologyStrategy:{replication_factor}")
+            }
+            Replication::Simple { replication_factor } => {
+                write!(f, "SimpleStrategy:{replication_factor}")
+            }
             Replication::NetworkTopology { datacenters } => {
                 f.write_str("NetworkTopologyStrategy:")?;
                 for (i, (dc, rf)) in datacenters.iter().enumerate() {
@@ -164,18 +173,27 @@ impl FromStr for Replication {
         };
         let replication = match class.to_ascii_lowercase().as_str() {
             "simplestrategy" | "simple" => {
-                let rf = rest.parse::<u32>().map_err(|_| bad("the replication factor is not a number"))?;
+                let rf = rest
+                    .parse::<u32>()
+                    .map_err(|_| bad("the replication factor is not a number"))?;
                 Replication::Simple { replication_factor: rf }
             }
             "networktopologystrategy" | "nts" if !rest.contains('=') && !rest.is_empty() => {
-                let rf = rest.parse::<u32>().map_err(|_| bad("the replication factor is not a number"))?;
+                let rf = rest
+                    .parse::<u32>()
+                    .map_err(|_| bad("the replication factor is not a number"))?;
                 Replication::EveryDatacenter { replication_factor: rf }
             }
             "networktopologystrategy" | "nts" => {
                 let mut datacenters = Vec::new();
                 for part in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    let (dc, rf) = part.split_once('=').ok_or_else(|| bad("a datacenter entry is not 'name=N'"))?;
-                    let rf = rf.trim().parse::<u32>().map_err(|_| bad("a replication factor is not a number"))?;
+                    let (dc, rf) = part
+                        .split_once('=')
+                        .ok_or_else(|| bad("a datacenter entry is not 'name=N'"))?;
+                    let rf = rf
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|_| bad("a replication factor is not a number"))?;
                     datacenters.push((dc.trim().to_string(), rf));
                 }
                 Replication::NetworkTopology { datacenters }
@@ -245,7 +263,10 @@ impl Default for CassandraConfig {
 impl CassandraConfig {
     /// The defaults, with these contact points.
     pub fn new(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        CassandraConfig { nodes: nodes.into_iter().map(Into::into).collect(), ..CassandraConfig::default() }
+        CassandraConfig {
+            nodes: nodes.into_iter().map(Into::into).collect(),
+            ..CassandraConfig::default()
+        }
     }
 
     /// The defaults, with contact points parsed from `host:port[,host:port…]` (see [`parse_nodes`]).
@@ -265,12 +286,15 @@ impl CassandraConfig {
         let Some(nodes) = var(ENV_NODES).filter(|n| !n.trim().is_empty()) else {
             return Ok(None);
         };
-        let mut config = CassandraConfig::from_nodes(&nodes).map_err(|e| ConfigError(format!("{ENV_NODES}: {}", e.0)))?;
+        let mut config = CassandraConfig::from_nodes(&nodes)
+            .map_err(|e| ConfigError(format!("{ENV_NODES}: {}", e.0)))?;
         if let Some(ks) = var(ENV_KEYSPACE).filter(|k| !k.trim().is_empty()) {
             config.keyspace = ks.trim().to_string();
         }
         if let Some(r) = var(ENV_REPLICATION).filter(|r| !r.trim().is_empty()) {
-            config.replication = r.parse().map_err(|e: ConfigError| ConfigError(format!("{ENV_REPLICATION}: {}", e.0)))?;
+            config.replication = r
+                .parse()
+                .map_err(|e: ConfigError| ConfigError(format!("{ENV_REPLICATION}: {}", e.0)))?;
         }
         if let Some(dc) = var(ENV_LOCAL_DC).filter(|d| !d.trim().is_empty()) {
             config.local_datacenter = Some(dc.trim().to_string());
@@ -279,7 +303,11 @@ impl CassandraConfig {
             config.tablets_off = match off.trim().to_ascii_lowercase().as_str() {
                 "1" | "true" | "yes" => true,
                 "0" | "false" | "no" => false,
-                other => return Err(ConfigError(format!("{ENV_TABLETS_OFF}: '{other}' is not 1/true/yes or 0/false/no"))),
+                other => {
+                    return Err(ConfigError(format!(
+                        "{ENV_TABLETS_OFF}: '{other}' is not 1/true/yes or 0/false/no"
+                    )))
+                }
             };
         }
         config.validate()?;
@@ -346,7 +374,8 @@ impl CassandraConfig {
         for n in &self.nodes {
             parse_node(n)?;
         }
-        crate::cql::validate_identifier("keyspace", &self.keyspace).map_err(|e| ConfigError(e.to_string()))?;
+        crate::cql::validate_identifier("keyspace", &self.keyspace)
+            .map_err(|e| ConfigError(e.to_string()))?;
         self.replication.validate()?;
         if self.connect_timeout.is_zero() {
             return Err(ConfigError("the connect timeout must be above zero".into()));
@@ -354,7 +383,9 @@ impl CassandraConfig {
         if self.request_timeout.is_zero() {
             return Err(ConfigError("the request timeout must be above zero".into()));
         }
-        if let (Some(dc), Replication::NetworkTopology { .. }) = (&self.local_datacenter, &self.replication) {
+        if let (Some(dc), Replication::NetworkTopology { .. }) =
+            (&self.local_datacenter, &self.replication)
+        {
             if self.replication.replicas_in(dc) == 0 && self.create_schema {
                 return Err(ConfigError(format!(
                     "local datacenter '{dc}' has no replicas in the replication {}",
@@ -377,7 +408,9 @@ pub fn parse_nodes(s: &str) -> Result<Vec<String>, ConfigError> {
         .map(parse_node)
         .collect::<Result<_, _>>()?;
     if nodes.is_empty() {
-        return Err(ConfigError(format!("no contact points in '{s}' (expected host:port[,host:port…])")));
+        return Err(ConfigError(format!(
+            "no contact points in '{s}' (expected host:port[,host:port…])"
+        )));
     }
     Ok(nodes)
 }
@@ -393,10 +426,14 @@ pub fn parse_node(s: &str) -> Result<String, ConfigError> {
         return Err(bad("contains whitespace"));
     }
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '[' of an IPv6 address"))?;
+        let (host, after) =
+            rest.split_once(']').ok_or_else(|| bad("unclosed '[' of an IPv6 address"))?;
         match after {
             "" => (format!("[{host}]"), None),
-            p => (format!("[{host}]"), Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?)),
+            p => (
+                format!("[{host}]"),
+                Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?),
+            ),
         }
     } else if s.matches(':').count() > 1 {
         return Err(bad("an IPv6 address must be written in brackets, e.g. [::1]:9042"));
@@ -465,17 +502,27 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let config = CassandraConfig::from_vars(|k| vars.get(k).map(|v| v.to_string())).unwrap().unwrap();
+        let config =
+            CassandraConfig::from_vars(|k| vars.get(k).map(|v| v.to_string())).unwrap().unwrap();
         assert_eq!(config.nodes, ["10.0.0.1:9042", "10.0.0.2:9042"]);
         assert_eq!(config.keyspace, "locks_test");
         assert_eq!(
             config.replication,
-            Replication::NetworkTopology { datacenters: vec![("dc1".into(), 3), ("dc2".into(), 2)] }
+            Replication::NetworkTopology {
+                datacenters: vec![("dc1".into(), 3), ("dc2".into(), 2)]
+            }
         );
         assert_eq!(config.local_datacenter.as_deref(), Some("dc1"));
         assert_eq!(config.quorum_base(), 3);
         assert!(!config.tablets_off, "tablets are left alone unless asked");
-        for (value, off) in [("1", true), ("TRUE", true), (" yes ", true), ("0", false), ("false", false), ("No", false)] {
+        for (value, off) in [
+            ("1", true),
+            ("TRUE", true),
+            (" yes ", true),
+            ("0", false),
+            ("false", false),
+            ("No", false),
+        ] {
             let config = CassandraConfig::from_vars(|k| match k {
                 ENV_NODES => Some("db".into()),
                 ENV_TABLETS_OFF => Some(value.into()),
@@ -491,8 +538,14 @@ mod tests {
     #[test]
     fn config_from_environment_is_absent_without_nodes_and_defaults_the_rest() {
         assert_eq!(CassandraConfig::from_vars(|_| None).unwrap(), None);
-        assert_eq!(CassandraConfig::from_vars(|k| (k == ENV_NODES).then(|| "  ".to_string())).unwrap(), None);
-        let config = CassandraConfig::from_vars(|k| (k == ENV_NODES).then(|| "db:9142".to_string())).unwrap().unwrap();
+        assert_eq!(
+            CassandraConfig::from_vars(|k| (k == ENV_NODES).then(|| "  ".to_string())).unwrap(),
+            None
+        );
+        let config =
+            CassandraConfig::from_vars(|k| (k == ENV_NODES).then(|| "db:9142".to_string()))
+                .unwrap()
+                .unwrap();
         assert_eq!(config.nodes, ["db:9142"]);
         assert_eq!(config.keyspace, DEFAULT_KEYSPACE);
         assert_eq!(config.replication, Replication::EveryDatacenter { replication_factor: 1 });
@@ -503,7 +556,8 @@ mod tests {
 
     #[test]
     fn bad_environment_values_name_the_variable() {
-        let err = CassandraConfig::from_vars(|k| (k == ENV_NODES).then(|| "db:x".to_string())).unwrap_err();
+        let err = CassandraConfig::from_vars(|k| (k == ENV_NODES).then(|| "db:x".to_string()))
+            .unwrap_err();
         assert!(err.0.contains(ENV_NODES), "{err}");
         let err = CassandraConfig::from_vars(|k| match k {
             ENV_NODES => Some("db".into()),
@@ -533,13 +587,19 @@ mod tests {
         let simple: Replication = "SimpleStrategy:3".parse().unwrap();
         assert_eq!(simple, Replication::Simple { replication_factor: 3 });
         assert_eq!(simple.cql(), "{'class': 'SimpleStrategy', 'replication_factor': 3}");
-        assert_eq!("2".parse::<Replication>().unwrap(), Replication::EveryDatacenter { replication_factor: 2 });
+        assert_eq!(
+            "2".parse::<Replication>().unwrap(),
+            Replication::EveryDatacenter { replication_factor: 2 }
+        );
         assert_eq!("nts:1".parse::<Replication>().unwrap(), Replication::default());
         assert_eq!(
             Replication::default().cql(),
             "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}"
         );
-        assert_eq!("simple:1".parse::<Replication>().unwrap(), Replication::Simple { replication_factor: 1 });
+        assert_eq!(
+            "simple:1".parse::<Replication>().unwrap(),
+            Replication::Simple { replication_factor: 1 }
+        );
         let every: Replication = "NetworkTopologyStrategy:3".parse().unwrap();
         assert_eq!(every.to_string().parse::<Replication>().unwrap(), every);
         assert_eq!(every.replicas(), 3);
@@ -549,7 +609,16 @@ mod tests {
         assert_eq!(nts.replicas_in("dc1"), 3);
         assert_eq!(nts.to_string().parse::<Replication>().unwrap(), nts);
         assert_eq!(simple.to_string().parse::<Replication>().unwrap(), simple);
-        for bad in ["SimpleStrategy:0", "SimpleStrategy:x", "nts:", "nts:dc1", "nts:dc1=0", "nts:0", "0", "Local:1"] {
+        for bad in [
+            "SimpleStrategy:0",
+            "SimpleStrategy:x",
+            "nts:",
+            "nts:dc1",
+            "nts:dc1=0",
+            "nts:0",
+            "0",
+            "Local:1",
+        ] {
             assert!(bad.parse::<Replication>().is_err(), "{bad}");
         }
     }

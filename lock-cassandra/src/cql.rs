@@ -7,8 +7,8 @@
 
 use crate::config::Replication;
 use lock_core::store::{
-    ttl_secs, CasChange, CasRequest, CasResult, Cell, CellWrite, Consistency, Expect, Micros, SerialConsistency, Slice,
-    StoreError,
+    ttl_secs, CasChange, CasRequest, CasResult, Cell, CellWrite, Consistency, Expect, Micros,
+    SerialConsistency, Slice, StoreError,
 };
 use scylla::value::{CqlValue, Row};
 use std::time::Duration;
@@ -85,7 +85,8 @@ pub enum ReadKind {
 
 impl ReadKind {
     /// Every kind, in the order [`TableStatements::reads`] holds them.
-    pub const ALL: [ReadKind; 4] = [ReadKind::Row, ReadKind::From, ReadKind::First, ReadKind::FromFirst];
+    pub const ALL: [ReadKind; 4] =
+        [ReadKind::Row, ReadKind::From, ReadKind::First, ReadKind::FromFirst];
 
     /// Index into [`ReadKind::ALL`].
     pub fn index(self) -> usize {
@@ -108,7 +109,9 @@ impl TableStatements {
     /// The statements on `"keyspace"."table"`.
     pub fn new(keyspace: &str, table: &str) -> Self {
         let t = qualified(keyspace, table);
-        let select = format!("SELECT \"column\", \"value\", WRITETIME(\"value\") FROM {t} WHERE \"row\" = ?");
+        let select = format!(
+            "SELECT \"column\", \"value\", WRITETIME(\"value\") FROM {t} WHERE \"row\" = ?"
+        );
         TableStatements {
             insert: format!(
                 "INSERT INTO {t} (\"row\", \"column\", \"value\") VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?"
@@ -138,7 +141,9 @@ pub type DeleteValues<'a> = (i64, &'a str, &'a str);
 
 fn check_row(row: &str) -> Result<(), StoreError> {
     if row.is_empty() {
-        return Err(StoreError::Rejected("the row key is empty; CQL partition keys may not be empty".into()));
+        return Err(StoreError::Rejected(
+            "the row key is empty; CQL partition keys may not be empty".into(),
+        ));
     }
     if row.len() > MAX_ROW_KEY_BYTES {
         return Err(StoreError::Rejected(format!(
@@ -186,7 +191,11 @@ pub fn write_values<'a>(row: &'a str, cell: &'a CellWrite) -> Result<WriteValues
 }
 
 /// The values a delete binds.
-pub fn delete_values<'a>(row: &'a str, column: &'a str, timestamp: Micros) -> Result<DeleteValues<'a>, StoreError> {
+pub fn delete_values<'a>(
+    row: &'a str,
+    column: &'a str,
+    timestamp: Micros,
+) -> Result<DeleteValues<'a>, StoreError> {
     check_row(row)?;
     Ok((timestamp, row, column))
 }
@@ -285,7 +294,13 @@ pub enum CasKind {
 
 impl CasKind {
     /// Every kind, in the order [`CasStatements::texts`] holds them.
-    pub const ALL: [CasKind; 5] = [CasKind::InsertIfNotExists, CasKind::UpdateIf, CasKind::DeleteIf, CasKind::Insert, CasKind::Delete];
+    pub const ALL: [CasKind; 5] = [
+        CasKind::InsertIfNotExists,
+        CasKind::UpdateIf,
+        CasKind::DeleteIf,
+        CasKind::Insert,
+        CasKind::Delete,
+    ];
 
     /// Index into [`CasKind::ALL`].
     pub fn index(self) -> usize {
@@ -358,14 +373,21 @@ fn cas_refused(why: impl std::fmt::Display) -> StoreError {
 pub fn cas_plan(row: &str, request: &CasRequest) -> Result<CasPlan, StoreError> {
     check_row(row)?;
     if request.conditions.is_empty() {
-        return Err(cas_refused("it has no condition, and a CQL statement without IF runs outside Paxos"));
+        return Err(cas_refused(
+            "it has no condition, and a CQL statement without IF runs outside Paxos",
+        ));
     }
     if request.changes.is_empty() {
-        return Err(cas_refused("it has no change, and every CQL conditional statement writes or deletes"));
+        return Err(cas_refused(
+            "it has no change, and every CQL conditional statement writes or deletes",
+        ));
     }
     for (i, c) in request.conditions.iter().enumerate() {
         if request.conditions[..i].iter().any(|d| d.column == c.column) {
-            return Err(cas_refused(format!("two conditions on column '{}' (CQL takes one per row)", c.column)));
+            return Err(cas_refused(format!(
+                "two conditions on column '{}' (CQL takes one per row)",
+                c.column
+            )));
         }
         if !request.changes.iter().any(|ch| ch.column() == c.column) {
             return Err(cas_refused(format!(
@@ -378,7 +400,9 @@ pub fn cas_plan(row: &str, request: &CasRequest) -> Result<CasPlan, StoreError> 
     for (i, change) in request.changes.iter().enumerate() {
         let column = change.column();
         if request.changes[..i].iter().any(|ch| ch.column() == column) {
-            return Err(cas_refused(format!("two changes on column '{column}' (one batch writes them with one timestamp)")));
+            return Err(cas_refused(format!(
+                "two changes on column '{column}' (one batch writes them with one timestamp)"
+            )));
         }
         let expect = request.conditions.iter().find(|c| c.column == column).map(|c| &c.expect);
         let text = |s: &str| CqlValue::Text(s.to_owned());
@@ -434,7 +458,8 @@ pub fn cas_answer_rows(names: &[&str], rows: Vec<Row>) -> Result<Vec<CasAnswerRo
     rows.into_iter()
         .map(|row| {
             let mut cols = row.columns;
-            let mut take = |i: Option<usize>| i.and_then(|i| cols.get_mut(i)).and_then(Option::take);
+            let mut take =
+                |i: Option<usize>| i.and_then(|i| cols.get_mut(i)).and_then(Option::take);
             let mut answer = CasAnswerRow::default();
             match take(applied) {
                 Some(CqlValue::Boolean(b)) => answer.applied = Some(b),
@@ -477,7 +502,8 @@ pub fn cas_answer_rows(names: &[&str], rows: Vec<Row>) -> Result<Vec<CasAnswerRo
 /// USING TTL` let expire), which makes `IF NOT EXISTS` fail for good; returning "not applied"
 /// with an absent cell would have a caller retry forever.
 pub fn decode_cas(request: &CasRequest, rows: Vec<CasAnswerRow>) -> Result<CasResult, StoreError> {
-    let bad = |why: &str| StoreError::Rejected(format!("unexpected answer to a compare-and-set: {why}"));
+    let bad =
+        |why: &str| StoreError::Rejected(format!("unexpected answer to a compare-and-set: {why}"));
     let applied = rows.first().and_then(|r| r.applied).ok_or_else(|| bad("no [applied] flag"))?;
     let columns = request.condition_columns();
     let mut current: Vec<Cell> = if applied {
@@ -485,7 +511,9 @@ pub fn decode_cas(request: &CasRequest, rows: Vec<CasAnswerRow>) -> Result<CasRe
             .conditions
             .iter()
             .filter_map(|c| match &c.expect {
-                Expect::Value(v) => Some(Cell { column: c.column.clone(), value: v.clone(), timestamp: 0 }),
+                Expect::Value(v) => {
+                    Some(Cell { column: c.column.clone(), value: v.clone(), timestamp: 0 })
+                }
                 Expect::Absent => None,
             })
             .collect()
@@ -500,9 +528,13 @@ pub fn decode_cas(request: &CasRequest, rows: Vec<CasAnswerRow>) -> Result<CasRe
             let column = match (row.column, only) {
                 (Some(c), _) => c,
                 (None, Some(one)) => one.to_owned(),
-                (None, None) => return Err(bad("a current value without its column, for several conditions")),
+                (None, None) => {
+                    return Err(bad("a current value without its column, for several conditions"))
+                }
             };
-            if columns.contains(&column.as_str()) && !cells.iter().any(|c: &Cell| c.column == column) {
+            if columns.contains(&column.as_str())
+                && !cells.iter().any(|c: &Cell| c.column == column)
+            {
                 cells.push(Cell { column, value, timestamp: 0 });
             }
         }
@@ -522,7 +554,9 @@ pub fn decode_cas(request: &CasRequest, rows: Vec<CasAnswerRow>) -> Result<CasRe
 
 /// The driver's serial consistency for `serial`. Honoured as asked, also with a local
 /// datacenter: unlike [`Consistency`], the model's serial levels name the local one.
-pub fn driver_serial_consistency(serial: SerialConsistency) -> scylla::statement::SerialConsistency {
+pub fn driver_serial_consistency(
+    serial: SerialConsistency,
+) -> scylla::statement::SerialConsistency {
     use scylla::statement::SerialConsistency as D;
     match serial {
         SerialConsistency::Serial => D::Serial,
@@ -569,7 +603,13 @@ mod tests {
 
     #[test]
     fn statement_text_per_table() {
-        for table in ["shadow_lock_main", "shadow_lock_shadow", "queue_lock_main", "lock_fence", "time_service"] {
+        for table in [
+            "shadow_lock_main",
+            "shadow_lock_shadow",
+            "queue_lock_main",
+            "lock_fence",
+            "time_service",
+        ] {
             let s = TableStatements::new("ks1", table);
             let q = format!("\"ks1\".\"{table}\"");
             assert!(s.insert.starts_with(&format!("INSERT INTO {q} ")), "{}", s.insert);
@@ -613,37 +653,79 @@ mod tests {
             create_table("distributed_locks", "lock_fence", None),
             "CREATE TABLE IF NOT EXISTS \"distributed_locks\".\"lock_fence\" (\"row\" text, \"column\" text, \"value\" blob, PRIMARY KEY ((\"row\"), \"column\")) WITH CLUSTERING ORDER BY (\"column\" ASC)"
         );
-        assert!(create_table("ks", "t", Some(3600)).ends_with("WITH CLUSTERING ORDER BY (\"column\" ASC) AND gc_grace_seconds = 3600"));
+        assert!(create_table("ks", "t", Some(3600))
+            .ends_with("WITH CLUSTERING ORDER BY (\"column\" ASC) AND gc_grace_seconds = 3600"));
     }
 
     #[test]
     fn identifiers_are_validated_not_rewritten() {
-        for ok in ["shadow_lock_main", "queue_lock_queue", "lock_fence", "time_service", "t", "a1_b2", "x".repeat(48).as_str()] {
+        for ok in [
+            "shadow_lock_main",
+            "queue_lock_queue",
+            "lock_fence",
+            "time_service",
+            "t",
+            "a1_b2",
+            "x".repeat(48).as_str(),
+        ] {
             assert!(validate_identifier("table", ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Locks", "lock-fence", "1table", "_t", "t.x", "t\"", "tablé", "x".repeat(49).as_str(), "a b"] {
+        for bad in [
+            "",
+            "Locks",
+            "lock-fence",
+            "1table",
+            "_t",
+            "t.x",
+            "t\"",
+            "tablé",
+            "x".repeat(49).as_str(),
+            "a b",
+        ] {
             let err = validate_identifier("table", bad).expect_err(bad);
-            assert!(matches!(&err, StoreError::Rejected(m) if m.contains("[a-z][a-z0-9_]*")), "{bad}: {err}");
+            assert!(
+                matches!(&err, StoreError::Rejected(m) if m.contains("[a-z][a-z0-9_]*")),
+                "{bad}: {err}"
+            );
         }
     }
 
     #[test]
     fn write_binds_row_column_value_ttl_timestamp_in_order() {
-        let c = cell("0000000000000001worker-1", b"worker-1", 1_767_225_600_000_123, Some(Duration::from_secs(10)));
+        let c = cell(
+            "0000000000000001worker-1",
+            b"worker-1",
+            1_767_225_600_000_123,
+            Some(Duration::from_secs(10)),
+        );
         // TTL: 10 s asked, 11 bound (the server expires cells on whole seconds of its clock).
         assert_eq!(
             write_values("lock-1", &c).unwrap(),
             ("lock-1", "0000000000000001worker-1", &b"worker-1"[..], 11, 1_767_225_600_000_123)
         );
         // No TTL binds 0 (CQL: no expiry); sub-second TTLs round up, then get the margin.
-        assert_eq!(write_values("r", &cell("c", b"", -5, None)).unwrap(), ("r", "c", &b""[..], 0, -5));
-        assert_eq!(write_values("r", &cell("c", b"v", 1, Some(Duration::from_millis(1500)))).unwrap().3, 3);
-        assert_eq!(write_values("r", &cell("c", b"v", 1, Some(Duration::from_millis(1)))).unwrap().3, 2);
+        assert_eq!(
+            write_values("r", &cell("c", b"", -5, None)).unwrap(),
+            ("r", "c", &b""[..], 0, -5)
+        );
+        assert_eq!(
+            write_values("r", &cell("c", b"v", 1, Some(Duration::from_millis(1500)))).unwrap().3,
+            3
+        );
+        assert_eq!(
+            write_values("r", &cell("c", b"v", 1, Some(Duration::from_millis(1)))).unwrap().3,
+            2
+        );
         assert_eq!(write_values("r", &cell("c", b"v", 1, Some(Duration::ZERO))).unwrap().3, 2);
         let longest = Duration::from_secs((MAX_TTL_SECS - TTL_MARGIN_SECS) as u64);
-        assert_eq!(write_values("r", &cell("c", b"v", 1, Some(longest))).unwrap().3, MAX_TTL_SECS as i32);
+        assert_eq!(
+            write_values("r", &cell("c", b"v", 1, Some(longest))).unwrap().3,
+            MAX_TTL_SECS as i32
+        );
         let too_long = cell("c", b"v", 1, Some(longest + Duration::from_secs(1)));
-        assert!(matches!(write_values("r", &too_long), Err(StoreError::Rejected(m)) if m.contains("maximum")));
+        assert!(
+            matches!(write_values("r", &too_long), Err(StoreError::Rejected(m)) if m.contains("maximum"))
+        );
     }
 
     #[test]
@@ -654,11 +736,15 @@ mod tests {
     #[test]
     fn empty_and_oversized_row_keys_are_refused_before_sending() {
         let c = cell("c", b"v", 1, None);
-        assert!(matches!(write_values("", &c), Err(StoreError::Rejected(m)) if m.contains("empty")));
+        assert!(
+            matches!(write_values("", &c), Err(StoreError::Rejected(m)) if m.contains("empty"))
+        );
         assert!(delete_values("", "c", 1).is_err());
         assert!(read_values("", &Slice::all()).is_err());
         let long = "k".repeat(MAX_ROW_KEY_BYTES + 1);
-        assert!(matches!(read_values(&long, &Slice::all()), Err(StoreError::Rejected(m)) if m.contains("65535")));
+        assert!(
+            matches!(read_values(&long, &Slice::all()), Err(StoreError::Rejected(m)) if m.contains("65535"))
+        );
         assert!(read_values(&"k".repeat(MAX_ROW_KEY_BYTES), &Slice::all()).is_ok());
     }
 
@@ -671,7 +757,10 @@ mod tests {
         let first = Slice::first(1);
         assert_eq!(read_values("r", &first).unwrap(), ReadValues::First("r", 1));
         let from_first = Slice::from("GlobalTime", 1);
-        assert_eq!(read_values("r", &from_first).unwrap(), ReadValues::FromFirst("r", "GlobalTime", 1));
+        assert_eq!(
+            read_values("r", &from_first).unwrap(),
+            ReadValues::FromFirst("r", "GlobalTime", 1)
+        );
         let zero = Slice::first(0);
         assert_eq!(read_values("r", &zero).unwrap(), ReadValues::Nothing);
         let huge = Slice::first(usize::MAX);
@@ -747,9 +836,20 @@ mod tests {
             s.text(CasKind::UpdateIf),
             format!("UPDATE {t} USING TTL ? SET \"value\" = ? WHERE \"row\" = ? AND \"column\" = ? IF \"value\" = ?")
         );
-        assert_eq!(s.text(CasKind::DeleteIf), format!("DELETE FROM {t} WHERE \"row\" = ? AND \"column\" = ? IF \"value\" = ?"));
-        assert_eq!(s.text(CasKind::Insert), format!("INSERT INTO {t} (\"row\", \"column\", \"value\") VALUES (?, ?, ?) USING TTL ?"));
-        assert_eq!(s.text(CasKind::Delete), format!("DELETE FROM {t} WHERE \"row\" = ? AND \"column\" = ?"));
+        assert_eq!(
+            s.text(CasKind::DeleteIf),
+            format!("DELETE FROM {t} WHERE \"row\" = ? AND \"column\" = ? IF \"value\" = ?")
+        );
+        assert_eq!(
+            s.text(CasKind::Insert),
+            format!(
+                "INSERT INTO {t} (\"row\", \"column\", \"value\") VALUES (?, ?, ?) USING TTL ?"
+            )
+        );
+        assert_eq!(
+            s.text(CasKind::Delete),
+            format!("DELETE FROM {t} WHERE \"row\" = ? AND \"column\" = ?")
+        );
         // Cassandra refuses USING TIMESTAMP on conditional statements and in conditional batches.
         for kind in CasKind::ALL {
             assert!(!s.text(kind).contains("TIMESTAMP"), "{kind:?}");
@@ -764,7 +864,10 @@ mod tests {
             request(vec![CasCondition::absent("a")], vec![set("a", b"1", None)]),
             request(vec![CasCondition::equals("a", "1")], vec![set("a", b"2", None)]),
             request(vec![CasCondition::equals("a", "1")], vec![del("a")]),
-            request(vec![CasCondition::equals("a", "1")], vec![del("a"), set("b", b"x", None), del("c")]),
+            request(
+                vec![CasCondition::equals("a", "1")],
+                vec![del("a"), set("b", b"x", None), del("c")],
+            ),
         ];
         let mut seen = std::collections::HashSet::new();
         for r in &requests {
@@ -780,13 +883,24 @@ mod tests {
     fn one_change_is_one_conditional_statement() {
         let ten = Some(Duration::from_secs(10));
         // Acquire: the cell must be absent. TTL 10 s asked, 11 bound (the margin of plain writes).
-        let plan = cas_plan("lock-1", &request(vec![CasCondition::absent("owner")], vec![set("owner", b"w1", ten)])).unwrap();
+        let plan = cas_plan(
+            "lock-1",
+            &request(vec![CasCondition::absent("owner")], vec![set("owner", b"w1", ten)]),
+        )
+        .unwrap();
         assert_eq!(
             plan.statements,
-            vec![CasStatement { kind: CasKind::InsertIfNotExists, values: vec![t("lock-1"), t("owner"), b(b"w1"), CqlValue::Int(11)] }]
+            vec![CasStatement {
+                kind: CasKind::InsertIfNotExists,
+                values: vec![t("lock-1"), t("owner"), b(b"w1"), CqlValue::Int(11)]
+            }]
         );
         // Renew: the cell must hold our value.
-        let plan = cas_plan("lock-1", &request(vec![CasCondition::equals("owner", "w1")], vec![set("owner", b"w1", ten)])).unwrap();
+        let plan = cas_plan(
+            "lock-1",
+            &request(vec![CasCondition::equals("owner", "w1")], vec![set("owner", b"w1", ten)]),
+        )
+        .unwrap();
         assert_eq!(
             plan.statements,
             vec![CasStatement {
@@ -795,10 +909,24 @@ mod tests {
             }]
         );
         // Release.
-        let plan = cas_plan("lock-1", &request(vec![CasCondition::equals("owner", "w1")], vec![del("owner")])).unwrap();
-        assert_eq!(plan.statements, vec![CasStatement { kind: CasKind::DeleteIf, values: vec![t("lock-1"), t("owner"), b(b"w1")] }]);
+        let plan = cas_plan(
+            "lock-1",
+            &request(vec![CasCondition::equals("owner", "w1")], vec![del("owner")]),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.statements,
+            vec![CasStatement {
+                kind: CasKind::DeleteIf,
+                values: vec![t("lock-1"), t("owner"), b(b"w1")]
+            }]
+        );
         // No TTL binds 0, as for plain writes.
-        let plan = cas_plan("r", &request(vec![CasCondition::equals("n", "4")], vec![set("n", b"5", None)])).unwrap();
+        let plan = cas_plan(
+            "r",
+            &request(vec![CasCondition::equals("n", "4")], vec![set("n", b"5", None)]),
+        )
+        .unwrap();
         assert_eq!(plan.statements[0].values[0], CqlValue::Int(0));
     }
 
@@ -807,15 +935,32 @@ mod tests {
         // The lock's acquire: owner absent, fencing counter at 41 -> owner set with a TTL, counter 42.
         let r = request(
             vec![CasCondition::absent("owner"), CasCondition::equals("fence", "41")],
-            vec![set("owner", b"w1", Some(Duration::from_millis(1500))), set("fence", b"42", None), del("old"), set("note", b"n", None)],
+            vec![
+                set("owner", b"w1", Some(Duration::from_millis(1500))),
+                set("fence", b"42", None),
+                del("old"),
+                set("note", b"n", None),
+            ],
         );
         let plan = cas_plan("lock-1", &r).unwrap();
         let kinds: Vec<CasKind> = plan.statements.iter().map(|s| s.kind).collect();
-        assert_eq!(kinds, [CasKind::InsertIfNotExists, CasKind::UpdateIf, CasKind::Delete, CasKind::Insert]);
-        assert_eq!(plan.statements[0].values, vec![t("lock-1"), t("owner"), b(b"w1"), CqlValue::Int(3)]);
-        assert_eq!(plan.statements[1].values, vec![CqlValue::Int(0), b(b"42"), t("lock-1"), t("fence"), b(b"41")]);
+        assert_eq!(
+            kinds,
+            [CasKind::InsertIfNotExists, CasKind::UpdateIf, CasKind::Delete, CasKind::Insert]
+        );
+        assert_eq!(
+            plan.statements[0].values,
+            vec![t("lock-1"), t("owner"), b(b"w1"), CqlValue::Int(3)]
+        );
+        assert_eq!(
+            plan.statements[1].values,
+            vec![CqlValue::Int(0), b(b"42"), t("lock-1"), t("fence"), b(b"41")]
+        );
         assert_eq!(plan.statements[2].values, vec![t("lock-1"), t("old")]);
-        assert_eq!(plan.statements[3].values, vec![t("lock-1"), t("note"), b(b"n"), CqlValue::Int(0)]);
+        assert_eq!(
+            plan.statements[3].values,
+            vec![t("lock-1"), t("note"), b(b"n"), CqlValue::Int(0)]
+        );
     }
 
     #[test]
@@ -824,14 +969,40 @@ mod tests {
             Err(StoreError::Rejected(m)) => assert!(m.contains(why), "{m} should say {why:?}"),
             other => panic!("{r:?} should be refused, got {other:?}"),
         };
-        refused(request(vec![CasCondition::absent("a"), CasCondition::equals("b", "1")], vec![set("a", b"1", None)]), "'b' has no change");
-        refused(request(vec![CasCondition::absent("a"), CasCondition::equals("a", "1")], vec![set("a", b"1", None)]), "two conditions on column 'a'");
-        refused(request(vec![CasCondition::absent("a")], vec![del("a")]), "no DELETE … IF NOT EXISTS");
+        refused(
+            request(
+                vec![CasCondition::absent("a"), CasCondition::equals("b", "1")],
+                vec![set("a", b"1", None)],
+            ),
+            "'b' has no change",
+        );
+        refused(
+            request(
+                vec![CasCondition::absent("a"), CasCondition::equals("a", "1")],
+                vec![set("a", b"1", None)],
+            ),
+            "two conditions on column 'a'",
+        );
+        refused(
+            request(vec![CasCondition::absent("a")], vec![del("a")]),
+            "no DELETE … IF NOT EXISTS",
+        );
         refused(request(vec![], vec![set("a", b"1", None)]), "no condition");
         refused(request(vec![CasCondition::absent("a")], vec![]), "no change");
-        refused(request(vec![CasCondition::absent("a")], vec![set("a", b"1", None), del("a")]), "two changes on column 'a'");
-        refused(request(vec![CasCondition::absent("a")], vec![set("a", b"1", Some(Duration::from_secs(MAX_TTL_SECS as u64)))]), "maximum");
-        assert!(matches!(cas_plan("", &request(vec![CasCondition::absent("a")], vec![set("a", b"1", None)])), Err(StoreError::Rejected(m)) if m.contains("empty")));
+        refused(
+            request(vec![CasCondition::absent("a")], vec![set("a", b"1", None), del("a")]),
+            "two changes on column 'a'",
+        );
+        refused(
+            request(
+                vec![CasCondition::absent("a")],
+                vec![set("a", b"1", Some(Duration::from_secs(MAX_TTL_SECS as u64)))],
+            ),
+            "maximum",
+        );
+        assert!(
+            matches!(cas_plan("", &request(vec![CasCondition::absent("a")], vec![set("a", b"1", None)])), Err(StoreError::Rejected(m)) if m.contains("empty"))
+        );
     }
 
     fn answer(applied: Option<bool>, column: Option<&str>, value: Option<&[u8]>) -> CasAnswerRow {
@@ -852,7 +1023,10 @@ mod tests {
         let result = decode_cas(&r, vec![answer(Some(true), None, None)]).unwrap();
         assert_eq!(result, CasResult { applied: true, current: vec![cell0("fence", b"41")] });
         // ScyllaDB: the old rows too, which say nothing the conditions do not.
-        let scylla = vec![answer(Some(true), Some("owner"), None), answer(Some(true), Some("fence"), Some(b"41"))];
+        let scylla = vec![
+            answer(Some(true), Some("owner"), None),
+            answer(Some(true), Some("fence"), Some(b"41")),
+        ];
         assert_eq!(decode_cas(&r, scylla).unwrap(), result);
     }
 
@@ -867,7 +1041,10 @@ mod tests {
         let result = decode_cas(&r, vec![answer(Some(false), None, Some(b"w1"))]).unwrap();
         assert_eq!(result.current, vec![cell0("owner", b"w1")]);
         // ... on a row that does not exist: [applied] alone.
-        assert_eq!(decode_cas(&r, vec![answer(Some(false), None, None)]).unwrap(), CasResult { applied: false, current: vec![] });
+        assert_eq!(
+            decode_cas(&r, vec![answer(Some(false), None, None)]).unwrap(),
+            CasResult { applied: false, current: vec![] }
+        );
     }
 
     #[test]
@@ -877,10 +1054,17 @@ mod tests {
             vec![set("owner", b"w2", None), set("fence", b"42", None), set("other", b"x", None)],
         );
         // Cassandra: one row per existing conditioned row, clustering order.
-        let rows = vec![answer(Some(false), Some("fence"), Some(b"43")), answer(Some(false), Some("owner"), Some(b"w1"))];
-        assert_eq!(decode_cas(&r, rows).unwrap().current, vec![cell0("fence", b"43"), cell0("owner", b"w1")]);
+        let rows = vec![
+            answer(Some(false), Some("fence"), Some(b"43")),
+            answer(Some(false), Some("owner"), Some(b"w1")),
+        ];
+        assert_eq!(
+            decode_cas(&r, rows).unwrap().current,
+            vec![cell0("fence", b"43"), cell0("owner", b"w1")]
+        );
         // ScyllaDB: one row per conditional statement in statement order, nulls where none exists.
-        let rows = vec![answer(Some(false), Some("owner"), Some(b"w1")), answer(Some(false), None, None)];
+        let rows =
+            vec![answer(Some(false), Some("owner"), Some(b"w1")), answer(Some(false), None, None)];
         assert_eq!(decode_cas(&r, rows).unwrap().current, vec![cell0("owner", b"w1")]);
         // No conditioned row exists (the counter moved on to absent): [applied] alone.
         assert!(decode_cas(&r, vec![answer(Some(false), None, None)]).unwrap().current.is_empty());
@@ -898,7 +1082,9 @@ mod tests {
         // IF NOT EXISTS failed on a CQL row whose value is null: the model sees no cell.
         let r = request(vec![CasCondition::absent("owner")], vec![set("owner", b"w2", None)]);
         match decode_cas(&r, vec![answer(Some(false), Some("owner"), None)]) {
-            Err(StoreError::Rejected(m)) => assert!(m.contains("row marker") && m.contains("owner"), "{m}"),
+            Err(StoreError::Rejected(m)) => {
+                assert!(m.contains("row marker") && m.contains("owner"), "{m}")
+            }
             other => panic!("expected Rejected, got {other:?}"),
         }
         // A batch where the other condition is what failed is an ordinary "not applied".
@@ -913,17 +1099,31 @@ mod tests {
     #[test]
     fn an_answer_without_applied_or_with_unattributable_values_is_an_error() {
         let one = request(vec![CasCondition::absent("a")], vec![set("a", b"1", None)]);
-        assert!(matches!(decode_cas(&one, vec![]), Err(StoreError::Rejected(m)) if m.contains("[applied]")));
+        assert!(
+            matches!(decode_cas(&one, vec![]), Err(StoreError::Rejected(m)) if m.contains("[applied]"))
+        );
         assert!(decode_cas(&one, vec![answer(None, None, None)]).is_err());
-        let two = request(vec![CasCondition::absent("a"), CasCondition::absent("b")], vec![set("a", b"1", None), set("b", b"1", None)]);
-        assert!(matches!(decode_cas(&two, vec![answer(Some(false), None, Some(b"1"))]), Err(StoreError::Rejected(m)) if m.contains("without its column")));
+        let two = request(
+            vec![CasCondition::absent("a"), CasCondition::absent("b")],
+            vec![set("a", b"1", None), set("b", b"1", None)],
+        );
+        assert!(
+            matches!(decode_cas(&two, vec![answer(Some(false), None, Some(b"1"))]), Err(StoreError::Rejected(m)) if m.contains("without its column"))
+        );
     }
 
     #[test]
     fn answer_rows_are_read_by_column_name() {
         let names = ["[applied]", "row", "column", "value"];
         let rows = vec![
-            Row { columns: vec![Some(CqlValue::Boolean(false)), Some(t("r")), Some(t("a")), Some(b(b"1"))] },
+            Row {
+                columns: vec![
+                    Some(CqlValue::Boolean(false)),
+                    Some(t("r")),
+                    Some(t("a")),
+                    Some(b(b"1")),
+                ],
+            },
             Row { columns: vec![Some(CqlValue::Boolean(false)), None, None, None] },
         ];
         assert_eq!(
@@ -932,11 +1132,19 @@ mod tests {
         );
         // `[applied], value` (a single IF value = ?), and `[applied]` alone.
         let rows = vec![Row { columns: vec![Some(CqlValue::Boolean(false)), Some(b(b"7"))] }];
-        assert_eq!(cas_answer_rows(&["[applied]", "value"], rows).unwrap(), vec![answer(Some(false), None, Some(b"7"))]);
+        assert_eq!(
+            cas_answer_rows(&["[applied]", "value"], rows).unwrap(),
+            vec![answer(Some(false), None, Some(b"7"))]
+        );
         let rows = vec![Row { columns: vec![Some(CqlValue::Boolean(true))] }];
-        assert_eq!(cas_answer_rows(&["[applied]"], rows).unwrap(), vec![answer(Some(true), None, None)]);
+        assert_eq!(
+            cas_answer_rows(&["[applied]"], rows).unwrap(),
+            vec![answer(Some(true), None, None)]
+        );
         // Not a CAS answer, or wrong types.
-        assert!(cas_answer_rows(&["column", "value"], vec![]).unwrap_err().contains("no [applied]"));
+        assert!(cas_answer_rows(&["column", "value"], vec![])
+            .unwrap_err()
+            .contains("no [applied]"));
         let rows = vec![Row { columns: vec![Some(CqlValue::Int(1))] }];
         assert!(cas_answer_rows(&["[applied]"], rows).unwrap_err().contains("not a boolean"));
         let rows = vec![Row { columns: vec![Some(CqlValue::Boolean(false)), Some(t("x"))] }];

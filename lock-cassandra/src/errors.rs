@@ -28,8 +28,9 @@
 
 use lock_core::store::{CasTimeoutKind, Consistency, SerialConsistency, StoreError};
 use scylla::errors::{
-    ConnectionError, ConnectionPoolError, ConnectionSetupRequestErrorKind, DbError, ExecutionError, MetadataError,
-    NewSessionError, PrepareError, RequestAttemptError, SchemaAgreementError, WriteType,
+    ConnectionError, ConnectionPoolError, ConnectionSetupRequestErrorKind, DbError, ExecutionError,
+    MetadataError, NewSessionError, PrepareError, RequestAttemptError, SchemaAgreementError,
+    WriteType,
 };
 use std::fmt;
 use std::time::Duration;
@@ -86,7 +87,10 @@ impl RequestInfo<'_> {
     fn what(&self) -> String {
         match (self.op, self.serial) {
             (Operation::Cas, Some(serial)) => {
-                format!("{} on table '{}' at {serial} (commit at {})", self.op, self.table, self.consistency)
+                format!(
+                    "{} on table '{}' at {serial} (commit at {})",
+                    self.op, self.table, self.consistency
+                )
             }
             (_, Some(serial)) => format!("{} on table '{}' at {serial}", self.op, self.table),
             (_, None) => format!("{} on table '{}' at {}", self.op, self.table, self.consistency),
@@ -121,7 +125,9 @@ pub fn map_execution_error(err: &ExecutionError, req: &RequestInfo<'_>) -> Store
         ExecutionError::LastAttemptError(e) => map_attempt_error(e, req),
         ExecutionError::RequestTimeout(after) => client_timeout(*after, req),
         ExecutionError::ConnectionPoolError(e) => map_pool_error(e, req),
-        ExecutionError::EmptyPlan => req.unreachable("the load balancing policy found no node to send the request to"),
+        ExecutionError::EmptyPlan => {
+            req.unreachable("the load balancing policy found no node to send the request to")
+        }
         ExecutionError::PrepareError(e) => map_prepare_error(e, req),
         ExecutionError::SchemaAgreementError(e) => map_schema_agreement_error(e, req),
         ExecutionError::MetadataError(e) => map_metadata_error(e, req),
@@ -133,10 +139,16 @@ pub fn map_execution_error(err: &ExecutionError, req: &RequestInfo<'_>) -> Store
 fn client_timeout(after: Duration, req: &RequestInfo<'_>) -> StoreError {
     let required = req.consistency.required(req.replicas.max(1));
     match req.op {
-        Operation::Write | Operation::Delete => StoreError::WriteTimeout { consistency: req.consistency, received: 0, required },
-        Operation::Read | Operation::SerialRead => StoreError::ReadTimeout { consistency: req.consistency, received: 0, required },
+        Operation::Write | Operation::Delete => {
+            StoreError::WriteTimeout { consistency: req.consistency, received: 0, required }
+        }
+        Operation::Read | Operation::SerialRead => {
+            StoreError::ReadTimeout { consistency: req.consistency, received: 0, required }
+        }
         Operation::Cas => cas_timeout(CasTimeoutKind::Paxos, 0, None, req),
-        Operation::Schema => req.rejected(format!("no answer within the client-side timeout of {after:?}")),
+        Operation::Schema => {
+            req.rejected(format!("no answer within the client-side timeout of {after:?}"))
+        }
     }
 }
 
@@ -153,7 +165,12 @@ pub fn map_attempt_error(err: &RequestAttemptError, req: &RequestInfo<'_>) -> St
 }
 
 /// A compare-and-set whose outcome is unknown; `required` defaults to the Paxos quorum.
-fn cas_timeout(kind: CasTimeoutKind, received: usize, required: Option<usize>, req: &RequestInfo<'_>) -> StoreError {
+fn cas_timeout(
+    kind: CasTimeoutKind,
+    received: usize,
+    required: Option<usize>,
+    req: &RequestInfo<'_>,
+) -> StoreError {
     let serial = req.serial.unwrap_or_default();
     let required = required.unwrap_or_else(|| serial.required(req.replicas.max(1)));
     // Protocol v4 does not carry the number of contended rounds (see the module docs).
@@ -172,7 +189,11 @@ fn map_paxos_db_error(err: &DbError, req: &RequestInfo<'_>) -> Option<StoreError
         ) => {
             // Cassandra's commit phase times out as a SIMPLE write (StorageProxy.commitPaxos):
             // the proposal was accepted by a quorum, so it is decided.
-            let kind = if *write_type == WriteType::Simple { CasTimeoutKind::Commit } else { CasTimeoutKind::Paxos };
+            let kind = if *write_type == WriteType::Simple {
+                CasTimeoutKind::Commit
+            } else {
+                CasTimeoutKind::Paxos
+            };
             Some(cas_timeout(kind, count(*received), Some(count(*required)), req))
         }
         // The QUORUM read between prepare and propose: nothing of this round was proposed,
@@ -180,17 +201,29 @@ fn map_paxos_db_error(err: &DbError, req: &RequestInfo<'_>) -> Option<StoreError
         (Operation::Cas, DbError::ReadTimeout { received, required, .. }) => {
             Some(cas_timeout(CasTimeoutKind::Paxos, count(*received), Some(count(*required)), req))
         }
-        (Operation::Cas, DbError::Other(CAS_WRITE_UNKNOWN)) => Some(cas_timeout(CasTimeoutKind::PartiallyAccepted, 0, None, req)),
+        (Operation::Cas, DbError::Other(CAS_WRITE_UNKNOWN)) => {
+            Some(cas_timeout(CasTimeoutKind::PartiallyAccepted, 0, None, req))
+        }
         // Cassandra turns a SERIAL read's Paxos timeout into a read timeout itself; a server
         // that sends it as a write timeout is mapped the same way.
         (
             Operation::SerialRead,
-            DbError::ReadTimeout { received, required, .. } | DbError::WriteTimeout { received, required, .. },
-        ) => Some(StoreError::ReadTimeout { consistency: req.consistency, received: count(*received), required: count(*required) }),
+            DbError::ReadTimeout { received, required, .. }
+            | DbError::WriteTimeout { received, required, .. },
+        ) => Some(StoreError::ReadTimeout {
+            consistency: req.consistency,
+            received: count(*received),
+            required: count(*required),
+        }),
         // Too few replicas for the Paxos quorum (the commit's level reports itself as usual).
-        (Operation::Cas | Operation::SerialRead, DbError::Unavailable { consistency: D::Serial | D::LocalSerial, required, alive }) => {
-            Some(StoreError::Unavailable { consistency: Consistency::Quorum, required: count(*required), alive: count(*alive) })
-        }
+        (
+            Operation::Cas | Operation::SerialRead,
+            DbError::Unavailable { consistency: D::Serial | D::LocalSerial, required, alive },
+        ) => Some(StoreError::Unavailable {
+            consistency: Consistency::Quorum,
+            required: count(*required),
+            alive: count(*alive),
+        }),
         _ => None,
     }
 }
@@ -202,26 +235,38 @@ pub fn map_db_error(err: &DbError, message: &str, req: &RequestInfo<'_>) -> Stor
     }
     let c = req.consistency;
     match err {
-        DbError::WriteTimeout { received, required, .. } => {
-            StoreError::WriteTimeout { consistency: c, received: count(*received), required: count(*required) }
-        }
+        DbError::WriteTimeout { received, required, .. } => StoreError::WriteTimeout {
+            consistency: c,
+            received: count(*received),
+            required: count(*required),
+        },
         // Some replicas failed, others may have applied the write.
         DbError::WriteFailure { received, required, .. } if req.is_write() => {
-            StoreError::WriteTimeout { consistency: c, received: count(*received), required: count(*required) }
+            StoreError::WriteTimeout {
+                consistency: c,
+                received: count(*received),
+                required: count(*required),
+            }
         }
-        DbError::ReadTimeout { received, required, .. } => {
-            StoreError::ReadTimeout { consistency: c, received: count(*received), required: count(*required) }
-        }
-        DbError::Unavailable { required, alive, .. } => {
-            StoreError::Unavailable { consistency: c, required: count(*required), alive: count(*alive) }
-        }
+        DbError::ReadTimeout { received, required, .. } => StoreError::ReadTimeout {
+            consistency: c,
+            received: count(*received),
+            required: count(*required),
+        },
+        DbError::Unavailable { required, alive, .. } => StoreError::Unavailable {
+            consistency: c,
+            required: count(*required),
+            alive: count(*alive),
+        },
         other => req.rejected(format!("the server refused it: {other}: {message}")),
     }
 }
 
 fn map_pool_error(err: &ConnectionPoolError, req: &RequestInfo<'_>) -> StoreError {
     match err {
-        ConnectionPoolError::Broken { last_connection_error } if is_refusal(last_connection_error) => {
+        ConnectionPoolError::Broken { last_connection_error }
+            if is_refusal(last_connection_error) =>
+        {
             req.rejected(err)
         }
         _ => req.unreachable(err),
@@ -270,7 +315,10 @@ pub fn is_refusal(err: &ConnectionError) -> bool {
 pub fn is_refusal_kind(kind: &ConnectionSetupRequestErrorKind) -> bool {
     match kind {
         ConnectionSetupRequestErrorKind::DbError(db, _) => {
-            matches!(db, DbError::AuthenticationError | DbError::Unauthorized | DbError::ProtocolError)
+            matches!(
+                db,
+                DbError::AuthenticationError | DbError::Unauthorized | DbError::ProtocolError
+            )
         }
         ConnectionSetupRequestErrorKind::MissingAuthentication
         | ConnectionSetupRequestErrorKind::StartAuthSessionError(_)
@@ -289,13 +337,17 @@ pub fn connect_attempt(nodes: &[String], connect_timeout: Duration) -> String {
 }
 
 /// Map the error of building the session (connecting).
-pub fn map_connect_error(err: &NewSessionError, nodes: &[String], connect_timeout: Duration) -> StoreError {
+pub fn map_connect_error(
+    err: &NewSessionError,
+    nodes: &[String],
+    connect_timeout: Duration,
+) -> StoreError {
     let tried = connect_attempt(nodes, connect_timeout);
     let refused = match err {
         NewSessionError::EmptyKnownNodesList | NewSessionError::IllegalConfig(_) => true,
-        NewSessionError::MetadataError(MetadataError::ConnectionPoolError(ConnectionPoolError::Broken {
-            last_connection_error,
-        })) => is_refusal(last_connection_error),
+        NewSessionError::MetadataError(MetadataError::ConnectionPoolError(
+            ConnectionPoolError::Broken { last_connection_error },
+        )) => is_refusal(last_connection_error),
         NewSessionError::MetadataError(MetadataError::ConnectionPoolError(_)) => false,
         NewSessionError::MetadataError(MetadataError::FetchError(_)) => false,
         NewSessionError::MetadataError(_) => true,
@@ -310,7 +362,11 @@ pub fn map_connect_error(err: &NewSessionError, nodes: &[String], connect_timeou
 }
 
 /// The error of a connect that did not finish within `deadline`.
-pub fn connect_timed_out(nodes: &[String], connect_timeout: Duration, deadline: Duration) -> StoreError {
+pub fn connect_timed_out(
+    nodes: &[String],
+    connect_timeout: Duration,
+    deadline: Duration,
+) -> StoreError {
     StoreError::Unreachable(format!(
         "could not connect to the cluster within {deadline:?} ({})",
         connect_attempt(nodes, connect_timeout)
@@ -329,8 +385,16 @@ mod tests {
     }
 
     fn req(op: Operation, nodes: &[String]) -> RequestInfo<'_> {
-        let serial = matches!(op, Operation::Cas | Operation::SerialRead).then_some(SerialConsistency::Serial);
-        RequestInfo { op, table: "queue_lock_main", consistency: Consistency::Quorum, serial, replicas: 3, nodes }
+        let serial = matches!(op, Operation::Cas | Operation::SerialRead)
+            .then_some(SerialConsistency::Serial);
+        RequestInfo {
+            op,
+            table: "queue_lock_main",
+            consistency: Consistency::Quorum,
+            serial,
+            replicas: 3,
+            nodes,
+        }
     }
 
     fn db(e: DbError) -> ExecutionError {
@@ -338,24 +402,45 @@ mod tests {
     }
 
     fn refused_io() -> ConnectionError {
-        ConnectionError::IoError(Arc::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)))
+        ConnectionError::IoError(Arc::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )))
     }
 
     #[test]
     fn write_timeout_may_have_applied() {
         let n = nodes();
-        let e = db(DbError::WriteTimeout { consistency: D::Quorum, received: 1, required: 2, write_type: WriteType::Simple });
+        let e = db(DbError::WriteTimeout {
+            consistency: D::Quorum,
+            received: 1,
+            required: 2,
+            write_type: WriteType::Simple,
+        });
         let mapped = map_execution_error(&e, &req(Operation::Write, &n));
-        assert_eq!(mapped, StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 1, required: 2 });
+        assert_eq!(
+            mapped,
+            StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 1, required: 2 }
+        );
         assert!(mapped.may_have_applied());
-        let e = db(DbError::WriteTimeout { consistency: D::Quorum, received: 0, required: 2, write_type: WriteType::UnloggedBatch });
+        let e = db(DbError::WriteTimeout {
+            consistency: D::Quorum,
+            received: 0,
+            required: 2,
+            write_type: WriteType::UnloggedBatch,
+        });
         assert!(map_execution_error(&e, &req(Operation::Delete, &n)).may_have_applied());
     }
 
     #[test]
     fn write_failure_of_a_write_may_have_applied() {
         let n = nodes();
-        let e = db(DbError::WriteFailure { consistency: D::Quorum, received: 1, required: 2, numfailures: 1, write_type: WriteType::Simple });
+        let e = db(DbError::WriteFailure {
+            consistency: D::Quorum,
+            received: 1,
+            required: 2,
+            numfailures: 1,
+            write_type: WriteType::Simple,
+        });
         assert_eq!(
             map_execution_error(&e, &req(Operation::Write, &n)),
             StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 1, required: 2 }
@@ -365,7 +450,12 @@ mod tests {
     #[test]
     fn read_timeout_is_a_read_timeout() {
         let n = nodes();
-        let e = db(DbError::ReadTimeout { consistency: D::Quorum, received: 1, required: 2, data_present: false });
+        let e = db(DbError::ReadTimeout {
+            consistency: D::Quorum,
+            received: 1,
+            required: 2,
+            data_present: false,
+        });
         assert_eq!(
             map_execution_error(&e, &req(Operation::Read, &n)),
             StoreError::ReadTimeout { consistency: Consistency::Quorum, received: 1, required: 2 }
@@ -377,7 +467,10 @@ mod tests {
         let n = nodes();
         let e = db(DbError::Unavailable { consistency: D::Quorum, required: 2, alive: 1 });
         let mapped = map_execution_error(&e, &req(Operation::Write, &n));
-        assert_eq!(mapped, StoreError::Unavailable { consistency: Consistency::Quorum, required: 2, alive: 1 });
+        assert_eq!(
+            mapped,
+            StoreError::Unavailable { consistency: Consistency::Quorum, required: 2, alive: 1 }
+        );
         assert!(!mapped.may_have_applied());
         assert_eq!(mapped.to_string(), "unavailable: 2 replicas required at QUORUM, 1 alive");
     }
@@ -387,7 +480,10 @@ mod tests {
         let n = nodes();
         let e = ExecutionError::RequestTimeout(Duration::from_secs(5));
         let write = map_execution_error(&e, &req(Operation::Write, &n));
-        assert_eq!(write, StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 0, required: 2 });
+        assert_eq!(
+            write,
+            StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 0, required: 2 }
+        );
         assert!(write.may_have_applied());
         assert_eq!(
             map_execution_error(&e, &req(Operation::Delete, &n)),
@@ -397,7 +493,9 @@ mod tests {
             map_execution_error(&e, &req(Operation::Read, &n)),
             StoreError::ReadTimeout { consistency: Consistency::Quorum, received: 0, required: 2 }
         );
-        assert!(matches!(map_execution_error(&e, &req(Operation::Schema, &n)), StoreError::Rejected(m) if m.contains("5s")));
+        assert!(
+            matches!(map_execution_error(&e, &req(Operation::Schema, &n)), StoreError::Rejected(m) if m.contains("5s"))
+        );
         let all = RequestInfo { consistency: Consistency::All, ..req(Operation::Read, &n) };
         assert_eq!(
             map_execution_error(&e, &all),
@@ -416,7 +514,13 @@ mod tests {
             DbError::Overloaded,
             DbError::IsBootstrapping,
             DbError::ServerError,
-            DbError::ReadFailure { consistency: D::Quorum, received: 0, required: 2, numfailures: 1, data_present: false },
+            DbError::ReadFailure {
+                consistency: D::Quorum,
+                received: 0,
+                required: 2,
+                numfailures: 1,
+                data_present: false,
+            },
         ] {
             let mapped = map_execution_error(&db(e.clone()), &req(Operation::Read, &n));
             match &mapped {
@@ -436,8 +540,15 @@ mod tests {
         let broken = ExecutionError::LastAttemptError(RequestAttemptError::BrokenConnectionError(
             BrokenConnectionErrorKind::ChannelError.into(),
         ));
-        let pool = ExecutionError::ConnectionPoolError(ConnectionPoolError::Broken { last_connection_error: refused_io() });
-        for e in [broken, pool, ExecutionError::EmptyPlan, ExecutionError::LastAttemptError(RequestAttemptError::UnableToAllocStreamId)] {
+        let pool = ExecutionError::ConnectionPoolError(ConnectionPoolError::Broken {
+            last_connection_error: refused_io(),
+        });
+        for e in [
+            broken,
+            pool,
+            ExecutionError::EmptyPlan,
+            ExecutionError::LastAttemptError(RequestAttemptError::UnableToAllocStreamId),
+        ] {
             match map_execution_error(&e, &req(Operation::Write, &n)) {
                 StoreError::Unreachable(m) => {
                     assert!(m.contains("10.0.0.1:9042, 10.0.0.2:9042"), "{m}");
@@ -452,14 +563,23 @@ mod tests {
     fn prepare_and_schema_errors_map_through_their_cause() {
         let n = nodes();
         let r = req(Operation::Schema, &n);
-        let pool = PrepareError::ConnectionPoolError(ConnectionPoolError::Broken { last_connection_error: refused_io() });
+        let pool = PrepareError::ConnectionPoolError(ConnectionPoolError::Broken {
+            last_connection_error: refused_io(),
+        });
         assert!(matches!(map_prepare_error(&pool, &r), StoreError::Unreachable(_)));
         let syntax = PrepareError::AllAttemptsFailed {
-            first_attempt: RequestAttemptError::DbError(DbError::SyntaxError, "line 1:0 no viable alternative".into()),
+            first_attempt: RequestAttemptError::DbError(
+                DbError::SyntaxError,
+                "line 1:0 no viable alternative".into(),
+            ),
         };
-        assert!(matches!(map_prepare_error(&syntax, &r), StoreError::Rejected(m) if m.contains("no viable alternative")));
+        assert!(
+            matches!(map_prepare_error(&syntax, &r), StoreError::Rejected(m) if m.contains("no viable alternative"))
+        );
         let timeout = SchemaAgreementError::Timeout(Duration::from_secs(30));
-        assert!(matches!(map_schema_agreement_error(&timeout, &r), StoreError::Rejected(m) if m.contains("schema")));
+        assert!(
+            matches!(map_schema_agreement_error(&timeout, &r), StoreError::Rejected(m) if m.contains("schema"))
+        );
         let wrapped = ExecutionError::SchemaAgreementError(timeout);
         assert!(matches!(map_execution_error(&wrapped, &r), StoreError::Rejected(_)));
     }
@@ -467,9 +587,9 @@ mod tests {
     #[test]
     fn connect_failures_say_what_was_tried() {
         let n = nodes();
-        let e = NewSessionError::MetadataError(MetadataError::ConnectionPoolError(ConnectionPoolError::Broken {
-            last_connection_error: refused_io(),
-        }));
+        let e = NewSessionError::MetadataError(MetadataError::ConnectionPoolError(
+            ConnectionPoolError::Broken { last_connection_error: refused_io() },
+        ));
         match map_connect_error(&e, &n, Duration::from_secs(5)) {
             StoreError::Unreachable(m) => {
                 assert!(m.contains("10.0.0.1:9042, 10.0.0.2:9042"), "{m}");
@@ -479,13 +599,17 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let dns = NewSessionError::FailedToResolveAnyHostname(vec!["nowhere.invalid:9042".into()]);
-        assert!(matches!(map_connect_error(&dns, &n, Duration::from_secs(5)), StoreError::Unreachable(m) if m.contains("nowhere.invalid")));
+        assert!(
+            matches!(map_connect_error(&dns, &n, Duration::from_secs(5)), StoreError::Unreachable(m) if m.contains("nowhere.invalid"))
+        );
         assert!(matches!(
             map_connect_error(&NewSessionError::EmptyKnownNodesList, &n, Duration::from_secs(5)),
             StoreError::Rejected(_)
         ));
         match connect_timed_out(&n, Duration::from_secs(5), Duration::from_secs(10)) {
-            StoreError::Unreachable(m) => assert!(m.contains("within 10s") && m.contains("10.0.0.2:9042"), "{m}"),
+            StoreError::Unreachable(m) => {
+                assert!(m.contains("within 10s") && m.contains("10.0.0.2:9042"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -493,7 +617,10 @@ mod tests {
     #[test]
     fn authentication_failures_are_refusals_not_unreachability() {
         assert!(is_refusal_kind(&ConnectionSetupRequestErrorKind::MissingAuthentication));
-        assert!(is_refusal_kind(&ConnectionSetupRequestErrorKind::DbError(DbError::AuthenticationError, "bad".into())));
+        assert!(is_refusal_kind(&ConnectionSetupRequestErrorKind::DbError(
+            DbError::AuthenticationError,
+            "bad".into()
+        )));
         assert!(!is_refusal_kind(&ConnectionSetupRequestErrorKind::UnableToAllocStreamId));
         assert!(!is_refusal(&refused_io()));
         assert!(!is_refusal(&ConnectionError::ConnectTimeout));
@@ -508,30 +635,76 @@ mod tests {
         let n = nodes();
         let cas = req(Operation::Cas, &n);
         let mapped = map_execution_error(&write_timeout(WriteType::Cas, 1), &cas);
-        assert_eq!(mapped, StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 1, required: 2, contentions: 0 });
+        assert_eq!(
+            mapped,
+            StoreError::CasTimeout {
+                kind: CasTimeoutKind::Paxos,
+                received: 1,
+                required: 2,
+                contentions: 0
+            }
+        );
         assert!(mapped.may_have_applied());
         // A write failure of a Paxos phase says no more than a timeout.
-        let failure = db(DbError::WriteFailure { consistency: D::Serial, received: 0, required: 2, numfailures: 2, write_type: WriteType::Cas });
-        assert!(matches!(map_execution_error(&failure, &cas), StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, .. }));
+        let failure = db(DbError::WriteFailure {
+            consistency: D::Serial,
+            received: 0,
+            required: 2,
+            numfailures: 2,
+            write_type: WriteType::Cas,
+        });
+        assert!(matches!(
+            map_execution_error(&failure, &cas),
+            StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, .. }
+        ));
         // The read phase timing out: reported as a Paxos-phase timeout, as the embedded store does.
-        let read = db(DbError::ReadTimeout { consistency: D::Quorum, received: 1, required: 2, data_present: false });
+        let read = db(DbError::ReadTimeout {
+            consistency: D::Quorum,
+            received: 1,
+            required: 2,
+            data_present: false,
+        });
         assert_eq!(
             map_execution_error(&read, &cas),
-            StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 1, required: 2, contentions: 0 }
+            StoreError::CasTimeout {
+                kind: CasTimeoutKind::Paxos,
+                received: 1,
+                required: 2,
+                contentions: 0
+            }
         );
         // Another write type than SIMPLE on a conditional statement: nothing says it was decided.
         let batch = map_execution_error(&write_timeout(WriteType::BatchLog, 0), &cas);
-        assert!(matches!(batch, StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, .. }), "{batch:?}");
+        assert!(
+            matches!(batch, StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, .. }),
+            "{batch:?}"
+        );
     }
 
     #[test]
     fn a_cas_timed_out_in_its_commit_is_decided() {
         let n = nodes();
-        let e = db(DbError::WriteTimeout { consistency: D::Quorum, received: 1, required: 2, write_type: WriteType::Simple });
+        let e = db(DbError::WriteTimeout {
+            consistency: D::Quorum,
+            received: 1,
+            required: 2,
+            write_type: WriteType::Simple,
+        });
         let mapped = map_execution_error(&e, &req(Operation::Cas, &n));
-        assert_eq!(mapped, StoreError::CasTimeout { kind: CasTimeoutKind::Commit, received: 1, required: 2, contentions: 0 });
+        assert_eq!(
+            mapped,
+            StoreError::CasTimeout {
+                kind: CasTimeoutKind::Commit,
+                received: 1,
+                required: 2,
+                contentions: 0
+            }
+        );
         // The same answer to a plain write stays a write timeout.
-        assert!(matches!(map_execution_error(&e, &req(Operation::Write, &n)), StoreError::WriteTimeout { .. }));
+        assert!(matches!(
+            map_execution_error(&e, &req(Operation::Write, &n)),
+            StoreError::WriteTimeout { .. }
+        ));
     }
 
     #[test]
@@ -540,10 +713,18 @@ mod tests {
         let e = db(DbError::Other(CAS_WRITE_UNKNOWN));
         assert_eq!(
             map_execution_error(&e, &req(Operation::Cas, &n)),
-            StoreError::CasTimeout { kind: CasTimeoutKind::PartiallyAccepted, received: 0, required: 2, contentions: 0 }
+            StoreError::CasTimeout {
+                kind: CasTimeoutKind::PartiallyAccepted,
+                received: 0,
+                required: 2,
+                contentions: 0
+            }
         );
         // Another unknown code is a refusal.
-        assert!(matches!(map_execution_error(&db(DbError::Other(0x1234)), &req(Operation::Cas, &n)), StoreError::Rejected(_)));
+        assert!(matches!(
+            map_execution_error(&db(DbError::Other(0x1234)), &req(Operation::Cas, &n)),
+            StoreError::Rejected(_)
+        ));
     }
 
     #[test]
@@ -552,22 +733,40 @@ mod tests {
         let e = ExecutionError::RequestTimeout(Duration::from_secs(5));
         assert_eq!(
             map_execution_error(&e, &req(Operation::Cas, &n)),
-            StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 0, required: 2, contentions: 0 }
+            StoreError::CasTimeout {
+                kind: CasTimeoutKind::Paxos,
+                received: 0,
+                required: 2,
+                contentions: 0
+            }
         );
         // Five replicas: the Paxos quorum is three, whatever the commit consistency.
-        let five = RequestInfo { replicas: 5, consistency: Consistency::One, ..req(Operation::Cas, &n) };
-        assert!(matches!(map_execution_error(&e, &five), StoreError::CasTimeout { required: 3, .. }));
+        let five =
+            RequestInfo { replicas: 5, consistency: Consistency::One, ..req(Operation::Cas, &n) };
+        assert!(matches!(
+            map_execution_error(&e, &five),
+            StoreError::CasTimeout { required: 3, .. }
+        ));
     }
 
     #[test]
     fn a_serial_read_times_out_as_a_read() {
         let n = nodes();
         let serial = req(Operation::SerialRead, &n);
-        let expected = StoreError::ReadTimeout { consistency: Consistency::Quorum, received: 0, required: 2 };
-        let server = db(DbError::ReadTimeout { consistency: D::Serial, received: 0, required: 2, data_present: false });
+        let expected =
+            StoreError::ReadTimeout { consistency: Consistency::Quorum, received: 0, required: 2 };
+        let server = db(DbError::ReadTimeout {
+            consistency: D::Serial,
+            received: 0,
+            required: 2,
+            data_present: false,
+        });
         assert_eq!(map_execution_error(&server, &serial), expected);
         assert_eq!(map_execution_error(&write_timeout(WriteType::Cas, 0), &serial), expected);
-        assert_eq!(map_execution_error(&ExecutionError::RequestTimeout(Duration::from_secs(5)), &serial), expected);
+        assert_eq!(
+            map_execution_error(&ExecutionError::RequestTimeout(Duration::from_secs(5)), &serial),
+            expected
+        );
     }
 
     #[test]
@@ -576,25 +775,41 @@ mod tests {
         for op in [Operation::Cas, Operation::SerialRead] {
             let e = db(DbError::Unavailable { consistency: D::Serial, required: 2, alive: 1 });
             let mapped = map_execution_error(&e, &req(op, &n));
-            assert_eq!(mapped, StoreError::Unavailable { consistency: Consistency::Quorum, required: 2, alive: 1 });
+            assert_eq!(
+                mapped,
+                StoreError::Unavailable { consistency: Consistency::Quorum, required: 2, alive: 1 }
+            );
             assert!(!mapped.may_have_applied());
         }
         // The commit's level unavailable: reported at the commit consistency.
         let all = RequestInfo { consistency: Consistency::All, ..req(Operation::Cas, &n) };
         let e = db(DbError::Unavailable { consistency: D::All, required: 3, alive: 2 });
-        assert_eq!(map_execution_error(&e, &all), StoreError::Unavailable { consistency: Consistency::All, required: 3, alive: 2 });
+        assert_eq!(
+            map_execution_error(&e, &all),
+            StoreError::Unavailable { consistency: Consistency::All, required: 3, alive: 2 }
+        );
     }
 
     #[test]
     fn cas_refusals_name_the_serial_and_commit_levels() {
         let n = nodes();
         match map_execution_error(&db(DbError::Invalid), &req(Operation::Cas, &n)) {
-            StoreError::Rejected(m) => assert!(m.contains("compare-and-set on table 'queue_lock_main' at SERIAL (commit at QUORUM)"), "{m}"),
+            StoreError::Rejected(m) => assert!(
+                m.contains(
+                    "compare-and-set on table 'queue_lock_main' at SERIAL (commit at QUORUM)"
+                ),
+                "{m}"
+            ),
             other => panic!("{other:?}"),
         }
-        let local = RequestInfo { serial: Some(SerialConsistency::LocalSerial), ..req(Operation::SerialRead, &n) };
+        let local = RequestInfo {
+            serial: Some(SerialConsistency::LocalSerial),
+            ..req(Operation::SerialRead, &n)
+        };
         match map_execution_error(&db(DbError::Invalid), &local) {
-            StoreError::Rejected(m) => assert!(m.contains("serial read on table 'queue_lock_main' at LOCAL_SERIAL"), "{m}"),
+            StoreError::Rejected(m) => {
+                assert!(m.contains("serial read on table 'queue_lock_main' at LOCAL_SERIAL"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
     }

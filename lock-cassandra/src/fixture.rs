@@ -77,24 +77,29 @@ pub async fn create_keyspace_without_tablets_where_known(
         let ddl = crate::cql::create_keyspace(keyspace, replication, tablets_off);
         match store.session().query_unpaged(ddl.as_str(), ()).await {
             Ok(_) => {
-                return store
-                    .session()
-                    .await_schema_agreement()
-                    .await
-                    .map(drop)
-                    .map_err(|e| StoreError::Rejected(format!("schema agreement after {ddl}: {e}")));
+                return store.session().await_schema_agreement().await.map(drop).map_err(|e| {
+                    StoreError::Rejected(format!("schema agreement after {ddl}: {e}"))
+                });
             }
             Err(e) => refused.push(format!("{ddl}: {e}")),
         }
     }
-    Err(StoreError::Rejected(format!("could not create keyspace '{keyspace}': {}", refused.join("; "))))
+    Err(StoreError::Rejected(format!(
+        "could not create keyspace '{keyspace}': {}",
+        refused.join("; ")
+    )))
 }
 
 /// A row key no other test or run uses: `name`, the system clock in µs, the process id and a
 /// per-process counter.
 pub fn fresh_row(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{name}-{}-{}-{}", PhysicalClock::System.now_micros(), std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{name}-{}-{}-{}",
+        PhysicalClock::System.now_micros(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A backend on a real cluster plus an algorithm (see the module docs).
@@ -175,7 +180,10 @@ impl CassandraFixture {
     /// The context of contender `name`: system clock, QUORUM, the fixture's TTL, a seed of
     /// its own.
     pub fn context(&self, name: &str) -> ClientContext {
-        let seed = self.seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let seed = self.seed
+            ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
         ClientContext::new(name, LocalClock::new(PhysicalClock::System, 0), seed)
             .with_ttl(self.ttl)
             .with_consistency(Consistency::Quorum)

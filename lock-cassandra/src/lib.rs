@@ -334,10 +334,11 @@ pub mod fixture;
 pub use config::{CassandraConfig, ConfigError, Replication};
 
 use async_trait::async_trait;
-use cql::{CasKind, CasStatements, ReadKind, ReadValues, RawCell, TableStatements};
+use cql::{CasKind, CasStatements, RawCell, ReadKind, ReadValues, TableStatements};
 use errors::{Operation, RequestInfo};
 use lock_core::store::{
-    CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError,
+    CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
+    Slice, StoreError,
 };
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
@@ -356,8 +357,14 @@ use tokio::sync::OnceCell;
 /// the shadow lock's main and shadow tables, the queue lock's main and queue tables, the
 /// fencing tokens (`lock_core::fence::FENCE_TABLE`) and the time service
 /// (`lock_core::time::GLOBAL_TIME_TABLE`).
-pub const ALGORITHM_TABLES: [&str; 6] =
-    ["shadow_lock_main", "shadow_lock_shadow", "queue_lock_main", "queue_lock_queue", "lock_fence", "time_service"];
+pub const ALGORITHM_TABLES: [&str; 6] = [
+    "shadow_lock_main",
+    "shadow_lock_shadow",
+    "queue_lock_main",
+    "queue_lock_queue",
+    "lock_fence",
+    "time_service",
+];
 
 /// The prepared statements of one table.
 struct Prepared {
@@ -425,8 +432,16 @@ impl CassandraStore {
         }
         let deadline = config.connect_deadline();
         let session = match tokio::time::timeout(deadline, builder.build()).await {
-            Err(_) => return Err(errors::connect_timed_out(&config.nodes, config.connect_timeout, deadline)),
-            Ok(Err(e)) => return Err(errors::map_connect_error(&e, &config.nodes, config.connect_timeout)),
+            Err(_) => {
+                return Err(errors::connect_timed_out(
+                    &config.nodes,
+                    config.connect_timeout,
+                    deadline,
+                ))
+            }
+            Ok(Err(e)) => {
+                return Err(errors::map_connect_error(&e, &config.nodes, config.connect_timeout))
+            }
             Ok(Ok(session)) => session,
         };
         let store = CassandraStore {
@@ -439,7 +454,8 @@ impl CassandraStore {
         };
         if store.inner.config.create_schema {
             let config = &store.inner.config;
-            let text = cql::create_keyspace(&config.keyspace, &config.replication, config.tablets_off);
+            let text =
+                cql::create_keyspace(&config.keyspace, &config.replication, config.tablets_off);
             store.schema_change(text, "keyspace").await?;
         }
         Ok(store)
@@ -479,13 +495,21 @@ impl CassandraStore {
     /// The tables whose statements are prepared, sorted.
     pub fn known_tables(&self) -> Vec<String> {
         let map = self.inner.tables.lock().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> =
-            map.iter().filter(|(_, cell)| cell.initialized()).map(|(name, _)| name.clone()).collect();
+        let mut names: Vec<String> = map
+            .iter()
+            .filter(|(_, cell)| cell.initialized())
+            .map(|(name, _)| name.clone())
+            .collect();
         names.sort();
         names
     }
 
-    fn info<'a>(&'a self, op: Operation, table: &'a str, consistency: Consistency) -> RequestInfo<'a> {
+    fn info<'a>(
+        &'a self,
+        op: Operation,
+        table: &'a str,
+        consistency: Consistency,
+    ) -> RequestInfo<'a> {
         RequestInfo {
             op,
             table,
@@ -554,7 +578,11 @@ impl CassandraStore {
     }
 
     /// The compare-and-set statements of `table`, prepared on first use.
-    async fn cas_statements<'p>(&self, table: &str, prepared: &'p Prepared) -> Result<&'p [PreparedStatement; 5], StoreError> {
+    async fn cas_statements<'p>(
+        &self,
+        table: &str,
+        prepared: &'p Prepared,
+    ) -> Result<&'p [PreparedStatement; 5], StoreError> {
         prepared
             .cas
             .get_or_try_init(|| async {
@@ -572,7 +600,9 @@ impl CassandraStore {
                     statement.set_use_cached_result_metadata(false);
                     statements.push(statement);
                 }
-                statements.try_into().map_err(|_| StoreError::Rejected("internal: wrong number of CAS statements".into()))
+                statements.try_into().map_err(|_| {
+                    StoreError::Rejected("internal: wrong number of CAS statements".into())
+                })
             })
             .await
     }
@@ -590,11 +620,18 @@ impl CassandraStore {
         Ok(prepared)
     }
 
-    async fn do_write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn do_write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         if cells.is_empty() {
             return Ok(());
         }
-        let values = cells.iter().map(|cell| cql::write_values(row, cell)).collect::<Result<Vec<_>, _>>()?;
+        let values =
+            cells.iter().map(|cell| cql::write_values(row, cell)).collect::<Result<Vec<_>, _>>()?;
         let prepared = self.table(table).await?;
         let info = self.info(Operation::Write, table, c);
         let result = if let [one] = values.as_slice() {
@@ -613,7 +650,14 @@ impl CassandraStore {
         result.map(drop).map_err(|e| errors::map_execution_error(&e, &info))
     }
 
-    async fn do_delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn do_delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         let values = cql::delete_values(row, column, ts)?;
         let prepared = self.table(table).await?;
         let info = self.info(Operation::Delete, table, c);
@@ -627,14 +671,30 @@ impl CassandraStore {
             .map_err(|e| errors::map_execution_error(&e, &info))
     }
 
-    async fn do_read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
-        self.read_at(table, row, slice, self.consistency(c), self.info(Operation::Read, table, c)).await
+    async fn do_read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
+        self.read_at(table, row, slice, self.consistency(c), self.info(Operation::Read, table, c))
+            .await
     }
 
     /// A read at SERIAL or LOCAL_SERIAL: the ordinary select, which Cassandra and ScyllaDB run
     /// through Paxos when asked for that read consistency.
-    async fn do_read_serial(&self, table: &str, row: &str, slice: &Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
-        let info = RequestInfo { serial: Some(serial), ..self.info(Operation::SerialRead, table, Consistency::Quorum) };
+    async fn do_read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
+        let info = RequestInfo {
+            serial: Some(serial),
+            ..self.info(Operation::SerialRead, table, Consistency::Quorum)
+        };
         self.read_at(table, row, slice, cql::serial_read_consistency(serial), info).await
     }
 
@@ -695,7 +755,8 @@ impl CassandraStore {
             batch.set_consistency(self.consistency(commit));
             batch.set_serial_consistency(Some(cql::driver_serial_consistency(serial)));
             batch.set_is_idempotent(false);
-            let values: Vec<&Vec<scylla::value::CqlValue>> = plan.statements.iter().map(|s| &s.values).collect();
+            let values: Vec<&Vec<scylla::value::CqlValue>> =
+                plan.statements.iter().map(|s| &s.values).collect();
             self.inner.session.batch(&batch, values).await
         }
         .map_err(|e| errors::map_execution_error(&e, &info))?;
@@ -704,9 +765,16 @@ impl CassandraStore {
 }
 
 /// The [`CasResult`] of a compare-and-set's answer.
-fn decode_cas_result(result: QueryResult, request: &CasRequest, info: &RequestInfo<'_>) -> Result<CasResult, StoreError> {
+fn decode_cas_result(
+    result: QueryResult,
+    request: &CasRequest,
+    info: &RequestInfo<'_>,
+) -> Result<CasResult, StoreError> {
     let bad = |e: &dyn fmt::Display| {
-        StoreError::Rejected(format!("{} on table '{}': unexpected result: {e}", info.op, info.table))
+        StoreError::Rejected(format!(
+            "{} on table '{}': unexpected result: {e}",
+            info.op, info.table
+        ))
     };
     let rows = result.into_rows_result().map_err(|e| bad(&e))?;
     let names: Vec<&str> = rows.column_specs().iter().map(|spec| spec.name()).collect();
@@ -720,9 +788,16 @@ fn decode_cas_result(result: QueryResult, request: &CasRequest, info: &RequestIn
 }
 
 /// The cells of a read's result.
-fn decode_result(result: QueryResult, limit: Option<usize>, info: &RequestInfo<'_>) -> Result<Vec<Cell>, StoreError> {
+fn decode_result(
+    result: QueryResult,
+    limit: Option<usize>,
+    info: &RequestInfo<'_>,
+) -> Result<Vec<Cell>, StoreError> {
     let bad = |e: &dyn fmt::Display| {
-        StoreError::Rejected(format!("{} on table '{}': unexpected result: {e}", info.op, info.table))
+        StoreError::Rejected(format!(
+            "{} on table '{}': unexpected result: {e}",
+            info.op, info.table
+        ))
     };
     let rows = result.into_rows_result().map_err(|e| bad(&e))?;
     let raw = rows
@@ -735,15 +810,34 @@ fn decode_result(result: QueryResult, limit: Option<usize>, info: &RequestInfo<'
 
 #[async_trait]
 impl CellStore for CassandraStore {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.do_write(table, row, cells, c).await
     }
 
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.do_delete(table, row, column, ts, c).await
     }
 
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.do_read(table, row, &slice, c).await
     }
 
@@ -758,7 +852,13 @@ impl CellStore for CassandraStore {
         self.do_cas(table, row, request, serial, commit).await
     }
 
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.do_read_serial(table, row, &slice, serial).await
     }
 }
@@ -846,17 +946,36 @@ impl CassandraClient {
 
 #[async_trait]
 impl CellStore for CassandraClient {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.check()?;
         self.store.do_write(table, &self.stored_row(row), cells, c).await
     }
 
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.check()?;
         self.store.do_delete(table, &self.stored_row(row), column, ts, c).await
     }
 
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.check()?;
         self.store.do_read(table, &self.stored_row(row), &slice, c).await
     }
@@ -873,7 +992,13 @@ impl CellStore for CassandraClient {
         self.store.do_cas(table, &self.stored_row(row), request, serial, commit).await
     }
 
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.check()?;
         self.store.do_read_serial(table, &self.stored_row(row), &slice, serial).await
     }
@@ -912,17 +1037,23 @@ mod tests {
             }
             other => panic!("expected Unreachable, got {other:?}"),
         }
-        assert!(err.may_have_applied(), "Unreachable is treated as maybe-applied by the algorithms");
+        assert!(
+            err.may_have_applied(),
+            "Unreachable is treated as maybe-applied by the algorithms"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn connecting_to_several_unreachable_nodes_names_each() {
         let config = CassandraConfig::from_nodes("127.0.0.1:1,127.0.0.1:2").unwrap();
         let start = Instant::now();
-        let err = CassandraStore::connect(config).await.expect_err("nothing listens on ports 1 and 2");
+        let err =
+            CassandraStore::connect(config).await.expect_err("nothing listens on ports 1 and 2");
         assert!(start.elapsed() < Duration::from_secs(15));
         match &err {
-            StoreError::Unreachable(m) => assert!(m.contains("127.0.0.1:1") && m.contains("127.0.0.1:2"), "{m}"),
+            StoreError::Unreachable(m) => {
+                assert!(m.contains("127.0.0.1:1") && m.contains("127.0.0.1:2"), "{m}")
+            }
             other => panic!("expected Unreachable, got {other:?}"),
         }
     }
@@ -938,9 +1069,13 @@ mod tests {
                 held.push(socket);
             }
         });
-        let config = CassandraConfig::from_nodes(&addr.to_string()).unwrap().with_connect_timeout(Duration::from_secs(1));
+        let config = CassandraConfig::from_nodes(&addr.to_string())
+            .unwrap()
+            .with_connect_timeout(Duration::from_secs(1));
         let start = Instant::now();
-        let err = CassandraStore::connect(config.clone()).await.expect_err("a silent node cannot be connected to");
+        let err = CassandraStore::connect(config.clone())
+            .await
+            .expect_err("a silent node cannot be connected to");
         let took = start.elapsed();
         silent.abort();
         eprintln!("connect to a silent {addr} failed after {took:?}: {err}");

@@ -19,12 +19,17 @@ const Q: Consistency = Consistency::Quorum;
 
 fn config() -> Option<CassandraConfig> {
     match std::env::var(ENV) {
-        Ok(nodes) if !nodes.trim().is_empty() => {
-            Some(CassandraConfig::from_nodes(&nodes).expect("LOCK_TEST_CASSANDRA: host:port[,host:port…]").with_keyspace(KEYSPACE))
-        }
+        Ok(nodes) if !nodes.trim().is_empty() => Some(
+            CassandraConfig::from_nodes(&nodes)
+                .expect("LOCK_TEST_CASSANDRA: host:port[,host:port…]")
+                .with_keyspace(KEYSPACE),
+        ),
         _ => {
             // Straight to stderr, past the test harness's capture, so that it is seen.
-            let _ = writeln!(std::io::stderr(), "LOCK_TEST_CASSANDRA not set: Cassandra integration tests not run");
+            let _ = writeln!(
+                std::io::stderr(),
+                "LOCK_TEST_CASSANDRA not set: Cassandra integration tests not run"
+            );
             None
         }
     }
@@ -53,7 +58,10 @@ async fn last_write_wins_by_timestamp_not_by_arrival() {
     let r = fresh_row("lww");
     s.write(TABLE, &r, &[cell("c", b"new", 200, None)], Q).await.unwrap();
     s.write(TABLE, &r, &[cell("c", b"old", 100, None)], Q).await.unwrap();
-    assert_eq!(row(&s, &r).await, vec![Cell { column: "c".into(), value: b"new".to_vec(), timestamp: 200 }]);
+    assert_eq!(
+        row(&s, &r).await,
+        vec![Cell { column: "c".into(), value: b"new".to_vec(), timestamp: 200 }]
+    );
     s.write(TABLE, &r, &[cell("c", b"newer", 201, None)], Q).await.unwrap();
     assert_eq!(row(&s, &r).await[0].value, b"newer");
 }
@@ -72,9 +80,15 @@ async fn equal_timestamps_keep_the_greater_value() {
 async fn deletion_wins_a_tie_and_its_tombstone_blocks_older_writes() {
     let Some(s) = store().await else { return };
     let r = fresh_row("tomb");
-    s.write(TABLE, &r, &[cell("c", b"v", 100, None), cell("keep", b"k", 100, None)], Q).await.unwrap();
+    s.write(TABLE, &r, &[cell("c", b"v", 100, None), cell("keep", b"k", 100, None)], Q)
+        .await
+        .unwrap();
     s.delete(TABLE, &r, "c", 100, Q).await.unwrap();
-    assert_eq!(columns(&row(&s, &r).await), ["keep"], "a deletion wins over a write of the same timestamp");
+    assert_eq!(
+        columns(&row(&s, &r).await),
+        ["keep"],
+        "a deletion wins over a write of the same timestamp"
+    );
     s.write(TABLE, &r, &[cell("c", b"late", 99, None)], Q).await.unwrap();
     assert_eq!(columns(&row(&s, &r).await), ["keep"], "an older write must not resurrect the cell");
     s.write(TABLE, &r, &[cell("c", b"again", 101, None)], Q).await.unwrap();
@@ -89,14 +103,23 @@ async fn cells_expire_after_their_ttl_and_never_before() {
     let Some(s) = store().await else { return };
     let r = fresh_row("ttl");
     let ts = PhysicalClock::System.now_micros();
-    s.write(TABLE, &r, &[cell("short", b"s", ts, Some(Duration::from_secs(1))), cell("forever", b"f", ts, None)], Q)
-        .await
-        .unwrap();
+    s.write(
+        TABLE,
+        &r,
+        &[cell("short", b"s", ts, Some(Duration::from_secs(1))), cell("forever", b"f", ts, None)],
+        Q,
+    )
+    .await
+    .unwrap();
     // Bound as 2 s (1 s asked + the margin): alive for at least 1 s after the write.
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(columns(&row(&s, &r).await), ["forever", "short"]);
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    assert_eq!(columns(&row(&s, &r).await), ["forever"], "the TTL cell must be gone 2.3 s after its write");
+    assert_eq!(
+        columns(&row(&s, &r).await),
+        ["forever"],
+        "the TTL cell must be gone 2.3 s after its write"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +145,10 @@ async fn rows_are_sorted_byte_wise_and_sliced() {
     assert_eq!(columns(&read(Slice::first(2)).await), ["Z", "a"]);
     assert_eq!(columns(&read(Slice::from("a0", 2)).await), ["a0", "b"]);
     assert_eq!(columns(&read(Slice::from("a1", 10)).await), ["b", "~", "é"]);
-    assert_eq!(columns(&read(Slice { start: Some("b".into()), limit: None }).await), ["b", "~", "é"]);
+    assert_eq!(
+        columns(&read(Slice { start: Some("b".into()), limit: None }).await),
+        ["b", "~", "é"]
+    );
     assert!(read(Slice::from("ö", 3)).await.is_empty());
     assert!(read(Slice::first(0)).await.is_empty());
     // The head of the row moves on when its first cell is deleted.
@@ -140,7 +166,11 @@ async fn cells_of_one_write_land_together_with_their_own_timestamps_and_ttls() {
     s.write(
         TABLE,
         &r,
-        &[cell("x", b"1", ts, None), cell("y", b"", ts + 1, Some(Duration::from_secs(30))), cell("z", b"3", ts + 2, None)],
+        &[
+            cell("x", b"1", ts, None),
+            cell("y", b"", ts + 1, Some(Duration::from_secs(30))),
+            cell("z", b"3", ts + 2, None),
+        ],
         Q,
     )
     .await
@@ -180,12 +210,16 @@ async fn fencing_tokens_increase_on_the_cluster() {
     let Some(s) = store().await else { return };
     let lock = fresh_row("fence");
     let clients: Vec<CassandraClient> = (0..3).map(|i| s.client(format!("f{i}"))).collect();
-    let timestamps: Vec<TimestampGenerator> =
-        (0..3).map(|_| TimestampGenerator::new(LocalClock::new(PhysicalClock::System, 0))).collect();
+    let timestamps: Vec<TimestampGenerator> = (0..3)
+        .map(|_| TimestampGenerator::new(LocalClock::new(PhysicalClock::System, 0)))
+        .collect();
     let mut last = 0;
     for round in 0..9 {
         let i = round % 3;
-        let token = lock_core::fence::next_token(&clients[i], &timestamps[i], &lock, clients[i].id(), Q).await.unwrap();
+        let token =
+            lock_core::fence::next_token(&clients[i], &timestamps[i], &lock, clients[i].id(), Q)
+                .await
+                .unwrap();
         assert_eq!(token, last + 1);
         last = token;
     }
@@ -240,17 +274,28 @@ async fn too_few_replicas_is_unavailable_and_not_applied() {
     let replication = Replication::EveryDatacenter { replication_factor: nodes + 1 };
     // ScyllaDB refuses more replicas than nodes in keyspaces with tablets (its default), and
     // Cassandra does not know the `tablets` option: without tablets where it is known.
-    lock_cassandra::fixture::create_keyspace_without_tablets_where_known(&probe, &keyspace, &replication)
-        .await
-        .expect("create the over-replicated keyspace");
+    lock_cassandra::fixture::create_keyspace_without_tablets_where_known(
+        &probe,
+        &keyspace,
+        &replication,
+    )
+    .await
+    .expect("create the over-replicated keyspace");
     drop(probe);
     let s = CassandraStore::connect(config.with_keyspace(keyspace).with_replication(replication))
         .await
         .expect("connect to the over-replicated keyspace");
-    let err = s.write(TABLE, &fresh_row("unavail"), &[cell("c", b"v", 1, None)], Consistency::All).await.unwrap_err();
+    let err = s
+        .write(TABLE, &fresh_row("unavail"), &[cell("c", b"v", 1, None)], Consistency::All)
+        .await
+        .unwrap_err();
     assert_eq!(
         err,
-        StoreError::Unavailable { consistency: Consistency::All, required: nodes as usize + 1, alive: nodes as usize }
+        StoreError::Unavailable {
+            consistency: Consistency::All,
+            required: nodes as usize + 1,
+            alive: nodes as usize
+        }
     );
     assert!(!err.may_have_applied());
 }

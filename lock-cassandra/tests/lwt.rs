@@ -10,8 +10,8 @@
 use lock_cassandra::fixture::{self, fresh_row};
 use lock_cassandra::{CassandraConfig, CassandraStore};
 use lock_core::store::{
-    CasChange, CasCondition, CasRequest, CasResult, CasTimeoutKind, Cell, CellStore, Consistency, SerialConsistency,
-    Slice, StoreError,
+    CasChange, CasCondition, CasRequest, CasResult, CasTimeoutKind, Cell, CellStore, Consistency,
+    SerialConsistency, Slice, StoreError,
 };
 use lock_core::time::PhysicalClock;
 use std::collections::HashSet;
@@ -89,9 +89,13 @@ fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
 async fn if_not_exists_applies_once_then_reports_the_current_cell() {
     let Some(s) = store().await else { return };
     let r = fresh_row("ine");
-    let first = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w1", None)]).await.unwrap();
+    let first = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w1", None)])
+        .await
+        .unwrap();
     assert_eq!(first, CasResult { applied: true, current: vec![] });
-    let second = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w2", None)]).await.unwrap();
+    let second = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w2", None)])
+        .await
+        .unwrap();
     assert_eq!(second, CasResult { applied: false, current: vec![cell("owner", "w1")] });
     assert_eq!(values(&s, &r).await, pairs(&[("owner", "w1")]));
 }
@@ -102,24 +106,40 @@ async fn conditional_update_and_delete_apply_only_on_the_expected_value() {
     let r = fresh_row("ifv");
     cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w1", None)]).await.unwrap();
 
-    let wrong = cas(&s, &r, vec![CasCondition::equals("owner", "w9")], vec![set("owner", "w2", None)]).await.unwrap();
+    let wrong =
+        cas(&s, &r, vec![CasCondition::equals("owner", "w9")], vec![set("owner", "w2", None)])
+            .await
+            .unwrap();
     assert_eq!(wrong, CasResult { applied: false, current: vec![cell("owner", "w1")] });
     assert_eq!(values(&s, &r).await, pairs(&[("owner", "w1")]));
-    let right = cas(&s, &r, vec![CasCondition::equals("owner", "w1")], vec![set("owner", "w2", None)]).await.unwrap();
-    assert_eq!(right, CasResult { applied: true, current: vec![cell("owner", "w1")] }, "rebuilt from the condition");
+    let right =
+        cas(&s, &r, vec![CasCondition::equals("owner", "w1")], vec![set("owner", "w2", None)])
+            .await
+            .unwrap();
+    assert_eq!(
+        right,
+        CasResult { applied: true, current: vec![cell("owner", "w1")] },
+        "rebuilt from the condition"
+    );
     assert_eq!(values(&s, &r).await, pairs(&[("owner", "w2")]));
 
-    let wrong = cas(&s, &r, vec![CasCondition::equals("owner", "w1")], vec![del("owner")]).await.unwrap();
+    let wrong =
+        cas(&s, &r, vec![CasCondition::equals("owner", "w1")], vec![del("owner")]).await.unwrap();
     assert_eq!(wrong, CasResult { applied: false, current: vec![cell("owner", "w2")] });
     assert_eq!(values(&s, &r).await, pairs(&[("owner", "w2")]));
-    let right = cas(&s, &r, vec![CasCondition::equals("owner", "w2")], vec![del("owner")]).await.unwrap();
+    let right =
+        cas(&s, &r, vec![CasCondition::equals("owner", "w2")], vec![del("owner")]).await.unwrap();
     assert!(right.applied);
     assert!(values(&s, &r).await.is_empty());
 
     // On a cell that no longer exists the server answers `[applied]` alone.
-    let gone = cas(&s, &r, vec![CasCondition::equals("owner", "w2")], vec![del("owner")]).await.unwrap();
+    let gone =
+        cas(&s, &r, vec![CasCondition::equals("owner", "w2")], vec![del("owner")]).await.unwrap();
     assert_eq!(gone, CasResult { applied: false, current: vec![] });
-    let gone = cas(&s, &r, vec![CasCondition::equals("owner", "w2")], vec![set("owner", "w3", None)]).await.unwrap();
+    let gone =
+        cas(&s, &r, vec![CasCondition::equals("owner", "w2")], vec![set("owner", "w3", None)])
+            .await
+            .unwrap();
     assert_eq!(gone, CasResult { applied: false, current: vec![] });
     assert!(values(&s, &r).await.is_empty());
 }
@@ -147,7 +167,10 @@ async fn a_conditional_batch_applies_all_or_nothing_and_keeps_each_cells_ttl() {
     // Both conditions fail: both current cells come back, in column order; nothing changes.
     let (conditions, changes) = acquire("w2", ("41", "43"));
     let lost = cas(&s, &r, conditions, changes).await.unwrap();
-    assert_eq!(lost, CasResult { applied: false, current: vec![cell("fence", "42"), cell("owner", "w1")] });
+    assert_eq!(
+        lost,
+        CasResult { applied: false, current: vec![cell("fence", "42"), cell("owner", "w1")] }
+    );
     // One condition holds (the fence), the other not: still nothing changes.
     let (conditions, changes) = acquire("w2", ("42", "43"));
     let lost = cas(&s, &r, conditions, changes).await.unwrap();
@@ -170,7 +193,10 @@ async fn a_conditional_batch_applies_all_or_nothing_and_keeps_each_cells_ttl() {
     tokio::time::sleep(Duration::from_millis(2300).saturating_sub(written.elapsed())).await;
     assert_eq!(values(&s, &r).await, pairs(&[("fence", "42")]));
     let (conditions, changes) = acquire("w2", ("42", "43"));
-    assert!(cas(&s, &r, conditions, changes).await.unwrap().applied, "the expired owner no longer blocks");
+    assert!(
+        cas(&s, &r, conditions, changes).await.unwrap().applied,
+        "the expired owner no longer blocks"
+    );
     assert_eq!(values(&s, &r).await, pairs(&[("fence", "43"), ("owner", "w2")]));
 }
 
@@ -179,17 +205,25 @@ async fn an_expired_cell_is_absent_for_the_next_if_not_exists() {
     let Some(s) = store().await else { return };
     let r = fresh_row("expire");
     let written = Instant::now();
-    let first =
-        cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w1", Some(Duration::from_secs(1)))]);
+    let first = cas(
+        &s,
+        &r,
+        vec![CasCondition::absent("owner")],
+        vec![set("owner", "w1", Some(Duration::from_secs(1)))],
+    );
     assert!(first.await.unwrap().applied);
     // Alive for at least the TTL asked (1 s).
     tokio::time::sleep(Duration::from_millis(700).saturating_sub(written.elapsed())).await;
-    let early = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w2", None)]).await.unwrap();
+    let early = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w2", None)])
+        .await
+        .unwrap();
     assert!(written.elapsed() < Duration::from_secs(1), "the check ran too late to mean anything");
     assert_eq!(early, CasResult { applied: false, current: vec![cell("owner", "w1")] });
     // Gone after the bound TTL (2 s).
     tokio::time::sleep(Duration::from_millis(2300).saturating_sub(written.elapsed())).await;
-    let late = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w2", None)]).await.unwrap();
+    let late = cas(&s, &r, vec![CasCondition::absent("owner")], vec![set("owner", "w2", None)])
+        .await
+        .unwrap();
     assert_eq!(late, CasResult { applied: true, current: vec![] });
     assert_eq!(values(&s, &r).await, pairs(&[("owner", "w2")]));
 }
@@ -207,7 +241,16 @@ async fn exactly_one_of_concurrent_if_not_exists_wins() {
             tokio::spawn(async move {
                 let me = format!("w{i}");
                 start.wait().await;
-                (me.clone(), cas(&client, &r, vec![CasCondition::absent("owner")], vec![set("owner", &me, None)]).await)
+                (
+                    me.clone(),
+                    cas(
+                        &client,
+                        &r,
+                        vec![CasCondition::absent("owner")],
+                        vec![set("owner", &me, None)],
+                    )
+                    .await,
+                )
             })
         })
         .collect();
@@ -246,14 +289,20 @@ async fn a_counter_advanced_by_cas_from_several_tasks_loses_no_update() {
     const TASKS: usize = 8;
     const EACH: usize = 10;
     let r = Arc::new(fresh_row("counter"));
-    assert!(cas(&s, &r, vec![CasCondition::absent("n")], vec![set("n", "0", None)]).await.unwrap().applied);
+    assert!(
+        cas(&s, &r, vec![CasCondition::absent("n")], vec![set("n", "0", None)])
+            .await
+            .unwrap()
+            .applied
+    );
     let began = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
             let (client, r) = (s.client(format!("t{t}")), r.clone());
             tokio::spawn(async move {
                 // Values are `n:task:attempt`, so a SERIAL read after a timeout tells whose it is.
-                let (mut known, mut mine, mut unknown, mut attempts) = ("0".to_string(), Vec::new(), 0usize, 0usize);
+                let (mut known, mut mine, mut unknown, mut attempts) =
+                    ("0".to_string(), Vec::new(), 0usize, 0usize);
                 while mine.len() + unknown < EACH {
                     attempts += 1;
                     let n: u64 = known.split(':').next().unwrap().parse().unwrap();
@@ -265,12 +314,15 @@ async fn a_counter_advanced_by_cas_from_several_tasks_loses_no_update() {
                             known = next;
                         }
                         Ok(CasResult { applied: false, current }) => {
-                            let cell = current.first().unwrap_or_else(|| panic!("counter vanished: {current:?}"));
+                            let cell = current
+                                .first()
+                                .unwrap_or_else(|| panic!("counter vanished: {current:?}"));
                             known = String::from_utf8(cell.value.clone()).unwrap();
                         }
                         Err(StoreError::CasTimeout { .. }) => {
                             // Unknown outcome: the SERIAL read is final for it (rule 12).
-                            let now = client.read_serial(TABLE, &r, Slice::all(), SERIAL).await.unwrap();
+                            let now =
+                                client.read_serial(TABLE, &r, Slice::all(), SERIAL).await.unwrap();
                             known = String::from_utf8(now[0].value.clone()).unwrap();
                             if known == next {
                                 mine.push(n + 1);
@@ -288,14 +340,23 @@ async fn a_counter_advanced_by_cas_from_several_tasks_loses_no_update() {
     let (mut all, mut unknown, mut attempts) = (Vec::new(), 0, 0);
     for t in tasks {
         let (mine, u, a) = t.await.expect("task");
-        assert!(mine.windows(2).all(|w| w[0] < w[1]), "one task's values must strictly increase: {mine:?}");
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "one task's values must strictly increase: {mine:?}"
+        );
         all.extend(mine);
         unknown += u;
         attempts += a;
     }
     let took = began.elapsed();
     let last = s.read_serial(TABLE, &r, Slice::all(), SERIAL).await.unwrap();
-    let last: u64 = String::from_utf8(last[0].value.clone()).unwrap().split(':').next().unwrap().parse().unwrap();
+    let last: u64 = String::from_utf8(last[0].value.clone())
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     eprintln!(
         "{TASKS} tasks x {EACH} increments by CAS: final {last}, {} known applied, {unknown} unknown, {attempts} attempts, {took:?}",
         all.len()
@@ -331,7 +392,10 @@ async fn a_serial_read_sees_the_latest_cas_with_its_ballot_timestamp() {
         first[0].timestamp
     );
     for v in ["2", "3"] {
-        let prev = s.read_serial(TABLE, &stored, Slice::all(), SerialConsistency::LocalSerial).await.unwrap();
+        let prev = s
+            .read_serial(TABLE, &stored, Slice::all(), SerialConsistency::LocalSerial)
+            .await
+            .unwrap();
         let prev_value = String::from_utf8(prev[0].value.clone()).unwrap();
         assert!(
             cas(&writer, &r, vec![CasCondition::equals("c", prev_value)], vec![set("c", v, None)])
@@ -342,11 +406,18 @@ async fn a_serial_read_sees_the_latest_cas_with_its_ballot_timestamp() {
         let now = writer.read_serial(TABLE, &r, Slice::first(1), SERIAL).await.unwrap();
         assert_eq!(now.len(), 1);
         assert_eq!(now[0].value, v.as_bytes(), "the SERIAL read right after the CAS sees it");
-        assert!(now[0].timestamp > prev[0].timestamp, "each decided CAS writes with a greater ballot");
+        assert!(
+            now[0].timestamp > prev[0].timestamp,
+            "each decided CAS writes with a greater ballot"
+        );
     }
     // A slice of nothing sends nothing and finds nothing; a row never written is empty.
     assert!(s.read_serial(TABLE, &stored, Slice::first(0), SERIAL).await.unwrap().is_empty());
-    assert!(s.read_serial(TABLE, &fresh_row("none"), Slice::all(), SERIAL).await.unwrap().is_empty());
+    assert!(s
+        .read_serial(TABLE, &fresh_row("none"), Slice::all(), SERIAL)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,7 +432,11 @@ async fn shapes_cql_cannot_express_fail_before_any_round_trip() {
             vec![set("a", "1", None)],
             "'b' has no change",
         ),
-        (vec![CasCondition::absent("a"), CasCondition::equals("a", "1")], vec![set("a", "1", None)], "two conditions"),
+        (
+            vec![CasCondition::absent("a"), CasCondition::equals("a", "1")],
+            vec![set("a", "1", None)],
+            "two conditions",
+        ),
         (vec![CasCondition::absent("a")], vec![del("a")], "no DELETE … IF NOT EXISTS"),
         (vec![], vec![set("a", "1", None)], "no condition"),
         (vec![CasCondition::absent("a")], vec![], "no change"),
@@ -388,9 +463,18 @@ async fn shapes_cql_cannot_express_fail_before_any_round_trip() {
     assert!(values(&s, &r).await.is_empty());
     // A cut-off client sends nothing either.
     client.cut_off(true);
-    let request = CasRequest { conditions: vec![CasCondition::absent("a")], changes: vec![set("a", "1", None)] };
-    assert!(matches!(client.cas(TABLE, &r, &request, SERIAL, Q).await, Err(StoreError::Unreachable(_))));
-    assert!(matches!(client.read_serial(TABLE, &r, Slice::all(), SERIAL).await, Err(StoreError::Unreachable(_))));
+    let request = CasRequest {
+        conditions: vec![CasCondition::absent("a")],
+        changes: vec![set("a", "1", None)],
+    };
+    assert!(matches!(
+        client.cas(TABLE, &r, &request, SERIAL, Q).await,
+        Err(StoreError::Unreachable(_))
+    ));
+    assert!(matches!(
+        client.read_serial(TABLE, &r, Slice::all(), SERIAL).await,
+        Err(StoreError::Unreachable(_))
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,9 +482,19 @@ async fn a_row_marker_outliving_its_value_is_refused_not_reported_as_a_held_cell
     let Some(s) = store().await else { return };
     let r = fresh_row("marker");
     // INSERT without TTL (a row marker for good), then UPDATE with a TTL (the value only).
-    assert!(cas(&s, &r, vec![CasCondition::absent("c")], vec![set("c", "1", None)]).await.unwrap().applied);
+    assert!(
+        cas(&s, &r, vec![CasCondition::absent("c")], vec![set("c", "1", None)])
+            .await
+            .unwrap()
+            .applied
+    );
     let written = Instant::now();
-    let update = cas(&s, &r, vec![CasCondition::equals("c", "1")], vec![set("c", "2", Some(Duration::from_secs(1)))]);
+    let update = cas(
+        &s,
+        &r,
+        vec![CasCondition::equals("c", "1")],
+        vec![set("c", "2", Some(Duration::from_secs(1)))],
+    );
     assert!(update.await.unwrap().applied);
     tokio::time::sleep(Duration::from_millis(2300).saturating_sub(written.elapsed())).await;
     assert!(values(&s, &r).await.is_empty(), "the value expired");
@@ -411,7 +505,8 @@ async fn a_row_marker_outliving_its_value_is_refused_not_reported_as_a_held_cell
         other => panic!("expected the row-marker refusal, got {other:?}"),
     }
     // A condition on the value sees it absent, as the model does.
-    let none = cas(&s, &r, vec![CasCondition::equals("c", "2")], vec![set("c", "3", None)]).await.unwrap();
+    let none =
+        cas(&s, &r, vec![CasCondition::equals("c", "2")], vec![set("c", "3", None)]).await.unwrap();
     assert_eq!(none, CasResult { applied: false, current: vec![] });
 }
 
@@ -425,27 +520,30 @@ async fn a_cas_the_client_gives_up_on_is_a_paxos_timeout() {
     // creating the table are not bound by the request timeout.)
     let quorum = SERIAL.required(config.quorum_base());
     drop(connect(config.clone()).await);
-    let s = CassandraStore::connect(config.with_request_timeout(Duration::from_micros(1))).await.expect("connect");
+    let s = CassandraStore::connect(config.with_request_timeout(Duration::from_micros(1)))
+        .await
+        .expect("connect");
     s.ensure_tables(&[TABLE]).await.expect("tables");
     let (mut cas_timeouts, mut read_timeouts, mut answered) = (0, 0, 0);
     for _ in 0..20 {
         let r = fresh_row("giveup");
         match cas(&s, &r, vec![CasCondition::absent("c")], vec![set("c", "1", None)]).await {
             Ok(_) => answered += 1,
-            Err(StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 0, required, contentions: 0 })
-                if required == quorum =>
-            {
-                cas_timeouts += 1
-            }
+            Err(StoreError::CasTimeout {
+                kind: CasTimeoutKind::Paxos,
+                received: 0,
+                required,
+                contentions: 0,
+            }) if required == quorum => cas_timeouts += 1,
             Err(other) => panic!("expected a client-side CAS timeout, got {other:?}"),
         }
         match s.read_serial(TABLE, &r, Slice::all(), SERIAL).await {
             Ok(_) => answered += 1,
-            Err(StoreError::ReadTimeout { consistency: Consistency::Quorum, received: 0, required })
-                if required == quorum =>
-            {
-                read_timeouts += 1
-            }
+            Err(StoreError::ReadTimeout {
+                consistency: Consistency::Quorum,
+                received: 0,
+                required,
+            }) if required == quorum => read_timeouts += 1,
             Err(other) => panic!("expected a client-side read timeout, got {other:?}"),
         }
         if cas_timeouts > 0 && read_timeouts > 0 {

@@ -38,10 +38,8 @@ fn config() -> Option<CassandraConfig> {
                 .with_keyspace(KEYSPACE),
         ),
         _ => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "{ENV} not set: the Cassandra tombstone soak not run"
-            );
+            let _ =
+                writeln!(std::io::stderr(), "{ENV} not set: the Cassandra tombstone soak not run");
             None
         }
     }
@@ -68,22 +66,14 @@ async fn run(store: &CassandraStore, prefix: &str, build: Build, soak: Duration)
     let mut tasks = Vec::new();
     for i in 0..CONTENDERS {
         let owner = format!("c{i:04}");
-        let client = store
-            .client(owner.clone())
-            .with_row_prefix(prefix.to_string());
-        let ctx = ClientContext::new(
-            owner,
-            LocalClock::new(PhysicalClock::System, 0),
-            i as u64 + 1,
-        );
+        let client = store.client(owner.clone()).with_row_prefix(prefix.to_string());
+        let ctx =
+            ClientContext::new(owner, LocalClock::new(PhysicalClock::System, 0), i as u64 + 1);
         let locker = build(client, ctx);
         tasks.push(tokio::spawn(async move {
             let mut grants = 0u64;
             while Instant::now() < deadline {
-                let guard = locker
-                    .lock("soak", Some(Duration::from_secs(30)))
-                    .await
-                    .expect("lock");
+                let guard = locker.lock("soak", Some(Duration::from_secs(30))).await.expect("lock");
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 guard.release().await.expect("release");
                 grants += 1;
@@ -113,22 +103,10 @@ async fn traced_read(
     ));
     stmt.set_tracing(true);
     stmt.set_consistency(scylla::statement::Consistency::Quorum);
-    let result = store
-        .session()
-        .query_unpaged(stmt, (row,))
-        .await
-        .expect("traced read");
+    let result = store.session().query_unpaged(stmt, (row,)).await.expect("traced read");
     let id = result.tracing_id().expect("a tracing id");
-    let info = store
-        .session()
-        .get_tracing_info(&id)
-        .await
-        .expect("tracing info");
-    let activities: Vec<String> = info
-        .events
-        .iter()
-        .filter_map(|e| e.activity.clone())
-        .collect();
+    let info = store.session().get_tracing_info(&id).await.expect("tracing info");
+    let activities: Vec<String> = info.events.iter().filter_map(|e| e.activity.clone()).collect();
     activities
         .iter()
         .find_map(|a| parse_read_line(a))
@@ -145,10 +123,7 @@ fn parse_read_line(a: &str) -> Option<(u64, u64)> {
 
 #[test]
 fn trace_lines_parse() {
-    assert_eq!(
-        parse_read_line("Read 1 live rows and 7023 tombstone cells"),
-        Some((1, 7023))
-    );
+    assert_eq!(parse_read_line("Read 1 live rows and 7023 tombstone cells"), Some((1, 7023)));
     assert_eq!(
         parse_read_line("Read 0 live rows and 0 tombstone cells [ReadStage-2]"),
         Some((0, 0))
@@ -159,9 +134,7 @@ fn trace_lines_parse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_bounded_stays_under_the_warning_threshold_while_the_queue_grows() {
     let Some(config) = config() else { return };
-    let store = CassandraStore::connect(config)
-        .await
-        .expect("connect to LOCK_TEST_CASSANDRA");
+    let store = CassandraStore::connect(config).await.expect("connect to LOCK_TEST_CASSANDRA");
     let tables = [
         lock_queue::MAIN_TABLE,
         lock_queue::QUEUE_TABLE,
@@ -171,11 +144,7 @@ async fn queue_bounded_stays_under_the_warning_threshold_while_the_queue_grows()
     ];
     store.ensure_tables(&tables).await.expect("tables");
     let soak = soak();
-    let prefix = format!(
-        "tomb{}p{}/",
-        PhysicalClock::System.now_micros(),
-        std::process::id()
-    );
+    let prefix = format!("tomb{}p{}/", PhysicalClock::System.now_micros(), std::process::id());
     let row = format!("{prefix}soak");
 
     let bounded = run(

@@ -69,8 +69,12 @@ where
     TF: Future<Output = R>,
 {
     let rt = match mode {
-        Mode::Simulated => tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build(),
-        Mode::Wall => tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build(),
+        Mode::Simulated => {
+            tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()
+        }
+        Mode::Wall => {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()
+        }
     }
     .expect("build a tokio runtime");
     rt.block_on(async move {
@@ -141,7 +145,12 @@ pub fn assert_exclusive(holds: &[Hold]) -> usize {
     check_exclusive(holds).unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn hold_for(log: &HoldLog, guard: LockGuard, granted: Instant, hold: Duration) -> Result<(), LockError> {
+async fn hold_for(
+    log: &HoldLog,
+    guard: LockGuard,
+    granted: Instant,
+    hold: Duration,
+) -> Result<(), LockError> {
     tokio::time::sleep(hold).await;
     log.push(Hold {
         lock_id: guard.lock_id().to_string(),
@@ -172,7 +181,9 @@ pub async fn one_lock_one_holder<F: Fixture>(fx: Arc<F>) {
         tasks.push(tokio::spawn(async move {
             for _ in 0..rounds {
                 let g = locker.lock("one-lock", None).await.expect("lock");
-                hold_for(&log, g, Instant::now(), Duration::from_millis(20)).await.expect("release");
+                hold_for(&log, g, Instant::now(), Duration::from_millis(20))
+                    .await
+                    .expect("release");
             }
         }));
     }
@@ -204,7 +215,9 @@ pub async fn many_locks_many_holders<F: Fixture>(fx: Arc<F>) {
             t.await.expect("contender task");
         }
     };
-    tokio::time::timeout(fx.ttl() * 3, all).await.expect("distinct locks must be held at once, not in turn");
+    tokio::time::timeout(fx.ttl() * 3, all)
+        .await
+        .expect("distinct locks must be held at once, not in turn");
 
     // Part 2: 12 contenders over 4 locks, exclusion per lock.
     let log = HoldLog::default();
@@ -217,7 +230,9 @@ pub async fn many_locks_many_holders<F: Fixture>(fx: Arc<F>) {
             for r in 0..rounds {
                 let id = format!("res-{}", (i + r) % locks);
                 let g = locker.lock(&id, None).await.expect("lock");
-                hold_for(&log, g, Instant::now(), Duration::from_millis(10)).await.expect("release");
+                hold_for(&log, g, Instant::now(), Duration::from_millis(10))
+                    .await
+                    .expect("release");
             }
         }));
     }
@@ -237,7 +252,10 @@ pub async fn lease_outlives_ttl_by_renewal<F: Fixture>(fx: Arc<F>) {
     let until = Instant::now() + ttl * 3;
     let mut checks = 0;
     while Instant::now() < until {
-        assert!(other.try_lock("leased").await.expect("try_lock").is_none(), "lock taken while its lease was renewed");
+        assert!(
+            other.try_lock("leased").await.expect("try_lock").is_none(),
+            "lock taken while its lease was renewed"
+        );
         assert!(!g.is_lost(), "lease lost although the store was reachable: {:?}", g.lease_state());
         checks += 1;
         tokio::time::sleep(ttl / 4).await;
@@ -275,15 +293,27 @@ pub async fn crashed_holder_frees_lock_after_ttl<F: Fixture>(fx: Arc<F>) {
         if let Some(g) = survivor.try_lock("crash").await.expect("try_lock") {
             break g;
         }
-        assert!(Instant::now() < granted + ttl * 3, "lock of a crashed holder not freed within 3 x TTL");
+        assert!(
+            Instant::now() < granted + ttl * 3,
+            "lock of a crashed holder not freed within 3 x TTL"
+        );
         tokio::time::sleep(poll).await;
     };
     let freed_after = g.token();
     let waited = Instant::now() - granted;
     eprintln!("crashed holder: next grant {waited:?} after the crashed grant (TTL {ttl:?})");
-    assert!(waited >= ttl.mul_f64(0.9), "lock freed {waited:?} after the crash, before the TTL {ttl:?}");
-    assert!(waited <= ttl + fx.notice_slack(), "lock freed only {waited:?} after the crash (TTL {ttl:?})");
-    assert!(freed_after > crashed_token, "fencing token {freed_after} not above the crashed holder's {crashed_token}");
+    assert!(
+        waited >= ttl.mul_f64(0.9),
+        "lock freed {waited:?} after the crash, before the TTL {ttl:?}"
+    );
+    assert!(
+        waited <= ttl + fx.notice_slack(),
+        "lock freed only {waited:?} after the crash (TTL {ttl:?})"
+    );
+    assert!(
+        freed_after > crashed_token,
+        "fencing token {freed_after} not above the crashed holder's {crashed_token}"
+    );
     g.release().await.expect("release");
 }
 
@@ -291,10 +321,14 @@ pub async fn crashed_holder_frees_lock_after_ttl<F: Fixture>(fx: Arc<F>) {
 pub async fn soft_lock_is_immediate_and_never_shared<F: Fixture>(fx: Arc<F>) {
     let a = fx.locker("a").await;
     let b = fx.locker("b").await;
-    let g = a.try_lock("soft").await.expect("try_lock").expect("free lock must be granted to try_lock");
+    let g =
+        a.try_lock("soft").await.expect("try_lock").expect("free lock must be granted to try_lock");
     for _ in 0..5 {
         let start = Instant::now();
-        assert!(b.try_lock("soft").await.expect("try_lock").is_none(), "soft lock granted while held");
+        assert!(
+            b.try_lock("soft").await.expect("try_lock").is_none(),
+            "soft lock granted while held"
+        );
         let took = start.elapsed();
         assert!(took < Duration::from_secs(1), "soft lock took {took:?}: it must not wait");
     }
@@ -341,7 +375,9 @@ pub async fn lost_lease_is_signalled<F: Fixture>(fx: Arc<F>) {
     let g = a.lock("lossy", None).await.expect("lock");
     let cut = Instant::now();
     fx.cut_off("a").await;
-    let lost = tokio::time::timeout(ttl * 2, g.lost()).await.expect("lost lease not signalled within 2 x TTL");
+    let lost = tokio::time::timeout(ttl * 2, g.lost())
+        .await
+        .expect("lost lease not signalled within 2 x TTL");
     assert!(g.is_lost());
     let after = cut.elapsed();
     eprintln!("lost lease signalled {after:?} after the cut ({lost})");
@@ -375,14 +411,25 @@ pub async fn fencing_tokens_strictly_increase<F: Fixture>(fx: Arc<F>) {
 pub async fn invalid_ids_are_rejected<F: Fixture>(fx: Arc<F>) {
     let a = fx.locker("a").await;
     for bad in [String::new(), "x".repeat(crate::lock::MAX_ID_LEN + 1), "a/b".into()] {
-        assert!(matches!(a.lock(&bad, None).await, Err(LockError::InvalidId { .. })), "lock({bad:?})");
-        assert!(matches!(a.try_lock(&bad).await, Err(LockError::InvalidId { .. })), "try_lock({bad:?})");
+        assert!(
+            matches!(a.lock(&bad, None).await, Err(LockError::InvalidId { .. })),
+            "lock({bad:?})"
+        );
+        assert!(
+            matches!(a.try_lock(&bad).await, Err(LockError::InvalidId { .. })),
+            "try_lock({bad:?})"
+        );
     }
 }
 
 /// `contenders` contenders over one lock, `rounds` grants each, random hold and think times
 /// from `seed`; returns every hold.
-pub async fn contended_holds<F: Fixture>(fx: Arc<F>, contenders: usize, rounds: usize, seed: u64) -> Vec<Hold> {
+pub async fn contended_holds<F: Fixture>(
+    fx: Arc<F>,
+    contenders: usize,
+    rounds: usize,
+    seed: u64,
+) -> Vec<Hold> {
     let log = HoldLog::default();
     let mut tasks = Vec::new();
     for i in 0..contenders {
@@ -406,7 +453,12 @@ pub async fn contended_holds<F: Fixture>(fx: Arc<F>, contenders: usize, rounds: 
 
 /// Mutual exclusion under contention: [`contended_holds`], then no two holds overlap and
 /// tokens increase. Returns the number of holds checked.
-pub async fn mutual_exclusion_under_contention<F: Fixture>(fx: Arc<F>, contenders: usize, rounds: usize, seed: u64) -> usize {
+pub async fn mutual_exclusion_under_contention<F: Fixture>(
+    fx: Arc<F>,
+    contenders: usize,
+    rounds: usize,
+    seed: u64,
+) -> usize {
     let n = assert_exclusive(&contended_holds(fx, contenders, rounds, seed).await);
     assert_eq!(n, contenders * rounds);
     n
@@ -430,7 +482,13 @@ pub struct Grant {
 /// `contenders` contenders loop lock -> hold -> release -> think on one lock id until
 /// `duration` has passed; returns every grant in grant order. For the algorithms' own
 /// property tests (fairness, bursts).
-pub async fn contention_log<F: Fixture>(fx: Arc<F>, contenders: usize, duration: Duration, hold: Duration, think: Duration) -> Vec<Grant> {
+pub async fn contention_log<F: Fixture>(
+    fx: Arc<F>,
+    contenders: usize,
+    duration: Duration,
+    hold: Duration,
+    think: Duration,
+) -> Vec<Grant> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
@@ -446,7 +504,13 @@ pub async fn contention_log<F: Fixture>(fx: Arc<F>, contenders: usize, duration:
                 let released = Instant::now();
                 let token = g.token();
                 g.release().await.expect("release");
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(Grant { contender: i, requested, granted, released, token });
+                log.lock().unwrap_or_else(|e| e.into_inner()).push(Grant {
+                    contender: i,
+                    requested,
+                    granted,
+                    released,
+                    token,
+                });
                 tokio::time::sleep(think).await;
             }
         }));
@@ -480,13 +544,19 @@ impl EmbeddedFixture {
         let config = match mode {
             Mode::Simulated => EmbeddedConfig {
                 replicas: 3,
-                latency: LatencyModel { fixed: Duration::from_micros(800), jitter: Duration::from_micros(400) },
+                latency: LatencyModel {
+                    fixed: Duration::from_micros(800),
+                    jitter: Duration::from_micros(400),
+                },
                 seed,
                 ..EmbeddedConfig::default()
             },
             Mode::Wall => EmbeddedConfig {
                 replicas: 3,
-                latency: LatencyModel { fixed: Duration::from_micros(100), jitter: Duration::from_micros(100) },
+                latency: LatencyModel {
+                    fixed: Duration::from_micros(100),
+                    jitter: Duration::from_micros(100),
+                },
                 seed,
                 ..EmbeddedConfig::default()
             },
@@ -495,7 +565,13 @@ impl EmbeddedFixture {
             Mode::Simulated => Duration::from_secs(10),
             Mode::Wall => Duration::from_secs(2),
         };
-        EmbeddedFixture { store: EmbeddedStore::new(config), seed, mode, ttl, build: Arc::new(build) }
+        EmbeddedFixture {
+            store: EmbeddedStore::new(config),
+            seed,
+            mode,
+            ttl,
+            build: Arc::new(build),
+        }
     }
 
     /// A fixture on an existing `store` (another fixture's, say), with the TTL of `mode`.
@@ -519,8 +595,13 @@ impl EmbeddedFixture {
 impl Fixture for EmbeddedFixture {
     async fn locker(&self, name: &str) -> Arc<dyn Locker> {
         let client = self.store.client(name);
-        let seed = self.seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-        let ctx = ClientContext::new(name, client.clock(), seed).with_ttl(self.ttl).with_consistency(Consistency::Quorum);
+        let seed = self.seed
+            ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
+        let ctx = ClientContext::new(name, client.clock(), seed)
+            .with_ttl(self.ttl)
+            .with_consistency(Consistency::Quorum);
         (self.build)(client, ctx)
     }
     async fn cut_off(&self, name: &str) {
@@ -544,7 +625,13 @@ impl Fixture for EmbeddedFixture {
 #[macro_export]
 macro_rules! conformance_suite {
     ($mode:expr, $make:expr, seeds = $seeds:expr, contenders = $contenders:expr) => {
-        $crate::conformance_suite!($mode, $make, seeds = $seeds, contenders = $contenders, run_if = Ok::<(), String>(()));
+        $crate::conformance_suite!(
+            $mode,
+            $make,
+            seeds = $seeds,
+            contenders = $contenders,
+            run_if = Ok::<(), String>(())
+        );
     };
     ($mode:expr, $make:expr, seeds = $seeds:expr, contenders = $contenders:expr, run_if = $gate:expr) => {
         mod conformance {
@@ -656,7 +743,10 @@ macro_rules! conformance_suite {
                         c::mutual_exclusion_under_contention(fx, $contenders, 4, 1000 + seed).await
                     });
                 }
-                eprintln!("mutual exclusion: {holds} holds over {} seeds checked, no overlap", $seeds);
+                eprintln!(
+                    "mutual exclusion: {holds} holds over {} seeds checked, no overlap",
+                    $seeds
+                );
             }
         }
     };
@@ -672,7 +762,11 @@ macro_rules! embedded_conformance_suite {
         $crate::conformance_suite!(
             $crate::conformance::Mode::Simulated,
             |seed| async move {
-                $crate::conformance::EmbeddedFixture::new(seed, $crate::conformance::Mode::Simulated, $build)
+                $crate::conformance::EmbeddedFixture::new(
+                    seed,
+                    $crate::conformance::Mode::Simulated,
+                    $build,
+                )
             },
             seeds = 12,
             contenders = 64
@@ -698,4 +792,3 @@ macro_rules! embedded_conformance_suite {
         }
     };
 }
-

@@ -60,7 +60,8 @@ struct Registry {
 impl Registry {
     fn listen(&self, lock_id: &str, owner: &str, ticket: &str) -> Arc<Notify> {
         let bell = Arc::new(Notify::new());
-        lock(&self.waiters).insert((lock_id.to_owned(), owner.to_owned()), (ticket.to_owned(), Arc::clone(&bell)));
+        lock(&self.waiters)
+            .insert((lock_id.to_owned(), owner.to_owned()), (ticket.to_owned(), Arc::clone(&bell)));
         bell
     }
 
@@ -201,7 +202,9 @@ impl UdpDoorbells {
                     };
                     let Ok(text) = std::str::from_utf8(&buf[..n]) else { continue };
                     let mut fields = text.split('\t');
-                    if let (Some(l), Some(o), Some(t), None) = (fields.next(), fields.next(), fields.next(), fields.next()) {
+                    if let (Some(l), Some(o), Some(t), None) =
+                        (fields.next(), fields.next(), fields.next(), fields.next())
+                    {
                         registry.deliver(l, o, t);
                     }
                 }
@@ -241,7 +244,10 @@ impl Doorbell for UdpDoorbells {
     }
 
     fn ring(&self, address: &str, lock_id: &str, owner: &str, ticket: &str) {
-        let Some(to) = address.strip_prefix("udp://").and_then(|a| a.parse::<SocketAddr>().ok()) else { return };
+        let Some(to) = address.strip_prefix("udp://").and_then(|a| a.parse::<SocketAddr>().ok())
+        else {
+            return;
+        };
         // A full send buffer or an unreachable address loses the ring: the fallback poll covers it.
         let _ = self.sender.send_to(format!("{lock_id}\t{owner}\t{ticket}").as_bytes(), to);
     }
@@ -282,7 +288,9 @@ mod tests {
         let bell = b.listen("L", "w", "t1");
         a.ring(&b.address(), "L", "nobody", "t1");
         a.ring(&b.address(), "L", "w", "t1");
-        tokio::time::timeout(Duration::from_secs(5), bell.notified()).await.expect("the ring crossed");
+        tokio::time::timeout(Duration::from_secs(5), bell.notified())
+            .await
+            .expect("the ring crossed");
         assert_eq!(b.delivered(), 1);
         // Garbage addresses are ignored.
         a.ring("tcp://nowhere", "L", "w", "t1");

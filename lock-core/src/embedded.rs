@@ -111,13 +111,14 @@
 //! protection.
 
 use crate::store::{
-    reconcile, CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError, Version,
+    reconcile, CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros,
+    SerialConsistency, Slice, StoreError, Version,
 };
-use row::{DeadCell, DeadCells, Incoming, LiveCell, Row};
 use crate::time::{ClockJump, LocalClock, PhysicalClock, SIMULATED_EPOCH_MICROS};
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use row::{DeadCell, DeadCells, Incoming, LiveCell, Row};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -234,7 +235,10 @@ impl EmbeddedConfig {
     }
 
     fn row_policy(&self) -> RowPolicy {
-        RowPolicy { grace: self.gc_grace, compaction_interval: self.effective_compaction_interval() }
+        RowPolicy {
+            grace: self.gc_grace,
+            compaction_interval: self.effective_compaction_interval(),
+        }
     }
 
     /// What a replica that scanned `tombstones` adds to its answer time.
@@ -542,7 +546,14 @@ impl Replica {
     }
 
     /// Applies a mutation at `now`; false when the replica is stopped (no acknowledgement).
-    fn apply(&self, table: &str, row: &str, m: Mutation<'_>, now: Instant, policy: RowPolicy) -> bool {
+    fn apply(
+        &self,
+        table: &str,
+        row: &str,
+        m: Mutation<'_>,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> bool {
         if !self.is_running() {
             return false;
         }
@@ -561,7 +572,8 @@ impl Replica {
             Mutation::Write(writes) => {
                 for w in writes {
                     let expires_at = w.ttl.and_then(|ttl| now.checked_add(ttl));
-                    let cell = LiveCell { timestamp: w.timestamp, value: w.value.clone(), expires_at };
+                    let cell =
+                        LiveCell { timestamp: w.timestamp, value: w.value.clone(), expires_at };
                     cells.merge(&w.column, Incoming::Live(cell), now);
                 }
             }
@@ -574,12 +586,21 @@ impl Replica {
 
     /// Brings the row to `now` (expiries, a due compaction) and hands it to `read`; `None` when
     /// the replica is stopped (no answer). A row emptied by compaction is dropped.
-    fn with_row<T>(&self, table: &str, row: &str, now: Instant, policy: RowPolicy, read: impl FnOnce(Option<&Row>) -> T) -> Option<T> {
+    fn with_row<T>(
+        &self,
+        table: &str,
+        row: &str,
+        now: Instant,
+        policy: RowPolicy,
+        read: impl FnOnce(Option<&Row>) -> T,
+    ) -> Option<T> {
         if !self.is_running() {
             return None;
         }
         let mut tables = lock(&self.tables);
-        let Some(cells) = tables.get_mut(table).and_then(|rows| rows.get_mut(row)) else { return Some(read(None)) };
+        let Some(cells) = tables.get_mut(table).and_then(|rows| rows.get_mut(row)) else {
+            return Some(read(None));
+        };
         cells.advance(now, policy.grace, policy.compaction_interval);
         if cells.is_empty() {
             if let Some(rows) = tables.get_mut(table) {
@@ -594,7 +615,14 @@ impl Replica {
     }
 
     /// The live cells of a slice, and the tombstones scanned: what a lone replica answers.
-    fn read_live(&self, table: &str, row: &str, slice: &Slice, now: Instant, policy: RowPolicy) -> Option<(Vec<Cell>, u64)> {
+    fn read_live(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> Option<(Vec<Cell>, u64)> {
         let limit = slice.limit.unwrap_or(usize::MAX);
         self.with_row(table, row, now, policy, |r| {
             let Some(r) = r else { return (Vec::new(), 0) };
@@ -602,7 +630,11 @@ impl Replica {
             let cells = scan
                 .live
                 .into_iter()
-                .map(|(column, c)| Cell { column: column.to_string(), value: c.value, timestamp: c.timestamp })
+                .map(|(column, c)| Cell {
+                    column: column.to_string(),
+                    value: c.value,
+                    timestamp: c.timestamp,
+                })
                 .collect();
             (cells, scan.tombstones)
         })
@@ -610,22 +642,45 @@ impl Replica {
 
     /// The live cells from `start` up to `limit` with a snapshot of the dead cells, for a
     /// merging coordinator, and the tombstones scanned.
-    fn read_raw(&self, table: &str, row: &str, start: Option<&str>, limit: Option<usize>, now: Instant, policy: RowPolicy) -> Option<(RawAnswer, u64)> {
+    fn read_raw(
+        &self,
+        table: &str,
+        row: &str,
+        start: Option<&str>,
+        limit: Option<usize>,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> Option<(RawAnswer, u64)> {
         let limit = limit.unwrap_or(usize::MAX);
         self.with_row(table, row, now, policy, |r| {
             let Some(r) = r else {
-                return (RawAnswer { live: Vec::new(), dead: DeadCells::default(), truncated: false }, 0);
+                return (
+                    RawAnswer { live: Vec::new(), dead: DeadCells::default(), truncated: false },
+                    0,
+                );
             };
             let scan = r.scan(start, limit);
-            (RawAnswer { live: scan.live, dead: r.dead.clone(), truncated: scan.truncated }, scan.tombstones)
+            (
+                RawAnswer { live: scan.live, dead: r.dead.clone(), truncated: scan.truncated },
+                scan.tombstones,
+            )
         })
     }
 
     /// The live cells of a whole row, bypassing the request path.
     fn snapshot(&self, table: &str, row: &str, now: Instant, policy: RowPolicy) -> Vec<Cell> {
         self.with_row(table, row, now, policy, |r| {
-            r.map(|r| r.live.iter().map(|(k, c)| Cell { column: k.to_string(), value: c.value.clone(), timestamp: c.timestamp }).collect())
-                .unwrap_or_default()
+            r.map(|r| {
+                r.live
+                    .iter()
+                    .map(|(k, c)| Cell {
+                        column: k.to_string(),
+                        value: c.value.clone(),
+                        timestamp: c.timestamp,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
         })
         .unwrap_or_default()
     }
@@ -659,7 +714,9 @@ impl Mutation<'_> {
     fn to_owned_mutation(self) -> OwnedMutation {
         match self {
             Mutation::Write(cells) => OwnedMutation::Write(cells.to_vec()),
-            Mutation::Delete { column, timestamp } => OwnedMutation::Delete { column: column.to_owned(), timestamp },
+            Mutation::Delete { column, timestamp } => {
+                OwnedMutation::Delete { column: column.to_owned(), timestamp }
+            }
         }
     }
 }
@@ -668,7 +725,9 @@ impl OwnedMutation {
     fn as_mutation(&self) -> Mutation<'_> {
         match self {
             OwnedMutation::Write(cells) => Mutation::Write(cells),
-            OwnedMutation::Delete { column, timestamp } => Mutation::Delete { column, timestamp: *timestamp },
+            OwnedMutation::Delete { column, timestamp } => {
+                Mutation::Delete { column, timestamp: *timestamp }
+            }
         }
     }
 }
@@ -739,7 +798,14 @@ impl ClientState {
     }
 
     fn reset(&self) {
-        for c in [&self.reads, &self.writes, &self.deletes, &self.cas, &self.serial_reads, &self.paxos_round_trips] {
+        for c in [
+            &self.reads,
+            &self.writes,
+            &self.deletes,
+            &self.cas,
+            &self.serial_reads,
+            &self.paxos_round_trips,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -890,7 +956,8 @@ impl EmbeddedStore {
         if let Some(r) = self.inner.replicas.get(index) {
             let nanos = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
             r.lag_nanos.store(nanos, Ordering::Release);
-            r.drop_ppm.store((drop_fraction.clamp(0.0, 1.0) * 1e6).round() as u32, Ordering::Release);
+            r.drop_ppm
+                .store((drop_fraction.clamp(0.0, 1.0) * 1e6).round() as u32, Ordering::Release);
         }
     }
 
@@ -953,19 +1020,51 @@ impl EmbeddedStore {
 
 #[async_trait]
 impl CellStore for EmbeddedStore {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.caller().mutate(table, row, Mutation::Write(cells), c).await
     }
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.caller().mutate(table, row, Mutation::Delete { column, timestamp: ts }, c).await
     }
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.caller().read(table, row, &slice, c).await
     }
-    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
         self.caller().cas(table, row, request, serial, commit).await
     }
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.caller().read_serial(table, row, &slice, serial).await
     }
     fn doorbell(&self) -> Option<Arc<dyn crate::doorbell::Doorbell>> {
@@ -1040,19 +1139,57 @@ impl EmbeddedClient {
 
 #[async_trait]
 impl CellStore for EmbeddedClient {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.request(self.caller().mutate(table, row, Mutation::Write(cells), c)).await
     }
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
-        self.request(self.caller().mutate(table, row, Mutation::Delete { column, timestamp: ts }, c)).await
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
+        self.request(self.caller().mutate(
+            table,
+            row,
+            Mutation::Delete { column, timestamp: ts },
+            c,
+        ))
+        .await
     }
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.request(self.caller().read(table, row, &slice, c)).await
     }
-    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
         self.request(self.caller().cas(table, row, request, serial, commit)).await
     }
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.request(self.caller().read_serial(table, row, &slice, serial)).await
     }
     fn doorbell(&self) -> Option<Arc<dyn crate::doorbell::Doorbell>> {
@@ -1110,10 +1247,20 @@ impl Inner {
 
     /// A mutation reaches replica `replica` at `now`: an overloaded replica may drop it
     /// ([`EmbeddedStore::lag_replica`]). True when applied (it will be acknowledged).
-    fn deliver(&self, replica: usize, table: &str, row: &str, m: Mutation<'_>, now: Instant) -> bool {
+    fn deliver(
+        &self,
+        replica: usize,
+        table: &str,
+        row: &str,
+        m: Mutation<'_>,
+        now: Instant,
+    ) -> bool {
         let Some(r) = self.replicas.get(replica) else { return false };
         let drop_ppm = r.drop_ppm.load(Ordering::Acquire);
-        if drop_ppm > 0 && r.is_running() && lock(&self.rng).random_range(0..1_000_000u32) < drop_ppm {
+        if drop_ppm > 0
+            && r.is_running()
+            && lock(&self.rng).random_range(0..1_000_000u32) < drop_ppm
+        {
             return false;
         }
         r.apply(table, row, m, now, self.config.row_policy())
@@ -1139,7 +1286,12 @@ struct Event {
 /// that simultaneous events keep a fixed order (each replica's apply before its reply). For a
 /// mutation (`slots` are replica indices) an overloaded replica's lag delays both its apply
 /// and its acknowledgement.
-fn timeline(inner: &Inner, start: Instant, slots: impl Iterator<Item = usize>, mutation: bool) -> Vec<Event> {
+fn timeline(
+    inner: &Inner,
+    start: Instant,
+    slots: impl Iterator<Item = usize>,
+    mutation: bool,
+) -> Vec<Event> {
     let mut events = Vec::new();
     {
         let mut rng = lock(&inner.rng);
@@ -1236,7 +1388,13 @@ impl Caller<'_> {
         )))
     }
 
-    async fn mutate(&self, table: &str, row: &str, m: Mutation<'_>, c: Consistency) -> Result<(), StoreError> {
+    async fn mutate(
+        &self,
+        table: &str,
+        row: &str,
+        m: Mutation<'_>,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.count(table, m.kind());
         self.check_reachable().await?;
         let inner = self.inner;
@@ -1250,7 +1408,8 @@ impl Caller<'_> {
                 return Err(StoreError::Unavailable { consistency: c, required, alive });
             }
             let policy = inner.config.row_policy();
-            let acks = inner.replicas.iter().filter(|r| r.apply(table, row, m, start, policy)).count();
+            let acks =
+                inner.replicas.iter().filter(|r| r.apply(table, row, m, start, policy)).count();
             tokio::task::yield_now().await;
             if acks >= required {
                 return Ok(());
@@ -1305,7 +1464,13 @@ impl Caller<'_> {
         Err(StoreError::WriteTimeout { consistency: c, received: acks, required })
     }
 
-    async fn read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.count(table, OpKind::Read);
         self.check_reachable().await?;
         self.quorum_read(table, row, slice, c).await
@@ -1313,7 +1478,13 @@ impl Caller<'_> {
 
     /// A read at `c` as a coordinator runs it, not counted as a request of its own (a
     /// lightweight transaction's reads are part of it).
-    async fn quorum_read(&self, table: &str, row: &str, slice: &Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn quorum_read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         let inner = self.inner;
         let required = c.required(inner.replicas.len());
         let mut chosen = inner.running();
@@ -1340,14 +1511,21 @@ impl Caller<'_> {
     }
 
     /// The rounds of one read: one, or two when merged answers came up short.
-    async fn read_rounds(&self, chosen: &[usize], slice: &Slice, c: Consistency, scan: &mut ReadScan<'_>) -> Result<Vec<Cell>, StoreError> {
+    async fn read_rounds(
+        &self,
+        chosen: &[usize],
+        slice: &Slice,
+        c: Consistency,
+        scan: &mut ReadScan<'_>,
+    ) -> Result<Vec<Cell>, StoreError> {
         let inner = self.inner;
         let (table, row) = (scan.table, scan.row);
         let policy = inner.config.row_policy();
         if chosen.len() == 1 {
             // A lone answer needs no merge: the replica slices its live cells itself.
             let read_live = |replica: usize, now: Instant| {
-                let (cells, tombstones) = inner.replicas.get(replica)?.read_live(table, row, slice, now, policy)?;
+                let (cells, tombstones) =
+                    inner.replicas.get(replica)?.read_live(table, row, slice, now, policy)?;
                 Some((Answer::Live(cells), tombstones))
             };
             return match self.read_round(chosen, c, scan, read_live).await?.pop() {
@@ -1359,7 +1537,8 @@ impl Caller<'_> {
         let start = slice.start.as_deref();
         let read_raw = |limit: Option<usize>| {
             move |replica: usize, now: Instant| {
-                let (raw, tombstones) = inner.replicas.get(replica)?.read_raw(table, row, start, limit, now, policy)?;
+                let (raw, tombstones) =
+                    inner.replicas.get(replica)?.read_raw(table, row, start, limit, now, policy)?;
                 Some((Answer::Raw(raw), tombstones))
             }
         };
@@ -1429,7 +1608,11 @@ impl Caller<'_> {
                         }
                     }
                 } else if let Some(&replica) = chosen.get(ev.slot) {
-                    let Some((a, delay)) = read(replica, Instant::now()).map(|(a, t)| scan.answered(&inner.config, a, t)) else { continue };
+                    let Some((a, delay)) = read(replica, Instant::now())
+                        .map(|(a, t)| scan.answered(&inner.config, a, t))
+                    else {
+                        continue;
+                    };
                     *answer = Some(a);
                     delay_reply(&mut events[next..], ev.slot, delay);
                 }
@@ -1439,7 +1622,9 @@ impl Caller<'_> {
             }
         }
 
-        if let Some(Answer::Overwhelmed(scanned)) = answers.iter().flatten().find(|a| matches!(a, Answer::Overwhelmed(_))) {
+        if let Some(Answer::Overwhelmed(scanned)) =
+            answers.iter().flatten().find(|a| matches!(a, Answer::Overwhelmed(_)))
+        {
             return Err(scan.overwhelmed(*scanned));
         }
         if received < required {
@@ -1472,7 +1657,12 @@ struct ReadScan<'a> {
 impl ReadScan<'_> {
     /// A replica read and scanned `tombstones`: its answer (a failure past the threshold, as
     /// Cassandra aborts the scan there) and the time the scan added to its answer.
-    fn answered(&mut self, config: &EmbeddedConfig, answer: Answer, tombstones: u64) -> (Answer, Duration) {
+    fn answered(
+        &mut self,
+        config: &EmbeddedConfig,
+        answer: Answer,
+        tombstones: u64,
+    ) -> (Answer, Duration) {
         let limit = config.tombstone_failure_threshold;
         if tombstones > limit {
             let scanned = limit.saturating_add(1);
@@ -1484,7 +1674,11 @@ impl ReadScan<'_> {
     }
 
     fn overwhelmed(&self, scanned: u64) -> StoreError {
-        StoreError::TombstoneOverwhelming { table: self.table.to_owned(), row: self.row.to_owned(), scanned }
+        StoreError::TombstoneOverwhelming {
+            table: self.table.to_owned(),
+            row: self.row.to_owned(),
+            scanned,
+        }
     }
 }
 
@@ -1516,7 +1710,9 @@ fn merge(answers: Vec<Answer>, limit: Option<usize>) -> Option<Vec<Cell>> {
     let mut out = Vec::new();
     // A k-way merge of the sorted live lists, k being the few replicas read.
     while out.len() < cap {
-        let Some(column) = lists.iter_mut().filter_map(|l| l.peek().map(|(k, _)| Arc::clone(k))).min() else {
+        let Some(column) =
+            lists.iter_mut().filter_map(|l| l.peek().map(|(k, _)| Arc::clone(k))).min()
+        else {
             break;
         };
         if bound.as_ref().is_some_and(|b| column > *b) {
@@ -1540,19 +1736,28 @@ fn winner(column: &Arc<str>, lists: &mut [LiveList], deads: &[DeadCells]) -> Opt
     let mut best: Option<(Micros, Version<Instant>, bool)> = None;
     for (list, dead) in lists.iter_mut().zip(deads) {
         let version = match list.next_if(|(k, _)| k == column) {
-            Some((_, c)) => (c.timestamp, Version::Live { value: c.value, expires_at: c.expires_at }, false),
+            Some((_, c)) => {
+                (c.timestamp, Version::Live { value: c.value, expires_at: c.expires_at }, false)
+            }
             None => match dead.get(column) {
                 Some(d) => (d.timestamp, Version::Tombstone, true),
                 None => continue,
             },
         };
         best = match best {
-            Some(cur) if reconcile(version.0, &version.1, version.2, cur.0, &cur.1, cur.2) != CmpOrdering::Greater => Some(cur),
+            Some(cur)
+                if reconcile(version.0, &version.1, version.2, cur.0, &cur.1, cur.2)
+                    != CmpOrdering::Greater =>
+            {
+                Some(cur)
+            }
             _ => Some(version),
         };
     }
     match best? {
-        (timestamp, Version::Live { value, .. }, false) => Some(Cell { column: column.to_string(), value, timestamp }),
+        (timestamp, Version::Live { value, .. }, false) => {
+            Some(Cell { column: column.to_string(), value, timestamp })
+        }
         _ => None,
     }
 }

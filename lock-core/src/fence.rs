@@ -107,7 +107,8 @@ mod tests {
 
     #[test]
     fn greater_tokens_sort_first_and_round_trip() {
-        let cols: Vec<String> = [1u64, 2, 10, 999, u64::MAX - 1].iter().map(|t| token_column(*t)).collect();
+        let cols: Vec<String> =
+            [1u64, 2, 10, 999, u64::MAX - 1].iter().map(|t| token_column(*t)).collect();
         let mut sorted = cols.clone();
         sorted.sort();
         assert_eq!(sorted, cols.iter().rev().cloned().collect::<Vec<_>>());

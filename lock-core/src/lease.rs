@@ -34,7 +34,11 @@ pub struct CellKey {
 
 impl CellKey {
     /// A cell address.
-    pub fn new(table: impl Into<String>, row: impl Into<String>, column: impl Into<String>) -> Self {
+    pub fn new(
+        table: impl Into<String>,
+        row: impl Into<String>,
+        column: impl Into<String>,
+    ) -> Self {
         CellKey { table: table.into(), row: row.into(), column: column.into() }
     }
 }
@@ -86,11 +90,16 @@ pub struct LeaseKeeper {
 
 impl LeaseKeeper {
     /// Start keeping a lease (with no cells yet; [`LeaseKeeper::add`] them as they are written).
-    pub fn start<S: CellStore + Clone>(store: S, timestamps: Arc<TimestampGenerator>, config: LeaseConfig) -> Self {
+    pub fn start<S: CellStore + Clone>(
+        store: S,
+        timestamps: Arc<TimestampGenerator>,
+        config: LeaseConfig,
+    ) -> Self {
         let shared = Arc::new(Shared { cells: Mutex::new(BTreeMap::new()), ttl: config.ttl });
         let (tx, _) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);
-        let task = tokio::spawn(renew_loop(store, timestamps, config, shared.clone(), state.clone()));
+        let task =
+            tokio::spawn(renew_loop(store, timestamps, config, shared.clone(), state.clone()));
         LeaseKeeper { shared, state, task: Some(task) }
     }
 
@@ -230,7 +239,10 @@ async fn renew_loop<S: CellStore>(
             };
             let Ok(answer) = answer else {
                 let _ = state.send(LeaseState::Lost(LeaseLost {
-                    reason: format!("a renewal was still unanswered when the cells' TTL of {:?} ran out", config.ttl),
+                    reason: format!(
+                        "a renewal was still unanswered when the cells' TTL of {:?} ran out",
+                        config.ttl
+                    ),
                 }));
                 return;
             };
@@ -275,11 +287,17 @@ pub struct CellRelease<S> {
 }
 
 /// A step a release takes once its first cell is deleted ([`CellRelease::after_first_delete`]).
-pub type AfterDelete = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
+pub type AfterDelete =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
 impl<S: CellStore + Clone> CellRelease<S> {
     /// The release of `lease` on `lock_id`, for the client of `ctx`.
-    pub fn new(store: &S, ctx: &crate::context::ClientContext, lock_id: &str, lease: LeaseKeeper) -> Self {
+    pub fn new(
+        store: &S,
+        ctx: &crate::context::ClientContext,
+        lock_id: &str,
+        lease: LeaseKeeper,
+    ) -> Self {
         CellRelease {
             store: store.clone(),
             lease,
@@ -302,16 +320,26 @@ impl<S: CellStore + Clone> CellRelease<S> {
     /// ([`crate::fence`], steps 1–2), check that the lease still held when it was written
     /// (step 3), and hand out the guard. On failure everything is released and the error
     /// returned, so the caller holds nothing.
-    pub async fn into_guard(mut self, owner: &str) -> Result<crate::lock::LockGuard, crate::lock::LockError> {
-        let token =
-            match crate::fence::next_token(&self.store, &self.timestamps, &self.lock_id, owner, self.consistency).await {
-                Ok(t) => t,
-                Err(e) => {
-                    let lock_id = self.lock_id.clone();
-                    let _ = self.run().await;
-                    return Err(crate::lock::LockError::store(&lock_id, e));
-                }
-            };
+    pub async fn into_guard(
+        mut self,
+        owner: &str,
+    ) -> Result<crate::lock::LockGuard, crate::lock::LockError> {
+        let token = match crate::fence::next_token(
+            &self.store,
+            &self.timestamps,
+            &self.lock_id,
+            owner,
+            self.consistency,
+        )
+        .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                let lock_id = self.lock_id.clone();
+                let _ = self.run().await;
+                return Err(crate::lock::LockError::store(&lock_id, e));
+            }
+        };
         if !self.lease.holds() {
             let lock_id = self.lock_id.clone();
             let _ = self.run().await;
@@ -333,14 +361,25 @@ impl<S: CellStore> CellRelease<S> {
     pub async fn run(self) -> Result<(), crate::lock::LockError> {
         let cells = self.lease.stop().await;
         let (first, rest) = cells.split_at(cells.len().min(1));
-        let deleted_first = delete_cells(&self.store, first, &self.timestamps, self.consistency).await;
+        let deleted_first =
+            delete_cells(&self.store, first, &self.timestamps, self.consistency).await;
         if let Some(step) = self.after_first_delete {
             step().await;
         }
-        let deleted = deleted_first.and(delete_cells(&self.store, rest, &self.timestamps, self.consistency).await);
+        let deleted = deleted_first
+            .and(delete_cells(&self.store, rest, &self.timestamps, self.consistency).await);
         // After the lock's own cells: the next holder need not wait for this round trip.
         let trimmed = match self.fence_token {
-            Some(t) => crate::fence::trim_older(&self.store, &self.timestamps, &self.lock_id, t, self.consistency).await,
+            Some(t) => {
+                crate::fence::trim_older(
+                    &self.store,
+                    &self.timestamps,
+                    &self.lock_id,
+                    t,
+                    self.consistency,
+                )
+                .await
+            }
             None => Ok(()),
         };
         deleted.and(trimmed).map_err(|e| crate::lock::LockError::store(&self.lock_id, e))
@@ -357,7 +396,9 @@ pub async fn delete_cells<S: CellStore + ?Sized>(
 ) -> Result<(), crate::store::StoreError> {
     let mut first_err = None;
     for k in cells {
-        if let Err(e) = store.delete(&k.table, &k.row, &k.column, timestamps.next(), consistency).await {
+        if let Err(e) =
+            store.delete(&k.table, &k.row, &k.column, timestamps.next(), consistency).await
+        {
             first_err.get_or_insert(e);
         }
     }

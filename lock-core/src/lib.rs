@@ -66,5 +66,5 @@ pub mod time;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use lock::{AttemptResult, LockError, LockGuard, LeaseState, Locker};
+pub use lock::{AttemptResult, LeaseState, LockError, LockGuard, Locker};
 pub use store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};

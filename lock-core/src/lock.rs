@@ -170,7 +170,13 @@ impl LockGuard {
         lease: watch::Receiver<LeaseState>,
         release: Box<dyn Release>,
     ) -> Self {
-        LockGuard { lock_id: lock_id.into(), owner: owner.into(), token, lease, release: Some(release) }
+        LockGuard {
+            lock_id: lock_id.into(),
+            owner: owner.into(),
+            token,
+            lease,
+            release: Some(release),
+        }
     }
     /// The lock id (the thesis's `LockId`).
     pub fn lock_id(&self) -> &str {

@@ -48,7 +48,11 @@ impl<S: Ending> SessionSlot<S> {
     pub fn new(first: S) -> Self {
         SessionSlot {
             current: Mutex::new(Arc::new(first)),
-            backoff: Mutex::new(Backoff { retry_at: None, wait: FIRST_SESSION_RETRY, last_error: String::new() }),
+            backoff: Mutex::new(Backoff {
+                retry_at: None,
+                wait: FIRST_SESSION_RETRY,
+                last_error: String::new(),
+            }),
             turn: tokio::sync::Mutex::new(()),
             made: AtomicU64::new(1),
         }
@@ -110,10 +114,15 @@ impl<S: Ending> SessionSlot<S> {
         (!session.is_over()).then_some(session)
     }
 
-    fn check_backoff(&self, refused: &impl Fn(&str, Duration) -> LockError) -> Result<(), LockError> {
+    fn check_backoff(
+        &self,
+        refused: &impl Fn(&str, Duration) -> LockError,
+    ) -> Result<(), LockError> {
         let b = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
         match b.retry_at {
-            Some(at) if Instant::now() < at => Err(refused(&b.last_error, at.saturating_duration_since(Instant::now()))),
+            Some(at) if Instant::now() < at => {
+                Err(refused(&b.last_error, at.saturating_duration_since(Instant::now())))
+            }
             _ => Ok(()),
         }
     }
@@ -150,7 +159,10 @@ mod tests {
         let down = || async { Err(LockError::Config("server down".into())) };
         assert!(slot.get(down, refused).await.is_err());
         // Within the backoff, requests are refused at once without an attempt.
-        let e = slot.get(|| async { panic!("no attempt during the backoff") }, refused).await.unwrap_err();
+        let e = slot
+            .get(|| async { panic!("no attempt during the backoff") }, refused)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("server down"), "{e}");
         tokio::time::sleep(FIRST_SESSION_RETRY).await;
         assert!(slot.get(down, refused).await.is_err());

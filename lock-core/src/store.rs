@@ -66,7 +66,9 @@ use std::time::Duration;
 pub type Micros = i64;
 
 /// How many replicas must answer before an operation completes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Consistency {
     /// One replica.
@@ -105,7 +107,9 @@ impl std::str::FromStr for Consistency {
             "ONE" => Ok(Consistency::One),
             "QUORUM" => Ok(Consistency::Quorum),
             "ALL" => Ok(Consistency::All),
-            other => Err(format!("unknown consistency level '{other}' (expected ONE, QUORUM or ALL)")),
+            other => {
+                Err(format!("unknown consistency level '{other}' (expected ONE, QUORUM or ALL)"))
+            }
         }
     }
 }
@@ -173,7 +177,9 @@ impl Slice {
 }
 
 /// The Paxos quorum of a lightweight transaction (CQL's serial consistency).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SerialConsistency {
     /// A majority of all replicas.
@@ -409,7 +415,12 @@ pub enum StoreError {
 impl StoreError {
     /// True when a failed write may nevertheless have been applied, so its cell may exist.
     pub fn may_have_applied(&self) -> bool {
-        matches!(self, StoreError::WriteTimeout { .. } | StoreError::Unreachable(_) | StoreError::CasTimeout { .. })
+        matches!(
+            self,
+            StoreError::WriteTimeout { .. }
+                | StoreError::Unreachable(_)
+                | StoreError::CasTimeout { .. }
+        )
     }
 }
 
@@ -510,14 +521,24 @@ pub trait CellStore: Send + Sync + 'static {
         commit: Consistency,
     ) -> Result<CasResult, StoreError> {
         let _ = (table, row, request, serial, commit);
-        Err(StoreError::Rejected("this store has no lightweight transactions (compare-and-set)".into()))
+        Err(StoreError::Rejected(
+            "this store has no lightweight transactions (compare-and-set)".into(),
+        ))
     }
 
     /// Read a row (or a slice) at SERIAL (rule 13): one request. A store without lightweight
     /// transactions answers [`StoreError::Rejected`].
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         let _ = (table, row, slice, serial);
-        Err(StoreError::Rejected("this store has no lightweight transactions (SERIAL reads)".into()))
+        Err(StoreError::Rejected(
+            "this store has no lightweight transactions (SERIAL reads)".into(),
+        ))
     }
 
     /// The doorbells this store's clients wake each other with ([`crate::doorbell`]), when it
@@ -530,19 +551,51 @@ pub trait CellStore: Send + Sync + 'static {
 
 #[async_trait]
 impl<S: CellStore + ?Sized> CellStore for std::sync::Arc<S> {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         (**self).write(table, row, cells, c).await
     }
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         (**self).delete(table, row, column, ts, c).await
     }
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         (**self).read(table, row, slice, c).await
     }
-    async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
         (**self).cas(table, row, request, serial, commit).await
     }
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         (**self).read_serial(table, row, slice, serial).await
     }
     fn doorbell(&self) -> Option<std::sync::Arc<dyn crate::doorbell::Doorbell>> {

@@ -244,7 +244,10 @@ impl<S: CellStore> GlobalTime<S> {
 }
 
 /// Read the `GlobalTime` cell: `None` before any replica wrote it.
-pub async fn read_global_time<S: CellStore>(store: &S, consistency: Consistency) -> Result<Option<Micros>, StoreError> {
+pub async fn read_global_time<S: CellStore>(
+    store: &S,
+    consistency: Consistency,
+) -> Result<Option<Micros>, StoreError> {
     let cells = store
         .read(GLOBAL_TIME_TABLE, GLOBAL_TIME_ROW, Slice::from(GLOBAL_TIME_COLUMN, 1), consistency)
         .await?;
@@ -257,9 +260,11 @@ pub async fn read_global_time<S: CellStore>(store: &S, consistency: Consistency)
 #[async_trait]
 impl<S: CellStore> TimeSource for GlobalTime<S> {
     async fn now(&self) -> Result<Micros, StoreError> {
-        self.read()
-            .await?
-            .ok_or_else(|| StoreError::Rejected("GlobalTime has not been written by any time-service replica yet".into()))
+        self.read().await?.ok_or_else(|| {
+            StoreError::Rejected(
+                "GlobalTime has not been written by any time-service replica yet".into(),
+            )
+        })
     }
     fn name(&self) -> &'static str {
         "global-time"
@@ -286,7 +291,9 @@ pub async fn try_update_global_time<S: CellStore>(
             timestamp: local,
             ttl: None,
         };
-        store.write(GLOBAL_TIME_TABLE, GLOBAL_TIME_ROW, std::slice::from_ref(&cell), consistency).await?;
+        store
+            .write(GLOBAL_TIME_TABLE, GLOBAL_TIME_ROW, std::slice::from_ref(&cell), consistency)
+            .await?;
         return Ok(Some(local));
     }
     Ok(None)

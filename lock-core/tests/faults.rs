@@ -23,7 +23,8 @@ fn on_replica(s: &EmbeddedStore, index: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_lagging_replica_applies_late_and_one_reads_miss_the_write() {
-    for latency in [LatencyModel::ZERO, LatencyModel::new(Duration::from_millis(1), Duration::ZERO)] {
+    for latency in [LatencyModel::ZERO, LatencyModel::new(Duration::from_millis(1), Duration::ZERO)]
+    {
         let s = three(latency);
         s.lag_replica(2, Duration::from_secs(1), 0.0);
         s.write(T, ROW, &[cell("x", 1)], Consistency::Quorum).await.unwrap();
@@ -121,7 +122,11 @@ async fn a_clock_jump_is_seen_by_clocks_made_before_it() {
     assert_eq!(clock.now_micros() - other.now_micros(), 1_000);
     s.jump_clock("jumpy", -5_000_000);
     assert_eq!(clock.now_micros() - other.now_micros(), -4_999_000);
-    assert_eq!(s.client("jumpy").clock().now_micros() - other.now_micros(), -5_000_000, "a new handle has no skew");
+    assert_eq!(
+        s.client("jumpy").clock().now_micros() - other.now_micros(),
+        -5_000_000,
+        "a new handle has no skew"
+    );
     s.jump_clock("jumpy", 5_000_000);
     assert_eq!(clock.now_micros() - other.now_micros(), 1_000);
     assert_eq!(clock.skew(), 1_000);

@@ -21,12 +21,22 @@ async fn tokens_increase_and_the_row_keeps_only_the_newest() {
         let owner = format!("holder-{}", round % 3);
         let client = store.client(owner.clone());
         let ctx = ClientContext::new(owner.clone(), client.clock(), round);
-        let lease = LeaseKeeper::start(client.clone(), ctx.timestamps.clone(), LeaseConfig::new(ctx.ttl, ctx.consistency));
+        let lease = LeaseKeeper::start(
+            client.clone(),
+            ctx.timestamps.clone(),
+            LeaseConfig::new(ctx.ttl, ctx.consistency),
+        );
         let started = Instant::now();
-        let cell = CellWrite { column: owner.clone(), value: vec![], timestamp: ctx.timestamps.next(), ttl: Some(ctx.ttl) };
+        let cell = CellWrite {
+            column: owner.clone(),
+            value: vec![],
+            timestamp: ctx.timestamps.next(),
+            ttl: Some(ctx.ttl),
+        };
         client.write("main", "lock", &[cell], ctx.consistency).await.unwrap();
         lease.add(CellKey::new("main", "lock", &owner), vec![], started);
-        let guard = CellRelease::new(&client, &ctx, "lock", lease).into_guard(&owner).await.unwrap();
+        let guard =
+            CellRelease::new(&client, &ctx, "lock", lease).into_guard(&owner).await.unwrap();
         assert!(guard.token() > last, "token {} after {last}", guard.token());
         last = guard.token();
         guard.release().await.unwrap();
@@ -37,5 +47,9 @@ async fn tokens_increase_and_the_row_keeps_only_the_newest() {
     assert_eq!(tokens, (60 - KEEP_TOKENS + 1..=60).rev().collect::<Vec<_>>());
     assert_eq!(store.inspect_tombstones(0, FENCE_TABLE, "lock"), Some(60 - KEEP_TOKENS as usize));
     let stats = &store.tombstone_counters()[FENCE_TABLE];
-    assert_eq!((stats.reads, stats.max), (60, 0), "the greatest token is read without scanning a tombstone");
+    assert_eq!(
+        (stats.reads, stats.max),
+        (60, 0),
+        "the greatest token is read without scanning a tombstone"
+    );
 }

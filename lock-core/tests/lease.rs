@@ -11,7 +11,8 @@ use tokio::time::{sleep, Instant};
 
 const TTL: Duration = Duration::from_secs(4);
 
-async fn setup() -> (EmbeddedStore, lock_core::embedded::EmbeddedClient, Arc<TimestampGenerator>, LeaseKeeper) {
+async fn setup(
+) -> (EmbeddedStore, lock_core::embedded::EmbeddedClient, Arc<TimestampGenerator>, LeaseKeeper) {
     let store = EmbeddedStore::new(EmbeddedConfig {
         replicas: 3,
         latency: LatencyModel { fixed: Duration::from_millis(1), jitter: Duration::from_millis(1) },
@@ -20,15 +21,26 @@ async fn setup() -> (EmbeddedStore, lock_core::embedded::EmbeddedClient, Arc<Tim
     let client = store.client("holder");
     let ts = Arc::new(TimestampGenerator::new(client.clock()));
     let started = Instant::now();
-    let cell = CellWrite { column: "holder".into(), value: b"v".to_vec(), timestamp: ts.next(), ttl: Some(TTL) };
+    let cell = CellWrite {
+        column: "holder".into(),
+        value: b"v".to_vec(),
+        timestamp: ts.next(),
+        ttl: Some(TTL),
+    };
     client.write("t", "lock", &[cell], Consistency::Quorum).await.unwrap();
-    let keeper = LeaseKeeper::start(client.clone(), ts.clone(), LeaseConfig::new(TTL, Consistency::Quorum));
+    let keeper =
+        LeaseKeeper::start(client.clone(), ts.clone(), LeaseConfig::new(TTL, Consistency::Quorum));
     keeper.add(CellKey::new("t", "lock", "holder"), b"v".to_vec(), started);
     (store, client, ts, keeper)
 }
 
 async fn present(store: &EmbeddedStore) -> bool {
-    !store.client("reader").read("t", "lock", Slice::all(), Consistency::Quorum).await.unwrap().is_empty()
+    !store
+        .client("reader")
+        .read("t", "lock", Slice::all(), Consistency::Quorum)
+        .await
+        .unwrap()
+        .is_empty()
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

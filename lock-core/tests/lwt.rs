@@ -3,7 +3,10 @@
 //! stopped replica and the fault injector, over many seeds.
 
 use lock_core::embedded::{EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant};
-use lock_core::store::{CasChange, CasCondition, CasRequest, CellStore, Consistency, SerialConsistency, Slice, StoreError};
+use lock_core::store::{
+    CasChange, CasCondition, CasRequest, CellStore, Consistency, SerialConsistency, Slice,
+    StoreError,
+};
 use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -17,7 +20,10 @@ fn set(column: &str, value: &str, ttl: Option<Duration>) -> CasChange {
 }
 
 fn insert_if_absent(column: &str, value: &str, ttl: Option<Duration>) -> CasRequest {
-    CasRequest { conditions: vec![CasCondition::absent(column)], changes: vec![set(column, value, ttl)] }
+    CasRequest {
+        conditions: vec![CasCondition::absent(column)],
+        changes: vec![set(column, value, ttl)],
+    }
 }
 
 fn store(replicas: usize, variant: PaxosVariant, seed: u64) -> EmbeddedStore {
@@ -35,15 +41,23 @@ async fn conditions_decide_and_a_failed_cas_shows_the_current_cells() {
     for variant in [PaxosVariant::V1, PaxosVariant::V2] {
         let s = store(3, variant, 1);
         let a = s.client("a");
-        let first = a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap();
+        let first =
+            a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap();
         assert!(first.applied, "{variant}");
-        let second = a.cas(T, "k", &insert_if_absent("owner", "b", None), SERIAL, QUORUM).await.unwrap();
+        let second =
+            a.cas(T, "k", &insert_if_absent("owner", "b", None), SERIAL, QUORUM).await.unwrap();
         assert!(!second.applied, "{variant}");
         assert_eq!(second.cell("owner").map(|c| c.value.clone()), Some(b"a".to_vec()), "{variant}");
 
-        let wrong = CasRequest { conditions: vec![CasCondition::equals("owner", "b")], changes: vec![CasChange::Delete { column: "owner".into() }] };
+        let wrong = CasRequest {
+            conditions: vec![CasCondition::equals("owner", "b")],
+            changes: vec![CasChange::Delete { column: "owner".into() }],
+        };
         assert!(!a.cas(T, "k", &wrong, SERIAL, QUORUM).await.unwrap().applied, "{variant}");
-        let right = CasRequest { conditions: vec![CasCondition::equals("owner", "a")], changes: vec![CasChange::Delete { column: "owner".into() }] };
+        let right = CasRequest {
+            conditions: vec![CasCondition::equals("owner", "a")],
+            changes: vec![CasChange::Delete { column: "owner".into() }],
+        };
         assert!(a.cas(T, "k", &right, SERIAL, QUORUM).await.unwrap().applied, "{variant}");
         assert!(a.read_serial(T, "k", Slice::all(), SERIAL).await.unwrap().is_empty(), "{variant}");
         // A plain QUORUM read sees committed CAS changes too (v1 commits at QUORUM before answering).
@@ -68,7 +82,11 @@ async fn several_changes_apply_together_and_ttl_cells_expire() {
     assert_eq!(row[0].timestamp, row[1].timestamp);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let row = a.read_serial(T, "k", Slice::all(), SERIAL).await.unwrap();
-    assert_eq!(row.iter().map(|c| c.column.as_str()).collect::<Vec<_>>(), ["fence"], "the owner cell expired");
+    assert_eq!(
+        row.iter().map(|c| c.column.as_str()).collect::<Vec<_>>(),
+        ["fence"],
+        "the owner cell expired"
+    );
     let next = CasRequest {
         conditions: vec![CasCondition::absent("owner"), CasCondition::equals("fence", "1")],
         changes: vec![set("owner", "b", None), set("fence", "2", None)],
@@ -82,12 +100,19 @@ async fn round_trips(variant: PaxosVariant) -> [u64; 3] {
     let a = s.client("a");
     let mut costs = [0; 3];
     let before = s.counters().total().round_trips();
-    assert!(a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap().applied);
+    assert!(
+        a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap().applied
+    );
     // v2 sends its commit without waiting; let it land so the next prepare finds nothing to repair.
     tokio::time::sleep(Duration::from_millis(10)).await;
     let after_applied = s.counters().total().round_trips();
     costs[0] = after_applied - before;
-    assert!(!a.cas(T, "k", &insert_if_absent("owner", "b", None), SERIAL, QUORUM).await.unwrap().applied);
+    assert!(
+        !a.cas(T, "k", &insert_if_absent("owner", "b", None), SERIAL, QUORUM)
+            .await
+            .unwrap()
+            .applied
+    );
     let after_failed = s.counters().total().round_trips();
     costs[1] = after_failed - after_applied;
     a.read_serial(T, "k", Slice::all(), SERIAL).await.unwrap();
@@ -109,7 +134,10 @@ async fn an_uncontended_cas_costs_the_round_trips_of_its_paxos() {
     a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(4), "four 1 ms round trips");
     let c = s.counters();
-    assert_eq!((c.per_client["a"].cas, c.per_client["a"].paxos_round_trips, c.per_table[T].cas), (1, 4, 1));
+    assert_eq!(
+        (c.per_client["a"].cas, c.per_client["a"].paxos_round_trips, c.per_table[T].cas),
+        (1, 4, 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,10 +146,13 @@ async fn a_quorum_is_needed_and_a_stopped_replica_catches_up_through_paxos() {
     let a = s.client("a");
     s.stop_replica(0);
     s.stop_replica(1);
-    let err = a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap_err();
+    let err =
+        a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable { required: 2, alive: 1, .. }), "{err}");
     s.start_replica(1);
-    assert!(a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap().applied);
+    assert!(
+        a.cas(T, "k", &insert_if_absent("owner", "a", None), SERIAL, QUORUM).await.unwrap().applied
+    );
     // Replica 0 missed that commit; with replica 2 stopped, the next round's prepare reaches
     // replicas 0 and 1, finds 0 behind, repairs it and still decides on the committed state.
     s.start_replica(0);
@@ -145,7 +176,16 @@ async fn contending_proposers_retry_and_exactly_one_insert_wins() {
         let tasks: Vec<_> = (0..8)
             .map(|i| {
                 let c = s.client(format!("c{i}"));
-                tokio::spawn(async move { c.cas(T, "k", &insert_if_absent("owner", &format!("c{i}"), None), SERIAL, QUORUM).await })
+                tokio::spawn(async move {
+                    c.cas(
+                        T,
+                        "k",
+                        &insert_if_absent("owner", &format!("c{i}"), None),
+                        SERIAL,
+                        QUORUM,
+                    )
+                    .await
+                })
             })
             .collect();
         let mut winners = 0;
@@ -162,7 +202,10 @@ async fn contending_proposers_retry_and_exactly_one_insert_wins() {
         let owner = s.client("x").read_serial(T, "k", Slice::all(), SERIAL).await.unwrap();
         assert!(winners <= 1, "{variant}: {winners} winners");
         assert_eq!(owner.len(), 1, "{variant}");
-        assert!(losers_saw.iter().all(|v| *v == owner[0].value), "{variant}: losers saw {losers_saw:?}, owner {owner:?}");
+        assert!(
+            losers_saw.iter().all(|v| *v == owner[0].value),
+            "{variant}: losers saw {losers_saw:?}, owner {owner:?}"
+        );
     }
 }
 
@@ -191,8 +234,12 @@ struct Op {
 fn step(state: Option<u64>, op: &Op) -> Option<Option<u64>> {
     match &op.kind {
         Kind::Read { saw } => (*saw == state).then_some(state),
-        Kind::Cas { expected, new, answer: Some((true, _)) } => (state == *expected).then_some(Some(*new)),
-        Kind::Cas { expected, answer: Some((false, current)), .. } => (state != *expected && *current == state).then_some(state),
+        Kind::Cas { expected, new, answer: Some((true, _)) } => {
+            (state == *expected).then_some(Some(*new))
+        }
+        Kind::Cas { expected, answer: Some((false, current)), .. } => {
+            (state != *expected && *current == state).then_some(state)
+        }
         // Unknown outcome: linearized only when it applied (a no-op otherwise, same as never).
         Kind::Cas { expected, new, answer: None } => (state == *expected).then_some(Some(*new)),
     }
@@ -202,9 +249,19 @@ fn step(state: Option<u64>, op: &Op) -> Option<Option<u64>> {
 /// (linearized set, state) pairs).
 fn linearizable(ops: &[Op]) -> bool {
     assert!(ops.len() <= 128, "the search keeps its set in a u128");
-    let definite: u128 = ops.iter().enumerate().filter(|(_, o)| o.returned.is_some()).fold(0, |m, (i, _)| m | 1 << i);
+    let definite: u128 = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.returned.is_some())
+        .fold(0, |m, (i, _)| m | 1 << i);
     let mut seen = HashSet::new();
-    fn search(ops: &[Op], definite: u128, done: u128, state: Option<u64>, seen: &mut HashSet<(u128, Option<u64>)>) -> bool {
+    fn search(
+        ops: &[Op],
+        definite: u128,
+        done: u128,
+        state: Option<u64>,
+        seen: &mut HashSet<(u128, Option<u64>)>,
+    ) -> bool {
         if done & definite == definite {
             return true;
         }
@@ -237,14 +294,21 @@ fn linearizable(ops: &[Op]) -> bool {
 fn the_checker_rejects_histories_that_are_not_linearizable() {
     let t0 = Instant::now();
     let at = |ms: u64| t0 + Duration::from_millis(ms);
-    let cas = |expected, new, applied, current, i, r| Op { kind: Kind::Cas { expected, new, answer: Some((applied, current)) }, invoked: at(i), returned: Some(at(r)) };
+    let cas = |expected, new, applied, current, i, r| Op {
+        kind: Kind::Cas { expected, new, answer: Some((applied, current)) },
+        invoked: at(i),
+        returned: Some(at(r)),
+    };
     let read = |saw, i, r| Op { kind: Kind::Read { saw }, invoked: at(i), returned: Some(at(r)) };
     // Two inserts both applied.
     assert!(!linearizable(&[cas(None, 1, true, None, 0, 5), cas(None, 2, true, None, 1, 6)]));
     // A read after a completed write misses it.
     assert!(!linearizable(&[cas(None, 1, true, None, 0, 5), read(None, 6, 7)]));
     // A failed CAS reports a value nobody wrote.
-    assert!(!linearizable(&[cas(None, 1, true, None, 0, 5), cas(Some(7), 2, false, Some(3), 6, 7)]));
+    assert!(!linearizable(&[
+        cas(None, 1, true, None, 0, 5),
+        cas(Some(7), 2, false, Some(3), 6, 7)
+    ]));
     // Reads going back in time.
     assert!(!linearizable(&[
         cas(None, 1, true, None, 0, 2),
@@ -254,7 +318,11 @@ fn the_checker_rejects_histories_that_are_not_linearizable() {
     ]));
     // And accepts what is fine: overlapping ops in either order, an unknown op that took effect.
     assert!(linearizable(&[cas(None, 1, true, None, 0, 5), read(None, 1, 2), read(Some(1), 3, 9)]));
-    let unknown = Op { kind: Kind::Cas { expected: None, new: 4, answer: None }, invoked: at(0), returned: None };
+    let unknown = Op {
+        kind: Kind::Cas { expected: None, new: 4, answer: None },
+        invoked: at(0),
+        returned: None,
+    };
     assert!(linearizable(&[unknown.clone(), read(Some(4), 50, 51)]));
     assert!(linearizable(&[unknown, read(None, 50, 51)]));
 }
@@ -269,7 +337,12 @@ fn decode(cell: Option<&lock_core::store::Cell>) -> Option<u64> {
 
 /// One client's operations: mostly CAS from the last value it saw to a value of its own, some
 /// with a stale expectation, some SERIAL reads.
-async fn client_ops(client: lock_core::embedded::EmbeddedClient, id: u64, ops: u64, seed: u64) -> Vec<Op> {
+async fn client_ops(
+    client: lock_core::embedded::EmbeddedClient,
+    id: u64,
+    ops: u64,
+    seed: u64,
+) -> Vec<Op> {
     let mut history = Vec::new();
     let mut last: Option<u64> = None;
     for i in 0..ops {
@@ -280,7 +353,11 @@ async fn client_ops(client: lock_core::embedded::EmbeddedClient, id: u64, ops: u
             let saw = client.read_serial(T, "r", Slice::all(), SERIAL).await;
             if let Ok(cells) = saw {
                 last = decode(cells.iter().find(|c| c.column == "v"));
-                history.push(Op { kind: Kind::Read { saw: last }, invoked, returned: Some(Instant::now()) });
+                history.push(Op {
+                    kind: Kind::Read { saw: last },
+                    invoked,
+                    returned: Some(Instant::now()),
+                });
             }
             continue;
         }
@@ -291,16 +368,28 @@ async fn client_ops(client: lock_core::embedded::EmbeddedClient, id: u64, ops: u
                 Some(v) => CasCondition::equals("v", v),
                 None => CasCondition::absent("v"),
             }],
-            changes: vec![CasChange::Set { column: "v".into(), value: new.to_string().into_bytes(), ttl: None }],
+            changes: vec![CasChange::Set {
+                column: "v".into(),
+                value: new.to_string().into_bytes(),
+                ttl: None,
+            }],
         };
         match client.cas(T, "r", &request, SERIAL, QUORUM).await {
             Ok(r) => {
                 let current = decode(r.cell("v"));
                 last = if r.applied { Some(new) } else { current };
-                history.push(Op { kind: Kind::Cas { expected, new, answer: Some((r.applied, current)) }, invoked, returned: Some(Instant::now()) });
+                history.push(Op {
+                    kind: Kind::Cas { expected, new, answer: Some((r.applied, current)) },
+                    invoked,
+                    returned: Some(Instant::now()),
+                });
             }
             Err(e) if e.may_have_applied() => {
-                history.push(Op { kind: Kind::Cas { expected, new, answer: None }, invoked, returned: None });
+                history.push(Op {
+                    kind: Kind::Cas { expected, new, answer: None },
+                    invoked,
+                    returned: None,
+                });
             }
             // Unavailable: nothing was sent.
             Err(StoreError::Unavailable { .. }) => {}
@@ -335,7 +424,9 @@ async fn run_seed(seed: u64, variant: PaxosVariant) -> (Vec<Op>, usize) {
             s.lag_replica(lagging, Duration::ZERO, 0.0);
         })
     };
-    let tasks: Vec<_> = (0..5u64).map(|id| tokio::spawn(client_ops(s.client(format!("c{id}")), id + 1, 8, seed))).collect();
+    let tasks: Vec<_> = (0..5u64)
+        .map(|id| tokio::spawn(client_ops(s.client(format!("c{id}")), id + 1, 8, seed)))
+        .collect();
     let mut history = Vec::new();
     for t in tasks {
         history.extend(t.await.unwrap());
@@ -351,8 +442,14 @@ async fn cas_is_linearizable_under_contention_with_a_stopped_replica_over_many_s
     for variant in [PaxosVariant::V1, PaxosVariant::V2] {
         for seed in 0..120u64 {
             let (history, unknown) = run_seed(seed, variant).await;
-            let applied = history.iter().filter(|o| matches!(o.kind, Kind::Cas { answer: Some((true, _)), .. })).count();
-            assert!(linearizable(&history), "{variant} seed {seed}: not linearizable:\n{history:#?}");
+            let applied = history
+                .iter()
+                .filter(|o| matches!(o.kind, Kind::Cas { answer: Some((true, _)), .. }))
+                .count();
+            assert!(
+                linearizable(&history),
+                "{variant} seed {seed}: not linearizable:\n{history:#?}"
+            );
             totals = (totals.0 + history.len(), totals.1 + applied, totals.2 + unknown);
         }
     }

@@ -30,7 +30,9 @@ fn on_replica(s: &EmbeddedStore, index: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn quorum_read_after_write_holds_with_one_of_three_replicas_stopped() {
-    for latency in [LatencyModel::ZERO, LatencyModel::new(Duration::from_millis(1), Duration::from_millis(4))] {
+    for latency in
+        [LatencyModel::ZERO, LatencyModel::new(Duration::from_millis(1), Duration::from_millis(4))]
+    {
         for stopped in [A, B, C] {
             let s = three(latency);
             s.stop_replica(stopped);
@@ -93,11 +95,18 @@ async fn one_read_may_be_stale_while_quorum_reads_never_are() {
 async fn sliced_quorum_read_merges_tombstones_before_applying_the_limit() {
     // C missed the deletion of a and b. A limit-1 read answered by A and C must skip them:
     // C stops at its stale a, so the coordinator asks again for the rest of the row.
-    for latency in [LatencyModel::ZERO, LatencyModel::new(Duration::from_millis(2), Duration::from_millis(3))] {
+    for latency in
+        [LatencyModel::ZERO, LatencyModel::new(Duration::from_millis(2), Duration::from_millis(3))]
+    {
         let s = three(latency);
-        s.write(T, ROW, &[cell("a", "v", 1), cell("b", "v", 1), cell("c", "v", 1), cell("d", "v", 1)], Consistency::All)
-            .await
-            .unwrap();
+        s.write(
+            T,
+            ROW,
+            &[cell("a", "v", 1), cell("b", "v", 1), cell("c", "v", 1), cell("d", "v", 1)],
+            Consistency::All,
+        )
+        .await
+        .unwrap();
         s.stop_replica(C);
         s.delete(T, ROW, "a", 2, Consistency::Quorum).await.unwrap();
         s.delete(T, ROW, "b", 2, Consistency::Quorum).await.unwrap();
@@ -111,7 +120,11 @@ async fn sliced_quorum_read_merges_tombstones_before_applying_the_limit() {
             (Slice::all(), vec!["c", "d"]),
         ];
         for (slice, expected) in cases {
-            assert_eq!(columns(&s, slice.clone(), Consistency::Quorum).await, expected, "{slice:?} {latency:?}");
+            assert_eq!(
+                columns(&s, slice.clone(), Consistency::Quorum).await,
+                expected,
+                "{slice:?} {latency:?}"
+            );
         }
         // At ONE, replica C alone answers with its stale cells now and then.
         let mut saw_stale = false;
@@ -137,13 +150,21 @@ async fn unavailable_when_too_few_replicas_run_and_nothing_is_applied() {
         }
         let t0 = Instant::now();
         let expected = StoreError::Unavailable { consistency: c, required, alive };
-        assert_eq!(s.write(T, ROW, &[cell("x", "v", 1)], c).await, Err(expected.clone()), "{stopped:?} {c}");
+        assert_eq!(
+            s.write(T, ROW, &[cell("x", "v", 1)], c).await,
+            Err(expected.clone()),
+            "{stopped:?} {c}"
+        );
         assert_eq!(s.delete(T, ROW, "x", 1, c).await, Err(expected.clone()));
         assert_eq!(s.read(T, ROW, Slice::all(), c).await, Err(expected.clone()));
         assert_eq!(Instant::now(), t0, "Unavailable is immediate");
         tokio::time::sleep(Duration::from_millis(50)).await;
         for r in 0..3 {
-            assert_eq!(on_replica(&s, r), Vec::<String>::new(), "replica {r} applied an unavailable write");
+            assert_eq!(
+                on_replica(&s, r),
+                Vec::<String>::new(),
+                "replica {r} applied an unavailable write"
+            );
         }
     }
 }
@@ -154,14 +175,19 @@ async fn write_times_out_when_replicas_stop_mid_flight_and_may_have_applied() {
     let t0 = Instant::now();
     let write = {
         let s = s.clone();
-        tokio::spawn(async move { s.write(T, ROW, &[cell("x", "v", 1)], Consistency::Quorum).await })
+        tokio::spawn(
+            async move { s.write(T, ROW, &[cell("x", "v", 1)], Consistency::Quorum).await },
+        )
     };
     // Before the replicas apply the write (at 5 ms), two of them go down.
     tokio::time::sleep(Duration::from_millis(2)).await;
     s.stop_replica(A);
     s.stop_replica(B);
     let err = write.await.unwrap().unwrap_err();
-    assert_eq!(err, StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 1, required: 2 });
+    assert_eq!(
+        err,
+        StoreError::WriteTimeout { consistency: Consistency::Quorum, received: 1, required: 2 }
+    );
     assert!(err.may_have_applied());
     assert_eq!(Instant::now() - t0, s.config().request_timeout);
     // It was applied where a replica was running: a timeout is not a rollback.
@@ -181,7 +207,10 @@ async fn read_times_out_when_a_chosen_replica_stops_mid_flight() {
     tokio::time::sleep(Duration::from_millis(2)).await;
     s.stop_replica(B);
     let err = read.await.unwrap().unwrap_err();
-    assert_eq!(err, StoreError::ReadTimeout { consistency: Consistency::All, received: 2, required: 3 });
+    assert_eq!(
+        err,
+        StoreError::ReadTimeout { consistency: Consistency::All, received: 2, required: 3 }
+    );
     assert_eq!(Instant::now() - t0, s.config().request_timeout);
 }
 
@@ -255,7 +284,10 @@ async fn concurrent_writers_on_a_multi_thread_runtime_in_wall_time() {
                 // Everyone also fights over one column: the greatest timestamp must win.
                 let shared = cell("shared", &format!("w{w}-{i}"), ts);
                 client.write(T, ROW, &[own, shared], Consistency::Quorum).await.unwrap();
-                let seen = client.read(T, ROW, Slice::from(format!("w{w}-{i:03}"), 1), Consistency::Quorum).await.unwrap();
+                let seen = client
+                    .read(T, ROW, Slice::from(format!("w{w}-{i:03}"), 1), Consistency::Quorum)
+                    .await
+                    .unwrap();
                 assert_eq!(seen.first().map(|c| c.column.clone()), Some(format!("w{w}-{i:03}")));
             }
         }));
@@ -268,5 +300,8 @@ async fn concurrent_writers_on_a_multi_thread_runtime_in_wall_time() {
     let shared = row.iter().find(|c| c.column == "shared").unwrap();
     assert_eq!(shared.timestamp, (writers * per_writer - 1) as Micros);
     let total = s.counters().total();
-    assert_eq!((total.writes, total.reads), ((writers * per_writer) as u64, (writers * per_writer + 1) as u64));
+    assert_eq!(
+        (total.writes, total.reads),
+        ((writers * per_writer) as u64, (writers * per_writer + 1) as u64)
+    );
 }

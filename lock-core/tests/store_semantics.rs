@@ -78,7 +78,11 @@ async fn equal_timestamps_greater_value_wins_in_both_arrival_orders() {
         let s = store();
         s.write(T, ROW, &[cell("c", first, 7)], Q).await.unwrap();
         s.write(T, ROW, &[cell("c", second, 7)], Q).await.unwrap();
-        assert_eq!(row(&s, Slice::all()).await, pairs(&[("c", expected)]), "{first:?} then {second:?}");
+        assert_eq!(
+            row(&s, Slice::all()).await,
+            pairs(&[("c", expected)]),
+            "{first:?} then {second:?}"
+        );
     }
 }
 
@@ -233,7 +237,10 @@ async fn whole_row_read_returns_live_cells_in_column_order_with_timestamps() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn gc_grace_purges_old_tombstones_so_older_writes_land_again() {
     // After gc_grace a tombstone is forgotten, as in Cassandra; before it, it still blocks.
-    let s = EmbeddedStore::new(EmbeddedConfig { gc_grace: Duration::from_secs(60), ..Default::default() });
+    let s = EmbeddedStore::new(EmbeddedConfig {
+        gc_grace: Duration::from_secs(60),
+        ..Default::default()
+    });
     s.delete(T, ROW, "c", 100, Q).await.unwrap();
     tokio::time::sleep(Duration::from_secs(59)).await;
     assert_eq!(row(&s, Slice::all()).await, vec![]);
@@ -295,7 +302,10 @@ async fn isolated_client_gets_unreachable_after_the_timeout_and_its_write_is_not
     assert_eq!(row(&s, Slice::all()).await, pairs(&[("c", "v")]));
     // Isolating an id before its handle exists works as well.
     s.isolate("late", true);
-    assert!(matches!(s.client("late").read(T, ROW, Slice::all(), Q).await, Err(StoreError::Unreachable(_))));
+    assert!(matches!(
+        s.client("late").read(T, ROW, Slice::all(), Q).await,
+        Err(StoreError::Unreachable(_))
+    ));
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -357,7 +367,11 @@ fn seeded_scenario(seed: u64) -> Vec<String> {
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let store = EmbeddedStore::new(EmbeddedConfig {
             replicas: 3,
@@ -373,11 +387,13 @@ fn seeded_scenario(seed: u64) -> Vec<String> {
             let client = store.client(format!("c{i}")).with_skew(i as i64 * 37 - 200);
             let log = log.clone();
             tasks.push(tokio::spawn(async move {
-                let mut rng = StdRng::seed_from_u64(seed ^ (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let mut rng =
+                    StdRng::seed_from_u64(seed ^ (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 let ts = TimestampGenerator::new(client.clock());
                 for _ in 0..60 {
                     let column = format!("k{}", rng.random_range(0..6u32));
-                    let c = [Consistency::One, Consistency::Quorum, Consistency::All][rng.random_range(0..3usize)];
+                    let c = [Consistency::One, Consistency::Quorum, Consistency::All]
+                        [rng.random_range(0..3usize)];
                     let (op, result) = match rng.random_range(0..4u32) {
                         0 => {
                             let r = client.delete(T, ROW, &column, ts.next(), c).await;
@@ -388,8 +404,15 @@ fn seeded_scenario(seed: u64) -> Vec<String> {
                             (format!("read {column}.. {c}"), format!("{r:?}"))
                         }
                         _ => {
-                            let ttl = rng.random_bool(0.3).then(|| Duration::from_millis(rng.random_range(1..20u64)));
-                            let w = CellWrite { column: column.clone(), value: client.id().as_bytes().to_vec(), timestamp: ts.next(), ttl };
+                            let ttl = rng
+                                .random_bool(0.3)
+                                .then(|| Duration::from_millis(rng.random_range(1..20u64)));
+                            let w = CellWrite {
+                                column: column.clone(),
+                                value: client.id().as_bytes().to_vec(),
+                                timestamp: ts.next(),
+                                ttl,
+                            };
                             let r = client.write(T, ROW, &[w], c).await;
                             (format!("write {column} {c} ttl={ttl:?}"), format!("{r:?}"))
                         }
@@ -428,7 +451,10 @@ fn seeded_scenario_with_jitter_and_three_replicas_is_reproducible() {
     assert_eq!(first.len(), 12 * 60 + 2);
     assert_eq!(first, second);
     // The run is not trivial: some requests failed while replica 1 was down, some succeeded.
-    assert!(first.iter().any(|l| l.contains("Unavailable")), "no ALL request hit the stopped replica");
+    assert!(
+        first.iter().any(|l| l.contains("Unavailable")),
+        "no ALL request hit the stopped replica"
+    );
     assert!(first.iter().any(|l| l.contains("-> Ok(())")));
     assert!(first.iter().any(|l| l.contains("-> Ok([Cell")));
     // And the seed matters.

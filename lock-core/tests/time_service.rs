@@ -2,7 +2,10 @@
 //! clock and the write-timestamp generator. All in simulated time.
 use lock_core::embedded::{EmbeddedConfig, EmbeddedStore, LatencyModel};
 use lock_core::store::Consistency;
-use lock_core::time::{GlobalTime, GlobalTimeService, HybridClock, LocalClock, PhysicalClock, TimeSource, TimestampGenerator};
+use lock_core::time::{
+    GlobalTime, GlobalTimeService, HybridClock, LocalClock, PhysicalClock, TimeSource,
+    TimestampGenerator,
+};
 use std::time::Duration;
 use tokio::time::{sleep, Instant};
 

@@ -53,14 +53,20 @@ async fn by_default_tombstones_stay_ten_days() {
     tokio::time::sleep(Duration::from_secs(9 * 86_400)).await;
     assert_eq!(s.inspect_tombstones(0, T, ROW), Some(5));
     tokio::time::sleep(Duration::from_secs(2 * 86_400)).await;
-    assert_eq!(s.inspect_tombstones(0, T, ROW), Some(0), "compacted 10 days after the row was created");
+    assert_eq!(
+        s.inspect_tombstones(0, T, ROW),
+        Some(0),
+        "compacted 10 days after the row was created"
+    );
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn expired_ttl_cells_are_tombstones_too() {
     let s = EmbeddedStore::new(EmbeddedConfig::default());
     for i in 0..4 {
-        s.write(T, ROW, &[cell(&format!("a{i}"), 1, Some(Duration::from_secs(1)))], Q).await.unwrap();
+        s.write(T, ROW, &[cell(&format!("a{i}"), 1, Some(Duration::from_secs(1)))], Q)
+            .await
+            .unwrap();
     }
     s.write(T, ROW, &[cell("b", 1, None)], Q).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -131,11 +137,18 @@ async fn past_the_failure_threshold_a_read_fails_with_a_typed_error() {
         s.read(T, ROW, Slice::first(1), Q).await.unwrap();
         head_of_tombstones(&s, 101).await; // c000000..c000100 again: 101 distinct tombstones
         let err = s.read(T, ROW, Slice::first(1), Q).await.unwrap_err();
-        assert_eq!(err, StoreError::TombstoneOverwhelming { table: T.into(), row: ROW.into(), scanned: 101 });
+        assert_eq!(
+            err,
+            StoreError::TombstoneOverwhelming { table: T.into(), row: ROW.into(), scanned: 101 }
+        );
         assert!(err.to_string().contains("101 tombstones"), "{err}");
         assert!(!err.may_have_applied());
         let stats = &s.tombstone_counters()[T];
-        assert_eq!((stats.reads, stats.warned, stats.failed, stats.max), (2, 2, 1, 101), "{replicas} replicas");
+        assert_eq!(
+            (stats.reads, stats.warned, stats.failed, stats.max),
+            (2, 2, 1, 101),
+            "{replicas} replicas"
+        );
         // A whole-row read with the live cells first still fails: it scans them all.
         assert!(s.read(T, ROW, Slice::from("c000050", 1), Q).await.is_ok());
     }
@@ -181,7 +194,10 @@ fn the_histogram_keeps_three_percent() {
 /// Counting must not walk the tombstones (~300 chunk lengths per rank instead).
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn counting_150k_tombstones_for_100k_reads_is_cheap() {
-    let s = EmbeddedStore::new(EmbeddedConfig { tombstone_failure_threshold: 1_000_000, ..Default::default() });
+    let s = EmbeddedStore::new(EmbeddedConfig {
+        tombstone_failure_threshold: 1_000_000,
+        ..Default::default()
+    });
     let c = s.client("reader");
     let filled = std::time::Instant::now();
     head_of_tombstones(&c, 150_000).await;
@@ -193,7 +209,10 @@ async fn counting_150k_tombstones_for_100k_reads_is_cheap() {
     }
     let reads = started.elapsed();
     let stats = &s.tombstone_counters()[T];
-    eprintln!("fill 150,000 tombstones: {fill:?}; 100,000 first(1) reads: {reads:?}; p50 {}", stats.p50());
+    eprintln!(
+        "fill 150,000 tombstones: {fill:?}; 100,000 first(1) reads: {reads:?}; p50 {}",
+        stats.p50()
+    );
     assert_eq!((stats.reads, stats.max), (100_000, 150_000));
     assert!(reads < Duration::from_secs(10), "{reads:?}");
 }

@@ -112,8 +112,8 @@ mod session;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
 use lock_core::session::SessionSlot;
@@ -175,9 +175,14 @@ impl Inner {
     /// lease (one attempt at a time; after a failed attempt requests fail at once for a
     /// backoff of 100 ms, doubling up to 2 s: [`SessionSlot`]).
     async fn session(&self) -> Result<Arc<Session>, LockError> {
-        let open = || Session::open(&self.client, &self.endpoints, &self.config, self.config.request_timeout);
+        let open = || {
+            Session::open(&self.client, &self.endpoints, &self.config, self.config.request_timeout)
+        };
         let refused = |last: &str, wait: Duration| {
-            backend_err(format!("no etcd lease at {}: {last} (next attempt in {wait:?})", self.endpoints))
+            backend_err(format!(
+                "no etcd lease at {}: {last} (next attempt in {wait:?})",
+                self.endpoints
+            ))
         };
         self.slot.get(open, refused).await
     }
@@ -231,9 +236,12 @@ impl EtcdBackend {
             )));
         }
         if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
-            return Err(LockError::Config("etcd connect and request timeouts must be positive".into()));
+            return Err(LockError::Config(
+                "etcd connect and request timeouts must be positive".into(),
+            ));
         }
-        let list: Vec<&str> = endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        let list: Vec<&str> =
+            endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
         if list.is_empty() {
             return Err(LockError::Config(format!("no etcd endpoint in {endpoints:?}")));
         }
@@ -245,10 +253,16 @@ impl EtcdBackend {
             .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
             // In a cluster without a leader, fail requests instead of holding them.
             .with_require_leader(true);
-        let client = tokio::time::timeout(config.connect_timeout, Client::connect(&list, Some(options)))
-            .await
-            .map_err(|_| backend_err(format!("cannot connect to etcd at {endpoints}: no connection within {:?}", config.connect_timeout)))?
-            .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))?;
+        let client =
+            tokio::time::timeout(config.connect_timeout, Client::connect(&list, Some(options)))
+                .await
+                .map_err(|_| {
+                    backend_err(format!(
+                        "cannot connect to etcd at {endpoints}: no connection within {:?}",
+                        config.connect_timeout
+                    ))
+                })?
+                .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))?;
         let session = Session::open(&client, &endpoints, &config, config.connect_timeout).await?;
         Ok(EtcdBackend {
             inner: Arc::new(Inner { endpoints, client, config, slot: SessionSlot::new(session) }),
@@ -301,7 +315,10 @@ pub struct EtcdLock {
 
 impl std::fmt::Debug for EtcdLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdLock").field("owner", &self.owner).field("endpoints", &self.inner.endpoints).finish()
+        f.debug_struct("EtcdLock")
+            .field("owner", &self.owner)
+            .field("endpoints", &self.inner.endpoints)
+            .finish()
     }
 }
 
@@ -346,7 +363,8 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if self.armed {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(delete_until_done(self.session.clone(), std::mem::take(&mut self.key)));
+                handle
+                    .spawn(delete_until_done(self.session.clone(), std::mem::take(&mut self.key)));
             }
         }
     }
@@ -397,7 +415,11 @@ impl EtcdLock {
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::put(key.as_str(), self.owner.as_str(), Some(PutOptions::new().with_lease(session.lease))),
+                TxnOp::put(
+                    key.as_str(),
+                    self.owner.as_str(),
+                    Some(PutOptions::new().with_lease(session.lease)),
+                ),
                 TxnOp::get(prefix, Some(first_created())),
             ])
             .or_else([TxnOp::get(key.as_str(), None), TxnOp::get(prefix, Some(first_created()))]);
@@ -446,7 +468,9 @@ impl EtcdLock {
             }
             let step = async {
                 let mut kv = session.client.kv_client();
-                let before = session.call("read", prefix, kv.get(prefix, Some(last_created_before(revision)))).await?;
+                let before = session
+                    .call("read", prefix, kv.get(prefix, Some(last_created_before(revision))))
+                    .await?;
                 let Some(predecessor) = before.kvs().first() else {
                     return Ok(true);
                 };
@@ -500,7 +524,11 @@ impl EtcdLock {
 
 /// Wait until `key` is deleted, watching from `from_revision`. `Ok` also when the watch ends
 /// without a deletion (cancelled by the server, or compacted): the caller reads again.
-async fn watch_deletion(session: &Session, key: &[u8], from_revision: i64) -> Result<(), LockError> {
+async fn watch_deletion(
+    session: &Session,
+    key: &[u8],
+    from_revision: i64,
+) -> Result<(), LockError> {
     let name = String::from_utf8_lossy(key).into_owned();
     let mut watches = session.client.watch_client();
     let options = WatchOptions::new().with_start_revision(from_revision);
@@ -572,7 +600,9 @@ impl Locker for EtcdLock {
         let our_key = pending.key.clone();
         let place_lost = |why: String| LockError::LeaseLost {
             lock_id: lock_id.to_string(),
-            reason: format!("{why}; our key {our_key} (our place in the queue) went with the lease"),
+            reason: format!(
+                "{why}; our key {our_key} (our place in the queue) went with the lease"
+            ),
         };
         match self.wait_turn(&session, &prefix, revision, deadline).await {
             Waited::NoneBefore => {}
@@ -580,14 +610,18 @@ impl Locker for EtcdLock {
             Waited::TimedOut => {
                 // Our key goes before we report: a waiter behind us must not wait on it.
                 pending.delete().await?;
-                return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
+                return Err(LockError::Timeout {
+                    lock_id: lock_id.to_string(),
+                    waited: start.elapsed(),
+                });
             }
         }
         // Step 4: the lease may have ended, taking our key, just as the last predecessor went.
         let mut kv = session.client.kv_client();
         let ours = session.call("read", &pending.key, kv.get(pending.key.as_str(), None)).await?;
         if ours.kvs().is_empty() {
-            let why = session.over().unwrap_or_else(|| "our key was deleted while we waited".into());
+            let why =
+                session.over().unwrap_or_else(|| "our key was deleted while we waited".into());
             return Err(place_lost(why));
         }
         Ok(self.grant(lock_id, pending, revision))

@@ -60,7 +60,11 @@ impl Session {
         let mut leases = client.lease_client();
         let granted = match tokio::time::timeout(within, leases.grant(ttl_secs, None)).await {
             Ok(Ok(g)) => g,
-            Ok(Err(e)) => return Err(backend_err(format!("cannot grant a lease on etcd at {endpoints}: {e}"))),
+            Ok(Err(e)) => {
+                return Err(backend_err(format!(
+                    "cannot grant a lease on etcd at {endpoints}: {e}"
+                )))
+            }
             Err(_) => {
                 return Err(backend_err(format!(
                     "cannot reach etcd at {endpoints}: no answer to a lease grant within {within:?}"
@@ -68,11 +72,21 @@ impl Session {
             }
         };
         if !granted.error().is_empty() {
-            return Err(backend_err(format!("etcd at {endpoints} refused a lease: {}", granted.error())));
+            return Err(backend_err(format!(
+                "etcd at {endpoints} refused a lease: {}",
+                granted.error()
+            )));
         }
         let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         let (tx, state) = watch::channel(Lease::Alive);
-        let keeper = tokio::spawn(keep_alive(client.clone(), granted.id(), ttl, sent + ttl, endpoints.clone(), tx));
+        let keeper = tokio::spawn(keep_alive(
+            client.clone(),
+            granted.id(),
+            ttl,
+            sent + ttl,
+            endpoints.clone(),
+            tx,
+        ));
         Ok(Session {
             client: client.clone(),
             lease: granted.id(),
@@ -124,7 +138,9 @@ impl Session {
         match tokio::time::timeout(self.request_timeout, request).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(self.err(what, key, e)),
-            Err(_) => Err(self.err(what, key, format!("no answer within {:?}", self.request_timeout))),
+            Err(_) => {
+                Err(self.err(what, key, format!("no answer within {:?}", self.request_timeout)))
+            }
         }
     }
 
@@ -150,7 +166,8 @@ impl Drop for Session {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (mut leases, lease, within) = (self.client.lease_client(), self.lease, self.request_timeout);
+            let (mut leases, lease, within) =
+                (self.client.lease_client(), self.lease, self.request_timeout);
             handle.spawn(async move {
                 let _ = tokio::time::timeout(within, leases.revoke(lease)).await;
             });
@@ -181,14 +198,20 @@ async fn keep_alive(
     loop {
         // One keep-alive stream; a broken one is opened again until the lease may have lapsed.
         let sent = Instant::now();
-        let opened = tokio::time::timeout_at(safe_until, client.lease_client().keep_alive(lease)).await;
+        let opened =
+            tokio::time::timeout_at(safe_until, client.lease_client().keep_alive(lease)).await;
         let (mut keeper, mut answers) = match opened {
             Err(_) => return over(lapsed(ttl)),
             Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) => {
-                return over(format!("etcd at {endpoints} says lease {lease:x} is gone ({e}): its keys are deleted"))
+                return over(format!(
+                    "etcd at {endpoints} says lease {lease:x} is gone ({e}): its keys are deleted"
+                ))
             }
             Ok(Err(_)) => {
-                tokio::time::sleep(RETRY_PAUSE.min(safe_until.saturating_duration_since(Instant::now()))).await;
+                tokio::time::sleep(
+                    RETRY_PAUSE.min(safe_until.saturating_duration_since(Instant::now())),
+                )
+                .await;
                 continue;
             }
             // Opening the stream renewed the lease once already.
@@ -210,7 +233,9 @@ async fn keep_alive(
                     safe_until = sent + ttl;
                 }
                 Ok(Ok(Some(_))) => {
-                    return over(format!("etcd at {endpoints} says lease {lease:x} has expired: its keys are deleted"))
+                    return over(format!(
+                    "etcd at {endpoints} says lease {lease:x} has expired: its keys are deleted"
+                ))
                 }
                 Ok(Ok(None)) | Ok(Err(_)) => break,
             }

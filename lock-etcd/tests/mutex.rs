@@ -20,11 +20,17 @@ async fn keys(client: &Client, prefix: &str) -> Vec<(String, i64, i64)> {
     let got = kv.get(prefix, Some(GetOptions::new().with_prefix())).await.expect("read the prefix");
     got.kvs()
         .iter()
-        .map(|kv| (String::from_utf8_lossy(kv.key()).into_owned(), kv.create_revision(), kv.lease()))
+        .map(|kv| {
+            (String::from_utf8_lossy(kv.key()).into_owned(), kv.create_revision(), kv.lease())
+        })
         .collect()
 }
 
-async fn wait_for<F: std::future::Future<Output = bool>>(mut cond: impl FnMut() -> F, within: Duration, what: &str) {
+async fn wait_for<F: std::future::Future<Output = bool>>(
+    mut cond: impl FnMut() -> F,
+    within: Duration,
+    what: &str,
+) {
     let until = Instant::now() + within;
     while !cond().await {
         assert!(Instant::now() < until, "{what}: not within {within:?}");
@@ -48,9 +54,15 @@ async fn keys_are_bound_to_the_lease_and_the_token_is_the_create_revision() {
 
     let waiter = b.locker("b").unwrap();
     let w = tokio::spawn(async move { waiter.lock("k", None).await });
-    wait_for(|| async { keys(&client, &prefix).await.len() == 2 }, Duration::from_secs(5), "the waiter's key").await;
+    wait_for(
+        || async { keys(&client, &prefix).await.len() == 2 },
+        Duration::from_secs(5),
+        "the waiter's key",
+    )
+    .await;
     let queued = keys(&client, &prefix).await;
-    let theirs = queued.iter().find(|k| k.2 == b.lease_id()).expect("b's key is bound to b's lease");
+    let theirs =
+        queued.iter().find(|k| k.2 == b.lease_id()).expect("b's key is bound to b's lease");
     assert!(theirs.1 > g.token() as i64, "a later create revision: {queued:?}");
     g.release().await.unwrap();
     let gw = w.await.unwrap().unwrap();
@@ -79,7 +91,12 @@ async fn grants_are_first_come_first_served() {
             guard.release().await.unwrap();
         }));
         // Each waiter is queued before the next one asks.
-        wait_for(|| async { keys(&client, &prefix).await.len() == i + 2 }, Duration::from_secs(5), "queued").await;
+        wait_for(
+            || async { keys(&client, &prefix).await.len() == i + 2 },
+            Duration::from_secs(5),
+            "queued",
+        )
+        .await;
     }
     g.release().await.unwrap();
     for t in tasks {
@@ -105,7 +122,12 @@ async fn timed_out_cancelled_and_refused_attempts_leave_no_key() {
 
     // Cancelled from outside (the future dropped): its key goes in the background.
     assert!(tokio::time::timeout(Duration::from_millis(300), w.lock("t", None)).await.is_err());
-    wait_for(|| async { keys(&client, &prefix).await.len() == 1 }, Duration::from_secs(3), "cancelled key gone").await;
+    wait_for(
+        || async { keys(&client, &prefix).await.len() == 1 },
+        Duration::from_secs(3),
+        "cancelled key gone",
+    )
+    .await;
 
     // The soft lock on a held lock queues, sees it is not first, and leaves.
     assert!(w.try_lock("t").await.unwrap().is_none());
@@ -130,12 +152,20 @@ async fn a_stalled_holder_is_told_before_its_lease_can_expire_and_the_next_waite
     fx.with_proxy("h", |p| p.pause());
     let lost = tokio::time::timeout(TTL * 2, g.lost()).await.expect("holder told");
     let told = Instant::now();
-    assert!(told - start <= TTL, "told after {:?}: later than the lease could have lasted", told - start);
+    assert!(
+        told - start <= TTL,
+        "told after {:?}: later than the lease could have lasted",
+        told - start
+    );
     assert!(lost.reason.contains("keep-alive"), "{lost}");
     let (granted, guard) = w.await.unwrap();
     let guard = guard.expect("the waiter gets the lock once the holder's lease expired");
     assert!(granted > told, "the waiter was granted before the holder was told");
-    eprintln!("stalled holder told after {:?}; waiter granted {:?} after that", told - start, granted - told);
+    eprintln!(
+        "stalled holder told after {:?}; waiter granted {:?} after that",
+        told - start,
+        granted - told
+    );
     assert!(matches!(g.lease_state(), LeaseState::Lost(_)));
     guard.release().await.unwrap();
     drop(g);
@@ -150,11 +180,20 @@ async fn a_waiter_whose_lease_ends_fails_and_the_backend_goes_on_with_a_new_leas
     let w = tokio::spawn(async move { waiter.lock("l", None).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     fx.with_proxy("w", |p| p.pause());
-    let err = tokio::time::timeout(TTL * 3, w).await.expect("the waiter fails").unwrap().unwrap_err();
-    assert!(matches!(&err, LockError::LeaseLost { reason, .. } if reason.contains("our place")), "{err}");
+    let err =
+        tokio::time::timeout(TTL * 3, w).await.expect("the waiter fails").unwrap().unwrap_err();
+    assert!(
+        matches!(&err, LockError::LeaseLost { reason, .. } if reason.contains("our place")),
+        "{err}"
+    );
     fx.with_proxy("w", |p| p.resume());
     g.release().await.unwrap();
-    let again = wb.locker("w").unwrap().lock("l", Some(Duration::from_secs(10))).await.expect("a new lease");
+    let again = wb
+        .locker("w")
+        .unwrap()
+        .lock("l", Some(Duration::from_secs(10)))
+        .await
+        .expect("a new lease");
     assert_eq!(wb.sessions_made(), 2);
     again.release().await.unwrap();
 }
@@ -162,7 +201,9 @@ async fn a_waiter_whose_lease_ends_fails_and_the_backend_goes_on_with_a_new_leas
 #[tokio::test]
 async fn unreachable_server_fails_naming_the_address() {
     let start = Instant::now();
-    let err = EtcdBackend::connect("http://127.0.0.1:1", TTL).await.expect_err("nothing listens on port 1");
+    let err = EtcdBackend::connect("http://127.0.0.1:1", TTL)
+        .await
+        .expect_err("nothing listens on port 1");
     let took = start.elapsed();
     match &err {
         LockError::Backend { backend, message } => {
@@ -181,9 +222,13 @@ async fn silent_server_fails_within_the_connect_timeout() {
     let addr = silent.addr();
     let config = EtcdConfig { connect_timeout: Duration::from_secs(3), ..EtcdConfig::default() };
     let start = Instant::now();
-    let err = EtcdBackend::connect_with(&addr.to_string(), config).await.expect_err("silent server");
+    let err =
+        EtcdBackend::connect_with(&addr.to_string(), config).await.expect_err("silent server");
     let took = start.elapsed();
-    assert!(matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())), "{err}");
+    assert!(
+        matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
@@ -192,7 +237,10 @@ async fn bad_settings_are_config_errors() {
     let endpoint = support::shared().endpoint();
     for root in ["locks", "/", "", "/a//b"] {
         let config = EtcdConfig { root: root.into(), ..EtcdConfig::default() };
-        assert!(matches!(EtcdBackend::connect_with(&endpoint, config).await, Err(LockError::Config(_))), "root {root:?}");
+        assert!(
+            matches!(EtcdBackend::connect_with(&endpoint, config).await, Err(LockError::Config(_))),
+            "root {root:?}"
+        );
     }
     let short = EtcdConfig { lease_ttl: Duration::from_millis(500), ..EtcdConfig::default() };
     assert!(matches!(EtcdBackend::connect_with(&endpoint, short).await, Err(LockError::Config(_))));

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use test_servers::EtcdServer;
 
 async fn backend(server: &EtcdServer, ttl: Duration) -> EtcdBackend {
-    EtcdBackend::connect_with(&server.endpoint(), support::config("/restart", ttl)).await.expect("connect")
+    EtcdBackend::connect_with(&server.endpoint(), support::config("/restart", ttl))
+        .await
+        .expect("connect")
 }
 
 fn blocking<R>(f: impl FnOnce() -> R) -> R {
@@ -99,7 +101,10 @@ async fn contenders_resume_after_a_server_restart() {
         errors.first()
     );
     for e in errors.iter() {
-        assert!(e.starts_with("Backend") || e.starts_with("LeaseLost"), "an untyped or unexpected error: {e}");
+        assert!(
+            e.starts_with("Backend") || e.starts_with("LeaseLost"),
+            "an untyped or unexpected error: {e}"
+        );
     }
     // The outage was far shorter than the lease: every backend kept its first lease.
     assert!(backends.iter().all(|b| b.sessions_made() == 1), "a lease was lost in a short restart");
@@ -136,13 +141,15 @@ async fn after_an_outage_longer_than_the_lease_the_holder_is_told_and_new_leases
     blocking(|| server.stop());
     let lost = tokio::time::timeout(ttl * 2, guard.lost()).await.expect("the holder is told");
     assert!(lost.reason.contains("keep-alive"), "{lost}");
-    let err = tokio::time::timeout(ttl * 2, w).await.expect("the waiter fails").unwrap().unwrap_err();
+    let err =
+        tokio::time::timeout(ttl * 2, w).await.expect("the waiter fails").unwrap().unwrap_err();
     assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
     blocking(|| server.start_again());
     // The restarted server gives the old leases a whole TTL again (a revoke could not reach it
     // while it was down): the new lease of b gets the lock once a's old one expires.
     let start = Instant::now();
-    let g = b.locker("b").unwrap().lock("long", Some(ttl * 5)).await.expect("a new lease takes over");
+    let g =
+        b.locker("b").unwrap().lock("long", Some(ttl * 5)).await.expect("a new lease takes over");
     eprintln!("granted on a new lease {:?} after the server came back", start.elapsed());
     assert!(g.token() > guard.token());
     assert_eq!(b.sessions_made(), 2);

@@ -112,7 +112,9 @@
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
-use lock_core::store::{CasChange, CasCondition, CasRequest, CellStore, SerialConsistency, Slice, StoreError};
+use lock_core::store::{
+    CasChange, CasCondition, CasRequest, CellStore, SerialConsistency, Slice, StoreError,
+};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::collections::HashMap;
@@ -145,7 +147,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(1000), multiplier: 2.0 }
+        Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(1000),
+            multiplier: 2.0,
+        }
     }
 }
 
@@ -242,10 +248,17 @@ impl<S: CellStore + Clone> LwtLocker<S> {
 
     /// True when `value` is an owner value of this owner's (of any grant).
     fn is_ours(&self, value: &[u8]) -> bool {
-        std::str::from_utf8(value).ok().and_then(|v| v.split_once(' ')).is_some_and(|(_, owner)| owner == self.ctx.owner)
+        std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .is_some_and(|(_, owner)| owner == self.ctx.owner)
     }
 
-    async fn cas(&self, lock_id: &str, request: &CasRequest) -> Result<lock_core::store::CasResult, StoreError> {
+    async fn cas(
+        &self,
+        lock_id: &str,
+        request: &CasRequest,
+    ) -> Result<lock_core::store::CasResult, StoreError> {
         self.store.cas(LOCK_TABLE, lock_id, request, self.config.serial, self.ctx.consistency).await
     }
 
@@ -259,7 +272,9 @@ impl<S: CellStore + Clone> LwtLocker<S> {
             let sent = Instant::now();
             let answer = match self.cas(lock_id, &request).await {
                 Ok(answer) => answer,
-                Err(e) if e.may_have_applied() => return self.resolve(lock_id, token, &mine, sent).await,
+                Err(e) if e.may_have_applied() => {
+                    return self.resolve(lock_id, token, &mine, sent).await
+                }
                 Err(e) => return Err(LockError::store(lock_id, e)),
             };
             if answer.applied {
@@ -267,9 +282,14 @@ impl<S: CellStore + Clone> LwtLocker<S> {
                 self.saw_fence(lock_id, Some(token));
                 return Ok(Attempt::Granted { token, sent });
             }
-            self.saw_fence(lock_id, parse_fence(lock_id, answer.cell(FENCE).map(|c| c.value.as_slice()))?);
+            self.saw_fence(
+                lock_id,
+                parse_fence(lock_id, answer.cell(FENCE).map(|c| c.value.as_slice()))?,
+            );
             match answer.cell(OWNER) {
-                Some(owner) if self.is_ours(&owner.value) => self.clear_leftover(lock_id, owner.value.clone()).await?,
+                Some(owner) if self.is_ours(&owner.value) => {
+                    self.clear_leftover(lock_id, owner.value.clone()).await?
+                }
                 Some(_) => return Ok(Attempt::Held),
                 None => {}
             }
@@ -278,13 +298,25 @@ impl<S: CellStore + Clone> LwtLocker<S> {
     }
 
     /// Step 2: an acquire whose outcome is unknown, settled by SERIAL reads.
-    async fn resolve(&self, lock_id: &str, token: u64, mine: &[u8], sent: Instant) -> Result<Attempt, LockError> {
+    async fn resolve(
+        &self,
+        lock_id: &str,
+        token: u64,
+        mine: &[u8],
+        sent: Instant,
+    ) -> Result<Attempt, LockError> {
         let give_up = sent + self.ctx.ttl;
         let mut failures = 0;
         loop {
-            match self.store.read_serial(LOCK_TABLE, lock_id, Slice::all(), self.config.serial).await {
+            match self
+                .store
+                .read_serial(LOCK_TABLE, lock_id, Slice::all(), self.config.serial)
+                .await
+            {
                 Ok(cells) => {
-                    let cell = |name: &str| cells.iter().find(|c| c.column == name).map(|c| c.value.as_slice());
+                    let cell = |name: &str| {
+                        cells.iter().find(|c| c.column == name).map(|c| c.value.as_slice())
+                    };
                     self.saw_fence(lock_id, parse_fence(lock_id, cell(FENCE))?);
                     if cell(OWNER) == Some(mine) {
                         return Ok(Attempt::Granted { token, sent });
@@ -319,7 +351,9 @@ impl<S: CellStore + Clone> LwtLocker<S> {
             return true;
         }
         match self.store.read(LOCK_TABLE, lock_id, Slice::all(), self.ctx.consistency).await {
-            Ok(cells) => cells.iter().find(|c| c.column == OWNER).is_none_or(|c| self.is_ours(&c.value)),
+            Ok(cells) => {
+                cells.iter().find(|c| c.column == OWNER).is_none_or(|c| self.is_ours(&c.value))
+            }
             Err(_) => true,
         }
     }
@@ -358,7 +392,11 @@ fn acquire_request(fence: Option<u64>, mine: &[u8], ttl: Duration) -> CasRequest
         conditions: vec![CasCondition::absent(OWNER), fence_condition],
         changes: vec![
             CasChange::Set { column: OWNER.into(), value: mine.to_vec(), ttl: Some(ttl) },
-            CasChange::Set { column: FENCE.into(), value: next.to_string().into_bytes(), ttl: None },
+            CasChange::Set {
+                column: FENCE.into(),
+                value: next.to_string().into_bytes(),
+                ttl: None,
+            },
         ],
     }
 }
@@ -367,13 +405,20 @@ fn acquire_request(fence: Option<u64>, mine: &[u8], ttl: Duration) -> CasRequest
 fn renew_request(mine: &[u8], ttl: Duration) -> CasRequest {
     CasRequest {
         conditions: vec![CasCondition::equals(OWNER, mine.to_vec())],
-        changes: vec![CasChange::Set { column: OWNER.into(), value: mine.to_vec(), ttl: Some(ttl) }],
+        changes: vec![CasChange::Set {
+            column: OWNER.into(),
+            value: mine.to_vec(),
+            ttl: Some(ttl),
+        }],
     }
 }
 
 /// `DELETE owner IF owner = ours`.
 fn release_request(mine: Vec<u8>) -> CasRequest {
-    CasRequest { conditions: vec![CasCondition::equals(OWNER, mine)], changes: vec![CasChange::Delete { column: OWNER.into() }] }
+    CasRequest {
+        conditions: vec![CasCondition::equals(OWNER, mine)],
+        changes: vec![CasChange::Delete { column: OWNER.into() }],
+    }
 }
 
 fn parse_fence(lock_id: &str, value: Option<&[u8]>) -> Result<Option<u64>, LockError> {
@@ -381,7 +426,10 @@ fn parse_fence(lock_id: &str, value: Option<&[u8]>) -> Result<Option<u64>, LockE
     std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).map(Some).ok_or_else(|| {
         LockError::store(
             lock_id,
-            StoreError::Rejected(format!("the fence cell of lock {lock_id:?} holds {:?}, not a token", String::from_utf8_lossy(value))),
+            StoreError::Rejected(format!(
+                "the fence cell of lock {lock_id:?} holds {:?}, not a token",
+                String::from_utf8_lossy(value)
+            )),
         )
     })
 }
@@ -408,13 +456,17 @@ impl<S: CellStore + Clone> Locker for LwtLocker<S> {
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(LockError::Timeout { lock_id: lock_id.to_owned(), waited: start.elapsed() });
+                return Err(LockError::Timeout {
+                    lock_id: lock_id.to_owned(),
+                    waited: start.elapsed(),
+                });
             }
             // Wait until the lock looks free (or the deadline comes: one last attempt then).
             loop {
                 let pause = self.backoff(failures);
                 failures = failures.saturating_add(1);
-                let wake = deadline.map_or(Instant::now() + pause, |d| d.min(Instant::now() + pause));
+                let wake =
+                    deadline.map_or(Instant::now() + pause, |d| d.min(Instant::now() + pause));
                 tokio::time::sleep_until(wake).await;
                 if deadline.is_some_and(|d| Instant::now() >= d) || self.looks_free(lock_id).await {
                     break;
@@ -445,7 +497,12 @@ struct Keeper<S> {
 
 impl<S: CellStore> Keeper<S> {
     /// Step 4: renew every TTL/2 until stopped; say when the lease ends without a renewal.
-    async fn run(self, mut valid_until: Instant, state: watch::Sender<LeaseState>, mut stopped: oneshot::Receiver<()>) {
+    async fn run(
+        self,
+        mut valid_until: Instant,
+        state: watch::Sender<LeaseState>,
+        mut stopped: oneshot::Receiver<()>,
+    ) {
         let mut next = Instant::now() + self.ttl / 2;
         let retry = (self.ttl / 10).min(Duration::from_secs(1));
         loop {
@@ -459,7 +516,8 @@ impl<S: CellStore> Keeper<S> {
             }
             let sent = Instant::now();
             let request = renew_request(&self.mine, self.ttl);
-            let renewal = self.store.cas(LOCK_TABLE, &self.lock_id, &request, self.serial, self.commit);
+            let renewal =
+                self.store.cas(LOCK_TABLE, &self.lock_id, &request, self.serial, self.commit);
             let answer = tokio::select! {
                 _ = &mut stopped => return,
                 _ = tokio::time::sleep_until(valid_until) => {
@@ -474,8 +532,14 @@ impl<S: CellStore> Keeper<S> {
                     next = sent + self.ttl / 2;
                 }
                 Ok(r) => {
-                    let holder = r.cell(OWNER).map(|c| String::from_utf8_lossy(&c.value).into_owned());
-                    lost(&state, &format!("the lock row names another holder ({holder:?}): the lease had run out"));
+                    let holder =
+                        r.cell(OWNER).map(|c| String::from_utf8_lossy(&c.value).into_owned());
+                    lost(
+                        &state,
+                        &format!(
+                            "the lock row names another holder ({holder:?}): the lease had run out"
+                        ),
+                    );
                     return;
                 }
                 // Unknown or failed: the cell keeps its old TTL at worst; try again soon.
@@ -492,7 +556,11 @@ impl<S: CellStore> Keeper<S> {
         let give_up = Instant::now() + self.ttl;
         let mut pause = (self.ttl / 100).max(Duration::from_millis(10));
         loop {
-            match self.store.cas(LOCK_TABLE, &self.lock_id, &request, self.serial, self.commit).await {
+            match self
+                .store
+                .cas(LOCK_TABLE, &self.lock_id, &request, self.serial, self.commit)
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(e) if e.may_have_applied() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
@@ -548,15 +616,26 @@ mod tests {
         for (failures, bound) in [(0, 10), (1, 20), (2, 40), (6, 640), (7, 1000), (30, 1000)] {
             let d = b.delay(failures, &mut rng);
             let bound = Duration::from_millis(bound);
-            assert!(d >= bound / 2 && d <= bound, "{failures}: {d:?} not in {:?}..={bound:?}", bound / 2);
+            assert!(
+                d >= bound / 2 && d <= bound,
+                "{failures}: {d:?} not in {:?}..={bound:?}",
+                bound / 2
+            );
         }
     }
 
     #[test]
     fn the_acquire_takes_the_next_token_in_the_same_request() {
         let r = acquire_request(Some(41), b"42 me", Duration::from_secs(10));
-        assert_eq!(r.conditions, vec![CasCondition::absent(OWNER), CasCondition::equals(FENCE, "41")]);
-        assert!(r.changes.contains(&CasChange::Set { column: FENCE.into(), value: b"42".to_vec(), ttl: None }));
+        assert_eq!(
+            r.conditions,
+            vec![CasCondition::absent(OWNER), CasCondition::equals(FENCE, "41")]
+        );
+        assert!(r.changes.contains(&CasChange::Set {
+            column: FENCE.into(),
+            value: b"42".to_vec(),
+            ttl: None
+        }));
         let first = acquire_request(None, b"1 me", Duration::from_secs(10));
         assert_eq!(first.conditions[1], CasCondition::absent(FENCE));
     }

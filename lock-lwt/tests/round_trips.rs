@@ -20,7 +20,11 @@ fn store(variant: PaxosVariant, seed: u64) -> EmbeddedStore {
     })
 }
 
-fn locker(store: &EmbeddedStore, owner: &str, probe: WaitProbe) -> LwtLocker<lock_core::embedded::EmbeddedClient> {
+fn locker(
+    store: &EmbeddedStore,
+    owner: &str,
+    probe: WaitProbe,
+) -> LwtLocker<lock_core::embedded::EmbeddedClient> {
     let client = store.client(owner);
     let ctx = ClientContext::new(owner, client.clock(), owner.len() as u64);
     LwtLocker::new(client, ctx, LwtConfig { probe, ..LwtConfig::default() }).unwrap()
@@ -39,9 +43,21 @@ async fn an_uncontended_acquire_and_release_cost_two_lightweight_transactions() 
         tokio::time::sleep(Duration::from_millis(10)).await;
         g.release().await.unwrap();
         let total = s.counters().total();
-        assert_eq!((after_acquire.cas, after_acquire.round_trips()), (1, per_lwt), "{variant} acquire");
-        assert_eq!((total.cas, total.round_trips()), (2, 2 * per_lwt), "{variant} acquire + release");
-        assert_eq!(acquired, Duration::from_millis(per_lwt), "{variant}: one 1 ms round trip per phase");
+        assert_eq!(
+            (after_acquire.cas, after_acquire.round_trips()),
+            (1, per_lwt),
+            "{variant} acquire"
+        );
+        assert_eq!(
+            (total.cas, total.round_trips()),
+            (2, 2 * per_lwt),
+            "{variant} acquire + release"
+        );
+        assert_eq!(
+            acquired,
+            Duration::from_millis(per_lwt),
+            "{variant}: one 1 ms round trip per phase"
+        );
         // The next grant of the same locker expects the fence it left: again one LWT each way.
         tokio::time::sleep(Duration::from_millis(10)).await;
         let g = a.lock("job", None).await.unwrap();
@@ -84,6 +100,9 @@ async fn waiting_by_reads_keeps_waiters_out_of_the_holders_paxos_rounds() {
     let (read_grants, read_cost) = contended(WaitProbe::Read).await;
     let (cas_grants, cas_cost) = contended(WaitProbe::Cas).await;
     eprintln!("32 contenders, 20 s: probe=read {read_grants} grants, {read_cost:.1} round trips/grant; probe=cas {cas_grants} grants, {cas_cost:.1}");
-    assert!(read_cost < cas_cost, "reads {read_cost:.1} vs CAS {cas_cost:.1} round trips per grant");
+    assert!(
+        read_cost < cas_cost,
+        "reads {read_cost:.1} vs CAS {cas_cost:.1} round trips per grant"
+    );
     assert!(read_grants > cas_grants, "reads {read_grants} vs CAS {cas_grants} grants");
 }

@@ -4,8 +4,13 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant};
-use lock_core::store::{CasRequest, CasResult, CasTimeoutKind, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError};
+use lock_core::embedded::{
+    EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant,
+};
+use lock_core::store::{
+    CasRequest, CasResult, CasTimeoutKind, CellStore, CellWrite, Consistency, Micros,
+    SerialConsistency, Slice, StoreError,
+};
 use lock_core::{Cell, Locker};
 use lock_lwt::{LwtConfig, LwtLocker, OWNER};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,23 +37,62 @@ struct Lossy {
 }
 
 fn timeout() -> StoreError {
-    StoreError::CasTimeout { kind: CasTimeoutKind::Commit, received: 1, required: 2, contentions: 0 }
+    StoreError::CasTimeout {
+        kind: CasTimeoutKind::Commit,
+        received: 1,
+        required: 2,
+        contentions: 0,
+    }
 }
 
 #[async_trait]
 impl CellStore for Lossy {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.inner.write(table, row, cells, c).await
     }
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.inner.delete(table, row, column, ts, c).await
     }
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.inner.read(table, row, slice, c).await
     }
-    async fn cas(&self, table: &str, row: &str, r: &CasRequest, s: SerialConsistency, c: Consistency) -> Result<CasResult, StoreError> {
-        let acquiring = r.conditions.iter().any(|c| c.column == OWNER && c.expect == lock_core::store::Expect::Absent);
-        if acquiring && self.remaining.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok() {
+    async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        r: &CasRequest,
+        s: SerialConsistency,
+        c: Consistency,
+    ) -> Result<CasResult, StoreError> {
+        let acquiring = r
+            .conditions
+            .iter()
+            .any(|c| c.column == OWNER && c.expect == lock_core::store::Expect::Absent);
+        if acquiring
+            && self
+                .remaining
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+        {
             if self.lose == Lose::AnswerAfterApplying {
                 self.inner.cas(table, row, r, s, c).await?;
             }
@@ -56,13 +100,23 @@ impl CellStore for Lossy {
         }
         self.inner.cas(table, row, r, s, c).await
     }
-    async fn read_serial(&self, table: &str, row: &str, slice: Slice, s: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        s: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.inner.read_serial(table, row, slice, s).await
     }
 }
 
 fn store() -> EmbeddedStore {
-    EmbeddedStore::new(EmbeddedConfig { replicas: 3, latency: LatencyModel::new(Duration::from_millis(1), Duration::ZERO), ..EmbeddedConfig::default() })
+    EmbeddedStore::new(EmbeddedConfig {
+        replicas: 3,
+        latency: LatencyModel::new(Duration::from_millis(1), Duration::ZERO),
+        ..EmbeddedConfig::default()
+    })
 }
 
 fn locker(store: &EmbeddedStore, owner: &str, lose: Lose, n: u32) -> LwtLocker<Lossy> {
@@ -77,7 +131,8 @@ async fn an_acquire_that_applied_without_an_answer_is_found_by_the_serial_read()
     let s = store();
     let a = locker(&s, "a", Lose::AnswerAfterApplying, 1);
     let b = locker(&s, "b", Lose::AnswerAfterApplying, 0);
-    let g = a.try_lock("job").await.unwrap().expect("the read shows our owner value: the lock is ours");
+    let g =
+        a.try_lock("job").await.unwrap().expect("the read shows our owner value: the lock is ours");
     assert_eq!(g.token(), 1);
     assert_eq!(s.counters().per_client["a"].serial_reads, 1, "settled by one SERIAL read");
     assert!(b.try_lock("job").await.unwrap().is_none(), "one holder");
@@ -90,7 +145,12 @@ async fn an_acquire_that_never_applied_is_not_a_grant_and_leaves_nothing() {
     let s = store();
     let a = locker(&s, "a", Lose::RequestBeforeSending, 1);
     assert!(a.try_lock("job").await.unwrap().is_none(), "the read shows no owner: not ours");
-    assert!(s.client("x").read_serial(lock_lwt::LOCK_TABLE, "job", Slice::all(), SerialConsistency::Serial).await.unwrap().is_empty());
+    assert!(s
+        .client("x")
+        .read_serial(lock_lwt::LOCK_TABLE, "job", Slice::all(), SerialConsistency::Serial)
+        .await
+        .unwrap()
+        .is_empty());
     // The mandatory lock goes on trying, and gets it.
     let g = a.lock("job", Some(Duration::from_secs(1))).await.unwrap();
     assert_eq!(g.token(), 1);
@@ -116,12 +176,19 @@ async fn lost_answers_and_overloaded_replicas_never_give_two_holders() {
             let holds = Arc::new(std::sync::Mutex::new(Vec::new()));
             let tasks: Vec<_> = (0..16)
                 .map(|i| {
-                    let lose = if i % 2 == 0 { Lose::AnswerAfterApplying } else { Lose::RequestBeforeSending };
+                    let lose = if i % 2 == 0 {
+                        Lose::AnswerAfterApplying
+                    } else {
+                        Lose::RequestBeforeSending
+                    };
                     let l = locker(&s, &format!("c{i}"), lose, 2);
                     let holds = Arc::clone(&holds);
                     tokio::spawn(async move {
                         for _ in 0..3 {
-                            let g = l.lock("contended", Some(Duration::from_secs(60))).await.expect("lock");
+                            let g = l
+                                .lock("contended", Some(Duration::from_secs(60)))
+                                .await
+                                .expect("lock");
                             let granted = Instant::now();
                             tokio::time::sleep(Duration::from_millis(2)).await;
                             let lost = g.is_lost();
@@ -137,8 +204,18 @@ async fn lost_answers_and_overloaded_replicas_never_give_two_holders() {
             let mut holds = std::mem::take(&mut *holds.lock().unwrap());
             holds.sort_by_key(|h| h.0);
             for w in holds.windows(2) {
-                assert!(w[0].1 <= w[1].0, "{variant} seed {seed}: overlapping holds {:?} and {:?}", w[0], w[1]);
-                assert!(w[0].2 < w[1].2, "{variant} seed {seed}: tokens not increasing {:?} {:?}", w[0], w[1]);
+                assert!(
+                    w[0].1 <= w[1].0,
+                    "{variant} seed {seed}: overlapping holds {:?} and {:?}",
+                    w[0],
+                    w[1]
+                );
+                assert!(
+                    w[0].2 < w[1].2,
+                    "{variant} seed {seed}: tokens not increasing {:?} {:?}",
+                    w[0],
+                    w[1]
+                );
             }
             assert!(holds.iter().all(|h| !h.3), "no lease lost");
             grants_seen += holds.len();
@@ -146,5 +223,8 @@ async fn lost_answers_and_overloaded_replicas_never_give_two_holders() {
         }
     }
     assert_eq!(grants_seen, 20 * 2 * 16 * 3);
-    assert!(unknown_seen >= 20 * 2 * 16, "every contender lost answers: {unknown_seen} SERIAL reads");
+    assert!(
+        unknown_seen >= 20 * 2 * 16,
+        "every contender lost answers: {unknown_seen} SERIAL reads"
+    );
 }

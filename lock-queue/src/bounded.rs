@@ -135,7 +135,15 @@ impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
         let err = |e| LockError::store(lock_id, e);
         let ticket = ticket(self.parts.ctx.time.now().await.map_err(err)?);
         let owner = &self.parts.ctx.owner;
-        crate::protocol::join_queue(self, BOUNDED_QUEUE_TABLE, lock_id, owner, ticket.as_bytes(), ticket.clone()).await
+        crate::protocol::join_queue(
+            self,
+            BOUNDED_QUEUE_TABLE,
+            lock_id,
+            owner,
+            ticket.as_bytes(),
+            ticket.clone(),
+        )
+        .await
     }
 
     /// Step 2, once: read the whole queue; is its head (the least place) ours? The main row is
@@ -143,10 +151,17 @@ impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
         let err = |e| LockError::store(lock_id, e);
-        let queue = self.parts.store.read(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
+        let queue = self
+            .parts
+            .store
+            .read(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c)
+            .await
+            .map_err(err)?;
         let ours = queue.iter().find(|cell| cell.column == self.parts.ctx.owner);
         if ours.is_none_or(|cell| cell.value != place.id.as_bytes()) {
-            return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
+            return Err(place
+                .lease
+                .lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
         let Some(first) = head(&queue) else { return Ok(false) };
         if let Some(t) = std::str::from_utf8(&first.value).ok().and_then(queue_column_time) {

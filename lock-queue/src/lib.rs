@@ -101,9 +101,9 @@ use async_trait::async_trait;
 use lock_core::context::ClientContext;
 use lock_core::lock::LockError;
 use lock_core::store::{CellStore, Micros, Slice};
-use protocol::{Parts, Place, Queue};
 #[allow(unused_imports)]
 use lock_core::time::TimeSource;
+use protocol::{Parts, Place, Queue};
 use std::time::Duration;
 
 /// The [`Locker`] of a queue lock: listings 6 and 7 from [`protocol`], whatever its queue.
@@ -202,7 +202,15 @@ impl<S: CellStore + Clone> Queue for QueueLocker<S> {
         let err = |e| LockError::store(lock_id, e);
         let now = self.parts.ctx.time.now().await.map_err(err)?;
         let column = queue_column(now, &self.parts.ctx.owner);
-        protocol::join_queue(self, QUEUE_TABLE, lock_id, &column, self.parts.ctx.owner.as_bytes(), column.clone()).await
+        protocol::join_queue(
+            self,
+            QUEUE_TABLE,
+            lock_id,
+            &column,
+            self.parts.ctx.owner.as_bytes(),
+            column.clone(),
+        )
+        .await
     }
 
     /// Steps 2–3 of listing 6 (4–5 of listing 7): read the first queue cell; is it ours? The
@@ -213,13 +221,17 @@ impl<S: CellStore + Clone> Queue for QueueLocker<S> {
         let head = head.map_err(|e| LockError::store(lock_id, e))?;
         let Some(first) = head.first() else {
             // Our own cell is gone (expired, or the store lost it): the lease says so.
-            return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
+            return Err(place
+                .lease
+                .lost_error(lock_id, "our queue cell is no longer in the queue"));
         };
         if let Some(t) = queue_column_time(&first.column) {
             self.parts.ctx.time.observe(t);
         }
         if first.column > place.id {
-            return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
+            return Err(place
+                .lease
+                .lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
         Ok(first.column == place.id)
     }

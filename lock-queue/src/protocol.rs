@@ -15,12 +15,12 @@
 //! - [`leave`] and [`grant`]: stop the lease and delete our cells, or keep the main cell too,
 //!   take a fencing token and hand out the guard.
 
+use crate::QueueConfig;
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
 use lock_core::lease::{delete_cells, AfterDelete, CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, LockError, LockGuard};
 use lock_core::store::{CellStore, CellWrite, Slice};
-use crate::QueueConfig;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -55,10 +55,16 @@ pub(crate) struct Parts<S> {
 
 impl<S> Parts<S> {
     /// Checks the context and that the poll interval is above zero.
-    pub(crate) fn new(store: S, ctx: ClientContext, config: QueueConfig) -> Result<Self, LockError> {
+    pub(crate) fn new(
+        store: S,
+        ctx: ClientContext,
+        config: QueueConfig,
+    ) -> Result<Self, LockError> {
         ctx.validate()?;
         if config.poll_interval.is_zero() {
-            return Err(LockError::Config("the queue lock's poll interval must be above zero".into()));
+            return Err(LockError::Config(
+                "the queue lock's poll interval must be above zero".into(),
+            ));
         }
         Ok(Parts { store, ctx, config })
     }
@@ -124,7 +130,11 @@ pub(crate) async fn join_queue<Q: Queue>(
     id: String,
 ) -> Result<Place, LockError> {
     let (store, ctx) = (&q.parts().store, &q.parts().ctx);
-    let lease = LeaseKeeper::start(store.clone(), ctx.timestamps.clone(), LeaseConfig::new(ctx.ttl, ctx.consistency));
+    let lease = LeaseKeeper::start(
+        store.clone(),
+        ctx.timestamps.clone(),
+        LeaseConfig::new(ctx.ttl, ctx.consistency),
+    );
     let started = Instant::now();
     let write = write_of(ctx, column, value);
     let key = CellKey::new(table, lock_id, column);
@@ -159,7 +169,9 @@ async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError
         Err(e) => Err(e),
     };
     match main {
-        Ok(main) if main.len() == 1 && main[0].column == ctx.owner => Ok(HeadCheck::Granted(started)),
+        Ok(main) if main.len() == 1 && main[0].column == ctx.owner => {
+            Ok(HeadCheck::Granted(started))
+        }
         Ok(_) => {
             delete_cells(store, &[main_key], &ctx.timestamps, c).await.map_err(err)?;
             Ok(HeadCheck::Occupied)
@@ -178,9 +190,18 @@ async fn leave<Q: Queue>(q: &Q, lock_id: &str, place: Place) {
 }
 
 /// The lock is ours: keep the main cell too, take a fencing token, hand out the guard.
-async fn grant<Q: Queue>(q: &Q, lock_id: &str, place: Place, main_written: Instant) -> Result<LockGuard, LockError> {
+async fn grant<Q: Queue>(
+    q: &Q,
+    lock_id: &str,
+    place: Place,
+    main_written: Instant,
+) -> Result<LockGuard, LockError> {
     let ctx = &q.parts().ctx;
-    place.lease.add(CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner), ctx.owner.as_bytes().to_vec(), main_written);
+    place.lease.add(
+        CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner),
+        ctx.owner.as_bytes().to_vec(),
+        main_written,
+    );
     CellRelease::new(&q.parts().store, ctx, lock_id, place.lease)
         .then(q.after_delete(lock_id))
         .into_guard(&ctx.owner)
@@ -188,7 +209,11 @@ async fn grant<Q: Queue>(q: &Q, lock_id: &str, place: Place, main_written: Insta
 }
 
 /// Listing 6, with a timeout that leaves the queue.
-pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+pub(crate) async fn lock<Q: Queue>(
+    q: &Q,
+    lock_id: &str,
+    timeout: Option<Duration>,
+) -> Result<LockGuard, LockError> {
     validate_id("lock id", lock_id)?;
     let start = Instant::now();
     let deadline = timeout.map(|t| start + t);
@@ -202,7 +227,8 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
         }
         // A ring means the ringer read the queue and found us first: go straight to the main
         // row, which alone decides who holds (a stale or mistaken ring costs a failed try).
-        let checked = if rung { try_main(q, lock_id).await } else { check_head(q, lock_id, &place).await };
+        let checked =
+            if rung { try_main(q, lock_id).await } else { check_head(q, lock_id, &place).await };
         match checked {
             Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await,
             Ok(HeadCheck::Occupied | HeadCheck::NotFirst) => {}
@@ -216,7 +242,10 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
             Some(d) if wake >= d => {
                 tokio::time::sleep_until(d).await;
                 leave(q, lock_id, place).await;
-                return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
+                return Err(LockError::Timeout {
+                    lock_id: lock_id.to_string(),
+                    waited: start.elapsed(),
+                });
             }
             _ => rung = q.wait(&place, wake).await,
         }
@@ -224,7 +253,10 @@ pub(crate) async fn lock<Q: Queue>(q: &Q, lock_id: &str, timeout: Option<Duratio
 }
 
 /// Listing 7.
-pub(crate) async fn try_lock<Q: Queue>(q: &Q, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+pub(crate) async fn try_lock<Q: Queue>(
+    q: &Q,
+    lock_id: &str,
+) -> Result<Option<LockGuard>, LockError> {
     validate_id("lock id", lock_id)?;
     let main = q
         .parts()
@@ -238,7 +270,9 @@ pub(crate) async fn try_lock<Q: Queue>(q: &Q, lock_id: &str) -> Result<Option<Lo
     let place = q.join(lock_id).await?;
     loop {
         match check_head(q, lock_id, &place).await {
-            Ok(HeadCheck::Granted(written)) => return grant(q, lock_id, place, written).await.map(Some),
+            Ok(HeadCheck::Granted(written)) => {
+                return grant(q, lock_id, place, written).await.map(Some)
+            }
             Ok(HeadCheck::Occupied) => {
                 q.wait(&place, Instant::now() + q.parts().config.poll_interval).await;
             }

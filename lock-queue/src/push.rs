@@ -126,9 +126,17 @@ pub struct PushQueueLocker<S> {
 impl<S: CellStore + Clone> PushQueueLocker<S> {
     /// A locker for `ctx.owner` over `store`, woken through `bell` (one per process: the
     /// embedded store's [`CellStore::doorbell`], or a [`lock_core::doorbell::UdpDoorbells`]).
-    pub fn new(store: S, ctx: ClientContext, config: PushConfig, bell: Arc<dyn Doorbell>) -> Result<Self, LockError> {
+    pub fn new(
+        store: S,
+        ctx: ClientContext,
+        config: PushConfig,
+        bell: Arc<dyn Doorbell>,
+    ) -> Result<Self, LockError> {
         if bell.address().contains(char::is_whitespace) {
-            return Err(LockError::Config(format!("a doorbell address must not contain spaces: {}", bell.address())));
+            return Err(LockError::Config(format!(
+                "a doorbell address must not contain spaces: {}",
+                bell.address()
+            )));
         }
         let parts = Parts::new(store, ctx, QueueConfig { poll_interval: config.fallback_poll })?;
         Ok(PushQueueLocker { parts, bell })
@@ -151,7 +159,16 @@ impl<S: CellStore + Clone> Queue for PushQueueLocker<S> {
         let owner = &self.parts.ctx.owner;
         let bell = self.bell.listen(lock_id, owner, &ticket);
         let value = format!("{ticket} {}", self.bell.address());
-        match crate::protocol::join_queue(self, PUSH_QUEUE_TABLE, lock_id, owner, value.as_bytes(), ticket).await {
+        match crate::protocol::join_queue(
+            self,
+            PUSH_QUEUE_TABLE,
+            lock_id,
+            owner,
+            value.as_bytes(),
+            ticket,
+        )
+        .await
+        {
             Ok(mut place) => {
                 place.bell = Some(bell);
                 Ok(place)
@@ -167,10 +184,13 @@ impl<S: CellStore + Clone> Queue for PushQueueLocker<S> {
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
         let err = |e| LockError::store(lock_id, e);
-        let queue = self.parts.store.read(PUSH_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
+        let queue =
+            self.parts.store.read(PUSH_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
         let ours = queue.iter().find(|cell| cell.column == self.parts.ctx.owner);
         if ours.and_then(|cell| parse_value(&cell.value)).is_none_or(|(t, _)| t != place.id) {
-            return Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"));
+            return Err(place
+                .lease
+                .lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
         let ahead = queue
             .iter()
@@ -196,13 +216,18 @@ impl<S: CellStore + Clone> Queue for PushQueueLocker<S> {
     /// read the queue, ring its head other than us (our queue cell goes right after).
     fn after_delete(&self, lock_id: &str) -> Option<AfterDelete> {
         let (store, bell) = (self.parts.store.clone(), Arc::clone(&self.bell));
-        let (lock_id, owner, c) = (lock_id.to_owned(), self.parts.ctx.owner.clone(), self.parts.ctx.consistency);
+        let (lock_id, owner, c) =
+            (lock_id.to_owned(), self.parts.ctx.owner.clone(), self.parts.ctx.consistency);
         Some(Box::new(move || {
             Box::pin(async move {
                 bell.forget(&lock_id, &owner);
                 // A failed read rings nobody: the waiters' fallback polls find their turn.
-                let Ok(queue) = store.read(PUSH_QUEUE_TABLE, &lock_id, Slice::all(), c).await else { return };
-                let others: Vec<Cell> = queue.into_iter().filter(|cell| cell.column != owner).collect();
+                let Ok(queue) = store.read(PUSH_QUEUE_TABLE, &lock_id, Slice::all(), c).await
+                else {
+                    return;
+                };
+                let others: Vec<Cell> =
+                    queue.into_iter().filter(|cell| cell.column != owner).collect();
                 if let Some((next, ticket, address)) = head(&others) {
                     bell.ring(address, &lock_id, &next.column, ticket);
                 }
@@ -219,7 +244,10 @@ mod tests {
 
     #[test]
     fn a_queue_value_is_a_ticket_and_an_address() {
-        assert_eq!(parse_value(b"00000000000000000042 udp://127.0.0.1:9"), Some(("00000000000000000042", "udp://127.0.0.1:9")));
+        assert_eq!(
+            parse_value(b"00000000000000000042 udp://127.0.0.1:9"),
+            Some(("00000000000000000042", "udp://127.0.0.1:9"))
+        );
         assert_eq!(parse_value(b"42 local"), None);
         assert_eq!(parse_value(b"00000000000000000042"), None);
     }

@@ -8,18 +8,27 @@ use lock_queue::{BoundedQueueLocker, QueueLocker, MAIN_TABLE, QUEUE_TABLE};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn bounded(client: lock_core::embedded::EmbeddedClient, ctx: lock_core::context::ClientContext) -> Arc<dyn Locker> {
+fn bounded(
+    client: lock_core::embedded::EmbeddedClient,
+    ctx: lock_core::context::ClientContext,
+) -> Arc<dyn Locker> {
     Arc::new(BoundedQueueLocker::new(client, ctx, Default::default()).expect("config"))
 }
 
-fn thesis(client: lock_core::embedded::EmbeddedClient, ctx: lock_core::context::ClientContext) -> Arc<dyn Locker> {
+fn thesis(
+    client: lock_core::embedded::EmbeddedClient,
+    ctx: lock_core::context::ClientContext,
+) -> Arc<dyn Locker> {
     Arc::new(QueueLocker::new(client, ctx, Default::default()).expect("config"))
 }
 
 /// Runs `contenders` on one lock for `secs` simulated seconds; the grants and the store's
 /// tombstone counters per table.
 fn run(
-    build: fn(lock_core::embedded::EmbeddedClient, lock_core::context::ClientContext) -> Arc<dyn Locker>,
+    build: fn(
+        lock_core::embedded::EmbeddedClient,
+        lock_core::context::ClientContext,
+    ) -> Arc<dyn Locker>,
     contenders: usize,
     secs: u64,
     seed: u64,
@@ -29,7 +38,14 @@ fn run(
         seed,
         |seed| async move { EmbeddedFixture::new(seed, Mode::Simulated, build) },
         move |fx| async move {
-            let grants = c::contention_log(fx.clone(), contenders, Duration::from_secs(secs), Duration::from_millis(5), Duration::from_millis(5)).await;
+            let grants = c::contention_log(
+                fx.clone(),
+                contenders,
+                Duration::from_secs(secs),
+                Duration::from_millis(5),
+                Duration::from_millis(5),
+            )
+            .await;
             (grants, fx.store().tombstone_counters())
         },
     )
@@ -48,7 +64,10 @@ fn grants_follow_queue_order_when_clocks_agree() {
     for (contenders, seed) in [(2, 1), (8, 2), (32, 3)] {
         let (grants, _) = run(bounded, contenders, 30, seed);
         let n = overtakes(&grants);
-        eprintln!("bounded queue lock, {contenders} contenders, 30 s simulated: {} grants, {n} overtakes", grants.len());
+        eprintln!(
+            "bounded queue lock, {contenders} contenders, 30 s simulated: {} grants, {n} overtakes",
+            grants.len()
+        );
         assert!(grants.len() > 100);
         assert_eq!(n, 0, "a later request was granted before an earlier one");
     }
@@ -78,7 +97,10 @@ fn tombstones_per_read_stay_under_the_bound_while_the_thesis_queue_grows() {
          bounded {} grants, p50 {} max {} (wall {:?})",
         thesis_grants.len(), q.p50(), q.max, bounded_grants.len(), b.p50(), b.max, started.elapsed()
     );
-    assert!(q.max > 20 * BOUND && q.p50() > 10 * BOUND, "the thesis's queue should have grown: {q:?}");
+    assert!(
+        q.max > 20 * BOUND && q.p50() > 10 * BOUND,
+        "the thesis's queue should have grown: {q:?}"
+    );
     assert!(b.max <= BOUND, "bounded queue read scanned {} tombstones", b.max);
     assert!(bounded_stats[BOUNDED_MAIN_TABLE].max <= BOUND);
     // The thesis's main row is bounded the same way: its columns are thread ids.
@@ -94,7 +116,10 @@ async fn past_the_failure_threshold_the_thesis_queue_fails_and_the_bounded_one_g
     use lock_core::context::ClientContext;
     use lock_core::embedded::{EmbeddedConfig, EmbeddedStore};
     use lock_core::{LockError, StoreError};
-    let store = EmbeddedStore::new(EmbeddedConfig { tombstone_failure_threshold: 200, ..Default::default() });
+    let store = EmbeddedStore::new(EmbeddedConfig {
+        tombstone_failure_threshold: 200,
+        ..Default::default()
+    });
     let client = store.client("w");
     let ctx = ClientContext::new("w", client.clock(), 1);
     let thesis = QueueLocker::new(client.clone(), ctx.clone(), Default::default()).unwrap();
@@ -107,7 +132,13 @@ async fn past_the_failure_threshold_the_thesis_queue_fails_and_the_bounded_one_g
             Ok(g) => g.release().await.unwrap(),
             Err(e) => {
                 assert!(
-                    matches!(&e, LockError::Store { source: StoreError::TombstoneOverwhelming { scanned: 201, .. }, .. }),
+                    matches!(
+                        &e,
+                        LockError::Store {
+                            source: StoreError::TombstoneOverwhelming { scanned: 201, .. },
+                            ..
+                        }
+                    ),
                     "{e:?}"
                 );
                 assert!(e.to_string().contains("tombstone"), "{e}");
@@ -121,5 +152,9 @@ async fn past_the_failure_threshold_the_thesis_queue_fails_and_the_bounded_one_g
     for _ in 0..1000 {
         bounded.lock("l", None).await.unwrap().release().await.unwrap();
     }
-    assert_eq!(store.tombstone_counters()[BOUNDED_QUEUE_TABLE].max, 0, "a lone thread's read finds its own cell live");
+    assert_eq!(
+        store.tombstone_counters()[BOUNDED_QUEUE_TABLE].max,
+        0,
+        "a lone thread's read finds its own cell live"
+    );
 }

@@ -11,10 +11,19 @@ fn run(contenders: usize, seed: u64) -> Vec<c::Grant> {
         seed,
         |seed| async move {
             EmbeddedFixture::new(seed, Mode::Simulated, |client, ctx| {
-                Arc::new(QueueLocker::new(client, ctx, Default::default()).expect("config")) as Arc<dyn lock_core::Locker>
+                Arc::new(QueueLocker::new(client, ctx, Default::default()).expect("config"))
+                    as Arc<dyn lock_core::Locker>
             })
         },
-        move |fx| c::contention_log(fx, contenders, Duration::from_secs(30), Duration::from_millis(10), Duration::from_millis(1)),
+        move |fx| {
+            c::contention_log(
+                fx,
+                contenders,
+                Duration::from_secs(30),
+                Duration::from_millis(10),
+                Duration::from_millis(1),
+            )
+        },
     )
 }
 
@@ -32,7 +41,10 @@ fn grants_follow_queue_order_when_clocks_agree() {
     for (contenders, seed) in [(2, 1), (8, 2), (32, 3)] {
         let grants = run(contenders, seed);
         let n = overtakes(&grants);
-        eprintln!("queue lock, {contenders} contenders, 30 s simulated: {} grants, {n} overtakes", grants.len());
+        eprintln!(
+            "queue lock, {contenders} contenders, 30 s simulated: {} grants, {n} overtakes",
+            grants.len()
+        );
         assert!(grants.len() > 100);
         assert_eq!(n, 0, "a later request was granted before an earlier one");
     }
@@ -42,7 +54,10 @@ fn grants_follow_queue_order_when_clocks_agree() {
 fn two_contenders_take_turns() {
     let grants = run(2, 4);
     let retakes = grants.windows(2).filter(|w| w[0].contender == w[1].contender).count();
-    eprintln!("queue lock, 2 contenders: {retakes} of {} handoffs went back to the releaser", grants.len() - 1);
+    eprintln!(
+        "queue lock, 2 contenders: {retakes} of {} handoffs went back to the releaser",
+        grants.len() - 1
+    );
     assert_eq!(retakes, 0);
 }
 

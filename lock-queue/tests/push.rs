@@ -6,7 +6,7 @@ use lock_core::conformance::{self as c, EmbeddedFixture, Fixture, Mode};
 use lock_core::doorbell::{Doorbell, RingFaults, UdpDoorbells};
 use lock_core::store::{CellStore, CellWrite, Consistency};
 use lock_core::Locker;
-use lock_queue::push::{PUSH_QUEUE_TABLE, DEFAULT_FALLBACK_POLL};
+use lock_queue::push::{DEFAULT_FALLBACK_POLL, PUSH_QUEUE_TABLE};
 use lock_queue::{PushConfig, PushQueueLocker};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,8 @@ use tokio::time::Instant;
 fn fixture(seed: u64) -> EmbeddedFixture {
     EmbeddedFixture::new(seed, Mode::Simulated, |client, ctx| {
         let bell = client.doorbell().expect("doorbells");
-        Arc::new(PushQueueLocker::new(client, ctx, PushConfig::default(), bell).expect("config")) as Arc<dyn Locker>
+        Arc::new(PushQueueLocker::new(client, ctx, PushConfig::default(), bell).expect("config"))
+            as Arc<dyn Locker>
     })
 }
 
@@ -52,7 +53,11 @@ async fn lost_rings_cost_a_fallback_poll_and_never_a_second_holder() {
     let b = fx.locker("b").await;
     let took = handoff(a.lock("L", None).await.unwrap(), b, "L").await;
     // b polls a fallback interval after its own last look, which came before the release.
-    assert!(took > Duration::from_millis(20) && took <= DEFAULT_FALLBACK_POLL + Duration::from_millis(100), "{took:?}");
+    assert!(
+        took > Duration::from_millis(20)
+            && took <= DEFAULT_FALLBACK_POLL + Duration::from_millis(100),
+        "{took:?}"
+    );
     // Under contention with every ring lost, late or kept: still one holder at a time.
     for faults in [
         RingFaults { drop: 1.0, delay: Duration::ZERO },
@@ -85,7 +90,8 @@ fn fixture_with(fx: &EmbeddedFixture) -> impl Fixture {
     let store = fx.store().clone();
     Same(EmbeddedFixture::with_store(store, 5, Mode::Simulated, |client, ctx| {
         let bell = client.doorbell().expect("doorbells");
-        Arc::new(PushQueueLocker::new(client, ctx, PushConfig::default(), bell).expect("config")) as Arc<dyn Locker>
+        Arc::new(PushQueueLocker::new(client, ctx, PushConfig::default(), bell).expect("config"))
+            as Arc<dyn Locker>
     }))
 }
 
@@ -102,7 +108,12 @@ async fn duplicated_and_stale_rings_cost_at_most_a_failed_try() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Rings for b's real place while a still holds: b tries the main row, finds a, waits on.
-    let queue = fx.store().client("probe").read(PUSH_QUEUE_TABLE, "L", lock_core::Slice::all(), Consistency::Quorum).await.unwrap();
+    let queue = fx
+        .store()
+        .client("probe")
+        .read(PUSH_QUEUE_TABLE, "L", lock_core::Slice::all(), Consistency::Quorum)
+        .await
+        .unwrap();
     let b_cell = queue.iter().find(|cell| cell.column == "b").expect("b queued");
     let ticket = std::str::from_utf8(&b_cell.value).unwrap().split(' ').next().unwrap().to_owned();
     for _ in 0..3 {
@@ -152,12 +163,19 @@ async fn an_unreachable_address_at_the_head_costs_its_ttl_and_a_poll_not_the_loc
         timestamp: 1,
         ttl: Some(Duration::from_secs(3)),
     };
-    fx.store().client("ghost").write(PUSH_QUEUE_TABLE, "L", &[ghost], Consistency::Quorum).await.unwrap();
+    fx.store()
+        .client("ghost")
+        .write(PUSH_QUEUE_TABLE, "L", &[ghost], Consistency::Quorum)
+        .await
+        .unwrap();
     let w = fx.locker("w").await;
     let started = Instant::now();
     w.lock("L", None).await.unwrap().release().await.unwrap();
     let took = started.elapsed();
-    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(3) + DEFAULT_FALLBACK_POLL * 2, "{took:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(3) + DEFAULT_FALLBACK_POLL * 2,
+        "{took:?}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

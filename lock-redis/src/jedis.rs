@@ -87,10 +87,17 @@ return 0",
 });
 
 impl JedisLock {
-    pub(crate) fn new(backend: RedisBackend, owner: &str, config: JedisConfig) -> Result<Self, LockError> {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        owner: &str,
+        config: JedisConfig,
+    ) -> Result<Self, LockError> {
         check_owner(owner)?;
         if config.expiry < Duration::from_millis(2) {
-            return Err(LockError::Config(format!("jedis-lock expiry {:?} is below 2 ms", config.expiry)));
+            return Err(LockError::Config(format!(
+                "jedis-lock expiry {:?} is below 2 ms",
+                config.expiry
+            )));
         }
         if config.retry_interval.is_zero() {
             return Err(LockError::Config("jedis-lock retry interval must be positive".into()));
@@ -132,14 +139,21 @@ impl JedisLock {
         if set == 1 {
             return self.granted(&mut conn, lock_id, key, expires, started).await.map(Some);
         }
-        let current: Option<String> =
-            redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(|e| self.backend.err("GET", &key, e))?;
+        let current: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.backend.err("GET", &key, e))?;
         let Some(current) = current else {
             // Released between SETNX and GET: the library, too, waits for the next round.
             return Ok(None);
         };
         let current_ms: i64 = current.parse().map_err(|_| {
-            self.backend.err("reading", &key, format!("it holds {current:?}, not a jedis-lock expiry timestamp"))
+            self.backend.err(
+                "reading",
+                &key,
+                format!("it holds {current:?}, not a jedis-lock expiry timestamp"),
+            )
         })?;
         if current_ms < self.now_ms() {
             let old: Option<String> = redis::cmd("GETSET")
@@ -185,7 +199,8 @@ impl JedisLock {
             expiry: self.config.expiry,
         };
         let every = self.config.renewal.then_some(self.config.expiry / 2);
-        let (lease, keeper) = Keeper::spawn(valid_until, every, self.config.retry_interval, Box::new(renew));
+        let (lease, keeper) =
+            Keeper::spawn(valid_until, every, self.config.retry_interval, Box::new(renew));
         let release = RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::Del };
         Ok(LockGuard::new(lock_id, &self.owner, token as u64, lease, Box::new(release)))
     }

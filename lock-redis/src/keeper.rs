@@ -80,8 +80,13 @@ async fn run(
         let now = Instant::now();
         if now >= valid_until {
             let reason = match (&last_error, every) {
-                (_, None) => "the lock's expiry passed and renewal is off: another client may hold it now".to_string(),
-                (Some(e), _) => format!("no renewal succeeded before the lease ran out; last error: {e}"),
+                (_, None) => {
+                    "the lock's expiry passed and renewal is off: another client may hold it now"
+                        .to_string()
+                }
+                (Some(e), _) => {
+                    format!("no renewal succeeded before the lease ran out; last error: {e}")
+                }
                 (None, _) => "no renewal succeeded before the lease ran out".to_string(),
             };
             lose(&state, reason);

@@ -161,9 +161,15 @@ macro_rules! polling_locker {
                 timeout: Option<std::time::Duration>,
             ) -> Result<lock_core::LockGuard, lock_core::LockError> {
                 lock_core::lock::validate_id("lock id", lock_id)?;
-                crate::poll_until(lock_id, timeout, self.config.retry_interval, || self.attempt(lock_id)).await
+                crate::poll_until(lock_id, timeout, self.config.retry_interval, || {
+                    self.attempt(lock_id)
+                })
+                .await
             }
-            async fn try_lock(&self, lock_id: &str) -> Result<Option<lock_core::LockGuard>, lock_core::LockError> {
+            async fn try_lock(
+                &self,
+                lock_id: &str,
+            ) -> Result<Option<lock_core::LockGuard>, lock_core::LockError> {
                 lock_core::lock::validate_id("lock id", lock_id)?;
                 self.attempt(lock_id).await
             }
@@ -248,14 +254,19 @@ pub struct RedisBackend {
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisBackend").field("addr", &self.addr).field("prefix", &self.prefix).finish()
+        f.debug_struct("RedisBackend")
+            .field("addr", &self.addr)
+            .field("prefix", &self.prefix)
+            .finish()
     }
 }
 
 /// The URL with any password replaced, fit for error messages.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
         _ => url.to_string(),
     }
 }
@@ -272,10 +283,12 @@ impl RedisBackend {
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
         let addr = redact(url);
         if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
-            return Err(LockError::Config("Redis connect and response timeouts must be positive".into()));
+            return Err(LockError::Config(
+                "Redis connect and response timeouts must be positive".into(),
+            ));
         }
-        let client =
-            redis::Client::open(url).map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
+        let client = redis::Client::open(url)
+            .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
         let addr: Arc<str> = addr.into();
         let link = Link::connect(
             client,
@@ -363,7 +376,10 @@ where
         let now = tokio::time::Instant::now();
         let wake = match deadline {
             Some(d) if now >= d => {
-                return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() })
+                return Err(LockError::Timeout {
+                    lock_id: lock_id.to_string(),
+                    waited: start.elapsed(),
+                })
             }
             Some(d) => (now + retry).min(d),
             None => now + retry,

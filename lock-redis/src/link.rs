@@ -106,7 +106,8 @@ impl Link {
                 .get_multiplexed_async_connection_with_config(&self.config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let pong: String = redis::cmd("PING").query_async(&mut conn).await.map_err(|e| e.to_string())?;
+            let pong: String =
+                redis::cmd("PING").query_async(&mut conn).await.map_err(|e| e.to_string())?;
             if pong != "PONG" {
                 return Err(format!("PING answered {pong:?}"));
             }

@@ -64,10 +64,17 @@ pub struct TokenLock {
 }
 
 impl TokenLock {
-    pub(crate) fn new(backend: RedisBackend, owner: &str, config: TokenConfig) -> Result<Self, LockError> {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        owner: &str,
+        config: TokenConfig,
+    ) -> Result<Self, LockError> {
         check_owner(owner)?;
         if config.ttl < Duration::from_millis(2) {
-            return Err(LockError::Config(format!("token-lock TTL {:?} is below 2 ms", config.ttl)));
+            return Err(LockError::Config(format!(
+                "token-lock TTL {:?} is below 2 ms",
+                config.ttl
+            )));
         }
         if config.renew_every.is_zero() || config.renew_every >= config.ttl {
             return Err(LockError::Config(format!(
@@ -110,15 +117,20 @@ impl TokenLock {
         if fence == 0 {
             return Ok(None);
         }
-        let renew =
-            TokenRenew { backend: self.backend.clone(), key: key.clone(), token: token.clone(), ttl: self.config.ttl };
+        let renew = TokenRenew {
+            backend: self.backend.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            ttl: self.config.ttl,
+        };
         let (lease, keeper) = Keeper::spawn(
             sent + self.config.ttl,
             Some(self.config.renew_every),
             self.config.retry_interval,
             Box::new(renew),
         );
-        let release = RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::IfToken(token) };
+        let release =
+            RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::IfToken(token) };
         Ok(Some(LockGuard::new(lock_id, &self.owner, fence as u64, lease, Box::new(release))))
     }
 }
@@ -145,7 +157,10 @@ impl Renew for TokenRenew {
         if renewed == 1 {
             Ok(Renewal::Extended(sent + self.ttl))
         } else {
-            Ok(Renewal::Gone(format!("{} no longer holds this holder's token: its TTL ran out", self.key)))
+            Ok(Renewal::Gone(format!(
+                "{} no longer holds this holder's token: its TTL ran out",
+                self.key
+            )))
         }
     }
 }

@@ -23,7 +23,10 @@ async fn raw() -> redis::aio::MultiplexedConnection {
 /// Holder `a` stalls (its traffic is held, as in a long GC pause) past the expiry, `b` takes
 /// the lock, `a` comes back and releases late. Returns whether a third contender then got the
 /// lock while `b` still held it.
-async fn late_release(fx: &RedisFixture, make: impl Fn(&RedisBackend, &str) -> Box<dyn Locker>) -> (bool, [u64; 3]) {
+async fn late_release(
+    fx: &RedisFixture,
+    make: impl Fn(&RedisBackend, &str) -> Box<dyn Locker>,
+) -> (bool, [u64; 3]) {
     let a = make(&fx.backend("a").await, "a");
     let b = make(&fx.backend("b").await, "b");
     let c = make(&fx.backend("c").await, "c");
@@ -35,7 +38,9 @@ async fn late_release(fx: &RedisFixture, make: impl Fn(&RedisBackend, &str) -> B
         .expect("b gets the lock once a's expiry passed")
         .expect("b locks");
     // a's keeper gave up when the lease ran out, before b could take it; allow for scheduling.
-    tokio::time::timeout(Duration::from_millis(500), ga.lost()).await.expect("a is told its lease is lost");
+    tokio::time::timeout(Duration::from_millis(500), ga.lost())
+        .await
+        .expect("a is told its lease is lost");
     fx.with_proxy("a", |p| p.resume());
     let (ta, tb) = (ga.token(), gb.token());
     ga.release().await.expect("a's late release");
@@ -53,7 +58,8 @@ async fn late_release(fx: &RedisFixture, make: impl Fn(&RedisBackend, &str) -> B
 async fn jedis_late_release_deletes_the_next_holders_lock() {
     let fx = RedisFixture::new("late-jedis", jedis(), EXPIRY).await;
     let (both, [ta, tb, tc]) =
-        late_release(&fx, |be, name| Box::new(be.jedis(name, JedisConfig::new(EXPIRY)).unwrap())).await;
+        late_release(&fx, |be, name| Box::new(be.jedis(name, JedisConfig::new(EXPIRY)).unwrap()))
+            .await;
     assert!(both, "FAULT NOT SHOWN: c should have got the lock b still held, after a's late DEL");
     // Fencing is what downstream storage can still rely on: each grant has a greater token.
     assert!(ta < tb && tb < tc, "tokens {ta} {tb} {tc}");
@@ -61,9 +67,15 @@ async fn jedis_late_release_deletes_the_next_holders_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_lock_late_release_leaves_the_next_holders_lock() {
-    let fx = RedisFixture::new("late-token", lock_redis::Variant::Token(TokenConfig::new(EXPIRY)), EXPIRY).await;
+    let fx = RedisFixture::new(
+        "late-token",
+        lock_redis::Variant::Token(TokenConfig::new(EXPIRY)),
+        EXPIRY,
+    )
+    .await;
     let (both, [ta, tb, _]) =
-        late_release(&fx, |be, name| Box::new(be.token(name, TokenConfig::new(EXPIRY)).unwrap())).await;
+        late_release(&fx, |be, name| Box::new(be.token(name, TokenConfig::new(EXPIRY)).unwrap()))
+            .await;
     assert!(!both, "the token lock's release must not delete another holder's key");
     assert!(ta < tb);
 }
@@ -77,10 +89,15 @@ async fn jedis_original_without_renewal_is_up_for_grabs_after_its_expiry() {
     let ga = a.lock("busy", None).await.unwrap();
     let start = Instant::now();
     // a is alive and reachable, and still loses the lock: the library has no renewal.
-    let gb = tokio::time::timeout(EXPIRY * 3, b.lock("busy", None)).await.expect("b takes it").unwrap();
+    let gb =
+        tokio::time::timeout(EXPIRY * 3, b.lock("busy", None)).await.expect("b takes it").unwrap();
     let after = start.elapsed();
     assert!(after >= EXPIRY.mul_f64(0.9), "taken after {after:?}, before the expiry");
-    assert!(matches!(ga.lease_state(), LeaseState::Lost(_)), "a must be told: {:?}", ga.lease_state());
+    assert!(
+        matches!(ga.lease_state(), LeaseState::Lost(_)),
+        "a must be told: {:?}",
+        ga.lease_state()
+    );
     assert!(gb.token() > ga.token());
     gb.release().await.unwrap();
     drop(ga);
@@ -95,10 +112,17 @@ async fn jedis_trusts_client_clocks_so_a_fast_clock_steals_a_live_lock() {
     let c = fx.backend("c").await.jedis("c", JedisConfig::new(EXPIRY).with_clock(fast)).unwrap();
     let ga = a.lock("skewed", None).await.unwrap();
     let gc = c.try_lock("skewed").await.unwrap();
-    let gc = gc.expect("FAULT NOT SHOWN: c's fast clock should see a's live lock as expired and GETSET it");
-    assert_eq!(ga.lease_state(), LeaseState::Held, "a holds a live, renewed lease at the moment c takes it");
+    let gc = gc.expect(
+        "FAULT NOT SHOWN: c's fast clock should see a's live lock as expired and GETSET it",
+    );
+    assert_eq!(
+        ga.lease_state(),
+        LeaseState::Held,
+        "a holds a live, renewed lease at the moment c takes it"
+    );
     // The renewal addition notices the theft only afterwards, at a's next renewal.
-    let lost = tokio::time::timeout(EXPIRY * 2, ga.lost()).await.expect("a is told at its next renewal");
+    let lost =
+        tokio::time::timeout(EXPIRY * 2, ga.lost()).await.expect("a is told at its next renewal");
     assert!(lost.reason.contains("no longer holds"), "{lost}");
     assert!(gc.token() > ga.token(), "the thief's fencing token is greater: storage can reject a");
     gc.release().await.unwrap();
@@ -115,7 +139,10 @@ async fn jedis_slow_clock_waits_past_a_crashed_holders_expiry() {
     let granted = Instant::now();
     fx.with_proxy("a", |p| p.cut());
     drop(ga);
-    let gc = tokio::time::timeout(EXPIRY * 5, c.lock("crashed", None)).await.expect("c gets it eventually").unwrap();
+    let gc = tokio::time::timeout(EXPIRY * 5, c.lock("crashed", None))
+        .await
+        .expect("c gets it eventually")
+        .unwrap();
     let waited = granted.elapsed();
     // The lock was free for everyone else after EXPIRY; c, 1.5 s behind, waits 1.5 s longer.
     assert!(waited >= EXPIRY + Duration::from_millis(1300), "c waited only {waited:?}");
@@ -127,7 +154,9 @@ async fn token_lock_has_no_client_clock_to_trust() {
     // TokenConfig has no clock at all: expiry is the server's PX. A contender polls for three
     // TTLs while the holder renews, and never gets the lock.
     let ttl = EXPIRY;
-    let fx = RedisFixture::new("skew-token", lock_redis::Variant::Token(TokenConfig::new(ttl)), ttl).await;
+    let fx =
+        RedisFixture::new("skew-token", lock_redis::Variant::Token(TokenConfig::new(ttl)), ttl)
+            .await;
     let a = fx.backend("a").await.token("a", TokenConfig::new(ttl)).unwrap();
     let c = fx.backend("c").await.token("c", TokenConfig::new(ttl)).unwrap();
     let ga = a.lock("skewed", None).await.unwrap();
@@ -147,20 +176,34 @@ async fn keys_hold_what_the_protocols_say() {
     let mut raw = raw().await;
     let backend = fx.backend("a").await;
     let before = PhysicalClock::System.now_micros() / 1000;
-    let g = backend.jedis("a", JedisConfig::new(Duration::from_secs(30))).unwrap().lock("layout", None).await.unwrap();
+    let g = backend
+        .jedis("a", JedisConfig::new(Duration::from_secs(30)))
+        .unwrap()
+        .lock("layout", None)
+        .await
+        .unwrap();
     let after = PhysicalClock::System.now_micros() / 1000;
     let key = backend.key("layout");
     let value: i64 = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
-    assert!((before + 30_001..=after + 30_001).contains(&value), "jedis writes now + expiry + 1 ms: {value}");
+    assert!(
+        (before + 30_001..=after + 30_001).contains(&value),
+        "jedis writes now + expiry + 1 ms: {value}"
+    );
     let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut raw).await.unwrap();
     assert_eq!(pttl, -1, "jedis keys carry no server-side TTL");
-    let fence: u64 = redis::cmd("GET").arg(backend.fence_key("layout")).query_async(&mut raw).await.unwrap();
+    let fence: u64 =
+        redis::cmd("GET").arg(backend.fence_key("layout")).query_async(&mut raw).await.unwrap();
     assert_eq!(fence, g.token());
     g.release().await.unwrap();
     let exists: bool = redis::cmd("EXISTS").arg(&key).query_async(&mut raw).await.unwrap();
     assert!(!exists, "release is DEL");
 
-    let g = backend.token("a", TokenConfig::new(Duration::from_secs(5))).unwrap().lock("layout", None).await.unwrap();
+    let g = backend
+        .token("a", TokenConfig::new(Duration::from_secs(5)))
+        .unwrap()
+        .lock("layout", None)
+        .await
+        .unwrap();
     let value: String = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
     assert!(value.starts_with("a:"), "token is owner:random, got {value}");
     let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut raw).await.unwrap();
@@ -174,7 +217,8 @@ async fn keys_hold_what_the_protocols_say() {
 #[tokio::test]
 async fn unreachable_server_fails_fast_naming_the_address() {
     let start = Instant::now();
-    let err = RedisBackend::connect("redis://127.0.0.1:1/").await.expect_err("nothing listens on port 1");
+    let err =
+        RedisBackend::connect("redis://127.0.0.1:1/").await.expect_err("nothing listens on port 1");
     let took = start.elapsed();
     match &err {
         LockError::Backend { backend, message } => {
@@ -198,9 +242,14 @@ async fn silent_server_fails_within_the_timeouts() {
         ..RedisConnectConfig::default()
     };
     let start = Instant::now();
-    let err = RedisBackend::connect_with(&format!("redis://{addr}/"), config).await.expect_err("silent server");
+    let err = RedisBackend::connect_with(&format!("redis://{addr}/"), config)
+        .await
+        .expect_err("silent server");
     let took = start.elapsed();
-    assert!(matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())), "{err}");
+    assert!(
+        matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
@@ -208,18 +257,31 @@ async fn silent_server_fails_within_the_timeouts() {
 async fn bad_urls_and_settings_are_config_errors() {
     assert!(matches!(RedisBackend::connect("not a url").await, Err(LockError::Config(_))));
     let backend = RedisBackend::connect(&test_servers::shared_redis().url()).await.unwrap();
-    assert!(matches!(backend.jedis("a", JedisConfig::new(Duration::ZERO)), Err(LockError::Config(_))));
-    assert!(matches!(backend.token("a", TokenConfig::new(Duration::ZERO)), Err(LockError::Config(_))));
-    let bad_renewal = TokenConfig { renew_every: Duration::from_secs(20), ..TokenConfig::new(Duration::from_secs(10)) };
+    assert!(matches!(
+        backend.jedis("a", JedisConfig::new(Duration::ZERO)),
+        Err(LockError::Config(_))
+    ));
+    assert!(matches!(
+        backend.token("a", TokenConfig::new(Duration::ZERO)),
+        Err(LockError::Config(_))
+    ));
+    let bad_renewal = TokenConfig {
+        renew_every: Duration::from_secs(20),
+        ..TokenConfig::new(Duration::from_secs(10))
+    };
     assert!(matches!(backend.token("a", bad_renewal), Err(LockError::Config(_))));
-    assert!(matches!(backend.token("a/b", TokenConfig::default()), Err(LockError::InvalidId { .. })));
+    assert!(matches!(
+        backend.token("a/b", TokenConfig::default()),
+        Err(LockError::InvalidId { .. })
+    ));
     assert!(matches!(backend.jedis("", JedisConfig::default()), Err(LockError::InvalidId { .. })));
 }
 
 #[tokio::test]
 async fn jedis_acquire_uses_the_configured_acquire_timeout() {
     let fx = RedisFixture::new("acquire", jedis(), EXPIRY).await;
-    let cfg = JedisConfig::new(Duration::from_secs(10)).with_acquire_timeout(Duration::from_millis(300));
+    let cfg =
+        JedisConfig::new(Duration::from_secs(10)).with_acquire_timeout(Duration::from_millis(300));
     let a = fx.backend("a").await.jedis("a", cfg.clone()).unwrap();
     let b = fx.backend("b").await.jedis("b", cfg).unwrap();
     let g = a.acquire("acq").await.unwrap();

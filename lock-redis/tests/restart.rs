@@ -109,7 +109,11 @@ async fn contenders_survive_a_restart(variant: Variant, name: &str) {
                         Ok(guard) => {
                             tally.grants.fetch_add(1, Ordering::SeqCst);
                             if tally.restarted.load(Ordering::SeqCst) {
-                                tally.first_grant_after.lock().unwrap().get_or_insert_with(Instant::now);
+                                tally
+                                    .first_grant_after
+                                    .lock()
+                                    .unwrap()
+                                    .get_or_insert_with(Instant::now);
                             }
                             tokio::time::sleep(Duration::from_millis(5)).await;
                             let start = Instant::now();
@@ -181,20 +185,29 @@ async fn contenders_survive_a_restart(variant: Variant, name: &str) {
     assert!(wrong.is_empty(), "errors other than LockError::Backend: {wrong:?}");
     assert!(errors >= CONTENDERS as u64);
     // Bounded by one connect attempt plus one response, with margin for a loaded machine.
-    assert!(slowest < CONNECT + RESPONSE + Duration::from_secs(2), "a request during the outage took {slowest:?}");
+    assert!(
+        slowest < CONNECT + RESPONSE + Duration::from_secs(2),
+        "a request during the outage took {slowest:?}"
+    );
     for b in &backends {
-        assert!(b.connections_made() >= 2, "each backend reconnected by itself: {}", b.connections_made());
+        assert!(
+            b.connections_made() >= 2,
+            "each backend reconnected by itself: {}",
+            b.connections_made()
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_contenders_resume_after_a_server_restart() {
-    contenders_survive_a_restart(Variant::Token(TokenConfig::new(Duration::from_secs(2))), "token").await;
+    contenders_survive_a_restart(Variant::Token(TokenConfig::new(Duration::from_secs(2))), "token")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jedis_contenders_resume_after_a_server_restart() {
-    contenders_survive_a_restart(Variant::Jedis(JedisConfig::new(Duration::from_secs(2))), "jedis").await;
+    contenders_survive_a_restart(Variant::Jedis(JedisConfig::new(Duration::from_secs(2))), "jedis")
+        .await;
 }
 
 /// A holder whose server stays down past its lease is told the lease is lost, in time: no
@@ -206,7 +219,9 @@ async fn holder_across_a_long_outage(variant: Variant, ttl: Duration, name: &str
     let guard = locker.lock("outage", Some(Duration::from_secs(5))).await.unwrap();
     let granted = Instant::now();
     blocking(|| server.stop());
-    let lost = tokio::time::timeout(ttl * 3, guard.lost()).await.expect("the holder is told its lease is lost");
+    let lost = tokio::time::timeout(ttl * 3, guard.lost())
+        .await
+        .expect("the holder is told its lease is lost");
     let after = granted.elapsed();
     eprintln!("redis {name}: holder told after {after:?} (TTL {ttl:?}): {lost}");
     assert!(lost.reason.contains("no renewal succeeded"), "{lost}");
@@ -215,11 +230,17 @@ async fn holder_across_a_long_outage(variant: Variant, ttl: Duration, name: &str
     let start = Instant::now();
     let err = guard.release().await.expect_err("the server is down");
     assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
-    assert!(start.elapsed() < CONNECT + RESPONSE + Duration::from_secs(2), "release took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < CONNECT + RESPONSE + Duration::from_secs(2),
+        "release took {:?}",
+        start.elapsed()
+    );
     blocking(|| server.start_again());
     // The same backend serves again; the restarted server (no persistence) has no lock.
     let (again, failures, took) = until_ok(RECOVERY, || locker.try_lock("outage")).await;
-    eprintln!("redis {name}: the same backend served again after {took:?} and {failures} failed requests");
+    eprintln!(
+        "redis {name}: the same backend served again after {took:?} and {failures} failed requests"
+    );
     assert!(again.is_some(), "the lock is free after the restart");
     again.unwrap().release().await.unwrap();
 }
@@ -254,10 +275,23 @@ async fn restart_without_persistence_grants_a_second_holder_with_a_smaller_token
     let granted = Instant::now();
     blocking(|| server.restart_after(Duration::ZERO));
     let (gb, _, _) = until_ok(RECOVERY, || b.try_lock("forget")).await;
-    let gb = gb.expect("FAULT NOT SHOWN: the restarted server forgot a's key, so b should get the lock");
-    assert!(granted.elapsed() < ttl / 2, "the restart took too long for this test to mean anything");
-    assert_eq!(ga.lease_state(), LeaseState::Held, "a still believes it holds the lock while b holds it too");
-    assert!(gb.token() < ga.token(), "the fencing counter restarted: b {} after a {}", gb.token(), ga.token());
+    let gb =
+        gb.expect("FAULT NOT SHOWN: the restarted server forgot a's key, so b should get the lock");
+    assert!(
+        granted.elapsed() < ttl / 2,
+        "the restart took too long for this test to mean anything"
+    );
+    assert_eq!(
+        ga.lease_state(),
+        LeaseState::Held,
+        "a still believes it holds the lock while b holds it too"
+    );
+    assert!(
+        gb.token() < ga.token(),
+        "the fencing counter restarted: b {} after a {}",
+        gb.token(),
+        ga.token()
+    );
     let lost = tokio::time::timeout(ttl, ga.lost()).await.expect("a is told at its next renewal");
     assert!(lost.reason.contains("no longer holds"), "{lost}");
     eprintln!(

@@ -127,7 +127,11 @@ impl Backoff {
     /// Listing 4: 0–1000 ms after `AnotherThreadIsOwner`, 0–50·attempt ms after
     /// `ConcurrentAttempt`.
     pub fn thesis() -> Self {
-        Backoff { owner_max: Duration::from_millis(1000), concurrent_step: Duration::from_millis(50), growth: Growth::Linear }
+        Backoff {
+            owner_max: Duration::from_millis(1000),
+            concurrent_step: Duration::from_millis(50),
+            growth: Growth::Linear,
+        }
     }
     /// The production successor: 0–50·⌊e^min(attempt,5)⌋ ms after `ConcurrentAttempt`.
     pub fn production() -> Self {
@@ -226,7 +230,10 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
 
     /// Listing 3, one attempt. On `Success` the main cell is ours; returns when its write
     /// started, for the lease.
-    pub async fn try_lock_once(&self, lock_id: &str) -> Result<(AttemptResult, Instant), LockError> {
+    pub async fn try_lock_once(
+        &self,
+        lock_id: &str,
+    ) -> Result<(AttemptResult, Instant), LockError> {
         validate_id("lock id", lock_id)?;
         let c = self.ctx.consistency;
         let err = |e| LockError::store(lock_id, e);
@@ -242,7 +249,8 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
         let result = match shadow {
             Ok(shadow) if shadow.len() == 1 && shadow[0].column == self.ctx.owner => {
                 // Step 10, with a fresh read (see the crate docs).
-                let main_now = if self.config.reread_main { self.main_row(lock_id).await } else { Ok(main) };
+                let main_now =
+                    if self.config.reread_main { self.main_row(lock_id).await } else { Ok(main) };
                 match main_now {
                     Ok(main) if main.is_empty() => {
                         let started = Instant::now();
@@ -251,7 +259,8 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
                             Err(e) => {
                                 // It may have landed: take it back before giving up.
                                 let key = CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner);
-                                let _ = delete_cells(&self.store, &[key], &self.ctx.timestamps, c).await;
+                                let _ = delete_cells(&self.store, &[key], &self.ctx.timestamps, c)
+                                    .await;
                                 Err(err(e))
                             }
                         }
@@ -298,8 +307,16 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
     /// fencing token and check the lease ([`CellRelease::into_guard`]).
     async fn grant(&self, lock_id: &str, main_written: Instant) -> Result<LockGuard, LockError> {
         let c = self.ctx.consistency;
-        let lease = LeaseKeeper::start(self.store.clone(), self.ctx.timestamps.clone(), LeaseConfig::new(self.ctx.ttl, c));
-        lease.add(CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner), self.ctx.owner.as_bytes().to_vec(), main_written);
+        let lease = LeaseKeeper::start(
+            self.store.clone(),
+            self.ctx.timestamps.clone(),
+            LeaseConfig::new(self.ctx.ttl, c),
+        );
+        lease.add(
+            CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner),
+            self.ctx.owner.as_bytes().to_vec(),
+            main_written,
+        );
         CellRelease::new(&self.store, &self.ctx, lock_id, lease).into_guard(&self.ctx.owner).await
     }
 
@@ -307,7 +324,9 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
         let b = &self.config.backoff;
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
         match result {
-            AttemptResult::AnotherThreadIsOwner => Duration::from_micros(rng.random_range(0..=b.owner_max.as_micros() as u64)),
+            AttemptResult::AnotherThreadIsOwner => {
+                Duration::from_micros(rng.random_range(0..=b.owner_max.as_micros() as u64))
+            }
             AttemptResult::ConcurrentAttempt => {
                 let max = b.concurrent_max(*attempt);
                 *attempt += 1;
@@ -343,7 +362,10 @@ impl<S: CellStore + Clone> Locker for ShadowLocker<S> {
             match deadline {
                 Some(d) if Instant::now() + pause >= d => {
                     tokio::time::sleep_until(d).await;
-                    return Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() });
+                    return Err(LockError::Timeout {
+                        lock_id: lock_id.to_string(),
+                        waited: start.elapsed(),
+                    });
                 }
                 _ => tokio::time::sleep(pause).await,
             }

@@ -6,16 +6,21 @@ use std::sync::Arc;
 
 fn fixture(seed: u64, reread_main: bool) -> EmbeddedFixture {
     EmbeddedFixture::new(seed, Mode::Simulated, move |client, ctx| {
-        Arc::new(ShadowLocker::new(client, ctx, ShadowConfig { reread_main, ..Default::default() }).expect("config"))
-            as Arc<dyn lock_core::Locker>
+        Arc::new(
+            ShadowLocker::new(client, ctx, ShadowConfig { reread_main, ..Default::default() })
+                .expect("config"),
+        ) as Arc<dyn lock_core::Locker>
     })
 }
 
 /// Runs the contention scenario and reports whether it found two holders at once.
 fn overlaps(seed: u64, reread_main: bool) -> bool {
-    let holds = c::run(Mode::Simulated, seed, |s| async move { fixture(s, reread_main) }, |fx| async move {
-        c::contended_holds(fx, 64, 4, seed).await
-    });
+    let holds = c::run(
+        Mode::Simulated,
+        seed,
+        |s| async move { fixture(s, reread_main) },
+        |fx| async move { c::contended_holds(fx, 64, 4, seed).await },
+    );
     assert_eq!(holds.len(), 256);
     match c::check_exclusive(&holds) {
         Ok(_) => false,

@@ -28,23 +28,43 @@ struct Gated {
 
 #[async_trait]
 impl CellStore for Gated {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         if table == MAIN_TABLE {
             self.reached.notify_one();
             self.open.notified().await;
         }
         self.inner.write(table, row, cells, c).await
     }
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         self.inner.delete(table, row, column, ts, c).await
     }
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.inner.read(table, row, slice, c).await
     }
 }
 
 fn ctx(store: &EmbeddedStore, owner: &str, seed: u64) -> ClientContext {
-    ClientContext::new(owner, store.client(owner).clock(), seed).with_consistency(Consistency::Quorum)
+    ClientContext::new(owner, store.client(owner).clock(), seed)
+        .with_consistency(Consistency::Quorum)
 }
 
 /// What A's second `lock` call got while B was between its step-10 read and its main write,
@@ -67,7 +87,10 @@ async fn replay(own_cell: OwnCell) -> Outcome {
     store.stop_replica(2);
     store.lag_replica(0, Duration::ZERO, 1.0);
     let release = held.release().await;
-    assert!(release.is_err(), "the release must time out for the replay to mean anything: {release:?}");
+    assert!(
+        release.is_err(),
+        "the release must time out for the replay to mean anything: {release:?}"
+    );
     store.lag_replica(0, Duration::ZERO, 0.0);
     store.start_replica(2);
 

@@ -13,10 +13,19 @@ fn a_releasing_contender_retakes_the_lock_while_the_other_sleeps() {
         11,
         |seed| async move {
             EmbeddedFixture::new(seed, Mode::Simulated, |client, ctx| {
-                Arc::new(ShadowLocker::new(client, ctx, Default::default()).expect("config")) as Arc<dyn lock_core::Locker>
+                Arc::new(ShadowLocker::new(client, ctx, Default::default()).expect("config"))
+                    as Arc<dyn lock_core::Locker>
             })
         },
-        |fx| c::contention_log(fx, 2, Duration::from_secs(120), Duration::from_millis(10), Duration::from_millis(1)),
+        |fx| {
+            c::contention_log(
+                fx,
+                2,
+                Duration::from_secs(120),
+                Duration::from_millis(10),
+                Duration::from_millis(1),
+            )
+        },
     );
     let handoffs = grants.len() - 1;
     let retakes = grants.windows(2).filter(|w| w[0].contender == w[1].contender).count();

@@ -190,16 +190,21 @@ impl Session {
         path: &str,
         fut: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<Result<T, zk::Error>, LockError> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| self.err(what, path, format!("no answer within the session timeout {:?}", self.timeout)))
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
+            self.err(what, path, format!("no answer within the session timeout {:?}", self.timeout))
+        })
     }
 
     /// [`Session::op`] for a read that can be repeated (a list, a watch): one whose answer was
     /// lost with the connection is sent again once the client has reconnected within the
     /// session, so that a waiter keeps its place across a short outage even with a request on
     /// its way. A session that ends meanwhile answers `SessionExpired`.
-    async fn read<T, F, Fut>(&self, what: &str, path: &str, request: F) -> Result<Result<T, zk::Error>, LockError>
+    async fn read<T, F, Fut>(
+        &self,
+        what: &str,
+        path: &str,
+        request: F,
+    ) -> Result<Result<T, zk::Error>, LockError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, zk::Error>>,
@@ -241,7 +246,8 @@ struct Inner {
 
 /// Establish a session with `hosts`, or say why not within the connect timeout.
 async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, LockError> {
-    let connect = zk::Client::connector().with_session_timeout(config.session_timeout).connect(hosts);
+    let connect =
+        zk::Client::connector().with_session_timeout(config.session_timeout).connect(hosts);
     let client = match tokio::time::timeout(config.connect_timeout, connect).await {
         Ok(Ok(c)) => c,
         Ok(Err(zk::Error::Timeout)) => {
@@ -322,17 +328,14 @@ impl ZkBackend {
             )));
         }
         if config.session_timeout.is_zero() || config.connect_timeout.is_zero() {
-            return Err(LockError::Config("ZooKeeper session and connect timeouts must be positive".into()));
+            return Err(LockError::Config(
+                "ZooKeeper session and connect timeouts must be positive".into(),
+            ));
         }
         let hosts: Arc<str> = hosts.into();
         let session = open_session(&hosts, &config).await?;
         Ok(ZkBackend {
-            inner: Arc::new(Inner {
-                hosts,
-                root,
-                config,
-                slot: SessionSlot::new(session),
-            }),
+            inner: Arc::new(Inner { hosts, root, config, slot: SessionSlot::new(session) }),
         })
     }
 
@@ -372,7 +375,10 @@ pub struct ZkLock {
 
 impl std::fmt::Debug for ZkLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkLock").field("owner", &self.owner).field("hosts", &self.inner.hosts).finish()
+        f.debug_struct("ZkLock")
+            .field("owner", &self.owner)
+            .field("hosts", &self.inner.hosts)
+            .finish()
     }
 }
 
@@ -447,7 +453,8 @@ async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration) {
             return; // The session ended: its znodes are gone.
         }
         let ours = session.client.session_id().0;
-        let Ok(Ok(children)) = session.op("list", &dir, session.client.list_children(&dir)).await else {
+        let Ok(Ok(children)) = session.op("list", &dir, session.client.list_children(&dir)).await
+        else {
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
@@ -456,7 +463,9 @@ async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration) {
             if session.known.lock().unwrap().contains(&path) {
                 continue;
             }
-            if let Ok(Ok((_, stat))) = session.op("read", &path, session.client.get_data(&path)).await {
+            if let Ok(Ok((_, stat))) =
+                session.op("read", &path, session.client.get_data(&path)).await
+            {
                 if stat.ephemeral_owner == ours && !session.known.lock().unwrap().contains(&path) {
                     delete_until_done(session.clone(), path).await;
                 }
@@ -486,21 +495,27 @@ impl ZkLock {
     }
 
     /// Step 2 (and 1 when the directory is missing): our ephemeral sequential znode.
-    async fn create_node(&self, session: &Arc<Session>, dir: &str) -> Result<(Pending, i64, zk::Stat), LockError> {
+    async fn create_node(
+        &self,
+        session: &Arc<Session>,
+        dir: &str,
+    ) -> Result<(Pending, i64, zk::Stat), LockError> {
         let prefix = format!("{dir}/{NODE_PREFIX}");
         let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let client = &session.client;
         let mut made_dir = false;
         loop {
-            let created =
-                match session.op("create", &prefix, client.create(&prefix, self.owner.as_bytes(), &ephemeral)).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        // No answer in time: the create may still land; sweep once it must have.
-                        tokio::spawn(sweep_orphans(session.clone(), dir.to_string(), session.timeout));
-                        return Err(e);
-                    }
-                };
+            let created = match session
+                .op("create", &prefix, client.create(&prefix, self.owner.as_bytes(), &ephemeral))
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    // No answer in time: the create may still land; sweep once it must have.
+                    tokio::spawn(sweep_orphans(session.clone(), dir.to_string(), session.timeout));
+                    return Err(e);
+                }
+            };
             match created {
                 Ok((stat, seq)) => {
                     let path = format!("{prefix}{seq}");
@@ -528,7 +543,8 @@ impl ZkLock {
 
     /// Step 3: the sequences of the lock's znodes, ascending.
     async fn queue(&self, session: &Session, dir: &str) -> Result<Vec<(i64, String)>, LockError> {
-        let children = match session.read("list", dir, || session.client.list_children(dir)).await? {
+        let children = match session.read("list", dir, || session.client.list_children(dir)).await?
+        {
             Ok(c) => c,
             Err(zk::Error::NoNode) => Vec::new(),
             Err(e) => return Err(session.err("list", dir, e)),
@@ -627,13 +643,15 @@ impl Locker for ZkLock {
         };
         // The whole wait runs on one session: our place in the queue is a znode of it.
         let session = self.inner.session().await?;
-        let place_lost = |pending: &Pending| LockError::LeaseLost {
+        let place_lost = |pending: &Pending| {
+            LockError::LeaseLost {
             lock_id: lock_id.to_string(),
             reason: format!(
                 "the ZooKeeper session ended while waiting, and with it our znode {} (our place in the queue); \
                  a new request runs on a new session",
                 pending.path
             ),
+        }
         };
         let dir = self.dir(lock_id);
         let (pending, seq, stat) = self.create_node(&session, &dir).await?;
@@ -652,20 +670,25 @@ impl Locker for ZkLock {
             if !queue.iter().any(|(s, _)| *s == seq) {
                 return Err(LockError::LeaseLost {
                     lock_id: lock_id.to_string(),
-                    reason: format!("our znode {} vanished while waiting: the session expired", pending.path),
+                    reason: format!(
+                        "our znode {} vanished while waiting: the session expired",
+                        pending.path
+                    ),
                 });
             }
             let Some((_, predecessor)) = queue.iter().take_while(|(s, _)| *s < seq).last() else {
                 return Ok(self.grant(lock_id, pending, &stat));
             };
             let pred = format!("{dir}/{predecessor}");
-            let (exists, watcher) =
-                match session.read("watch", &pred, || session.client.check_and_watch_stat(&pred)).await {
-                    Ok(Ok(answer)) => answer,
-                    _ if session.is_over() => return Err(place_lost(&pending)),
-                    Ok(Err(e)) => return Err(session.err("watch", &pred, e)),
-                    Err(e) => return Err(e),
-                };
+            let (exists, watcher) = match session
+                .read("watch", &pred, || session.client.check_and_watch_stat(&pred))
+                .await
+            {
+                Ok(Ok(answer)) => answer,
+                _ if session.is_over() => return Err(place_lost(&pending)),
+                Ok(Err(e)) => return Err(session.err("watch", &pred, e)),
+                Err(e) => return Err(e),
+            };
             if exists.is_none() {
                 continue;
             }

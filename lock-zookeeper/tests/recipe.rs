@@ -15,7 +15,11 @@ use zookeeper_client as zk;
 const SESSION: Duration = Duration::from_secs(2);
 
 async fn raw() -> zk::Client {
-    zk::Client::connector().with_session_timeout(SESSION).connect(&support::shared().hosts()).await.unwrap()
+    zk::Client::connector()
+        .with_session_timeout(SESSION)
+        .connect(&support::shared().hosts())
+        .await
+        .unwrap()
 }
 
 async fn children(raw: &zk::Client, dir: &str) -> Vec<String> {
@@ -83,7 +87,8 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, LockGuard)>();
     let mut tasks = Vec::new();
     for i in 0..waiters {
-        let locker: Arc<dyn Locker> = Arc::new(fx.backend(&format!("w{i}")).await.locker(&format!("w{i}")).unwrap());
+        let locker: Arc<dyn Locker> =
+            Arc::new(fx.backend(&format!("w{i}")).await.locker(&format!("w{i}")).unwrap());
         let tx = tx.clone();
         tasks.push(tokio::spawn(async move {
             let g = locker.lock("herd", None).await.expect("waiter locks");
@@ -104,7 +109,12 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
     // nobody watches the directory's children: a release wakes one waiter, not all.
     let prefix = fx.root().to_string();
     let expected: Vec<String> = queue[..waiters].iter().map(|n| format!("{dir}/{n}")).collect();
-    wait_for(|| watches_under(&prefix).len() == waiters, Duration::from_secs(5), "one watch per waiter").await;
+    wait_for(
+        || watches_under(&prefix).len() == waiters,
+        Duration::from_secs(5),
+        "one watch per waiter",
+    )
+    .await;
     let watches = watches_under(&prefix);
     assert_eq!(watches.keys().cloned().collect::<Vec<_>>(), expected, "watched paths: {watches:?}");
     for (path, sessions) in &watches {
@@ -116,7 +126,10 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
     // Hand the lock down the queue: each release grants exactly the next waiter.
     g.release().await.unwrap();
     for expect in 0..waiters {
-        let (i, g) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("next grant").unwrap();
+        let (i, g) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("next grant")
+            .unwrap();
         assert_eq!(i, expect, "grants follow queue order");
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(rx.try_recv().is_err(), "a release woke more than one waiter");
@@ -140,15 +153,24 @@ async fn killing_the_holders_session_frees_the_lock_for_the_next_waiter() {
     assert!(!waiting.is_finished());
     // The holder's process "dies": its connection goes, nothing is released by it.
     fx.with_proxy("h", |p| p.cut());
-    let lost = tokio::time::timeout(Duration::from_secs(1), g.lost()).await.expect("holder told at once");
+    let lost =
+        tokio::time::timeout(Duration::from_secs(1), g.lost()).await.expect("holder told at once");
     eprintln!("holder told: {lost}");
-    let gw = tokio::time::timeout(SESSION * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
+    let gw =
+        tokio::time::timeout(SESSION * 3, waiting).await.expect("waiter granted").unwrap().unwrap();
     let waited = granted.elapsed();
     eprintln!("waiter granted {waited:?} after the holder's grant (session timeout {SESSION:?})");
-    assert!(waited >= SESSION.mul_f64(0.9), "freed after {waited:?}, before the session could expire");
+    assert!(
+        waited >= SESSION.mul_f64(0.9),
+        "freed after {waited:?}, before the session could expire"
+    );
     assert!(waited <= SESSION + Duration::from_millis(1500), "freed only after {waited:?}");
     assert!(gw.token() > g.token());
-    assert_eq!(children(&raw, &format!("{}/kill", fx.root())).await.len(), 1, "only the waiter's znode is left");
+    assert_eq!(
+        children(&raw, &format!("{}/kill", fx.root())).await.len(),
+        1,
+        "only the waiter's znode is left"
+    );
     gw.release().await.unwrap();
     drop(g);
 }
@@ -163,7 +185,10 @@ async fn stalled_holder_is_told_before_its_session_can_expire() {
     let lost = tokio::time::timeout(SESSION * 2, g.lost()).await.expect("holder told");
     let after = start.elapsed();
     eprintln!("stalled holder told after {after:?}: {lost}");
-    assert!(after < SESSION, "told only after {after:?}: the server may have expired the session already");
+    assert!(
+        after < SESSION,
+        "told only after {after:?}: the server may have expired the session already"
+    );
     assert!(matches!(g.lease_state(), LeaseState::Lost(_)));
     drop(g);
 }
@@ -200,7 +225,8 @@ async fn timed_out_and_cancelled_waiters_leave_no_znode() {
 #[tokio::test]
 async fn unreachable_server_fails_naming_the_address() {
     let start = Instant::now();
-    let err = ZkBackend::connect("127.0.0.1:1", SESSION).await.expect_err("nothing listens on port 1");
+    let err =
+        ZkBackend::connect("127.0.0.1:1", SESSION).await.expect_err("nothing listens on port 1");
     let took = start.elapsed();
     match &err {
         LockError::Backend { backend, message } => {
@@ -217,11 +243,18 @@ async fn unreachable_server_fails_naming_the_address() {
 async fn silent_server_fails_within_the_connect_timeout() {
     let silent = test_servers::SilentServer::start().await;
     let addr = silent.addr();
-    let config = ZkConfig { session_timeout: SESSION, connect_timeout: Duration::from_secs(3), ..ZkConfig::default() };
+    let config = ZkConfig {
+        session_timeout: SESSION,
+        connect_timeout: Duration::from_secs(3),
+        ..ZkConfig::default()
+    };
     let start = Instant::now();
     let err = ZkBackend::connect_with(&addr.to_string(), config).await.expect_err("silent server");
     let took = start.elapsed();
-    assert!(matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())), "{err}");
+    assert!(
+        matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
@@ -230,7 +263,10 @@ async fn bad_settings_are_config_errors() {
     let hosts = support::shared().hosts();
     for root in ["locks", "/", ""] {
         let config = ZkConfig { root: root.into(), ..ZkConfig::default() };
-        assert!(matches!(ZkBackend::connect_with(&hosts, config).await, Err(LockError::Config(_))), "root {root:?}");
+        assert!(
+            matches!(ZkBackend::connect_with(&hosts, config).await, Err(LockError::Config(_))),
+            "root {root:?}"
+        );
     }
     let backend = ZkBackend::connect(&hosts, SESSION).await.unwrap();
     assert!(matches!(backend.locker("a/b"), Err(LockError::InvalidId { .. })));

@@ -98,7 +98,10 @@ async fn contenders_resume_after_a_server_restart() {
         errors
     );
     for e in errors.iter() {
-        assert!(e.starts_with("Backend") || e.starts_with("LeaseLost"), "an untyped or unexpected error: {e}");
+        assert!(
+            e.starts_with("Backend") || e.starts_with("LeaseLost"),
+            "an untyped or unexpected error: {e}"
+        );
     }
 }
 
@@ -110,7 +113,8 @@ async fn holder_is_told_at_the_disconnection_and_keeps_its_znode_across_a_short_
     let b = backend(&server, session).await;
     let guard = a.locker("a").unwrap().lock("short", None).await.unwrap();
     blocking(|| server.stop());
-    let lost = tokio::time::timeout(session, guard.lost()).await.expect("told at the disconnection");
+    let lost =
+        tokio::time::timeout(session, guard.lost()).await.expect("told at the disconnection");
     assert!(lost.reason.contains("disconnected"), "{lost}");
     blocking(|| server.start_again());
     // The server restored a's session from its log: the znode, and so the lock, is still a's
@@ -125,7 +129,8 @@ async fn holder_is_told_at_the_disconnection_and_keeps_its_znode_across_a_short_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_gets_a_new_session() {
+async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_gets_a_new_session()
+{
     let session = Duration::from_secs(2);
     let mut server = ZkServer::start();
     let a = backend(&server, session).await;
@@ -137,8 +142,11 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
         tokio::spawn(async move { waiter.lock("long", None).await.map(|g| g.token()) })
     };
     // b is queued once its znode shows up behind a's.
-    let raw =
-        zookeeper_client::Client::connector().with_session_timeout(session).connect(&server.hosts()).await.unwrap();
+    let raw = zookeeper_client::Client::connector()
+        .with_session_timeout(session)
+        .connect(&server.hosts())
+        .await
+        .unwrap();
     let dir = a.lock_dir("long");
     tokio::time::timeout(Duration::from_secs(20), async {
         while raw.list_children(&dir).await.map_or(0, |c| c.len()) < 2 {
@@ -151,7 +159,9 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
     // And has set its watch on a's znode: b is waiting, not still queueing.
     let port = server.port;
     tokio::time::timeout(Duration::from_secs(20), async {
-        while !test_servers::four_letter(port, "wchp").is_some_and(|w| w.contains(&format!("{dir}/lock-"))) {
+        while !test_servers::four_letter(port, "wchp")
+            .is_some_and(|w| w.contains(&format!("{dir}/lock-")))
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -162,10 +172,15 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
     blocking(|| server.stop());
     // The client gives the session up once it could not reach a server for 1.4 session
     // timeouts; the waiter's place went with it.
-    let outcome = tokio::time::timeout(Duration::from_secs(30), waiting).await.expect("the waiter returns").unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter returns")
+        .unwrap();
     let gave_up = stopped.elapsed();
     match outcome {
-        Err(LockError::LeaseLost { reason, .. }) => assert!(reason.contains("session ended"), "{reason}"),
+        Err(LockError::LeaseLost { reason, .. }) => {
+            assert!(reason.contains("session ended"), "{reason}")
+        }
         other => panic!("expected LeaseLost for the waiter, got {other:?}"),
     }
     assert!(matches!(holder.lease_state(), lock_core::LeaseState::Lost(_)));

@@ -87,25 +87,19 @@ struct Held {
 fn spawn_held(cmd: Command) -> std::io::Result<Held> {
     let (result_tx, result_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    std::thread::Builder::new()
-        .name("test-server-holder".into())
-        .spawn(move || {
-            let mut cmd = cmd;
-            let spawned = cmd.spawn();
-            let ok = spawned.is_ok();
-            let _ = result_tx.send(spawned);
-            if ok {
-                // Err once the sender is dropped: the server was stopped or dropped.
-                let _ = stop_rx.recv();
-            }
-        })?;
-    let child = result_rx
-        .recv()
-        .map_err(|_| std::io::Error::other("the server holder thread died"))??;
-    Ok(Held {
-        child,
-        _stop: stop_tx,
-    })
+    std::thread::Builder::new().name("test-server-holder".into()).spawn(move || {
+        let mut cmd = cmd;
+        let spawned = cmd.spawn();
+        let ok = spawned.is_ok();
+        let _ = result_tx.send(spawned);
+        if ok {
+            // Err once the sender is dropped: the server was stopped or dropped.
+            let _ = stop_rx.recv();
+        }
+    })?;
+    let child =
+        result_rx.recv().map_err(|_| std::io::Error::other("the server holder thread died"))??;
+    Ok(Held { child, _stop: stop_tx })
 }
 
 /// A server process and its data directory: killed, and the directory removed, on drop. It can
@@ -213,9 +207,7 @@ impl Launch {
             .append(true)
             .open(dir.join(self.log))
             .map_err(|e| e.to_string())?;
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log);
+        cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
         die_with_parent(&mut cmd);
         let mut held = match spawn_held(cmd) {
             Ok(h) => h,

@@ -88,13 +88,7 @@ impl Proxy {
                 conns.push(conn.abort_handle());
             }
         });
-        Ok(Proxy {
-            addr,
-            cut,
-            paused,
-            tasks,
-            accept: accept.abort_handle(),
-        })
+        Ok(Proxy { addr, cut, paused, tasks, accept: accept.abort_handle() })
     }
 
     /// The address the client connects to instead of the server's.
@@ -106,12 +100,7 @@ impl Proxy {
     /// closed at once, until [`Proxy::heal`].
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
-        for t in self
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
+        for t in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             t.abort();
         }
     }

@@ -76,14 +76,7 @@ impl RedisServer {
         let data = dir.clone();
         let command = move || {
             let mut cmd = Command::new("redis-server");
-            cmd.args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ]);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""]);
             if persistent {
                 cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
             } else {
@@ -93,11 +86,7 @@ impl RedisServer {
             cmd
         };
         let process = LAUNCH.spawn(command, dir, port)?;
-        Ok(RedisServer {
-            process,
-            port,
-            persistent,
-        })
+        Ok(RedisServer { process, port, persistent })
     }
 
     /// Kill the server (`SIGKILL`, as a crash) and wait until it is gone. Clients see their
@@ -119,12 +108,9 @@ impl RedisServer {
 
     /// [`RedisServer::start_again`], returning the failure instead of panicking.
     pub fn try_start_again(&mut self) -> Result<(), String> {
-        self.process.start_again().map_err(|e| {
-            format!(
-                "could not start redis-server again on port {}: {e}",
-                self.port
-            )
-        })
+        self.process
+            .start_again()
+            .map_err(|e| format!("could not start redis-server again on port {}: {e}", self.port))
     }
 
     /// [`RedisServer::stop`], `downtime` of sleep, [`RedisServer::start_again`].

@@ -13,7 +13,8 @@ pub struct SilentServer {
 impl SilentServer {
     /// Listen on a free loopback port (inside a tokio runtime).
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
         let addr = listener.local_addr().expect("local address");
         let task = tokio::spawn(async move {
             let mut held = Vec::new();

@@ -99,11 +99,7 @@ impl ZkServer {
             cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
                 .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
                 .arg("-Dzookeeper.admin.enableServer=false")
-                .args([
-                    "-cp",
-                    &classpath,
-                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                ])
+                .args(["-cp", &classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain"])
                 .arg(&cfg_path);
             cmd
         };

@@ -28,19 +28,12 @@ fn redis_without_persistence_comes_back_empty_on_the_same_port() {
     assert_eq!(redis(port, "SET k v").unwrap(), "+OK");
     server.stop();
     assert!(!server.is_running());
-    assert!(
-        redis(port, "PING").is_err(),
-        "a stopped server refuses connections"
-    );
+    assert!(redis(port, "PING").is_err(), "a stopped server refuses connections");
     assert!(server.dir().exists(), "stop keeps the data directory");
     server.start_again();
     assert_eq!(server.port, port);
     assert_eq!(redis(port, "PING").unwrap(), "+PONG");
-    assert_eq!(
-        redis(port, "GET k").unwrap(),
-        "$-1",
-        "no persistence: the key is gone"
-    );
+    assert_eq!(redis(port, "GET k").unwrap(), "$-1", "no persistence: the key is gone");
     let dir = server.dir().to_path_buf();
     drop(server);
     assert!(!dir.exists(), "drop removes the directory");
@@ -54,15 +47,8 @@ fn persistent_redis_keeps_keys_and_their_running_ttls() {
     assert_eq!(redis(port, "SET t v PX 60000").unwrap(), "+OK");
     server.restart_after(Duration::from_millis(300));
     assert_eq!(redis(port, "GET k").unwrap(), "v");
-    let pttl: i64 = redis(port, "PTTL t")
-        .unwrap()
-        .trim_start_matches(':')
-        .parse()
-        .unwrap();
-    assert!(
-        (1..=59_700).contains(&pttl),
-        "the TTL kept running while the server was down: {pttl}"
-    );
+    let pttl: i64 = redis(port, "PTTL t").unwrap().trim_start_matches(':').parse().unwrap();
+    assert!((1..=59_700).contains(&pttl), "the TTL kept running while the server was down: {pttl}");
 }
 
 #[test]
@@ -91,11 +77,7 @@ fn zookeeper_comes_back_on_the_same_port_with_its_data() {
     let mut server = ZkServer::start();
     let port = server.port;
     server.stop();
-    assert_eq!(
-        four_letter(port, "ruok"),
-        None,
-        "a stopped server refuses connections"
-    );
+    assert_eq!(four_letter(port, "ruok"), None, "a stopped server refuses connections");
     let data = server.dir().join("data");
     assert!(data.exists(), "stop keeps the data directory");
     server.start_again();
@@ -130,7 +112,10 @@ fn etcd_comes_back_on_the_same_ports_with_its_keys() {
     assert!(put.contains("revision"), "{put}");
     server.stop();
     assert!(!server.is_running());
-    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "a stopped server refuses connections");
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "a stopped server refuses connections"
+    );
     assert!(server.dir().join("data").exists(), "stop keeps the data directory");
     server.start_again();
     assert_eq!((server.port, server.peer_port), (port, peer));

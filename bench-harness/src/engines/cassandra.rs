@@ -185,9 +185,7 @@ impl Engine for Cassandra {
         format!(
             "cassandra at {} (keyspace {}), reads and writes at {}, TTL {}",
             o.nodes().join(","),
-            driver_config(&o)
-                .map(|c| c.keyspace)
-                .unwrap_or_else(|_| "?".into()),
+            driver_config(&o).map(|c| c.keyspace).unwrap_or_else(|_| "?".into()),
             s.consistency,
             crate::dist::format_duration(s.ttl),
         )
@@ -212,22 +210,21 @@ impl Engine for Cassandra {
             let store = CassandraStore::connect(driver_config(&o)?)
                 .await
                 .map_err(|e| format!("cannot reach the cassandra backend at {address}: {e}"))?;
-            store
-                .ensure_tables(&cell_model::TABLES)
-                .await
-                .map_err(|e| {
-                    format!(
-                        "cannot create the lock tables on the cassandra backend at {address}: {e}"
-                    )
-                })?;
+            store.ensure_tables(&cell_model::TABLES).await.map_err(|e| {
+                format!("cannot create the lock tables on the cassandra backend at {address}: {e}")
+            })?;
             let counter = Arc::new(RequestCounter::default());
             let prefix = format!("{}/", setup.namespace);
             // One doorbell socket per process, for queue-push: its address goes into the
             // queue cells, so every process of the run can ring this one's waiters.
-            let bind = o.doorbell_bind.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-            let bells: Arc<dyn lock_core::doorbell::Doorbell> = lock_core::doorbell::UdpDoorbells::bind(bind)
-                .await
-                .map_err(|e| format!("cannot bind queue-push's doorbell socket at {bind} (--doorbell-bind): {e}"))?;
+            let bind =
+                o.doorbell_bind.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            let bells: Arc<dyn lock_core::doorbell::Doorbell> =
+                lock_core::doorbell::UdpDoorbells::bind(bind).await.map_err(|e| {
+                    format!(
+                        "cannot bind queue-push's doorbell socket at {bind} (--doorbell-bind): {e}"
+                    )
+                })?;
             let client = |id: String| {
                 CountingStore::new(
                     store.client(id).with_row_prefix(prefix.clone()).with_doorbell(bells.clone()),
@@ -285,14 +282,7 @@ impl OpenEngine for Opened {
         );
         let clock = LocalClock::new(PhysicalClock::System, spec.skew_us)
             .with_jump(self.faults.jump(&spec.owner));
-        Box::pin(cell_model::contender(
-            &ALGORITHMS,
-            algorithm,
-            client,
-            clock,
-            spec,
-            &self.settings,
-        ))
+        Box::pin(cell_model::contender(&ALGORITHMS, algorithm, client, clock, spec, &self.settings))
     }
 
     fn counters(&self) -> Option<CounterHandle> {
@@ -360,14 +350,23 @@ mod tests {
     #[test]
     fn a_node_restart_needs_both_commands() {
         let parse = |extra: &[&str]| {
-            let mut args = vec!["bench-harness", "--backend", "cassandra", "--faults", "server-restart:5s@30s"];
+            let mut args = vec![
+                "bench-harness",
+                "--backend",
+                "cassandra",
+                "--faults",
+                "server-restart:5s@30s",
+            ];
             args.extend_from_slice(extra);
-            crate::cli::Cli::try_parse_from(args).map_err(|e| e.to_string()).and_then(|c| c.run.to_config())
+            crate::cli::Cli::try_parse_from(args)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.run.to_config())
         };
         let refused = parse(&[]).unwrap_err();
         assert!(refused.contains("cannot inject server-restart"), "{refused}");
         assert!(parse(&["--node-stop", "true"]).is_err(), "--node-stop alone");
-        let cfg = parse(&["--node-stop", "nodetool stopdaemon", "--node-start", "start-node"]).unwrap();
+        let cfg =
+            parse(&["--node-stop", "nodetool stopdaemon", "--node-start", "start-node"]).unwrap();
         assert!(Cassandra.fault_kinds(&cfg.engine).contains(&FaultKind::ServerRestart));
     }
 

@@ -49,10 +49,7 @@ pub static QUEUE: Algorithm = Algorithm {
     uses_poll_interval: true,
     ideal_handoff: Some(queue_ideal_handoff),
     ideal_handoff_text: "3 round trips + half the poll interval",
-    ..Algorithm::new(
-        "queue",
-        "timestamp-ordered queue lock (thesis section 5, listings 5-7)",
-    )
+    ..Algorithm::new("queue", "timestamp-ordered queue lock (thesis section 5, listings 5-7)")
 };
 
 /// The queue lock whose reads scan a bounded number of tombstones (one queue column per
@@ -84,10 +81,7 @@ pub static BAKERY: Algorithm = Algorithm {
     uses_poll_interval: true,
     ideal_handoff: Some(bakery_ideal_handoff),
     ideal_handoff_text: "1 round trip + half the poll interval",
-    ..Algorithm::new(
-        "bakery",
-        "Lamport's bakery on Choosing/Numbers column families (seed 002)",
-    )
+    ..Algorithm::new("bakery", "Lamport's bakery on Choosing/Numbers column families (seed 002)")
 };
 
 /// Cassandra's lightweight transactions: one compare-and-set to take the lock.
@@ -101,30 +95,12 @@ pub static LWT: Algorithm = Algorithm::new(
 /// The Cassandra-model algorithms on store type `S`, in the order they run.
 pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 6] {
     [
-        Entry {
-            algorithm: &SHADOW,
-            build: build_shadow::<S>,
-        },
-        Entry {
-            algorithm: &QUEUE,
-            build: build_queue::<S>,
-        },
-        Entry {
-            algorithm: &BAKERY,
-            build: build_bakery::<S>,
-        },
-        Entry {
-            algorithm: &QUEUE_BOUNDED,
-            build: build_queue_bounded::<S>,
-        },
-        Entry {
-            algorithm: &QUEUE_PUSH,
-            build: build_queue_push::<S>,
-        },
-        Entry {
-            algorithm: &LWT,
-            build: build_lwt::<S>,
-        },
+        Entry { algorithm: &SHADOW, build: build_shadow::<S> },
+        Entry { algorithm: &QUEUE, build: build_queue::<S> },
+        Entry { algorithm: &BAKERY, build: build_bakery::<S> },
+        Entry { algorithm: &QUEUE_BOUNDED, build: build_queue_bounded::<S> },
+        Entry { algorithm: &QUEUE_PUSH, build: build_queue_push::<S> },
+        Entry { algorithm: &LWT, build: build_lwt::<S> },
     ]
 }
 
@@ -191,11 +167,7 @@ where
     if s.time_source != TimeSourceKind::Global {
         return Ok(None);
     }
-    let replicas = service_skews
-        .iter()
-        .enumerate()
-        .map(|(i, &skew)| replica(i, skew))
-        .collect();
+    let replicas = service_skews.iter().enumerate().map(|(i, &skew)| replica(i, skew)).collect();
     let service = GlobalTimeService::start(
         replicas,
         s.scaled(GlobalTimeService::DEFAULT_PERIOD),
@@ -233,10 +205,7 @@ fn build_shadow<S: CellStore + Clone + 'static>(
     };
     backoff.owner_max = s.scaled(backoff.owner_max);
     backoff.concurrent_step = s.scaled(backoff.concurrent_step);
-    let config = lock_shadow::ShadowConfig {
-        backoff,
-        ..lock_shadow::ShadowConfig::default()
-    };
+    let config = lock_shadow::ShadowConfig { backoff, ..lock_shadow::ShadowConfig::default() };
     ready(lock_shadow::ShadowLocker::new(store, ctx, config))
 }
 
@@ -268,10 +237,7 @@ fn build_lwt<S: CellStore + Clone + 'static>(
         max: s.scaled(defaults.max),
         ..defaults
     };
-    let config = lock_lwt::LwtConfig {
-        backoff,
-        ..lock_lwt::LwtConfig::default()
-    };
+    let config = lock_lwt::LwtConfig { backoff, ..lock_lwt::LwtConfig::default() };
     ready(lock_lwt::LwtLocker::new(store, ctx, config))
 }
 
@@ -280,11 +246,7 @@ fn build_queue_bounded<S: CellStore + Clone + 'static>(
     ctx: ClientContext,
     s: &AlgorithmSettings,
 ) -> BuildFuture {
-    ready(lock_queue::BoundedQueueLocker::new(
-        store,
-        ctx,
-        queue_config(s),
-    ))
+    ready(lock_queue::BoundedQueueLocker::new(store, ctx, queue_config(s)))
 }
 
 fn build_queue_push<S: CellStore + Clone + 'static>(
@@ -297,9 +259,8 @@ fn build_queue_push<S: CellStore + Clone + 'static>(
             "queue-push needs doorbells, and this store has none".into(),
         )));
     };
-    let config = lock_queue::PushConfig {
-        fallback_poll: s.scaled(lock_queue::push::DEFAULT_FALLBACK_POLL),
-    };
+    let config =
+        lock_queue::PushConfig { fallback_poll: s.scaled(lock_queue::push::DEFAULT_FALLBACK_POLL) };
     ready(lock_queue::PushQueueLocker::new(store, ctx, config, bell))
 }
 
@@ -328,12 +289,8 @@ pub async fn contender<S: CellStore + Clone + 'static>(
 ) -> Result<Arc<dyn Locker>, String> {
     let entry = Entry::find(entries, algorithm)
         .ok_or_else(|| format!("{} does not run on this engine", algorithm.name))?;
-    let ctx = context(spec.owner, clock, spec.seed, s, || {
-        global_time(client.clone(), s)
-    });
-    (entry.build)(client, ctx, s)
-        .await
-        .map_err(|e| e.to_string())
+    let ctx = context(spec.owner, clock, spec.seed, s, || global_time(client.clone(), s));
+    (entry.build)(client, ctx, s).await.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -351,13 +308,7 @@ mod tests {
             consistency: lock_core::store::Consistency::Quorum,
             time_source: TimeSourceKind::Local,
         };
-        assert_eq!(
-            queue_ideal_handoff(Duration::from_millis(1), &s),
-            Duration::from_millis(13)
-        );
-        assert_eq!(
-            bakery_ideal_handoff(Duration::from_millis(1), &s),
-            Duration::from_millis(11)
-        );
+        assert_eq!(queue_ideal_handoff(Duration::from_millis(1), &s), Duration::from_millis(13));
+        assert_eq!(bakery_ideal_handoff(Duration::from_millis(1), &s), Duration::from_millis(11));
     }
 }

@@ -9,7 +9,8 @@
 use async_trait::async_trait;
 use lock_core::embedded::{OpCounts, StoreCounters};
 use lock_core::store::{
-    CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError,
+    CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
+    Slice, StoreError,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,21 +49,14 @@ impl RequestCounter {
     /// The counts so far, in the embedded store's shape (no per-client split).
     pub fn snapshot(&self) -> StoreCounters {
         StoreCounters {
-            per_table: self
-                .per_table
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            per_table: self.per_table.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             ..StoreCounters::default()
         }
     }
 
     /// Forget every count (after the setup, before the contenders start).
     pub fn reset(&self) {
-        self.per_table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.per_table.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -87,9 +81,7 @@ impl<S> CountingStore<S> {
 
 impl<S: std::fmt::Debug> std::fmt::Debug for CountingStore<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CountingStore")
-            .field("inner", &self.inner)
-            .finish()
+        f.debug_struct("CountingStore").field("inner", &self.inner).finish()
     }
 }
 
@@ -118,9 +110,7 @@ impl<S: CellStore> CellStore for CountingStore<S> {
         consistency: Consistency,
     ) -> Result<(), StoreError> {
         self.counter.bump(table, Kind::Delete);
-        self.inner
-            .delete(table, row, column, timestamp, consistency)
-            .await
+        self.inner.delete(table, row, column, timestamp, consistency).await
     }
 
     async fn read(
@@ -182,33 +172,18 @@ mod tests {
         });
         let counter = Arc::new(RequestCounter::default());
         let s = CountingStore::new(store.client("a"), counter.clone());
-        let cell = CellWrite {
-            column: "c".into(),
-            value: b"v".to_vec(),
-            timestamp: 1,
-            ttl: None,
-        };
+        let cell = CellWrite { column: "c".into(), value: b"v".to_vec(), timestamp: 1, ttl: None };
         s.write(
             "t",
             "r",
-            &[
-                cell.clone(),
-                CellWrite {
-                    column: "d".into(),
-                    ..cell.clone()
-                },
-            ],
+            &[cell.clone(), CellWrite { column: "d".into(), ..cell.clone() }],
             Consistency::One,
         )
         .await
         .unwrap();
         s.write("t", "r", &[], Consistency::One).await.unwrap();
-        s.read("t", "r", Slice::all(), Consistency::One)
-            .await
-            .unwrap();
-        s.read("u", "r", Slice::first(0), Consistency::One)
-            .await
-            .unwrap();
+        s.read("t", "r", Slice::all(), Consistency::One).await.unwrap();
+        s.read("u", "r", Slice::first(0), Consistency::One).await.unwrap();
         s.delete("t", "r", "c", 2, Consistency::One).await.unwrap();
         let ours = counter.snapshot();
         assert_eq!(ours.total().total(), 3);

@@ -19,7 +19,9 @@ use super::{
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant};
+use lock_core::embedded::{
+    EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant,
+};
 use lock_core::time::GlobalTimeService;
 use lock_core::Locker;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -230,19 +232,14 @@ impl Engine for Embedded {
             let probe = store.client("time-service-probe");
             let service =
                 cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
-                    let client = store
-                        .client(format!("time-service-{i}"))
-                        .with_skew(skew * scale);
+                    let client = store.client(format!("time-service-{i}")).with_skew(skew * scale);
                     let clock = client.clock();
                     (client, clock)
                 })
                 .await?;
             store.reset_counters();
-            Ok(Box::new(Opened {
-                store,
-                settings: s,
-                _time_service: service,
-            }) as Box<dyn OpenEngine>)
+            Ok(Box::new(Opened { store, settings: s, _time_service: service })
+                as Box<dyn OpenEngine>)
         })
     }
 }
@@ -275,19 +272,10 @@ impl OpenEngine for Opened {
         spec: ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
         let s = &self.settings;
-        let client = self
-            .store
-            .client(spec.owner.clone())
-            .with_skew(spec.skew_us * s.time_scale as i64);
+        let client =
+            self.store.client(spec.owner.clone()).with_skew(spec.skew_us * s.time_scale as i64);
         let clock = client.clock();
-        Box::pin(cell_model::contender(
-            &ALGORITHMS,
-            algorithm,
-            client,
-            clock,
-            spec,
-            s,
-        ))
+        Box::pin(cell_model::contender(&ALGORITHMS, algorithm, client, clock, spec, s))
     }
 
     fn counters(&self) -> Option<CounterHandle> {
@@ -310,9 +298,9 @@ impl OpenEngine for Opened {
             Injection::ReplicaLag { replica, lag, drop } => {
                 store.lag_replica(replica, lag * scale, drop)
             }
-            Injection::Rings { drop, delay } => {
-                store.doorbells().set_faults(lock_core::doorbell::RingFaults { drop, delay: delay * scale })
-            }
+            Injection::Rings { drop, delay } => store
+                .doorbells()
+                .set_faults(lock_core::doorbell::RingFaults { drop, delay: delay * scale }),
             Injection::ServerRestart { .. } => {
                 return Box::pin(async {
                     Err("the embedded store has no server to restart".to_string())
@@ -339,15 +327,10 @@ pub struct Latency {
 
 impl Latency {
     /// No latency at all.
-    pub const ZERO: Latency = Latency {
-        fixed: Duration::ZERO,
-        jitter: Duration::ZERO,
-    };
+    pub const ZERO: Latency = Latency { fixed: Duration::ZERO, jitter: Duration::ZERO };
     /// The default: a LAN cluster, 800 µs + up to 400 µs, i.e. about 1 ms per round trip.
-    pub const LAN: Latency = Latency {
-        fixed: Duration::from_micros(800),
-        jitter: Duration::from_micros(400),
-    };
+    pub const LAN: Latency =
+        Latency { fixed: Duration::from_micros(800), jitter: Duration::from_micros(400) };
 
     /// The mean round trip to one replica: `fixed + jitter / 2`. Handoff gaps are divided by
     /// it to express them in round trips.
@@ -367,12 +350,7 @@ impl fmt::Display for Latency {
         if self.jitter.is_zero() {
             f.write_str(&format_duration(self.fixed))
         } else {
-            write!(
-                f,
-                "{}+{}",
-                format_duration(self.fixed),
-                format_duration(self.jitter)
-            )
+            write!(f, "{}+{}", format_duration(self.fixed), format_duration(self.jitter))
         }
     }
 }
@@ -396,9 +374,7 @@ impl Serialize for Latency {
 
 impl<'de> Deserialize<'de> for Latency {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 

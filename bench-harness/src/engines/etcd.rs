@@ -43,10 +43,7 @@ pub static MUTEX: Algorithm = Algorithm::new(
 );
 
 /// The algorithms on etcd.
-static ALGORITHMS: [Entry<EtcdBackend>; 1] = [Entry {
-    algorithm: &MUTEX,
-    build: build_mutex,
-}];
+static ALGORITHMS: [Entry<EtcdBackend>; 1] = [Entry { algorithm: &MUTEX, build: build_mutex }];
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]
@@ -143,7 +140,10 @@ impl Engine for Etcd {
         if let Some(list) = &etcd {
             for endpoint in list.split(',').map(str::trim) {
                 let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
-                if endpoint.starts_with("https://") || !authority.contains(':') || authority.contains('/') {
+                if endpoint.starts_with("https://")
+                    || !authority.contains(':')
+                    || authority.contains('/')
+                {
                     return Err(format!(
                         "--etcd: {endpoint:?} is not an endpoint like http://127.0.0.1:2379 (plain http; host and port)"
                     ));
@@ -189,10 +189,12 @@ impl Engine for Etcd {
         Box::pin(async move {
             let options: Options = setup.options.get();
             let (endpoints, server) = if options.spawn {
-                let (server, endpoint) =
-                    Managed::start(test_servers::EtcdServer::launch, test_servers::EtcdServer::endpoint)
-                        .await
-                        .map_err(|e| format!("--spawn-etcd: {e}"))?;
+                let (server, endpoint) = Managed::start(
+                    test_servers::EtcdServer::launch,
+                    test_servers::EtcdServer::endpoint,
+                )
+                .await
+                .map_err(|e| format!("--spawn-etcd: {e}"))?;
                 (endpoint, Some(server))
             } else {
                 (options.endpoints().to_string(), None)

@@ -307,10 +307,7 @@ pub struct EngineRef(&'static dyn Engine);
 impl EngineRef {
     /// The engine called `name`.
     pub fn find(name: &str) -> Option<EngineRef> {
-        ENGINES
-            .iter()
-            .find(|e| e.name() == name)
-            .map(|e| EngineRef(*e))
+        ENGINES.iter().find(|e| e.name() == name).map(|e| EngineRef(*e))
     }
 
     /// The default engine: the first of [`ENGINES`].
@@ -396,11 +393,7 @@ pub fn parse_engine(s: &str) -> Result<EngineRef, String> {
         if let Some((name, how)) = NOT_BUILT.iter().find(|(name, _)| *name == s.trim()) {
             return format!("this build of the harness has no {name} backend: {how}");
         }
-        format!(
-            "unknown backend '{}' (known: {})",
-            s.trim(),
-            names().join(", ")
-        )
+        format!("unknown backend '{}' (known: {})", s.trim(), names().join(", "))
     })
 }
 
@@ -504,18 +497,12 @@ pub async fn server_contender<C>(
     let ctx = lock_core::context::ClientContext::new(spec.owner, clock, spec.seed)
         .with_ttl(s.scaled(s.ttl))
         .with_consistency(s.consistency);
-    (entry.build)(client, ctx, s)
-        .await
-        .map_err(|e| e.to_string())
+    (entry.build)(client, ctx, s).await.map_err(|e| e.to_string())
 }
 
 /// A namespace no other run uses: the system time in microseconds and the process id.
 pub fn fresh_namespace() -> String {
-    format!(
-        "bh{}p{}",
-        lock_core::time::PhysicalClock::System.now_micros(),
-        std::process::id()
-    )
+    format!("bh{}p{}", lock_core::time::PhysicalClock::System.now_micros(), std::process::id())
 }
 
 /// `scheme://user:password@host…` with the credentials replaced by `***`.
@@ -566,9 +553,7 @@ pub fn resolve(names: &[String], engine: EngineRef) -> Result<Vec<&'static Algor
     let available = engine.algorithms();
     if names.is_empty() {
         if available.is_empty() {
-            return Err(format!(
-                "no registered algorithm runs on the {engine} backend"
-            ));
+            return Err(format!("no registered algorithm runs on the {engine} backend"));
         }
         return Ok(available);
     }
@@ -577,10 +562,7 @@ pub fn resolve(names: &[String], engine: EngineRef) -> Result<Vec<&'static Algor
             return Err(not_on(name, engine));
         }
     }
-    Ok(available
-        .into_iter()
-        .filter(|a| names.iter().any(|n| n == a.name))
-        .collect())
+    Ok(available.into_iter().filter(|a| names.iter().any(|n| n == a.name)).collect())
 }
 
 fn not_on(name: &str, engine: EngineRef) -> String {
@@ -590,20 +572,14 @@ fn not_on(name: &str, engine: EngineRef) -> String {
         .map(|e| e.name())
         .collect();
     let why = if elsewhere.is_empty() {
-        format!(
-            "unknown algorithm '{name}' (known: {})",
-            algorithm_names().join(", ")
-        )
+        format!("unknown algorithm '{name}' (known: {})", algorithm_names().join(", "))
     } else {
         format!(
             "algorithm '{name}' does not run on the {engine} backend (it runs on: {})",
             elsewhere.join(", ")
         )
     };
-    format!(
-        "{why}; available on --backend {engine}: {}",
-        engine.algorithm_names().join(", ")
-    )
+    format!("{why}; available on --backend {engine}: {}", engine.algorithm_names().join(", "))
 }
 
 #[cfg(test)]
@@ -646,19 +622,13 @@ mod tests {
         assert_eq!(picked.iter().map(|a| a.name).collect::<Vec<_>>(), all[..2]);
         assert_eq!(resolve(&[], e).unwrap().len(), all.len());
         let err = resolve(&["paxos".into()], e).unwrap_err();
-        assert!(
-            err.contains("unknown algorithm 'paxos'") && err.contains(all[0]),
-            "{err}"
-        );
+        assert!(err.contains("unknown algorithm 'paxos'") && err.contains(all[0]), "{err}");
         // An algorithm of another engine names where it runs.
         for other in EngineRef::all() {
             for a in other.algorithm_names() {
                 if e.algorithm(a).is_none() {
                     let err = resolve(&[a.into()], e).unwrap_err();
-                    assert!(
-                        err.contains("does not run on") && err.contains(other.name()),
-                        "{err}"
-                    );
+                    assert!(err.contains("does not run on") && err.contains(other.name()), "{err}");
                 }
             }
         }
@@ -670,9 +640,6 @@ mod tests {
             redact_url("redis://user:secret@10.0.0.1:6379/0"),
             "redis://***@10.0.0.1:6379/0"
         );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379/"),
-            "redis://127.0.0.1:6379/"
-        );
+        assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
     }
 }

@@ -14,7 +14,9 @@
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
+use super::{
+    given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine,
+};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
@@ -44,14 +46,8 @@ pub static REDIS_TOKEN: Algorithm = Algorithm::new(
 
 /// The algorithms on Redis.
 static ALGORITHMS: [Entry<RedisBackend>; 2] = [
-    Entry {
-        algorithm: &JEDIS,
-        build: build_jedis,
-    },
-    Entry {
-        algorithm: &REDIS_TOKEN,
-        build: build_token,
-    },
+    Entry { algorithm: &JEDIS, build: build_jedis },
+    Entry { algorithm: &REDIS_TOKEN, build: build_token },
 ];
 
 /// Its command-line options.
@@ -60,12 +56,7 @@ static ALGORITHMS: [Entry<RedisBackend>; 2] = [
 #[command(next_help_heading = "Redis (--backend redis)")]
 pub struct Args {
     /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "LOCK_REDIS_URL",
-        conflicts_with = "spawn_redis"
-    )]
+    #[arg(long, value_name = "URL", env = "LOCK_REDIS_URL", conflicts_with = "spawn_redis")]
     pub redis: Option<String>,
     /// Start a redis-server of the harness's own for each run, on a free loopback port, and
     /// stop it afterwards; needed for `--faults server-restart:…`. `aof` (the default) syncs an
@@ -151,11 +142,7 @@ impl Engine for Redis {
 
     fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        Ok(Options {
-            redis: a.redis.filter(|u| !u.trim().is_empty()),
-            spawn: a.spawn_redis,
-        }
-        .into())
+        Ok(Options { redis: a.redis.filter(|u| !u.trim().is_empty()), spawn: a.spawn_redis }.into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -173,11 +160,7 @@ impl Engine for Redis {
     }
 
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        format!(
-            "redis at {}, TTL {}",
-            self.address(options),
-            crate::dist::format_duration(s.ttl)
-        )
+        format!("redis at {}, TTL {}", self.address(options), crate::dist::format_duration(s.ttl))
     }
 
     fn counts_requests(&self) -> bool {
@@ -255,10 +238,7 @@ impl Connector {
             None => self.url.clone(),
         };
         RedisBackend::connect_with(&url, config).await.map_err(|e| {
-            format!(
-                "cannot reach the redis backend at {} (--redis): {e}",
-                redact_url(&url)
-            )
+            format!("cannot reach the redis backend at {} (--redis): {e}", redact_url(&url))
         })
     }
 }
@@ -280,11 +260,7 @@ fn with_authority(url: &str, host_port: &str) -> Result<String, String> {
     let at = url
         .rfind(old)
         .ok_or_else(|| format!("no host:port in the redis URL {}", redact_url(url)))?;
-    Ok(format!(
-        "{}{host_port}{}",
-        &url[..at],
-        &url[at + old.len()..]
-    ))
+    Ok(format!("{}{host_port}{}", &url[..at], &url[at + old.len()..]))
 }
 
 /// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and
@@ -307,18 +283,11 @@ mod tests {
     #[test]
     fn passwords_are_redacted_in_result_files() {
         let cfg = crate::config::RunConfig {
-            engine: Options {
-                redis: Some("redis://:pw@h:1/".into()),
-                spawn: None,
-            }
-            .into(),
+            engine: Options { redis: Some("redis://:pw@h:1/".into()), spawn: None }.into(),
             ..crate::config::RunConfig::on(super::super::EngineRef::find("redis").unwrap())
         };
         let json = serde_json::to_string(&cfg.redacted()).unwrap();
-        assert!(
-            json.contains("redis://***@h:1/") && !json.contains("pw"),
-            "{json}"
-        );
+        assert!(json.contains("redis://***@h:1/") && !json.contains("pw"), "{json}");
         assert_eq!(Redis.address(&cfg.engine), "redis://***@h:1/");
     }
 
@@ -329,10 +298,7 @@ mod tests {
             with_authority("redis://:pw@h:1/2", "127.0.0.1:9").unwrap(),
             "redis://:pw@127.0.0.1:9/2"
         );
-        assert_eq!(
-            with_authority("redis://h:1", "127.0.0.1:9").unwrap(),
-            "redis://127.0.0.1:9"
-        );
+        assert_eq!(with_authority("redis://h:1", "127.0.0.1:9").unwrap(), "redis://127.0.0.1:9");
         assert!(authority("redis:///").is_err());
     }
 }

@@ -27,12 +27,8 @@ use test_servers::{Proxy, RedisServer, ZkServer};
 
 /// The fault kinds a server engine can inject: `managed` when the harness started the server.
 pub fn kinds(managed: bool) -> &'static [FaultKind] {
-    const CONTENDER: [FaultKind; 4] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-    ];
+    const CONTENDER: [FaultKind; 4] =
+        [FaultKind::Pause, FaultKind::Crash, FaultKind::ClockJump, FaultKind::Partition];
     const ALL: [FaultKind; 5] = [
         FaultKind::Pause,
         FaultKind::Crash,
@@ -59,12 +55,7 @@ pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
 
 /// True when `kinds` need a proxy in front of each contender.
 pub fn needs_proxies(kinds: &[FaultKind]) -> bool {
-    kinds.iter().any(|k| {
-        matches!(
-            k,
-            FaultKind::Pause | FaultKind::Crash | FaultKind::Partition
-        )
-    })
+    kinds.iter().any(|k| matches!(k, FaultKind::Pause | FaultKind::Crash | FaultKind::Partition))
 }
 
 /// A server the harness started, and can therefore restart.
@@ -185,12 +176,7 @@ impl ServerFaults {
     /// Faults for a server at `upstream`: contenders go through proxies when `upstream` is
     /// given; `server` when the harness started it.
     pub fn new(upstream: Option<SocketAddr>, server: Option<Managed>) -> Self {
-        ServerFaults {
-            upstream,
-            proxies: Mutex::default(),
-            jumps: Mutex::default(),
-            server,
-        }
+        ServerFaults { upstream, proxies: Mutex::default(), jumps: Mutex::default(), server }
     }
 
     /// Where contender `owner` connects: a proxy of its own when contenders go through
@@ -280,9 +266,9 @@ impl ServerFaults {
                 f(p);
                 Ok(())
             }
-            None => Err(format!(
-                "contender {owner} has no proxy (the run has no contender faults)"
-            )),
+            None => {
+                Err(format!("contender {owner} has no proxy (the run has no contender faults)"))
+            }
         }
     }
 }
@@ -325,8 +311,9 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
         algorithm: &'static super::Algorithm,
         spec: super::ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>> {
-        self.faults
-            .contender(C::entries(), algorithm, spec, &self.settings, move |via| self.connector.connect(via))
+        self.faults.contender(C::entries(), algorithm, spec, &self.settings, move |via| {
+            self.connector.connect(via)
+        })
     }
 
     fn counters(&self) -> Option<super::CounterHandle> {

@@ -39,10 +39,7 @@ pub static RECIPE: Algorithm = Algorithm::new(
 );
 
 /// The algorithms on ZooKeeper.
-static ALGORITHMS: [Entry<ZkBackend>; 1] = [Entry {
-    algorithm: &RECIPE,
-    build: build_recipe,
-}];
+static ALGORITHMS: [Entry<ZkBackend>; 1] = [Entry { algorithm: &RECIPE, build: build_recipe }];
 
 /// Its command-line options.
 #[derive(clap::Args, Debug, Clone)]
@@ -172,9 +169,10 @@ impl Engine for Zookeeper {
         Box::pin(async move {
             let options: Options = setup.options.get();
             let (hosts, server) = if options.spawn {
-                let (server, hosts) = Managed::start(test_servers::ZkServer::launch, test_servers::ZkServer::hosts)
-                    .await
-                    .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
+                let (server, hosts) =
+                    Managed::start(test_servers::ZkServer::launch, test_servers::ZkServer::hosts)
+                        .await
+                        .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
                 (hosts, Some(server))
             } else {
                 (options.hosts().to_string(), None)

@@ -122,11 +122,7 @@ impl LongRun {
         };
         let first = mean(&self.intervals[..k.min(self.intervals.len())]);
         let last = mean(&self.intervals[self.intervals.len().saturating_sub(k)..]);
-        let change = if first > 0.0 {
-            (last / first - 1.0) * 100.0
-        } else {
-            0.0
-        };
+        let change = if first > 0.0 { (last / first - 1.0) * 100.0 } else { 0.0 };
         (first, last, change)
     }
 }
@@ -212,16 +208,8 @@ fn plan(args: &LongrunArgs) -> anyhow::Result<(RunConfig, RunConfig, Vec<Job>)> 
     levels.dedup();
     for n in levels {
         for &algorithm in &algorithms {
-            let cfg = RunConfig {
-                threads: n,
-                ..base.clone()
-            };
-            jobs.push(Job {
-                calibration: false,
-                cfg,
-                algorithm,
-                interval: args.interval,
-            });
+            let cfg = RunConfig { threads: n, ..base.clone() };
+            jobs.push(Job { calibration: false, cfg, algorithm, interval: args.interval });
         }
     }
     Ok((base, calibration, jobs))
@@ -234,11 +222,7 @@ pub fn run(args: &LongrunArgs) -> anyhow::Result<()> {
     let wall = std::time::Instant::now();
     progress::status(
         args.quiet,
-        &format!(
-            "longrun: {} runs on {} threads; {base}",
-            jobs.len(),
-            args.jobs
-        ),
+        &format!("longrun: {} runs on {} threads; {base}", jobs.len(), args.jobs),
     );
     let bar = progress::bar(jobs.len() as u64, "longrun", args.quiet, "runs");
     // The longest runs first: most contenders, the long runs before the calibration.
@@ -279,10 +263,7 @@ pub fn run(args: &LongrunArgs) -> anyhow::Result<()> {
 
 fn run_job(job: &Job) -> anyhow::Result<LongRun> {
     let outcome = crate::run::run_algorithm(&job.cfg, job.algorithm, None).with_context(|| {
-        format!(
-            "long run of {} with {} contenders",
-            job.algorithm.name, job.cfg.threads
-        )
+        format!("long run of {} with {} contenders", job.algorithm.name, job.cfg.threads)
     })?;
     Ok(cut(&outcome, job.cfg.threads, job.interval))
 }
@@ -297,25 +278,15 @@ pub fn cut(run: &RunOutcome, contenders: usize, interval: Duration) -> LongRun {
         latencies[(g.granted_us / every) as usize].push(g.latency_us());
     }
     // Cumulative tombstone counts at each interval's end: the samples, then the window's end.
-    let mut marks: Vec<lock_core::embedded::TombstoneStats> = run
-        .samples
-        .iter()
-        .map(|s| crate::measure::metrics::all_tombstones(&s.counters))
-        .collect();
+    let mut marks: Vec<lock_core::embedded::TombstoneStats> =
+        run.samples.iter().map(|s| crate::measure::metrics::all_tombstones(&s.counters)).collect();
     marks.push(
-        run.counters
-            .as_ref()
-            .map(crate::measure::metrics::all_tombstones)
-            .unwrap_or_default(),
+        run.counters.as_ref().map(crate::measure::metrics::all_tombstones).unwrap_or_default(),
     );
     let mut intervals = Vec::with_capacity(n);
     let zero = lock_core::embedded::TombstoneStats::default();
     for (k, mut lat) in latencies.into_iter().enumerate() {
-        let before = if k == 0 {
-            &zero
-        } else {
-            marks.get(k - 1).unwrap_or(&zero)
-        };
+        let before = if k == 0 { &zero } else { marks.get(k - 1).unwrap_or(&zero) };
         let after = marks.get(k).unwrap_or(before);
         let reads = after.reads.saturating_sub(before.reads);
         let scanned = after.scanned.saturating_sub(before.scanned);
@@ -325,9 +296,7 @@ pub fn cut(run: &RunOutcome, contenders: usize, interval: Duration) -> LongRun {
             start_s: (k as u64 * every) as f64 / 1e6,
             grants: lat.len() as u64,
             grants_per_s: round2(lat.len() as f64 / length_s),
-            p50_ms: lat
-                .get(lat.len() / 2)
-                .map_or(0.0, |&us| round2(us as f64 / 1000.0)),
+            p50_ms: lat.get(lat.len() / 2).map_or(0.0, |&us| round2(us as f64 / 1000.0)),
             tombstones_per_read: if reads == 0 {
                 0.0
             } else {
@@ -336,21 +305,14 @@ pub fn cut(run: &RunOutcome, contenders: usize, interval: Duration) -> LongRun {
             failed_reads: after.failed.saturating_sub(before.failed),
         });
     }
-    let failed_at_s = intervals
-        .iter()
-        .find(|i| i.failed_reads > 0)
-        .map(|i| i.start_s);
+    let failed_at_s = intervals.iter().find(|i| i.failed_reads > 0).map(|i| i.start_s);
     LongRun {
         algorithm: run.algorithm.to_string(),
         contenders,
         interval,
         max_tombstones_per_read: marks.last().map_or(0, |m| m.max),
         lock_errors: run.errors().lock_errors,
-        would_fail_at_s: if failed_at_s.is_some() {
-            None
-        } else {
-            extrapolate(&intervals)
-        },
+        would_fail_at_s: if failed_at_s.is_some() { None } else { extrapolate(&intervals) },
         failed_at_s,
         intervals,
     }
@@ -462,18 +424,11 @@ pub fn draw(dir: &Path, s: &LongrunSummary) -> anyhow::Result<Vec<PathBuf>> {
                 })
                 .collect(),
         };
-        charts.push(chart(
-            format!("Grants per second, {n} contenders"),
-            "grants/s",
-            false,
-            |i| i.grants_per_s,
-        ));
-        charts.push(chart(
-            format!("Median latency, {n} contenders"),
-            "ms (log)",
-            true,
-            |i| i.p50_ms,
-        ));
+        charts.push(chart(format!("Grants per second, {n} contenders"), "grants/s", false, |i| {
+            i.grants_per_s
+        }));
+        charts
+            .push(chart(format!("Median latency, {n} contenders"), "ms (log)", true, |i| i.p50_ms));
         charts.push(chart(
             format!("Tombstones per read, {n} contenders"),
             "tombstones (log)",
@@ -484,13 +439,7 @@ pub fn draw(dir: &Path, s: &LongrunSummary) -> anyhow::Result<Vec<PathBuf>> {
     if charts.is_empty() {
         return Ok(Vec::new());
     }
-    render_lines(
-        &dir.join("longrun"),
-        &charts,
-        3,
-        (520, 400),
-        Formats::PngAndSvg,
-    )
+    render_lines(&dir.join("longrun"), &charts, 3, (520, 400), Formats::PngAndSvg)
 }
 
 /// `results/longrun/README.md`.
@@ -537,28 +486,18 @@ fn calibration_text(md: &mut String, s: &LongrunSummary) {
     let _ = writeln!(
         md,
         "| grants per 30 s | {} | change | tombstones per read at the end |",
-        (0..6)
-            .map(|k| format!("{}–{} s", k * 30, k * 30 + 30))
-            .collect::<Vec<_>>()
-            .join(" | ")
+        (0..6).map(|k| format!("{}–{} s", k * 30, k * 30 + 30)).collect::<Vec<_>>().join(" | ")
     );
     let _ = writeln!(md, "|---|{}---:|---:|", "---:|".repeat(6));
     let real_change = (REAL_NODE_QUEUE[5] as f64 / REAL_NODE_QUEUE[0] as f64 - 1.0) * 100.0;
     let _ = writeln!(
         md,
         "| queue, real node | {} | {real_change:.0}% | ~7,000 |",
-        REAL_NODE_QUEUE
-            .iter()
-            .map(|g| g.to_string())
-            .collect::<Vec<_>>()
-            .join(" | ")
+        REAL_NODE_QUEUE.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(" | ")
     );
     for (name, first, last) in REAL_NODE_FLAT {
         let change = (last as f64 / first as f64 - 1.0) * 100.0;
-        let _ = writeln!(
-            md,
-            "| {name}, real node | {first} | | | | | {last} | {change:+.0}% | |"
-        );
+        let _ = writeln!(md, "| {name}, real node | {first} | | | | | {last} | {change:+.0}% | |");
     }
     for r in &s.calibration {
         let (first, last, change) = r.trend(1);
@@ -567,11 +506,7 @@ fn calibration_text(md: &mut String, s: &LongrunSummary) {
             md,
             "| {}, model | {} | {change:+.0}% | {:.0} |",
             r.algorithm,
-            r.intervals
-                .iter()
-                .map(|i| i.grants.to_string())
-                .collect::<Vec<_>>()
-                .join(" | "),
+            r.intervals.iter().map(|i| i.grants.to_string()).collect::<Vec<_>>().join(" | "),
             r.intervals.last().map_or(0.0, |i| i.tombstones_per_read)
         );
     }
@@ -638,16 +573,13 @@ mod tests {
 
     #[test]
     fn growth_is_extrapolated_to_the_failure_threshold() {
-        let growing: Vec<Interval> = (0..8)
-            .map(|k| interval(k as f64 * 60.0, (k + 1) as f64 * 1000.0))
-            .collect();
+        let growing: Vec<Interval> =
+            (0..8).map(|k| interval(k as f64 * 60.0, (k + 1) as f64 * 1000.0)).collect();
         // 1,000 tombstones per read more each minute: 100,000 at minute 99.
         let at = extrapolate(&growing).unwrap();
         assert!((at - 99.0 * 60.0).abs() < 1e-6, "{at}");
         // Growing, but far under the warning threshold: reused columns, no trend.
-        let small: Vec<Interval> = (0..8)
-            .map(|k| interval(k as f64 * 60.0, k as f64))
-            .collect();
+        let small: Vec<Interval> = (0..8).map(|k| interval(k as f64 * 60.0, k as f64)).collect();
         assert_eq!(extrapolate(&small), None);
         let flat: Vec<Interval> = (0..8).map(|k| interval(k as f64 * 60.0, 7.0)).collect();
         assert_eq!(extrapolate(&flat), None);

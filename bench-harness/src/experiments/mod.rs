@@ -112,9 +112,7 @@ pub fn parallel<J: Sync, R: Send>(
         .into_iter()
         .map(|r| {
             r.unwrap_or_else(|| {
-                Err(anyhow::anyhow!(
-                    "a run did not happen (an earlier run failed)"
-                ))
+                Err(anyhow::anyhow!("a run did not happen (an earlier run failed)"))
             })
         })
         .collect()

@@ -46,7 +46,12 @@ pub struct Condition {
     pub applies: Applies,
 }
 
-const fn condition(name: &'static str, faults: &'static str, consistency: Consistency, applies: Applies) -> Condition {
+const fn condition(
+    name: &'static str,
+    faults: &'static str,
+    consistency: Consistency,
+    applies: Applies,
+) -> Condition {
     Condition { name, faults, consistency, applies }
 }
 
@@ -57,7 +62,12 @@ pub const CONDITIONS: [Condition; 9] = [
     condition("crash", "crash:3s@10s", Consistency::Quorum, Applies::Everywhere),
     condition("clock jump ±2s", "clock-jump:2s@10s", Consistency::Quorum, Applies::Everywhere),
     condition("partition 3s", "partition:3s@10s", Consistency::Quorum, Applies::Everywhere),
-    condition("replica stop, QUORUM", "replica-stop:5s@15s", Consistency::Quorum, Applies::Embedded),
+    condition(
+        "replica stop, QUORUM",
+        "replica-stop:5s@15s",
+        Consistency::Quorum,
+        Applies::Embedded,
+    ),
     condition("replica lag, ONE", "replica-lag:5s@15s", Consistency::One, Applies::Embedded),
     condition("replica stop, ONE", "replica-stop:5s@15s", Consistency::One, Applies::Embedded),
     condition("server restart 3s", "server-restart:3s@15s", Consistency::Quorum, Applies::Servers),
@@ -242,7 +252,8 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let bar = progress::bar((simulated.len() + on_servers.len()) as u64, "safety", args.quiet, "runs");
+    let bar =
+        progress::bar((simulated.len() + on_servers.len()) as u64, "safety", args.quiet, "runs");
     let order: Vec<usize> = (0..simulated.len()).collect();
     let mut rows = super::parallel(&simulated, &order, args.jobs as usize, &bar, run_one)?;
     // Wall-time runs one at a time: a parallel run would load the machine they measure.

@@ -68,7 +68,12 @@ fn config(args: &SoakArgs, algorithm: &str, k: u32) -> Result<RunConfig, String>
 }
 
 /// Soaks one algorithm into `out/<algorithm>/run-K/`.
-fn soak_one(args: &SoakArgs, algorithm: &'static engines::Algorithm, out: &Path, quiet: bool) -> anyhow::Result<Soaked> {
+fn soak_one(
+    args: &SoakArgs,
+    algorithm: &'static engines::Algorithm,
+    out: &Path,
+    quiet: bool,
+) -> anyhow::Result<Soaked> {
     let wall = Instant::now();
     let mut s = Soaked {
         algorithm: algorithm.name.to_string(),
@@ -169,10 +174,8 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
     files::write_atomic(&args.out.join("README.md"), report.as_bytes())
         .context("cannot write the soak's README")?;
     print!("{report}");
-    let bad: Vec<String> = soaked
-        .iter()
-        .flat_map(|s| s.unsafe_runs.iter().map(|d| d.display().to_string()))
-        .collect();
+    let bad: Vec<String> =
+        soaked.iter().flat_map(|s| s.unsafe_runs.iter().map(|d| d.display().to_string())).collect();
     if !bad.is_empty() {
         return Err(check::Unsafe(format!(
             "unsafe runs (their seeds are in each summary.json): {}",

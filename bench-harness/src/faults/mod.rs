@@ -164,11 +164,18 @@ impl Nemesis {
             t.await.map_err(|e| format!("a fault task panicked: {e}"))??;
         }
         let mut windows = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
-        windows.sort_by(|a: &FaultWindow, b| (a.start_us, &a.kind, &a.target).cmp(&(b.start_us, &b.kind, &b.target)));
+        windows.sort_by(|a: &FaultWindow, b| {
+            (a.start_us, &a.kind, &a.target).cmp(&(b.start_us, &b.kind, &b.target))
+        });
         Ok(windows)
     }
 
-    async fn entry(&self, spec: FaultSpec, seed: u64, log: Arc<Mutex<Vec<FaultWindow>>>) -> Result<(), String> {
+    async fn entry(
+        &self,
+        spec: FaultSpec,
+        seed: u64,
+        log: Arc<Mutex<Vec<FaultWindow>>>,
+    ) -> Result<(), String> {
         let mut rng = StdRng::seed_from_u64(seed);
         let period = spec.period * self.scale;
         let offset = Duration::from_nanos(rng.random_range(0..period.as_nanos() as u64));
@@ -187,7 +194,12 @@ impl Nemesis {
             tokio::time::sleep_until(healed).await;
             let end_us = self.stamp.at(healed);
             self.heal(&spec, &target).await?;
-            let window = FaultWindow { kind: spec.kind.name().to_string(), target: target.name(), start_us, end_us };
+            let window = FaultWindow {
+                kind: spec.kind.name().to_string(),
+                target: target.name(),
+                start_us,
+                end_us,
+            };
             log.lock().unwrap_or_else(|e| e.into_inner()).push(window);
             at += period;
         }
@@ -216,10 +228,17 @@ impl Nemesis {
     }
 
     fn engine(&self) -> Result<&dyn OpenEngine, String> {
-        self.engine.as_deref().ok_or_else(|| "this fault needs the engine, and the nemesis has none here".to_string())
+        self.engine
+            .as_deref()
+            .ok_or_else(|| "this fault needs the engine, and the nemesis has none here".to_string())
     }
 
-    async fn strike(&self, spec: &FaultSpec, rng: &mut StdRng, until: Instant) -> Result<Target, String> {
+    async fn strike(
+        &self,
+        spec: &FaultSpec,
+        rng: &mut StdRng,
+        until: Instant,
+    ) -> Result<Target, String> {
         if spec.kind == FaultKind::ProcessPause {
             if self.workers.is_empty() {
                 return Err("process-pause needs worker processes (--processes)".into());
@@ -310,11 +329,19 @@ impl Nemesis {
             }
             (FaultKind::ReplicaLag, Target::Replica(replica)) => {
                 engine
-                    .inject(Injection::ReplicaLag { replica: *replica, lag: Duration::ZERO, drop: 0.0 })
+                    .inject(Injection::ReplicaLag {
+                        replica: *replica,
+                        lag: Duration::ZERO,
+                        drop: 0.0,
+                    })
                     .await
             }
-            (FaultKind::ServerRestart, _) => engine.inject(Injection::ServerRestart { on: false }).await,
-            (FaultKind::RingLoss, _) => engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await,
+            (FaultKind::ServerRestart, _) => {
+                engine.inject(Injection::ServerRestart { on: false }).await
+            }
+            (FaultKind::RingLoss, _) => {
+                engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await
+            }
             (kind, _) => Err(format!("cannot heal {kind}: it hit nothing")),
         }
     }

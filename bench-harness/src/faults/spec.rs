@@ -88,13 +88,10 @@ impl fmt::Display for FaultKind {
 impl FromStr for FaultKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        FaultKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown fault kind '{s}' (expected one of {})", names.join(", "))
-            })
+        FaultKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown fault kind '{s}' (expected one of {})", names.join(", "))
+        })
     }
 }
 
@@ -139,7 +136,9 @@ impl fmt::Display for FaultSpec {
 impl FromStr for FaultSpec {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
-        let bad = |why: &str| format!("fault '{text}': {why} (expected KIND:DURATION@PERIOD, e.g. pause:5s@20s)");
+        let bad = |why: &str| {
+            format!("fault '{text}': {why} (expected KIND:DURATION@PERIOD, e.g. pause:5s@20s)")
+        };
         let mut parts = text.trim().split('/');
         let head = parts.next().unwrap_or_default();
         let (kind, timing) = head.split_once(':').ok_or_else(|| bad("no ':'"))?;
@@ -159,10 +158,13 @@ impl FromStr for FaultSpec {
             return Err(bad("DURATION and PERIOD must be positive"));
         }
         if spec.duration >= spec.period {
-            return Err(bad("DURATION must be shorter than PERIOD, so that faults of one entry do not overlap"));
+            return Err(bad(
+                "DURATION must be shorter than PERIOD, so that faults of one entry do not overlap",
+            ));
         }
         for option in parts {
-            let (key, value) = option.split_once('=').ok_or_else(|| bad("an option is KEY=VALUE"))?;
+            let (key, value) =
+                option.split_once('=').ok_or_else(|| bad("an option is KEY=VALUE"))?;
             match (spec.kind, key) {
                 (FaultKind::ReplicaLag | FaultKind::RingLoss, "lag") => {
                     spec.lag = parse_duration(value).map_err(|e| bad(&e))?
@@ -234,11 +236,15 @@ mod tests {
 
     #[test]
     fn specs_parse_and_print_back() {
-        let plan: FaultPlan = "replica-stop:5s@15s,replica-lag:5s@15s,pause:5s@20s".parse().unwrap();
+        let plan: FaultPlan =
+            "replica-stop:5s@15s,replica-lag:5s@15s,pause:5s@20s".parse().unwrap();
         assert_eq!(plan.0.len(), 3);
         assert_eq!(plan.0[0].kind, FaultKind::ReplicaStop);
         assert_eq!(plan.0[2].duration, Duration::from_secs(5));
-        assert_eq!(plan.to_string(), "replica-stop:5s@15s,replica-lag:5s@15s/lag=1s/drop=0.1,pause:5s@20s");
+        assert_eq!(
+            plan.to_string(),
+            "replica-stop:5s@15s,replica-lag:5s@15s/lag=1s/drop=0.1,pause:5s@20s"
+        );
         assert_eq!(plan.to_string().parse::<FaultPlan>().unwrap(), plan);
         let lag: FaultSpec = "replica-lag:2s@10s/lag=300ms/drop=0.5".parse().unwrap();
         assert_eq!((lag.lag, lag.drop), (Duration::from_millis(300), 0.5));

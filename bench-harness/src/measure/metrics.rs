@@ -130,21 +130,14 @@ pub fn latency_cdf(h: &Histogram<u64>) -> Vec<CdfPoint> {
     qs.into_iter()
         .map(|q| CdfPoint {
             quantile: q,
-            latency_ms: ms(if q >= 1.0 {
-                h.max()
-            } else {
-                h.value_at_quantile(q)
-            }),
+            latency_ms: ms(if q >= 1.0 { h.max() } else { h.value_at_quantile(q) }),
         })
         .collect()
 }
 
 /// Grants granted within the run's window `[0, duration_us]`.
 pub fn grants_in_window(grants: &[Grant], duration_us: u64) -> usize {
-    grants
-        .iter()
-        .filter(|g| g.granted_us <= duration_us)
-        .count()
+    grants.iter().filter(|g| g.granted_us <= duration_us).count()
 }
 
 /// Grants per second per lock: the grants granted within the window over its length and the
@@ -208,10 +201,7 @@ pub fn quantile_sorted(sorted: &[u64], q: f64) -> Option<u64> {
 /// Summarizes gaps; `round_trip_us` converts to round trips, `ideal_us` gives the ratio.
 pub fn handoff_stats(gaps: &[u64], round_trip_us: f64, ideal_us: Option<f64>) -> HandoffStats {
     if gaps.is_empty() {
-        return HandoffStats {
-            ideal_ms: ideal_us.map(|i| i / 1000.0),
-            ..HandoffStats::default()
-        };
+        return HandoffStats { ideal_ms: ideal_us.map(|i| i / 1000.0), ..HandoffStats::default() };
     }
     let mut sorted = gaps.to_vec();
     sorted.sort_unstable();
@@ -274,18 +264,10 @@ pub fn longest_run(grants: &[Grant]) -> LongestRun {
         let mut run = 0u64;
         let mut prev: Option<u32> = None;
         for g in &list {
-            run = if prev == Some(g.contender) {
-                run + 1
-            } else {
-                1
-            };
+            run = if prev == Some(g.contender) { run + 1 } else { 1 };
             prev = Some(g.contender);
             if run > best.length {
-                best = LongestRun {
-                    length: run,
-                    contender: g.contender,
-                    lock,
-                };
+                best = LongestRun { length: run, contender: g.contender, lock };
             }
         }
     }
@@ -324,11 +306,7 @@ pub fn overtakes(grants: &[Grant]) -> Overtakes {
     Overtakes {
         pairs,
         overtaken_grants: overtaken,
-        overtaken_fraction: if n == 0 {
-            0.0
-        } else {
-            round4(overtaken as f64 / n as f64)
-        },
+        overtaken_fraction: if n == 0 { 0.0 } else { round4(overtaken as f64 / n as f64) },
     }
 }
 
@@ -507,11 +485,8 @@ pub fn tombstone_counts(
         return (None, BTreeMap::new());
     }
     let all = all_tombstones(counters);
-    let per_table = counters
-        .tombstones
-        .iter()
-        .map(|(t, s)| (t.clone(), TombstoneCounts::of(s)))
-        .collect();
+    let per_table =
+        counters.tombstones.iter().map(|(t, s)| (t.clone(), TombstoneCounts::of(s))).collect();
     (Some(TombstoneCounts::of(&all)), per_table)
 }
 
@@ -539,17 +514,14 @@ pub fn store_load(
         tombstones,
         tombstones_per_table,
         ops_per_grant: (grants > 0).then(|| round4(ops.total as f64 / grants as f64)),
-        round_trips_per_grant: (grants > 0 && round_trips_known).then(|| round4(all.round_trips() as f64 / grants as f64)),
+        round_trips_per_grant: (grants > 0 && round_trips_known)
+            .then(|| round4(all.round_trips() as f64 / grants as f64)),
         ops_per_second: Some(if duration_us == 0 {
             0.0
         } else {
             round4(ops.total as f64 / (duration_us as f64 / 1e6))
         }),
-        per_table: counters
-            .per_table
-            .iter()
-            .map(|(t, c)| (t.clone(), conv(c)))
-            .collect(),
+        per_table: counters.per_table.iter().map(|(t, c)| (t.clone(), conv(c))).collect(),
         ops: Some(ops),
     }
 }
@@ -622,14 +594,7 @@ mod tests {
             g(1, 2, 0, 1, 2, 1),
             g(1, 2, 2, 3, 4, 2),
         ];
-        assert_eq!(
-            longest_run(&burst),
-            LongestRun {
-                length: 3,
-                contender: 0,
-                lock: 0
-            }
-        );
+        assert_eq!(longest_run(&burst), LongestRun { length: 3, contender: 0, lock: 0 });
         assert_eq!(longest_run(&[]).length, 0);
     }
 
@@ -649,10 +614,7 @@ mod tests {
         assert_eq!(o.overtaken_grants, 2);
         assert_eq!(o.overtaken_fraction, 0.5);
         // Equal request times are no overtake.
-        assert_eq!(
-            overtakes(&[g(0, 1, 5, 10, 11, 1), g(0, 0, 5, 12, 13, 2)]).pairs,
-            0
-        );
+        assert_eq!(overtakes(&[g(0, 1, 5, 10, 11, 1), g(0, 0, 5, 12, 13, 2)]).pairs, 0);
         let mut xs = vec![3, 1, 2, 5, 4];
         assert_eq!(count_inversions(&mut xs), 3);
         assert_eq!(xs, vec![1, 2, 3, 4, 5]);
@@ -671,17 +633,13 @@ mod tests {
         assert_eq!(overlapping_holds(&bad), 1);
         assert_eq!(token_order_violations(&bad), 1);
         // Back-to-back holds (release and grant in the same microsecond) do not overlap.
-        assert_eq!(
-            overlapping_holds(&[g(0, 0, 0, 10, 20, 1), g(0, 1, 0, 20, 30, 2)]),
-            0
-        );
+        assert_eq!(overlapping_holds(&[g(0, 0, 0, 10, 20, 1), g(0, 1, 0, 20, 30, 2)]), 0);
     }
 
     #[test]
     fn latency_percentiles_and_throughput() {
-        let grants: Vec<Grant> = (0..100)
-            .map(|i| g(0, 0, 0, (i + 1) * 1000, (i + 1) * 1000 + 1, i + 1))
-            .collect();
+        let grants: Vec<Grant> =
+            (0..100).map(|i| g(0, 0, 0, (i + 1) * 1000, (i + 1) * 1000 + 1, i + 1)).collect();
         let s = latency_stats(&latency_histogram(&grants));
         assert_eq!(s.count, 100);
         assert!((s.p50_ms - 50.0).abs() < 0.1, "{s:?}");
@@ -701,10 +659,7 @@ mod tests {
     #[test]
     fn store_load_divides_by_grants_and_time() {
         let mut counters = lock_core::embedded::StoreCounters::default();
-        counters.per_table.insert(
-            "t".into(),
-            lock_core::embedded::OpCounts::new(6, 3, 1),
-        );
+        counters.per_table.insert("t".into(), lock_core::embedded::OpCounts::new(6, 3, 1));
         let l = store_load(&counters, 5, 2_000_000);
         assert_eq!(l.ops.as_ref().map(|o| o.total), Some(10));
         assert_eq!(l.ops_per_grant, Some(2.0));

@@ -119,19 +119,15 @@ pub fn stale_flags(locks: &BTreeMap<u32, Vec<Grant>>, writes: &[ResourceWrite]) 
     let mut granted: HashMap<(u32, u32, u64), Vec<u64>> = HashMap::new();
     for (&lock, list) in locks {
         for g in list {
-            granted
-                .entry((lock, g.contender, g.token))
-                .or_default()
-                .push(g.granted_us);
+            granted.entry((lock, g.contender, g.token)).or_default().push(g.granted_us);
         }
     }
     writes
         .iter()
         .map(|w| {
-            let (Some(times), Some(list)) = (
-                granted.get(&(w.lock, w.contender, w.token)),
-                locks.get(&w.lock),
-            ) else {
+            let (Some(times), Some(list)) =
+                (granted.get(&(w.lock, w.contender, w.token)), locks.get(&w.lock))
+            else {
                 return false;
             };
             let Some(&mine) = times[..times.partition_point(|&t| t <= w.at_us)].last() else {
@@ -180,10 +176,7 @@ pub fn total_us(intervals: &[(u64, u64)], within: Option<&[(u64, u64)]>) -> u64 
         .iter()
         .map(|&(a, b)| match within {
             None => b - a,
-            Some(windows) => windows
-                .iter()
-                .map(|&(x, y)| b.min(y).saturating_sub(a.max(x)))
-                .sum(),
+            Some(windows) => windows.iter().map(|&(x, y)| b.min(y).saturating_sub(a.max(x))).sum(),
         })
         .sum()
 }
@@ -223,10 +216,8 @@ pub fn judge(
     let mut f = SafetyFigures {
         overlapping_holds: found.len() as u64,
         overlap_us: overlap_time_us(&locks),
-        overlaps_outside_pauses: found
-            .iter()
-            .filter(|o| !in_pause(o.second.granted_us))
-            .count() as u64,
+        overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count()
+            as u64,
         resource_writes: writes.len() as u64,
         leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
         crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
@@ -255,8 +246,7 @@ pub fn judge(
     let kinds: BTreeSet<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
     for kind in kinds {
         let windows = windows_of(faults, kind, ttl_us);
-        f.unavailable_us_by_fault
-            .insert(kind.to_string(), total_us(&idle, Some(&windows)));
+        f.unavailable_us_by_fault.insert(kind.to_string(), total_us(&idle, Some(&windows)));
         f.window_us_by_fault.insert(kind.to_string(), windows.iter().map(|(a, b)| b - a).sum());
     }
     f.resumed_after_us_by_fault = resumed_after(grants, faults);
@@ -308,13 +298,7 @@ mod tests {
     }
 
     fn w(contender: u32, token: u64, at_us: u64, accepted: bool) -> ResourceWrite {
-        ResourceWrite {
-            lock: 0,
-            contender,
-            token,
-            at_us,
-            accepted,
-        }
+        ResourceWrite { lock: 0, contender, token, at_us, accepted }
     }
 
     #[test]
@@ -324,10 +308,7 @@ mod tests {
         let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2), g(2, 6, 50, 60, 3)];
         let found = overlaps(&by_lock(&grants));
         assert_eq!(found.len(), 1);
-        assert_eq!(
-            (found[0].first.contender, found[0].second.contender),
-            (0, 1)
-        );
+        assert_eq!((found[0].first.contender, found[0].second.contender), (0, 1));
         assert_eq!(overlap_time_us(&by_lock(&grants)), 10);
         // Back to back is not an overlap.
         assert!(overlaps(&by_lock(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)])).is_empty());
@@ -338,30 +319,16 @@ mod tests {
         let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2)];
         // 0 writes at its grant (fresh), 1 writes at its grant (fresh), 0 writes at 49 after 1
         // was granted (stale, rejected by fencing), 1 writes at 39 (fresh).
-        let writes = [
-            w(0, 1, 10, true),
-            w(1, 2, 30, true),
-            w(1, 2, 39, true),
-            w(0, 1, 49, false),
-        ];
-        assert_eq!(
-            stale_flags(&by_lock(&grants), &writes),
-            [false, false, false, true]
-        );
+        let writes = [w(0, 1, 10, true), w(1, 2, 30, true), w(1, 2, 39, true), w(0, 1, 49, false)];
+        assert_eq!(stale_flags(&by_lock(&grants), &writes), [false, false, false, true]);
         // A token seen again later (an unsafe lock repeats tokens) is matched to the writer's
         // latest grant, not its first.
         let again = [g(0, 0, 10, 20, 1), g(1, 0, 30, 40, 2), g(0, 0, 50, 60, 1)];
-        assert_eq!(
-            stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]),
-            [false]
-        );
+        assert_eq!(stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]), [false]);
         let mut lost = grants;
         lost[0].lease_lost = true;
         let f = figures(&lost, &writes, &[], 0);
-        assert_eq!(
-            (f.stale_writes, f.stale_rejected, f.stale_accepted),
-            (1, 1, 0)
-        );
+        assert_eq!((f.stale_writes, f.stale_rejected, f.stale_accepted), (1, 1, 0));
         assert_eq!(f.stale_accepted_without_fencing, 1);
         assert_eq!((f.stale_holders, f.stale_holders_told), (1, 1));
         assert!(!f.is_safe(), "an overlap is never safe");
@@ -369,11 +336,7 @@ mod tests {
 
     #[test]
     fn resumed_after_is_the_longest_wait_from_a_window_end_to_the_next_grant() {
-        let grants = [
-            g(0, 0, 0, 10, 1),
-            g(1, 5, 130, 140, 2),
-            g(0, 150, 400, 410, 3),
-        ];
+        let grants = [g(0, 0, 0, 10, 1), g(1, 5, 130, 140, 2), g(0, 150, 400, 410, 3)];
         let w = |kind: &str, start_us, end_us| FaultWindow {
             kind: kind.into(),
             target: "server".into(),
@@ -382,11 +345,7 @@ mod tests {
         };
         let got = resumed_after(
             &grants,
-            &[
-                w("server-restart", 20, 100),
-                w("server-restart", 160, 380),
-                w("pause", 500, 600),
-            ],
+            &[w("server-restart", 20, 100), w("server-restart", 160, 380), w("pause", 500, 600)],
         );
         assert_eq!(got.get("server-restart"), Some(&30));
         assert_eq!(got.get("pause"), None, "no grant after it");
@@ -399,41 +358,19 @@ mod tests {
         let idle = idle_intervals(&by_lock(&grants));
         assert_eq!(total_us(&idle, None), 20);
         assert_eq!(total_us(&idle, Some(&[(0, 15)])), 5);
-        let faults = [FaultWindow {
-            kind: "crash".into(),
-            target: "c0".into(),
-            start_us: 8,
-            end_us: 9,
-        }];
+        let faults =
+            [FaultWindow { kind: "crash".into(), target: "c0".into(), start_us: 8, end_us: 9 }];
         let f = figures(&grants, &[], &faults, 4);
-        assert_eq!(
-            f.unavailable_us_by_fault["crash"], 3,
-            "window [8, 13) holds 10..13"
-        );
+        assert_eq!(f.unavailable_us_by_fault["crash"], 3, "window [8, 13) holds 10..13");
         assert_eq!(f.overlaps_outside_pauses, 0);
     }
 
     #[test]
     fn windows_merge_and_extend() {
         let faults = [
-            FaultWindow {
-                kind: "pause".into(),
-                target: "a".into(),
-                start_us: 0,
-                end_us: 10,
-            },
-            FaultWindow {
-                kind: "pause".into(),
-                target: "b".into(),
-                start_us: 12,
-                end_us: 20,
-            },
-            FaultWindow {
-                kind: "crash".into(),
-                target: "c".into(),
-                start_us: 100,
-                end_us: 110,
-            },
+            FaultWindow { kind: "pause".into(), target: "a".into(), start_us: 0, end_us: 10 },
+            FaultWindow { kind: "pause".into(), target: "b".into(), start_us: 12, end_us: 20 },
+            FaultWindow { kind: "crash".into(), target: "c".into(), start_us: 100, end_us: 110 },
         ];
         assert_eq!(windows_of(&faults, "pause", 5), [(0, 25)]);
         assert_eq!(windows_of(&faults, "crash", 0), [(100, 110)]);

@@ -4,10 +4,10 @@
 //! seed gives a byte-identical file.
 
 use super::log::{ErrorCounts, RunOutcome};
-use super::safety::{self, SafetyFigures};
 use super::metrics::{
     self, CdfPoint, HandoffStats, LatencyStats, LongestRun, Overtakes, StoreLoad,
 };
+use super::safety::{self, SafetyFigures};
 use crate::config::RunConfig;
 use crate::engines::Algorithm;
 use serde::{Deserialize, Serialize};

@@ -79,12 +79,7 @@ pub struct Series {
 impl Series {
     /// A series with markers.
     pub fn new(name: impl Into<String>, color: RGBColor, points: Vec<(f64, f64)>) -> Self {
-        Series {
-            name: name.into(),
-            color,
-            points,
-            markers: true,
-        }
+        Series { name: name.into(), color, points, markers: true }
     }
 }
 
@@ -198,19 +193,9 @@ pub fn render_lines(
     }
     for file in &files {
         if is_svg(file) {
-            draw(
-                SVGBackend::new(file, (w, h)).into_drawing_area(),
-                charts,
-                rows,
-                cols,
-            )
+            draw(SVGBackend::new(file, (w, h)).into_drawing_area(), charts, rows, cols)
         } else {
-            draw(
-                BitMapBackend::new(file, (w, h)).into_drawing_area(),
-                charts,
-                rows,
-                cols,
-            )
+            draw(BitMapBackend::new(file, (w, h)).into_drawing_area(), charts, rows, cols)
         }
         .with_context(|| format!("cannot draw {}", file.display()))?;
     }
@@ -222,20 +207,14 @@ fn is_svg(file: &Path) -> bool {
 }
 
 fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
-    let vals: Vec<f64> = values
-        .filter(|v| v.is_finite() && (!log || *v > 0.0))
-        .collect();
+    let vals: Vec<f64> = values.filter(|v| v.is_finite() && (!log || *v > 0.0)).collect();
     let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if !lo.is_finite() || !hi.is_finite() {
         return if log { (0.1, 10.0) } else { (0.0, 1.0) };
     }
     if log {
-        let (lo, hi) = if lo == hi {
-            (lo / 2.0, hi * 2.0)
-        } else {
-            (lo, hi)
-        };
+        let (lo, hi) = if lo == hi { (lo / 2.0, hi * 2.0) } else { (lo, hi) };
         (lo / 1.4, hi * 1.4)
     } else {
         let lo = lo.min(0.0);
@@ -308,28 +287,13 @@ fn draw_line_chart<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     chart: &LineChart,
 ) -> anyhow::Result<()> {
-    let xs = bounds(
-        chart
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0)),
-        chart.x_log,
-    );
+    let xs = bounds(chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), chart.x_log);
     let ys = chart.y_range.unwrap_or_else(|| {
-        bounds(
-            chart
-                .series
-                .iter()
-                .flat_map(|s| s.points.iter().map(|p| p.1)),
-            chart.y_log,
-        )
+        bounds(chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), chart.y_log)
     });
     let log = |(lo, hi): (f64, f64)| {
         let (bold, light) = log_ticks(lo, hi);
-        (lo..hi)
-            .log_scale()
-            .with_key_points(bold)
-            .with_light_points(light)
+        (lo..hi).log_scale().with_key_points(bold).with_light_points(light)
     };
     match (chart.x_log, chart.y_log) {
         (false, false) => plot(area, chart, xs.0..xs.1, ys.0..ys.1),
@@ -436,10 +400,8 @@ pub fn render_timelines(
     formats: Formats,
 ) -> anyhow::Result<Vec<PathBuf>> {
     register_fonts();
-    let heights: Vec<u32> = panels
-        .iter()
-        .map(|p| 110 + 18 * p.contenders.clamp(2, 40) as u32)
-        .collect();
+    let heights: Vec<u32> =
+        panels.iter().map(|p| 110 + 18 * p.contenders.clamp(2, 40) as u32).collect();
     let total: u32 = heights.iter().sum::<u32>().max(1);
     let files = paths(base, formats);
     fn draw<DB: DrawingBackend>(
@@ -458,17 +420,9 @@ pub fn render_timelines(
     }
     for file in &files {
         if is_svg(file) {
-            draw(
-                SVGBackend::new(file, (width, total)).into_drawing_area(),
-                panels,
-                &heights,
-            )
+            draw(SVGBackend::new(file, (width, total)).into_drawing_area(), panels, &heights)
         } else {
-            draw(
-                BitMapBackend::new(file, (width, total)).into_drawing_area(),
-                panels,
-                &heights,
-            )
+            draw(BitMapBackend::new(file, (width, total)).into_drawing_area(), panels, &heights)
         }
         .with_context(|| format!("cannot draw {}", file.display()))?;
     }
@@ -512,30 +466,23 @@ fn draw_timeline<DB: DrawingBackend>(
         Rectangle::new([(s.max(t0), -0.5), (e.min(t1), n - 0.5)], RGBColor(255, 226, 196).filled())
     }))
     .map_err(err)?;
-    ctx.draw_series(
-        panel
-            .faults
-            .iter()
-            .filter(shown)
-            .map(|(s, _, kind)| Text::new(kind.clone(), (s.max(t0), n - 0.5), (FONT, 11).into_font().color(&RGBColor(150, 80, 20)))),
-    )
+    ctx.draw_series(panel.faults.iter().filter(shown).map(|(s, _, kind)| {
+        Text::new(
+            kind.clone(),
+            (s.max(t0), n - 0.5),
+            (FONT, 11).into_font().color(&RGBColor(150, 80, 20)),
+        )
+    }))
     .map_err(err)?;
     let color = panel.color;
-    ctx.draw_series(
-        panel
-            .holds
-            .iter()
-            .filter(|(_, s, e)| *e >= t0 && *s <= t1)
-            .map(|&(c, s, e)| {
-                let y = c as f64;
-                // At least a pixel-ish wide, so that short holds stay visible.
-                let e = e.max(s + (t1 - t0) / 1500.0);
-                Rectangle::new(
-                    [(s.max(t0), y - 0.38), (e.min(t1), y + 0.38)],
-                    color.filled(),
-                )
-            }),
-    )
+    ctx.draw_series(panel.holds.iter().filter(|(_, s, e)| *e >= t0 && *s <= t1).map(
+        |&(c, s, e)| {
+            let y = c as f64;
+            // At least a pixel-ish wide, so that short holds stay visible.
+            let e = e.max(s + (t1 - t0) / 1500.0);
+            Rectangle::new([(s.max(t0), y - 0.38), (e.min(t1), y + 0.38)], color.filled())
+        },
+    ))
     .map_err(err)?;
     Ok(())
 }
@@ -569,25 +516,12 @@ mod tests {
                 ),
             ],
         };
-        let linear = LineChart {
-            x_log: false,
-            y_log: false,
-            ..chart.clone()
-        };
-        let files = render_lines(
-            &dir.join("lines"),
-            &[chart, linear],
-            2,
-            (500, 320),
-            Formats::PngAndSvg,
-        )
-        .unwrap();
+        let linear = LineChart { x_log: false, y_log: false, ..chart.clone() };
+        let files =
+            render_lines(&dir.join("lines"), &[chart, linear], 2, (500, 320), Formats::PngAndSvg)
+                .unwrap();
         for f in &files {
-            assert!(
-                std::fs::metadata(f).unwrap().len() > 1000,
-                "{}",
-                f.display()
-            );
+            assert!(std::fs::metadata(f).unwrap().len() > 1000, "{}", f.display());
         }
         let panel = TimelinePanel {
             title: "queue".into(),
@@ -597,13 +531,9 @@ mod tests {
             window: (0.0, 0.05),
             faults: vec![(0.01, 0.03, "pause".into())],
         };
-        let files = render_timelines(
-            &dir.join("timeline"),
-            &[panel.clone(), panel],
-            600,
-            Formats::Png,
-        )
-        .unwrap();
+        let files =
+            render_timelines(&dir.join("timeline"), &[panel.clone(), panel], 600, Formats::Png)
+                .unwrap();
         assert!(std::fs::metadata(&files[0]).unwrap().len() > 1000);
         let _ = std::fs::remove_dir_all(dir);
         assert_eq!(fmt_num(20_000.0), "20k");

@@ -21,13 +21,7 @@ pub fn holds_of_lock0(grants: &[Grant]) -> Vec<(u32, f64, f64)> {
     grants
         .iter()
         .filter(|g| g.lock == 0)
-        .map(|g| {
-            (
-                g.contender,
-                g.granted_us as f64 / 1e6,
-                g.released_us as f64 / 1e6,
-            )
-        })
+        .map(|g| (g.contender, g.granted_us as f64 / 1e6, g.released_us as f64 / 1e6))
         .collect()
 }
 
@@ -37,23 +31,13 @@ pub fn timeline_window(logs: &[(String, Vec<Grant>)], holds: usize, duration_s: 
     let end = logs
         .iter()
         .filter_map(|(_, grants)| {
-            let mut times: Vec<u64> = grants
-                .iter()
-                .filter(|g| g.lock == 0)
-                .map(|g| g.released_us)
-                .collect();
+            let mut times: Vec<u64> =
+                grants.iter().filter(|g| g.lock == 0).map(|g| g.released_us).collect();
             times.sort_unstable();
             times.get(holds.saturating_sub(1)).map(|t| *t as f64 / 1e6)
         })
         .fold(f64::INFINITY, f64::min);
-    (
-        0.0,
-        if end.is_finite() && end > 0.0 {
-            end.min(duration_s)
-        } else {
-            duration_s
-        },
-    )
+    (0.0, if end.is_finite() && end > 0.0 { end.min(duration_s) } else { duration_s })
 }
 
 /// Latency CDF panel for a set of algorithms' reports.
@@ -113,7 +97,8 @@ pub fn draw_run(
 
     let duration_s = cfg.duration.as_secs_f64();
     let all_faults: Vec<FaultWindow> = faults.values().flatten().cloned().collect();
-    let window = fault_window(&all_faults, duration_s).unwrap_or_else(|| timeline_window(logs, 120, duration_s));
+    let window = fault_window(&all_faults, duration_s)
+        .unwrap_or_else(|| timeline_window(logs, 120, duration_s));
     let panels: Vec<TimelinePanel> = logs
         .iter()
         .map(|(name, grants)| TimelinePanel {
@@ -121,7 +106,13 @@ pub fn draw_run(
                 .get(name)
                 .into_iter()
                 .flatten()
-                .map(|f| (f.start_us as f64 / 1e6, f.end_us as f64 / 1e6, format!("{} {}", f.kind, f.target)))
+                .map(|f| {
+                    (
+                        f.start_us as f64 / 1e6,
+                        f.end_us as f64 / 1e6,
+                        format!("{} {}", f.kind, f.target),
+                    )
+                })
                 .collect(),
             title: format!(
                 "{name}: holders of lock 0 ({} contenders)",
@@ -133,12 +124,7 @@ pub fn draw_run(
             window,
         })
         .collect();
-    files.extend(render_timelines(
-        &dir.join("timeline"),
-        &panels,
-        1100,
-        Formats::Png,
-    )?);
+    files.extend(render_timelines(&dir.join("timeline"), &panels, 1100, Formats::Png)?);
 
     let per_contender = LineChart {
         title: format!("Grants per contender, sorted ({} contenders)", cfg.threads),

@@ -49,10 +49,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");
     path.with_file_name(name)
 }
@@ -67,9 +64,7 @@ impl CsvLog {
     pub fn create(path: &Path, header: &str) -> anyhow::Result<Self> {
         fs::write(path, format!("{header}\n"))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(CsvLog {
-            path: path.to_path_buf(),
-        })
+        Ok(CsvLog { path: path.to_path_buf() })
     }
 
     /// Appends `rows` of `algorithm`, each written by `line` (without the algorithm column).
@@ -101,7 +96,14 @@ impl CsvLog {
 pub fn grant_line(g: &Grant) -> String {
     format!(
         "{},{},{},{},{},{},{},{}",
-        g.lock, g.contender, g.requested_us, g.granted_us, g.released_us, g.token, g.lease_lost, g.crashed
+        g.lock,
+        g.contender,
+        g.requested_us,
+        g.granted_us,
+        g.released_us,
+        g.token,
+        g.lease_lost,
+        g.crashed
     )
 }
 
@@ -153,10 +155,7 @@ fn csv_rows<'a>(
 ) -> anyhow::Result<Vec<(usize, Vec<&'a str>)>> {
     let mut lines = text.lines();
     let first = lines.next().unwrap_or_default();
-    anyhow::ensure!(
-        first == header,
-        "unexpected {name} header: {first:?} (expected {header:?})"
-    );
+    anyhow::ensure!(first == header, "unexpected {name} header: {first:?} (expected {header:?})");
     lines
         .enumerate()
         .filter(|(_, l)| !l.is_empty())
@@ -174,8 +173,9 @@ fn csv_rows<'a>(
 }
 
 fn field<T: std::str::FromStr>(name: &str, line: usize, f: &[&str], k: usize) -> anyhow::Result<T> {
-    f[k].parse::<T>()
-        .map_err(|_| anyhow::anyhow!("{name} line {line}: field {} ({:?}) is not valid", k + 1, f[k]))
+    f[k].parse::<T>().map_err(|_| {
+        anyhow::anyhow!("{name} line {line}: field {} ({:?}) is not valid", k + 1, f[k])
+    })
 }
 
 /// Reads a `grants.csv` back: `(algorithm, grant)` rows.
@@ -269,7 +269,8 @@ mod tests {
         let w = ResourceWrite { lock: 0, contender: 3, token: 9, at_us: 12, accepted: false };
         let text = format!("{RESOURCE_CSV_HEADER}\nlwt,{}\n", resource_line(&w));
         assert_eq!(read_resource_csv(&text).unwrap(), [("lwt".to_string(), w)]);
-        let f = FaultWindow { kind: "pause".into(), target: "c0001".into(), start_us: 1, end_us: 2 };
+        let f =
+            FaultWindow { kind: "pause".into(), target: "c0001".into(), start_us: 1, end_us: 2 };
         let text = format!("{FAULTS_CSV_HEADER}\nq,{}\n", fault_line(&f));
         assert_eq!(read_faults_csv(&text).unwrap(), [("q".to_string(), f)]);
         let e = read_grants_csv(&format!("{GRANTS_CSV_HEADER}\nq,1,2\n")).unwrap_err();
@@ -282,10 +283,7 @@ mod tests {
         let file = std::env::temp_dir().join(format!("bench-harness-file-{}", std::process::id()));
         fs::write(&file, b"x").unwrap();
         let e = prepare_dir(&file.join("sub")).unwrap_err();
-        assert!(
-            format!("{e:#}").contains("cannot create the output directory"),
-            "{e:#}"
-        );
+        assert!(format!("{e:#}").contains("cannot create the output directory"), "{e:#}");
         let _ = fs::remove_file(file);
     }
 }

@@ -53,14 +53,8 @@ pub fn table(summary: &Summary) -> String {
         }
         out.push('\n');
     };
-    line(
-        &header.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        &mut out,
-    );
-    line(
-        &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(),
-        &mut out,
-    );
+    line(&header.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &mut out);
+    line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(), &mut out);
     for r in &rows {
         line(r, &mut out);
     }
@@ -110,20 +104,11 @@ fn row(r: &AlgorithmReport) -> Vec<String> {
         opt(r.fairness.jain_index, 3),
         r.fairness.longest_run.length.to_string(),
         format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0),
-        if r.store.ops.is_some() {
-            opt(r.store.ops_per_grant, 1)
-        } else {
-            "n/a".into()
-        },
-        r.store
-            .ops_per_second
-            .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
+        if r.store.ops.is_some() { opt(r.store.ops_per_grant, 1) } else { "n/a".into() },
+        r.store.ops_per_second.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
         r.safety.overlapping_holds.to_string(),
         r.safety.token_order_violations.to_string(),
-        format!(
-            "{}/{}",
-            r.fault_safety.stale_accepted, r.fault_safety.stale_rejected
-        ),
+        format!("{}/{}", r.fault_safety.stale_accepted, r.fault_safety.stale_rejected),
         r.fault_safety.leases_lost_signalled.to_string(),
         r.errors.total().to_string(),
         r.store.tombstones.map_or_else(
@@ -188,10 +173,7 @@ mod tests {
 
     #[test]
     fn errors_have_a_column_and_the_first_one_is_named_under_the_table() {
-        let cfg = RunConfig {
-            algorithms: vec!["queue".into()],
-            ..RunConfig::default()
-        };
+        let cfg = RunConfig { algorithms: vec!["queue".into()], ..RunConfig::default() };
         let run = crate::measure::log::RunOutcome {
             algorithm: "queue",
             grants: Vec::new(),
@@ -209,10 +191,7 @@ mod tests {
         let mut summary = Summary::new(&cfg);
         summary.results.push(report.clone());
         let clean = table(&summary);
-        assert!(
-            clean.lines().next().unwrap().contains(" errors "),
-            "{clean}"
-        );
+        assert!(clean.lines().next().unwrap().contains(" errors "), "{clean}");
         assert_eq!(clean.lines().count(), 3, "{clean}");
         report.errors.lock_errors = 2;
         report.errors.leases_lost_while_holding = 1;

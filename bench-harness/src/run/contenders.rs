@@ -18,9 +18,9 @@
 //! reported as unfinished. Throughput and store load count only the run's window (grants
 //! granted before its end, requests sent before it: the counters are read at the end).
 
+use super::resource::{FencedResource, Resource};
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
-use super::resource::{FencedResource, Resource};
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
 use crate::faults::{Control, Nemesis};
 use crate::measure::log::{
@@ -40,14 +40,12 @@ use tokio::time::Instant;
 /// A tokio runtime for `clock`.
 pub fn runtime(clock: ClockMode) -> anyhow::Result<tokio::runtime::Runtime> {
     let rt = match clock {
-        ClockMode::Simulated => tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build(),
-        ClockMode::Wall => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build(),
+        ClockMode::Simulated => {
+            tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()
+        }
+        ClockMode::Wall => {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+        }
     };
     rt.context("cannot start the tokio runtime")
 }
@@ -149,15 +147,9 @@ pub async fn setup_contenders(
     let mut lockers = Vec::with_capacity(indices.len());
     for index in indices {
         let spec = contender_spec(cfg, index, RunConfig::owner_id(index), &skews);
-        let locker = engine
-            .contender(algorithm, spec)
-            .await
-            .map_err(|e| anyhow!(e))
-            .with_context(|| {
-                format!(
-                    "cannot set up contender {index} of the {} algorithm",
-                    algorithm.name
-                )
+        let locker =
+            engine.contender(algorithm, spec).await.map_err(|e| anyhow!(e)).with_context(|| {
+                format!("cannot set up contender {index} of the {} algorithm", algorithm.name)
             })?;
         lockers.push((index, locker));
     }
@@ -215,7 +207,8 @@ pub async fn drive(
     if Instant::now() < start {
         tokio::time::sleep_until(start).await;
     }
-    let controls: Vec<Arc<Control>> = lockers.iter().map(|(i, _)| Arc::new(Control::new(*i))).collect();
+    let controls: Vec<Arc<Control>> =
+        lockers.iter().map(|(i, _)| Arc::new(Control::new(*i))).collect();
     let mut tasks = Vec::with_capacity(lockers.len());
     for ((index, locker), control) in lockers.into_iter().zip(&controls) {
         let lock = cfg.lock_of(index);
@@ -237,7 +230,8 @@ pub async fn drive(
             algorithm: rig.algorithm,
             spec: contender_spec(cfg, index, String::new(), &skews),
         });
-        let shared = Shared { control: Arc::clone(control), resource: rig.resource.clone(), reviver };
+        let shared =
+            Shared { control: Arc::clone(control), resource: rig.resource.clone(), reviver };
         tasks.push(tokio::spawn(contender(locker, plan, shared)));
     }
     let nemesis = match (&rig.engine, cfg.faults.is_empty()) {
@@ -331,10 +325,7 @@ fn counter_snapshots(
             let mut next = start + every;
             while next < end {
                 tokio::time::sleep_until(next).await;
-                samples.push(CounterSample {
-                    at_us: stamp.at(next),
-                    counters: read(),
-                });
+                samples.push(CounterSample { at_us: stamp.at(next), counters: read() });
                 next += every;
             }
         }
@@ -351,18 +342,11 @@ pub async fn run_async(
 ) -> anyhow::Result<RunOutcome> {
     cfg.validate().map_err(|e| anyhow!(e))?;
     let namespace = crate::engines::fresh_namespace();
-    let engine: Arc<dyn OpenEngine> = cfg
-        .backend
-        .open(cfg.engine_setup(&namespace))
-        .await
-        .map_err(|e| anyhow!(e))?
-        .into();
+    let engine: Arc<dyn OpenEngine> =
+        cfg.backend.open(cfg.engine_setup(&namespace)).await.map_err(|e| anyhow!(e))?.into();
     let lockers = setup_contenders(cfg, algorithm, engine.as_ref(), 0..cfg.threads).await?;
     let start = Instant::now();
-    let stamp = Stamp::Tokio {
-        start,
-        scale: cfg.time_scale(),
-    };
+    let stamp = Stamp::Tokio { start, scale: cfg.time_scale() };
     let rig = Rig {
         counters: engine.counters(),
         engine: Some(engine),
@@ -429,7 +413,11 @@ struct InProgress {
     holding: Option<(u64, u64, u64)>,
 }
 
-async fn contender(mut locker: Arc<dyn Locker>, plan: Plan, shared: Shared) -> (Vec<Grant>, ContenderOutcome) {
+async fn contender(
+    mut locker: Arc<dyn Locker>,
+    plan: Plan,
+    shared: Shared,
+) -> (Vec<Grant>, ContenderOutcome) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut grants = Vec::new();
     let mut out = ContenderOutcome {
@@ -476,7 +464,9 @@ async fn contender(mut locker: Arc<dyn Locker>, plan: Plan, shared: Shared) -> (
                     Ok(l) => locker = l,
                     Err(e) => {
                         out.errors.lock_errors += 1;
-                        out.errors.note(&LockError::Config(format!("cannot come back after a crash: {e}")));
+                        out.errors.note(&LockError::Config(format!(
+                            "cannot come back after a crash: {e}"
+                        )));
                         break;
                     }
                 }

@@ -28,12 +28,11 @@
 
 use super::contenders::{self as runner, Stamp};
 use super::resource::{serve, FencedResource, RemoteResource, Resource};
-use crate::faults::Nemesis;
-use crate::measure::log::{FaultWindow, ResourceWrite};
-use std::sync::Arc;
 use crate::config::{ClockMode, RunConfig};
 use crate::engines::Algorithm;
+use crate::faults::Nemesis;
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
+use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::{new_histogram, Grant, OpCount};
 use anyhow::{anyhow, bail, Context};
 use indicatif::ProgressBar;
@@ -43,6 +42,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The hidden command that runs a worker.
@@ -134,10 +134,7 @@ pub struct WorkerReport {
 
 /// Parses a worker's stdout. Every line must be a [`WorkerLine`] and the last a `done`.
 pub fn parse_output(worker: usize, text: &str) -> anyhow::Result<WorkerReport> {
-    let mut report = WorkerReport {
-        worker,
-        ..WorkerReport::default()
-    };
+    let mut report = WorkerReport { worker, ..WorkerReport::default() };
     let mut done = false;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -156,10 +153,7 @@ pub fn parse_output(worker: usize, text: &str) -> anyhow::Result<WorkerReport> {
             }
         }
     }
-    anyhow::ensure!(
-        done,
-        "worker {worker} ended without its closing 'done' line"
-    );
+    anyhow::ensure!(done, "worker {worker} ended without its closing 'done' line");
     Ok(report)
 }
 
@@ -195,12 +189,8 @@ pub fn merge(
         }
         finished_us = finished_us.max(r.finished_us);
     }
-    let missing: Vec<usize> = records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.is_none())
-        .map(|(i, _)| i)
-        .collect();
+    let missing: Vec<usize> =
+        records.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| i).collect();
     if !missing.is_empty() {
         bail!("no worker reported contenders {missing:?}");
     }
@@ -228,10 +218,7 @@ pub fn merge(
         algorithm,
         grants,
         contenders,
-        counters: counted.then(|| StoreCounters {
-            per_table,
-            ..StoreCounters::default()
-        }),
+        counters: counted.then(|| StoreCounters { per_table, ..StoreCounters::default() }),
         samples: Vec::new(),
         duration_us: cfg.duration.as_micros() as u64,
         finished_us,
@@ -296,12 +283,7 @@ struct Running {
 
 impl Running {
     fn stderr_text(&mut self) -> String {
-        self.stderr
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
-            .trim()
-            .to_string()
+        self.stderr.take().and_then(|t| t.join().ok()).unwrap_or_default().trim().to_string()
     }
 }
 
@@ -326,10 +308,7 @@ impl Drop for Workers {
 
 fn failure(r: &mut Running, what: &str) -> anyhow::Error {
     let stderr = r.stderr_text();
-    let stderr = stderr
-        .strip_prefix("error: ")
-        .unwrap_or(&stderr)
-        .to_string();
+    let stderr = stderr.strip_prefix("error: ").unwrap_or(&stderr).to_string();
     if stderr.is_empty() {
         anyhow!("worker process {} {what}", r.worker)
     } else {
@@ -382,33 +361,42 @@ impl Services {
         let (go, go_rx) = tokio::sync::oneshot::channel::<(u64, Vec<u32>)>();
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let cfg = cfg.clone();
-        let thread = std::thread::Builder::new().name("fault-services".into()).spawn(move || {
-            let rt = runner::runtime(ClockMode::Wall)?;
-            rt.block_on(async move {
-                let resource = Arc::new(FencedResource::new());
-                let (addr, server) = serve(Arc::clone(&resource)).await.context("cannot serve the fenced resource")?;
-                let _ = addr_tx.send(addr);
-                let Ok((start_us, pids)) = go_rx.await else { return Ok((Vec::new(), Vec::new())) };
-                let delay = Duration::from_micros(start_us.saturating_sub(runner::system_now_us()));
-                let start = tokio::time::Instant::now() + delay;
-                let nemesis = Arc::new(Nemesis {
-                    engine: None,
-                    controls: Vec::new(),
-                    workers: pids,
-                    stamp: Stamp::System { start_us },
-                    scale: 1,
-                    seed: cfg.seed,
-                    start,
-                    end: start + cfg.duration,
-                });
-                tokio::time::sleep_until(start).await;
-                let faults = nemesis.run(&cfg.faults).await.map_err(|e| anyhow!("fault injection failed: {e}"))?;
-                // The workers' last writes come in the drain: serve until they are done.
-                let _ = stop_rx.await;
-                server.abort();
-                anyhow::Ok((resource.take_log(), faults))
-            })
-        })?;
+        let thread =
+            std::thread::Builder::new().name("fault-services".into()).spawn(move || {
+                let rt = runner::runtime(ClockMode::Wall)?;
+                rt.block_on(async move {
+                    let resource = Arc::new(FencedResource::new());
+                    let (addr, server) = serve(Arc::clone(&resource))
+                        .await
+                        .context("cannot serve the fenced resource")?;
+                    let _ = addr_tx.send(addr);
+                    let Ok((start_us, pids)) = go_rx.await else {
+                        return Ok((Vec::new(), Vec::new()));
+                    };
+                    let delay =
+                        Duration::from_micros(start_us.saturating_sub(runner::system_now_us()));
+                    let start = tokio::time::Instant::now() + delay;
+                    let nemesis = Arc::new(Nemesis {
+                        engine: None,
+                        controls: Vec::new(),
+                        workers: pids,
+                        stamp: Stamp::System { start_us },
+                        scale: 1,
+                        seed: cfg.seed,
+                        start,
+                        end: start + cfg.duration,
+                    });
+                    tokio::time::sleep_until(start).await;
+                    let faults = nemesis
+                        .run(&cfg.faults)
+                        .await
+                        .map_err(|e| anyhow!("fault injection failed: {e}"))?;
+                    // The workers' last writes come in the drain: serve until they are done.
+                    let _ = stop_rx.await;
+                    server.abort();
+                    anyhow::Ok((resource.take_log(), faults))
+                })
+            })?;
         let Ok(resource) = addr_rx.recv() else {
             return Err(match thread.join() {
                 Ok(Err(e)) => e,
@@ -435,13 +423,8 @@ impl Services {
 /// before the workers prepare their statements.
 fn probe(cfg: &RunConfig, namespace: &str) -> anyhow::Result<()> {
     let rt = runner::runtime(ClockMode::Wall)?;
-    let probe = RunConfig {
-        time_source: crate::engines::TimeSourceKind::Local,
-        ..cfg.clone()
-    };
-    rt.block_on(probe.backend.open(probe.engine_setup(namespace)))
-        .map(drop)
-        .map_err(|e| anyhow!(e))
+    let probe = RunConfig { time_source: crate::engines::TimeSourceKind::Local, ..cfg.clone() };
+    rt.block_on(probe.backend.open(probe.engine_setup(namespace))).map(drop).map_err(|e| anyhow!(e))
 }
 
 /// Starts every worker and hands it its [`WorkerSpec`]; the receiver gets their
@@ -497,13 +480,7 @@ fn start_worker(
             .and_then(|_| s.flush())
             .with_context(|| format!("cannot talk to worker process {w}"))?;
     }
-    Ok(Running {
-        worker: w,
-        child,
-        stdin,
-        stdout,
-        stderr,
-    })
+    Ok(Running { worker: w, child, stdin, stdout, stderr })
 }
 
 /// A thread that collects worker `w`'s stdout, telling `tx` when it is ready and when its
@@ -587,11 +564,7 @@ fn wait_until_done(
     if let Some(bar) = progress {
         bar.set_length(cfg.duration.as_millis() as u64);
     }
-    while workers
-        .0
-        .iter_mut()
-        .any(|r| matches!(r.child.try_wait(), Ok(None)))
-    {
+    while workers.0.iter_mut().any(|r| matches!(r.child.try_wait(), Ok(None))) {
         if started.elapsed() > limit {
             bail!("the worker processes did not finish within {limit:?}");
         }
@@ -610,11 +583,7 @@ fn collect_reports(workers: &mut Workers) -> anyhow::Result<Vec<WorkerReport>> {
     let mut reports = Vec::with_capacity(workers.0.len());
     for r in &mut workers.0 {
         let status = r.child.wait().context("cannot wait for a worker process")?;
-        let text = r
-            .stdout
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default();
+        let text = r.stdout.take().and_then(|t| t.join().ok()).unwrap_or_default();
         if !status.success() {
             return Err(failure(r, &format!("failed ({status})")));
         }
@@ -643,51 +612,34 @@ pub fn worker_main() -> anyhow::Result<()> {
     let cfg = &spec.config;
     cfg.validate().map_err(|e| anyhow!(e))?;
     let algorithm = cfg.backend.algorithm(&spec.algorithm).ok_or_else(|| {
-        anyhow!(
-            "algorithm '{}' does not run on the {} backend",
-            spec.algorithm,
-            cfg.backend
-        )
+        anyhow!("algorithm '{}' does not run on the {} backend", spec.algorithm, cfg.backend)
     })?;
     let rt = runner::runtime(ClockMode::Wall)?;
     let (engine, lockers, resource) = rt.block_on(async {
         let resource = match spec.resource {
             Some(addr) => Some(Resource::Remote(Arc::new(
-                RemoteResource::connect(addr).await.context("cannot reach the parent's fenced resource")?,
+                RemoteResource::connect(addr)
+                    .await
+                    .context("cannot reach the parent's fenced resource")?,
             ))),
             None => None,
         };
-        let engine = cfg
-            .backend
-            .open(cfg.engine_setup(&spec.namespace))
-            .await
-            .map_err(|e| anyhow!(e))?;
+        let engine =
+            cfg.backend.open(cfg.engine_setup(&spec.namespace)).await.map_err(|e| anyhow!(e))?;
         let indices = cfg.worker_contenders(spec.worker);
         let lockers = runner::setup_contenders(cfg, algorithm, engine.as_ref(), indices).await?;
         anyhow::Ok((engine, lockers, resource))
     })?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    emit(
-        &mut out,
-        &WorkerLine::Ready {
-            worker: spec.worker,
-        },
-    )?;
+    emit(&mut out, &WorkerLine::Ready { worker: spec.worker })?;
     out.flush()?;
     let go: Go =
         serde_json::from_str(&next_line("start signal")?).context("invalid start signal")?;
     let driven = rt.block_on(async {
         let delay = go.start_us.saturating_sub(runner::system_now_us());
         let start = tokio::time::Instant::now() + Duration::from_micros(delay);
-        let stamp = Stamp::System {
-            start_us: go.start_us,
-        };
-        let rig = runner::Rig {
-            counters: engine.counters(),
-            engine: None,
-            algorithm,
-            resource,
-        };
+        let stamp = Stamp::System { start_us: go.start_us };
+        let rig = runner::Rig { counters: engine.counters(), engine: None, algorithm, resource };
         runner::drive(cfg, lockers, start, stamp, rig, None).await
     })?;
     report(&mut out, spec.worker, &driven)?;
@@ -722,20 +674,11 @@ fn report(out: &mut impl Write, worker: usize, driven: &runner::Driven) -> anyho
         )?;
     }
     if let Some(counters) = &driven.counters {
-        let per_table = counters
-            .per_table
-            .iter()
-            .map(|(t, c)| (t.clone(), to_op_count(c)))
-            .collect();
+        let per_table =
+            counters.per_table.iter().map(|(t, c)| (t.clone(), to_op_count(c))).collect();
         emit(out, &WorkerLine::Counters { per_table })?;
     }
-    emit(
-        out,
-        &WorkerLine::Done {
-            worker,
-            finished_us: driven.finished_us,
-        },
-    )
+    emit(out, &WorkerLine::Done { worker, finished_us: driven.finished_us })
 }
 
 #[cfg(test)]
@@ -765,9 +708,8 @@ mod tests {
     }
 
     fn cfg(threads: usize) -> RunConfig {
-        let server = crate::engines::EngineRef::all()
-            .find(|e| !e.in_process())
-            .expect("a server engine");
+        let server =
+            crate::engines::EngineRef::all().find(|e| !e.in_process()).expect("a server engine");
         RunConfig {
             threads,
             processes: 2,
@@ -778,10 +720,7 @@ mod tests {
     }
 
     fn lines(lines: &[WorkerLine]) -> String {
-        lines
-            .iter()
-            .map(|l| serde_json::to_string(l).unwrap() + "\n")
-            .collect()
+        lines.iter().map(|l| serde_json::to_string(l).unwrap() + "\n").collect()
     }
 
     #[test]
@@ -794,16 +733,10 @@ mod tests {
             WorkerLine::Ready { worker: 1 },
             WorkerLine::Grant(g(1, 0, 5, 9, 1)),
             WorkerLine::Contender(record(1)),
-            WorkerLine::Done {
-                worker: 1,
-                finished_us: 77,
-            },
+            WorkerLine::Done { worker: 1, finished_us: 77 },
         ]);
         let r = parse_output(1, &text).unwrap();
-        assert_eq!(
-            (r.grants.len(), r.contenders.len(), r.finished_us),
-            (1, 1, 77)
-        );
+        assert_eq!((r.grants.len(), r.contenders.len(), r.finished_us), (1, 1, 77));
         assert_eq!(r.counters, None);
         let e = parse_output(1, &text.replace("done", "dune")).unwrap_err();
         assert!(format!("{e:#}").contains("output line 4"), "{e:#}");
@@ -820,13 +753,7 @@ mod tests {
             contenders: vec![record(0)],
             counters: Some(BTreeMap::from([(
                 "t".to_string(),
-                OpCount {
-                    reads: 2,
-                    writes: 1,
-                    deletes: 0,
-                    total: 3,
-                    ..OpCount::default()
-                },
+                OpCount { reads: 2, writes: 1, deletes: 0, total: 3, ..OpCount::default() },
             )])),
             finished_us: 60,
         };
@@ -836,21 +763,12 @@ mod tests {
             contenders: vec![record(1)],
             counters: Some(BTreeMap::from([(
                 "t".to_string(),
-                OpCount {
-                    reads: 1,
-                    writes: 1,
-                    deletes: 1,
-                    total: 3,
-                    ..OpCount::default()
-                },
+                OpCount { reads: 1, writes: 1, deletes: 1, total: 3, ..OpCount::default() },
             )])),
             finished_us: 80,
         };
         let run = merge(&cfg(2), "redis-token", vec![w1.clone(), w0.clone()]).unwrap();
-        assert_eq!(
-            run.grants.iter().map(|g| g.token).collect::<Vec<_>>(),
-            [1, 2, 3]
-        );
+        assert_eq!(run.grants.iter().map(|g| g.token).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(run.finished_us, 80);
         assert_eq!(run.contenders.len(), 2);
         assert_eq!(run.contenders[0].histogram.len(), 2);

@@ -51,7 +51,9 @@ impl Resource {
 }
 
 /// Serves `resource` on a loopback port of its own until the returned task is aborted.
-pub async fn serve(resource: Arc<FencedResource>) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+pub async fn serve(
+    resource: Arc<FencedResource>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
@@ -99,13 +101,22 @@ impl RemoteResource {
     }
 
     /// One write; whether it was accepted.
-    pub async fn write(&self, lock: u32, contender: u32, token: u64, at_us: u64) -> std::io::Result<bool> {
+    pub async fn write(
+        &self,
+        lock: u32,
+        contender: u32,
+        token: u64,
+        at_us: u64,
+    ) -> std::io::Result<bool> {
         let mut conn = self.conn.lock().await;
         let (lines, write) = &mut *conn;
         write.write_all(format!("{lock} {contender} {token} {at_us}\n").as_bytes()).await?;
         match lines.next_line().await? {
             Some(answer) => Ok(answer.trim() == "1"),
-            None => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the fenced resource hung up")),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the fenced resource hung up",
+            )),
         }
     }
 }

@@ -22,6 +22,7 @@ pub fn run_checked(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
         .arg(dir)
         .output()
         .expect("the binary runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code(), text)
 }

@@ -6,7 +6,9 @@ use lock_bakery::{read_rows, BakeryConfig, BakeryLocker};
 use lock_core::conformance::Hold;
 use lock_core::context::ClientContext;
 use lock_core::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel};
-use lock_core::{Cell, CellStore, CellWrite, Consistency, LockError, Locker, Micros, Slice, StoreError};
+use lock_core::{
+    Cell, CellStore, CellWrite, Consistency, LockError, Locker, Micros, Slice, StoreError,
+};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::{Arc, Mutex};
@@ -76,32 +78,60 @@ impl Traced {
 pub fn show(v: &[u8]) -> String {
     let s = String::from_utf8_lossy(v);
     let t = s.trim_start_matches('0');
-    if t.is_empty() || t.len() == s.len() { s.into_owned() } else { t.to_string() }
+    if t.is_empty() || t.len() == s.len() {
+        s.into_owned()
+    } else {
+        t.to_string()
+    }
 }
 
 #[async_trait::async_trait]
 impl CellStore for Traced {
-    async fn write(&self, table: &str, row: &str, cells: &[CellWrite], c: Consistency) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        table: &str,
+        row: &str,
+        cells: &[CellWrite],
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         let t0 = self.origin.elapsed();
         let r = self.inner.write(table, row, cells, c).await;
         if self.log.is_some() {
-            let what: Vec<String> = cells.iter().map(|w| format!("{table}[{}]={}", w.column, show(&w.value))).collect();
+            let what: Vec<String> =
+                cells.iter().map(|w| format!("{table}[{}]={}", w.column, show(&w.value))).collect();
             self.record(t0, format!("write {} -> {:?}", what.join(","), r));
         }
         r
     }
-    async fn delete(&self, table: &str, row: &str, column: &str, ts: Micros, c: Consistency) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        table: &str,
+        row: &str,
+        column: &str,
+        ts: Micros,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
         let t0 = self.origin.elapsed();
         let r = self.inner.delete(table, row, column, ts, c).await;
         self.record(t0, format!("delete {table}[{column}] -> {r:?}"));
         r
     }
-    async fn read(&self, table: &str, row: &str, slice: Slice, c: Consistency) -> Result<Vec<Cell>, StoreError> {
+    async fn read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         let t0 = self.origin.elapsed();
         let r = self.inner.read(table, row, slice, c).await;
         if self.log.is_some() {
             let what = match &r {
-                Ok(cells) => cells.iter().map(|c| format!("{}={}", c.column, show(&c.value))).collect::<Vec<_>>().join(" "),
+                Ok(cells) => cells
+                    .iter()
+                    .map(|c| format!("{}={}", c.column, show(&c.value)))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 Err(e) => format!("ERR {e}"),
             };
             self.record(t0, format!("read {table} -> [{what}]"));
@@ -153,7 +183,12 @@ pub fn run_traced(seed: u64, sc: Scenario, trace: Option<Trace>) -> Report {
     }
     .unwrap();
     rt.block_on(async move {
-        let store = EmbeddedStore::new(EmbeddedConfig { replicas: sc.replicas, latency: sc.latency, seed, ..Default::default() });
+        let store = EmbeddedStore::new(EmbeddedConfig {
+            replicas: sc.replicas,
+            latency: sc.latency,
+            seed,
+            ..Default::default()
+        });
         let origin = Instant::now();
         let mut rng = StdRng::seed_from_u64(seed);
         let log = Arc::new(Mutex::new(Vec::<Hold>::new()));
@@ -164,7 +199,8 @@ pub fn run_traced(seed: u64, sc: Scenario, trace: Option<Trace>) -> Report {
             let s = sc.skew.as_micros() as i64;
             let skew = if s == 0 { 0 } else { rng.random_range(-s..=s) };
             let client = store.client(&name).with_skew(skew);
-            let ctx = ClientContext::new(&name, client.clock(), seed ^ i as u64).with_consistency(sc.consistency);
+            let ctx = ClientContext::new(&name, client.clock(), seed ^ i as u64)
+                .with_consistency(sc.consistency);
             let client = Traced { inner: client, name: name.clone(), origin, log: trace.clone() };
             let locker = BakeryLocker::new(client, ctx, BakeryConfig::default()).unwrap();
             let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(31) ^ (i as u64 + 1));
@@ -189,7 +225,8 @@ pub fn run_traced(seed: u64, sc: Scenario, trace: Option<Trace>) -> Report {
                         Ok(Some(g)) => g,
                         Ok(None) => {
                             stats.lock().unwrap().soft_refusals += 1;
-                            tokio::time::sleep(Duration::from_micros(rng.random_range(0..20_000))).await;
+                            tokio::time::sleep(Duration::from_micros(rng.random_range(0..20_000)))
+                                .await;
                             continue;
                         }
                         Err(LockError::Timeout { .. }) => {
@@ -303,13 +340,22 @@ pub fn print(name: &str, s: &Sweep) {
 
 /// Asserts exclusion, rising tokens, every mandatory round granted, and clean rows. Store
 /// errors are allowed only where replicas stop (`errors_expected`).
-pub fn assert_exclusive(name: &str, seeds: std::ops::Range<u64>, sc: Scenario, errors_expected: bool) -> Sweep {
+pub fn assert_exclusive(
+    name: &str,
+    seeds: std::ops::Range<u64>,
+    sc: Scenario,
+    errors_expected: bool,
+) -> Sweep {
     let s = sweep(seeds, sc);
     print(name, &s);
     assert!(s.overlaps.is_empty(), "{name}: mutual exclusion violated: {:?}", s.overlaps.first());
     assert_eq!(s.token_regressions, 0, "{name}: fencing tokens did not rise");
     assert_eq!(s.missing_mandatory, 0, "{name}: a mandatory contender did not get all its rounds");
-    assert!(errors_expected || s.errors.is_empty(), "{name}: errors: {:?}", &s.errors[..s.errors.len().min(5)]);
+    assert!(
+        errors_expected || s.errors.is_empty(),
+        "{name}: errors: {:?}",
+        &s.errors[..s.errors.len().min(5)]
+    );
     assert_eq!(s.leftovers, 0, "{name}: cells left behind");
     s
 }

@@ -67,7 +67,8 @@
 
 use super::{lock, merge, timeline, Answer, Caller, Inner, OpKind, RawAnswer, Replica, RowPolicy};
 use crate::store::{
-    CasChange, CasRequest, CasResult, CasTimeoutKind, Cell, CellWrite, Consistency, Micros, SerialConsistency, Slice, StoreError,
+    CasChange, CasRequest, CasResult, CasTimeoutKind, Cell, CellWrite, Consistency, Micros,
+    SerialConsistency, Slice, StoreError,
 };
 use rand::RngExt;
 use std::sync::atomic::Ordering;
@@ -76,7 +77,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Which Paxos the embedded store's lightweight transactions run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PaxosVariant {
     /// Cassandra 4.0: prepare, read, propose, commit.
@@ -150,7 +153,14 @@ enum Reply {
 
 impl Replica {
     /// Handles one Paxos message at `now`; `None` when the replica is stopped.
-    fn paxos(&self, table: &str, row: &str, message: &Message, now: Instant, policy: RowPolicy) -> Option<Reply> {
+    fn paxos(
+        &self,
+        table: &str,
+        row: &str,
+        message: &Message,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> Option<Reply> {
         if !self.is_running() {
             return None;
         }
@@ -167,7 +177,17 @@ impl Replica {
                     (state.accepted.clone(), state.committed.clone())
                 };
                 let read = match read {
-                    Some(slice) => Some(self.read_raw(table, row, slice.start.as_deref(), slice.limit, now, policy)?.0),
+                    Some(slice) => Some(
+                        self.read_raw(
+                            table,
+                            row,
+                            slice.start.as_deref(),
+                            slice.limit,
+                            now,
+                            policy,
+                        )?
+                        .0,
+                    ),
                     None => None,
                 };
                 Some(Reply::Promise { accepted, committed, read })
@@ -186,12 +206,27 @@ impl Replica {
                 for change in p.changes.iter() {
                     let applied = match change {
                         CasChange::Set { column, value, ttl } => {
-                            let cell = CellWrite { column: column.clone(), value: value.clone(), timestamp: p.ballot.micros, ttl: *ttl };
-                            self.apply(table, row, super::Mutation::Write(std::slice::from_ref(&cell)), now, policy)
+                            let cell = CellWrite {
+                                column: column.clone(),
+                                value: value.clone(),
+                                timestamp: p.ballot.micros,
+                                ttl: *ttl,
+                            };
+                            self.apply(
+                                table,
+                                row,
+                                super::Mutation::Write(std::slice::from_ref(&cell)),
+                                now,
+                                policy,
+                            )
                         }
-                        CasChange::Delete { column } => {
-                            self.apply(table, row, super::Mutation::Delete { column, timestamp: p.ballot.micros }, now, policy)
-                        }
+                        CasChange::Delete { column } => self.apply(
+                            table,
+                            row,
+                            super::Mutation::Delete { column, timestamp: p.ballot.micros },
+                            now,
+                            policy,
+                        ),
                     };
                     if !applied {
                         return None;
@@ -214,14 +249,25 @@ impl Replica {
 impl Inner {
     /// The coordinator's clock for ballots: the store's clock in microseconds.
     fn physical_now(&self) -> Micros {
-        crate::time::SIMULATED_EPOCH_MICROS + Instant::now().saturating_duration_since(self.origin).as_micros() as Micros
+        crate::time::SIMULATED_EPOCH_MICROS
+            + Instant::now().saturating_duration_since(self.origin).as_micros() as Micros
     }
 
     /// A Paxos message reaches replica `replica` at `now`: an overloaded replica may drop it.
-    fn deliver_paxos(&self, replica: usize, table: &str, row: &str, message: &Message, now: Instant) -> Option<Reply> {
+    fn deliver_paxos(
+        &self,
+        replica: usize,
+        table: &str,
+        row: &str,
+        message: &Message,
+        now: Instant,
+    ) -> Option<Reply> {
         let r = self.replicas.get(replica)?;
         let drop_ppm = r.drop_ppm.load(Ordering::Acquire);
-        if drop_ppm > 0 && r.is_running() && lock(&self.rng).random_range(0..1_000_000u32) < drop_ppm {
+        if drop_ppm > 0
+            && r.is_running()
+            && lock(&self.rng).random_range(0..1_000_000u32) < drop_ppm
+        {
             return None;
         }
         r.paxos(table, row, message, now, self.config.row_policy())
@@ -242,12 +288,19 @@ enum Wait {
 
 impl Wait {
     fn satisfied(self, answers: &[(usize, Reply)], contacted: usize) -> bool {
-        let yes = answers.iter().filter(|(_, r)| matches!(r, Reply::Promise { .. } | Reply::Accepted | Reply::Acknowledged)).count();
+        let yes = answers
+            .iter()
+            .filter(|(_, r)| {
+                matches!(r, Reply::Promise { .. } | Reply::Accepted | Reply::Acknowledged)
+            })
+            .count();
         match self {
             Wait::Promises(required) => yes >= required || yes < answers.len(),
             Wait::Acceptances { required, fail_fast } => {
                 let refused = answers.len() - yes;
-                yes >= required || answers.len() == contacted || (fail_fast && contacted - refused < required)
+                yes >= required
+                    || answers.len() == contacted
+                    || (fail_fast && contacted - refused < required)
             }
             Wait::Acks(required) => yes >= required,
         }
@@ -291,25 +344,47 @@ enum Outcome {
 }
 
 impl Caller<'_> {
-    pub(super) async fn cas(&self, table: &str, row: &str, request: &CasRequest, serial: SerialConsistency, commit: Consistency) -> Result<CasResult, StoreError> {
+    pub(super) async fn cas(
+        &self,
+        table: &str,
+        row: &str,
+        request: &CasRequest,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<CasResult, StoreError> {
         self.count(table, OpKind::Cas);
         self.check_reachable().await?;
         match self.paxos(table, row, Operation::Cas(request), serial, commit).await? {
             Outcome::Cas(result) => Ok(result),
-            Outcome::Rows(_) => Err(StoreError::Rejected("internal: a CAS answered with rows".into())),
+            Outcome::Rows(_) => {
+                Err(StoreError::Rejected("internal: a CAS answered with rows".into()))
+            }
         }
     }
 
-    pub(super) async fn read_serial(&self, table: &str, row: &str, slice: &Slice, serial: SerialConsistency) -> Result<Vec<Cell>, StoreError> {
+    pub(super) async fn read_serial(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        serial: SerialConsistency,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.count(table, OpKind::SerialRead);
         self.check_reachable().await?;
-        let result = self.paxos(table, row, Operation::SerialRead(slice), serial, Consistency::Quorum).await;
+        let result =
+            self.paxos(table, row, Operation::SerialRead(slice), serial, Consistency::Quorum).await;
         match result {
             Ok(Outcome::Rows(cells)) => Ok(cells),
-            Ok(Outcome::Cas(_)) => Err(StoreError::Rejected("internal: a SERIAL read answered with a CAS result".into())),
+            Ok(Outcome::Cas(_)) => Err(StoreError::Rejected(
+                "internal: a SERIAL read answered with a CAS result".into(),
+            )),
             // Cassandra answers a SERIAL read that timed out in Paxos with a read timeout.
             Err(StoreError::CasTimeout { received, required, .. }) => {
-                Err(StoreError::ReadTimeout { consistency: Consistency::Quorum, received, required })
+                Err(StoreError::ReadTimeout {
+                    consistency: Consistency::Quorum,
+                    received,
+                    required,
+                })
             }
             Err(e) => Err(e),
         }
@@ -322,7 +397,14 @@ impl Caller<'_> {
     }
 
     /// The contention loop of `StorageProxy.doPaxos` around one round.
-    async fn paxos(&self, table: &str, row: &str, op: Operation<'_>, serial: SerialConsistency, commit: Consistency) -> Result<Outcome, StoreError> {
+    async fn paxos(
+        &self,
+        table: &str,
+        row: &str,
+        op: Operation<'_>,
+        serial: SerialConsistency,
+        commit: Consistency,
+    ) -> Result<Outcome, StoreError> {
         let inner = self.inner;
         let start = Instant::now();
         let give_up = start.checked_add(inner.config.cas_contention_timeout).unwrap_or(start);
@@ -332,20 +414,34 @@ impl Caller<'_> {
         let mut first = true;
         loop {
             if !std::mem::take(&mut first) && Instant::now() >= give_up {
-                return Err(StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received: 0, required, contentions });
+                return Err(StoreError::CasTimeout {
+                    kind: CasTimeoutKind::Paxos,
+                    received: 0,
+                    required,
+                    contentions,
+                });
             }
             let live = inner.running();
             if live.len() < required {
                 tokio::task::yield_now().await;
-                return Err(StoreError::Unavailable { consistency: Consistency::Quorum, required, alive: live.len() });
+                return Err(StoreError::Unavailable {
+                    consistency: Consistency::Quorum,
+                    required,
+                    alive: live.len(),
+                });
             }
-            match self.round(table, row, &op, &live, required, commit, min_micros, contentions).await? {
+            match self
+                .round(table, row, &op, &live, required, commit, min_micros, contentions)
+                .await?
+            {
                 Round::Done(outcome) => return Ok(outcome),
                 Round::Again { contended, min_micros: m } => {
                     min_micros = min_micros.max(m);
                     if contended {
                         contentions += 1;
-                        let bound = u64::try_from(inner.config.cas_contention_backoff.as_nanos()).unwrap_or(u64::MAX).max(1);
+                        let bound = u64::try_from(inner.config.cas_contention_backoff.as_nanos())
+                            .unwrap_or(u64::MAX)
+                            .max(1);
                         let pause = Duration::from_nanos(lock(&inner.rng).random_range(0..bound));
                         tokio::time::sleep(pause).await;
                     }
@@ -384,20 +480,40 @@ impl Caller<'_> {
             Operation::Cas(_) => Slice::all(),
             Operation::SerialRead(slice) => (*slice).clone(),
         });
-        let prepare = self.phase(table, row, live, Message::Prepare { ballot, read }, Wait::Promises(required)).await;
+        let prepare = self
+            .phase(table, row, live, Message::Prepare { ballot, read }, Wait::Promises(required))
+            .await;
         if let Some(promised) = prepare.refusal() {
-            return Ok(Round::Again { contended: true, min_micros: promised.micros.saturating_add(1) });
+            return Ok(Round::Again {
+                contended: true,
+                min_micros: promised.micros.saturating_add(1),
+            });
         }
         if !prepare.complete {
             return Err(self.timeout(CasTimeoutKind::Paxos, &prepare, required, contentions));
         }
         let (in_progress, newest_commit) = summarize(&prepare.answers);
-        if let Some(unfinished) = in_progress.filter(|p| !p.is_empty() && newest_commit.as_ref().is_none_or(|c| p.ballot > c.ballot)) {
+        if let Some(unfinished) = in_progress
+            .filter(|p| !p.is_empty() && newest_commit.as_ref().is_none_or(|c| p.ballot > c.ballot))
+        {
             let again = Proposal { ballot, changes: unfinished.changes };
-            let propose = self.phase(table, row, live, Message::Propose(again.clone()), Wait::Acceptances { required, fail_fast: true }).await;
+            let propose = self
+                .phase(
+                    table,
+                    row,
+                    live,
+                    Message::Propose(again.clone()),
+                    Wait::Acceptances { required, fail_fast: true },
+                )
+                .await;
             if propose.yes() < required {
                 if !propose.complete {
-                    return Err(self.timeout(CasTimeoutKind::Paxos, &propose, required, contentions));
+                    return Err(self.timeout(
+                        CasTimeoutKind::Paxos,
+                        &propose,
+                        required,
+                        contentions,
+                    ));
                 }
                 return Ok(Round::Again { contended: true, min_micros: Micros::MIN });
             }
@@ -443,12 +559,16 @@ impl Caller<'_> {
                 let rows = if v2 { merge_reads(&mut prepare.answers, None) } else { None };
                 let rows = match rows {
                     Some(rows) => rows,
-                    None => self.paxos_read(table, row, &Slice::all(), required, contentions).await?,
+                    None => {
+                        self.paxos_read(table, row, &Slice::all(), required, contentions).await?
+                    }
                 };
                 let applied = request.holds_on(&rows);
                 let columns = request.condition_columns();
-                let current = rows.into_iter().filter(|c| columns.contains(&c.column.as_str())).collect();
-                let changes: Arc<[CasChange]> = if applied { request.changes.clone().into() } else { Arc::from([]) };
+                let current =
+                    rows.into_iter().filter(|c| columns.contains(&c.column.as_str())).collect();
+                let changes: Arc<[CasChange]> =
+                    if applied { request.changes.clone().into() } else { Arc::from([]) };
                 (changes, Some(Outcome::Cas(CasResult { applied, current })))
             }
             Operation::SerialRead(slice) => {
@@ -458,14 +578,32 @@ impl Caller<'_> {
         };
         let proposal = Proposal { ballot, changes };
         {
-            let propose = self.phase(table, row, live, Message::Propose(proposal.clone()), Wait::Acceptances { required, fail_fast: false }).await;
+            let propose = self
+                .phase(
+                    table,
+                    row,
+                    live,
+                    Message::Propose(proposal.clone()),
+                    Wait::Acceptances { required, fail_fast: false },
+                )
+                .await;
             let accepted = propose.yes();
             if accepted < required {
                 if !propose.complete {
-                    return Err(self.timeout(CasTimeoutKind::Paxos, &propose, required, contentions));
+                    return Err(self.timeout(
+                        CasTimeoutKind::Paxos,
+                        &propose,
+                        required,
+                        contentions,
+                    ));
                 }
                 if accepted > 0 && matches!(op, Operation::Cas(_)) {
-                    return Err(self.timeout(CasTimeoutKind::PartiallyAccepted, &propose, required, contentions));
+                    return Err(self.timeout(
+                        CasTimeoutKind::PartiallyAccepted,
+                        &propose,
+                        required,
+                        contentions,
+                    ));
                 }
                 return Ok(Round::Again { contended: true, min_micros: Micros::MIN });
             }
@@ -474,7 +612,9 @@ impl Caller<'_> {
                 if v2 {
                     self.send(table, row, live, Message::Commit(proposal));
                 } else {
-                    let done = self.phase(table, row, live, Message::Commit(proposal), Wait::Acks(acks)).await;
+                    let done = self
+                        .phase(table, row, live, Message::Commit(proposal), Wait::Acks(acks))
+                        .await;
                     if !done.complete {
                         return Err(self.timeout(CasTimeoutKind::Commit, &done, acks, contentions));
                     }
@@ -483,37 +623,68 @@ impl Caller<'_> {
         }
         match (op, outcome) {
             (_, Some(outcome)) => Ok(Round::Done(outcome)),
-            (Operation::SerialRead(slice), None) => Ok(Round::Done(Outcome::Rows(self.paxos_read(table, row, slice, required, contentions).await?))),
-            (Operation::Cas(_), None) => Err(StoreError::Rejected("internal: a CAS without an outcome".into())),
+            (Operation::SerialRead(slice), None) => Ok(Round::Done(Outcome::Rows(
+                self.paxos_read(table, row, slice, required, contentions).await?,
+            ))),
+            (Operation::Cas(_), None) => {
+                Err(StoreError::Rejected("internal: a CAS without an outcome".into()))
+            }
         }
     }
 
     /// The QUORUM read inside a Paxos operation: one round trip (two after a short read).
-    async fn paxos_read(&self, table: &str, row: &str, slice: &Slice, required: usize, contentions: u32) -> Result<Vec<Cell>, StoreError> {
+    async fn paxos_read(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        required: usize,
+        contentions: u32,
+    ) -> Result<Vec<Cell>, StoreError> {
         self.count_round_trips(table, 1);
         match self.quorum_read(table, row, slice, Consistency::Quorum).await {
-            Err(StoreError::ReadTimeout { received, .. }) => {
-                Err(StoreError::CasTimeout { kind: CasTimeoutKind::Paxos, received, required, contentions })
-            }
+            Err(StoreError::ReadTimeout { received, .. }) => Err(StoreError::CasTimeout {
+                kind: CasTimeoutKind::Paxos,
+                received,
+                required,
+                contentions,
+            }),
             other => other,
         }
     }
 
-    fn timeout(&self, kind: CasTimeoutKind, phase: &Phase, required: usize, contentions: u32) -> StoreError {
+    fn timeout(
+        &self,
+        kind: CasTimeoutKind,
+        phase: &Phase,
+        required: usize,
+        contentions: u32,
+    ) -> StoreError {
         StoreError::CasTimeout { kind, received: phase.yes(), required, contentions }
     }
 
     /// Sends `message` to `replicas` without waiting for their answers.
     fn send(&self, table: &str, row: &str, replicas: &[usize], message: Message) {
         let events: Vec<(Instant, usize)> =
-            timeline(self.inner, Instant::now(), replicas.iter().copied(), true).into_iter().filter(|e| !e.reply).map(|e| (e.at, e.slot)).collect();
+            timeline(self.inner, Instant::now(), replicas.iter().copied(), true)
+                .into_iter()
+                .filter(|e| !e.reply)
+                .map(|e| (e.at, e.slot))
+                .collect();
         deliver_later(self.inner, table, row, message, events);
     }
 
     /// One Paxos phase: `message` to every replica of `live`, answers in arrival order until
     /// `wait` has heard enough or the request timeout passes. Messages still on their way when
     /// it stops are delivered all the same.
-    async fn phase(&self, table: &str, row: &str, live: &[usize], message: Message, wait: Wait) -> Phase {
+    async fn phase(
+        &self,
+        table: &str,
+        row: &str,
+        live: &[usize],
+        message: Message,
+        wait: Wait,
+    ) -> Phase {
         self.count_round_trips(table, 1);
         let inner = self.inner;
         let start = Instant::now();
@@ -548,7 +719,13 @@ impl Caller<'_> {
         if !slept {
             tokio::task::yield_now().await;
         }
-        let pending: Vec<(Instant, usize)> = events.get(next..).unwrap_or(&[]).iter().filter(|e| !e.reply).map(|e| (e.at, e.slot)).collect();
+        let pending: Vec<(Instant, usize)> = events
+            .get(next..)
+            .unwrap_or(&[])
+            .iter()
+            .filter(|e| !e.reply)
+            .map(|e| (e.at, e.slot))
+            .collect();
         deliver_later(inner, table, row, message, pending);
         if !complete {
             // Every answer left is due after the deadline: the coordinator waits until then.
@@ -560,7 +737,13 @@ impl Caller<'_> {
 
 /// Delivers `message` to each `(instant, replica)` in a background task: once sent, a message
 /// is acted on whether or not anyone waits for its answer.
-fn deliver_later(inner: &Arc<Inner>, table: &str, row: &str, message: Message, pending: Vec<(Instant, usize)>) {
+fn deliver_later(
+    inner: &Arc<Inner>,
+    table: &str,
+    row: &str,
+    message: Message,
+    pending: Vec<(Instant, usize)>,
+) {
     if pending.is_empty() {
         return;
     }
@@ -581,10 +764,15 @@ fn summarize(answers: &[(usize, Reply)]) -> (Option<Proposal>, Option<Proposal>)
     let mut newest: Option<Proposal> = None;
     for (_, reply) in answers {
         if let Reply::Promise { accepted, committed, .. } = reply {
-            if let Some(a) = accepted.as_ref().filter(|a| in_progress.as_ref().is_none_or(|p| a.ballot > p.ballot)) {
+            if let Some(a) = accepted
+                .as_ref()
+                .filter(|a| in_progress.as_ref().is_none_or(|p| a.ballot > p.ballot))
+            {
                 in_progress = Some(a.clone());
             }
-            if let Some(c) = committed.as_ref().filter(|c| newest.as_ref().is_none_or(|n| c.ballot > n.ballot)) {
+            if let Some(c) =
+                committed.as_ref().filter(|c| newest.as_ref().is_none_or(|n| c.ballot > n.ballot))
+            {
                 newest = Some(c.clone());
             }
         }

@@ -62,7 +62,9 @@ impl Incoming {
     fn settle(self, now: Instant) -> Incoming {
         match self {
             Incoming::Live(c) => match c.expires_at {
-                Some(at) if at <= now => Incoming::Dead(DeadCell { timestamp: c.timestamp, dead_at: at }),
+                Some(at) if at <= now => {
+                    Incoming::Dead(DeadCell { timestamp: c.timestamp, dead_at: at })
+                }
                 _ => Incoming::Live(c),
             },
             dead => dead,
@@ -87,7 +89,9 @@ impl DeadCells {
     /// The chunk that holds `column` or would hold it: the last one whose first column is
     /// `<= column` (the first chunk for a column before all of them).
     fn chunk_of(&self, column: &str) -> usize {
-        self.chunks.partition_point(|c| c.first().is_some_and(|(k, _)| &**k <= column)).saturating_sub(1)
+        self.chunks
+            .partition_point(|c| c.first().is_some_and(|(k, _)| &**k <= column))
+            .saturating_sub(1)
     }
 
     pub fn get(&self, column: &str) -> Option<DeadCell> {
@@ -251,7 +255,8 @@ impl Row {
             .take(limit)
             .map(|(k, c)| (Arc::clone(k), c.clone()))
             .collect();
-        let truncated = limit > 0 && live.len() == limit && self.live_after(live.last().map(|(k, _)| &**k));
+        let truncated =
+            limit > 0 && live.len() == limit && self.live_after(live.last().map(|(k, _)| &**k));
         // With the limit reached the scan stops at the last live cell returned; a live cell
         // is never in `dead`, so the rank up to it counts exactly the dead cells before it.
         let end = if live.len() == limit { live.last().map(|(k, _)| &**k) } else { None };
@@ -269,7 +274,8 @@ impl Row {
     fn live_after(&self, column: Option<&str>) -> bool {
         let Some(column) = column else { return false };
         let after = (Bound::Excluded(column), Bound::Unbounded);
-        self.live.range::<str, _>(after).next().is_some() || self.dead.rank(Some(column)) < self.dead.len()
+        self.live.range::<str, _>(after).next().is_some()
+            || self.dead.rank(Some(column)) < self.dead.len()
     }
 }
 

@@ -9,8 +9,8 @@ use lock_etcd::{EtcdBackend, EtcdConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use test_servers::{shared_etcd, EtcdServer, Proxy};
 
@@ -46,7 +46,12 @@ pub struct EtcdFixture {
 
 impl EtcdFixture {
     pub async fn new(tag: &str, ttl: Duration) -> EtcdFixture {
-        EtcdFixture { server: shared().addr(), root: unique_root(tag), ttl, proxies: Mutex::default() }
+        EtcdFixture {
+            server: shared().addr(),
+            root: unique_root(tag),
+            ttl,
+            proxies: Mutex::default(),
+        }
     }
 
     pub fn root(&self) -> &str {
@@ -57,8 +62,9 @@ impl EtcdFixture {
     pub async fn backend(&self, name: &str) -> EtcdBackend {
         let proxy = Proxy::start(self.server).await;
         let endpoint = format!("http://{}", proxy.addr());
-        let backend =
-            EtcdBackend::connect_with(&endpoint, config(&self.root, self.ttl)).await.expect("connect through the proxy");
+        let backend = EtcdBackend::connect_with(&endpoint, config(&self.root, self.ttl))
+            .await
+            .expect("connect through the proxy");
         assert_eq!(backend.lease_ttl(), self.ttl, "the server must grant the asked lease TTL");
         if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxy) {
             old.cut();

@@ -43,8 +43,10 @@ impl RedisFixture {
     pub async fn backend(&self, name: &str) -> RedisBackend {
         let proxy = Proxy::start(self.server).await;
         let url = format!("redis://{}/", proxy.addr());
-        let config = RedisConnectConfig { key_prefix: self.prefix.clone(), ..RedisConnectConfig::default() };
-        let backend = RedisBackend::connect_with(&url, config).await.expect("connect through the proxy");
+        let config =
+            RedisConnectConfig { key_prefix: self.prefix.clone(), ..RedisConnectConfig::default() };
+        let backend =
+            RedisBackend::connect_with(&url, config).await.expect("connect through the proxy");
         if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxy) {
             old.cut();
         }

@@ -23,7 +23,10 @@ pub fn shared() -> &'static ZkServer {
 /// session and the client learning of its grant then eats into the timing margins of the
 /// crash and expiry tests.
 fn warm_up(hosts: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("warm-up runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("warm-up runtime");
     rt.block_on(async {
         let client = zookeeper_client::Client::connector()
             .with_session_timeout(Duration::from_secs(2))
@@ -31,12 +34,16 @@ fn warm_up(hosts: &str) {
             .await
             .expect("warm-up session");
         let dir = "/warm-up";
-        let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-        let ephemeral =
-            zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+        let persistent = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        let ephemeral = zookeeper_client::CreateMode::EphemeralSequential
+            .with_acls(zookeeper_client::Acls::anyone_all());
         let _ = client.mkdir(dir, &persistent).await;
         for _ in 0..300 {
-            let (_, seq) = client.create(&format!("{dir}/lock-"), b"w", &ephemeral).await.expect("warm-up create");
+            let (_, seq) = client
+                .create(&format!("{dir}/lock-"), b"w", &ephemeral)
+                .await
+                .expect("warm-up create");
             let path = format!("{dir}/lock-{seq}");
             let _ = client.list_children(dir).await;
             let _ = client.check_and_watch_stat(&path).await;
@@ -78,9 +85,14 @@ impl ZkFixture {
             connect_timeout: Duration::from_secs(10),
             root: self.root.clone(),
         };
-        let backend =
-            ZkBackend::connect_with(&proxy.addr().to_string(), config).await.expect("connect through the proxy");
-        assert_eq!(backend.session_timeout(), self.session_timeout, "the server must grant the asked session timeout");
+        let backend = ZkBackend::connect_with(&proxy.addr().to_string(), config)
+            .await
+            .expect("connect through the proxy");
+        assert_eq!(
+            backend.session_timeout(),
+            self.session_timeout,
+            "the server must grant the asked session timeout"
+        );
         if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxy) {
             old.cut();
         }

@@ -146,11 +146,8 @@ impl EnginesSummary {
 
     /// The points of `series`, by contenders.
     pub fn points_of(&self, series: &str) -> Vec<&EnginePoint> {
-        let mut pts: Vec<&EnginePoint> = self
-            .points
-            .iter()
-            .filter(|p| p.series() == series)
-            .collect();
+        let mut pts: Vec<&EnginePoint> =
+            self.points.iter().filter(|p| p.series() == series).collect();
         pts.sort_by_key(|p| p.contenders);
         pts
     }
@@ -169,13 +166,9 @@ fn contender_levels(args: &EnginesArgs) -> Vec<usize> {
 /// order; each with the run configuration of its points (algorithms and contenders unset).
 fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
     let chosen: Vec<EngineRef> = if args.engines.is_empty() {
-        EngineRef::all()
-            .filter(|e| args.engine_args.is_configured(*e))
-            .collect()
+        EngineRef::all().filter(|e| args.engine_args.is_configured(*e)).collect()
     } else {
-        EngineRef::all()
-            .filter(|e| args.engines.contains(e))
-            .collect()
+        EngineRef::all().filter(|e| args.engines.contains(e)).collect()
     };
     anyhow::ensure!(
         !chosen.is_empty(),
@@ -216,11 +209,7 @@ pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)>
         });
         for &n in &contenders {
             for a in &algorithms {
-                let cfg = RunConfig {
-                    algorithms: vec![a.to_string()],
-                    threads: n,
-                    ..base.clone()
-                };
+                let cfg = RunConfig { algorithms: vec![a.to_string()], threads: n, ..base.clone() };
                 cfg.validate().map_err(|e| anyhow!(e))?;
                 runs.push(cfg);
             }
@@ -234,10 +223,7 @@ pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
     if args.redraw {
         let path = args.out.join("engines.json");
         let text = std::fs::read_to_string(&path).with_context(|| {
-            format!(
-                "cannot read {} (--redraw needs an earlier run)",
-                path.display()
-            )
+            format!("cannot read {} (--redraw needs an earlier run)", path.display())
         })?;
         let summary: EnginesSummary = serde_json::from_str(&text)
             .with_context(|| format!("cannot parse {}", path.display()))?;
@@ -253,10 +239,7 @@ pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
         engines,
         points: Vec::new(),
     };
-    progress::status(
-        args.quiet,
-        &announce(&summary.engines, runs.len(), args.duration),
-    );
+    progress::status(args.quiet, &announce(&summary.engines, runs.len(), args.duration));
     let mut warmed: Vec<(EngineRef, String)> = Vec::new();
     for cfg in &runs {
         let key = (cfg.backend, cfg.algorithms[0].clone());
@@ -302,20 +285,14 @@ fn announce(engines: &[Engine], runs: usize, duration: Duration) -> String {
 
 fn algorithm_of(cfg: &RunConfig) -> anyhow::Result<&'static Algorithm> {
     let name = &cfg.algorithms[0];
-    cfg.backend
-        .algorithm(name)
-        .ok_or_else(|| anyhow!("{name} does not run on {}", cfg.backend))
+    cfg.backend.algorithm(name).ok_or_else(|| anyhow!("{name} does not run on {}", cfg.backend))
 }
 
 /// An unrecorded run of `cfg`'s algorithm with 8 contenders (a fresh JVM runs ZooKeeper's
 /// first requests slowly).
 fn warm_up(cfg: &RunConfig, args: &EnginesArgs) -> anyhow::Result<()> {
     let series = series_name(cfg.backend, &cfg.algorithms[0]);
-    let warm = RunConfig {
-        threads: 8,
-        duration: args.warm_up,
-        ..cfg.clone()
-    };
+    let warm = RunConfig { threads: 8, duration: args.warm_up, ..cfg.clone() };
     let bar = progress::bar(
         warm.duration.as_millis() as u64,
         format!("warm-up {series}"),
@@ -377,9 +354,7 @@ mod tests {
             "8,1,8",
         ])
         .unwrap();
-        let Some(crate::cli::Command::Engines(mut args)) = cli.command else {
-            panic!("engines")
-        };
+        let Some(crate::cli::Command::Engines(mut args)) = cli.command else { panic!("engines") };
         // Whatever LOCK_CASSANDRA_NODES says: the engines named are compared.
         args.engines = ["embedded", "redis", "zookeeper"]
             .iter()
@@ -396,14 +371,9 @@ mod tests {
         let per_level: usize = engines.iter().map(|e| e.algorithms.len()).sum();
         assert_eq!(per_level, 6 + 2 + 1);
         assert_eq!(runs.len(), 2 * per_level);
-        assert!(runs
-            .iter()
-            .all(|r| r.clock == crate::config::ClockMode::Wall));
+        assert!(runs.iter().all(|r| r.clock == crate::config::ClockMode::Wall));
         let zk = EngineRef::find("zookeeper").unwrap();
         assert_eq!(series_name(zk, "zookeeper"), "zookeeper");
-        assert_eq!(
-            series_name(EngineRef::find("redis").unwrap(), "jedis"),
-            "redis/jedis"
-        );
+        assert_eq!(series_name(EngineRef::find("redis").unwrap(), "jedis"), "redis/jedis");
     }
 }

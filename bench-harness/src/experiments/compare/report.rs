@@ -30,10 +30,8 @@ pub(super) fn write_outputs(
                 .collect::<Vec<_>>()
                 .join(", "),
             args.out.display(),
-            updated.map_or(String::new(), |p| format!(
-                ", and the engines section of {}",
-                p.display()
-            )),
+            updated
+                .map_or(String::new(), |p| format!(", and the engines section of {}", p.display())),
             wall.elapsed().as_secs_f64()
         ),
     );
@@ -79,27 +77,18 @@ pub fn draw(dir: &Path, s: &EnginesSummary) -> anyhow::Result<Vec<PathBuf>> {
         r.throughput.grants_per_second_per_lock
     });
     // Room above the lines for the legend.
-    let top = s
-        .points
-        .iter()
-        .map(|p| p.report.throughput.grants_per_second_per_lock)
-        .fold(0.0, f64::max);
+    let top =
+        s.points.iter().map(|p| p.report.throughput.grants_per_second_per_lock).fold(0.0, f64::max);
     throughput.y_range = Some((0.0, (top * 1.6).max(1.0)));
     render_lines(
         &dir.join("engines"),
         &[
-            chart(
-                "Median acquisition latency (wall time)",
-                "p50 ms (log)",
-                true,
-                |r| r.latency.p50_ms,
-            ),
-            chart(
-                "99th percentile acquisition latency (wall time)",
-                "p99 ms (log)",
-                true,
-                |r| r.latency.p99_ms,
-            ),
+            chart("Median acquisition latency (wall time)", "p50 ms (log)", true, |r| {
+                r.latency.p50_ms
+            }),
+            chart("99th percentile acquisition latency (wall time)", "p99 ms (log)", true, |r| {
+                r.latency.p99_ms
+            }),
             throughput,
         ],
         3,
@@ -150,9 +139,7 @@ pub fn table(s: &EnginesSummary) -> String {
             f1(r.latency.p50_ms),
             f1(r.latency.p99_ms),
             f1(r.latency.max_ms),
-            r.fairness
-                .jain_index
-                .map_or("-".into(), |j| format!("{j:.3}")),
+            r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
             ops_per_grant(r),
             r.safety.overlapping_holds,
             r.errors.total(),
@@ -179,18 +166,9 @@ fn engines_sentence(s: &EnginesSummary) -> String {
         .iter()
         .map(|e| {
             if e.backend.in_process() {
-                format!(
-                    "the {} store ({}) in wall time",
-                    e.backend,
-                    e.algorithms.join(", ")
-                )
+                format!("the {} store ({}) in wall time", e.backend, e.algorithms.join(", "))
             } else {
-                format!(
-                    "{} at `{}` ({})",
-                    e.backend,
-                    e.address,
-                    e.algorithms.join(", ")
-                )
+                format!("{} at `{}` ({})", e.backend, e.address, e.algorithms.join(", "))
             }
         })
         .collect::<Vec<_>>()
@@ -201,29 +179,17 @@ fn engines_sentence(s: &EnginesSummary) -> String {
 fn store_load_sentence(s: &EnginesSummary) -> String {
     let (counted, not): (Vec<&Engine>, Vec<&Engine>) =
         s.engines.iter().partition(|e| e.backend.counts_requests());
-    let names = |v: &[&Engine]| {
-        v.iter()
-            .map(|e| e.backend.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = |v: &[&Engine]| v.iter().map(|e| e.backend.name()).collect::<Vec<_>>().join(", ");
     let mut text = String::from("Store load");
     if !counted.is_empty() {
-        let _ = write!(
-            text,
-            " is counted for {} (requests sent, per grant)",
-            names(&counted)
-        );
+        let _ = write!(text, " is counted for {} (requests sent, per grant)", names(&counted));
     }
     if !not.is_empty() {
         if !counted.is_empty() {
             text.push(';');
         }
-        let _ = write!(
-            text,
-            " is n/a for {}: their clients do not expose request counts",
-            names(&not)
-        );
+        let _ =
+            write!(text, " is n/a for {}: their clients do not expose request counts", names(&not));
     }
     text.push('.');
     text
@@ -329,11 +295,7 @@ pub fn section(s: &EnginesSummary, dir: &str) -> String {
     let _ = writeln!(md, "{SECTION_BEGIN}");
     let _ = writeln!(md, "## Real engines in wall time\n");
     let levels: Vec<usize> = s.scenario.contenders.clone();
-    let lv = levels
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join(" / ");
+    let lv = levels.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" / ");
     let _ = writeln!(
         md,
         "Measured by `scripts/compare-engines.sh` (not by the sweep): {} — {} of wall time per point, hold {}, think {}. \

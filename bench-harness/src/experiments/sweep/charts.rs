@@ -16,11 +16,7 @@ fn pts(
     series: &str,
     y: impl Fn(&AlgorithmReport) -> Option<f64>,
 ) -> Vec<(f64, f64)> {
-    summary
-        .series(e, series)
-        .iter()
-        .filter_map(|p| y(&p.report).map(|v| (p.x, v)))
-        .collect()
+    summary.series(e, series).iter().filter_map(|p| y(&p.report).map(|v| (p.x, v))).collect()
 }
 
 fn per_algorithm(
@@ -31,13 +27,7 @@ fn per_algorithm(
     summary
         .series_names(e)
         .iter()
-        .map(|name| {
-            Series::new(
-                name.clone(),
-                algorithm_color(name),
-                pts(summary, e, name, y),
-            )
-        })
+        .map(|name| Series::new(name.clone(), algorithm_color(name), pts(summary, e, name, y)))
         .collect()
 }
 
@@ -75,11 +65,7 @@ fn figure(files: Vec<PathBuf>, caption: &str) -> Figure {
             .and_then(|f| f.file_name())
             .map(|n| n.to_string_lossy().into_owned())
     };
-    Figure {
-        png: name("png").unwrap_or_default(),
-        svg: name("svg"),
-        caption: caption.into(),
-    }
+    Figure { png: name("png").unwrap_or_default(), svg: name("svg"), caption: caption.into() }
 }
 
 /// Draws every chart of the sweep into `dir` (PNG and SVG), in the order the README shows
@@ -113,13 +99,10 @@ pub fn draw(
 /// Median and 99th-percentile latency against contenders.
 fn latency_vs_contenders(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
     let both = Formats::PngAndSvg;
-    let p50 = contention_chart(
-        s,
-        "Median acquisition latency",
-        "p50 latency (ms, log)",
-        true,
-        |r| Some(r.latency.p50_ms),
-    );
+    let p50 =
+        contention_chart(s, "Median acquisition latency", "p50 latency (ms, log)", true, |r| {
+            Some(r.latency.p50_ms)
+        });
     let p99 = contention_chart(
         s,
         "99th percentile acquisition latency",
@@ -143,13 +126,7 @@ fn throughput_vs_contenders(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figu
         })
     };
     Ok(figure(
-        render_lines(
-            &dir.join("throughput_vs_contenders"),
-            &[thr],
-            1,
-            (800, 440),
-            both,
-        )?,
+        render_lines(&dir.join("throughput_vs_contenders"), &[thr], 1, (800, 440), both)?,
         "Grants per second on one lock against the number of contenders.",
     ))
 }
@@ -208,13 +185,9 @@ fn fairness_vs_contenders(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure
     );
     let over = LineChart {
         y_range: Some((0.0, 100.0)),
-        ..contention_chart(
-            s,
-            "Grants overtaken by a later request",
-            "% of grants",
-            false,
-            |r| Some(r.fairness.overtakes.overtaken_fraction * 100.0),
-        )
+        ..contention_chart(s, "Grants overtaken by a later request", "% of grants", false, |r| {
+            Some(r.fairness.overtakes.overtaken_fraction * 100.0)
+        })
     };
     Ok(figure(
         render_lines(&dir.join("fairness_vs_contenders"), &[jain, run, over], 3, (520, 420), both)?,
@@ -225,20 +198,14 @@ fn fairness_vs_contenders(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure
 /// Store requests per grant and per second against contenders.
 fn store_ops_vs_contenders(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
     let both = Formats::PngAndSvg;
-    let ops = contention_chart(
-        s,
-        "Store requests per grant",
-        "requests per grant (log)",
-        true,
-        |r| r.store.ops_per_grant,
-    );
-    let ops_s = contention_chart(
-        s,
-        "Store requests per second",
-        "requests per second (log)",
-        true,
-        |r| r.store.ops_per_second,
-    );
+    let ops =
+        contention_chart(s, "Store requests per grant", "requests per grant (log)", true, |r| {
+            r.store.ops_per_grant
+        });
+    let ops_s =
+        contention_chart(s, "Store requests per second", "requests per second (log)", true, |r| {
+            r.store.ops_per_second
+        });
     Ok(figure(
         render_lines(&dir.join("store_ops_vs_contenders"), &[ops, ops_s], 2, (640, 440), both)?,
         "Load on the store against the number of contenders: requests (reads, writes, deletes, lease renewals) per grant and per second.",
@@ -262,7 +229,9 @@ fn push_vs_polling(dir: &Path, s: &SweepSummary) -> anyhow::Result<Option<Figure
     let only = |y: fn(&AlgorithmReport) -> Option<f64>| -> Vec<Series> {
         names
             .iter()
-            .map(|n| Series::new(n.clone(), algorithm_color(n), pts(s, Experiment::Contention, n, y)))
+            .map(|n| {
+                Series::new(n.clone(), algorithm_color(n), pts(s, Experiment::Contention, n, y))
+            })
             .collect()
     };
     let ops = LineChart::against_contenders(
@@ -300,11 +269,8 @@ fn timeline(
     if logs.is_empty() {
         return Ok(None);
     }
-    let window = timeline_window(
-        &logs,
-        if n <= 2 { 40 } else { 80 },
-        s.base.duration.as_secs_f64(),
-    );
+    let window =
+        timeline_window(&logs, if n <= 2 { 40 } else { 80 }, s.base.duration.as_secs_f64());
     let panels: Vec<TimelinePanel> = logs
         .iter()
         .map(|(name, grants)| TimelinePanel {
@@ -332,16 +298,8 @@ fn poll_series(s: &SweepSummary, poll_names: &[String]) -> [Vec<Series>; 4] {
     let mut ops = Vec::new();
     for name in poll_names {
         let color = algorithm_color(name);
-        p50.push(Series::new(
-            name.clone(),
-            color,
-            pts(s, p, name, |r| Some(r.latency.p50_ms)),
-        ));
-        p99.push(Series::new(
-            name.clone(),
-            color,
-            pts(s, p, name, |r| Some(r.latency.p99_ms)),
-        ));
+        p50.push(Series::new(name.clone(), color, pts(s, p, name, |r| Some(r.latency.p50_ms))));
+        p99.push(Series::new(name.clone(), color, pts(s, p, name, |r| Some(r.latency.p99_ms))));
         gap.push(Series::new(
             format!("{name} median"),
             color,
@@ -355,11 +313,7 @@ fn poll_series(s: &SweepSummary, poll_names: &[String]) -> [Vec<Series>; 4] {
                 pts(s, p, name, |r| r.handoff.ideal_ms),
             )
         });
-        ops.push(Series::new(
-            name.clone(),
-            color,
-            pts(s, p, name, |r| r.store.ops_per_grant),
-        ));
+        ops.push(Series::new(name.clone(), color, pts(s, p, name, |r| r.store.ops_per_grant)));
     }
     [p50, p99, gap, ops]
 }
@@ -370,10 +324,7 @@ fn poll_interval(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
     let p = Experiment::PollInterval;
     let poll_names = s.series_names(p);
     let [p50, p99, gap, ops] = poll_series(s, &poll_names);
-    let side = s
-        .series(p, &poll_names[0])
-        .first()
-        .map_or(SIDE_CONTENDERS, |pt| pt.threads);
+    let side = s.series(p, &poll_names[0]).first().map_or(SIDE_CONTENDERS, |pt| pt.threads);
     let chart = |title: String, y_label: &str, series: Vec<Series>, legend: Legend| LineChart {
         title,
         x_label: "poll interval (ms, log)".into(),
@@ -397,12 +348,7 @@ fn poll_interval(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
             p99,
             Legend::UpperLeft,
         ),
-        chart(
-            "Handoff gap (release to next grant)".into(),
-            "ms (log)",
-            gap,
-            Legend::UpperLeft,
-        ),
+        chart("Handoff gap (release to next grant)".into(), "ms (log)", gap, Legend::UpperLeft),
         chart(
             "Store requests per grant".into(),
             "requests per grant (log)",
@@ -435,9 +381,7 @@ fn clock_skew(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
     let names = s.series_names(k);
     // Skew 0 cannot sit on a log axis: it is drawn at 0.01 ms and listed in the README.
     let shift = |v: Vec<(f64, f64)>| {
-        v.into_iter()
-            .map(|(x, y)| (if x <= 0.0 { 0.01 } else { x }, y))
-            .collect::<Vec<_>>()
+        v.into_iter().map(|(x, y)| (if x <= 0.0 { 0.01 } else { x }, y)).collect::<Vec<_>>()
     };
     let over: Vec<Series> = names
         .iter()
@@ -446,9 +390,7 @@ fn clock_skew(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
             Series::new(
                 n.clone(),
                 color(i, n),
-                shift(pts(s, k, n, |r| {
-                    Some(r.fairness.overtakes.overtaken_fraction * 100.0)
-                })),
+                shift(pts(s, k, n, |r| Some(r.fairness.overtakes.overtaken_fraction * 100.0))),
             )
         })
         .collect();
@@ -456,17 +398,10 @@ fn clock_skew(dir: &Path, s: &SweepSummary) -> anyhow::Result<Figure> {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            Series::new(
-                n.clone(),
-                color(i, n),
-                shift(pts(s, k, n, |r| r.fairness.jain_index)),
-            )
+            Series::new(n.clone(), color(i, n), shift(pts(s, k, n, |r| r.fairness.jain_index)))
         })
         .collect();
-    let side = s
-        .series(k, &names[0])
-        .first()
-        .map_or(SIDE_CONTENDERS, |pt| pt.threads);
+    let side = s.series(k, &names[0]).first().map_or(SIDE_CONTENDERS, |pt| pt.threads);
     let charts = [
         LineChart {
             title: format!("Overtaken grants, {side} contenders"),

@@ -253,13 +253,7 @@ fn contention_jobs(
                 duration: contention_duration(base.duration, n),
                 ..base.clone()
             };
-            jobs.push(job(
-                Experiment::Contention,
-                a.name.to_string(),
-                n as f64,
-                cfg,
-                a,
-            ));
+            jobs.push(job(Experiment::Contention, a.name.to_string(), n as f64, cfg, a));
         }
     }
     jobs
@@ -272,11 +266,7 @@ fn poll_jobs(
     side: usize,
     quick: bool,
 ) -> Vec<Job> {
-    let polls: Vec<u64> = if quick {
-        vec![5, 20, 100]
-    } else {
-        POLL_INTERVALS_MS.to_vec()
-    };
+    let polls: Vec<u64> = if quick { vec![5, 20, 100] } else { POLL_INTERVALS_MS.to_vec() };
     let mut jobs = Vec::new();
     for &a in algorithms.iter().filter(|a| a.uses_poll_interval) {
         for &ms in &polls {
@@ -285,13 +275,7 @@ fn poll_jobs(
                 poll_interval: Duration::from_millis(ms),
                 ..base.clone()
             };
-            jobs.push(job(
-                Experiment::PollInterval,
-                a.name.to_string(),
-                ms as f64,
-                cfg,
-                a,
-            ));
+            jobs.push(job(Experiment::PollInterval, a.name.to_string(), ms as f64, cfg, a));
         }
     }
     jobs
@@ -305,19 +289,11 @@ fn skew_jobs(
     side: usize,
     quick: bool,
 ) -> Vec<Job> {
-    let skews: Vec<u64> = if quick {
-        vec![0, 10_000, 1_000_000]
-    } else {
-        SKEWS_US.to_vec()
-    };
+    let skews: Vec<u64> = if quick { vec![0, 10_000, 1_000_000] } else { SKEWS_US.to_vec() };
     let mut jobs = Vec::new();
     for &a in algorithms {
         let sources: &[TimeSourceKind] = if a.uses_time_source {
-            &[
-                TimeSourceKind::Local,
-                TimeSourceKind::Hlc,
-                TimeSourceKind::Global,
-            ]
+            &[TimeSourceKind::Local, TimeSourceKind::Hlc, TimeSourceKind::Global]
         } else {
             &[TimeSourceKind::Local]
         };
@@ -343,12 +319,7 @@ fn skew_jobs(
 
 fn run_job(job: &Job) -> anyhow::Result<Done> {
     let run = crate::run::run_algorithm(&job.cfg, job.algorithm, None).with_context(|| {
-        format!(
-            "sweep point {} {} = {}",
-            job.series,
-            experiment_name(job.experiment),
-            job.x
-        )
+        format!("sweep point {} {} = {}", job.series, experiment_name(job.experiment), job.x)
     })?;
     let mut report = analyze(&job.cfg, job.algorithm, &run);
     report.contenders.clear();

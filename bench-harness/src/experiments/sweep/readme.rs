@@ -38,12 +38,7 @@ fn columns<K: PartialEq>(
     key: impl Fn(&SweepPoint) -> K,
     cmp: impl FnMut(&K, &K) -> std::cmp::Ordering,
 ) -> Vec<K> {
-    let mut xs: Vec<K> = s
-        .points
-        .iter()
-        .filter(|p| p.experiment == e)
-        .map(key)
-        .collect();
+    let mut xs: Vec<K> = s.points.iter().filter(|p| p.experiment == e).map(key).collect();
     xs.sort_by(cmp);
     xs.dedup();
     xs
@@ -77,10 +72,8 @@ fn metric_rows<K: PartialEq>(
         for (label, f) in metrics {
             let mut row = format!("| {name} | {label} |");
             for x in xs {
-                let cell = series
-                    .iter()
-                    .find(|p| key(p) == *x)
-                    .map_or("-".into(), |p| f(&p.report));
+                let cell =
+                    series.iter().find(|p| key(p) == *x).map_or("-".into(), |p| f(&p.report));
                 let _ = write!(row, " {cell} |");
             }
             let _ = writeln!(md, "{row}");
@@ -149,18 +142,12 @@ fn headline_table(md: &mut String, s: &SweepSummary) {
         .filter(|p| p.experiment == Experiment::Contention && p.threads == HEADLINE_CONTENDERS)
         .collect();
     if !headline.is_empty() {
-        let _ = writeln!(
-            md,
-            "## Headline: {HEADLINE_CONTENDERS} contenders on one lock\n"
-        );
+        let _ = writeln!(md, "## Headline: {HEADLINE_CONTENDERS} contenders on one lock\n");
         let _ = writeln!(
             md,
             "| algorithm | grants/s | p50 ms | p99 ms | max ms | handoff gap p50 ms (round trips) | gap / ideal | Jain | longest run | overtaken | store ops / grant | overlapping holds | token order violations |"
         );
-        let _ = writeln!(
-            md,
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for p in &headline {
             let r = &p.report;
             let _ = writeln!(
@@ -213,11 +200,7 @@ fn contention_table(md: &mut String, s: &SweepSummary) {
                 .iter()
                 .find(|p| p.experiment == Experiment::Contention && p.threads == *x)
                 .map(|p| p.duration);
-            let _ = write!(
-                row,
-                " {} |",
-                d.map_or("-".into(), |d| format!("{}", d.as_secs_f64()))
-            );
+            let _ = write!(row, " {} |", d.map_or("-".into(), |d| format!("{}", d.as_secs_f64())));
         }
         let _ = writeln!(md, "{row}");
         let metrics: [Metric; 7] = [
@@ -229,15 +212,7 @@ fn contention_table(md: &mut String, s: &SweepSummary) {
             ("ops/grant", |r| fopt(r.store.ops_per_grant, 1)),
             ("round trips/grant", |r| fopt(r.store.round_trips_per_grant, 1)),
         ];
-        metric_rows(
-            md,
-            s,
-            Experiment::Contention,
-            &names,
-            &xs,
-            threads,
-            &metrics,
-        );
+        metric_rows(md, s, Experiment::Contention, &names, &xs, threads, &metrics);
         md.push('\n');
         let unsafe_points: Vec<String> = s
             .points
@@ -248,11 +223,7 @@ fn contention_table(md: &mut String, s: &SweepSummary) {
         if unsafe_points.is_empty() {
             let _ = writeln!(md, "Every point of every experiment had 0 overlapping holds and 0 fencing-token order violations.\n");
         } else {
-            let _ = writeln!(
-                md,
-                "**Safety violations** at: {}.\n",
-                unsafe_points.join("; ")
-            );
+            let _ = writeln!(md, "**Safety violations** at: {}.\n", unsafe_points.join("; "));
         }
     }
 }
@@ -268,16 +239,11 @@ fn skew_table(md: &mut String, s: &SweepSummary) {
             md,
             "series",
             xs.iter().map(|x| {
-                format!(
-                    "±{}",
-                    format_duration(Duration::from_micros((x * 1000.0).round() as u64))
-                )
+                format!("±{}", format_duration(Duration::from_micros((x * 1000.0).round() as u64)))
             }),
         );
         let metrics: [Metric; 2] = [
-            ("overtaken", |r| {
-                format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0)
-            }),
+            ("overtaken", |r| format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0)),
             ("Jain", |r| fopt(r.fairness.jain_index, 3)),
         ];
         metric_rows(md, s, Experiment::Skew, &skew_names, &xs, skew, &metrics);
@@ -289,10 +255,7 @@ fn skew_table(md: &mut String, s: &SweepSummary) {
 fn charts_section(md: &mut String, figs: &[Figure]) {
     let _ = writeln!(md, "## Charts\n");
     for f in figs {
-        let svg = f
-            .svg
-            .as_ref()
-            .map_or(String::new(), |s| format!(" ([SVG]({s}))"));
+        let svg = f.svg.as_ref().map_or(String::new(), |s| format!(" ([SVG]({s}))"));
         let _ = writeln!(
             md,
             "### {}\n\n{}{svg}\n\n![{}]({})\n",
@@ -334,10 +297,9 @@ fn contention_findings(s: &SweepSummary) -> Vec<String> {
     let c = Experiment::Contention;
     for name in s.series_names(c) {
         let pts = s.series(c, &name);
-        let (Some(first), Some(last)) = (
-            pts.iter().find(|p| p.threads >= 2).or(pts.first()),
-            pts.last(),
-        ) else {
+        let (Some(first), Some(last)) =
+            (pts.iter().find(|p| p.threads >= 2).or(pts.first()), pts.last())
+        else {
             continue;
         };
         let contended: Vec<&&SweepPoint> = pts.iter().filter(|p| p.threads >= 2).collect();
@@ -345,10 +307,8 @@ fn contention_findings(s: &SweepSummary) -> Vec<String> {
             .iter()
             .filter_map(|p| p.report.fairness.jain_index)
             .fold(f64::INFINITY, f64::min);
-        let max_run = contended
-            .iter()
-            .map(|p| (p.report.fairness.longest_run.length, p.threads))
-            .max();
+        let max_run =
+            contended.iter().map(|p| (p.report.fairness.longest_run.length, p.threads)).max();
         let max_over = contended
             .iter()
             .map(|p| p.report.fairness.overtakes.overtaken_fraction)
@@ -396,11 +356,16 @@ fn winner_findings(s: &SweepSummary) -> Vec<String> {
     let threads = |p: &SweepPoint| p.threads;
     let mut out = Vec::new();
     for x in columns(s, c, threads, usize::cmp) {
-        let pts: Vec<&SweepPoint> = s.points.iter().filter(|p| p.experiment == c && p.threads == x).collect();
+        let pts: Vec<&SweepPoint> =
+            s.points.iter().filter(|p| p.experiment == c && p.threads == x).collect();
         let best = |key: fn(&SweepPoint) -> Option<f64>, most: bool| {
-            pts.iter()
-                .filter_map(|p| key(p).map(|v| (p.series.as_str(), v)))
-                .max_by(|a, b| if most { a.1.total_cmp(&b.1) } else { b.1.total_cmp(&a.1) })
+            pts.iter().filter_map(|p| key(p).map(|v| (p.series.as_str(), v))).max_by(|a, b| {
+                if most {
+                    a.1.total_cmp(&b.1)
+                } else {
+                    b.1.total_cmp(&a.1)
+                }
+            })
         };
         let (Some(tp), Some(lat), Some(rt)) = (
             best(|p| Some(p.report.throughput.grants_per_second_per_lock), true),
@@ -439,11 +404,7 @@ fn handoff_findings(s: &SweepSummary) -> Vec<String> {
             && p.threads == HEADLINE_CONTENDERS
             && p.report.handoff.ratio_to_ideal.is_some()
     }) {
-        let ideal = s
-            .base
-            .backend
-            .algorithm(&p.series)
-            .map_or("", |a| a.ideal_handoff_text);
+        let ideal = s.base.backend.algorithm(&p.series).map_or("", |a| a.ideal_handoff_text);
         out.push(format!(
             "**{}** at {HEADLINE_CONTENDERS} contenders: the median handoff gap is {} ms = {} round trips, {} times its ideal of {} ms ({ideal}).",
             p.series,
@@ -472,9 +433,8 @@ fn skew_findings(s: &SweepSummary) -> Vec<String> {
                 fopt(zero.report.fairness.jain_index, 3)
             ));
         } else if name.contains('/') && zero.x == 0.0 {
-            let threshold = pts
-                .iter()
-                .find(|p| p.report.fairness.overtakes.overtaken_fraction >= 0.01);
+            let threshold =
+                pts.iter().find(|p| p.report.fairness.overtakes.overtaken_fraction >= 0.01);
             out.push(format!(
                 "**{name}**: {:.1}% of grants overtaken without skew, {:.1}% at ±{} ms{} (Jain {} at ±{} ms).",
                 zero.report.fairness.overtakes.overtaken_fraction * 100.0,
@@ -492,7 +452,5 @@ fn skew_findings(s: &SweepSummary) -> Vec<String> {
 fn title_of(png: &str) -> String {
     let stem = png.trim_end_matches(".png").replace('_', " ");
     let mut c = stem.chars();
-    c.next().map_or(String::new(), |f| {
-        f.to_uppercase().collect::<String>() + c.as_str()
-    })
+    c.next().map_or(String::new(), |f| f.to_uppercase().collect::<String>() + c.as_str())
 }
