@@ -374,7 +374,7 @@ impl CassandraConfig {
         for n in &self.nodes {
             parse_node(n)?;
         }
-        crate::cql::validate_identifier("keyspace", &self.keyspace)
+        crate::names::validate_identifier("keyspace", &self.keyspace)
             .map_err(|e| ConfigError(e.to_string()))?;
         self.replication.validate()?;
         if self.connect_timeout.is_zero() {

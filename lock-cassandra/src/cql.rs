@@ -13,30 +13,10 @@ use lock_core::store::{
 use scylla::value::{CqlValue, Row};
 use std::time::Duration;
 
-/// The longest keyspace or table name Cassandra accepts (`SchemaConstants.NAME_LENGTH`).
-pub const MAX_NAME_LEN: usize = 48;
 /// The longest TTL Cassandra accepts in `USING TTL` (20 years, `Attributes.MAX_TTL`).
 pub const MAX_TTL_SECS: u32 = 630_720_000;
 /// The longest partition key CQL accepts, in bytes.
 pub const MAX_ROW_KEY_BYTES: usize = 65_535;
-
-/// Check that `name` is usable as a keyspace or table name: `[a-z][a-z0-9_]*`, at most
-/// [`MAX_NAME_LEN`] characters. Names are refused rather than rewritten, so two different
-/// logical names never share a table (`a-b` and `a_b`; `Locks` and `locks`, which unquoted CQL
-/// folds together).
-pub fn validate_identifier(kind: &str, name: &str) -> Result<(), StoreError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && name.as_bytes()[0].is_ascii_lowercase()
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(StoreError::Rejected(format!(
-            "{kind} name '{name}' is not a CQL identifier this store uses: it must match [a-z][a-z0-9_]* and have at most {MAX_NAME_LEN} characters"
-        )))
-    }
-}
 
 /// `"ks"."table"`.
 pub fn qualified(keyspace: &str, table: &str) -> String {
@@ -655,39 +635,6 @@ mod tests {
         );
         assert!(create_table("ks", "t", Some(3600))
             .ends_with("WITH CLUSTERING ORDER BY (\"column\" ASC) AND gc_grace_seconds = 3600"));
-    }
-
-    #[test]
-    fn identifiers_are_validated_not_rewritten() {
-        for ok in [
-            "shadow_lock_main",
-            "queue_lock_queue",
-            "lock_fence",
-            "time_service",
-            "t",
-            "a1_b2",
-            "x".repeat(48).as_str(),
-        ] {
-            assert!(validate_identifier("table", ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "",
-            "Locks",
-            "lock-fence",
-            "1table",
-            "_t",
-            "t.x",
-            "t\"",
-            "tablé",
-            "x".repeat(49).as_str(),
-            "a b",
-        ] {
-            let err = validate_identifier("table", bad).expect_err(bad);
-            assert!(
-                matches!(&err, StoreError::Rejected(m) if m.contains("[a-z][a-z0-9_]*")),
-                "{bad}: {err}"
-            );
-        }
     }
 
     #[test]

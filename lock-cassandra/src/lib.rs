@@ -330,6 +330,7 @@ pub mod cql;
 pub mod errors;
 #[cfg(any(test, feature = "conformance"))]
 pub mod fixture;
+pub mod names;
 
 pub use config::{CassandraConfig, ConfigError, Replication};
 
@@ -550,7 +551,7 @@ impl CassandraStore {
             match map.get(table) {
                 Some(cell) => cell.clone(),
                 None => {
-                    cql::validate_identifier("table", table)?;
+                    names::validate_identifier("table", table)?;
                     map.entry(table.to_string()).or_default().clone()
                 }
             }
@@ -1018,7 +1019,7 @@ mod tests {
         assert!(ALGORITHM_TABLES.contains(&lock_core::fence::FENCE_TABLE));
         assert!(ALGORITHM_TABLES.contains(&lock_core::time::GLOBAL_TIME_TABLE));
         for t in ALGORITHM_TABLES {
-            cql::validate_identifier("table", t).unwrap();
+            names::validate_identifier("table", t).unwrap();
         }
     }
 
