@@ -7,15 +7,32 @@
 //! accept/reject decisions are read as they were made; only which writes were stale is
 //! derived, from the grant log.
 
-use crate::cli::CheckArgs;
+use crate::dist::parse_duration;
 use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::Grant;
 use crate::measure::safety::{self, SafetyFigures};
 use crate::report::files;
 use anyhow::Context;
+use clap::Args;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The settings of `check`.
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// The run's output directory (holding grants.csv, resource.csv and faults.csv).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Lease TTL of the run, by which each fault window is extended when unavailability is
+    /// attributed to fault kinds [default: the ttl in DIR/summary.json, else 10s].
+    #[arg(long, value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+    /// Overlapping grants to name per algorithm at most.
+    #[arg(long, default_value_t = 10)]
+    pub show: usize,
+}
 
 /// The checker found a violation: the binary exits with 3.
 #[derive(Debug)]

@@ -60,6 +60,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod args;
 pub mod check;
 pub mod cli;
 pub mod config;
@@ -71,7 +72,8 @@ pub mod measure;
 pub mod report;
 pub mod run;
 
-use cli::{Cli, Command, RunArgs};
+use args::RunArgs;
+use cli::{Cli, Command};
 use config::ClockMode;
 use measure::summary::{self, Summary};
 use report::{figures, files, progress, table};

@@ -21,18 +21,51 @@
 //! It writes `longrun.json`, `longrun.png`/`.svg` and `README.md` into `--out`
 //! (`results/longrun/`), and the long-run section of the results README one directory up.
 
-use crate::cli::LongrunArgs;
+use crate::args::ScenarioArgs;
 use crate::config::{ClockMode, RunConfig};
+use crate::dist::parse_positive_duration;
 use crate::dist::{format_duration, serde_duration};
 use crate::engines::{self, Algorithm};
 use crate::measure::log::RunOutcome;
 use crate::report::charts::{algorithm_color, render_lines, Formats, Legend, LineChart, Series};
 use crate::report::{files, progress};
 use anyhow::{anyhow, Context};
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The settings of `bench-harness longrun`.
+#[derive(Args, Debug, Clone)]
+pub struct LongrunArgs {
+    /// Output directory (longrun.json, longrun.png/.svg, README.md). When it is called
+    /// `longrun` and its parent holds the sweep's README.md, that README's long-run section is
+    /// regenerated too.
+    #[arg(short, long, value_name = "DIR", default_value = "results/longrun")]
+    pub out: PathBuf,
+    /// Simulated length of each run.
+    #[arg(short, long, default_value = "60m", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// Length of the intervals the runs are cut into.
+    #[arg(long, default_value = "1m", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub interval: Duration,
+    /// Contender counts.
+    #[arg(long, value_delimiter = ',', default_value = "8,64", value_parser = clap::value_parser!(u32).range(1..))]
+    pub contenders: Vec<u32>,
+    /// Leave out the calibration against issue 11's real node (8 contenders, 180 s).
+    #[arg(long)]
+    pub no_calibration: bool,
+    /// OS threads running runs in parallel, each with its own paused runtime.
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The scenario every run shares.
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+}
 
 /// Grants per 30 s of the thesis's queue lock on the real node (issue 11: Apache Cassandra 4.0,
 /// one node on loopback, 8 contenders, one lock id, 180 s): reference data measured there,

@@ -11,16 +11,48 @@
 //! lease was lost, unavailability within the fault windows beside the no-fault run's (handoff
 //! gaps make some even without faults), and how long grants took to resume after a fault.
 
-use crate::cli::SafetyArgs;
 use crate::config::{ClockMode, RunConfig};
+use crate::dist::parse_positive_duration;
 use crate::engines::{self, EngineOptions, EngineRef};
 use crate::measure::summary;
 use crate::report::{files, progress};
 use crate::run as runner;
+use clap::Args;
 use lock_core::store::Consistency;
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The settings of `safety`.
+#[derive(Args, Debug, Clone)]
+pub struct SafetyArgs {
+    /// Contenders per run (one lock).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+    /// Simulated time per run on the embedded store.
+    #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Wall time per run on a server (Redis, ZooKeeper, etcd).
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    pub server_duration: Duration,
+    /// Leave out the rows on servers the harness starts itself (Redis, ZooKeeper, and etcd in a
+    /// build with it: they need those servers installed, and take a few minutes of wall time).
+    #[arg(long)]
+    pub no_servers: bool,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(short, long, value_name = "DIR", default_value = "results/safety")]
+    pub out: PathBuf,
+    /// OS threads running runs in parallel, each with its own paused runtime.
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
 
 /// Where a condition applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,15 +12,52 @@
 //! seed, to be turned into a test.
 
 use crate::check;
-use crate::cli::SoakArgs;
+
+use crate::args::algorithm_name;
 use crate::config::RunConfig;
+use crate::dist::parse_positive_duration;
 use crate::engines;
+use crate::faults::FaultPlan;
 use crate::report::{files, progress};
 use crate::run as runner;
 use anyhow::Context;
+use clap::Args;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The settings of `soak`.
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    /// Grants to check per algorithm at least (runs are repeated with the next seed until
+    /// there are this many).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub grants: u64,
+    /// Algorithms (default: every Cassandra-model algorithm).
+    #[arg(short, long, value_delimiter = ',', value_parser = algorithm_name)]
+    pub algorithms: Vec<String>,
+    /// Contenders per run; contender i asks for lock i % LOCKS.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+    /// Lock ids per run.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub locks: u32,
+    /// Simulated time of one run.
+    #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
+    pub run_length: Duration,
+    /// The fault schedule.
+    #[arg(long, value_name = "SPEC", default_value = DEFAULT_FAULTS)]
+    pub faults: FaultPlan,
+    /// Seed of the first run (run k uses SEED + k).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(short, long, value_name = "DIR", default_value = "out/soak")]
+    pub out: PathBuf,
+    /// No status lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
 
 /// The default mixed schedule: everything the Cassandra locks must survive at QUORUM.
 pub const DEFAULT_FAULTS: &str =

@@ -18,11 +18,12 @@
 //! reported as unfinished. Throughput and store load count only the run's window (grants
 //! granted before its end, requests sent before it: the counters are read at the end).
 
+use super::nemesis::{Control, Nemesis};
 use super::resource::{FencedResource, Resource};
+use super::stamp::{us_between, Stamp};
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
-use crate::faults::{Control, Nemesis};
 use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
 };
@@ -67,45 +68,6 @@ pub fn run_in_process(
     Ok(outcome)
 }
 
-/// How the grant log's times are taken.
-#[derive(Debug, Clone, Copy)]
-pub enum Stamp {
-    /// Model microseconds since `start` on the tokio clock (divided by `scale`): one process.
-    Tokio {
-        /// The run's start.
-        start: Instant,
-        /// [`RunConfig::time_scale`].
-        scale: u32,
-    },
-    /// Microseconds of the system clock since `start_us` (µs since the Unix epoch): comparable
-    /// across the worker processes of one run.
-    System {
-        /// The run's common start, in microseconds since the Unix epoch.
-        start_us: u64,
-    },
-}
-
-impl Stamp {
-    /// Microseconds since the run's start at tokio instant `t`, which is now (the system
-    /// clock is read instead in [`Stamp::System`]).
-    pub fn at(&self, t: Instant) -> u64 {
-        match *self {
-            Stamp::Tokio { start, scale } => us_between(scale, start, t),
-            Stamp::System { start_us } => system_now_us().saturating_sub(start_us),
-        }
-    }
-
-    /// Microseconds since the run's start, now.
-    pub fn now_us(&self) -> u64 {
-        self.at(Instant::now())
-    }
-}
-
-/// The system clock in microseconds since the Unix epoch.
-pub fn system_now_us() -> u64 {
-    lock_core::time::PhysicalClock::System.now_micros().max(0) as u64
-}
-
 struct Plan {
     index: usize,
     lock: usize,
@@ -118,11 +80,6 @@ struct Plan {
     stamp: Stamp,
     end: Instant,
     drain_end: Instant,
-}
-
-/// Model microseconds between two tokio instants.
-fn us_between(scale: u32, start: Instant, t: Instant) -> u64 {
-    t.saturating_duration_since(start).as_micros() as u64 / scale as u64
 }
 
 /// Contender `index`'s spec under `owner` (its first owner id, or the one it comes back

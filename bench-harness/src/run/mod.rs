@@ -8,8 +8,10 @@
 //! - [`resource`]: the fenced resource every critical section writes to.
 
 pub mod contenders;
+pub mod nemesis;
 pub mod processes;
 pub mod resource;
+pub mod stamp;
 
 use crate::config::RunConfig;
 use crate::engines::Algorithm;

@@ -1,7 +1,7 @@
 //! The nemesis: faults injected into a running benchmark (`--faults`), so that the safety
 //! figures measure something.
 //!
-//! Each entry of `--faults KIND:DURATION@PERIOD` ([`spec`]) runs as one task beside the
+//! Each entry of `--faults KIND:DURATION@PERIOD` ([`crate::faults`]) runs as one task beside the
 //! contenders: it sleeps to a start drawn from the run's seed in `[0, PERIOD)`, injects, heals
 //! DURATION later, and repeats every PERIOD until the run's window ends. What it hit and when
 //! is logged as a [`FaultWindow`] (`faults.csv`). In simulated time everything is on the
@@ -26,13 +26,10 @@
 //! so the holder's second write to the fenced resource comes after the pause, when another
 //! holder may have been granted: the stale write fencing exists to reject.
 
-pub mod spec;
-
-pub use spec::{FaultKind, FaultPlan, FaultSpec};
-
+use super::stamp::Stamp;
 use crate::engines::{Injection, OpenEngine};
+use crate::faults::{FaultKind, FaultPlan, FaultSpec};
 use crate::measure::log::FaultWindow;
-use crate::run::contenders::Stamp;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

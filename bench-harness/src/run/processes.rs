@@ -20,17 +20,19 @@
 //!
 //! With `--faults process-pause:…` the parent also serves the fenced resource on a loopback
 //! port (its address goes into every [`WorkerSpec`]) and runs the nemesis, which stops and
-//! continues whole workers ([`Services`]); its log and the fault windows join the outcome.
+//! continues whole workers (its `Services`); its log and the fault windows join the outcome.
 //!
 //! Times in the grant log are **system-clock microseconds since the common start**
 //! ([`Stamp::System`]): comparable across processes on one machine. (On several machines they
 //! would be as comparable as the machines' clocks.)
 
-use super::contenders::{self as runner, Stamp};
+use super::contenders as runner;
+use super::nemesis::Nemesis;
 use super::resource::{serve, FencedResource, RemoteResource, Resource};
+use super::stamp::{system_now_us, Stamp};
 use crate::config::{ClockMode, RunConfig};
 use crate::engines::Algorithm;
-use crate::faults::Nemesis;
+
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
 use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::{new_histogram, Grant, OpCount};
@@ -330,7 +332,7 @@ pub fn run_algorithm(
     let resource = services.as_ref().map(|s| s.resource);
     let (mut workers, events) = start_workers(cfg, algorithm, &namespace, resource)?;
     await_ready(&mut workers, &events, cfg.processes)?;
-    let start_us = runner::system_now_us() + START_MARGIN.as_micros() as u64;
+    let start_us = system_now_us() + START_MARGIN.as_micros() as u64;
     send_go(&mut workers, start_us)?;
     if let Some(s) = services.as_mut() {
         s.go(start_us, workers.0.iter().map(|r| r.child.id()).collect())?;
@@ -373,8 +375,7 @@ impl Services {
                     let Ok((start_us, pids)) = go_rx.await else {
                         return Ok((Vec::new(), Vec::new()));
                     };
-                    let delay =
-                        Duration::from_micros(start_us.saturating_sub(runner::system_now_us()));
+                    let delay = Duration::from_micros(start_us.saturating_sub(system_now_us()));
                     let start = tokio::time::Instant::now() + delay;
                     let nemesis = Arc::new(Nemesis {
                         engine: None,
@@ -569,7 +570,7 @@ fn wait_until_done(
             bail!("the worker processes did not finish within {limit:?}");
         }
         if let Some(bar) = progress {
-            let ran = runner::system_now_us().saturating_sub(start_us) / 1000;
+            let ran = system_now_us().saturating_sub(start_us) / 1000;
             bar.set_position(ran.min(cfg.duration.as_millis() as u64));
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -636,7 +637,7 @@ pub fn worker_main() -> anyhow::Result<()> {
     let go: Go =
         serde_json::from_str(&next_line("start signal")?).context("invalid start signal")?;
     let driven = rt.block_on(async {
-        let delay = go.start_us.saturating_sub(runner::system_now_us());
+        let delay = go.start_us.saturating_sub(system_now_us());
         let start = tokio::time::Instant::now() + Duration::from_micros(delay);
         let stamp = Stamp::System { start_us: go.start_us };
         let rig = runner::Rig { counters: engine.counters(), engine: None, algorithm, resource };

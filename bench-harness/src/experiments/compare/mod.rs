@@ -32,15 +32,69 @@ pub static SECTION: crate::experiments::Section = crate::experiments::Section {
     render: section_for,
 };
 
-use crate::cli::EnginesArgs;
+use crate::args::{engine_parser, TimingArgs, WorkloadArgs};
 use crate::config::RunConfig;
 use crate::dist::{format_duration, serde_duration, Dist};
+use crate::dist::{parse_duration, parse_positive_duration};
+use crate::engines::EngineArgs;
 use crate::engines::{Algorithm, EngineRef};
 use crate::measure::summary::{analyze, AlgorithmReport};
 use crate::report::{files, progress};
 use anyhow::{anyhow, Context};
+use clap::Args;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The settings of `bench-harness engines`.
+#[derive(Args, Debug, Clone)]
+// The shared flags mean the same here; `engines --help` keeps its own shorter wording.
+#[command(
+    mut_arg("hold", |a| a.help("Hold time distribution")),
+    mut_arg("think", |a| a.help("Think time distribution")),
+    mut_arg("ttl", |a| a.help("Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL (rounded up to whole seconds)")),
+    mut_arg("poll_interval", |a| a.help("Poll interval of the polling locks (queue, bakery)"))
+)]
+pub struct EnginesArgs {
+    /// Output directory (engines.json, engines.png/.svg, README.md). When it is called
+    /// `engines` and its parent holds the sweep's README.md, that README's engines section is
+    /// regenerated too.
+    #[arg(short, long, value_name = "DIR", default_value = "results/engines")]
+    pub out: PathBuf,
+    /// Contender counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64", value_parser = clap::value_parser!(u32).range(1..))]
+    pub contenders: Vec<u32>,
+    /// Wall time of each run (the drain of waiting requests may add up to as much again).
+    #[arg(short, long, default_value = "10s", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// The engines to compare, comma-separated [default: every engine this command or the
+    /// environment points at (its address given), and the in-process ones].
+    #[arg(long, value_delimiter = ',', value_parser = engine_parser())]
+    pub engines: Vec<EngineRef>,
+    /// Before measuring a real server, run each of its algorithms this long with 8
+    /// contenders, unrecorded (a fresh JVM runs ZooKeeper's first requests slowly); 0: none.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub warm_up: Duration,
+    /// Hold and think times.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Lease TTL and poll interval.
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Seed of the contenders' random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Every engine's own options: an address given includes that engine.
+    #[command(flatten)]
+    pub engine_args: EngineArgs,
+    /// No progress bars or status lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Measure nothing: redraw the chart and regenerate the READMEs from the engines.json
+    /// already in --out.
+    #[arg(long)]
+    pub redraw: bool,
+}
 
 /// Where the engines section of the results README begins.
 pub const SECTION_BEGIN: &str = "<!-- engines:begin: generated from engines/engines.json by `bench-harness engines` and `bench-harness sweep`; do not edit -->";

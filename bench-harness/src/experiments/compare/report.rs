@@ -1,8 +1,8 @@
 //! The engines comparison's outputs, from [`EnginesSummary`] alone: the chart, the console
 //! table, `results/engines/README.md`, and the engines section of the results README.
 
+use super::EnginesArgs;
 use super::{Engine, EnginesSummary, ENGINES_DIR, SECTION_BEGIN, SECTION_END};
-use crate::cli::EnginesArgs;
 use crate::dist::format_duration;
 use crate::measure::summary::AlgorithmReport;
 use crate::report::charts::{algorithm_color, lighter, render_lines, Formats, LineChart, Series};

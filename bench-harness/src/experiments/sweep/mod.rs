@@ -24,15 +24,45 @@ mod readme;
 pub use charts::Figure;
 pub use readme::{findings, readme};
 
-use crate::cli::SweepArgs;
+use crate::args::ScenarioArgs;
 use crate::config::{ClockMode, RunConfig};
+use crate::dist::parse_positive_duration;
 use crate::engines::{self, Algorithm, TimeSourceKind};
 use crate::measure::metrics::Grant;
 use crate::measure::summary::{analyze, AlgorithmReport};
 use crate::report::{files, progress};
 use anyhow::{anyhow, Context};
+use clap::Args;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The settings of a sweep.
+#[derive(Args, Debug, Clone)]
+pub struct SweepArgs {
+    /// Output directory (charts, sweep.json, README.md).
+    #[arg(short, long, value_name = "DIR", default_value = "results")]
+    pub out: PathBuf,
+    /// Contender counts of the contention sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128,256", value_parser = clap::value_parser!(u32).range(1..))]
+    pub contenders: Vec<u32>,
+    /// Simulated duration of each point (large contender counts get less, see --help of the
+    /// README) [default: 60s, 10s with --quick].
+    #[arg(short, long, value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    pub duration: Option<Duration>,
+    /// OS threads running sweep points in parallel, each with its own paused runtime.
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+    /// A small sweep (few points, short runs) to check the pipeline.
+    #[arg(long)]
+    pub quick: bool,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The base scenario every point varies.
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+}
 
 /// Contenders of the poll-interval and skew experiments.
 pub const SIDE_CONTENDERS: usize = 16;
