@@ -201,7 +201,7 @@ pub struct EmbeddedConfig {
     /// with [`StoreError::TombstoneOverwhelming`]. Default 100,000.
     pub tombstone_failure_threshold: u64,
     /// Which Paxos runs the lightweight transactions ([`CellStore::cas`]): Cassandra 4.0's
-    /// (v1, the default: 4 round trips per applied CAS) or 4.1's (v2: 2). See [`paxos`].
+    /// (v1, the default: 4 round trips per applied CAS) or 4.1's (v2: 2). See [`PaxosVariant`].
     pub paxos: PaxosVariant,
     /// How long a lightweight transaction may go on losing rounds to other proposers before it
     /// fails with [`StoreError::CasTimeout`] (Cassandra's `cas_contention_timeout`). Default 1 s.

@@ -52,7 +52,7 @@
 //! server counts each renewal from when it receives it, so the client knows the lease stands
 //! until the *send* time of the last answered renewal plus the TTL. When that moment passes
 //! without a fresh answer, or an answer says the lease is gone, the session is over and every
-//! guard of it is told [`LeaseState::Lost`](lock_core::LeaseState::Lost) — before the server
+//! guard of it is told [`LeaseState::Lost`] — before the server
 //! can expire the lease and grant the lock to someone else, as long as the two clocks run at
 //! the same rate. This is Go's `Session.Done()`, measured from the send time rather than the
 //! answer's arrival. A session that is over revokes its lease (best effort) so that its keys
