@@ -28,11 +28,27 @@ if [ -z "${LOCK_TEST_CASSANDRA:-}" ]; then
   echo "test.sh: LOCK_TEST_CASSANDRA not set: the Cassandra integration and conformance tests will report 'not run' (see README.md)" >&2
 fi
 
+# The house habits first, cheapest first, so a broken one fails in seconds rather than after the
+# tests: one formatting (rustfmt.toml), no clippy warning in any target (benches and examples
+# included: a bench that no longer compiles fails here instead of rotting), and docs without
+# broken or private links. Then the criterion benchmarks run once each in test mode (criterion
+# runs every benchmark a single time when not given --bench), built in the test profile so they
+# reuse the tests' build.
+features=(--features bench-harness/etcd)
+step() { echo "test.sh: $*" >&2; }
+step "cargo fmt --all --check"
+cargo fmt --all --check
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
+step "cargo doc --no-deps --workspace (RUSTDOCFLAGS=-D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace "${features[@]}"
+step "cargo test -p bench-harness --benches (each benchmark once)"
+cargo test -p bench-harness --benches "${features[@]}"
+
 # nextest runs each test in its own process, in parallel across binaries; it does not run
 # doctests, so they go first (its summary line then closes the run).
 # The harness's etcd engine is a cargo feature (its client needs protoc to build, and the
-# default build must need nothing installed); the tests build it in.
-features=(--features bench-harness/etcd)
+# default build must need nothing installed); the tests build it in (`features` above).
 if cargo nextest --version >/dev/null 2>&1; then
   cargo test --workspace --doc "${features[@]}"
   cargo nextest run --workspace --no-fail-fast "${features[@]}" "$@"
