@@ -16,12 +16,13 @@
 //!    `/locks` by default).
 //! 2. Create an **ephemeral sequential** znode `<root>/<lockId>/lock-` (data: the owner id);
 //!    the server names it `lock-<10-digit sequence>`.
-//! 3. List the children of `<root>/<lockId>`. If ours has the lowest sequence number, the
+//! 3. List the children of `<root>/<lockId>`: every child whose name ends in a sequence number
+//!    is a contender, whichever client made it. If ours has the lowest sequence number, the
 //!    lock is ours.
-//! 4. Otherwise set a watch on **only the immediate predecessor** (the child with the greatest
-//!    sequence below ours) with `exists`; if it is already gone go back to 3, else wait for
-//!    the watch to fire and go back to 3. Watching the predecessor rather than the directory
-//!    means a release wakes exactly one waiter: no herd effect.
+//! 4. Otherwise set a watch on **only the immediate predecessor** (the contender with the
+//!    greatest sequence below ours) with `exists`; if it is already gone go back to 3, else
+//!    wait for the watch to fire and go back to 3. Watching the predecessor rather than the
+//!    directory means a release wakes exactly one waiter: no herd effect.
 //! 5. Release: delete our znode. The session's end (close, or expiry after the session timeout
 //!    without heartbeats) deletes it too: that is how a crashed holder frees the lock.
 //!
@@ -30,6 +31,17 @@
 //! lock (not in the seed) first lists the children and returns "not held" at once if there
 //! are any; if there are none it runs steps 2–3 once and, not being first, deletes its znode
 //! and returns "not held".
+//!
+//! ## Other clients on the same path
+//! Other processes may take the same lock through another ZooKeeper client: Apache Curator's
+//! `InterProcessMutex` (Java), kazoo's `Lock` (Python), or the seed's recipe. Each puts its own
+//! text before the sequence number: Curator `_c_<uuid>-lock-<seq>`, kazoo
+//! `<uuid hex>__lock__<seq>`, the seed `lock-<seq>`. The sequence number is the directory's
+//! one counter whoever creates, so it alone orders the queue. Step 3 therefore takes any child
+//! whose name ends in at least ten digits as a contender, by those digits, and ignores the
+//! text before them. So every client's znode queues, and so do the read-lock znodes of
+//! Curator's and kazoo's read-write locks, which an exclusive lock must wait for too. We wait
+//! on a foreign znode exactly as on our own.
 //!
 //! ## What a holder is told
 //! The seed warns that after losing its connection for longer than the session timeout a
@@ -87,9 +99,10 @@
 //! increasing even if the lock's directory is deleted and recreated.
 //!
 //! ## Invariants
-//! - At most one session holds a lock id: the lowest live sequential child.
+//! - At most one session holds a lock id: the lowest live sequential child, whichever client
+//!   made it.
 //! - A waiter watches one znode, its predecessor; a release wakes one waiter.
-//! - Grants are first come, first served, by creation order.
+//! - Grants are first come, first served, by creation order, across clients.
 //! - A crashed holder's lock is free one session timeout after the server last heard from it
 //!   (rounded up to the server's tick).
 //! - Lock directories are never deleted by this crate (deleting one under a waiter would
@@ -137,6 +150,10 @@ pub const BACKEND: &str = "zookeeper";
 
 /// Prefix of every lock znode's name; the server appends the sequence number.
 const NODE_PREFIX: &str = "lock-";
+
+/// The fewest digits of the sequence number ZooKeeper appends (`%010d` of the directory's
+/// child counter).
+const SEQUENCE_DIGITS: usize = 10;
 
 fn backend_err(message: impl Display) -> LockError {
     LockError::Backend { backend: BACKEND, message: message.to_string() }
@@ -382,8 +399,21 @@ impl std::fmt::Debug for ZkLock {
     }
 }
 
+/// The sequence number ZooKeeper appended to a child's name: the trailing run of at least
+/// [`SEQUENCE_DIGITS`] ASCII digits, whatever the client that made it put before it (`lock-`,
+/// Curator's `_c_<uuid>-lock-`, kazoo's `<uuid>__lock__`). `None` for a name that does not end
+/// in one, which no sequential create makes.
 fn sequence_of(name: &str) -> Option<i64> {
-    name.strip_prefix(NODE_PREFIX)?.parse().ok()
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits < SEQUENCE_DIGITS {
+        return None;
+    }
+    name[name.len() - digits..].parse().ok()
+}
+
+/// The last component of a znode's path.
+fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Our znode while we wait for the lock. If the waiting future is dropped (cancelled by a
@@ -541,7 +571,10 @@ impl ZkLock {
         }
     }
 
-    /// Step 3: the sequences of the lock's znodes, ascending.
+    /// Step 3: every contender's znode in the lock's directory, whichever client made it, by
+    /// ascending sequence number (children whose names end in no sequence number are no
+    /// contenders). Sequence numbers are unique in a directory; the name only breaks the tie
+    /// that never happens, so that the order is total.
     async fn queue(&self, session: &Session, dir: &str) -> Result<Vec<(i64, String)>, LockError> {
         let children = match session.read("list", dir, || session.client.list_children(dir)).await?
         {
@@ -654,7 +687,8 @@ impl Locker for ZkLock {
         }
         };
         let dir = self.dir(lock_id);
-        let (pending, seq, stat) = self.create_node(&session, &dir).await?;
+        let (pending, _, stat) = self.create_node(&session, &dir).await?;
+        let ours = name_of(&pending.path).to_string();
         loop {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return timed_out(pending).await;
@@ -667,7 +701,7 @@ impl Locker for ZkLock {
                 Err(_) if session.is_over() => return Err(place_lost(&pending)),
                 Err(e) => return Err(e),
             };
-            if !queue.iter().any(|(s, _)| *s == seq) {
+            let Some(place) = queue.iter().position(|(_, name)| *name == ours) else {
                 return Err(LockError::LeaseLost {
                     lock_id: lock_id.to_string(),
                     reason: format!(
@@ -675,8 +709,10 @@ impl Locker for ZkLock {
                         pending.path
                     ),
                 });
-            }
-            let Some((_, predecessor)) = queue.iter().take_while(|(s, _)| *s < seq).last() else {
+            };
+            // Our immediate predecessor: the contender with the greatest sequence below ours,
+            // whichever client made it.
+            let Some((_, predecessor)) = place.checked_sub(1).map(|p| &queue[p]) else {
                 return Ok(self.grant(lock_id, pending, &stat));
             };
             let pred = format!("{dir}/{predecessor}");
@@ -718,13 +754,41 @@ impl Locker for ZkLock {
         if !self.queue(&session, &dir).await?.is_empty() {
             return Ok(None);
         }
-        let (pending, seq, stat) = self.create_node(&session, &dir).await?;
+        let (pending, _, stat) = self.create_node(&session, &dir).await?;
         let queue = self.queue(&session, &dir).await?;
-        if queue.first().is_some_and(|(s, _)| *s == seq) {
+        if queue.first().is_some_and(|(_, name)| name == name_of(&pending.path)) {
             Ok(Some(self.grant(lock_id, pending, &stat)))
         } else {
             pending.delete().await?;
             Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_clients_names_are_ordered_by_the_sequence_they_end_in() {
+        let names = [
+            ("lock-0000000007", Some(7)),
+            ("_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-lock-0000000003", Some(3)),
+            ("8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__lock__0000000012", Some(12)),
+            // Curator's read-write lock and kazoo's read lock: contenders too (an exclusive lock
+            // excludes them all).
+            ("_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-__READ__0000000004", Some(4)),
+            ("8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__rlock__0000000005", Some(5)),
+            // A 64-bit sequence, as ZOOKEEPER-4706 proposes (19 digits).
+            ("lock-0000000004294967296", Some(4_294_967_296)),
+            // Not made by a sequential create: no place in the queue.
+            ("lock-", None),
+            ("lock-123456789", None),
+            ("config", None),
+            ("", None),
+        ];
+        for (name, seq) in names {
+            assert_eq!(sequence_of(name), seq, "{name}");
         }
     }
 }
