@@ -48,9 +48,9 @@
 //!   (`standardFixForSorting`): both our forms by their sequence number. kazoo only sees its
 //!   own `__lock__` unless given more patterns: its
 //!   `Lock(client, path, extra_lock_patterns=["lock-"])` (kazoo 2.7.1 and later) sees both our
-//!   forms, and each side then waits for the other in sequence order. A kazoo lock without
-//!   the pattern ignores our znodes and takes the lock while we hold it: the one thing this
-//!   crate cannot prevent.
+//!   forms, and each side then waits for the other in sequence order (`tests/kazoo.rs` runs
+//!   this against kazoo itself). A kazoo lock without the pattern ignores our znodes and takes
+//!   the lock while we hold it: the one thing this crate cannot prevent.
 //! - **Our names.** The default is Curator's protected form, the de-facto standard, which also
 //!   settles a create whose answer was lost (below): the UUID of the request finds its znode.
 //!   Its GUIDs come from the locker's [`Guids`], a seeded generator (seeded from the operating
