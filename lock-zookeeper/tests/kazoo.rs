@@ -344,10 +344,11 @@ fn append(path: &Path, line: &str) {
     f.write_all(line.as_bytes()).unwrap();
 }
 
+/// A new, empty log file of this process (removed by the test once judged; a failed test's
+/// stays for a look).
 fn log_path(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lock-zookeeper-kazoo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{tag}.log"));
+    let pid = std::process::id();
+    let path = std::env::temp_dir().join(format!("lock-zookeeper-kazoo-{pid}-{tag}.log"));
     std::fs::write(&path, "").unwrap();
     path
 }
