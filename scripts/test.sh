@@ -13,6 +13,7 @@ need_packages=()
 command -v redis-server >/dev/null 2>&1 || need_packages+=(redis-server)
 [ -f /usr/share/java/zookeeper.jar ] || need_packages+=(zookeeper)
 command -v etcd >/dev/null 2>&1 || need_packages+=(etcd-server)
+python3 -c "import kazoo" 2>/dev/null || /usr/bin/python3 -c "import kazoo" 2>/dev/null || need_packages+=(python3-kazoo)
 command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || need_packages+=(protobuf-compiler)
 if [ ${#need_packages[@]} -gt 0 ]; then
   echo "test.sh: installing ${need_packages[*]} (needed by the Redis, ZooKeeper and etcd tests)" >&2

@@ -14,14 +14,17 @@
 //!
 //! 1. Make sure `<root>/<lockId>` exists (persistent; parents created as needed; `root` is
 //!    `/locks` by default).
-//! 2. Create an **ephemeral sequential** znode `<root>/<lockId>/lock-` (data: the owner id);
-//!    the server names it `lock-<10-digit sequence>`.
-//! 3. List the children of `<root>/<lockId>`. If ours has the lowest sequence number, the
+//! 2. Create an **ephemeral sequential** znode `<root>/<lockId>/_c_<uuid>-lock-` (data: the
+//!    owner id), a new random UUID per request; the server appends a 10-digit sequence number.
+//!    This is Curator's protected name ([`NodeNaming::Protected`]); with [`NodeNaming::Plain`]
+//!    the seed's `lock-` (below, "Other clients on the same path").
+//! 3. List the children of `<root>/<lockId>`: every child whose name ends in a sequence number
+//!    is a contender, whichever client made it. If ours has the lowest sequence number, the
 //!    lock is ours.
-//! 4. Otherwise set a watch on **only the immediate predecessor** (the child with the greatest
-//!    sequence below ours) with `exists`; if it is already gone go back to 3, else wait for
-//!    the watch to fire and go back to 3. Watching the predecessor rather than the directory
-//!    means a release wakes exactly one waiter: no herd effect.
+//! 4. Otherwise set a watch on **only the immediate predecessor** (the contender with the
+//!    greatest sequence below ours) with `exists`; if it is already gone go back to 3, else
+//!    wait for the watch to fire and go back to 3. Watching the predecessor rather than the
+//!    directory means a release wakes exactly one waiter: no herd effect.
 //! 5. Release: delete our znode. The session's end (close, or expiry after the session timeout
 //!    without heartbeats) deletes it too: that is how a crashed holder frees the lock.
 //!
@@ -30,6 +33,31 @@
 //! lock (not in the seed) first lists the children and returns "not held" at once if there
 //! are any; if there are none it runs steps 2–3 once and, not being first, deletes its znode
 //! and returns "not held".
+//!
+//! ## Other clients on the same path
+//! Other processes may take the same lock through another ZooKeeper client: Apache Curator's
+//! `InterProcessMutex` (Java), kazoo's `Lock` (Python), or the seed's recipe. Each puts its own
+//! text before the sequence number: Curator `_c_<uuid>-lock-<seq>`, kazoo
+//! `<uuid hex>__lock__<seq>`, the seed `lock-<seq>`. The sequence number is the directory's
+//! one counter whoever creates, so it alone orders the queue:
+//! - **Seeing them.** Step 3 takes any child whose name ends in at least ten digits as a
+//!   contender, by those digits, and ignores the text before them. So every client's znode
+//!   queues, and so do the read-lock znodes of Curator's and kazoo's read-write locks, which an
+//!   exclusive lock must wait for too. We wait on a foreign znode exactly as on our own.
+//! - **Being seen.** Curator orders every child by what follows the last `lock-` in its name
+//!   (`standardFixForSorting`): both our forms by their sequence number. kazoo only sees its
+//!   own `__lock__` unless given more patterns: its
+//!   `Lock(client, path, extra_lock_patterns=["lock-"])` (kazoo 2.7.1 and later) sees both our
+//!   forms, and each side then waits for the other in sequence order (`tests/kazoo.rs` runs
+//!   this against kazoo itself). A kazoo lock without the pattern ignores our znodes and takes
+//!   the lock while we hold it: the one thing this crate cannot prevent.
+//! - **Our names.** The default is Curator's protected form, the de-facto standard, which also
+//!   settles a create whose answer was lost (below): the UUID of the request finds its znode.
+//!   Its GUIDs come from the locker's [`Guids`], a seeded generator (seeded from the operating
+//!   system by [`ZkBackend::locker`], or by the caller through [`ZkBackend::locker_with`]), never
+//!   from a global one, so a test's names can be repeated. [`NodeNaming::Plain`] keeps the
+//!   seed's `lock-<seq>` for clients that only recognise it, at the price of failing such a
+//!   create instead.
 //!
 //! ## What a holder is told
 //! The seed warns that after losing its connection for longer than the session timeout a
@@ -59,15 +87,22 @@
 //!   outage returns [`LockError::Backend`] and keeps deleting in the background until it
 //!   succeeds or the session is over; a waiting request dropped or failed mid-wait does the
 //!   same for its znode.
-//! - A **create whose answer is lost** (the connection broke while it was on its way, or no
-//!   answer came within the session timeout) fails with [`LockError::Backend`], yet the server
-//!   may have made the znode; in a session that survives, that orphan would hold the lock
-//!   forever (the restart test hit this). Once connected again the backend deletes every znode
-//!   of its session in that lock's directory that none of its waiters or holders knows (after
-//!   one session timeout when the answer was late rather than lost): Curator's "protected"
-//!   create, by session ownership rather than a name prefix. A concurrent create of the same
-//!   backend for the same lock id whose answer is still on its way can be swept too; its waiter
-//!   then fails with [`LockError::LeaseLost`] ("vanished while waiting").
+//! - A **create whose answer is lost** (the connection broke while it was on its way) may or
+//!   may not have made its znode; in a session that survives, an orphan would hold the lock
+//!   forever (the restart test hit this). With protected names the request, once connected
+//!   again within the session, lists the directory and looks for its own UUID: a znode of its
+//!   session with that name is its place in the queue, taken without creating twice; none
+//!   means the create never landed, so it creates again with the same UUID (up to 3 creates,
+//!   then [`LockError::Backend`]). This is Curator's protection mode (`tests/lost_create.rs`).
+//!   A create with no answer within the session timeout fails with [`LockError::Backend`].
+//!   Either way, one session timeout later (when any such create must have landed) the backend
+//!   deletes any znode with that UUID that the request does not hold. With plain names nothing
+//!   tells the lost znode from a concurrent request's, so the request fails with
+//!   [`LockError::Backend`] and, once connected again (after a session timeout when the answer
+//!   was late rather than lost), the backend deletes every plain znode of its session in that
+//!   lock's directory that none of its waiters or holders knows: a concurrent plain create of
+//!   the same backend for the same lock id whose answer is still on its way can be swept too,
+//!   and its waiter then fails with [`LockError::LeaseLost`] ("vanished while waiting").
 //! - A **waiter** keeps its place across a short outage (the client sets its watch again on
 //!   reconnecting, and a list or watch whose answer was lost with the connection is sent again
 //!   once reconnected within the session). If its session ends while it waits, it fails with
@@ -87,9 +122,10 @@
 //! increasing even if the lock's directory is deleted and recreated.
 //!
 //! ## Invariants
-//! - At most one session holds a lock id: the lowest live sequential child.
+//! - At most one session holds a lock id: the lowest live sequential child, whichever client
+//!   made it.
 //! - A waiter watches one znode, its predecessor; a release wakes one waiter.
-//! - Grants are first come, first served, by creation order.
+//! - Grants are first come, first served, by creation order, across clients.
 //! - A crashed holder's lock is free one session timeout after the server last heard from it
 //!   (rounded up to the server's tick).
 //! - Lock directories are never deleted by this crate (deleting one under a waiter would
@@ -124,6 +160,8 @@ use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
 use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
@@ -135,8 +173,21 @@ use zookeeper_client as zk;
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "zookeeper";
 
-/// Prefix of every lock znode's name; the server appends the sequence number.
-const NODE_PREFIX: &str = "lock-";
+/// The name our lock znodes end in before the sequence number the server appends: the lock name
+/// of Curator's `InterProcessMutex` and of the seed's recipe.
+const NODE_NAME: &str = "lock-";
+
+/// The start of a name made in Curator's protected form, `_c_<uuid>-`.
+const PROTECTED_PREFIX: &str = "_c_";
+
+/// The fewest digits of the sequence number ZooKeeper appends (`%010d` of the directory's
+/// child counter).
+const SEQUENCE_DIGITS: usize = 10;
+
+/// How many creates of one request may lose their answer before the request gives up: each one
+/// is followed by a search for its znode by GUID, so only a connection that breaks again and
+/// again gets this far.
+const PROTECTED_ATTEMPTS: u32 = 3;
 
 fn backend_err(message: impl Display) -> LockError {
     LockError::Backend { backend: BACKEND, message: message.to_string() }
@@ -162,6 +213,94 @@ impl Default for ZkConfig {
             connect_timeout: Duration::from_secs(10),
             root: "/locks".into(),
         }
+    }
+}
+
+/// How a [`ZkLock`] names the znodes it creates. Either way it recognises every contender's
+/// znode, whichever client made it, by the sequence number the name ends in (crate docs, "Other
+/// clients on the same path").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeNaming {
+    /// Curator's protected form, `_c_<uuid>-lock-<sequence>` (the default): what Curator's
+    /// `InterProcessMutex` creates, so that a create whose answer was lost is found again by its
+    /// GUID instead of being made twice. kazoo recognises it when told
+    /// `extra_lock_patterns=["lock-"]`.
+    #[default]
+    Protected,
+    /// The seed's form, `lock-<sequence>`, for a path shared with users of the seed's recipe
+    /// (or earlier versions of this crate) that only recognise that form. A create whose answer
+    /// was lost then fails, and the znode it may have made is deleted in the background.
+    Plain,
+}
+
+/// Where the GUIDs of protected names come from: a generator with a seed, so that a run can be
+/// repeated (a test's names are then the same every time). [`Guids::from_os`] seeds it from the
+/// operating system's randomness, which is what [`ZkBackend::locker`] does.
+///
+/// Clones share one generator, so lockers given clones never make the same GUID. Two
+/// generators given the same seed make the same GUIDs: lockers of one backend must not have
+/// such twins, since after a lost answer a request could take its twin's znode for its own
+/// (share a clone instead). Lockers of different backends may: a znode of another session is
+/// never taken.
+#[derive(Clone)]
+pub struct Guids(Arc<std::sync::Mutex<StdRng>>);
+
+impl Guids {
+    /// A generator seeded with `seed`.
+    pub fn seeded(seed: u64) -> Guids {
+        Guids(Arc::new(std::sync::Mutex::new(StdRng::seed_from_u64(seed))))
+    }
+
+    /// A generator seeded from the operating system's randomness; fails only if the operating
+    /// system has none to give.
+    pub fn from_os() -> Result<Guids, LockError> {
+        let rng = StdRng::try_from_rng(&mut rand::rngs::SysRng).map_err(|e| {
+            LockError::Config(format!(
+                "no randomness from the operating system to seed the GUIDs of protected znode \
+                 names ({e}): give a seed with Guids::seeded"
+            ))
+        })?;
+        Ok(Guids(Arc::new(std::sync::Mutex::new(rng))))
+    }
+
+    /// The next GUID: a random (version 4) UUID, the kind Curator makes.
+    fn next(&self) -> uuid::Uuid {
+        let mut bytes = [0u8; 16];
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).fill_bytes(&mut bytes);
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    }
+
+    /// The start of a protected name with the next GUID: `_c_<uuid>-`, as Curator's
+    /// `ProtectedUtils` writes it.
+    fn protected_tag(&self) -> String {
+        format!("{PROTECTED_PREFIX}{}-", self.next())
+    }
+}
+
+impl std::fmt::Debug for Guids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guids(..)")
+    }
+}
+
+/// Settings of one locker ([`ZkBackend::locker_with`]).
+#[derive(Debug, Clone)]
+pub struct ZkLockOptions {
+    /// How the locker names its znodes (default [`NodeNaming::Protected`]).
+    pub naming: NodeNaming,
+    /// Where the GUIDs of protected names come from.
+    pub guids: Guids,
+}
+
+impl ZkLockOptions {
+    /// Protected names, their GUIDs from `guids`.
+    pub fn new(guids: Guids) -> ZkLockOptions {
+        ZkLockOptions { naming: NodeNaming::default(), guids }
+    }
+
+    /// These options with `naming`.
+    pub fn with_naming(self, naming: NodeNaming) -> ZkLockOptions {
+        ZkLockOptions { naming, ..self }
     }
 }
 
@@ -339,10 +478,17 @@ impl ZkBackend {
         })
     }
 
-    /// A locker for `owner` on this backend's sessions.
+    /// A locker for `owner` on this backend's sessions, with the default [`ZkLockOptions`]:
+    /// Curator's protected names, their GUIDs from a generator seeded from the operating
+    /// system's randomness ([`Guids::from_os`]).
     pub fn locker(&self, owner: &str) -> Result<ZkLock, LockError> {
+        self.locker_with(owner, ZkLockOptions::new(Guids::from_os()?))
+    }
+
+    /// A locker for `owner` on this backend's sessions, with `options`.
+    pub fn locker_with(&self, owner: &str, options: ZkLockOptions) -> Result<ZkLock, LockError> {
         validate_id("owner id", owner)?;
-        Ok(ZkLock { inner: self.inner.clone(), owner: owner.to_string() })
+        Ok(ZkLock { inner: self.inner.clone(), owner: owner.to_string(), options })
     }
 
     /// The session timeout the server granted to the current session.
@@ -371,6 +517,7 @@ impl ZkBackend {
 pub struct ZkLock {
     inner: Arc<Inner>,
     owner: String,
+    options: ZkLockOptions,
 }
 
 impl std::fmt::Debug for ZkLock {
@@ -378,12 +525,26 @@ impl std::fmt::Debug for ZkLock {
         f.debug_struct("ZkLock")
             .field("owner", &self.owner)
             .field("hosts", &self.inner.hosts)
+            .field("naming", &self.options.naming)
             .finish()
     }
 }
 
+/// The sequence number ZooKeeper appended to a child's name: the trailing run of at least
+/// [`SEQUENCE_DIGITS`] ASCII digits, whatever the client that made it put before it (`lock-`,
+/// Curator's `_c_<uuid>-lock-`, kazoo's `<uuid>__lock__`). `None` for a name that does not end
+/// in one, which no sequential create makes.
 fn sequence_of(name: &str) -> Option<i64> {
-    name.strip_prefix(NODE_PREFIX)?.parse().ok()
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits < SEQUENCE_DIGITS {
+        return None;
+    }
+    name[name.len() - digits..].parse().ok()
+}
+
+/// The last component of a znode's path.
+fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Our znode while we wait for the lock. If the waiting future is dropped (cancelled by a
@@ -441,12 +602,14 @@ async fn connected(session: &Session) -> bool {
     true
 }
 
-/// Delete the znodes of `session` in `dir` that no waiter or holder of this backend knows: a
-/// create whose answer was lost (the connection broke, or the answer came too late) may still
-/// have made its znode, and that orphan, in a session that lives on, would block the lock for
-/// good. This is Curator's "protected" create, done by the owning session instead of a name
-/// prefix. `settle` is how long the lost request may still be on its way to the server.
-async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration) {
+/// Delete the znodes of `session` in `dir` whose names start with `prefix` and that no waiter
+/// or holder of this backend knows: a create whose answer was lost (the connection broke, or
+/// the answer came too late) may still have made its znode, and that orphan, in a session that
+/// lives on, would block the lock for good. With a protected create's `_c_<uuid>-` as `prefix`
+/// only that request's znodes are candidates. With the plain `lock-`, every plain znode of the
+/// session is, and a concurrent plain create of the same backend whose answer is still on its
+/// way can be swept too. `settle` is how long the lost request may still be on its way.
+async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration, prefix: String) {
     tokio::time::sleep(settle).await;
     loop {
         if !connected(&session).await {
@@ -459,6 +622,9 @@ async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration) {
             continue;
         };
         for name in children {
+            if !name.starts_with(&prefix) {
+                continue;
+            }
             let path = format!("{dir}/{name}");
             if session.known.lock().unwrap().contains(&path) {
                 continue;
@@ -490,58 +656,185 @@ async fn delete_until_done(session: Arc<Session>, path: String) {
 }
 
 impl ZkLock {
+    /// How this locker names its znodes.
+    pub fn naming(&self) -> NodeNaming {
+        self.options.naming
+    }
+
     fn dir(&self, lock_id: &str) -> String {
         format!("{}/{lock_id}", self.inner.root)
     }
 
-    /// Step 2 (and 1 when the directory is missing): our ephemeral sequential znode.
+    /// Our znode, created: one the backend knows (the orphan sweep leaves it alone), and one
+    /// that is deleted if the request is dropped before it is granted.
+    fn adopt(&self, session: &Arc<Session>, path: String) -> Pending {
+        session.known.lock().unwrap().insert(path.clone());
+        Pending { session: session.clone(), path, armed: true }
+    }
+
+    /// Step 2 (and 1 when the directory is missing): our ephemeral sequential znode, and its
+    /// stat (the fencing token is its `czxid`).
     async fn create_node(
         &self,
         session: &Arc<Session>,
         dir: &str,
-    ) -> Result<(Pending, i64, zk::Stat), LockError> {
-        let prefix = format!("{dir}/{NODE_PREFIX}");
-        let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let client = &session.client;
-        let mut made_dir = false;
-        loop {
-            let created = match session
-                .op("create", &prefix, client.create(&prefix, self.owner.as_bytes(), &ephemeral))
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    // No answer in time: the create may still land; sweep once it must have.
-                    tokio::spawn(sweep_orphans(session.clone(), dir.to_string(), session.timeout));
-                    return Err(e);
+    ) -> Result<(Pending, zk::Stat), LockError> {
+        let NodeNaming::Protected = self.options.naming else {
+            return self.create_plain(session, dir).await;
+        };
+        // A GUID per request, not per locker: two requests of one locker on one lock (from two
+        // tasks) must not take each other's znode for their own.
+        let tag = self.options.guids.protected_tag();
+        let (result, lost) = self.create_protected(session, dir, &tag).await;
+        if lost > 0 {
+            // The search sees every create that reached the server before the connection
+            // broke, as Curator's does; on an ensemble a create that reached only the old
+            // server could still commit after it, and one without an answer in time may still
+            // be on its way. Once such a create must have landed, delete any znode with this
+            // request's GUID other than the one we hold (known, so left alone).
+            tokio::spawn(sweep_orphans(session.clone(), dir.into(), session.timeout, tag));
+        }
+        result
+    }
+
+    /// [`ZkLock::create_node`] in the plain form. A create whose answer is lost may or may not
+    /// have made its znode, and nothing in its name tells it from another request's: the
+    /// request fails, and a sweep deletes the znode once connected again if it was made (and
+    /// any other plain znode of the session no request knows; protected ones are left alone).
+    async fn create_plain(
+        &self,
+        session: &Arc<Session>,
+        dir: &str,
+    ) -> Result<(Pending, zk::Stat), LockError> {
+        let prefix = format!("{dir}/{NODE_NAME}");
+        let sweep = |settle| {
+            tokio::spawn(sweep_orphans(session.clone(), dir.into(), settle, NODE_NAME.into()))
+        };
+        match self.create_in(session, dir, &prefix).await {
+            Ok(Ok((stat, seq))) => Ok((self.adopt(session, format!("{prefix}{seq}")), stat)),
+            Ok(Err(e)) => {
+                if matches!(e, zk::Error::ConnectionLoss) {
+                    sweep(Duration::ZERO);
                 }
-            };
-            match created {
-                Ok((stat, seq)) => {
-                    let path = format!("{prefix}{seq}");
-                    session.known.lock().unwrap().insert(path.clone());
-                    let pending = Pending { session: session.clone(), path, armed: true };
-                    return Ok((pending, seq.into_i64(), stat));
-                }
-                Err(e @ zk::Error::ConnectionLoss) => {
-                    // The server may have made the znode before the connection broke.
-                    tokio::spawn(sweep_orphans(session.clone(), dir.to_string(), Duration::ZERO));
-                    return Err(session.err("create", &prefix, e));
-                }
-                Err(zk::Error::NoNode) if !made_dir => {
-                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                    session
-                        .op("mkdir", dir, client.mkdir(dir, &persistent))
-                        .await?
-                        .map_err(|e| session.err("mkdir", dir, e))?;
-                    made_dir = true;
-                }
-                Err(e) => return Err(session.err("create", &prefix, e)),
+                Err(session.err("create", &prefix, e))
+            }
+            Err(e) => {
+                // No answer in time: the create may still land; sweep once it must have.
+                sweep(session.timeout);
+                Err(e)
             }
         }
     }
 
-    /// Step 3: the sequences of the lock's znodes, ascending.
+    /// [`ZkLock::create_node`] in Curator's protected form, `tag` being `_c_<uuid>-`: after a
+    /// create whose answer was lost with the connection, look for our GUID among the children
+    /// once connected again and take the znode if it is there, else create again with the same
+    /// GUID (Curator's protection mode), at most [`PROTECTED_ATTEMPTS`] times. Also returns how
+    /// many creates lost their answer.
+    async fn create_protected(
+        &self,
+        session: &Arc<Session>,
+        dir: &str,
+        tag: &str,
+    ) -> (Result<(Pending, zk::Stat), LockError>, u32) {
+        let prefix = format!("{dir}/{tag}{NODE_NAME}");
+        let mut lost = 0;
+        loop {
+            match self.create_in(session, dir, &prefix).await {
+                Ok(Ok((stat, seq))) => {
+                    return (Ok((self.adopt(session, format!("{prefix}{seq}")), stat)), lost)
+                }
+                Ok(Err(zk::Error::ConnectionLoss)) => lost += 1,
+                Ok(Err(e)) => return (Err(session.err("create", &prefix, e)), lost),
+                // No answer within the session timeout: a connection that slow is not worth
+                // another try, and the create may still land (the caller sweeps).
+                Err(e) => return (Err(e), lost + 1),
+            }
+            match self.find_protected(session, dir, tag).await {
+                Ok(Some((name, stat))) => {
+                    return (Ok((self.adopt(session, format!("{dir}/{name}")), stat)), lost)
+                }
+                Ok(None) if lost < PROTECTED_ATTEMPTS => {}
+                Ok(None) => {
+                    let why = format!("the connection broke under {lost} creates in a row");
+                    return (Err(session.err("create", &prefix, why)), lost);
+                }
+                Err(e) => return (Err(e), lost),
+            }
+        }
+    }
+
+    /// One ephemeral sequential create of `prefix` (data: the owner id), making the lock's
+    /// directory first if it is missing (step 1): directories are made on first use only, so
+    /// that a lock costs nothing until it is used.
+    async fn create_in(
+        &self,
+        session: &Session,
+        dir: &str,
+        prefix: &str,
+    ) -> Result<Result<(zk::Stat, zk::CreateSequence), zk::Error>, LockError> {
+        let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let create = || {
+            let request = session.client.create(prefix, self.owner.as_bytes(), &ephemeral);
+            session.op("create", prefix, request)
+        };
+        match create().await? {
+            Err(zk::Error::NoNode) => {
+                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                session
+                    .op("mkdir", dir, session.client.mkdir(dir, &persistent))
+                    .await?
+                    .map_err(|e| session.err("mkdir", dir, e))?;
+                create().await
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// After a create whose answer was lost: the znode it made, found by the request's GUID
+    /// (`tag`, `_c_<uuid>-`), with its stat; `None` if the server never made it. The list is
+    /// sent once the client has reconnected within the session ([`Session::read`]).
+    async fn find_protected(
+        &self,
+        session: &Session,
+        dir: &str,
+        tag: &str,
+    ) -> Result<Option<(String, zk::Stat)>, LockError> {
+        let children = match session.read("list", dir, || session.client.list_children(dir)).await?
+        {
+            Ok(c) => c,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(session.err("list", dir, e)),
+        };
+        // A znode another request of this backend holds is not ours, even with our GUID (lockers
+        // given the same seed make the same GUIDs): a cheap guard, not a full one (see Guids).
+        let known =
+            |name: &String| session.known.lock().unwrap().contains(&format!("{dir}/{name}"));
+        let Some(name) = children.into_iter().find(|c| c.starts_with(tag) && !known(c)) else {
+            return Ok(None);
+        };
+        let path = format!("{dir}/{name}");
+        match session.read("stat", &path, || session.client.check_stat(&path)).await? {
+            // Every request of ours runs on one session, so the znode is of this one; checked
+            // all the same, as Curator does, since a znode of another session is not our place.
+            Ok(Some(stat)) if stat.ephemeral_owner == session.client.session_id().0 => {
+                Ok(Some((name, stat)))
+            }
+            Ok(Some(_)) => Err(session.err(
+                "create",
+                &path,
+                "the znode with this request's GUID belongs to another session",
+            )),
+            // Deleted since the list (by hand): not there, so create again.
+            Ok(None) => Ok(None),
+            Err(e) => Err(session.err("stat", &path, e)),
+        }
+    }
+
+    /// Step 3: every contender's znode in the lock's directory, whichever client made it, by
+    /// ascending sequence number (children whose names end in no sequence number are no
+    /// contenders). Sequence numbers are unique in a directory; the name only breaks the tie
+    /// that never happens, so that the order is total.
     async fn queue(&self, session: &Session, dir: &str) -> Result<Vec<(i64, String)>, LockError> {
         let children = match session.read("list", dir, || session.client.list_children(dir)).await?
         {
@@ -654,7 +947,8 @@ impl Locker for ZkLock {
         }
         };
         let dir = self.dir(lock_id);
-        let (pending, seq, stat) = self.create_node(&session, &dir).await?;
+        let (pending, stat) = self.create_node(&session, &dir).await?;
+        let ours = name_of(&pending.path).to_string();
         loop {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return timed_out(pending).await;
@@ -667,7 +961,7 @@ impl Locker for ZkLock {
                 Err(_) if session.is_over() => return Err(place_lost(&pending)),
                 Err(e) => return Err(e),
             };
-            if !queue.iter().any(|(s, _)| *s == seq) {
+            let Some(place) = queue.iter().position(|(_, name)| *name == ours) else {
                 return Err(LockError::LeaseLost {
                     lock_id: lock_id.to_string(),
                     reason: format!(
@@ -675,8 +969,10 @@ impl Locker for ZkLock {
                         pending.path
                     ),
                 });
-            }
-            let Some((_, predecessor)) = queue.iter().take_while(|(s, _)| *s < seq).last() else {
+            };
+            // Our immediate predecessor: the contender with the greatest sequence below ours,
+            // whichever client made it.
+            let Some((_, predecessor)) = place.checked_sub(1).map(|p| &queue[p]) else {
                 return Ok(self.grant(lock_id, pending, &stat));
             };
             let pred = format!("{dir}/{predecessor}");
@@ -718,13 +1014,52 @@ impl Locker for ZkLock {
         if !self.queue(&session, &dir).await?.is_empty() {
             return Ok(None);
         }
-        let (pending, seq, stat) = self.create_node(&session, &dir).await?;
+        let (pending, stat) = self.create_node(&session, &dir).await?;
         let queue = self.queue(&session, &dir).await?;
-        if queue.first().is_some_and(|(s, _)| *s == seq) {
+        if queue.first().is_some_and(|(_, name)| name == name_of(&pending.path)) {
             Ok(Some(self.grant(lock_id, pending, &stat)))
         } else {
             pending.delete().await?;
             Ok(None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_clients_names_are_ordered_by_the_sequence_they_end_in() {
+        let names = [
+            ("lock-0000000007", Some(7)),
+            ("_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-lock-0000000003", Some(3)),
+            ("8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__lock__0000000012", Some(12)),
+            // Curator's read-write lock and kazoo's read lock: contenders too (an exclusive lock
+            // excludes them all).
+            ("_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-__READ__0000000004", Some(4)),
+            ("8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__rlock__0000000005", Some(5)),
+            // A 64-bit sequence, as ZOOKEEPER-4706 proposes (19 digits).
+            ("lock-0000000004294967296", Some(4_294_967_296)),
+            // Not made by a sequential create: no place in the queue.
+            ("lock-", None),
+            ("lock-123456789", None),
+            ("config", None),
+            ("", None),
+        ];
+        for (name, seq) in names {
+            assert_eq!(sequence_of(name), seq, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_protected_form_is_curators() {
+        // Curator's ProtectedUtils: "_c_", a UUID's canonical text (36 characters), "-".
+        let tag = Guids::seeded(1).protected_tag();
+        assert_eq!(tag.len(), 3 + 36 + 1);
+        assert!(tag.starts_with("_c_") && tag.ends_with('-'), "{tag}");
+        let name = format!("{tag}{NODE_NAME}0000000042");
+        assert_eq!(sequence_of(&name), Some(42));
+        assert_eq!(name_of(&format!("/locks/x/{name}")), name);
     }
 }

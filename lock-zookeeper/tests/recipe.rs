@@ -5,7 +5,7 @@
 mod support;
 
 use lock_core::{LeaseState, LockError, LockGuard, Locker};
-use lock_zookeeper::{ZkBackend, ZkConfig};
+use lock_zookeeper::{Guids, NodeNaming, ZkBackend, ZkConfig, ZkLockOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,9 +22,11 @@ async fn raw() -> zk::Client {
         .unwrap()
 }
 
+/// The children of `dir` in queue order: by the sequence their names end in (names have
+/// different prefixes, each a new UUID, so their text order is not the queue's).
 async fn children(raw: &zk::Client, dir: &str) -> Vec<String> {
     let mut c = raw.list_children(dir).await.unwrap_or_default();
-    c.sort();
+    c.sort_by(|a, b| a[a.len() - 10..].cmp(&b[b.len() - 10..]));
     c
 }
 
@@ -65,7 +67,7 @@ async fn znodes_are_ephemeral_sequential_children_of_the_lock_dir() {
     let g = backend.locker("a").unwrap().lock("invoice-42", None).await.unwrap();
     let kids = children(&raw, &dir).await;
     assert_eq!(kids.len(), 1, "{kids:?}");
-    assert!(kids[0].starts_with("lock-") && kids[0].len() == "lock-".len() + 10, "{kids:?}");
+    assert!(is_protected(&kids[0]), "Curator's protected form by default: {kids:?}");
     let (data, stat) = raw.get_data(&format!("{dir}/{}", kids[0])).await.unwrap();
     assert_eq!(data, b"a", "a znode's data is its owner id");
     assert_ne!(stat.ephemeral_owner, 0, "lock znodes are ephemeral");
@@ -73,6 +75,50 @@ async fn znodes_are_ephemeral_sequential_children_of_the_lock_dir() {
     g.release().await.unwrap();
     assert!(children(&raw, &dir).await.is_empty(), "release deletes the znode");
     assert!(raw.check_stat(&dir).await.unwrap().is_some(), "the lock dir stays");
+}
+
+/// Curator's protected form: `_c_`, a UUID (36 characters), `-lock-`, a 10-digit sequence.
+fn is_protected(name: &str) -> bool {
+    let (tag, rest) = name.split_at_checked(3 + 36 + 1).unwrap_or(("", ""));
+    tag.starts_with("_c_")
+        && tag.ends_with('-')
+        && rest
+            .strip_prefix("lock-")
+            .is_some_and(|seq| seq.len() == 10 && seq.parse::<u32>().is_ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_naming_makes_the_seeds_names() {
+    let fx = ZkFixture::new("plain", SESSION).await;
+    let backend = fx.backend("a").await;
+    let raw = raw().await;
+    let options = ZkLockOptions::new(Guids::seeded(1)).with_naming(NodeNaming::Plain);
+    let locker = backend.locker_with("a", options).unwrap();
+    assert_eq!(locker.naming(), NodeNaming::Plain);
+    let g = locker.lock("p", None).await.unwrap();
+    let kids = children(&raw, &backend.lock_dir("p")).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert!(kids[0].starts_with("lock-") && kids[0].len() == "lock-".len() + 10, "{kids:?}");
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_names_come_from_the_injected_seed() {
+    let fx = ZkFixture::new("seeded", SESSION).await;
+    let raw = raw().await;
+    // The GUID of each name: everything before `lock-<sequence>`.
+    let mut tags = Vec::new();
+    for (name, seed) in [("a", 7), ("b", 7), ("c", 8)] {
+        let locker =
+            fx.backend(name).await.locker_with(name, ZkLockOptions::new(Guids::seeded(seed)));
+        let g = locker.unwrap().lock(name, None).await.unwrap();
+        let kids = children(&raw, &format!("{}/{name}", fx.root())).await;
+        assert!(kids.len() == 1 && is_protected(&kids[0]), "{kids:?}");
+        tags.push(kids[0][..40].to_string());
+        g.release().await.unwrap();
+    }
+    assert_eq!(tags[0], tags[1], "the same seed makes the same GUIDs");
+    assert_ne!(tags[0], tags[2], "another seed, other GUIDs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,7 +154,9 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
     // Every znode but the last is watched by exactly one session (its successor's), and
     // nobody watches the directory's children: a release wakes one waiter, not all.
     let prefix = fx.root().to_string();
-    let expected: Vec<String> = queue[..waiters].iter().map(|n| format!("{dir}/{n}")).collect();
+    // (As sets: the watches come sorted by path, which is not queue order.)
+    let expected: std::collections::BTreeSet<String> =
+        queue[..waiters].iter().map(|n| format!("{dir}/{n}")).collect();
     wait_for(
         || watches_under(&prefix).len() == waiters,
         Duration::from_secs(5),
@@ -116,7 +164,11 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
     )
     .await;
     let watches = watches_under(&prefix);
-    assert_eq!(watches.keys().cloned().collect::<Vec<_>>(), expected, "watched paths: {watches:?}");
+    assert_eq!(
+        watches.keys().cloned().collect::<std::collections::BTreeSet<_>>(),
+        expected,
+        "watched paths: {watches:?}"
+    );
     for (path, sessions) in &watches {
         assert_eq!(sessions.len(), 1, "{path} watched by {sessions:?}");
     }

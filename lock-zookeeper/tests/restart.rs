@@ -160,7 +160,7 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
     let port = server.port;
     tokio::time::timeout(Duration::from_secs(20), async {
         while !test_servers::four_letter(port, "wchp")
-            .is_some_and(|w| w.contains(&format!("{dir}/lock-")))
+            .is_some_and(|w| w.contains(&format!("{dir}/_c_")))
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
