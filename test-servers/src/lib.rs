@@ -28,16 +28,22 @@
 //!   crash or a partition would) or pause (as a stalled process or network would).
 #![deny(missing_docs)]
 
+mod cluster;
 mod etcd;
+mod origin;
 mod process;
 mod proxy;
 mod redis;
 mod silent;
 mod zookeeper;
 
-pub use etcd::{shared_etcd, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS};
+pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Layout, Server, Start};
+pub use etcd::{
+    etcd_post, shared_etcd, Etcd, EtcdCluster, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
+};
 pub use process::free_port;
-pub use proxy::Proxy;
+pub use process::Launch;
+pub use proxy::{Proxy, Rewrite};
 pub use redis::{shared_redis, RedisServer};
 pub use silent::SilentServer;
 pub use zookeeper::{
