@@ -47,8 +47,8 @@ pub use proxy::{Proxy, Rewrite};
 pub use redis::{shared_redis, RedisServer};
 pub use silent::SilentServer;
 pub use zookeeper::{
-    four_letter, shared_zookeeper, shared_zookeeper_with, ZkServer, ZK_DEFAULT_CLASSPATH,
-    ZK_TICK_MS,
+    four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,
+    ZK_DEFAULT_CLASSPATH, ZK_TICK_MS,
 };
 
 /// What a test that cannot start a server tells its reader to do.
