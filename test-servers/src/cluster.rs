@@ -64,7 +64,11 @@ impl Layout {
     }
 
     /// Fresh, distinct loopback ports for `members` × `roles` listeners.
-    fn fresh_ports(members: usize, roles: usize, taken: &mut BTreeSet<u16>) -> Vec<Vec<u16>> {
+    pub(crate) fn fresh_ports(
+        members: usize,
+        roles: usize,
+        taken: &mut BTreeSet<u16>,
+    ) -> Vec<Vec<u16>> {
         (0..members)
             .map(|_| {
                 (0..roles)
@@ -146,11 +150,11 @@ pub trait ClusterEngine: Send + Sync + Sized + 'static {
         Rewrite::Keep
     }
 
-    /// Start the processes that serve beside the members (Redis's Sentinels), once every
-    /// member answers; `deadline` is the cluster's to form.
-    fn companions(&self, cluster: &Cluster<Self>, deadline: Instant) -> Result<(), String> {
-        let _ = (cluster, deadline);
-        Ok(())
+    /// The processes that serve beside the members (Redis's Sentinels), started once every
+    /// member answers. Default: none.
+    fn companions(&self, cluster: &Cluster<Self>) -> Result<Vec<Companion>, String> {
+        let _ = cluster;
+        Ok(Vec::new())
     }
 
     /// Who leads, as the cluster itself says (its members, its Sentinels); `None` while it
@@ -180,6 +184,22 @@ impl ClusterOptions {
     pub fn new(members: usize) -> ClusterOptions {
         ClusterOptions { members, deadline: None, program: None }
     }
+}
+
+/// A process that serves beside a cluster's members (a Redis Sentinel): started once the
+/// members answer, killed with the cluster; it has no proxies and no faults, and reaches the
+/// members at their proxies like any client.
+pub struct Companion {
+    /// How it is spawned and recognised as ready.
+    pub launch: &'static Launch,
+    /// Its name in messages ("Sentinel 2").
+    pub label: String,
+    /// Its own directory, inside the cluster's [`Cluster::root`]: it runs and logs there.
+    pub dir: PathBuf,
+    /// The loopback port it answers on.
+    pub port: u16,
+    /// What starts it.
+    pub command: Command,
 }
 
 /// The faults in force, from which every proxy's links follow.
@@ -227,6 +247,8 @@ pub struct Cluster<E: ClusterEngine> {
     engine: Arc<E>,
     layout: Arc<Layout>,
     members: Vec<Mutex<Member>>,
+    /// What runs beside the members ([`ClusterEngine::companions`]).
+    companions: Vec<Process>,
     /// `proxies[i][role]`: member `i`'s.
     proxies: Vec<Vec<Proxy>>,
     origins: Arc<Origins>,
@@ -339,10 +361,11 @@ impl<E: ClusterEngine> Cluster<E> {
             origins.set(i, process.pid());
             members.push(Mutex::new(Member { process, paused: false }));
         }
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             engine,
             layout,
             members,
+            companions: Vec::new(),
             proxies,
             origins,
             faults: Mutex::default(),
@@ -350,43 +373,46 @@ impl<E: ClusterEngine> Cluster<E> {
             program: options.program.clone(),
             runtime: Some(runtime),
         };
-        cluster.wait_formed(started, deadline)?;
-        Ok(cluster)
-    }
-
-    /// Wait until every member answers, the companions run, and the engine says the cluster
-    /// formed; past `deadline`, say what is missing.
-    fn wait_formed(&self, started: Instant, deadline: Instant) -> Result<(), String> {
-        let name = E::LAUNCH.name;
-        let n = self.members.len();
         let too_late = |what: String| {
             let secs = started.elapsed().as_secs();
             format!("the {name} cluster of {n} did not form within {secs} s: {what}")
         };
+        cluster.wait_members(started, deadline).map_err(too_late)?;
+        cluster.start_companions(started, deadline).map_err(too_late)?;
         loop {
-            let mut waiting = Vec::new();
-            for m in &self.members {
-                let mut m = lock(m);
-                if !m.process.poll_ready()? {
-                    waiting.push(m.process.not_ready(started.elapsed()));
-                }
-            }
-            if waiting.is_empty() {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(too_late(waiting.join("; ")));
-            }
-            std::thread::sleep(E::LAUNCH.poll);
-        }
-        self.engine.companions(self, deadline).map_err(too_late)?;
-        loop {
-            match self.engine.formed(self) {
-                Ok(()) => return Ok(()),
+            match cluster.engine.formed(&cluster) {
+                Ok(()) => return Ok(cluster),
                 Err(why) if Instant::now() > deadline => return Err(too_late(why)),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    /// Wait until every member answers; past `deadline`, say which do not.
+    fn wait_members(&self, started: Instant, deadline: Instant) -> Result<(), String> {
+        let mut members: Vec<MutexGuard<'_, Member>> = self.members.iter().map(lock).collect();
+        let mut processes: Vec<&mut Process> = members.iter_mut().map(|m| &mut m.process).collect();
+        wait_all(&mut processes, started, deadline)
+    }
+
+    /// Start the engine's companions and wait until they answer.
+    fn start_companions(&mut self, started: Instant, deadline: Instant) -> Result<(), String> {
+        for c in self.engine.companions(self)? {
+            let (label, launch, dir) = (c.label, c.launch, c.dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{label}: {e}"))?;
+            let (command, cwd) = (c.command, dir.clone());
+            let process = launch
+                .spawn_unready(label.clone(), move || rebuild(&command, &cwd, None), dir, c.port)
+                .map_err(|e| format!("{label}: {e}"))?;
+            self.companions.push(process);
+        }
+        let mut processes: Vec<&mut Process> = self.companions.iter_mut().collect();
+        wait_all(&mut processes, started, deadline)
+    }
+
+    /// The loopback addresses the companions answer on ([`ClusterEngine::companions`]).
+    pub fn companion_addrs(&self) -> Vec<SocketAddr> {
+        self.companions.iter().map(|c| SocketAddr::from(([127, 0, 0, 1], c.port()))).collect()
     }
 
     /// The engine's part (its settings, and what it started beside the members).
@@ -626,6 +652,30 @@ impl<E: ClusterEngine> Cluster<E> {
     }
 }
 
+/// Wait until every one of `processes` answers; an error as soon as one exits, or naming
+/// those that do not answer once `deadline` passed.
+fn wait_all(
+    processes: &mut [&mut Process],
+    started: Instant,
+    deadline: Instant,
+) -> Result<(), String> {
+    loop {
+        let mut waiting = Vec::new();
+        for p in processes.iter_mut() {
+            if !p.poll_ready()? {
+                waiting.push(p.not_ready(started.elapsed()));
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(waiting.join("; "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A copy of `command` (its program, arguments and environment) to run in `dir`, with
 /// `program` instead of its own: a `Command` cannot be cloned, and a member's is needed again
 /// at every restart.
@@ -647,6 +697,9 @@ impl<E: ClusterEngine> Drop for Cluster<E> {
         // Members first (a paused one too: SIGKILL needs no cooperation), so that no proxy
         // outlives a member's last word; then the proxies' runtime, without blocking on it
         // (this may run inside another runtime).
+        // Companions before members: a Sentinel that outlived its master would only
+        // start a failover nobody watches.
+        self.companions.clear();
         for m in self.members.drain(..) {
             drop(m);
         }

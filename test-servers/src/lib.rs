@@ -37,14 +37,17 @@ mod redis;
 mod silent;
 mod zookeeper;
 
-pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Layout, Server, Start};
+pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
 pub use etcd::{
     etcd_post, shared_etcd, Etcd, EtcdCluster, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
 };
 pub use process::free_port;
 pub use process::Launch;
 pub use proxy::{Proxy, Rewrite};
-pub use redis::{shared_redis, RedisServer};
+pub use redis::{
+    redis_call, shared_redis, Redis, RedisCluster, RedisServer, Reply, REDIS_MASTER_NAME,
+    SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
+};
 pub use silent::SilentServer;
 pub use zookeeper::{
     four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,
@@ -53,4 +56,4 @@ pub use zookeeper::{
 
 /// What a test that cannot start a server tells its reader to do.
 pub const INSTALL_HINT: &str =
-    "install it with `apt-get install -y redis-server zookeeper etcd-server` (or run `scripts/test-servers.sh install`)";
+    "install it with `apt-get install -y redis-server redis-sentinel zookeeper etcd-server` (`scripts/test.sh` installs them before it runs the tests)";

@@ -197,6 +197,11 @@ impl Process {
         Ok(())
     }
 
+    /// The loopback port it answers on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Its process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.held.as_ref().map(|h| h.child.id())
@@ -368,11 +373,6 @@ pub(crate) fn try_with_retries<S>(
         }
     }
     Err(format!("could not start {name}: {last}"))
-}
-
-/// [`try_with_retries`], panicking with its error: for tests.
-pub(crate) fn with_retries<S>(name: &str, try_start: impl FnMut() -> Result<S, String>) -> S {
-    try_with_retries(name, try_start).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// One server per test binary, spawned from a thread (named `thread`) that lives as long as

@@ -2,7 +2,7 @@
 //! leader when the leader is killed or cut off from its peers and clients.
 
 use std::time::{Duration, Instant};
-use test_servers::{etcd_post, EtcdCluster};
+use test_servers::{etcd_post, Cluster, ClusterOptions, Etcd, EtcdCluster, INSTALL_HINT};
 
 /// Long enough for an election (500 ms timeout) and the leader probes after it.
 const ELECTION: Duration = Duration::from_secs(10);
@@ -101,4 +101,16 @@ fn a_member_restarted_without_its_data_rejoins() {
     // A new member with an empty log, caught up by the leader: it serves writes again.
     let answer = put(&cluster, follower, "k", "w").unwrap();
     assert!(answer.contains("\"revision\""), "put through the rejoined member: {answer}");
+}
+
+#[test]
+fn a_missing_program_fails_fast_naming_what_to_install() {
+    let started = Instant::now();
+    let mut options = ClusterOptions::new(3);
+    options.program = Some("/nonexistent/etcd".into());
+    let Err(error) = Cluster::launch(Etcd::default(), &options) else {
+        panic!("a cluster formed without its program");
+    };
+    assert!(error.contains("etcd member 0") && error.contains(INSTALL_HINT), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
 }
