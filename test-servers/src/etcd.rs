@@ -149,6 +149,9 @@ impl ClusterEngine for Etcd {
             // wiped: etcd's check refuses them until the leader has been connected to a
             // quorum for 5 s, longer than a young test cluster has lived.
             .arg("--strict-reconfig-check=false")
+            // A member that comes back (restarted, healed, resumed) asks before it campaigns,
+            // instead of deposing a leader with a higher term: etcd 3.5's default.
+            .arg("--pre-vote=true")
             .args(["--logger", "zap", "--log-level", "warn"]);
         Ok(cmd)
     }

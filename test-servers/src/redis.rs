@@ -16,8 +16,11 @@ use std::time::Duration;
 pub const REDIS_MASTER_NAME: &str = "lockbench";
 /// How long a Sentinel waits for an answer from an instance before it deems it down: a
 /// killed, paused or cut-off master is failed over about this long after, plus a Sentinel
-/// election (Redis's default is 30 s).
-pub const SENTINEL_DOWN_AFTER_MS: u64 = 1000;
+/// election (Redis's default is 30 s). Not less than 2 s: a Sentinel pings every
+/// `min(this, 1 s)` and starts the clock of a new master's link when it switches to it, before
+/// its first ping, so at 1 s a master promoted a moment ago was deemed down before it was
+/// ever asked, and failed over again.
+pub const SENTINEL_DOWN_AFTER_MS: u64 = 2000;
 /// The Sentinels' failover timeout: how long a failover may take before another Sentinel
 /// tries again (twice this), and how long replicas have to follow a new master.
 pub const SENTINEL_FAILOVER_TIMEOUT_MS: u64 = 3000;

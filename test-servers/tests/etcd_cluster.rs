@@ -1,6 +1,8 @@
 //! A 3-member etcd cluster behind its proxies: it forms, says who leads, and elects another
 //! leader when the leader is killed or cut off from its peers and clients.
 
+mod support;
+
 use std::time::{Duration, Instant};
 use test_servers::{etcd_post, Cluster, ClusterOptions, Etcd, EtcdCluster, INSTALL_HINT};
 
@@ -35,59 +37,36 @@ fn a_killed_leader_is_replaced_and_comes_back_as_a_follower() {
     let started = Instant::now();
     let cluster = EtcdCluster::start(3);
     eprintln!("etcd cluster of 3 formed in {:?}", started.elapsed());
-    assert_eq!(cluster.direct_links(), Vec::<(usize, usize)>::new(), "peers bypass the proxies");
-    let leader = cluster.wait_for_leader(ELECTION).unwrap();
+    let leader = support::formed(&cluster, ELECTION);
     let answer = put(&cluster, leader, "k", "v").unwrap();
     assert!(answer.contains("\"revision\""), "put: {answer}");
 
-    cluster.kill(leader);
-    let next = cluster.wait_for_new_leader(leader, ELECTION).unwrap();
-    assert_ne!(next, leader);
-    assert!(put(&cluster, next, "k", "w").unwrap().contains("\"revision\""));
+    let (old, new) = support::kill_leader(&cluster, ELECTION);
+    assert!(put(&cluster, new, "k", "w").unwrap().contains("\"revision\""));
 
-    cluster.restart(leader).unwrap();
-    assert_eq!(
-        cluster.wait_for_leader(ELECTION).unwrap(),
-        next,
-        "a rejoining member deposes no one"
-    );
+    cluster.restart(old).unwrap();
+    assert_eq!(cluster.wait_for_leader(ELECTION).unwrap(), new, "pre-vote: no one deposed");
     eprintln!("etcd kill test took {:?}", started.elapsed());
 }
 
 #[test]
 fn a_leader_cut_off_from_peers_and_clients_loses_the_lead() {
     let cluster = EtcdCluster::start(3);
-    let leader = cluster.wait_for_leader(ELECTION).unwrap();
-    cluster.cut_off(leader);
-    let next = cluster.wait_for_new_leader(leader, ELECTION).unwrap();
-    assert!(
-        put(&cluster, leader, "k", "v").is_err_and_cut(),
-        "the cut-off member's clients are cut"
-    );
-    assert!(put(&cluster, next, "k", "v").unwrap().contains("\"revision\""));
-    cluster.heal(leader);
+    let (old, new) = support::cut_off_leader(&cluster, ELECTION);
+    // The proxy accepts and closes at once: an error, or an empty answer.
+    let answer = put(&cluster, old, "k", "v");
+    assert!(answer.as_ref().map_or(true, String::is_empty), "its clients are cut: {answer:?}");
+    assert!(put(&cluster, new, "k", "v").unwrap().contains("\"revision\""));
+    cluster.heal(old);
     assert!(cluster.wait_for_leader(ELECTION).is_ok());
-}
-
-trait CutAnswer {
-    fn is_err_and_cut(&self) -> bool;
-}
-
-impl CutAnswer for std::io::Result<String> {
-    /// The proxy accepts and closes at once: an error, or an empty answer.
-    fn is_err_and_cut(&self) -> bool {
-        self.as_ref().map_or(true, |a| a.is_empty())
-    }
 }
 
 #[test]
 fn a_paused_leader_is_replaced() {
     let cluster = EtcdCluster::start(3);
-    let leader = cluster.wait_for_leader(ELECTION).unwrap();
-    cluster.pause(leader).unwrap();
-    let next = cluster.wait_for_new_leader(leader, ELECTION).unwrap();
-    assert_ne!(next, leader);
-    cluster.resume(leader).unwrap();
+    let (old, _) = support::pause_leader(&cluster, ELECTION);
+    cluster.resume(old).unwrap();
+    assert!(cluster.wait_for_leader(ELECTION).is_ok());
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! the master is killed or cut off; a replication link that can be held back alone; and 5
 //! independent masters for Redlock.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use test_servers::{redis_call, RedisCluster, Reply};
@@ -36,19 +38,10 @@ fn sentinel_promotes_a_replica_when_the_master_is_killed() {
     let started = Instant::now();
     let cluster = RedisCluster::sentinel(2, 3);
     eprintln!("Redis master + 2 replicas + 3 Sentinels formed in {:?}", started.elapsed());
-    assert_eq!(
-        cluster.direct_links(),
-        Vec::<(usize, usize)>::new(),
-        "replication bypasses the proxies"
-    );
-    let master = cluster.wait_for_leader(FAILOVER).unwrap();
-    assert_eq!(master, 0);
+    assert_eq!(support::formed(&cluster, FAILOVER), 0, "member 0 starts as the master");
     assert_eq!(call(cluster.client_addr(0), &["SET", "k", "v"]), Reply::Status("OK".into()));
 
-    cluster.kill(master);
-    let killed = Instant::now();
-    let next = cluster.wait_for_new_leader(master, FAILOVER).unwrap();
-    eprintln!("Sentinel promoted member {next} {:?} after the kill", killed.elapsed());
+    let (master, next) = support::kill_leader(&cluster, FAILOVER);
     eventually(FAILOVER, "the promoted replica's ROLE master", || role(&cluster, next) == "master");
     assert_eq!(call(cluster.client_addr(next), &["GET", "k"]), Reply::Bulk("v".into()));
 
@@ -64,14 +57,21 @@ fn sentinel_promotes_a_replica_when_the_master_is_killed() {
 #[test]
 fn sentinel_promotes_a_replica_when_the_master_is_cut_off() {
     let cluster = RedisCluster::sentinel(2, 3);
-    let master = cluster.wait_for_leader(FAILOVER).unwrap();
-    cluster.cut_off(master);
+    let (master, next) = support::cut_off_leader(&cluster, FAILOVER);
     assert!(redis_call(cluster.client_addr(master), &["PING"]).is_err(), "its clients are cut");
-    let next = cluster.wait_for_new_leader(master, FAILOVER).unwrap();
     eventually(FAILOVER, "the promoted replica's ROLE master", || role(&cluster, next) == "master");
     // Cut off, the old master still believes it is one: the split brain Redis allows.
     assert_eq!(role(&cluster, master), "master");
     cluster.heal(master);
+    eventually(FAILOVER, "the old master turned replica", || role(&cluster, master) == "slave");
+}
+
+#[test]
+fn sentinel_promotes_a_replica_when_the_master_is_paused() {
+    let cluster = RedisCluster::sentinel(2, 3);
+    let (master, next) = support::pause_leader(&cluster, FAILOVER);
+    eventually(FAILOVER, "the promoted replica's ROLE master", || role(&cluster, next) == "master");
+    cluster.resume(master).unwrap();
     eventually(FAILOVER, "the old master turned replica", || role(&cluster, master) == "slave");
 }
 
