@@ -57,8 +57,8 @@ impl Layout {
         self.reach[member][role]
     }
 
-    /// A name of this cluster unique on the machine (etcd's cluster token, Sentinel's
-    /// master name suffix), so that two clusters never take each other's members.
+    /// A name of this cluster unique on the machine (etcd's cluster token), so that two
+    /// clusters never take each other's members.
     pub fn token(&self) -> &str {
         &self.token
     }
@@ -725,6 +725,31 @@ pub struct Server<E: ClusterEngine> {
     pub port: u16,
     layout: Layout,
     engine: E,
+}
+
+impl<E: ClusterEngine + Default> Cluster<E> {
+    /// Start a cluster of `members` of the engine's default configuration and wait until it
+    /// formed (the engine's [`ClusterEngine::FORMATION`] at most), or panic saying why, or
+    /// what to install: for tests; [`Cluster::launch`] returns the error.
+    pub fn start(members: usize) -> Self {
+        Cluster::launch(E::default(), &ClusterOptions::new(members))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl<E: ClusterEngine + Default + Clone> Server<E> {
+    /// Start a server of the engine's default configuration and wait until it answers (the
+    /// engine's [`Launch::deadline`], on the third set of ports at the latest), or panic
+    /// saying why, or what to install.
+    pub fn start() -> Self {
+        Self::launch().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Server::start`], returning why it could not start (what to install, when the
+    /// program is missing) instead of panicking: for a benchmark binary.
+    pub fn launch() -> Result<Self, String> {
+        Server::launch_engine(E::default())
+    }
 }
 
 impl<E: ClusterEngine + Clone> Server<E> {

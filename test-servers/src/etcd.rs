@@ -1,7 +1,7 @@
 //! etcd: a cluster of members ([`EtcdCluster`]) or a server of one ([`EtcdServer`]), both
 //! configured by [`Etcd`].
 
-use crate::cluster::{Cluster, ClusterEngine, ClusterOptions, Layout, Server, Start};
+use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::{keep, Launch};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -202,18 +202,6 @@ impl ClusterEngine for Etcd {
 }
 
 impl Server<Etcd> {
-    /// Start a member (it answers `GET /health` within 30 s, on the third pair of ports at the
-    /// latest), or panic saying why, or what to install.
-    pub fn start() -> EtcdServer {
-        Self::launch().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// [`EtcdServer::start`], returning why it could not start (what to install, when `etcd`
-    /// is missing) instead of panicking: for a benchmark binary.
-    pub fn launch() -> Result<EtcdServer, String> {
-        Server::launch_engine(Etcd::default())
-    }
-
     /// The loopback port of the member's peer URL (unused by clients; a cluster of one).
     pub fn peer_port(&self) -> u16 {
         self.layout().listen(0, PEER)
@@ -226,14 +214,6 @@ impl Server<Etcd> {
 }
 
 impl Cluster<Etcd> {
-    /// Start a cluster of `members` members and wait until it has a leader (20 s at most),
-    /// or panic saying why, or what to install: for tests; [`Cluster::launch`] returns the
-    /// error.
-    pub fn start(members: usize) -> EtcdCluster {
-        Cluster::launch(Etcd::default(), &ClusterOptions::new(members))
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// The client URLs of every member (`http://127.0.0.1:<client proxy port>`), as etcd
     /// clients take them.
     pub fn endpoints(&self) -> Vec<String> {

@@ -54,7 +54,7 @@ pub type RedisCluster = Cluster<Redis>;
 
 /// The Redis engine: persistence, and how many Sentinels watch a cluster of it (0: its members
 /// are independent masters).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Redis {
     persistent: bool,
     sentinels: usize,

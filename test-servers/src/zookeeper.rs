@@ -1,7 +1,7 @@
 //! ZooKeeper (the Debian package's jars on `java`): an ensemble ([`ZkCluster`]) or a
 //! standalone server ([`ZkServer`]), both configured by [`Zk`].
 
-use crate::cluster::{Cluster, ClusterEngine, ClusterOptions, Layout, Server, Start};
+use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::{keep, Launch};
 use crate::proxy::Rewrite;
 use crate::INSTALL_HINT;
@@ -36,7 +36,8 @@ const ELECTION: usize = 2;
 /// creations and closes included) to its log before it answers, and a restarted standalone
 /// server reloads its sessions from the snapshot and log and gives each of them a whole session
 /// timeout again: a client that reconnects within that time keeps its session, its ephemeral
-/// znodes and its watches.
+/// znodes and its watches. The tick is [`ZK_TICK_MS`]; granted session timeouts range from 2
+/// ticks to 60 s.
 ///
 /// [`ZkServer::stop`]: Server::stop
 /// [`ZkServer::start_again`]: Server::start_again
@@ -206,19 +207,6 @@ fn election_handshake(layout: &Layout, first: &[u8]) -> Rewrite {
 }
 
 impl Server<Zk> {
-    /// Start a server (it answers `ruok` within 60 s, on the third port at the latest), or
-    /// panic saying why, or what to install. The tick is [`ZK_TICK_MS`]; granted session
-    /// timeouts range from 2 ticks to 60 s.
-    pub fn start() -> ZkServer {
-        Self::launch().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// [`ZkServer::start`], returning why it could not start (what to install, when a jar is
-    /// missing) instead of panicking: for a benchmark binary.
-    pub fn launch() -> Result<ZkServer, String> {
-        Server::launch_engine(Zk::default())
-    }
-
     /// `127.0.0.1:<port>`, as ZooKeeper clients take it.
     pub fn hosts(&self) -> String {
         format!("127.0.0.1:{}", self.port)
@@ -226,14 +214,6 @@ impl Server<Zk> {
 }
 
 impl Cluster<Zk> {
-    /// Start an ensemble of `members` servers and wait until one leads with a majority
-    /// following (60 s at most), or panic saying why, or what to install: for tests;
-    /// [`Cluster::launch`] returns the error.
-    pub fn start(members: usize) -> ZkCluster {
-        Cluster::launch(Zk::default(), &ClusterOptions::new(members))
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// The connect string of the ensemble (`127.0.0.1:<client proxy>,...`), as ZooKeeper
     /// clients take it.
     pub fn connect_string(&self) -> String {
