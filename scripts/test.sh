@@ -2,8 +2,8 @@
 # The whole test suite, on a fresh machine: installs what the tests need, then runs them.
 #
 # The Redis, ZooKeeper and etcd tests start their own servers on free loopback ports, from
-# Debian's packages `redis-server`, `zookeeper` and `etcd-server`; the etcd client crate runs
-# `protoc` (package `protobuf-compiler`) when it is built. This script installs them when they
+# Debian's packages `redis-server`, `redis-sentinel`, `zookeeper` and `etcd-server`; the etcd
+# client crate runs `protoc` (package `protobuf-compiler`) when it is built. This script installs them when they
 # are missing (as root directly, otherwise through sudo). The Cassandra integration tests run only when
 # LOCK_TEST_CASSANDRA=host:port names a cluster (see README.md).
 set -euo pipefail
@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 
 need_packages=()
 command -v redis-server >/dev/null 2>&1 || need_packages+=(redis-server)
+# The Redis Sentinel cluster's tests run Sentinels too.
+command -v redis-sentinel >/dev/null 2>&1 || need_packages+=(redis-sentinel)
 [ -f /usr/share/java/zookeeper.jar ] || need_packages+=(zookeeper)
 command -v etcd >/dev/null 2>&1 || need_packages+=(etcd-server)
 python3 -c "import kazoo" 2>/dev/null || /usr/bin/python3 -c "import kazoo" 2>/dev/null || need_packages+=(python3-kazoo)

@@ -1,21 +1,29 @@
-//! A real single-member `etcd`.
+//! etcd: a cluster of members ([`EtcdCluster`]) or a server of one ([`EtcdServer`]), both
+//! configured by [`Etcd`].
 
-use crate::free_port;
-use crate::process::{keep, temp_dir, try_with_retries, with_retries, Launch, Process};
+use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
+use crate::process::{keep, Launch};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// The member's heartbeat interval. etcd grants no lease shorter than 1.5 election timeouts
+/// The members' heartbeat interval. etcd grants no lease shorter than 1.5 election timeouts
 /// (rounded up to a whole second), so short heartbeats and elections let the tests use
 /// 1-second leases; a single member also elects itself after one election timeout, so it
-/// starts faster.
+/// starts faster, and a cluster replaces a dead leader within about one election timeout.
 pub const ETCD_HEARTBEAT_MS: u64 = 50;
-/// The member's election timeout (see [`ETCD_HEARTBEAT_MS`]): the shortest lease it grants is
+/// The members' election timeout (see [`ETCD_HEARTBEAT_MS`]): the shortest lease it grants is
 /// 1.5 × this, rounded up to a whole second: 1 s.
 pub const ETCD_ELECTION_MS: u64 = 500;
+
+/// The client port's role.
+const CLIENT: usize = 0;
+/// The peer port's role.
+const PEER: usize = 1;
 
 /// An `etcd` child process (a cluster of one member) on two free loopback ports, the client
 /// port and the peer port, with its own data directory; killed on drop (and when the test
@@ -26,12 +34,26 @@ pub const ETCD_ELECTION_MS: u64 = 500;
 /// leases) to its write-ahead log before it answers and replays it on restart; a restarted
 /// member gives every lease a whole TTL again once it leads (its `Promote`), so a client that
 /// keeps its lease alive within that time keeps its keys.
-pub struct EtcdServer {
-    process: Process,
-    /// The loopback port clients connect to.
-    pub port: u16,
-    /// The loopback port of the member's peer URL (unused by clients; a cluster of one).
-    pub peer_port: u16,
+pub type EtcdServer = Server<Etcd>;
+
+/// A cluster of etcd members on loopback (see [`Cluster`]), e.g. `EtcdCluster::start(3)`.
+///
+/// Each member advertises its proxies: its peer URL (`--initial-advertise-peer-urls`, and its
+/// entry in everyone's `--initial-cluster`) is its peer proxy, its client URL its client
+/// proxy; it listens on ports of its own behind them. Member ids are hashed from the peer
+/// URLs, so every member sees the same ones. Heartbeat [`ETCD_HEARTBEAT_MS`], election
+/// timeout [`ETCD_ELECTION_MS`]: a killed or cut-off leader is replaced within about a
+/// second. [`Cluster::leader`] asks every member for its status (the JSON gateway's
+/// `POST /v3/maintenance/status`, straight to the member's own port) and names the member
+/// that a majority of the cluster's members say leads.
+pub type EtcdCluster = Cluster<Etcd>;
+
+/// The etcd engine: `etcd` members with the timings above (see [`EtcdCluster`]).
+#[derive(Clone, Default)]
+pub struct Etcd {
+    /// Member ids (from the members' status) to member indices, learnt as members answer,
+    /// so that a leader that no longer answers is still known by its id.
+    ids: Arc<Mutex<BTreeMap<String, usize>>>,
 }
 
 const LAUNCH: Launch = Launch {
@@ -46,116 +68,156 @@ const LAUNCH: Launch = Launch {
     poll: Duration::from_millis(50),
 };
 
-/// Whether the member on loopback `port` answers `GET /health` with `"health":"true"`: it is
-/// up and has a leader (itself), so it can serve writes.
-fn healthy(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(
+/// One HTTP/1.1 request to loopback `port` (closed after the answer); the answer's body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(
         &SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(200),
-    ) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let request =
-        format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    if s.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
+        Duration::from_millis(500),
+    )?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes())?;
     let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    answer.contains("\"health\":\"true\"")
+    s.read_to_string(&mut answer)?;
+    Ok(answer.split_once("\r\n\r\n").map_or(answer.clone(), |(_, b)| b.to_string()))
 }
 
-impl EtcdServer {
-    /// Start a member (it answers `GET /health` within 30 s, on the third pair of ports at the
-    /// latest), or panic saying why, or what to install.
-    pub fn start() -> EtcdServer {
-        with_retries("etcd", Self::try_start)
+/// POST `json` to etcd's JSON gateway (the v3 API over HTTP/1.1) at `path` on `addr`
+/// (`/v3/kv/put`, `/v3/kv/range`, `/v3/maintenance/status`, ...; keys and values in base64)
+/// and return the answer's body: a client with no dependencies, for probes and tests.
+pub fn etcd_post(addr: SocketAddr, path: &str, json: &str) -> std::io::Result<String> {
+    http(addr.port(), "POST", path, json)
+}
+
+/// The string value of the first `"key":"value"` in a JSON text (enough for etcd's flat
+/// answers, whose numbers are strings).
+fn json_str<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    json[start..].split('"').next()
+}
+
+/// The id of the member whose peer URLs include `peer_url`, in an answer of
+/// `/v3/cluster/member/list` (`{"members":[{"ID":"..","name":"..","peerURLs":[".."]},..]}`).
+fn member_id_of<'a>(list: &'a str, peer_url: &str) -> Option<&'a str> {
+    let quoted = format!("\"{peer_url}\"");
+    list.split("\"ID\":\"").skip(1).find(|m| m.contains(&quoted))?.split('"').next()
+}
+
+/// Whether the member on loopback `port` answers `GET /health` with `"health":"true"`: it is
+/// up and has a leader, so it can serve writes.
+fn healthy(port: u16) -> bool {
+    http(port, "GET", "/health", "").is_ok_and(|a| a.contains("\"health\":\"true\""))
+}
+
+impl ClusterEngine for Etcd {
+    const LAUNCH: &'static Launch = &LAUNCH;
+    const KIND: &'static str = "etcd";
+    const PORTS: &'static [&'static str] = &["client", "peer"];
+    const FORMATION: Duration = Duration::from_secs(20);
+
+    fn command(
+        &self,
+        layout: &Layout,
+        i: usize,
+        dir: &Path,
+        start: Start,
+    ) -> Result<Command, String> {
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let cluster: Vec<String> =
+            (0..layout.members()).map(|j| format!("m{j}={}", url(layout.reach(j, PEER)))).collect();
+        // A member that lost its data joins the cluster that knows it (its id is still a
+        // member's) instead of bootstrapping a new one.
+        let state = if start == Start::Rejoin { "existing" } else { "new" };
+        let mut cmd = Command::new("etcd");
+        cmd.args(["--name", &format!("m{i}")])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &url(layout.listen(i, CLIENT))])
+            .args(["--advertise-client-urls", &url(layout.reach(i, CLIENT))])
+            .args(["--listen-peer-urls", &url(layout.listen(i, PEER))])
+            .args(["--initial-advertise-peer-urls", &url(layout.reach(i, PEER))])
+            .args(["--initial-cluster", &cluster.join(",")])
+            .args(["--initial-cluster-state", state])
+            .args(["--initial-cluster-token", layout.token()])
+            .args(["--heartbeat-interval", &ETCD_HEARTBEAT_MS.to_string()])
+            .args(["--election-timeout", &ETCD_ELECTION_MS.to_string()])
+            // Membership changes only come from `forget`, which re-adds a member a test
+            // wiped: etcd's check refuses them until the leader has been connected to a
+            // quorum for 5 s, longer than a young test cluster has lived.
+            .arg("--strict-reconfig-check=false")
+            // A member that comes back (restarted, healed, resumed) asks before it campaigns,
+            // instead of deposing a leader with a higher term: etcd 3.5's default.
+            .arg("--pre-vote=true")
+            .args(["--logger", "zap", "--log-level", "warn"]);
+        Ok(cmd)
     }
 
-    /// [`EtcdServer::start`], returning why it could not start (what to install, when `etcd`
-    /// is missing) instead of panicking: for a benchmark binary.
-    pub fn launch() -> Result<EtcdServer, String> {
-        try_with_retries("etcd", Self::try_start)
-    }
-
-    fn try_start() -> Result<EtcdServer, String> {
-        let port = free_port();
-        let peer_port = free_port();
-        if peer_port == port {
-            return Err(format!("the client and peer ports came out the same ({port})"));
-        }
-        let dir = temp_dir("etcd");
-        let data = dir.join("data");
-        let client_url = format!("http://127.0.0.1:{port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let command = move || {
-            let mut cmd = Command::new("etcd");
-            cmd.args(["--name", "lockbench"])
-                .arg("--data-dir")
-                .arg(&data)
-                .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("lockbench={peer_url}")])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--heartbeat-interval", &ETCD_HEARTBEAT_MS.to_string()])
-                .args(["--election-timeout", &ETCD_ELECTION_MS.to_string()])
-                .args(["--logger", "zap", "--log-level", "warn"]);
-            cmd
+    /// Remove the member from the cluster and add it again with the same peer URL: a new
+    /// member id, which may start with an empty log (`--initial-cluster-state existing`).
+    fn forget(&self, cluster: &Cluster<Self>, member: usize) -> Result<(), String> {
+        let peer_url = format!("http://127.0.0.1:{}", cluster.layout().reach(member, PEER));
+        let ask = |path: &str, body: &str| {
+            (0..cluster.len())
+                .filter(|&j| j != member && cluster.is_up(j))
+                .find_map(|j| etcd_post(cluster.direct_addr(j), path, body).ok())
+                .ok_or_else(|| format!("no etcd member answers {path}"))
         };
-        let process = LAUNCH.spawn(command, dir, port)?;
-        Ok(EtcdServer { process, port, peer_port })
-    }
-
-    /// Kill the member (`SIGKILL`, as a crash) and wait until it is gone. Clients see their
-    /// connections closed and new ones refused; its leases' clocks stop with it. The ports and
-    /// the data directory stay this server's. A no-op when it is stopped.
-    pub fn stop(&mut self) {
-        self.process.stop();
-    }
-
-    /// Start the stopped member again on the same ports with the same data directory, and
-    /// wait until it is healthy (30 s at most), or panic saying why (another process may have
-    /// taken a port meanwhile). It replays its log: keys, revisions and leases come back. A
-    /// no-op when it runs.
-    pub fn start_again(&mut self) {
-        if let Err(e) = self.try_start_again() {
-            panic!("{e}");
+        let list = ask("/v3/cluster/member/list", "{}")?;
+        let id = member_id_of(&list, &peer_url)
+            .ok_or_else(|| format!("etcd lists no member at {peer_url}: {list}"))?;
+        let removed = ask("/v3/cluster/member/remove", &format!(r#"{{"ID":"{id}"}}"#))?;
+        if !removed.contains("\"members\"") {
+            return Err(format!("etcd did not remove member {member} ({id}): {removed}"));
         }
+        let added = ask("/v3/cluster/member/add", &format!(r#"{{"peerURLs":["{peer_url}"]}}"#))?;
+        if !added.contains("\"member\"") {
+            return Err(format!("etcd did not add member {member} again: {added}"));
+        }
+        Ok(())
     }
 
-    /// [`EtcdServer::start_again`], returning the failure instead of panicking.
-    pub fn try_start_again(&mut self) -> Result<(), String> {
-        self.process
-            .start_again()
-            .map_err(|e| format!("could not start etcd again on port {}: {e}", self.port))
+    /// The member a majority of all members name as leader in their status.
+    fn leader(&self, cluster: &Cluster<Self>) -> Option<usize> {
+        let mut votes: BTreeMap<String, usize> = BTreeMap::new();
+        for i in (0..cluster.len()).filter(|&i| cluster.is_up(i)) {
+            let Ok(status) = etcd_post(cluster.direct_addr(i), "/v3/maintenance/status", "{}")
+            else {
+                continue;
+            };
+            if let Some(id) = json_str(&status, "member_id") {
+                self.ids.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), i);
+            }
+            match json_str(&status, "leader") {
+                Some(leader) if leader != "0" => *votes.entry(leader.to_string()).or_default() += 1,
+                _ => {}
+            }
+        }
+        let (id, _) = votes.into_iter().find(|(_, n)| *n > cluster.len() / 2)?;
+        self.ids.lock().unwrap_or_else(|e| e.into_inner()).get(&id).copied()
     }
+}
 
-    /// [`EtcdServer::stop`], `downtime` of sleep, [`EtcdServer::start_again`].
-    pub fn restart_after(&mut self, downtime: Duration) {
-        self.stop();
-        std::thread::sleep(downtime);
-        self.start_again();
-    }
-
-    /// Its data directory (removed when it is dropped).
-    pub fn dir(&self) -> &std::path::Path {
-        self.process.dir()
-    }
-
-    /// Whether it runs (started and not stopped since).
-    pub fn is_running(&self) -> bool {
-        self.process.is_running()
+impl Server<Etcd> {
+    /// The loopback port of the member's peer URL (unused by clients; a cluster of one).
+    pub fn peer_port(&self) -> u16 {
+        self.layout().listen(0, PEER)
     }
 
     /// `http://127.0.0.1:<port>`, the client URL etcd clients take.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+}
 
-    /// `127.0.0.1:<port>`.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+impl Cluster<Etcd> {
+    /// The client URLs of every member (`http://127.0.0.1:<client proxy port>`), as etcd
+    /// clients take them.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.len()).map(|i| format!("http://{}", self.client_addr(i))).collect()
     }
 }
 

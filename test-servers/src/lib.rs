@@ -1,50 +1,73 @@
 //! # test-servers
 //!
 //! Test support for the workspace's crates that talk to real servers (a dev-dependency only,
-//! never published): it starts a real `redis-server` ([`RedisServer`]), a real standalone
-//! ZooKeeper ([`ZkServer`], the Debian package's jars on `java`) or a real one-member `etcd`
-//! ([`EtcdServer`]) on free loopback ports, each with a data directory of its own, and waits
-//! until it answers (`PING` / `ruok` / `GET /health`).
+//! never published): it starts real servers from Debian's packages on free loopback ports,
+//! each with a data directory of its own, and waits until they answer (`PING` / `ruok` /
+//! `GET /health`):
+//!
+//! - one server: a `redis-server` ([`RedisServer`]), a standalone ZooKeeper ([`ZkServer`],
+//!   the package's jars on `java`) or a one-member `etcd` ([`EtcdServer`]);
+//! - a **cluster** ([`Cluster`]), because the fault that breaks users' locks in production is
+//!   a failover, which one server cannot have: a 3-member etcd ([`EtcdCluster`]), a 3-server
+//!   ZooKeeper ensemble ([`ZkCluster`]), a Redis master with replicas and Sentinels, or
+//!   independent Redis masters for Redlock ([`RedisCluster`]). Every member sits behind
+//!   proxies that all traffic goes through, its peers' included, so that one member can be
+//!   killed, paused, cut off from its peers and clients, have one replication link held
+//!   back, or be restarted with or without its data, and the cluster says who leads. It is
+//!   one shape for every engine: an engine only says how a member is configured and who
+//!   leads ([`ClusterEngine`]); a single server is the same engine code without proxies
+//!   ([`Server`]).
 //!
 //! A missing binary or jar **fails** the test with a message naming the packages to install
-//! ([`INSTALL_HINT`]: `apt-get install -y redis-server zookeeper etcd-server`); nothing is ever
-//! skipped.
+//! ([`INSTALL_HINT`]); nothing is ever skipped.
 //!
-//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`]: one server per test binary, started on first use
-//!   and kept for the life of the process.
-//! - Cleanup: a server is killed and its directory removed on drop; every server also gets
-//!   `SIGKILL` when its test binary exits or is killed (`PR_SET_PDEATHSIG`, armed from a thread
-//!   that lives as long as the server, whichever thread started it), and the directories
-//!   left by test binaries that have exited are swept when the next one makes its first.
-//! - Restarts: [`RedisServer::stop`] / [`ZkServer::stop`] / [`EtcdServer::stop`] kill a server as a crash would and
-//!   keep its port and data directory; `start_again` starts it on the same port with the same
-//!   directory, so that clients can reconnect to the address they know (`restart_after` does
-//!   both around a downtime). A Redis started with [`RedisServer::start_persistent`] keeps its
-//!   keys across a restart, one started with [`RedisServer::start`] comes back empty; ZooKeeper
-//!   always keeps its znodes and sessions, etcd its keys, revisions and leases. These are plain public functions that block the
-//!   calling thread, usable from a benchmark binary as well as from tests (from async code,
-//!   call them in `spawn_blocking`).
+//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`]: one server per test binary,
+//!   started on first use and kept for the life of the process.
+//! - Cleanup: a server or a cluster is killed and its directory removed on drop; every
+//!   process also gets `SIGKILL` when its test binary exits or is killed
+//!   (`PR_SET_PDEATHSIG`, armed from a thread that lives as long as the server, whichever
+//!   thread started it), and the directories left by test binaries that have exited are
+//!   swept when the next one makes its first.
+//! - Restarts: [`Server::stop`] kills a server as a crash would and keeps its port and data
+//!   directory; [`Server::start_again`] starts it on the same port with the same directory,
+//!   so that clients can reconnect to the address they know ([`Server::restart_after`] does
+//!   both around a downtime). A Redis started with [`RedisServer::start_persistent`] keeps
+//!   its keys across a restart, one started with [`RedisServer::start`] comes back empty;
+//!   ZooKeeper always keeps its znodes and sessions, etcd its keys, revisions and leases.
+//!   These are plain public functions that block the calling thread, usable from a benchmark
+//!   binary as well as from tests (from async code, call them in `spawn_blocking`); so are
+//!   the clusters'.
 //! - [`Proxy`]: a TCP forwarder in front of a server for one client, which a test can cut (as a
 //!   crash or a partition would) or pause (as a stalled process or network would).
+//! - Probes without client libraries: [`redis_call`], [`four_letter`], [`etcd_post`].
 #![deny(missing_docs)]
 
+mod cluster;
 mod etcd;
+mod origin;
 mod process;
 mod proxy;
 mod redis;
 mod silent;
 mod zookeeper;
 
-pub use etcd::{shared_etcd, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS};
+pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
+pub use etcd::{
+    etcd_post, shared_etcd, Etcd, EtcdCluster, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
+};
 pub use process::free_port;
-pub use proxy::Proxy;
-pub use redis::{shared_redis, RedisServer};
+pub use process::Launch;
+pub use proxy::{Proxy, Rewrite};
+pub use redis::{
+    redis_call, shared_redis, Redis, RedisCluster, RedisServer, Reply, REDIS_MASTER_NAME,
+    SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
+};
 pub use silent::SilentServer;
 pub use zookeeper::{
-    four_letter, shared_zookeeper, shared_zookeeper_with, ZkServer, ZK_DEFAULT_CLASSPATH,
-    ZK_TICK_MS,
+    four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,
+    ZK_DEFAULT_CLASSPATH, ZK_TICK_MS,
 };
 
 /// What a test that cannot start a server tells its reader to do.
 pub const INSTALL_HINT: &str =
-    "install it with `apt-get install -y redis-server zookeeper etcd-server` (or run `scripts/test-servers.sh install`)";
+    "install it with `apt-get install -y redis-server redis-sentinel zookeeper etcd-server` (`scripts/test.sh` installs them before it runs the tests)";

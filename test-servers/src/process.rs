@@ -103,19 +103,22 @@ fn spawn_held(cmd: Command) -> std::io::Result<Held> {
 }
 
 /// A server process and its data directory: killed, and the directory removed, on drop. It can
-/// be stopped (killed, as by a crash, keeping the directory) and started again on the same
-/// port with the same command and directory.
+/// be stopped (killed, as by a crash, keeping the directory), paused (`SIGSTOP`) and started
+/// again on the same port with the same command and directory.
 pub(crate) struct Process {
     held: Option<Held>,
     dir: PathBuf,
     port: u16,
     launch: &'static Launch,
+    /// The process in messages: "redis-server", "etcd member 2".
+    label: String,
     command: Box<dyn Fn() -> Command + Send + Sync>,
 }
 
 impl Process {
     /// Kill the server (`SIGKILL`: a crash, nothing is flushed that the server had not already
-    /// written) and wait until it is gone; the data directory stays. A no-op when stopped.
+    /// written; a paused one too) and wait until it is gone; the data directory stays. A no-op
+    /// when stopped.
     pub fn stop(&mut self) {
         if let Some(mut held) = self.held.take() {
             let _ = held.child.kill();
@@ -129,8 +132,79 @@ impl Process {
         if self.held.is_some() {
             return Ok(());
         }
-        self.held = Some(self.launch.run((self.command)(), &self.dir, self.port)?);
+        let mut held = self.launch.start(self.command.as_ref(), &self.dir)?;
+        let deadline = Instant::now() + self.launch.deadline;
+        let ready = wait_ready(self.launch, &mut held, &self.label, &self.dir, self.port, deadline);
+        ready.map(|()| self.held = Some(held))
+    }
+
+    /// Start the server again (as [`Process::start_again`]) without waiting until it answers:
+    /// [`Process::poll_ready`] says when it does.
+    pub fn spawn_again(&mut self) -> Result<(), String> {
+        if self.held.is_none() {
+            self.held = Some(self.launch.start(self.command.as_ref(), &self.dir)?);
+        }
         Ok(())
+    }
+
+    /// Whether it answers now: `Ok(false)` while it starts (or is stopped), an error naming it
+    /// and quoting its log once it has exited.
+    pub fn poll_ready(&mut self) -> Result<bool, String> {
+        let Some(held) = &mut self.held else { return Ok(false) };
+        if (self.launch.ready)(self.port) {
+            return Ok(true);
+        }
+        match held.child.try_wait() {
+            Ok(Some(status)) => {
+                self.held = None;
+                Err(format!(
+                    "{} exited with {status}: {}",
+                    self.label,
+                    log_of(self.launch, &self.dir)
+                ))
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The error of a server that did not answer within `waited`, quoting its log.
+    pub fn not_ready(&self, waited: Duration) -> String {
+        let mut msg = format!(
+            "{} on port {} did not answer {} within {} s",
+            self.label,
+            self.port,
+            self.launch.probe,
+            waited.as_secs()
+        );
+        if self.launch.log_on_timeout {
+            msg = format!("{msg}: {}", log_of(self.launch, &self.dir));
+        }
+        msg
+    }
+
+    /// Replace the command that starts it (from its next start on).
+    pub fn set_command(&mut self, command: impl Fn() -> Command + Send + Sync + 'static) {
+        self.command = Box::new(command);
+    }
+
+    /// Send `signal` (`SIGSTOP`, `SIGCONT`) to the running server.
+    pub fn signal(&self, signal: libc::c_int) -> Result<(), String> {
+        let pid = self.pid().ok_or_else(|| format!("{} is not running", self.label))?;
+        // SAFETY: kill(2) on our own child's pid; the child is not reaped while we hold it.
+        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
+            return Err(format!("signal {}: {}", self.label, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The loopback port it answers on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.held.as_ref().map(|h| h.child.id())
     }
 
     /// Whether the server was started and not stopped since.
@@ -142,6 +216,11 @@ impl Process {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// The process in messages.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
 }
 
 impl Drop for Process {
@@ -151,11 +230,53 @@ impl Drop for Process {
     }
 }
 
+/// The last lines of the server's log in `dir`, for a failure message.
+fn log_of(launch: &Launch, dir: &Path) -> String {
+    let log = std::fs::read_to_string(dir.join(launch.log)).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Wait until the server `held` runs answers on `port`, it exits, or `deadline` passes (then
+/// it is killed).
+fn wait_ready(
+    launch: &Launch,
+    held: &mut Held,
+    label: &str,
+    dir: &Path,
+    port: u16,
+    deadline: Instant,
+) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if (launch.ready)(port) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = held.child.try_wait() {
+            return Err(format!("{label} exited with {status}: {}", log_of(launch, dir)));
+        }
+        if Instant::now() > deadline {
+            let _ = held.child.kill();
+            let _ = held.child.wait();
+            let mut msg = format!(
+                "{label} on port {port} did not answer {} within {} s",
+                launch.probe,
+                started.elapsed().as_secs()
+            );
+            if launch.log_on_timeout {
+                msg = format!("{msg}: {}", log_of(launch, dir));
+            }
+            return Err(msg);
+        }
+        std::thread::sleep(launch.poll);
+    }
+}
+
 /// How one kind of server is spawned, recognised as ready, and named in failures.
-pub(crate) struct Launch {
+pub struct Launch {
     /// The program, as in "spawn {program}: {error}".
     pub program: &'static str,
-    /// What a missing program means; the panic adds [`INSTALL_HINT`].
+    /// What a missing program means; the failure adds [`INSTALL_HINT`].
     pub missing: &'static str,
     /// The server, as in "{name} exited with ..." and "{name} on port ... did not answer ...".
     pub name: &'static str,
@@ -165,9 +286,9 @@ pub(crate) struct Launch {
     pub log: &'static str,
     /// Whether the did-not-answer failure quotes the log.
     pub log_on_timeout: bool,
-    /// Whether the server on this port answers.
+    /// Whether the server on this loopback port answers (and is ready to serve).
     pub ready: fn(u16) -> bool,
-    /// How long the server has to answer.
+    /// How long a server has to answer after a (re)start.
     pub deadline: Duration,
     /// How often it is asked.
     pub poll: Duration,
@@ -177,31 +298,48 @@ impl Launch {
     /// Spawn the server `command` builds (output into the log in `dir`, killed when the test
     /// binary exits) and wait until the server on `port` is ready. A failure is an `Err` (the
     /// caller may retry on another port; a missing program's names [`INSTALL_HINT`]), with
-    /// `dir` removed when the server was spawned.
-    pub fn spawn(
+    /// `dir` removed.
+    pub(crate) fn spawn(
         &'static self,
         command: impl Fn() -> Command + Send + Sync + 'static,
         dir: PathBuf,
         port: u16,
     ) -> Result<Process, String> {
-        match self.run(command(), &dir, port) {
-            Ok(held) => Ok(Process {
-                held: Some(held),
-                dir,
-                port,
-                launch: self,
-                command: Box::new(command),
-            }),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                Err(e)
+        let mut process = self.spawn_unready(self.name.to_string(), command, dir, port)?;
+        let deadline = Instant::now() + self.deadline;
+        let held = process.held.as_mut().expect("just spawned");
+        wait_ready(self, held, &process.label, &process.dir, port, deadline)?;
+        Ok(process)
+    }
+
+    /// Spawn the server `command` builds, named `label` in failures, without waiting until it
+    /// answers on `port` ([`Process::poll_ready`]). On failure `dir` is removed.
+    pub(crate) fn spawn_unready(
+        &'static self,
+        label: String,
+        command: impl Fn() -> Command + Send + Sync + 'static,
+        dir: PathBuf,
+        port: u16,
+    ) -> Result<Process, String> {
+        let mut process =
+            Process { held: None, dir, port, launch: self, label, command: Box::new(command) };
+        match self.start(process.command.as_ref(), &process.dir) {
+            Ok(held) => {
+                process.held = Some(held);
+                Ok(process)
             }
+            Err(e) => Err(e), // dropping `process` removes the directory
         }
     }
 
-    /// Spawn `cmd` and wait until it is ready; the log is appended to, so that the log of a
-    /// restarted server keeps what its earlier runs wrote.
-    fn run(&self, mut cmd: Command, dir: &Path, port: u16) -> Result<Held, String> {
+    /// Spawn the command (output appended to the log in `dir`, so that the log of a restarted
+    /// server keeps what its earlier runs wrote), without waiting.
+    fn start(
+        &self,
+        command: &(dyn Fn() -> Command + Send + Sync),
+        dir: &Path,
+    ) -> Result<Held, String> {
+        let mut cmd = command();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -209,38 +347,12 @@ impl Launch {
             .map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
         die_with_parent(&mut cmd);
-        let mut held = match spawn_held(cmd) {
-            Ok(h) => h,
+        match spawn_held(cmd) {
+            Ok(h) => Ok(h),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(format!("{}: {INSTALL_HINT}", self.missing))
+                Err(format!("{}: {INSTALL_HINT}", self.missing))
             }
-            Err(e) => return Err(format!("spawn {}: {e}", self.program)),
-        };
-        let name = self.name;
-        let deadline = Instant::now() + self.deadline;
-        loop {
-            if (self.ready)(port) {
-                return Ok(held);
-            }
-            if let Ok(Some(status)) = held.child.try_wait() {
-                let log = std::fs::read_to_string(dir.join(self.log)).unwrap_or_default();
-                return Err(format!("{name} exited with {status}: {log}"));
-            }
-            if Instant::now() > deadline {
-                let _ = held.child.kill();
-                let _ = held.child.wait();
-                let mut msg = format!(
-                    "{name} on port {port} did not answer {} within {} s",
-                    self.probe,
-                    self.deadline.as_secs()
-                );
-                if self.log_on_timeout {
-                    let log = std::fs::read_to_string(dir.join(self.log)).unwrap_or_default();
-                    msg = format!("{msg}: {log}");
-                }
-                return Err(msg);
-            }
-            std::thread::sleep(self.poll);
+            Err(e) => Err(format!("spawn {}: {e}", self.program)),
         }
     }
 }
@@ -261,11 +373,6 @@ pub(crate) fn try_with_retries<S>(
         }
     }
     Err(format!("could not start {name}: {last}"))
-}
-
-/// [`try_with_retries`], panicking with its error: for tests.
-pub(crate) fn with_retries<S>(name: &str, try_start: impl FnMut() -> Result<S, String>) -> S {
-    try_with_retries(name, try_start).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// One server per test binary, spawned from a thread (named `thread`) that lives as long as

@@ -1,25 +1,63 @@
-//! A real `redis-server`.
+//! Redis: a standalone `redis-server` ([`RedisServer`]), a master with replicas watched by
+//! Sentinels, or independent masters for Redlock ([`RedisCluster`]), all configured by
+//! [`Redis`].
 
-use crate::free_port;
-use crate::process::{keep, temp_dir, try_with_retries, with_retries, Launch, Process};
-use std::io::{Read, Write};
+use crate::cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
+use crate::process::{keep, Launch};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
+
+/// The name the Sentinels of a [`RedisCluster`] know its master by.
+pub const REDIS_MASTER_NAME: &str = "lockbench";
+/// How long a Sentinel waits for an answer from an instance before it deems it down: a
+/// killed, paused or cut-off master is failed over about this long after, plus a Sentinel
+/// election (Redis's default is 30 s). Not less than 2 s: a Sentinel pings every
+/// `min(this, 1 s)` and starts the clock of a new master's link when it switches to it, before
+/// its first ping, so at 1 s a master promoted a moment ago was deemed down before it was
+/// ever asked, and failed over again.
+pub const SENTINEL_DOWN_AFTER_MS: u64 = 2000;
+/// The Sentinels' failover timeout: how long a failover may take before another Sentinel
+/// tries again (twice this), and how long replicas have to follow a new master.
+pub const SENTINEL_FAILOVER_TIMEOUT_MS: u64 = 3000;
 
 /// A `redis-server` child process on a free loopback port, with its own data directory; killed
 /// on drop (and when the test binary exits). [`RedisServer::start`] runs it without
 /// persistence (a restart forgets every key), [`RedisServer::start_persistent`] with an
 /// append-only file synced on every write (a restart keeps them).
 ///
-/// [`RedisServer::stop`] and [`RedisServer::start_again`] restart it on the same port with the
-/// same directory, as a crash and a restart would.
-pub struct RedisServer {
-    process: Process,
-    /// The loopback port it listens on.
-    pub port: u16,
+/// [`Server::stop`] and [`Server::start_again`] restart it on the same port with the same
+/// directory, as a crash and a restart would.
+pub type RedisServer = Server<Redis>;
+
+/// Redis servers on loopback behind their proxies (see [`Cluster`]), in one of two shapes:
+///
+/// - **Sentinel** ([`RedisCluster::sentinel`]): member 0 starts as the master, the others as
+///   its replicas (`replicaof` its client proxy), and Sentinels (the cluster's companions,
+///   no proxies of their own) monitor it as [`REDIS_MASTER_NAME`] at its proxy. Each replica
+///   announces its own proxy (`replica-announce-ip`/`-port`), so the master lists, and
+///   the Sentinels learn, replicas at their proxies; replication runs from a replica to its
+///   master's proxy, the address Sentinel monitors (Sentinel rewrites a replica that follows
+///   any other address: `+fix-slave-config`). [`Cluster::leader`] is the member a majority
+///   of Sentinels name (`SENTINEL get-master-addr-by-name`). Members run from a
+///   configuration file, so that the `replicaof` a Sentinel gives them (and saves with
+///   `CONFIG REWRITE`) survives their restarts, as on a real host.
+///   [`Cluster::hold_link`]`(replica, master)` holds back the replication stream alone: the
+///   window in which a master acknowledged a write its replicas have not seen.
+/// - **Independent masters** ([`RedisCluster::masters`]), for Redlock: no replication, no
+///   Sentinel, no leader.
+pub type RedisCluster = Cluster<Redis>;
+
+/// The Redis engine: persistence, and how many Sentinels watch a cluster of it (0: its members
+/// are independent masters).
+#[derive(Clone, Debug)]
+pub struct Redis {
     persistent: bool,
+    sentinels: usize,
 }
 
 const LAUNCH: Launch = Launch {
@@ -34,115 +72,319 @@ const LAUNCH: Launch = Launch {
     poll: Duration::from_millis(20),
 };
 
+const SENTINEL: Launch = Launch {
+    program: "redis-sentinel",
+    missing: "redis-sentinel is not installed (not on PATH; package redis-sentinel)",
+    name: "Sentinel",
+    probe: "PING",
+    log: "sentinel.log",
+    log_on_timeout: true,
+    ready: ping,
+    deadline: Duration::from_secs(15),
+    poll: Duration::from_millis(20),
+};
+
 fn ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(
-        &SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(200),
-    ) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 16];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    matches!(redis_call(addr, &["PING"]), Ok(Reply::Status(s)) if s == "PONG")
 }
 
-impl RedisServer {
+/// A Redis reply (RESP2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK`.
+    Status(String),
+    /// `-ERR ...`.
+    Error(String),
+    /// `:1`.
+    Int(i64),
+    /// A bulk string (lossily UTF-8).
+    Bulk(String),
+    /// The null bulk string or array.
+    Nil,
+    /// An array.
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// The text of a status or bulk reply.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Reply::Status(s) | Reply::Bulk(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Send one command to the Redis (or Sentinel) at `addr` on a connection of its own and read
+/// its reply: a client with no dependencies, for probes and tests (2 s timeouts).
+pub fn redis_call(addr: SocketAddr, args: &[&str]) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut request = format!("*{}\r\n", args.len());
+    for a in args {
+        request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(request.as_bytes())?;
+    read_reply(&mut BufReader::new(s))
+}
+
+fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let line = line.trim_end();
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, line.to_string());
+    let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
+    let number = || rest.parse::<i64>().map_err(|_| bad());
+    Ok(match kind {
+        "+" => Reply::Status(rest.to_string()),
+        "-" => Reply::Error(rest.to_string()),
+        ":" => Reply::Int(number()?),
+        "$" => match usize::try_from(number()?) {
+            Err(_) => Reply::Nil,
+            Ok(len) => {
+                let mut buf = vec![0; len + 2];
+                r.read_exact(&mut buf)?;
+                Reply::Bulk(String::from_utf8_lossy(&buf[..len]).into_owned())
+            }
+        },
+        "*" => match usize::try_from(number()?) {
+            Err(_) => Reply::Nil,
+            Ok(n) => Reply::Array((0..n).map(|_| read_reply(r)).collect::<Result<_, _>>()?),
+        },
+        _ => return Err(bad()),
+    })
+}
+
+/// A flat array of field/value pairs (`SENTINEL master`, ...) as a map.
+fn fields(reply: &Reply) -> BTreeMap<&str, &str> {
+    let Reply::Array(items) = reply else { return BTreeMap::new() };
+    let texts: Vec<&str> = items.iter().map(|i| i.text().unwrap_or("")).collect();
+    texts.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0], c[1])).collect()
+}
+
+impl Redis {
+    /// Standalone servers or independent masters, with persistence (`appendonly yes`,
+    /// `appendfsync always`: every acknowledged write survives a crash) or without (a restart
+    /// forgets every key).
+    pub fn masters(persistent: bool) -> Redis {
+        Redis { persistent, sentinels: 0 }
+    }
+
+    /// A master and replicas watched by `sentinels` Sentinels (a majority of them is the
+    /// quorum that deems the master down), with or without persistence.
+    pub fn sentinel(persistent: bool, sentinels: usize) -> Redis {
+        Redis { persistent, sentinels }
+    }
+
+    /// Whether a member keeps its keys across a restart.
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
+    }
+
+    /// How many Sentinels watch the cluster (0: independent masters).
+    pub fn sentinels(&self) -> usize {
+        self.sentinels
+    }
+
+    /// Member `i`'s configuration file.
+    fn config(&self, layout: &Layout, i: usize, dir: &Path) -> String {
+        let mut cfg = format!(
+            "port {}\nbind 127.0.0.1\nprotected-mode no\ndir {}\nsave \"\"\n\
+             repl-diskless-sync-delay 0\n",
+            layout.listen(i, 0),
+            dir.join("data").display()
+        );
+        cfg.push_str(match self.persistent {
+            true => "appendonly yes\nappendfsync always\n",
+            false => "appendonly no\n",
+        });
+        if self.sentinels > 0 {
+            let reach = layout.reach(i, 0);
+            cfg.push_str(&format!(
+                "replica-announce-ip 127.0.0.1\nreplica-announce-port {reach}\n"
+            ));
+            if i != 0 {
+                cfg.push_str(&format!("replicaof 127.0.0.1 {}\n", layout.reach(0, 0)));
+            }
+        }
+        cfg
+    }
+
+    /// Sentinel `k`'s configuration file: it monitors member 0 at its proxy.
+    fn sentinel_config(&self, layout: &Layout, port: u16, dir: &Path) -> String {
+        let name = REDIS_MASTER_NAME;
+        format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+             sentinel monitor {name} 127.0.0.1 {} {}\n\
+             sentinel down-after-milliseconds {name} {SENTINEL_DOWN_AFTER_MS}\n\
+             sentinel failover-timeout {name} {SENTINEL_FAILOVER_TIMEOUT_MS}\n\
+             sentinel parallel-syncs {name} 1\n",
+            dir.display(),
+            layout.reach(0, 0),
+            self.sentinels / 2 + 1
+        )
+    }
+
+    /// What every Sentinel must know before a failover can be relied on: the master, all its
+    /// replicas and all the other Sentinels (they find each other through the master's hello
+    /// channel, every 2 s); and every replica's link to the master up.
+    fn sentinels_ready(&self, cluster: &Cluster<Self>) -> Result<(), String> {
+        let (replicas, others) = (cluster.len() - 1, self.sentinels - 1);
+        for (k, addr) in cluster.companion_addrs().into_iter().enumerate() {
+            let reply = redis_call(addr, &["SENTINEL", "master", REDIS_MASTER_NAME])
+                .map_err(|e| format!("Sentinel {k}: {e}"))?;
+            let f = fields(&reply);
+            let known = (f.get("num-slaves"), f.get("num-other-sentinels"));
+            if known != (Some(&&*replicas.to_string()), Some(&&*others.to_string())) {
+                return Err(format!("Sentinel {k} knows {known:?} replicas and Sentinels"));
+            }
+        }
+        let master = cluster.leader().ok_or("the Sentinels name no master")?;
+        for i in (0..cluster.len()).filter(|&i| i != master) {
+            let info = redis_call(cluster.direct_addr(i), &["INFO", "replication"])
+                .map_err(|e| format!("member {i}: {e}"))?;
+            if !info.text().is_some_and(|t| t.contains("master_link_status:up")) {
+                return Err(format!("replica {i} has not synchronised with its master"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ClusterEngine for Redis {
+    const LAUNCH: &'static Launch = &LAUNCH;
+    const KIND: &'static str = "redis";
+    const PORTS: &'static [&'static str] = &["client"];
+    const FORMATION: Duration = Duration::from_secs(30);
+
+    fn command(
+        &self,
+        layout: &Layout,
+        i: usize,
+        dir: &Path,
+        start: Start,
+    ) -> Result<Command, String> {
+        let path = dir.join("redis.conf");
+        // A member restarted without its data keeps its configuration, and with it the
+        // `replicaof` a Sentinel gave it.
+        if start == Start::New || !path.exists() {
+            std::fs::write(&path, self.config(layout, i, dir))
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+        }
+        let mut cmd = Command::new("redis-server");
+        cmd.arg(path);
+        Ok(cmd)
+    }
+
+    /// The Sentinels, on fresh loopback ports, each in a directory of its own (a Sentinel
+    /// rewrites its configuration file with what it learns).
+    fn companions(&self, cluster: &Cluster<Self>) -> Result<Vec<Companion>, String> {
+        let ports = Layout::fresh_ports(self.sentinels, 1, &mut BTreeSet::new());
+        let mut out = Vec::new();
+        for (k, port) in ports.into_iter().flatten().enumerate() {
+            let dir = cluster.root().join(format!("s{k}"));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("Sentinel {k}: {e}"))?;
+            let path = dir.join("sentinel.conf");
+            std::fs::write(&path, self.sentinel_config(cluster.layout(), port, &dir))
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+            let mut command = Command::new("redis-sentinel");
+            command.arg(&path);
+            out.push(Companion {
+                launch: &SENTINEL,
+                label: format!("Sentinel {k}"),
+                dir,
+                port,
+                command,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The member a majority of the Sentinels name as master; `None` for independent masters.
+    fn leader(&self, cluster: &Cluster<Self>) -> Option<usize> {
+        let mut votes: BTreeMap<u16, usize> = BTreeMap::new();
+        for addr in cluster.companion_addrs() {
+            let reply =
+                redis_call(addr, &["SENTINEL", "get-master-addr-by-name", REDIS_MASTER_NAME]);
+            if let Ok(Reply::Array(a)) = reply {
+                if let Some(port) = a.get(1).and_then(Reply::text).and_then(|p| p.parse().ok()) {
+                    *votes.entry(port).or_default() += 1;
+                }
+            }
+        }
+        let (port, _) = votes.into_iter().find(|(_, n)| *n > self.sentinels / 2)?;
+        cluster.member_at(port)
+    }
+
+    fn formed(&self, cluster: &Cluster<Self>) -> Result<(), String> {
+        match self.sentinels {
+            0 => Ok(()), // independent masters: every one answered
+            _ => self.sentinels_ready(cluster),
+        }
+    }
+}
+
+impl Server<Redis> {
     /// Start a server without persistence (it answers `PING` within 15 s, on the third port at
     /// the latest), or panic saying why, or what to install.
     pub fn start() -> RedisServer {
-        with_retries("redis-server", || Self::try_start(false))
+        Self::launch(false).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`RedisServer::start`] with persistence: `appendonly yes`, `appendfsync always`, so
     /// that every acknowledged write survives a crash and a restart (keys' expiry times
     /// included: they are absolute, so a TTL keeps running while the server is down).
     pub fn start_persistent() -> RedisServer {
-        with_retries("redis-server", || Self::try_start(true))
+        Self::launch(true).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`RedisServer::start`] (`persistent: false`) or [`RedisServer::start_persistent`],
     /// returning why it could not start (what to install, when `redis-server` is missing)
     /// instead of panicking: for a benchmark binary.
     pub fn launch(persistent: bool) -> Result<RedisServer, String> {
-        try_with_retries("redis-server", || Self::try_start(persistent))
-    }
-
-    fn try_start(persistent: bool) -> Result<RedisServer, String> {
-        let port = free_port();
-        let dir = temp_dir("redis");
-        let data = dir.clone();
-        let command = move || {
-            let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""]);
-            if persistent {
-                cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-            } else {
-                cmd.args(["--appendonly", "no"]);
-            }
-            cmd.arg("--dir").arg(&data);
-            cmd
-        };
-        let process = LAUNCH.spawn(command, dir, port)?;
-        Ok(RedisServer { process, port, persistent })
-    }
-
-    /// Kill the server (`SIGKILL`, as a crash) and wait until it is gone. Clients see their
-    /// connections closed and new ones refused. The port and the data directory stay this
-    /// server's. A no-op when it is stopped.
-    pub fn stop(&mut self) {
-        self.process.stop();
-    }
-
-    /// Start the stopped server again on the same port, with the same data directory and
-    /// settings, and wait until it answers `PING` (15 s at most), or panic saying why (another
-    /// process may have taken the port meanwhile). Without persistence it starts empty. A no-op
-    /// when it runs.
-    pub fn start_again(&mut self) {
-        if let Err(e) = self.try_start_again() {
-            panic!("{e}");
-        }
-    }
-
-    /// [`RedisServer::start_again`], returning the failure instead of panicking.
-    pub fn try_start_again(&mut self) -> Result<(), String> {
-        self.process
-            .start_again()
-            .map_err(|e| format!("could not start redis-server again on port {}: {e}", self.port))
-    }
-
-    /// [`RedisServer::stop`], `downtime` of sleep, [`RedisServer::start_again`].
-    pub fn restart_after(&mut self, downtime: Duration) {
-        self.stop();
-        std::thread::sleep(downtime);
-        self.start_again();
-    }
-
-    /// Its data directory (removed when it is dropped).
-    pub fn dir(&self) -> &std::path::Path {
-        self.process.dir()
-    }
-
-    /// Whether it runs (started and not stopped since).
-    pub fn is_running(&self) -> bool {
-        self.process.is_running()
+        Server::launch_engine(Redis::masters(persistent))
     }
 
     /// Whether it keeps its keys across a restart ([`RedisServer::start_persistent`]).
     pub fn is_persistent(&self) -> bool {
-        self.persistent
+        self.engine().persistent
     }
 
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
+}
 
-    /// `127.0.0.1:<port>`.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+impl Cluster<Redis> {
+    /// Start a master, `replicas` replicas and `sentinels` Sentinels, without persistence,
+    /// and wait until every Sentinel knows them all and every replica has synchronised (30 s
+    /// at most), or panic saying why, or what to install: for tests; [`Cluster::launch`]
+    /// with [`Redis::sentinel`] returns the error.
+    pub fn sentinel(replicas: usize, sentinels: usize) -> RedisCluster {
+        let options = ClusterOptions::new(1 + replicas);
+        Cluster::launch(Redis::sentinel(false, sentinels), &options)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Start `n` independent masters (Redlock's), with or without persistence, or panic
+    /// saying why, or what to install.
+    pub fn masters(n: usize, persistent: bool) -> RedisCluster {
+        Cluster::launch(Redis::masters(persistent), &ClusterOptions::new(n))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `redis://127.0.0.1:<client proxy>/` of every member.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.len()).map(|i| format!("redis://{}/", self.client_addr(i))).collect()
+    }
+
+    /// The Sentinels' addresses (clients ask them for [`REDIS_MASTER_NAME`]'s master).
+    pub fn sentinel_addrs(&self) -> Vec<SocketAddr> {
+        self.companion_addrs()
     }
 }
 

@@ -105,7 +105,7 @@ fn etcd_json(port: u16, path: &str, body: &str) -> std::io::Result<String> {
 #[test]
 fn etcd_comes_back_on_the_same_ports_with_its_keys() {
     let mut server = EtcdServer::start();
-    let (port, peer) = (server.port, server.peer_port);
+    let (port, peer) = (server.port, server.peer_port());
     assert_ne!(port, peer);
     // Key "k" and value "v", base64: "aw==" and "dg==".
     let put = etcd_json(port, "/v3/kv/put", r#"{"key":"aw==","value":"dg=="}"#).unwrap();
@@ -118,7 +118,7 @@ fn etcd_comes_back_on_the_same_ports_with_its_keys() {
     );
     assert!(server.dir().join("data").exists(), "stop keeps the data directory");
     server.start_again();
-    assert_eq!((server.port, server.peer_port), (port, peer));
+    assert_eq!((server.port, server.peer_port()), (port, peer));
     let got = etcd_json(port, "/v3/kv/range", r#"{"key":"aw=="}"#).unwrap();
     assert!(got.contains(r#""value":"dg==""#), "the key survived the restart: {got}");
     let dir = server.dir().to_path_buf();
