@@ -49,6 +49,10 @@ pub struct RunArgs {
     /// exit with its status: 3 when it finds an overlap or an accepted stale write.
     #[arg(long)]
     pub check: bool,
+    /// Print every column of the comparison table (it is wider than a terminal); by default it
+    /// keeps within 120 characters. summary.json and the CSV files always hold every figure.
+    #[arg(long)]
+    pub wide: bool,
     /// The scenario.
     #[command(flatten)]
     pub scenario: ScenarioArgs,

@@ -115,9 +115,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
     let cfg = args.to_config().map_err(|e| anyhow::Error::new(UsageError(e)))?;
     let summary = run_scenario(&cfg, &args.out, args.quiet)?;
-    print!("{}", table::table(&summary));
+    let view = if args.wide { table::View::Wide } else { table::View::Compact };
+    print!("{}", table::table(&summary, view));
     if !args.quiet {
-        print!("{}", table::notes(&summary));
+        print!("{}", table::notes(&summary, view));
     }
     if args.check {
         println!("\ncheck {}:", args.out.display());

@@ -28,7 +28,7 @@ use crate::dist::{format_duration, serde_duration};
 use crate::engines::{self, Algorithm};
 use crate::measure::log::RunOutcome;
 use crate::report::charts::{algorithm_color, render_lines, Formats, Legend, LineChart, Series};
-use crate::report::{files, progress};
+use crate::report::{console, files, progress};
 use anyhow::{anyhow, Context};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -387,36 +387,37 @@ fn fails(r: &LongRun) -> String {
     }
 }
 
-/// The console table: a row per run.
+/// The console table: a row per run, within 120 columns.
 pub fn table(s: &LongrunSummary) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<14} {:>4} {:>12} {:>12} {:>8} {:>14} {:>14}  when reads fail",
+    let headers = [
         "algorithm",
         "n",
         "first grants/s",
         "last grants/s",
         "change",
         "tombs/read end",
-        "max tombs/read"
-    );
-    for r in s.calibration.iter().chain(&s.runs) {
-        let (first, last, change) = r.trend(trend_intervals(r));
-        let _ = writeln!(
-            out,
-            "{:<14} {:>4} {:>12.1} {:>12.1} {:>7.1}% {:>14.0} {:>14}  {}",
-            r.algorithm,
-            r.contenders,
-            first,
-            last,
-            change,
-            r.intervals.last().map_or(0.0, |i| i.tombstones_per_read),
-            r.max_tombstones_per_read,
-            fails(r)
-        );
-    }
-    out
+        "max tombs/read",
+        "when reads fail",
+    ];
+    let rows: Vec<Vec<String>> = s
+        .calibration
+        .iter()
+        .chain(&s.runs)
+        .map(|r| {
+            let (first, last, change) = r.trend(trend_intervals(r));
+            vec![
+                r.algorithm.clone(),
+                r.contenders.to_string(),
+                format!("{first:.1}"),
+                format!("{last:.1}"),
+                format!("{change:.1}%"),
+                format!("{:.0}", r.intervals.last().map_or(0.0, |i| i.tombstones_per_read)),
+                r.max_tombstones_per_read.to_string(),
+                fails(r),
+            ]
+        })
+        .collect();
+    console::render(&headers, 1, &rows)
 }
 
 /// How many intervals make the "first" and "last" of a trend: 10 minutes of a long run, one
@@ -592,6 +593,18 @@ fn long_text(md: &mut String, s: &LongrunSummary, dir: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed results' long runs (results/longrun) print within the terminal.
+    #[test]
+    fn the_console_table_of_the_committed_results_fits_the_terminal() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/longrun/longrun.json");
+        let text = std::fs::read_to_string(&path).expect("results/longrun/longrun.json");
+        let summary: LongrunSummary = serde_json::from_str(&text).expect("parses");
+        let t = table(&summary);
+        let widest = crate::report::console::widest_line(&t);
+        assert!(widest <= crate::report::console::WIDTH, "{widest} columns:\n{t}");
+        assert_eq!(t.lines().count(), 2 + summary.calibration.len() + summary.runs.len());
+    }
 
     fn interval(start_s: f64, t: f64) -> Interval {
         Interval {

@@ -15,7 +15,7 @@ use crate::config::{ClockMode, RunConfig};
 use crate::dist::parse_positive_duration;
 use crate::engines::{self, EngineOptions, EngineRef};
 use crate::measure::summary;
-use crate::report::{files, progress};
+use crate::report::{console, files, progress};
 use crate::run as runner;
 use clap::Args;
 use lock_core::store::Consistency;
@@ -217,28 +217,54 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
     );
     let _ = writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        let f = &r.figures;
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {:.1} | {} | {:.1} | {} / {} | {}/{} | {} | {} |",
-            r.condition,
-            r.engine,
-            r.algorithm,
-            r.grants_per_second,
-            f.overlapping_holds,
-            f.overlap_us as f64 / 1000.0,
-            f.stale_accepted,
-            f.stale_accepted_without_fencing,
-            f.stale_holders_told,
-            f.stale_holders,
-            unavailable_share(r),
-            match f.resumed_after_us_by_fault.values().max() {
-                Some(us) => format!("{:.2}", *us as f64 / 1e6),
-                None => "-".into(),
-            },
-        );
+        let _ = writeln!(out, "| {} |", cells(r).join(" | "));
     }
     out
+}
+
+/// A row's cells, in the order of the README's columns.
+fn cells(r: &Row) -> [String; 10] {
+    let f = &r.figures;
+    [
+        r.condition.to_string(),
+        r.engine.clone(),
+        r.algorithm.clone(),
+        format!("{:.1}", r.grants_per_second),
+        f.overlapping_holds.to_string(),
+        format!("{:.1}", f.overlap_us as f64 / 1000.0),
+        format!("{} / {}", f.stale_accepted, f.stale_accepted_without_fencing),
+        format!("{}/{}", f.stale_holders_told, f.stale_holders),
+        unavailable_share(r),
+        match f.resumed_after_us_by_fault.values().max() {
+            Some(us) => format!("{:.2}", *us as f64 / 1e6),
+            None => "-".into(),
+        },
+    ]
+}
+
+/// The table for the terminal: the README's columns but the overlap time, with headers
+/// short enough to stay within 120 columns; the README explains them.
+pub fn console_table(rows: &[Row]) -> String {
+    const SHOWN: [usize; 9] = [0, 1, 2, 3, 4, 6, 7, 8, 9];
+    let headers = [
+        "condition",
+        "engine",
+        "algorithm",
+        "grants/s",
+        "overlaps",
+        "stale fenced/unf.",
+        "told",
+        "unavail.",
+        "resumed s",
+    ];
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let all = cells(r);
+            SHOWN.iter().map(|i| all[*i].clone()).collect()
+        })
+        .collect();
+    console::render(&headers, 3, &rows)
 }
 
 /// Unavailable time over the time it is measured in: the fault windows, or the whole run
@@ -295,6 +321,50 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     files::write_json(&args.out.join("safety.json"), &rows)?;
     let text = render(args, &rows);
     files::write_atomic(&args.out.join("README.md"), text.as_bytes())?;
-    print!("{text}");
+    print!("{}", console_table(&rows));
+    println!("{} has every column and what each means.", args.out.join("README.md").display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::console::{widest_line, WIDTH};
+
+    /// Every condition on every engine's every algorithm, with figures as wide as a bad run
+    /// gives: the console table still fits the terminal.
+    #[test]
+    fn the_console_table_fits_the_terminal() {
+        let mut rows = Vec::new();
+        for engine in EngineRef::all() {
+            for algorithm in engine.algorithms() {
+                for c in &CONDITIONS {
+                    let mut figures = crate::measure::safety::SafetyFigures {
+                        overlapping_holds: 12_345,
+                        overlap_us: 123_456_789,
+                        stale_accepted: 12_345,
+                        stale_accepted_without_fencing: 123_456,
+                        stale_holders_told: 1_234,
+                        stale_holders: 12_345,
+                        unavailable_us: 1,
+                        ..Default::default()
+                    };
+                    figures.resumed_after_us_by_fault.insert("x".into(), 123_456_789);
+                    rows.push(Row {
+                        condition: c.name,
+                        faults: c.faults,
+                        engine: engine.name().to_string(),
+                        consistency: c.consistency,
+                        algorithm: algorithm.name.to_string(),
+                        duration_s: 60.0,
+                        grants_per_second: 12_345.6,
+                        figures,
+                    });
+                }
+            }
+        }
+        let t = console_table(&rows);
+        assert!(widest_line(&t) <= WIDTH, "{} columns:\n{t}", widest_line(&t));
+        assert!(t.lines().next().unwrap().contains("overlaps"), "{t}");
+    }
 }

@@ -18,7 +18,7 @@ use crate::config::RunConfig;
 use crate::dist::parse_positive_duration;
 use crate::engines;
 use crate::faults::FaultPlan;
-use crate::report::{files, progress};
+use crate::report::{console, files, progress};
 use crate::run as runner;
 use anyhow::Context;
 use clap::Args;
@@ -175,23 +175,44 @@ pub fn render(args: &SoakArgs, soaked: &[Soaked]) -> String {
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in soaked {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {:.0} |",
-            s.algorithm,
-            s.grants,
-            s.runs,
-            s.faults,
-            s.figures.crashed_holds,
-            s.figures.overlapping_holds,
-            s.figures.stale_accepted,
-            s.figures.stale_rejected,
-            s.figures.leases_lost_signalled,
-            s.wall.as_secs_f64(),
-            s.grants as f64 / s.wall.as_secs_f64().max(1e-9),
-        );
+        let _ = writeln!(out, "| {} |", cells(s).join(" | "));
     }
     out
+}
+
+/// A soaked algorithm's cells, in the order of both tables' columns.
+fn cells(s: &Soaked) -> Vec<String> {
+    vec![
+        s.algorithm.to_string(),
+        s.grants.to_string(),
+        s.runs.to_string(),
+        s.faults.to_string(),
+        s.figures.crashed_holds.to_string(),
+        s.figures.overlapping_holds.to_string(),
+        format!("{} / {}", s.figures.stale_accepted, s.figures.stale_rejected),
+        s.figures.leases_lost_signalled.to_string(),
+        format!("{:.0}", s.wall.as_secs_f64()),
+        format!("{:.0}", s.grants as f64 / s.wall.as_secs_f64().max(1e-9)),
+    ]
+}
+
+/// The soak's table for the terminal: the README's columns under headers short enough to
+/// stay within 120 columns.
+pub fn console_table(soaked: &[Soaked]) -> String {
+    let headers = [
+        "algorithm",
+        "grants",
+        "runs",
+        "faults",
+        "crashed",
+        "overlaps",
+        "stale acc/rej",
+        "leases lost",
+        "wall s",
+        "grants/wall s",
+    ];
+    let rows: Vec<Vec<String>> = soaked.iter().map(cells).collect();
+    console::render(&headers, 1, &rows)
 }
 
 /// `bench-harness soak`.
@@ -210,7 +231,8 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
     let report = render(args, &soaked);
     files::write_atomic(&args.out.join("README.md"), report.as_bytes())
         .context("cannot write the soak's README")?;
-    print!("{report}");
+    print!("{}", console_table(&soaked));
+    println!("{} has the table and the settings.", args.out.join("README.md").display());
     let bad: Vec<String> =
         soaked.iter().flat_map(|s| s.unsafe_runs.iter().map(|d| d.display().to_string())).collect();
     if !bad.is_empty() {
@@ -221,4 +243,38 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod console_tests {
+    use super::*;
+    use crate::report::console::{widest_line, WIDTH};
+
+    /// Every Cassandra-model lock with figures as wide as a long faulty soak gives.
+    #[test]
+    fn the_console_table_fits_the_terminal() {
+        let algorithms = engines::resolve(&[], engines::EngineRef::default_engine()).unwrap();
+        let soaked: Vec<Soaked> = algorithms
+            .iter()
+            .map(|a| Soaked {
+                algorithm: a.name.to_string(),
+                grants: 123_456_789,
+                runs: 12_345,
+                faults: 1_234_567,
+                figures: crate::measure::safety::SafetyFigures {
+                    crashed_holds: 123_456,
+                    overlapping_holds: 12_345,
+                    stale_accepted: 123_456,
+                    stale_rejected: 1_234_567,
+                    leases_lost_signalled: 123_456,
+                    ..Default::default()
+                },
+                wall: Duration::from_secs(123_456),
+                unsafe_runs: Vec::new(),
+            })
+            .collect();
+        let t = console_table(&soaked);
+        assert!(widest_line(&t) <= WIDTH, "{} columns:\n{t}", widest_line(&t));
+        assert_eq!(t.lines().count(), 2 + soaked.len(), "{t}");
+    }
 }

@@ -6,7 +6,7 @@ use super::{Engine, EnginesSummary, ENGINES_DIR, SECTION_BEGIN, SECTION_END};
 use crate::dist::format_duration;
 use crate::measure::summary::AlgorithmReport;
 use crate::report::charts::{algorithm_color, lighter, render_lines, Formats, LineChart, Series};
-use crate::report::{files, progress};
+use crate::report::{console, files, progress};
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -111,10 +111,7 @@ fn ops_per_grant(r: &AlgorithmReport) -> String {
 
 /// The console table: one row per point.
 pub fn table(s: &EnginesSummary) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<22} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>9} {:>8}",
+    let headers = [
         "engine",
         "n",
         "grants",
@@ -125,26 +122,29 @@ pub fn table(s: &EnginesSummary) -> String {
         "Jain",
         "ops/grant",
         "overlaps",
-        "errors"
-    );
-    for p in &s.points {
-        let r = &p.report;
-        let _ = writeln!(
-            out,
-            "{:<22} {:>5} {:>8} {:>10} {:>9} {:>9} {:>9} {:>6} {:>10} {:>9} {:>8}",
-            p.series(),
-            p.contenders,
-            r.grants,
-            f1(r.throughput.grants_per_second_per_lock),
-            f1(r.latency.p50_ms),
-            f1(r.latency.p99_ms),
-            f1(r.latency.max_ms),
-            r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
-            ops_per_grant(r),
-            r.safety.overlapping_holds,
-            r.errors.total(),
-        );
-    }
+        "errors",
+    ];
+    let rows: Vec<Vec<String>> = s
+        .points
+        .iter()
+        .map(|p| {
+            let r = &p.report;
+            vec![
+                p.series(),
+                p.contenders.to_string(),
+                r.grants.to_string(),
+                f1(r.throughput.grants_per_second_per_lock),
+                f1(r.latency.p50_ms),
+                f1(r.latency.p99_ms),
+                f1(r.latency.max_ms),
+                r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
+                ops_per_grant(r),
+                r.safety.overlapping_holds.to_string(),
+                r.errors.total().to_string(),
+            ]
+        })
+        .collect();
+    let mut out = console::render(&headers, 1, &rows);
     for p in s.points.iter().filter(|p| !p.report.errors.is_clean()) {
         let e = &p.report.errors;
         let _ = writeln!(
@@ -357,4 +357,23 @@ pub fn section_for(results_dir: &Path) -> anyhow::Result<Option<String>> {
 /// `readme` with its engines section replaced by `section` (or appended).
 pub fn splice_section(readme: &str, section: &str) -> String {
     crate::experiments::splice(readme, &super::SECTION, section)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed results' engines comparison (results/engines) prints within the terminal.
+    /// They include etcd, which only a build with the `etcd` feature (the tests' build) knows.
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn the_console_table_of_the_committed_results_fits_the_terminal() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/engines/engines.json");
+        let text = std::fs::read_to_string(&path).expect("results/engines/engines.json");
+        let summary: EnginesSummary = serde_json::from_str(&text).expect("parses");
+        let t = table(&summary);
+        let widest = crate::report::console::widest_line(&t);
+        assert!(widest <= crate::report::console::WIDTH, "{widest} columns:\n{t}");
+        assert!(t.lines().count() >= 2 + summary.points.len(), "{t}");
+    }
 }
