@@ -319,6 +319,8 @@ impl RunConfig {
                     && !self.backend.in_process()
                 {
                     " (server-restart needs a server the harness starts itself: see the backend's --spawn option in --help)"
+                } else if crate::faults::FaultKind::LEADER.contains(&kind) {
+                    " (the leader faults need a cluster the harness starts itself: --spawn-etcd=3 or --spawn-zookeeper=3)"
                 } else {
                     ""
                 };

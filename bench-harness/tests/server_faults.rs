@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod support;
-use support::{run_checked, BIN};
+use support::{run_checked, windows, BIN};
 
 fn scratch(name: &str) -> PathBuf {
     support::scratch("bench-harness-server-faults", name)
@@ -19,19 +19,6 @@ fn scratch(name: &str) -> PathBuf {
 
 fn summary(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
-}
-
-/// Fault windows of `kind` in `dir/faults.csv`: (target, start_us, end_us).
-fn windows(dir: &Path, kind: &str) -> Vec<(String, u64, u64)> {
-    std::fs::read_to_string(dir.join("faults.csv"))
-        .unwrap()
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f[1] == kind).then(|| (f[2].to_string(), f[3].parse().unwrap(), f[4].parse().unwrap()))
-        })
-        .collect()
 }
 
 /// A server restarted mid-run: requests fail while it is down (counted), grants resume after

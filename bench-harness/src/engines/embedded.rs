@@ -306,6 +306,12 @@ impl OpenEngine for Opened {
                     Err("the embedded store has no server to restart".to_string())
                 })
             }
+            Injection::Leader { .. } => {
+                return Box::pin(async {
+                    Err("the embedded store has no leader (its replicas are leaderless, as Cassandra's)"
+                        .to_string())
+                })
+            }
         }
         Box::pin(async { Ok(()) })
     }

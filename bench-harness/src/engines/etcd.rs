@@ -58,11 +58,20 @@ pub struct Args {
         conflicts_with = "spawn_etcd"
     )]
     pub etcd: Option<String>,
-    /// Start an etcd of the harness's own for each run (Debian's `etcd-server` package, one
-    /// member), on free loopback ports, and stop it afterwards; needed for
-    /// `--faults server-restart:…`. It keeps its keys and leases across a restart.
-    #[arg(long)]
-    pub spawn_etcd: bool,
+    /// Start an etcd of the harness's own for each run (Debian's `etcd-server` package), on
+    /// free loopback ports, and stop it afterwards: one member (`--spawn-etcd`; needed for
+    /// `--faults server-restart:…`, and it keeps its keys and leases across a restart) or a
+    /// cluster of MEMBERS (`--spawn-etcd=3`; needed for the leader faults `leader-kill`,
+    /// `leader-pause`, `leader-cut`), each member behind proxies of its own.
+    #[arg(
+        long,
+        value_name = "MEMBERS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1",
+        value_parser = clap::value_parser!(u16).range(1..=9)
+    )]
+    pub spawn_etcd: Option<u16>,
 }
 
 /// Its options, as result files show them.
@@ -75,6 +84,9 @@ pub struct Options {
     /// A server the harness starts for each run (`--spawn-etcd`), instead of `etcd`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub spawn: bool,
+    /// The started cluster's members, when more than one (`--spawn-etcd=3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<u16>,
 }
 
 impl From<Options> for EngineOptions {
@@ -150,7 +162,8 @@ impl Engine for Etcd {
                 }
             }
         }
-        Ok(Options { etcd, spawn: a.spawn_etcd }.into())
+        let members = a.spawn_etcd.filter(|n| *n > 1);
+        Ok(Options { etcd, spawn: a.spawn_etcd.is_some(), members }.into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -159,7 +172,9 @@ impl Engine for Etcd {
 
     fn address(&self, options: &EngineOptions) -> String {
         let o = options.get::<Options>();
-        if o.spawn {
+        if let Some(n) = o.members {
+            format!("an etcd cluster of {n} members started by the harness")
+        } else if o.spawn {
             "an etcd server started by the harness".to_string()
         } else {
             o.endpoints().to_string()
@@ -179,6 +194,9 @@ impl Engine for Etcd {
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        if options.get::<Options>().members.is_some() {
+            return server_faults::cluster_kinds();
+        }
         server_faults::kinds(self.spawns_server(options))
     }
 
@@ -188,36 +206,62 @@ impl Engine for Etcd {
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         Box::pin(async move {
             let options: Options = setup.options.get();
-            let (endpoints, server) = if options.spawn {
-                let (server, endpoint) = Managed::start(
-                    test_servers::EtcdServer::launch,
-                    test_servers::EtcdServer::endpoint,
-                )
-                .await
-                .map_err(|e| format!("--spawn-etcd: {e}"))?;
-                (endpoint, Some(server))
-            } else {
-                (options.endpoints().to_string(), None)
-            };
-            let upstream = if server_faults::needs_proxies(&setup.fault_kinds) {
-                if endpoints.contains(',') {
-                    return Err(format!(
-                        "pause, crash and partition faults need a single etcd endpoint, not {endpoints}"
-                    ));
-                }
-                let authority = endpoints.trim_start_matches("http://");
-                Some(server_faults::resolve(authority).await?)
-            } else {
-                None
+            let (endpoints, faults) = match options.members {
+                Some(n) => on_cluster(n).await?,
+                None => on_server(&options, &setup.fault_kinds).await?,
             };
             let connector = Connector {
                 endpoints,
                 namespace: setup.namespace.to_string(),
                 lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
             };
-            Opened::probe(connector, setup.settings, ServerFaults::new(upstream, server)).await
+            Opened::probe(connector, setup.settings, faults).await
         })
     }
+}
+
+/// A cluster of `n` members the harness starts (`--spawn-etcd=N`): its client endpoints, and
+/// its faults (the leader faults among them).
+async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
+    let (cluster, endpoints) = server_faults::start_cluster(
+        move || {
+            let options = test_servers::ClusterOptions::new(n.into());
+            test_servers::EtcdCluster::launch(test_servers::Etcd::default(), &options)
+        },
+        |c| c.endpoints().join(","),
+    )
+    .await
+    .map_err(|e| format!("--spawn-etcd={n}: {e}"))?;
+    Ok((endpoints, ServerFaults::on_cluster(cluster)))
+}
+
+/// The user's etcd (`--etcd`) or one server the harness starts (`--spawn-etcd`), with a proxy
+/// per contender when `kinds` need them.
+async fn on_server(
+    options: &Options,
+    kinds: &[FaultKind],
+) -> Result<(String, ServerFaults), String> {
+    let (endpoints, server) = if options.spawn {
+        let (server, endpoint) =
+            Managed::start(test_servers::EtcdServer::launch, test_servers::EtcdServer::endpoint)
+                .await
+                .map_err(|e| format!("--spawn-etcd: {e}"))?;
+        (endpoint, Some(server))
+    } else {
+        (options.endpoints().to_string(), None)
+    };
+    let upstream = if server_faults::needs_proxies(kinds) {
+        if endpoints.contains(',') {
+            return Err(format!(
+                "pause, crash and partition faults need a single etcd endpoint, not {endpoints}"
+            ));
+        }
+        let authority = endpoints.trim_start_matches("http://");
+        Some(server_faults::resolve(authority).await?)
+    } else {
+        None
+    };
+    Ok((endpoints, ServerFaults::new(upstream, server)))
 }
 
 /// A contender's client and lease on the server, keys under the run's root.

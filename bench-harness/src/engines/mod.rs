@@ -254,6 +254,14 @@ pub enum Injection<'a> {
         /// Stop or start.
         on: bool,
     },
+    /// Hit the cluster's leader with `kind` (one of [`FaultKind::LEADER`]) or (`on` false)
+    /// undo it on the member that was hit.
+    Leader {
+        /// Which leader fault.
+        kind: FaultKind,
+        /// Hit or undo.
+        on: bool,
+    },
     /// Lose `drop` of the doorbell rings (queue-push) and delay the others by `delay`; 0.0 and
     /// zero heal.
     Rings {

@@ -14,6 +14,14 @@
 //!   ([`Commanded`]: a Cassandra node's `--node-stop` / `--node-start`). A server the harness
 //!   neither started nor was told how to restart is not its to kill.
 //!
+//! - **Leader faults** (`leader-kill`, `leader-pause`, `leader-cut`): for a cluster the
+//!   harness started (`--spawn-etcd 3`, `--spawn-zookeeper 3`): the member that leads when the
+//!   fault starts ([`Members::leader`]: etcd's member status, ZooKeeper's `srvr`) is killed and
+//!   restarted with its data, stopped and continued, or cut off from its peers and clients and
+//!   healed; the undo goes to that same member, whoever leads by then. The contenders reach
+//!   the cluster through its members' client proxies (every member's, as the client library
+//!   takes them), not through proxies of their own: contender faults need a single server.
+//!
 //! Runs without these faults connect straight to the server: the proxy hop is never measured
 //! unless a fault needs it.
 
@@ -50,6 +58,88 @@ pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
         &[FaultKind::ClockJump, FaultKind::ServerRestart]
     } else {
         &[FaultKind::ClockJump]
+    }
+}
+
+/// The fault kinds on a cluster the harness started: clock jumps and the leader faults.
+pub fn cluster_kinds() -> &'static [FaultKind] {
+    &[FaultKind::ClockJump, FaultKind::LeaderKill, FaultKind::LeaderPause, FaultKind::LeaderCut]
+}
+
+/// A cluster's members as the leader faults use them: who leads, and the faults on one
+/// member. One implementation for every [`test_servers::Cluster`], whatever its engine.
+/// The calls block (from async code they run on `spawn_blocking`).
+pub trait Members: Send + Sync {
+    /// The member that leads now, if the cluster agrees on one.
+    fn leader(&self) -> Option<usize>;
+    /// Kill member `i` (`SIGKILL`).
+    fn kill(&self, i: usize);
+    /// Start member `i` again with its data.
+    fn restart(&self, i: usize) -> Result<(), String>;
+    /// Stop member `i` (`SIGSTOP`).
+    fn pause(&self, i: usize) -> Result<(), String>;
+    /// Continue member `i` (`SIGCONT`).
+    fn resume(&self, i: usize) -> Result<(), String>;
+    /// Cut member `i` off from its peers and its clients.
+    fn cut_off(&self, i: usize);
+    /// Heal member `i`.
+    fn heal(&self, i: usize);
+}
+
+impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
+    fn leader(&self) -> Option<usize> {
+        test_servers::Cluster::leader(self)
+    }
+    fn kill(&self, i: usize) {
+        test_servers::Cluster::kill(self, i)
+    }
+    fn restart(&self, i: usize) -> Result<(), String> {
+        test_servers::Cluster::restart(self, i)
+    }
+    fn pause(&self, i: usize) -> Result<(), String> {
+        test_servers::Cluster::pause(self, i)
+    }
+    fn resume(&self, i: usize) -> Result<(), String> {
+        test_servers::Cluster::resume(self, i)
+    }
+    fn cut_off(&self, i: usize) {
+        test_servers::Cluster::cut_off(self, i)
+    }
+    fn heal(&self, i: usize) {
+        test_servers::Cluster::heal(self, i)
+    }
+}
+
+/// How long a leader fault waits for the cluster to name a leader before it gives up.
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts a cluster with `launch` (blocking: off the runtime's threads), waits until it has a
+/// leader, and returns it shared with the client addresses `address` reads off it.
+pub async fn start_cluster<M: Members + 'static>(
+    launch: impl FnOnce() -> Result<M, String> + Send + 'static,
+    address: fn(&M) -> String,
+) -> Result<(Arc<dyn Members>, String), String> {
+    let cluster = tokio::task::spawn_blocking(move || {
+        let cluster = launch()?;
+        wait_for_leader(&cluster)?;
+        Ok::<_, String>(cluster)
+    })
+    .await
+    .map_err(|e| format!("starting the cluster panicked: {e}"))??;
+    let at = address(&cluster);
+    Ok((Arc::new(cluster), at))
+}
+
+fn wait_for_leader(m: &dyn Members) -> Result<usize, String> {
+    let deadline = std::time::Instant::now() + LEADER_WAIT;
+    loop {
+        if let Some(i) = m.leader() {
+            return Ok(i);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the cluster named no leader within {LEADER_WAIT:?}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
@@ -170,13 +260,29 @@ pub struct ServerFaults {
     proxies: Mutex<BTreeMap<String, Proxy>>,
     jumps: Mutex<BTreeMap<String, ClockJump>>,
     server: Option<Managed>,
+    /// The cluster the harness started, for the leader faults.
+    cluster: Option<Arc<dyn Members>>,
+    /// The member the running leader fault hit.
+    hit: Arc<Mutex<Option<usize>>>,
 }
 
 impl ServerFaults {
     /// Faults for a server at `upstream`: contenders go through proxies when `upstream` is
     /// given; `server` when the harness started it.
     pub fn new(upstream: Option<SocketAddr>, server: Option<Managed>) -> Self {
-        ServerFaults { upstream, proxies: Mutex::default(), jumps: Mutex::default(), server }
+        ServerFaults {
+            upstream,
+            proxies: Mutex::default(),
+            jumps: Mutex::default(),
+            server,
+            cluster: None,
+            hit: Arc::default(),
+        }
+    }
+
+    /// Faults on a cluster the harness started: clock jumps and the leader faults.
+    pub fn on_cluster(cluster: Arc<dyn Members>) -> Self {
+        ServerFaults { cluster: Some(cluster), ..ServerFaults::new(None, None) }
     }
 
     /// Where contender `owner` connects: a proxy of its own when contenders go through
@@ -255,9 +361,46 @@ impl ServerFaults {
                     Some(server) => server.with(|s| s.start_again()).await,
                     None => Err("server-restart needs a server the harness started itself".into()),
                 },
+                Injection::Leader { kind, on } => self.leader_fault(kind, on).await,
                 other => Err(format!("a server engine cannot inject {other:?}")),
             }
         })
+    }
+
+    /// Hits the member that leads now with `kind` (`on`), or undoes it on the member hit.
+    async fn leader_fault(&self, kind: FaultKind, on: bool) -> Result<(), String> {
+        let Some(cluster) = self.cluster.clone() else {
+            return Err(format!(
+                "{kind} needs a cluster the harness started itself (--spawn-etcd 3, --spawn-zookeeper 3)"
+            ));
+        };
+        let hit = Arc::clone(&self.hit);
+        tokio::task::spawn_blocking(move || {
+            let m = cluster.as_ref();
+            if on {
+                let i = wait_for_leader(m)?;
+                *lock(&hit) = Some(i);
+                match kind {
+                    FaultKind::LeaderKill => m.kill(i),
+                    FaultKind::LeaderPause => m.pause(i)?,
+                    _ => m.cut_off(i),
+                }
+                return Ok(());
+            }
+            let Some(i) = lock(&hit).take() else {
+                return Err(format!("cannot heal {kind}: it hit no member"));
+            };
+            match kind {
+                FaultKind::LeaderKill => m.restart(i),
+                FaultKind::LeaderPause => m.resume(i),
+                _ => {
+                    m.heal(i);
+                    Ok(())
+                }
+            }
+        })
+        .await
+        .map_err(|e| format!("the {kind} fault panicked: {e}"))?
     }
 
     fn proxy(&self, owner: &str, f: impl FnOnce(&Proxy)) -> Result<(), String> {

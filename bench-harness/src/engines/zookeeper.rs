@@ -54,11 +54,21 @@ pub struct Args {
         conflicts_with = "spawn_zookeeper"
     )]
     pub zookeeper: Option<String>,
-    /// Start a ZooKeeper server of the harness's own for each run (Debian's `zookeeper`
-    /// package, on `java`), on a free loopback port, and stop it afterwards; needed for
-    /// `--faults server-restart:…`. It keeps its znodes and sessions across a restart.
-    #[arg(long)]
-    pub spawn_zookeeper: bool,
+    /// Start ZooKeeper of the harness's own for each run (Debian's `zookeeper` package, on
+    /// `java`), on free loopback ports, and stop it afterwards: one server
+    /// (`--spawn-zookeeper`; needed for `--faults server-restart:…`, and it keeps its znodes
+    /// and sessions across a restart) or an ensemble of MEMBERS (`--spawn-zookeeper=3`;
+    /// needed for the leader faults `leader-kill`, `leader-pause`, `leader-cut`), each server
+    /// behind proxies of its own.
+    #[arg(
+        long,
+        value_name = "MEMBERS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1",
+        value_parser = clap::value_parser!(u16).range(1..=9)
+    )]
+    pub spawn_zookeeper: Option<u16>,
 }
 
 /// Its options, as result files show them.
@@ -71,6 +81,9 @@ pub struct Options {
     /// A server the harness starts for each run (`--spawn-zookeeper`), instead of `zookeeper`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub spawn: bool,
+    /// The started ensemble's servers, when more than one (`--spawn-zookeeper=3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<u16>,
 }
 
 impl From<Options> for EngineOptions {
@@ -128,7 +141,8 @@ impl Engine for Zookeeper {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         Ok(Options {
             zookeeper: a.zookeeper.filter(|h| !h.trim().is_empty()),
-            spawn: a.spawn_zookeeper,
+            spawn: a.spawn_zookeeper.is_some(),
+            members: a.spawn_zookeeper.filter(|n| *n > 1),
         }
         .into())
     }
@@ -139,7 +153,9 @@ impl Engine for Zookeeper {
 
     fn address(&self, options: &EngineOptions) -> String {
         let o = options.get::<Options>();
-        if o.spawn {
+        if let Some(n) = o.members {
+            format!("a ZooKeeper ensemble of {n} servers started by the harness")
+        } else if o.spawn {
             "a ZooKeeper server started by the harness".to_string()
         } else {
             o.hosts().to_string()
@@ -159,6 +175,9 @@ impl Engine for Zookeeper {
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        if options.get::<Options>().members.is_some() {
+            return server_faults::cluster_kinds();
+        }
         server_faults::kinds(self.spawns_server(options))
     }
 
@@ -168,33 +187,61 @@ impl Engine for Zookeeper {
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         Box::pin(async move {
             let options: Options = setup.options.get();
-            let (hosts, server) = if options.spawn {
-                let (server, hosts) =
-                    Managed::start(test_servers::ZkServer::launch, test_servers::ZkServer::hosts)
-                        .await
-                        .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
-                (hosts, Some(server))
-            } else {
-                (options.hosts().to_string(), None)
-            };
-            let upstream = if server_faults::needs_proxies(&setup.fault_kinds) {
-                if hosts.contains(',') {
-                    return Err(format!(
-                        "pause, crash and partition faults need a single ZooKeeper host, not {hosts}"
-                    ));
-                }
-                Some(server_faults::resolve(&hosts).await?)
-            } else {
-                None
+            let (hosts, faults) = match options.members {
+                Some(n) => on_cluster(n).await?,
+                None => on_server(&options, &setup.fault_kinds).await?,
             };
             let connector = Connector {
                 hosts,
                 namespace: setup.namespace.to_string(),
                 session_timeout: setup.settings.scaled(setup.settings.ttl),
             };
-            Opened::probe(connector, setup.settings, ServerFaults::new(upstream, server)).await
+            Opened::probe(connector, setup.settings, faults).await
         })
     }
+}
+
+/// An ensemble of `n` servers the harness starts (`--spawn-zookeeper=N`): its connect string,
+/// and its faults (the leader faults among them).
+async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
+    let (cluster, hosts) = server_faults::start_cluster(
+        move || {
+            let options = test_servers::ClusterOptions::new(n.into());
+            test_servers::ZkCluster::launch(test_servers::Zk::default(), &options)
+        },
+        |c| c.connect_string(),
+    )
+    .await
+    .map_err(|e| format!("--spawn-zookeeper={n}: {e}"))?;
+    Ok((hosts, ServerFaults::on_cluster(cluster)))
+}
+
+/// The user's ZooKeeper (`--zookeeper`) or one server the harness starts
+/// (`--spawn-zookeeper`), with a proxy per contender when `kinds` need them.
+async fn on_server(
+    options: &Options,
+    kinds: &[FaultKind],
+) -> Result<(String, ServerFaults), String> {
+    let (hosts, server) = if options.spawn {
+        let (server, hosts) =
+            Managed::start(test_servers::ZkServer::launch, test_servers::ZkServer::hosts)
+                .await
+                .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
+        (hosts, Some(server))
+    } else {
+        (options.hosts().to_string(), None)
+    };
+    let upstream = if server_faults::needs_proxies(kinds) {
+        if hosts.contains(',') {
+            return Err(format!(
+                "pause, crash and partition faults need a single ZooKeeper host, not {hosts}"
+            ));
+        }
+        Some(server_faults::resolve(&hosts).await?)
+    } else {
+        None
+    };
+    Ok((hosts, ServerFaults::new(upstream, server)))
 }
 
 /// A contender's session on the server, its timeout the run's TTL, znodes under the run's root.

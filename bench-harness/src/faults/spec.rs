@@ -10,6 +10,11 @@
 //!   (default 1: all) and the extra delay of the others (default none);
 //! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
 //!   from the seed); the clock steps back after DURATION, as NTP would correct it.
+//!
+//! The leader faults hit a cluster the harness started (`--spawn-etcd=3`,
+//! `--spawn-zookeeper=3`): `leader-kill:2s@10s` kills whichever member leads when the fault
+//! starts and restarts it, with its data, DURATION later; `leader-pause` stops and continues
+//! it; `leader-cut` cuts it off from its peers and its clients and heals it.
 
 use crate::dist::{format_duration, parse_duration};
 use serde::{Deserialize, Serialize};
@@ -39,11 +44,18 @@ pub enum FaultKind {
     ProcessPause,
     /// Doorbell rings (queue-push) are lost, or late.
     RingLoss,
+    /// The cluster's leader (etcd, ZooKeeper) is killed (`SIGKILL`) and started again, with
+    /// its data, when the fault ends.
+    LeaderKill,
+    /// The cluster's leader is stopped (`SIGSTOP`) and continued (`SIGCONT`).
+    LeaderPause,
+    /// The cluster's leader is cut off from its peers and its clients, then healed.
+    LeaderCut,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -53,7 +65,14 @@ impl FaultKind {
         FaultKind::ServerRestart,
         FaultKind::ProcessPause,
         FaultKind::RingLoss,
+        FaultKind::LeaderKill,
+        FaultKind::LeaderPause,
+        FaultKind::LeaderCut,
     ];
+
+    /// The kinds that hit a cluster's leader, whoever it is when the fault starts.
+    pub const LEADER: [FaultKind; 3] =
+        [FaultKind::LeaderKill, FaultKind::LeaderPause, FaultKind::LeaderCut];
 
     /// The name on the command line and in `faults.csv`.
     pub fn name(self) -> &'static str {
@@ -67,6 +86,9 @@ impl FaultKind {
             FaultKind::ServerRestart => "server-restart",
             FaultKind::ProcessPause => "process-pause",
             FaultKind::RingLoss => "ring-loss",
+            FaultKind::LeaderKill => "leader-kill",
+            FaultKind::LeaderPause => "leader-pause",
+            FaultKind::LeaderCut => "leader-cut",
         }
     }
 

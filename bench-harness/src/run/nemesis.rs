@@ -294,6 +294,10 @@ impl Nemesis {
                 engine.inject(Injection::ServerRestart { on: true }).await?;
                 Ok(Target::Server)
             }
+            kind @ (FaultKind::LeaderKill | FaultKind::LeaderPause | FaultKind::LeaderCut) => {
+                engine.inject(Injection::Leader { kind, on: true }).await?;
+                Ok(Target::Leader)
+            }
             FaultKind::RingLoss => {
                 engine.inject(Injection::Rings { drop: spec.drop, delay: spec.lag }).await?;
                 Ok(Target::Doorbells)
@@ -336,6 +340,9 @@ impl Nemesis {
             (FaultKind::ServerRestart, _) => {
                 engine.inject(Injection::ServerRestart { on: false }).await
             }
+            (kind @ (FaultKind::LeaderKill | FaultKind::LeaderPause | FaultKind::LeaderCut), _) => {
+                engine.inject(Injection::Leader { kind, on: false }).await
+            }
             (FaultKind::RingLoss, _) => {
                 engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await
             }
@@ -355,6 +362,8 @@ enum Target {
     Contender(Arc<Control>, String, i64),
     Replica(usize),
     Server,
+    /// A cluster's leader (the engine remembers which member it was).
+    Leader,
     Doorbells,
     /// A worker process: its number and process id.
     Process(usize, u32),
@@ -377,6 +386,7 @@ impl Target {
             Target::Contender(_, owner, _) => owner.clone(),
             Target::Replica(r) => format!("replica-{r}"),
             Target::Server => "server".into(),
+            Target::Leader => "leader".into(),
             Target::Doorbells => "doorbells".into(),
             Target::Process(w, _) => format!("worker-{w}"),
         }

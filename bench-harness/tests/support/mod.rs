@@ -26,3 +26,16 @@ pub fn run_checked(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code(), text)
 }
+
+/// Fault windows of `kind` in `dir/faults.csv`: (target, start_us, end_us).
+pub fn windows(dir: &Path, kind: &str) -> Vec<(String, u64, u64)> {
+    std::fs::read_to_string(dir.join("faults.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[1] == kind).then(|| (f[2].to_string(), f[3].parse().unwrap(), f[4].parse().unwrap()))
+        })
+        .collect()
+}
