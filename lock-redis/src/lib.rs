@@ -161,9 +161,12 @@ macro_rules! polling_locker {
                 timeout: Option<std::time::Duration>,
             ) -> Result<lock_core::LockGuard, lock_core::LockError> {
                 lock_core::lock::validate_id("lock id", lock_id)?;
-                crate::poll_until(lock_id, timeout, self.config.retry_interval, || {
-                    self.attempt(lock_id)
-                })
+                crate::poll_until(
+                    lock_id,
+                    timeout,
+                    || self.config.retry_interval,
+                    || self.attempt(lock_id),
+                )
                 .await
             }
             async fn try_lock(
@@ -180,10 +183,12 @@ macro_rules! polling_locker {
 mod jedis;
 mod keeper;
 mod link;
+mod redlock;
 mod token;
 
 pub use jedis::{JedisConfig, JedisLock};
 pub use lock_core::time::LocalClock;
+pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
 pub use token::{TokenConfig, TokenLock};
 
 use link::{Conn, Link};
@@ -281,15 +286,7 @@ impl RedisBackend {
 
     /// Connect to `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
-        let addr = redact(url);
-        if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
-            return Err(LockError::Config(
-                "Redis connect and response timeouts must be positive".into(),
-            ));
-        }
-        let client = redis::Client::open(url)
-            .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
-        let addr: Arc<str> = addr.into();
+        let (client, addr) = Self::client(url, &config)?;
         let link = Link::connect(
             client,
             config.connect_timeout,
@@ -299,6 +296,35 @@ impl RedisBackend {
         )
         .await?;
         Ok(RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.into() })
+    }
+
+    /// A backend for `url` that connects at its first request (a Redlock master that is down
+    /// when the lock starts); a bad URL or setting is still refused at once.
+    pub(crate) fn unconnected(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
+        let (client, addr) = Self::client(url, &config)?;
+        let link = Link::unconnected(
+            client,
+            config.connect_timeout,
+            config.response_timeout,
+            config.max_reconnect_delay,
+            addr.clone(),
+        );
+        Ok(RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.into() })
+    }
+
+    fn client(
+        url: &str,
+        config: &RedisConnectConfig,
+    ) -> Result<(redis::Client, Arc<str>), LockError> {
+        let addr = redact(url);
+        if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
+            return Err(LockError::Config(
+                "Redis connect and response timeouts must be positive".into(),
+            ));
+        }
+        let client = redis::Client::open(url)
+            .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
+        Ok((client, addr.into()))
     }
 
     /// How many connections this backend has made to the server: 1 after `connect`, one more
@@ -354,13 +380,14 @@ pub(crate) fn check_owner(owner: &str) -> Result<(), LockError> {
     validate_id("owner id", owner)
 }
 
-/// The mandatory-lock loop both variants share: `attempt` until it wins, sleeping `retry`
-/// between attempts, and give up with [`LockError::Timeout`] once `timeout` has passed.
-/// A last attempt is made at the deadline itself, so a lock freed just before it is not missed.
+/// The mandatory-lock loop every lock of the crate shares: `attempt` until it wins, sleeping
+/// `retry()` between attempts (a fixed interval, or Redlock's random delay), and give up with
+/// [`LockError::Timeout`] once `timeout` has passed. A last attempt is made at the deadline
+/// itself, so a lock freed just before it is not missed.
 pub(crate) async fn poll_until<F, Fut, T>(
     lock_id: &str,
     timeout: Option<Duration>,
-    retry: Duration,
+    mut retry: impl FnMut() -> Duration,
     mut attempt: F,
 ) -> Result<T, LockError>
 where
@@ -381,8 +408,8 @@ where
                     waited: start.elapsed(),
                 })
             }
-            Some(d) => (now + retry).min(d),
-            None => now + retry,
+            Some(d) => (now + retry()).min(d),
+            None => now + retry(),
         };
         tokio::time::sleep_until(wake).await;
     }
