@@ -43,7 +43,8 @@ impl RedisMasters {
         let up = urls.len() - failed.len();
         match failed.into_iter().next() {
             Some(first) if up < urls.len() / 2 + 1 => Err(crate::backend_err(format!(
-                "Redlock: only {up} of {} masters answered, a majority is needed; first error: {first}",
+                "Redlock: only {up} of {} masters answered, a majority is needed; \
+                 first error: {first}",
                 urls.len()
             ))),
             _ => Self::from_backends(masters),
