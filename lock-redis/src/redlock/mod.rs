@@ -203,7 +203,8 @@ impl Redlock {
 
     /// The doc's "random delay" before a retry.
     fn retry_delay(&self) -> Duration {
-        let max = self.config.retry_delay.as_micros() as u64;
+        // At least 1 µs wide: a sub-microsecond setting must not make the range empty.
+        let max = (self.config.retry_delay.as_micros() as u64).max(1);
         Duration::from_micros(self.rng().random_range(0..max))
     }
 
