@@ -50,6 +50,16 @@ fn lose(state: &watch::Sender<LeaseState>, reason: String) {
 }
 
 impl Keeper {
+    /// Stop renewing: a renewal that lands after the release would bring the key back.
+    pub(crate) fn stop(&self) {
+        self.task.abort();
+    }
+
+    /// Tell the holder the guard was released (after its keys are deleted).
+    pub(crate) fn released(&self) {
+        self.state.send_replace(LeaseState::Released);
+    }
+
     /// Start keeping a lease valid until `valid_until`: renew every `every` (never, for
     /// `None`), retry a failed renewal every `retry`, and publish `Lost` when `valid_until`
     /// passes without a successful renewal or a renewal finds the key taken.
@@ -122,7 +132,9 @@ pub(crate) struct RedisRelease {
     pub(crate) undo: Undo,
 }
 
-static RELEASE_IF_TOKEN: LazyLock<redis::Script> = LazyLock::new(|| {
+/// Deletes the key only while it holds our token (`ARGV[1]`): the release of the token lock
+/// and of Redlock on each master.
+pub(crate) static RELEASE_IF_TOKEN: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -137,7 +149,7 @@ impl Release for RedisRelease {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         // Stopped first, so that no renewal can land after the key is gone and bring it back
         // (the connection keeps command order, so one already sent lands before the delete).
-        self.keeper.task.abort();
+        self.keeper.stop();
         let result = match self.backend.conn().await {
             Err(e) => Err(e),
             Ok(mut conn) => match &self.undo {
@@ -157,7 +169,7 @@ impl Release for RedisRelease {
                     .map_err(|e| self.backend.err("release script on", &self.key, e)),
             },
         };
-        self.keeper.state.send_replace(LeaseState::Released);
+        self.keeper.released();
         result
     }
 }

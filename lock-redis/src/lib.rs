@@ -1,8 +1,10 @@
 //! # lock-redis
 //!
-//! Two Redis locks against a real `redis-server`, side by side: the **jedis-lock** algorithm of
-//! seed 001 ([`JedisLock`]) exactly as the seed describes it, and the **token lock** that
-//! replaced it in practice ([`TokenLock`]: `SET key token NX PX ttl`, token-checked Lua scripts).
+//! Three Redis locks against real `redis-server`s, side by side: the **jedis-lock** algorithm
+//! of seed 001 ([`JedisLock`]) exactly as the seed describes it, the **token lock** that
+//! replaced it in practice ([`TokenLock`]: `SET key token NX PX ttl`, token-checked Lua
+//! scripts), and **Redlock** ([`Redlock`]), the token lock on a majority of N independent
+//! masters, as the Redis documentation gives it (below, "Redlock").
 //!
 //! ## The jedis-lock protocol (seed 001, SPEC 3.6)
 //!
@@ -110,9 +112,139 @@
 //!   the restarted server and keeps the lock; nobody else gets it. With a laxer fsync
 //!   (`everysec`) the last second of grants and renewals may be lost, with the effects above.
 //!
+//! ## Redlock (issue 21; the Redis documentation, "Distributed locks with Redis")
+//!
+//! [`Redlock`] runs on N independent masters ([`RedisMasters`]: no replication between them, no
+//! Sentinel); a majority is `N / 2 + 1`, 3 of the documentation's 5. Its steps, as this crate
+//! takes them (the documentation's numbering):
+//!
+//! 1. *Get the current time.* An instant of tokio's clock (monotonic, like rslock's `Instant`):
+//!    every key's `PX` starts after it on its master.
+//! 2. *Try to acquire the lock in all N instances, with the same key and random value*:
+//!    `SET <prefix><lock id> <value> NX PX <ttl>`, where the value is the owner id plus 64 bits
+//!    from the locker's seeded generator, new for every acquisition. Each master's answer is
+//!    awaited at most [`RedlockConfig::master_timeout`] (default 50 ms, the top of the doc's
+//!    "5-50 ms" for a 10 s TTL), so a dead master costs one timeout.
+//! 3. *The lock is acquired iff a majority granted and the elapsed time is below the validity
+//!    time.*
+//! 4. *Its validity is the TTL minus the elapsed time*, minus the clock-drift allowance
+//!    `ttl * 0.01 + 2 ms` ([`RedlockConfig::drift`]; the doc's `MIN_VALIDITY = TTL - (T2 - T1) -
+//!    CLOCK_DRIFT`): the guard's lease is valid until step 1's instant `+ ttl - drift`.
+//! 5. *Otherwise unlock all instances, even those it believed it could not lock* (a `SET` may
+//!    have landed after its timeout): the token lock's compare-and-delete script on every
+//!    master. Then *retry after a random delay*, drawn uniformly from `[0, retry_delay)`
+//!    (default 200 ms, rslock's), so that contenders that split the votes do not meet again.
+//!
+//! - **Release**: compare-and-delete on every master.
+//! - **Extension** (the doc's "lock extension mechanism"): every `extend_every` (default
+//!   `ttl / 2`) a compare-and-`PEXPIRE` script on every master; *the lock is re-acquired only if
+//!   a majority extended*, and is then valid until the round's start `+ ttl - drift`.
+//! - **Lost-lease signal**: the lease keeper of the other locks. The holder is told
+//!   [`LeaseState::Lost`](lock_core::LeaseState::Lost) when its validity ends without a
+//!   successful extension (failed rounds are retried every 50 ms until then), or at once when
+//!   more than `N - majority` masters answer that the key no longer holds its value (a majority
+//!   can no longer be had).
+//!
+//! ### Choices the documentation leaves open
+//! - **In parallel, not in sequence.** Step 2 says "sequentially", and the same page advises to
+//!   "send the SET commands to the N instances at the same time using multiplexing"; rslock
+//!   goes in sequence, Redisson in parallel. Here every round (grant, extension, release, token)
+//!   is sent to all masters at once: it costs one round trip instead of N, so less of the
+//!   validity is spent, and a dead master costs one timeout, not its place in a sequence.
+//! - **Retries**: rslock stops after 3 attempts, Redisson after a wait time; here
+//!   [`Locker::lock`]'s timeout bounds the mandatory lock and [`Locker::try_lock`] makes one
+//!   attempt.
+//! - **No answer vs. no**: an attempt answered by a majority of which fewer than a majority
+//!   granted is "not held" (`Ok(None)`); an attempt that fewer than a majority answered at all
+//!   fails with [`LockError::Backend`] (nobody can tell who holds the lock), as the other locks'
+//!   waiters fail on a backend error. A release is an error only when fewer than a majority
+//!   answered (the keys of the others expire by their TTL).
+//! - **Masters down at the start**: [`RedisMasters::connect_with`] needs a majority to answer;
+//!   the others are connected at their first request, a vote less until then.
+//! - **Time and randomness are injected**: elapsed time is tokio's clock (a paused runtime
+//!   simulates it; a step of the client's wall clock does not move it), and the values and
+//!   delays come from [`RedlockConfig::seed`] mixed with the owner id, never from a global
+//!   generator. Values must be unique across runs too: give each run its own seed.
+//! - **Clocks the drift allowance does not cover**: Redis expires keys by its own wall clock,
+//!   so a master whose clock jumps ahead frees a key early; that is Kleppmann's other argument,
+//!   not injected here.
+//!
+//! ### No fencing token
+//! Redlock has no fencing token of its own (Kleppmann, "How to do distributed locking", 2016):
+//! its value is random, not ordered. A plain Redlock guard's
+//! [`LockGuard::token`](lock_core::LockGuard::token) is [`NO_FENCING_TOKEN`] (0), below every
+//! real token: a resource that refuses tokens below the highest it has seen accepts every
+//! write that carries it, so a Redlock holder's stale writes are *unfenced* (the benchmark
+//! harness's fenced resource counts them so).
+//!
+//! ### A fencing token for Redlock (`redlock-fenced`, [`RedlockVariant::Fenced`])
+//! *`INCR` on a majority and take the greatest answer* is **not** sound: with counters
+//! `[5, 1, 1, 1, 1]`, A increments masters 0, 1, 2 and takes 6; B, later, increments 2, 3, 4 and
+//! takes 3. The majorities intersect, but the master they share held a small count. What the
+//! fenced variant does instead is a max-register on majorities, once the grant is won:
+//!
+//! 1. read `<prefix><lock id>/fence` on every master; a majority must answer; `t` = the
+//!    greatest value read + 1;
+//! 2. raise the counter to `t` on every master (a script that never lowers it); a majority must
+//!    acknowledge;
+//! 3. hand `t` out only if the grant's validity has not run out meanwhile (else the grant is
+//!    undone, as in step 5).
+//!
+//! *Why it increases*: let A be granted, then B after A's validity ended (A released, expired,
+//! or was paused past it: Kleppmann's case). A's step 2 completed at a majority W before A's
+//! validity ended. B's grant majority shares a master with A's, where B's `SET` succeeded only
+//! once A's key was gone, which is no earlier than the end of A's validity (given no master
+//! loses a write and clocks drift within the allowance); B's step 1 runs after its grant, so
+//! after A's step 2, and its read majority shares a master with W, which holds `>= t_A`: so
+//! `t_B > t_A`. It costs two more round trips per grant.
+//!
+//! *Where it is not sound*: (a) two holders whose holds overlap (the lock itself failed) may read
+//! the same greatest value and draw equal tokens, which a resource that accepts equal tokens
+//! lets through; (b) a master that loses its data forgets the counter too, and the delayed
+//! restart the documentation advises for lock keys does not bring a counter back. Since step 2
+//! goes to every master, one wiped master hides `t_A` only from a read majority that meets W
+//! nowhere else: `tests/redlock_faults.rs` shows both sides (below).
+//!
+//! ### Findings (`tests/redlock_faults.rs`, five real masters per test)
+//! - **One master killed** in the middle of a contended run (8 contenders, 4 grants each):
+//!   32 holds, no overlap; with the fenced variant, tokens strictly increase. A minority of dead
+//!   masters costs votes, not safety, as the documentation and the literature say.
+//! - **A master restarted without its data within the lock's validity lets a second client
+//!   in** (Kleppmann's scenario; the test asserts it). A is granted by exactly masters 0, 1, 2
+//!   (3 and 4 are cut off from it); master 2 is killed and restarted empty (about 65 ms); B,
+//!   reaching all five, is granted by 2, 3, 4 about 130 ms after A. A still holds by its own
+//!   reckoning, and goes on holding: its extensions reach 2 of 5 (0 and 1 still hold its value,
+//!   so it cannot tell it lost), and it is told `Lost` only when its validity ends, about 2.8 s
+//!   of the 3 s TTL later. The lost-lease signal bounds the overlap by one validity; it cannot
+//!   close it. The same restart **with** the data (append-only file, `appendfsync always`)
+//!   keeps B out. The documentation's remedies are those: `fsync` always, or *delayed restarts*
+//!   (keep a crashed master out of service for one TTL).
+//! - **The fenced variant in that scenario**: B's token read reaches masters 0 and 1, which
+//!   kept A's token, so `t_B > t_A` and a fenced resource refuses A's writes once B has
+//!   written: the token protects the resource where the lock failed. When B reaches only 2, 3
+//!   and 4, the wiped master 2 is all that its majorities share with A's, and B draws A's token
+//!   again (`t_B == t_A`): the fence fails with the lock.
+//!
+//! ### Invariants the tests check
+//! - With every master keeping its writes: at most one holder per lock, also with a minority of
+//!   masters dead; the shared suite's scenarios, all of them.
+//! - A holder is told `Lost` no later than its validity's end (step 1 of its last successful
+//!   round `+ ttl - drift`) when no extension reached a majority.
+//! - Plain guards carry [`NO_FENCING_TOKEN`]; fenced tokens strictly increase in grant order
+//!   while no master loses data.
+//! - A master restarted without its data within a validity can give a second holder the lock
+//!   (asserted, as a finding).
+//! - Keys: `<prefix><lock id>` and `<prefix><lock id>/fence` on every master.
+//!
 //! ## Conformance verdict
-//! Both variants run the whole shared suite (`lock_core::conformance_suite!`) against a real
-//! `redis-server` with a 2 s TTL/expiry (`tests/jedis_conformance.rs`,
+//! Redlock's two variants run the whole suite on five real masters
+//! (`tests/redlock_conformance.rs`, `tests/redlock_fenced_conformance.rs`; TTL 2 s): every
+//! scenario passes. The plain variant hands out [`NO_FENCING_TOKEN`], on which the suite's
+//! token checks fail by design, so it runs through a test wrapper that numbers its grants in
+//! the test process; every other check is Redlock's own.
+//!
+//! The single-server variants run the whole shared suite (`lock_core::conformance_suite!`)
+//! against a real `redis-server` with a 2 s TTL/expiry (`tests/jedis_conformance.rs`,
 //! `tests/token_conformance.rs`): every scenario passes. For [`JedisLock`] this rests on the
 //! additions above (renewal, lost signal, fencing) and on the suite's clients sharing one
 //! clock; with skewed clocks it fails mutual exclusion, which `tests/faults.rs` demonstrates.
@@ -161,9 +293,12 @@ macro_rules! polling_locker {
                 timeout: Option<std::time::Duration>,
             ) -> Result<lock_core::LockGuard, lock_core::LockError> {
                 lock_core::lock::validate_id("lock id", lock_id)?;
-                crate::poll_until(lock_id, timeout, self.config.retry_interval, || {
-                    self.attempt(lock_id)
-                })
+                crate::poll_until(
+                    lock_id,
+                    timeout,
+                    || self.config.retry_interval,
+                    || self.attempt(lock_id),
+                )
                 .await
             }
             async fn try_lock(
@@ -180,10 +315,12 @@ macro_rules! polling_locker {
 mod jedis;
 mod keeper;
 mod link;
+mod redlock;
 mod token;
 
 pub use jedis::{JedisConfig, JedisLock};
 pub use lock_core::time::LocalClock;
+pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
 pub use token::{TokenConfig, TokenLock};
 
 use link::{Conn, Link};
@@ -281,15 +418,7 @@ impl RedisBackend {
 
     /// Connect to `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
-        let addr = redact(url);
-        if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
-            return Err(LockError::Config(
-                "Redis connect and response timeouts must be positive".into(),
-            ));
-        }
-        let client = redis::Client::open(url)
-            .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
-        let addr: Arc<str> = addr.into();
+        let (client, addr) = Self::client(url, &config)?;
         let link = Link::connect(
             client,
             config.connect_timeout,
@@ -299,6 +428,35 @@ impl RedisBackend {
         )
         .await?;
         Ok(RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.into() })
+    }
+
+    /// A backend for `url` that connects at its first request (a Redlock master that is down
+    /// when the lock starts); a bad URL or setting is still refused at once.
+    pub(crate) fn unconnected(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
+        let (client, addr) = Self::client(url, &config)?;
+        let link = Link::unconnected(
+            client,
+            config.connect_timeout,
+            config.response_timeout,
+            config.max_reconnect_delay,
+            addr.clone(),
+        );
+        Ok(RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.into() })
+    }
+
+    fn client(
+        url: &str,
+        config: &RedisConnectConfig,
+    ) -> Result<(redis::Client, Arc<str>), LockError> {
+        let addr = redact(url);
+        if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
+            return Err(LockError::Config(
+                "Redis connect and response timeouts must be positive".into(),
+            ));
+        }
+        let client = redis::Client::open(url)
+            .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
+        Ok((client, addr.into()))
     }
 
     /// How many connections this backend has made to the server: 1 after `connect`, one more
@@ -354,13 +512,14 @@ pub(crate) fn check_owner(owner: &str) -> Result<(), LockError> {
     validate_id("owner id", owner)
 }
 
-/// The mandatory-lock loop both variants share: `attempt` until it wins, sleeping `retry`
-/// between attempts, and give up with [`LockError::Timeout`] once `timeout` has passed.
-/// A last attempt is made at the deadline itself, so a lock freed just before it is not missed.
+/// The mandatory-lock loop every lock of the crate shares: `attempt` until it wins, sleeping
+/// `retry()` between attempts (a fixed interval, or Redlock's random delay), and give up with
+/// [`LockError::Timeout`] once `timeout` has passed. A last attempt is made at the deadline
+/// itself, so a lock freed just before it is not missed.
 pub(crate) async fn poll_until<F, Fut, T>(
     lock_id: &str,
     timeout: Option<Duration>,
-    retry: Duration,
+    mut retry: impl FnMut() -> Duration,
     mut attempt: F,
 ) -> Result<T, LockError>
 where
@@ -381,8 +540,8 @@ where
                     waited: start.elapsed(),
                 })
             }
-            Some(d) => (now + retry).min(d),
-            None => now + retry,
+            Some(d) => (now + retry()).min(d),
+            None => now + retry(),
         };
         tokio::time::sleep_until(wake).await;
     }

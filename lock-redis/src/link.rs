@@ -69,10 +69,25 @@ impl Link {
         max_backoff: Duration,
         addr: Arc<str>,
     ) -> Result<Link, LockError> {
+        let link = Link::unconnected(client, connect_timeout, response_timeout, max_backoff, addr);
+        let conn = link.open().await.map_err(|e| link.fail("cannot connect to Redis", &e))?;
+        link.install(conn);
+        Ok(link)
+    }
+
+    /// A link that connects at its first request: for a Redlock master that is down when the
+    /// lock starts (one vote less, not a failure, while a majority answers).
+    pub(crate) fn unconnected(
+        client: redis::Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        max_backoff: Duration,
+        addr: Arc<str>,
+    ) -> Link {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
-        let link = Link {
+        Link {
             client,
             config,
             attempt_timeout: connect_timeout + response_timeout,
@@ -87,10 +102,7 @@ impl Link {
             }),
             connecting: tokio::sync::Mutex::new(()),
             connects: 0.into(),
-        };
-        let conn = link.open().await.map_err(|e| link.fail("cannot connect to Redis", &e))?;
-        link.install(conn);
-        Ok(link)
+        }
     }
 
     fn fail(&self, what: &str, e: &dyn Display) -> LockError {

@@ -45,7 +45,9 @@ return 0",
     )
 });
 
-static RENEW_IF_TOKEN: LazyLock<redis::Script> = LazyLock::new(|| {
+/// `PEXPIRE`s the key only while it holds our token: the token lock's renewal, and Redlock's
+/// extension on each master.
+pub(crate) static RENEW_IF_TOKEN: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
