@@ -6,7 +6,7 @@
 //!
 //! - **Replicas.** The store keeps [`EmbeddedConfig::replicas`] full copies of the data. Each
 //!   holds its rows sorted by column name byte-wise, and applies every write or delete by
-//!   reconciling it with the version already there ([`reconcile`]): the greater timestamp wins,
+//!   reconciling it with the version already there ([`reconcile`](crate::store::reconcile)): the greater timestamp wins,
 //!   on a tie a tombstone or an expired cell wins over a live one, between live cells the
 //!   greater value wins. An expired TTL cell therefore acts as a tombstone with the cell's own
 //!   timestamp, so a write with an older timestamp does not bring it back.
@@ -23,7 +23,7 @@
 //!   have been applied).
 //! - **Reads** go to `required` running replicas chosen at random by the store's seeded RNG.
 //!   Each answers with its row state (tombstones included) at its own read instant; the
-//!   coordinator merges the answers per column with [`reconcile`] and only then drops dead
+//!   coordinator merges the answers per column with [`reconcile`](crate::store::reconcile) and only then drops dead
 //!   cells and applies the slice's limit. Dropping dead cells first would let one replica's
 //!   stale live cell hide another replica's newer tombstone. So a `QUORUM` read sees every
 //!   `QUORUM` write that completed before it, and a `ONE` read may be stale.
@@ -202,7 +202,7 @@ pub struct EmbeddedConfig {
     /// with [`StoreError::TombstoneOverwhelming`]. Default 100,000.
     pub tombstone_failure_threshold: u64,
     /// Which Paxos runs the lightweight transactions ([`CellStore::cas`]): Cassandra 4.0's
-    /// (v1, the default: 4 round trips per applied CAS) or 4.1's (v2: 2). See [`paxos`].
+    /// (v1, the default: 4 round trips per applied CAS) or 4.1's (v2: 2). See [`PaxosVariant`].
     pub paxos: PaxosVariant,
     /// How long a lightweight transaction may go on losing rounds to other proposers before it
     /// fails with [`StoreError::CasTimeout`] (Cassandra's `cas_contention_timeout`). Default 1 s.
