@@ -6,7 +6,7 @@
 //!
 //! - **Replicas.** The store keeps [`EmbeddedConfig::replicas`] full copies of the data. Each
 //!   holds its rows sorted by column name byte-wise, and applies every write or delete by
-//!   reconciling it with the version already there ([`reconcile`](crate::store::reconcile)): the greater timestamp wins,
+//!   reconciling it with the version already there ([`reconcile`]): the greater timestamp wins,
 //!   on a tie a tombstone or an expired cell wins over a live one, between live cells the
 //!   greater value wins. An expired TTL cell therefore acts as a tombstone with the cell's own
 //!   timestamp, so a write with an older timestamp does not bring it back.
@@ -23,7 +23,7 @@
 //!   have been applied).
 //! - **Reads** go to `required` running replicas chosen at random by the store's seeded RNG.
 //!   Each answers with its row state (tombstones included) at its own read instant; the
-//!   coordinator merges the answers per column with [`reconcile`](crate::store::reconcile) and only then drops dead
+//!   coordinator merges the answers per column with [`reconcile`] and only then drops dead
 //!   cells and applies the slice's limit. Dropping dead cells first would let one replica's
 //!   stale live cell hide another replica's newer tombstone. So a `QUORUM` read sees every
 //!   `QUORUM` write that completed before it, and a `ONE` read may be stale.
@@ -109,6 +109,8 @@
 //! too short (replicas disagree about which cells are alive) the coordinator queries the same
 //! replicas again for the rest of the row: one more round trip, like Cassandra's short-read
 //! protection.
+//!
+//! [`reconcile`]: crate::store::reconcile
 
 use crate::store::{
     reconcile_weighed, CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros,
