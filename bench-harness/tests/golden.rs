@@ -69,11 +69,10 @@ fn the_default_scenario_writes_the_recorded_bytes_for_seeds_1_to_3() {
             let bytes = std::fs::read(dir.join(file)).expect("the run wrote its output");
             let got = (fnv1a(&bytes), bytes.len());
             if got != (digest, len) {
+                let (found, size, at) = (got.0, got.1, dir.display());
                 mismatches.push(format!(
-                    "seed {seed} {file}: {:#018x}, {} bytes (recorded: {digest:#018x}, {len} bytes) in {}",
-                    got.0,
-                    got.1,
-                    dir.display()
+                    "seed {seed} {file}: {found:#018x}, {size} bytes \
+                     (recorded: {digest:#018x}, {len} bytes) in {at}"
                 ));
             }
         }
