@@ -32,6 +32,7 @@ fn uncontended(c: &mut Criterion) {
             replicas: 1,
             gc_grace: std::time::Duration::ZERO,
             tombstone_cost: std::time::Duration::ZERO,
+            ..Options::default()
         }
         .into(),
         threads: 1,
