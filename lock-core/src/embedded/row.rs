@@ -23,7 +23,7 @@
 //! Dead cells keep only what reconciliation and compaction use: their timestamp (a dead cell
 //! beats a live one of equal timestamp whatever its value) and since when they are dead.
 
-use crate::store::{reconcile, Micros, Version};
+use crate::store::{reconcile_weighed, Micros, Weighed};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -38,7 +38,8 @@ pub(super) const CHUNK_MAX: usize = 1024;
 #[derive(Clone, Debug)]
 pub(super) struct LiveCell {
     pub timestamp: Micros,
-    pub value: Vec<u8>,
+    /// Shared with the answers of the reads that saw it: a read copies no value.
+    pub value: Arc<[u8]>,
     pub expires_at: Option<Instant>,
 }
 
@@ -156,19 +157,54 @@ impl DeadCells {
     }
 }
 
+/// A row's live cells by column.
+pub(super) type LiveMap = BTreeMap<Arc<str>, LiveCell>;
+
 /// One row on one replica.
 pub(super) struct Row {
-    pub live: BTreeMap<Arc<str>, LiveCell>,
+    /// Copy-on-write: a read's answer keeps the map as it was at the read instant by holding
+    /// it ([`LiveSlice`]), and only a change while such an answer is out copies it. Reads
+    /// outnumber writes (waiters poll), so sharing the map is cheaper than copying the cells
+    /// each read returns.
+    pub live: Arc<LiveMap>,
     pub dead: DeadCells,
     expiries: BTreeSet<(Instant, Arc<str>)>,
     /// The row is compacted at its first access at or after this instant.
     next_compaction: Instant,
 }
 
+/// The live cells of a slice as one replica saw them at its read instant: a snapshot of the
+/// row's live cells and where the slice lies in it, from its first column on, `len` cells.
+#[derive(Clone, Default)]
+pub(super) struct LiveSlice {
+    /// The snapshot and the slice's first column; `None` for an empty slice.
+    cells: Option<(Arc<LiveMap>, Arc<str>)>,
+    len: usize,
+    /// The slice's last column.
+    last: Option<Arc<str>>,
+}
+
+impl LiveSlice {
+    /// The cells, in column order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &LiveCell)> + '_ {
+        self.cells
+            .iter()
+            .flat_map(|(map, first)| {
+                map.range::<str, _>((Bound::Included(&**first), Bound::Unbounded))
+            })
+            .take(self.len)
+    }
+
+    /// The last column of the slice.
+    pub fn last(&self) -> Option<&str> {
+        self.last.as_deref()
+    }
+}
+
 /// What one replica's scan of a slice found.
 pub(super) struct Scan {
     /// The live cells from the start, up to the limit.
-    pub live: Vec<(Arc<str>, LiveCell)>,
+    pub live: LiveSlice,
     /// Dead cells between the start and the last live cell returned (to the row's end when
     /// the limit was not reached): what Cassandra counts as tombstones scanned.
     pub tombstones: u64,
@@ -179,7 +215,7 @@ pub(super) struct Scan {
 impl Row {
     pub fn new(now: Instant, interval: Duration) -> Self {
         Row {
-            live: BTreeMap::new(),
+            live: Arc::default(),
             dead: DeadCells::default(),
             expiries: BTreeSet::new(),
             next_compaction: far_after(now, interval),
@@ -193,12 +229,10 @@ impl Row {
     /// Brings the row to `now`: expired cells become dead; when a compaction is due, dead cells
     /// dead for at least `grace` are purged.
     pub fn advance(&mut self, now: Instant, grace: Duration, interval: Duration) {
-        while let Some((at, column)) = self.expiries.first().cloned() {
-            if at > now {
-                break;
-            }
-            self.expiries.pop_first();
-            if let Some(cell) = self.live.remove(&column) {
+        // Looked at by reference first: most accesses find nothing expired.
+        while self.expiries.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((at, column)) = self.expiries.pop_first() else { break };
+            if let Some(cell) = Arc::make_mut(&mut self.live).remove(&column) {
                 self.dead.insert(column, DeadCell { timestamp: cell.timestamp, dead_at: at });
             }
         }
@@ -212,18 +246,16 @@ impl Row {
     /// [`Row::advance`] to `now`), keeping the winner.
     pub fn merge(&mut self, column: &str, incoming: Incoming, now: Instant) {
         let incoming = incoming.settle(now);
-        let (new_ts, new_version, new_dead) = as_version(&incoming);
-        let old = match (self.live.get(column), self.dead.get(column)) {
-            (Some(l), _) => Some((l.timestamp, live_version(l), false)),
-            (None, Some(d)) => Some((d.timestamp, Version::Tombstone, true)),
-            (None, None) => None,
+        let old = match self.live.get(column) {
+            Some(l) => Some(weigh_live(l)),
+            None => self.dead.get(column).map(|d| Weighed::dead(d.timestamp)),
         };
-        if let Some((ts, version, dead)) = old {
-            if reconcile(new_ts, &new_version, new_dead, ts, &version, dead) != Ordering::Greater {
+        if let Some(old) = old {
+            if reconcile_weighed(&weigh(&incoming), &old) != Ordering::Greater {
                 return;
             }
         }
-        let key: Arc<str> = match self.live.remove_entry(column) {
+        let key: Arc<str> = match Arc::make_mut(&mut self.live).remove_entry(column) {
             Some((key, cell)) => {
                 if let Some(at) = cell.expires_at {
                     self.expiries.remove(&(at, Arc::clone(&key)));
@@ -240,7 +272,7 @@ impl Row {
                 if let Some(at) = cell.expires_at {
                     self.expiries.insert((at, Arc::clone(&key)));
                 }
-                self.live.insert(key, cell);
+                Arc::make_mut(&mut self.live).insert(key, cell);
             }
             Incoming::Dead(cell) => self.dead.insert(key, cell),
         }
@@ -249,22 +281,26 @@ impl Row {
     /// The live cells from `start` on up to `limit`, and the tombstones scanned meanwhile.
     pub fn scan(&self, start: Option<&str>, limit: usize) -> Scan {
         let lower = start.map_or(Bound::Unbounded, Bound::Included);
-        let live: Vec<(Arc<str>, LiveCell)> = self
-            .live
-            .range::<str, _>((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(k, c)| (Arc::clone(k), c.clone()))
-            .collect();
-        let truncated =
-            limit > 0 && live.len() == limit && self.live_after(live.last().map(|(k, _)| &**k));
+        let (mut first, mut last, mut len) = (None, None, 0);
+        for (k, _) in self.live.range::<str, _>((lower, Bound::Unbounded)).take(limit) {
+            first = first.or(Some(k));
+            last = Some(k);
+            len += 1;
+        }
+        let last_column = last.map(|k| &**k);
+        let truncated = limit > 0 && len == limit && self.live_after(last_column);
         // With the limit reached the scan stops at the last live cell returned; a live cell
         // is never in `dead`, so the rank up to it counts exactly the dead cells before it.
-        let end = if live.len() == limit { live.last().map(|(k, _)| &**k) } else { None };
         let tombstones = if limit == 0 {
             0
         } else {
-            let to = if live.len() == limit { self.dead.rank(end) } else { self.dead.len() };
+            let to = if len == limit { self.dead.rank(last_column) } else { self.dead.len() };
             to.saturating_sub(start.map_or(0, |s| self.dead.rank(Some(s))))
+        };
+        let live = LiveSlice {
+            cells: first.map(|f| (Arc::clone(&self.live), Arc::clone(f))),
+            len,
+            last: last.cloned(),
         };
         Scan { live, tombstones: tombstones as u64, truncated }
     }
@@ -279,14 +315,15 @@ impl Row {
     }
 }
 
-fn live_version(c: &LiveCell) -> Version<Instant> {
-    Version::Live { value: c.value.clone(), expires_at: c.expires_at }
+/// A live cell as reconciliation weighs it.
+pub(super) fn weigh_live(c: &LiveCell) -> Weighed<'_, Instant> {
+    Weighed::live(c.timestamp, &c.value, c.expires_at.as_ref())
 }
 
-fn as_version(i: &Incoming) -> (Micros, Version<Instant>, bool) {
+fn weigh(i: &Incoming) -> Weighed<'_, Instant> {
     match i {
-        Incoming::Live(c) => (c.timestamp, live_version(c), false),
-        Incoming::Dead(d) => (d.timestamp, Version::Tombstone, true),
+        Incoming::Live(c) => weigh_live(c),
+        Incoming::Dead(d) => Weighed::dead(d.timestamp),
     }
 }
 
