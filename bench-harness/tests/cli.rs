@@ -341,9 +341,18 @@ fn a_small_run_writes_summary_csv_and_charts() {
     assert!(stderr(&o).is_empty(), "--quiet prints nothing on stderr: {}", stderr(&o));
     let table = stdout(&o);
     assert!(
-        table.contains("shadow") && table.contains("queue") && table.contains("gap/ideal"),
+        table.contains("shadow") && table.contains("queue") && table.contains("gap p50 ms"),
         "{table}"
     );
+    // The default table fits a 120-column terminal; --wide shows every column.
+    assert!(table.lines().all(|l| l.chars().count() <= 120), "{table}");
+    assert!(!table.contains("gap/ideal"), "{table}");
+    let wide =
+        run(&["--threads", "4", "--duration", "2s", "-q", "--wide", "-o", dir.to_str().unwrap()]);
+    assert!(wide.status.success(), "{}", stderr(&wide));
+    let wide = stdout(&wide);
+    assert!(wide.contains("gap/ideal") && wide.contains("tombs/read p50/max"), "{wide}");
+    assert!(wide.lines().next().unwrap().chars().count() > 120, "{wide}");
 
     let csv = std::fs::read_to_string(dir.join("grants.csv")).unwrap();
     assert_eq!(csv.lines().next(), Some(HEADER));
