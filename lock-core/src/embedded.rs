@@ -67,12 +67,13 @@
 //!   table, the tombstones scanned per read ([`TombstoneStats`]: a read counts the largest scan
 //!   among its replicas, as the slowest one decides its answer time).
 //!   Counting is cheap at any size: a row keeps its live cells and its dead cells apart, the
-//!   dead ones in sorted chunks of at most 1,024, so a read's count is the difference of two
+//!   dead ones in sorted chunks of at most 256, so a read's count is the difference of two
 //!   ranks in the dead cells, each a binary search plus a sum of chunk lengths, never a walk
 //!   over the tombstones themselves (`tests/tombstones.rs` times 100,000 `first(1)` reads over
 //!   150,000 tombstones: well under a second). A coordinator merging several replicas gets
-//!   each replica's live cells up to its limit and a copy-on-write snapshot of its dead cells
-//!   (one `Arc` per chunk), and looks the few live candidates up in the others' snapshots.
+//!   from each a copy-on-write snapshot of its live cells (one `Arc`, and where the slice
+//!   lies in them) and of its dead cells (one `Arc` too), and looks the few live candidates
+//!   up in the others' snapshots: a read copies no cell until it builds its answer.
 //! - **Calibration** of [`EmbeddedConfig::DEFAULT_TOMBSTONE_SCAN_COST`] (1.2 µs per tombstone)
 //!   against issue 11's Apache Cassandra 4.0 node (single node on loopback, 8 contenders on
 //!   one lock id, 180 s). The harness, with the scan cost scaled like its other durations:
@@ -575,7 +576,7 @@ impl Replica {
             Mutation::Write(writes) => {
                 for w in writes {
                     let expires_at = w.ttl.and_then(|ttl| now.checked_add(ttl));
-                    let value = Arc::from(w.value.as_slice());
+                    let value = Arc::clone(&w.value);
                     let cell = LiveCell { timestamp: w.timestamp, value, expires_at };
                     cells.merge(&w.column, Incoming::Live(cell), now);
                 }
@@ -699,15 +700,42 @@ impl Replica {
     }
 }
 
+/// One cell of a write as the replicas receive it: its column and value are made once per
+/// request and shared by every replica's copy. Replicas' rows then hold the same
+/// allocations, and a coordinator merging their answers tells equal columns and values
+/// apart by address before it compares bytes.
+#[derive(Clone)]
+struct SharedWrite {
+    column: Arc<str>,
+    value: Arc<[u8]>,
+    timestamp: Micros,
+    ttl: Option<Duration>,
+}
+
+impl SharedWrite {
+    /// The cells of one write request.
+    fn batch(cells: &[CellWrite]) -> Vec<SharedWrite> {
+        cells
+            .iter()
+            .map(|c| SharedWrite {
+                column: Arc::from(c.column.as_str()),
+                value: Arc::from(c.value.as_slice()),
+                timestamp: c.timestamp,
+                ttl: c.ttl,
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Mutation<'a> {
-    Write(&'a [CellWrite]),
-    Delete { column: &'a str, timestamp: Micros },
+    Write(&'a [SharedWrite]),
+    Delete { column: &'a Arc<str>, timestamp: Micros },
 }
 
 enum OwnedMutation {
-    Write(Vec<CellWrite>),
-    Delete { column: String, timestamp: Micros },
+    Write(Vec<SharedWrite>),
+    Delete { column: Arc<str>, timestamp: Micros },
 }
 
 impl Mutation<'_> {
@@ -722,7 +750,7 @@ impl Mutation<'_> {
         match self {
             Mutation::Write(cells) => OwnedMutation::Write(cells.to_vec()),
             Mutation::Delete { column, timestamp } => {
-                OwnedMutation::Delete { column: column.to_owned(), timestamp }
+                OwnedMutation::Delete { column: Arc::clone(column), timestamp }
             }
         }
     }
@@ -1034,7 +1062,8 @@ impl CellStore for EmbeddedStore {
         cells: &[CellWrite],
         c: Consistency,
     ) -> Result<(), StoreError> {
-        self.caller().mutate(table, row, Mutation::Write(cells), c).await
+        let cells = SharedWrite::batch(cells);
+        self.caller().mutate(table, row, Mutation::Write(&cells), c).await
     }
     async fn delete(
         &self,
@@ -1044,7 +1073,10 @@ impl CellStore for EmbeddedStore {
         ts: Micros,
         c: Consistency,
     ) -> Result<(), StoreError> {
-        self.caller().mutate(table, row, Mutation::Delete { column, timestamp: ts }, c).await
+        let column = Arc::from(column);
+        self.caller()
+            .mutate(table, row, Mutation::Delete { column: &column, timestamp: ts }, c)
+            .await
     }
     async fn read(
         &self,
@@ -1153,7 +1185,8 @@ impl CellStore for EmbeddedClient {
         cells: &[CellWrite],
         c: Consistency,
     ) -> Result<(), StoreError> {
-        self.request(self.caller().mutate(table, row, Mutation::Write(cells), c)).await
+        let cells = SharedWrite::batch(cells);
+        self.request(self.caller().mutate(table, row, Mutation::Write(&cells), c)).await
     }
     async fn delete(
         &self,
@@ -1166,7 +1199,7 @@ impl CellStore for EmbeddedClient {
         self.request(self.caller().mutate(
             table,
             row,
-            Mutation::Delete { column, timestamp: ts },
+            Mutation::Delete { column: &Arc::from(column), timestamp: ts },
             c,
         ))
         .await
@@ -1716,7 +1749,7 @@ fn merge(answers: Vec<Answer>, limit: Option<usize>) -> Option<Vec<Cell>> {
     // A k-way merge of the sorted live lists, k being the few replicas read.
     while out.len() < cap {
         let Some(column) = least_next(&mut lists) else { break };
-        if bound.is_some_and(|b| column > b) {
+        if bound.is_some_and(|b| &**column > b) {
             break;
         }
         if let Some(cell) = winner(column, &mut lists, &raws) {
@@ -1730,28 +1763,23 @@ fn merge(answers: Vec<Answer>, limit: Option<usize>) -> Option<Vec<Cell>> {
 }
 
 /// The least column among the replicas' next live cells; `None` when every list is done.
-fn least_next<'a, L>(lists: &mut [Peekable<L>]) -> Option<&'a str>
+fn least_next<'a, L>(lists: &mut [Peekable<L>]) -> Option<&'a Arc<str>>
 where
     L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,
 {
-    lists.iter_mut().filter_map(|l| l.peek().map(|&(k, _)| &**k)).reduce(|least, k| {
-        if k < least {
-            k
-        } else {
-            least
-        }
-    })
+    let heads = lists.iter_mut().filter_map(|l| l.peek().map(|&(k, _)| k));
+    heads.reduce(|least, k| if !Arc::ptr_eq(k, least) && k < least { k } else { least })
 }
 
 /// The reconciled version of `column` over the replicas' answers, when it is live; takes the
 /// column off the live lists.
-fn winner<'a, L>(column: &str, lists: &mut [Peekable<L>], raws: &[RawAnswer]) -> Option<Cell>
+fn winner<'a, L>(column: &Arc<str>, lists: &mut [Peekable<L>], raws: &[RawAnswer]) -> Option<Cell>
 where
     L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,
 {
     let mut best: Option<Weighed<'a, Instant>> = None;
     for (list, raw) in lists.iter_mut().zip(raws) {
-        let version = match list.next_if(|&(k, _)| &**k == column) {
+        let version = match list.next_if(|&(k, _)| Arc::ptr_eq(k, column) || k == column) {
             Some((_, c)) => row::weigh_live(c),
             None => match raw.dead.get(column) {
                 Some(d) => Weighed::dead(d.timestamp),
@@ -1764,7 +1792,7 @@ where
         };
     }
     best.filter(|b| !b.dead).map(|b| Cell {
-        column: column.to_owned(),
+        column: column.to_string(),
         value: b.value.to_vec(),
         timestamp: b.timestamp,
     })

@@ -67,8 +67,8 @@
 
 use super::{lock, merge, timeline, Answer, Caller, Inner, OpKind, RawAnswer, Replica, RowPolicy};
 use crate::store::{
-    CasChange, CasRequest, CasResult, CasTimeoutKind, Cell, CellWrite, Consistency, Micros,
-    SerialConsistency, Slice, StoreError,
+    CasChange, CasRequest, CasResult, CasTimeoutKind, Cell, Consistency, Micros, SerialConsistency,
+    Slice, StoreError,
 };
 use rand::RngExt;
 use std::sync::atomic::Ordering;
@@ -206,9 +206,9 @@ impl Replica {
                 for change in p.changes.iter() {
                     let applied = match change {
                         CasChange::Set { column, value, ttl } => {
-                            let cell = CellWrite {
-                                column: column.clone(),
-                                value: value.clone(),
+                            let cell = super::SharedWrite {
+                                column: Arc::from(column.as_str()),
+                                value: Arc::from(value.as_slice()),
                                 timestamp: p.ballot.micros,
                                 ttl: *ttl,
                             };
@@ -223,7 +223,10 @@ impl Replica {
                         CasChange::Delete { column } => self.apply(
                             table,
                             row,
-                            super::Mutation::Delete { column, timestamp: p.ballot.micros },
+                            super::Mutation::Delete {
+                                column: &Arc::from(column.as_str()),
+                                timestamp: p.ballot.micros,
+                            },
                             now,
                             policy,
                         ),
