@@ -6,8 +6,8 @@
 //!
 //! `cargo bench -p bench-harness --bench simulator` for the full measurement; the short form,
 //! fit for CI, `cargo bench -p bench-harness --bench simulator -- --warm-up-time 1
-//! --measurement-time 2`, takes ten runs per algorithm, about 20 s in all (after a release
-//! build of the workspace).
+//! --measurement-time 2`, takes ten runs per algorithm, about 50 s in all on a 2-core
+//! machine (after a release build of the workspace).
 //!
 //! `SIMULATOR_BENCH_SECONDS=600` runs the full 600 s instead (a minute or more per
 //! algorithm).
