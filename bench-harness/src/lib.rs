@@ -135,7 +135,8 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
     let mut summary = Summary::new(cfg);
     let mut logs = Vec::new();
     let mut faults = std::collections::BTreeMap::new();
-    progress::status(quiet, &format!("{cfg}\n"));
+    // The scenario in a few lines of the terminal's width rather than one 250-character line.
+    progress::status(quiet, &report::console::wrap(&cfg.to_string(), report::console::WIDTH));
     let total = std::time::Instant::now();
     for algorithm in engines::resolve(&cfg.algorithms, cfg.backend).map_err(UsageError)? {
         let bar = (cfg.clock == ClockMode::Wall)
