@@ -250,18 +250,8 @@ async fn on_server(
     } else {
         (options.endpoints().to_string(), None)
     };
-    let upstream = if server_faults::needs_proxies(kinds) {
-        if endpoints.contains(',') {
-            return Err(format!(
-                "pause, crash and partition faults need a single etcd endpoint, not {endpoints}"
-            ));
-        }
-        let authority = endpoints.trim_start_matches("http://");
-        Some(server_faults::resolve(authority).await?)
-    } else {
-        None
-    };
-    Ok((endpoints, ServerFaults::new(upstream, server)))
+    let faults = server_faults::on_one_server(&endpoints, server, kinds).await?;
+    Ok((endpoints, faults))
 }
 
 /// A contender's client and lease on the server, keys under the run's root.

@@ -16,7 +16,7 @@
 //!
 //! - **Leader faults** (`leader-kill`, `leader-pause`, `leader-cut`): for a cluster the
 //!   harness started (`--spawn-etcd 3`, `--spawn-zookeeper 3`): the member that leads when the
-//!   fault starts ([`Members::leader`]: etcd's member status, ZooKeeper's `srvr`) is killed and
+//!   fault starts ([`Members::wait_for_leader`]: etcd's member status, ZooKeeper's `srvr`) is killed and
 //!   restarted with its data, stopped and continued, or cut off from its peers and clients and
 //!   healed; the undo goes to that same member, whoever leads by then. The contenders reach
 //!   the cluster through its members' client proxies (every member's, as the client library
@@ -70,8 +70,8 @@ pub fn cluster_kinds() -> &'static [FaultKind] {
 /// member. One implementation for every [`test_servers::Cluster`], whatever its engine.
 /// The calls block (from async code they run on `spawn_blocking`).
 pub trait Members: Send + Sync {
-    /// The member that leads now, if the cluster agrees on one.
-    fn leader(&self) -> Option<usize>;
+    /// The member that leads, waiting up to `timeout` for the cluster to agree on one.
+    fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<usize, String>;
     /// Kill member `i` (`SIGKILL`).
     fn kill(&self, i: usize);
     /// Start member `i` again with its data.
@@ -87,8 +87,8 @@ pub trait Members: Send + Sync {
 }
 
 impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
-    fn leader(&self) -> Option<usize> {
-        test_servers::Cluster::leader(self)
+    fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<usize, String> {
+        test_servers::Cluster::wait_for_leader(self, timeout)
     }
     fn kill(&self, i: usize) {
         test_servers::Cluster::kill(self, i)
@@ -121,7 +121,7 @@ pub async fn start_cluster<M: Members + 'static>(
 ) -> Result<(Arc<dyn Members>, String), String> {
     let cluster = tokio::task::spawn_blocking(move || {
         let cluster = launch()?;
-        wait_for_leader(&cluster)?;
+        cluster.wait_for_leader(LEADER_WAIT)?;
         Ok::<_, String>(cluster)
     })
     .await
@@ -130,17 +130,25 @@ pub async fn start_cluster<M: Members + 'static>(
     Ok((Arc::new(cluster), at))
 }
 
-fn wait_for_leader(m: &dyn Members) -> Result<usize, String> {
-    let deadline = std::time::Instant::now() + LEADER_WAIT;
-    loop {
-        if let Some(i) = m.leader() {
-            return Ok(i);
+/// Faults on one server reached at `address` (an etcd endpoint list or a ZooKeeper connect
+/// string; `server` when the harness started it): with a proxy per contender when `kinds` need
+/// them, which only a single address allows.
+pub async fn on_one_server(
+    address: &str,
+    server: Option<Managed>,
+    kinds: &[FaultKind],
+) -> Result<ServerFaults, String> {
+    let upstream = if needs_proxies(kinds) {
+        if address.contains(',') {
+            return Err(format!(
+                "pause, crash and partition faults need a single server address, not {address}"
+            ));
         }
-        if std::time::Instant::now() > deadline {
-            return Err(format!("the cluster named no leader within {LEADER_WAIT:?}"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+        Some(resolve(address.trim_start_matches("http://")).await?)
+    } else {
+        None
+    };
+    Ok(ServerFaults::new(upstream, server))
 }
 
 /// True when `kinds` need a proxy in front of each contender.
@@ -378,7 +386,7 @@ impl ServerFaults {
         tokio::task::spawn_blocking(move || {
             let m = cluster.as_ref();
             if on {
-                let i = wait_for_leader(m)?;
+                let i = m.wait_for_leader(LEADER_WAIT)?;
                 *lock(&hit) = Some(i);
                 match kind {
                     FaultKind::LeaderKill => m.kill(i),

@@ -231,17 +231,8 @@ async fn on_server(
     } else {
         (options.hosts().to_string(), None)
     };
-    let upstream = if server_faults::needs_proxies(kinds) {
-        if hosts.contains(',') {
-            return Err(format!(
-                "pause, crash and partition faults need a single ZooKeeper host, not {hosts}"
-            ));
-        }
-        Some(server_faults::resolve(&hosts).await?)
-    } else {
-        None
-    };
-    Ok((hosts, ServerFaults::new(upstream, server)))
+    let faults = server_faults::on_one_server(&hosts, server, kinds).await?;
+    Ok((hosts, faults))
 }
 
 /// A contender's session on the server, its timeout the run's TTL, znodes under the run's root.
