@@ -493,13 +493,15 @@ impl<E: ClusterEngine> Cluster<E> {
     /// Wait until a leader is elected (polling every 50 ms) and return it, or say that none
     /// was within `timeout`.
     pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize, String> {
-        self.wait_for_leader_where(timeout, "a leader", |_| true)
+        self.wait_for_leader_where(timeout, "leader", |_| true)
     }
 
     /// Wait until a member other than `old` leads and return it (a failover's end), or say
     /// that none did within `timeout`.
     pub fn wait_for_new_leader(&self, old: usize, timeout: Duration) -> Result<usize, String> {
-        self.wait_for_leader_where(timeout, &format!("a leader other than {old}"), |l| l != old)
+        self.wait_for_leader_where(timeout, &format!("leader other than member {old}"), |l| {
+            l != old
+        })
     }
 
     fn wait_for_leader_where(
