@@ -28,11 +28,23 @@ fn warm_up(hosts: &str) {
         .build()
         .expect("warm-up runtime");
     rt.block_on(async {
-        let client = zookeeper_client::Client::connector()
-            .with_session_timeout(Duration::from_secs(2))
-            .connect(hosts)
-            .await
-            .expect("warm-up session");
+        // A JVM that has just started may take longer than one connection timeout to set up
+        // the first session on a loaded machine: try again for a while before giving up.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let attempt = zookeeper_client::Client::connector()
+                .with_session_timeout(Duration::from_secs(2))
+                .with_connection_timeout(Duration::from_secs(5))
+                .connect(hosts)
+                .await;
+            match attempt {
+                Ok(client) => break client,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    eprintln!("warm-up session: {e}; trying again");
+                }
+                Err(e) => panic!("warm-up session: no session within 30 s: {e}"),
+            }
+        };
         let dir = "/warm-up";
         let persistent = zookeeper_client::CreateMode::Persistent
             .with_acls(zookeeper_client::Acls::anyone_all());
