@@ -316,6 +316,7 @@ mod jedis;
 mod keeper;
 mod link;
 mod redlock;
+mod sentinel;
 mod token;
 
 pub use jedis::{JedisConfig, JedisLock};
@@ -323,9 +324,10 @@ pub use lock_core::time::LocalClock;
 pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
 pub use token::{TokenConfig, TokenLock};
 
-use link::{Conn, Link};
+use link::{Conn, Link, Target};
 use lock_core::lock::validate_id;
 use lock_core::{LockError, Locker};
+use sentinel::Sentinels;
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
@@ -419,29 +421,43 @@ impl RedisBackend {
     /// Connect to `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
         let (client, addr) = Self::client(url, &config)?;
-        let link = Link::connect(
-            client,
-            config.connect_timeout,
-            config.response_timeout,
-            config.max_reconnect_delay,
-            addr.clone(),
-        )
-        .await?;
-        Ok(RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.into() })
+        let link = Link::connect(Target::Fixed(client), &config, addr.clone()).await?;
+        Ok(Self::on(link, addr, &config))
+    }
+
+    /// Find the master `master_name` through the Sentinels at `sentinels` (each `host:port`
+    /// or `redis://host:port[/]`), connect to it, and follow failovers.
+    ///
+    /// Every connection, the first and every one after a break, is made to the address the
+    /// Sentinels give at that moment and checked with `ROLE`; the crate docs ("Through Redis
+    /// Sentinel") give the steps and what a failover does to locks. An empty or malformed
+    /// list, or a name that every Sentinel answers it does not know, is a
+    /// [`LockError::Config`]; no Sentinel reachable, or no master where they point, a
+    /// [`LockError::Backend`] naming them, within one connect timeout per Sentinel plus the
+    /// master's connect and response timeouts. [`RedisBackend::address`] reads
+    /// `sentinel master '<name>' via <host:port>,<host:port>`.
+    pub async fn connect_sentinel(
+        sentinels: &[String],
+        master_name: &str,
+        config: RedisConnectConfig,
+    ) -> Result<RedisBackend, LockError> {
+        check_timeouts(&config)?;
+        let sentinels = Sentinels::new(sentinels, master_name)?;
+        let addr: Arc<str> = sentinels.description().into();
+        let link = Link::connect(Target::Sentinel(sentinels), &config, addr.clone()).await?;
+        Ok(Self::on(link, addr, &config))
     }
 
     /// A backend for `url` that connects at its first request (a Redlock master that is down
     /// when the lock starts); a bad URL or setting is still refused at once.
     pub(crate) fn unconnected(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
         let (client, addr) = Self::client(url, &config)?;
-        let link = Link::unconnected(
-            client,
-            config.connect_timeout,
-            config.response_timeout,
-            config.max_reconnect_delay,
-            addr.clone(),
-        );
-        Ok(RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.into() })
+        let link = Link::unconnected(Target::Fixed(client), &config, addr.clone());
+        Ok(Self::on(link, addr, &config))
+    }
+
+    fn on(link: Link, addr: Arc<str>, config: &RedisConnectConfig) -> Self {
+        RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.as_str().into() }
     }
 
     fn client(
@@ -449,11 +465,7 @@ impl RedisBackend {
         config: &RedisConnectConfig,
     ) -> Result<(redis::Client, Arc<str>), LockError> {
         let addr = redact(url);
-        if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
-            return Err(LockError::Config(
-                "Redis connect and response timeouts must be positive".into(),
-            ));
-        }
+        check_timeouts(config)?;
         let client = redis::Client::open(url)
             .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
         Ok((client, addr.into()))
@@ -506,6 +518,15 @@ impl RedisBackend {
     pub(crate) fn err(&self, what: &str, key: &str, e: impl Display) -> LockError {
         backend_err(format!("{what} {key} at {}: {e}", self.addr))
     }
+}
+
+fn check_timeouts(config: &RedisConnectConfig) -> Result<(), LockError> {
+    if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
+        return Err(LockError::Config(
+            "Redis connect and response timeouts must be positive".into(),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn check_owner(owner: &str) -> Result<(), LockError> {
