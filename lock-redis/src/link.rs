@@ -238,13 +238,18 @@ impl Link {
         }
     }
 
-    /// Forget connection `generation` after `e` showed it broken; the next request reconnects.
-    fn broken(&self, generation: u64, e: &RedisError) {
+    /// Forget connection `generation` after `e` showed it broken (or no longer on the
+    /// master); the next request reconnects.
+    fn broken(&self, generation: u64, e: &dyn Display) {
         let mut s = self.state.lock().unwrap();
         if s.conn.as_ref().is_some_and(|(g, _)| *g == generation) {
             s.conn = None;
             s.last_error = e.to_string();
         }
+    }
+
+    fn follows_sentinel(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
     }
 
     /// How many connections were made so far, the first included.
@@ -258,11 +263,16 @@ fn breaks_connection(e: &RedisError) -> bool {
     e.is_unrecoverable_error() || e.is_connection_dropped() || (e.is_io_error() && !e.is_timeout())
 }
 
-/// Whether `e` means, through Sentinel, that the instance may no longer be the master: it says
-/// it is a replica, or did not answer in time (see the module docs).
+/// Whether `e` means, through Sentinel, that the instance may no longer be the master: it
+/// did not answer in time, or says it is a replica (see the module docs).
 fn deposes_master(e: &RedisError) -> bool {
-    matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown))
-        || e.is_timeout()
+    e.is_timeout() || matches!(e.kind(), ErrorKind::Server(kind) if replica_says(kind))
+}
+
+/// Whether a server error of `kind` means the instance is a replica: `READONLY` to a write,
+/// `MASTERDOWN` from a replica that lost its master.
+fn replica_says(kind: ServerErrorKind) -> bool {
+    matches!(kind, ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
 }
 
 /// One request's handle on the link's connection: reports a broken connection back to it.
@@ -275,12 +285,21 @@ pub(crate) struct Conn {
 impl Conn {
     fn check<T>(&self, r: Result<T, RedisError>) -> Result<T, RedisError> {
         if let Err(e) = &r {
-            let sentinel = matches!(self.link.target, Target::Sentinel(_));
-            if breaks_connection(e) || (sentinel && deposes_master(e)) {
+            if breaks_connection(e) || (self.link.follows_sentinel() && deposes_master(e)) {
                 self.link.broken(self.generation, e);
             }
         }
         r
+    }
+
+    /// The driver hands a server's error reply over as a value (`Value::ServerError`), made an
+    /// error only when the caller converts it: a `READONLY` must be caught here.
+    fn check_reply(&self, reply: &Value) {
+        if let Value::ServerError(e) = reply {
+            if self.link.follows_sentinel() && e.kind().is_some_and(replica_says) {
+                self.link.broken(self.generation, e);
+            }
+        }
     }
 }
 
@@ -288,7 +307,11 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let r = self.conn.req_packed_command(cmd).await;
-            self.check(r)
+            let r = self.check(r);
+            if let Ok(reply) = &r {
+                self.check_reply(reply);
+            }
+            r
         })
     }
 
@@ -300,7 +323,11 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let r = self.conn.req_packed_commands(pipeline, offset, count).await;
-            self.check(r)
+            let r = self.check(r);
+            for reply in r.iter().flatten() {
+                self.check_reply(reply);
+            }
+            r
         })
     }
 

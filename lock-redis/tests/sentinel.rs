@@ -6,9 +6,12 @@ mod sentinel_support;
 
 use lock_core::{LockError, Locker};
 use lock_redis::{JedisConfig, RedisBackend, TokenConfig};
-use sentinel_support::{backend, blocking, config, get, sentinels, CONNECT};
+use sentinel_support::{
+    backend, blocking, config, get, sentinels, until_ok, FakeSentinel, CONNECT,
+};
 use std::time::{Duration, Instant};
-use test_servers::{free_port, shared_redis, RedisCluster, Reply, SilentServer, REDIS_MASTER_NAME};
+use test_servers::{free_port, redis_call, shared_redis, RedisCluster, RedisServer, Reply};
+use test_servers::{SilentServer, REDIS_MASTER_NAME};
 
 /// Both locks through Sentinel: their keys land on the master the Sentinels name; a name no
 /// Sentinel knows is a configuration error that names it and the Sentinels, at once.
@@ -81,4 +84,49 @@ async fn bad_sentinel_lists_fail_fast_and_say_why() {
     assert!(matches!(&err, LockError::Config(m) if m.contains("\"127.0.0.1\"")), "{err:?}");
     let err = RedisBackend::connect_sentinel(&nobody, "", config("x:")).await.unwrap_err();
     assert!(matches!(err, LockError::Config(_)), "{err:?}");
+}
+
+/// A master demoted to replica under an open connection (no `CLIENT KILL`: a stand-in
+/// Sentinel, two plain servers): the next write is answered `READONLY`, which drops the
+/// connection; an instance the Sentinel still names but whose `ROLE` is not master fails the
+/// attempt; once the Sentinel names the new master, the same backend is granted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_demoted_under_an_open_connection_is_left_on_readonly() {
+    let (old, new) = blocking(|| (RedisServer::start(), RedisServer::start()));
+    let sentinel = FakeSentinel::start().await;
+    sentinel.name(Some(old.addr()));
+    let list = vec![sentinel.addr().to_string()];
+    let backend = RedisBackend::connect_sentinel(&list, "m", config("d:")).await.unwrap();
+    let token = backend.token("t", TokenConfig::new(Duration::from_secs(5))).unwrap();
+    token.lock("before", None).await.unwrap().release().await.unwrap();
+
+    let port = new.port.to_string();
+    let demoted = redis_call(old.addr(), &["REPLICAOF", "127.0.0.1", &port]).unwrap();
+    assert_eq!(demoted, Reply::Status("OK".into()));
+    let err = token.try_lock("after").await.expect_err("a replica refuses the grant");
+    eprintln!("the demoted master answered: {err}");
+    assert!(
+        matches!(&err, LockError::Backend { message, .. } if message.contains("read only replica"))
+    );
+    // Dropped: the next request reconnects, and the Sentinel still names the replica.
+    let err = token.try_lock("after").await.expect_err("the named instance is no master");
+    eprintln!("reconnect to the demoted instance refused: {err}");
+    assert!(err.to_string().contains("its ROLE is 'slave', not master"), "{err}");
+    assert_eq!(backend.connections_made(), 1);
+
+    sentinel.name(Some(new.addr()));
+    let (guard, failures, took) =
+        until_ok(Duration::from_secs(5), || token.try_lock("after")).await;
+    let guard = guard.expect("free on the new master");
+    eprintln!("on the new master after {took:?} and {} more failures", failures.count);
+    let value = redis_call(new.addr(), &["GET", "d:after"]).unwrap();
+    assert!(value.text().is_some_and(|v| v.starts_with("t:")), "granted on the new master");
+    assert_eq!(backend.connections_made(), 2);
+    guard.release().await.unwrap();
+
+    // At connect time too: an instance whose ROLE is not master is refused, naming it.
+    sentinel.name(Some(old.addr()));
+    let err = RedisBackend::connect_sentinel(&list, "m", config("d:")).await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains(&old.addr().to_string()), "{err}");
 }

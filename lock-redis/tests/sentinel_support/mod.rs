@@ -109,3 +109,85 @@ pub fn eventually(timeout: Duration, name: &str, what: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A stand-in for a Sentinel that names whatever address the test says (or none): to demote a
+/// master under an open connection without a real Sentinel's `CLIENT KILL`, which would hide
+/// the `READONLY` path. It answers `SENTINEL ...` with the address and anything else `+OK`
+/// (the driver's connection setup).
+pub struct FakeSentinel {
+    addr: std::net::SocketAddr,
+    master: std::sync::Arc<std::sync::Mutex<Option<std::net::SocketAddr>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeSentinel {
+    pub async fn start() -> FakeSentinel {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let master = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let named = master.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, named.clone()));
+            }
+        });
+        FakeSentinel { addr, master, task }
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Name `master` from now on (`None`: answer nil, no such master).
+    pub fn name(&self, master: Option<std::net::SocketAddr>) {
+        *self.master.lock().unwrap() = master;
+    }
+}
+
+impl Drop for FakeSentinel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(
+    stream: tokio::net::TcpStream,
+    master: std::sync::Arc<std::sync::Mutex<Option<std::net::SocketAddr>>>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
+    while let Some(args) = read_command(&mut read).await {
+        let sentinel = args.first().is_some_and(|a| a.eq_ignore_ascii_case("SENTINEL"));
+        let named = *master.lock().unwrap();
+        let reply = match (sentinel, named) {
+            (false, _) => "+OK\r\n".to_string(),
+            (true, None) => "*-1\r\n".to_string(),
+            (true, Some(a)) => {
+                let (host, port) = (a.ip().to_string(), a.port().to_string());
+                format!("*2\r\n${}\r\n{host}\r\n${}\r\n{port}\r\n", host.len(), port.len())
+            }
+        };
+        if write.write_all(reply.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One RESP command (an array of bulk strings), or `None` at the end of the stream.
+async fn read_command(r: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> Option<Vec<String>> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut line = String::new();
+    r.read_line(&mut line).await.ok().filter(|&n| n > 0)?;
+    let n: usize = line.trim_end().strip_prefix('*')?.parse().ok()?;
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        line.clear();
+        r.read_line(&mut line).await.ok()?;
+        let len: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
+        let mut buf = vec![0; len + 2];
+        r.read_exact(&mut buf).await.ok()?;
+        args.push(String::from_utf8_lossy(&buf[..len]).into_owned());
+    }
+    Some(args)
+}
