@@ -17,8 +17,8 @@
 //!   for that attempt rather than starting their own), and the backend goes on as before.
 //!
 //! A connection is dropped on an I/O failure (closed, reset, refused) and on errors the driver
-//! marks as needing a reconnect; a response timeout alone keeps it (the server may be slow,
-//! and a paused network resumes on the same connection).
+//! marks as needing a reconnect; to a fixed server, a response timeout alone keeps it (the
+//! server may be slow, and a paused network resumes on the same connection).
 //!
 //! **Where it connects** is the link's [`Target`]: one fixed server, or whichever instance the
 //! Sentinels name as the master, asked again at every attempt ([`crate::sentinel`] says how).

@@ -27,12 +27,20 @@ fn replicas(cluster: &RedisCluster, master: usize) -> Vec<usize> {
     (0..cluster.len()).filter(|&i| i != master).collect()
 }
 
+/// A cluster of a master, 2 replicas and 3 Sentinels, and how long it took to form.
+async fn formed() -> RedisCluster {
+    let started = Instant::now();
+    let cluster = blocking(|| RedisCluster::sentinel(2, 3));
+    eprintln!("cluster formed in {:?}", started.elapsed());
+    cluster
+}
+
 /// A's grant is held back from both replicas (their replication links to the master held), the
 /// master is killed, a replica promoted: B is granted `x` while A holds it, with A's fencing
 /// token again; A learns it at its next renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_not_yet_replicated_is_lost_in_a_failover_and_granted_again() {
-    let cluster = blocking(|| RedisCluster::sentinel(2, 3));
+    let cluster = formed().await;
     let master = blocking(|| cluster.wait_for_leader(FAILOVER)).unwrap();
     let a = backend(&cluster, "s:").await.token("a", TokenConfig::new(TTL)).unwrap();
     let b = backend(&cluster, "s:").await.token("b", TokenConfig::new(TTL)).unwrap();
@@ -100,7 +108,7 @@ async fn a_grant_not_yet_replicated_is_lost_in_a_failover_and_granted_again() {
 /// holds, and A's renewal extends its key on the promoted replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicated_grant_survives_the_failover() {
-    let cluster = blocking(|| RedisCluster::sentinel(2, 3));
+    let cluster = formed().await;
     let master = blocking(|| cluster.wait_for_leader(FAILOVER)).unwrap();
     let a = backend(&cluster, "s:").await.token("a", TokenConfig::new(TTL)).unwrap();
     let b = backend(&cluster, "s:").await.token("b", TokenConfig::new(TTL)).unwrap();
@@ -112,8 +120,10 @@ async fn a_replicated_grant_survives_the_failover() {
             replicas.iter().all(|&r| get(&cluster, r, "s:x").text().is_some())
         })
     });
+    let killed = Instant::now();
     blocking(|| cluster.kill(master));
     let new = blocking(|| cluster.wait_for_new_leader(master, FAILOVER)).unwrap();
+    let failover = killed.elapsed();
     let (gb, failures, took) = until_ok(FAILOVER, || b.try_lock("x")).await;
     assert!(gb.is_none(), "B refused: A's key is on the promoted replica");
     assert_eq!(ga.lease_state(), LeaseState::Held);
@@ -126,8 +136,9 @@ async fn a_replicated_grant_survives_the_failover() {
         other => panic!("PTTL: {other:?}"),
     };
     eprintln!(
-        "replicated grant, master {master} killed: B refused on member {new} after {took:?} \
-         ({} failed requests first); A renewed there, {pttl:?} left of its TTL",
+        "replicated grant, master {master} killed: member {new} led after {failover:?}, B refused \
+         there {took:?} later ({} failed requests first); A renewed there, {pttl:?} left of its \
+         TTL",
         failures.count
     );
     assert!(pttl > TTL / 2, "extended by A's renewal on the new master: {pttl:?} left");
