@@ -48,12 +48,17 @@ async fn a_grant_not_yet_replicated_is_lost_in_a_failover_and_granted_again() {
         a.lock("x", None).await.unwrap().release().await.unwrap();
     }
     let counted = Reply::Bulk(WARM_UP.to_string());
+    // A write after the last release: once a replica has it, it has the release's DEL too
+    // (replication keeps order), so the key it holds back below can only be A's next grant.
+    let mark = redis_call(cluster.client_addr(master), &["SET", "s:mark", "warm"]).unwrap();
+    assert_eq!(mark, Reply::Status("OK".into()));
     let replicas = replicas(&cluster, master);
     blocking(|| {
-        eventually(Duration::from_secs(5), "the counter replicated", || {
-            replicas.iter().all(|&r| get(&cluster, r, "s:x/fence") == counted)
+        eventually(Duration::from_secs(5), "the warm-up replicated", || {
+            replicas.iter().all(|&r| get(&cluster, r, "s:mark").text() == Some("warm"))
         })
     });
+    assert!(replicas.iter().all(|&r| get(&cluster, r, "s:x/fence") == counted));
     for &r in &replicas {
         cluster.hold_link(r, master);
     }
