@@ -161,7 +161,8 @@
 //!   reached without password and in database 0.
 //!
 //! ### Findings (`tests/sentinel_failover.rs`, `tests/sentinel_safety.rs`; a master, 2
-//! replicas, 3 Sentinels, down-after 2 s; figures of one run, the others within 0.1 s)
+//! replicas, 3 Sentinels, down-after 2 s; figures of one run, those of ten others within
+//! 0.2 s but where said)
 //! - **A killed master is followed**: requests failed for 3.9 s (71 of them, each within
 //!   70 ms: refused or broken, never a hang) and then the same backend was granted on the
 //!   promoted replica, on a connection of its own making.
@@ -174,10 +175,11 @@
 //!   still calls itself master; it granted a lock another client held on the new master, at
 //!   once. Sentinel demoted it 10.0 s after the resume (it waits for a resumed instance to stay
 //!   up 8 s); its `CLIENT KILL` moved the backend to the new master, and the deposed grant was
-//!   told `Lost` at its next renewal there, 15 s after the resume: two holders for 15 s with a
-//!   10 s TTL. `min-replicas-to-write` on the masters would shorten the window (a master
-//!   without its replicas refuses writes after `min-replicas-max-lag`); nothing in the client
-//!   can: the deposed master says `master` to `ROLE` until it is demoted.
+//!   told `Lost` at its first renewal there, 15 s after the resume (10 s in two runs of seven:
+//!   its renewal every 5 s fell just after the demotion, not just before): two holders for 10
+//!   to 15 s with a 10 s TTL. `min-replicas-to-write` on the masters would shorten the window
+//!   (a master without its replicas refuses writes after `min-replicas-max-lag`); nothing in
+//!   the client can: the deposed master says `master` to `ROLE` until it is demoted.
 //! - **A grant not yet replicated is lost in the failover** (Kleppmann's case for Redis with
 //!   async replication; asserted as a finding). Both replicas' replication links held, A is
 //!   granted `x` (TTL 20 s) on the master alone, with token 4 (the counter stood at 3 on every
@@ -195,7 +197,7 @@
 //!   can still lose an acknowledged write). Only a store whose writes go through consensus
 //!   closes it.
 //!
-////! ## Redlock (issue 21; the Redis documentation, "Distributed locks with Redis")
+//! ## Redlock (issue 21; the Redis documentation, "Distributed locks with Redis")
 //!
 //! [`Redlock`] runs on N independent masters ([`RedisMasters`]: no replication between them, no
 //! Sentinel); a majority is `N / 2 + 1`, 3 of the documentation's 5. Its steps, as this crate
@@ -435,7 +437,8 @@ pub(crate) fn backend_err(message: impl Display) -> LockError {
 /// How [`RedisBackend::connect_with`] connects, and how it names keys.
 #[derive(Debug, Clone)]
 pub struct RedisConnectConfig {
-    /// Longest wait for the TCP connection and the first `PING` (default 5 s).
+    /// Longest wait for the TCP connection and the first `PING` (default 5 s); through
+    /// Sentinel, also for each Sentinel's answer.
     pub connect_timeout: Duration,
     /// Longest wait for any reply (default 2 s). A command without a reply in time fails with
     /// [`LockError::Backend`]; renewal retries it while the lease is still valid.
@@ -567,12 +570,14 @@ impl RedisBackend {
     }
 
     /// How many connections this backend has made to the server: 1 after `connect`, one more
-    /// for every reconnection after a broken connection.
+    /// for every reconnection after a broken connection (through Sentinel, to whichever master
+    /// the Sentinels named; connections to the Sentinels are not counted).
     pub fn connections_made(&self) -> u64 {
         self.link.connects()
     }
 
-    /// The server's address (password redacted).
+    /// The server's address (password redacted), or through Sentinel
+    /// `sentinel master '<name>' via <host:port>,<host:port>`.
     pub fn address(&self) -> &str {
         &self.addr
     }
