@@ -166,10 +166,11 @@
 //! - **A killed master is followed**: requests failed for 3.9 s (71 of them, each within
 //!   70 ms: refused or broken, never a hang) and then the same backend was granted on the
 //!   promoted replica, on a connection of its own making.
-//! - **A paused master is left**: requests timed out (1 s each, the response timeout) for 4.4 s,
-//!   dropping their connections, until the Sentinels named the promoted replica. One of them,
-//!   timed out, sat in the paused master's socket buffer and ran when it resumed: a grant
-//!   nobody was told of, on a master about to be demoted (its data is replaced by the resync).
+//! - **A paused master is left**: requests timed out (1 s each, the response timeout) for 4.4 s
+//!   (3.4 s in one run), dropping their connections, until the Sentinels named the promoted
+//!   replica. One of them, timed out, sat in the paused master's socket buffer and ran when it
+//!   resumed: a grant nobody was told of, on a master about to be demoted (its data is replaced
+//!   by the resync).
 //! - **A resumed, deposed master grants beside the new one** (asserted as a finding): a backend
 //!   that sent nothing during the pause keeps its connection to the old master, which, resumed,
 //!   still calls itself master; it granted a lock another client held on the new master, at
