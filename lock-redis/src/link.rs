@@ -17,13 +17,33 @@
 //!   for that attempt rather than starting their own), and the backend goes on as before.
 //!
 //! A connection is dropped on an I/O failure (closed, reset, refused) and on errors the driver
-//! marks as needing a reconnect; a response timeout alone keeps it (the server may be slow,
-//! and a paused network resumes on the same connection).
+//! marks as needing a reconnect; to a fixed server, a response timeout alone keeps it (the
+//! server may be slow, and a paused network resumes on the same connection).
+//!
+//! **Where it connects** is the link's [`Target`]: one fixed server, or whichever instance the
+//! Sentinels name as the master, asked again at every attempt ([`crate::sentinel`] says how).
+//! Through Sentinel, a connection is dropped in three more cases, so that the next request
+//! asks the Sentinels again:
+//! - a `READONLY` or `MASTERDOWN` reply: the instance is a replica now (demoted while our
+//!   connection survived, its `CLIENT KILL` lost or not sent yet); it will not become the master
+//!   again by itself, so staying would fail every write;
+//! - a response timeout: a master that does not answer is the very thing Sentinel fails over,
+//!   and the guidelines say to resolve again after one. Kept, the connection to a paused master
+//!   would carry our next requests to it once it resumes, deposed, until Sentinel demotes it
+//!   (several seconds later: it waits for the instance to stay up);
+//! - not `LOADING`: the instance that loads its data is the one the Sentinels name (a master
+//!   restarted with persistence); asking again would name it again, a new connection per
+//!   request until it is ready.
+//!
+//! An attempt through Sentinel may take one connect timeout per Sentinel that does not answer,
+//! before the master's own connect attempt.
 
-use crate::backend_err;
+use crate::sentinel::{AttemptError, Sentinels};
+use crate::{backend_err, RedisConnectConfig};
 use lock_core::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture};
+use redis::{ServerErrorKind, Value};
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,11 +65,22 @@ struct State {
     last_error: String,
 }
 
+/// Where a [`Link`] connects.
+pub(crate) enum Target {
+    /// One server at a fixed address (the single-server mode, each Redlock master).
+    Fixed(redis::Client),
+    /// The master the Sentinels name, asked at every attempt.
+    Sentinel(Sentinels),
+}
+
 pub(crate) struct Link {
-    client: redis::Client,
+    target: Target,
     config: AsyncConnectionConfig,
-    /// Bound of one connect attempt, handshake and first `PING` included.
+    /// Bound of one attempt at the server itself, handshake and first `PING` or `ROLE`
+    /// included.
     attempt_timeout: Duration,
+    /// Bound of one Sentinel's answer (the connect timeout).
+    sentinel_timeout: Duration,
     max_backoff: Duration,
     addr: Arc<str>,
     state: Mutex<State>,
@@ -60,38 +91,39 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Connect now (so that a wrong address fails the backend's `connect`), then keep the
-    /// connection alive as the module docs say.
+    /// Connect now (so that a wrong address or an unknown master name fails the backend's
+    /// `connect`), then keep the connection alive as the module docs say.
     pub(crate) async fn connect(
-        client: redis::Client,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        max_backoff: Duration,
+        target: Target,
+        config: &RedisConnectConfig,
         addr: Arc<str>,
     ) -> Result<Link, LockError> {
-        let link = Link::unconnected(client, connect_timeout, response_timeout, max_backoff, addr);
-        let conn = link.open().await.map_err(|e| link.fail("cannot connect to Redis", &e))?;
-        link.install(conn);
-        Ok(link)
+        let link = Link::unconnected(target, config, addr);
+        match link.open().await {
+            Ok(conn) => {
+                link.install(conn);
+                Ok(link)
+            }
+            // Every Sentinel answered that it knows no such master: the name is wrong.
+            Err(e @ AttemptError::UnknownMaster(_)) => {
+                Err(LockError::Config(format!("cannot connect to Redis at {}: {e}", link.addr)))
+            }
+            Err(e) => Err(link.fail("cannot connect to Redis", &e)),
+        }
     }
 
     /// A link that connects at its first request: for a Redlock master that is down when the
     /// lock starts (one vote less, not a failure, while a majority answers).
-    pub(crate) fn unconnected(
-        client: redis::Client,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        max_backoff: Duration,
-        addr: Arc<str>,
-    ) -> Link {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(response_timeout));
+    pub(crate) fn unconnected(target: Target, config: &RedisConnectConfig, addr: Arc<str>) -> Link {
+        let driver = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.response_timeout));
         Link {
-            client,
-            config,
-            attempt_timeout: connect_timeout + response_timeout,
-            max_backoff: max_backoff.max(FIRST_RETRY),
+            target,
+            config: driver,
+            attempt_timeout: config.connect_timeout + config.response_timeout,
+            sentinel_timeout: config.connect_timeout,
+            max_backoff: config.max_reconnect_delay.max(FIRST_RETRY),
             addr,
             state: Mutex::new(State {
                 conn: None,
@@ -109,12 +141,33 @@ impl Link {
         backend_err(format!("{what} at {}: {e}", self.addr))
     }
 
-    /// One connect attempt: TCP, handshake and a `PING` that proves the peer speaks RESP, all
-    /// bounded by `attempt_timeout` (a port that accepts and never answers cannot hang it).
-    async fn open(&self) -> Result<MultiplexedConnection, String> {
+    /// One connect attempt at the target: through the Sentinels when it has them (each
+    /// bounded by its own timeout), then TCP, handshake and a `PING` (fixed) or `ROLE`
+    /// (Sentinel) that proves the peer speaks RESP, bounded by `attempt_timeout` (a port that
+    /// accepts and never answers cannot hang it).
+    async fn open(&self) -> Result<MultiplexedConnection, AttemptError> {
+        match &self.target {
+            Target::Fixed(client) => self.open_fixed(client).await.map_err(AttemptError::Failed),
+            Target::Sentinel(sentinels) => {
+                let sentinel_bound = self.sentinel_timeout * self.sentinels() as u32;
+                let attempt = sentinels.connect(&self.config, self.sentinel_timeout);
+                tokio::time::timeout(sentinel_bound + self.attempt_timeout, attempt).await.map_err(
+                    |_| format!("no answer within {:?}", sentinel_bound + self.attempt_timeout),
+                )?
+            }
+        }
+    }
+
+    fn sentinels(&self) -> usize {
+        match &self.target {
+            Target::Fixed(_) => 0,
+            Target::Sentinel(s) => s.len(),
+        }
+    }
+
+    async fn open_fixed(&self, client: &redis::Client) -> Result<MultiplexedConnection, String> {
         let attempt = async {
-            let mut conn = self
-                .client
+            let mut conn = client
                 .get_multiplexed_async_connection_with_config(&self.config)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -179,19 +232,24 @@ impl Link {
                 let mut s = self.state.lock().unwrap();
                 s.retry_at = Some(Instant::now() + s.backoff);
                 s.backoff = (s.backoff * 2).min(self.max_backoff);
-                s.last_error = e.clone();
+                s.last_error = e.to_string();
                 Err(self.fail("cannot reconnect to Redis", &e))
             }
         }
     }
 
-    /// Forget connection `generation` after `e` showed it broken; the next request reconnects.
-    fn broken(&self, generation: u64, e: &RedisError) {
+    /// Forget connection `generation` after `e` showed it broken (or no longer on the
+    /// master); the next request reconnects.
+    fn broken(&self, generation: u64, e: &dyn Display) {
         let mut s = self.state.lock().unwrap();
         if s.conn.as_ref().is_some_and(|(g, _)| *g == generation) {
             s.conn = None;
             s.last_error = e.to_string();
         }
+    }
+
+    fn follows_sentinel(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
     }
 
     /// How many connections were made so far, the first included.
@@ -205,6 +263,18 @@ fn breaks_connection(e: &RedisError) -> bool {
     e.is_unrecoverable_error() || e.is_connection_dropped() || (e.is_io_error() && !e.is_timeout())
 }
 
+/// Whether `e` means, through Sentinel, that the instance may no longer be the master: it
+/// did not answer in time, or says it is a replica (see the module docs).
+fn deposes_master(e: &RedisError) -> bool {
+    e.is_timeout() || matches!(e.kind(), ErrorKind::Server(kind) if replica_says(kind))
+}
+
+/// Whether a server error of `kind` means the instance is a replica: `READONLY` to a write,
+/// `MASTERDOWN` from a replica that lost its master.
+fn replica_says(kind: ServerErrorKind) -> bool {
+    matches!(kind, ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+}
+
 /// One request's handle on the link's connection: reports a broken connection back to it.
 pub(crate) struct Conn {
     link: Arc<Link>,
@@ -215,11 +285,21 @@ pub(crate) struct Conn {
 impl Conn {
     fn check<T>(&self, r: Result<T, RedisError>) -> Result<T, RedisError> {
         if let Err(e) = &r {
-            if breaks_connection(e) {
+            if breaks_connection(e) || (self.link.follows_sentinel() && deposes_master(e)) {
                 self.link.broken(self.generation, e);
             }
         }
         r
+    }
+
+    /// The driver hands a server's error reply over as a value (`Value::ServerError`), made an
+    /// error only when the caller converts it: a `READONLY` must be caught here.
+    fn check_reply(&self, reply: &Value) {
+        if let Value::ServerError(e) = reply {
+            if self.link.follows_sentinel() && e.kind().is_some_and(replica_says) {
+                self.link.broken(self.generation, e);
+            }
+        }
     }
 }
 
@@ -227,7 +307,11 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let r = self.conn.req_packed_command(cmd).await;
-            self.check(r)
+            let r = self.check(r);
+            if let Ok(reply) = &r {
+                self.check_reply(reply);
+            }
+            r
         })
     }
 
@@ -239,7 +323,11 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let r = self.conn.req_packed_commands(pipeline, offset, count).await;
-            self.check(r)
+            let r = self.check(r);
+            for reply in r.iter().flatten() {
+                self.check_reply(reply);
+            }
+            r
         })
     }
 
