@@ -29,6 +29,9 @@ pub struct Algorithm {
     pub ideal_handoff: Option<fn(Duration, &AlgorithmSettings) -> Duration>,
     /// The ideal handoff in words, for reports ("" without one).
     pub ideal_handoff_text: &'static str,
+    /// Hands out fencing tokens that increase in grant order (false: plain Redlock, whose
+    /// guards carry none; its token order is not checked, and reports say n/a).
+    pub fences: bool,
 }
 
 impl Algorithm {
@@ -42,6 +45,7 @@ impl Algorithm {
             uses_poll_interval: false,
             ideal_handoff: None,
             ideal_handoff_text: "",
+            fences: true,
         }
     }
 }

@@ -109,8 +109,16 @@ pub struct Fairness {
 pub struct Safety {
     /// Holds that began before the previous hold of the same lock ended.
     pub overlapping_holds: u64,
-    /// Grants whose fencing token did not exceed every earlier token of the lock.
-    pub token_order_violations: u64,
+    /// Grants whose fencing token did not exceed every earlier token of the lock; `None`
+    /// (null) for an algorithm that hands out no fencing token (plain Redlock).
+    pub token_order_violations: Option<u64>,
+}
+
+impl Safety {
+    /// The token-order violations for a table: their count, or "n/a" without tokens.
+    pub fn token_violations_text(&self) -> String {
+        self.token_order_violations.map_or_else(|| "n/a".into(), |n| n.to_string())
+    }
 }
 
 /// One contender's share.
@@ -181,7 +189,7 @@ impl AlgorithmReport {
     /// True when both safety counts are zero and the fenced resource accepted no stale write.
     pub fn is_safe(&self) -> bool {
         self.safety.overlapping_holds == 0
-            && self.safety.token_order_violations == 0
+            && self.safety.token_order_violations.unwrap_or(0) == 0
             && self.fault_safety.stale_accepted == 0
     }
 }
@@ -255,7 +263,9 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
         store,
         safety: Safety {
             overlapping_holds: metrics::overlapping_holds(grants),
-            token_order_violations: metrics::token_order_violations(grants),
+            token_order_violations: algorithm
+                .fences
+                .then(|| metrics::token_order_violations(grants)),
         },
         fault_safety: safety::figures(
             grants,

@@ -148,9 +148,11 @@ const COLUMNS: &[Column] = &[
     },
     Column {
         header: "token viol.",
-        shown: Shown::WhenNotable(|r| r.safety.token_order_violations > 0),
-        legend: "token viol.: grants whose fencing token was not above the previous holder's",
-        cell: |r| r.safety.token_order_violations.to_string(),
+        shown: Shown::WhenNotable(|r| r.safety.token_order_violations != Some(0)),
+        legend:
+            "token viol.: grants whose fencing token was not above the previous holder's (n/a: \
+                 the algorithm hands out none)",
+        cell: |r| r.safety.token_violations_text(),
     },
     Column {
         header: "stale acc/rej",
@@ -304,7 +306,7 @@ pub fn notes(summary: &Summary, view: View) -> String {
                 r.algorithm,
                 r.safety.overlapping_holds,
                 r.fault_safety.overlap_us as f64 / 1000.0,
-                r.safety.token_order_violations,
+                r.safety.token_violations_text(),
                 r.fault_safety.stale_accepted
             );
         }
@@ -398,7 +400,7 @@ mod tests {
             r.store.ops = None;
             r.errors.lock_errors = 12_345;
             if notable {
-                r.safety.token_order_violations = 3;
+                r.safety.token_order_violations = Some(3);
                 r.fault_safety.stale_accepted = 1_234;
                 r.fault_safety.stale_rejected = 5_678;
                 r.fault_safety.leases_lost_signalled = 99;

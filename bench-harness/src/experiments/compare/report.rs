@@ -279,7 +279,7 @@ fn figures_table(md: &mut String, s: &EnginesSummary) {
                 r.fairness.overtakes.overtaken_fraction * 100.0,
                 ops_per_grant(r),
                 r.safety.overlapping_holds,
-                r.safety.token_order_violations,
+                r.safety.token_violations_text(),
                 r.errors.total(),
                 p.wall_s,
             );

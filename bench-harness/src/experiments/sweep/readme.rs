@@ -166,7 +166,7 @@ fn headline_table(md: &mut String, s: &SweepSummary) {
                 r.fairness.overtakes.overtaken_fraction * 100.0,
                 fopt(r.store.ops_per_grant, 1),
                 r.safety.overlapping_holds,
-                r.safety.token_order_violations,
+                r.safety.token_violations_text(),
             );
         }
         let ideals: Vec<String> = headline
