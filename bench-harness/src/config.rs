@@ -319,8 +319,12 @@ impl RunConfig {
                     && !self.backend.in_process()
                 {
                     " (server-restart needs a server the harness starts itself: see the backend's --spawn option in --help)"
+                } else if kind == crate::faults::FaultKind::LaggedLeaderKill {
+                    " (it holds back a Redis master's replication to its replicas: --backend redis --spawn-redis=sentinel)"
                 } else if crate::faults::FaultKind::LEADER.contains(&kind) {
-                    " (the leader faults need a cluster the harness starts itself: --spawn-etcd=3 or --spawn-zookeeper=3)"
+                    " (the leader faults need a cluster the harness starts itself: --spawn-etcd=3, --spawn-zookeeper=3 or --spawn-redis=sentinel)"
+                } else if crate::faults::FaultKind::MEMBER.contains(&kind) {
+                    " (the master faults need independent masters the harness starts itself: --backend redlock --spawn-redlock)"
                 } else {
                     ""
                 };

@@ -306,9 +306,9 @@ impl OpenEngine for Opened {
                     Err("the embedded store has no server to restart".to_string())
                 })
             }
-            Injection::Leader { .. } => {
+            Injection::Member { .. } | Injection::KillHitMember => {
                 return Box::pin(async {
-                    Err("the embedded store has no leader (its replicas are leaderless, as Cassandra's)"
+                    Err("the embedded store has no cluster members to hit (its replicas are leaderless, as Cassandra's: see replica-stop)"
                         .to_string())
                 })
             }

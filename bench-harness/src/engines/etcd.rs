@@ -134,6 +134,14 @@ impl Engine for Etcd {
         Some(Options { spawn: true, ..Default::default() }.into())
     }
 
+    fn topology(&self, options: &EngineOptions) -> String {
+        options.get::<Options>().members.map_or_else(String::new, |n| format!("×{n}"))
+    }
+
+    fn clustered(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: true, members: Some(3), ..Default::default() }.into())
+    }
+
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }

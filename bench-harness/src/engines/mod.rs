@@ -11,7 +11,8 @@
 //! |---|---|---|
 //! | [`embedded`] | the in-process Cassandra-model store of `lock-core` (simulated or wall time) | shadow, queue, bakery |
 //! | [`cassandra`] | a Cassandra / ScyllaDB cluster through `lock-cassandra` | shadow, queue, bakery |
-//! | [`redis`] | a `redis-server` | jedis, redis-token |
+//! | [`redis`] | a `redis-server`, or a master, replicas and Sentinels | jedis, redis-token |
+//! | [`redlock`] | independent `redis-server` masters | redlock, redlock-fenced |
 //! | [`zookeeper`] | a ZooKeeper server | zookeeper |
 //! | `etcd` (feature `etcd`) | an etcd server | etcd |
 //!
@@ -31,6 +32,7 @@ pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod redis;
+pub mod redlock;
 pub mod server_faults;
 pub mod zookeeper;
 
@@ -56,6 +58,7 @@ pub static ENGINES: &[&dyn Engine] = &[
     &embedded::Embedded,
     &cassandra::Cassandra,
     &redis::Redis,
+    &redlock::Redlock,
     &zookeeper::Zookeeper,
     #[cfg(feature = "etcd")]
     &etcd::Etcd,
@@ -108,6 +111,19 @@ pub trait Engine: Send + Sync + 'static {
     /// restart), for the experiments that need one (the safety table); `None` when it cannot
     /// start its own.
     fn spawned(&self) -> Option<EngineOptions> {
+        None
+    }
+
+    /// The shape of the cluster `options` start, in a word or two for tables ("×3" for three
+    /// members, "sentinel" for Redis with Sentinel); "" for one server or a model.
+    fn topology(&self, _options: &EngineOptions) -> String {
+        String::new()
+    }
+
+    /// Its options with a cluster the harness starts itself for each run, on which the member
+    /// faults ([`FaultKind::MEMBER`]) can be injected (the safety table's cluster rows); `None`
+    /// when it cannot start one.
+    fn clustered(&self) -> Option<EngineOptions> {
         None
     }
 
@@ -254,14 +270,17 @@ pub enum Injection<'a> {
         /// Stop or start.
         on: bool,
     },
-    /// Hit the cluster's leader with `kind` (one of [`FaultKind::LEADER`]) or (`on` false)
-    /// undo it on the member that was hit.
-    Leader {
-        /// Which leader fault.
+    /// Hit one member of the cluster (its leader, or the next of independent masters) with
+    /// `kind` (one of [`FaultKind::MEMBER`]) or (`on` false) undo it on the member that was hit.
+    Member {
+        /// Which member fault.
         kind: FaultKind,
         /// Hit or undo.
         on: bool,
     },
+    /// Kill the member the running member fault hit (`lagged-leader-kill`'s second step: its
+    /// first holds back the leader's replication).
+    KillHitMember,
     /// Lose `drop` of the doorbell rings (queue-push) and delay the others by `delay`; 0.0 and
     /// zero heal.
     Rings {

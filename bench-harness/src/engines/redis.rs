@@ -7,10 +7,19 @@
 //! clocks (the system clock plus the contender's skew), as jedis-lock does. The Redis client
 //! exposes no request count: store load is n/a.
 //!
-//! Options: `--redis URL` (or `LOCK_REDIS_URL`; a password in it is redacted in result files),
-//! or `--spawn-redis[=aof|memory]`: the harness starts a `redis-server` of its own on a free
-//! loopback port for each run (with an append-only file synced on every write, or in memory
-//! only) and can then restart it (`--faults server-restart:…`). Faults: [`super::server_faults`].
+//! Options, one server or a master watched by Sentinels:
+//! - `--redis URL` (or `LOCK_REDIS_URL`; a password in it is redacted in result files);
+//! - `--spawn-redis[=aof|memory]`: the harness starts a `redis-server` of its own on a free
+//!   loopback port for each run (with an append-only file synced on every write, or in memory
+//!   only) and can then restart it (`--faults server-restart:…`);
+//! - `--redis-sentinel HOST:PORT,…` and `--redis-master-name NAME`: the user's Sentinels, as
+//!   Redis clients name them; every contender asks them for the master and follows its
+//!   failovers (`lock_redis::RedisBackend::connect_sentinel`);
+//! - `--spawn-redis=sentinel`: the harness starts a master, 2 replicas and 3 Sentinels
+//!   (`test_servers::RedisCluster`, every member with its append-only file) and can then hit the
+//!   master with the leader faults, `lagged-leader-kill` among them.
+//!
+//! Faults: [`super::server_faults`].
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
@@ -56,24 +65,47 @@ static ALGORITHMS: [Entry<RedisBackend>; 2] = [
 #[command(next_help_heading = "Redis (--backend redis)")]
 pub struct Args {
     /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
-    #[arg(long, value_name = "URL", env = "LOCK_REDIS_URL", conflicts_with = "spawn_redis")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LOCK_REDIS_URL",
+        conflicts_with_all = ["spawn_redis", "redis_sentinel"]
+    )]
     pub redis: Option<String>,
-    /// Start a redis-server of the harness's own for each run, on a free loopback port, and
-    /// stop it afterwards; needed for `--faults server-restart:…`. `aof` (the default) syncs an
-    /// append-only file on every write, so a restart keeps the lock keys; `memory` keeps them
-    /// in memory only, so a restart forgets them.
-    #[arg(long, value_name = "PERSISTENCE", num_args = 0..=1, default_missing_value = "aof")]
-    pub spawn_redis: Option<Persistence>,
+    /// Start Redis of the harness's own for each run, on free loopback ports, and stop it
+    /// afterwards. `aof` (the default) is one redis-server that syncs an append-only file on
+    /// every write, so a restart keeps the lock keys; `memory` keeps them in memory only, so a
+    /// restart forgets them (both allow `--faults server-restart:…`). `sentinel` is a master, 2
+    /// replicas and 3 Sentinels (each member with its append-only file): the contenders find
+    /// the master through Sentinel and follow its failovers, and the leader faults
+    /// (`leader-kill`, `leader-pause`, `leader-cut`, `lagged-leader-kill`) hit the master.
+    #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "aof")]
+    pub spawn_redis: Option<Spawn>,
+    /// Your Sentinels, HOST:PORT[,HOST:PORT...] (or `LOCK_REDIS_SENTINELS`): every contender
+    /// asks them for the master named by --redis-master-name and follows its failovers.
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        env = "LOCK_REDIS_SENTINELS",
+        conflicts_with = "spawn_redis"
+    )]
+    pub redis_sentinel: Option<String>,
+    /// The master's name the Sentinels know it by (`sentinel monitor NAME ...`).
+    #[arg(long, value_name = "NAME", default_value = "mymaster", requires = "redis_sentinel")]
+    pub redis_master_name: String,
 }
 
-/// How a redis-server the harness starts keeps its keys.
+/// What Redis the harness starts for each run (`--spawn-redis`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Persistence {
-    /// `appendonly yes`, `appendfsync always`: every acknowledged write survives a restart.
+pub enum Spawn {
+    /// One server: `appendonly yes`, `appendfsync always`: every acknowledged write survives
+    /// a restart.
     Aof,
-    /// No persistence: a restart comes back empty.
+    /// One server, no persistence: a restart comes back empty.
     Memory,
+    /// A master, 2 replicas and 3 Sentinels, each member with its append-only file.
+    Sentinel,
 }
 
 /// Its options, as result files show them.
@@ -83,9 +115,16 @@ pub struct Options {
     /// The server's URL (none: [`DEFAULT_URL`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis: Option<String>,
-    /// A server the harness starts for each run (`--spawn-redis`), instead of `redis`.
+    /// A server or cluster the harness starts for each run (`--spawn-redis`), instead of
+    /// `redis`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub spawn: Option<Persistence>,
+    pub spawn: Option<Spawn>,
+    /// The user's Sentinels (`--redis-sentinel`), instead of `redis`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinels: Option<String>,
+    /// The master's name at those Sentinels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master_name: Option<String>,
 }
 
 impl From<Options> for EngineOptions {
@@ -97,6 +136,11 @@ impl From<Options> for EngineOptions {
 impl Options {
     fn url(&self) -> &str {
         self.redis.as_deref().unwrap_or(DEFAULT_URL)
+    }
+
+    /// Whether the contenders find the master through Sentinels.
+    fn through_sentinel(&self) -> bool {
+        self.spawn == Some(Spawn::Sentinel) || self.sentinels.is_some()
     }
 }
 
@@ -112,7 +156,9 @@ impl Engine for Redis {
     fn help_examples(&self) -> &'static str {
         "
   bench-harness --backend redis --redis redis://127.0.0.1:6379/ --threads 8
-      jedis and redis-token on a real redis-server (--ttl is the lock's expiry)"
+      jedis and redis-token on a real redis-server (--ttl is the lock's expiry)
+  bench-harness --backend redis --spawn-redis=sentinel --faults lagged-leader-kill:10s@20s
+      the same through Sentinel, the master killed while its replication is held back"
     }
 
     fn in_process(&self) -> bool {
@@ -125,7 +171,20 @@ impl Engine for Redis {
 
     /// With its append-only file synced on every write, so that a restart keeps the keys.
     fn spawned(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: Some(Persistence::Aof), ..Default::default() }.into())
+        Some(Options { spawn: Some(Spawn::Aof), ..Default::default() }.into())
+    }
+
+    fn topology(&self, options: &EngineOptions) -> String {
+        let o: Options = options.get();
+        if o.through_sentinel() {
+            "sentinel".into()
+        } else {
+            String::new()
+        }
+    }
+
+    fn clustered(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: Some(Spawn::Sentinel), ..Default::default() }.into())
     }
 
     fn algorithms(&self) -> Vec<&'static Algorithm> {
@@ -137,12 +196,26 @@ impl Engine for Redis {
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "redis") || given(m, "spawn_redis")
+        given(m, "redis") || given(m, "spawn_redis") || given(m, "redis_sentinel")
     }
 
     fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        Ok(Options { redis: a.redis.filter(|u| !u.trim().is_empty()), spawn: a.spawn_redis }.into())
+        let sentinels = a.redis_sentinel.filter(|s| !s.trim().is_empty());
+        if let Some(list) = &sentinels {
+            sentinel_list(list)?;
+        }
+        let master_name = sentinels.as_ref().map(|_| a.redis_master_name.trim().to_string());
+        if master_name.as_deref() == Some("") {
+            return Err("--redis-master-name: empty".into());
+        }
+        Ok(Options {
+            redis: a.redis.filter(|u| !u.trim().is_empty()),
+            spawn: a.spawn_redis,
+            sentinels,
+            master_name,
+        }
+        .into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -151,11 +224,18 @@ impl Engine for Redis {
 
     fn address(&self, options: &EngineOptions) -> String {
         let o = options.get::<Options>();
-        match o.spawn {
-            Some(p) => {
+        match (o.spawn, &o.sentinels) {
+            (Some(Spawn::Sentinel), _) => {
+                "a Redis master, 2 replicas and 3 Sentinels started by the harness".into()
+            }
+            (Some(p), _) => {
                 format!("a redis-server started by the harness ({p:?} persistence)").to_lowercase()
             }
-            None => redact_url(o.url()),
+            (None, Some(sentinels)) => format!(
+                "master '{}' of the Sentinels at {sentinels}",
+                o.master_name.as_deref().unwrap_or_default()
+            ),
+            (None, None) => redact_url(o.url()),
         }
     }
 
@@ -168,7 +248,12 @@ impl Engine for Redis {
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        server_faults::kinds(self.spawns_server(options))
+        let o: Options = options.get();
+        match (o.spawn, o.sentinels.is_some()) {
+            (Some(Spawn::Sentinel), _) => server_faults::sentinel_kinds(),
+            (None, true) => server_faults::kinds_without_proxies(false),
+            (spawn, _) => server_faults::kinds(spawn.is_some()),
+        }
     }
 
     fn redacted(&self, options: &EngineOptions) -> EngineOptions {
@@ -183,33 +268,101 @@ impl Engine for Redis {
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         Box::pin(async move {
             let options: Options = setup.options.get();
-            let (url, server) = match options.spawn {
-                Some(p) => {
-                    let (server, url) = Managed::start(
-                        move || test_servers::RedisServer::launch(p == Persistence::Aof),
-                        test_servers::RedisServer::url,
-                    )
-                    .await
-                    .map_err(|e| format!("--spawn-redis: {e}"))?;
-                    (url, Some(server))
-                }
-                None => (options.url().to_string(), None),
-            };
-            let upstream = if server_faults::needs_proxies(&setup.fault_kinds) {
-                Some(server_faults::resolve(authority(&url)?).await?)
+            let namespace = setup.namespace.to_string();
+            let (target, faults) = if options.spawn == Some(Spawn::Sentinel) {
+                on_sentinel_cluster().await?
+            } else if let Some(sentinels) = &options.sentinels {
+                let name = options.master_name.clone().unwrap_or_default();
+                (
+                    Target::Sentinel { sentinels: sentinel_list(sentinels)?, name },
+                    ServerFaults::new(None, None),
+                )
             } else {
-                None
+                on_server(&options, &setup.fault_kinds).await?
             };
-            let connector = Connector { url, namespace: setup.namespace.to_string() };
-            Opened::probe(connector, setup.settings, ServerFaults::new(upstream, server)).await
+            Opened::probe(Connector { target, namespace }, setup.settings, faults).await
         })
     }
 }
 
-/// A contender's connection to the server at `url`, keys under the run's namespace.
+/// A master, 2 replicas and 3 Sentinels the harness starts (`--spawn-redis=sentinel`): the
+/// Sentinels to ask, and the leader faults on the cluster.
+async fn on_sentinel_cluster() -> Result<(Target, ServerFaults), String> {
+    let (cluster, sentinels) = server_faults::start_cluster(
+        || {
+            let options = test_servers::ClusterOptions::new(3);
+            test_servers::RedisCluster::launch(test_servers::Redis::sentinel(true, 3), &options)
+        },
+        |c| c.sentinel_addrs().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","),
+    )
+    .await
+    .map_err(|e| format!("--spawn-redis=sentinel: {e}"))?;
+    let target = Target::Sentinel {
+        sentinels: sentinel_list(&sentinels)?,
+        name: test_servers::REDIS_MASTER_NAME.to_string(),
+    };
+    Ok((target, ServerFaults::on_cluster(cluster)))
+}
+
+/// The user's server (`--redis`) or one the harness starts (`--spawn-redis[=aof|memory]`),
+/// with a proxy per contender when `kinds` need them.
+async fn on_server(
+    options: &Options,
+    kinds: &[FaultKind],
+) -> Result<(Target, ServerFaults), String> {
+    let (url, server) = match options.spawn {
+        Some(p) => {
+            let (server, url) = Managed::start(
+                move || test_servers::RedisServer::launch(p == Spawn::Aof),
+                test_servers::RedisServer::url,
+            )
+            .await
+            .map_err(|e| format!("--spawn-redis: {e}"))?;
+            (url, Some(server))
+        }
+        None => (options.url().to_string(), None),
+    };
+    let upstream = if server_faults::needs_proxies(kinds) {
+        Some(server_faults::resolve(authority(&url)?).await?)
+    } else {
+        None
+    };
+    Ok((Target::Url(url), ServerFaults::new(upstream, server)))
+}
+
+/// `--redis-sentinel`'s list, each entry `host:port`.
+fn sentinel_list(list: &str) -> Result<Vec<String>, String> {
+    list.split(',')
+        .map(str::trim)
+        .map(|s| {
+            let hp = s.strip_prefix("redis://").unwrap_or(s).trim_end_matches('/');
+            match hp.rsplit_once(':') {
+                Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(hp.to_string()),
+                _ => Err(format!(
+                    "--redis-sentinel: {s:?} is not a Sentinel address like 127.0.0.1:26379"
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Where a contender finds its Redis.
+enum Target {
+    /// One server's URL.
+    Url(String),
+    /// The master `name` of these Sentinels (`host:port` each).
+    Sentinel {
+        /// The Sentinels.
+        sentinels: Vec<String>,
+        /// The master's name.
+        name: String,
+    },
+}
+
+/// A contender's connection to the server or master at `target`, keys under the run's
+/// namespace.
 struct Connector {
-    /// The server's URL.
-    url: String,
+    target: Target,
     namespace: String,
 }
 
@@ -233,9 +386,22 @@ impl Connector {
             key_prefix: format!("bench-harness:{}:", self.namespace),
             ..RedisConnectConfig::default()
         };
+        let url = match &self.target {
+            Target::Url(url) => url,
+            Target::Sentinel { sentinels, name } => {
+                return RedisBackend::connect_sentinel(sentinels, name, config).await.map_err(
+                    |e| {
+                        format!(
+                            "cannot reach master '{name}' through the Sentinels at {} (--redis-sentinel): {e}",
+                            sentinels.join(",")
+                        )
+                    },
+                )
+            }
+        };
         let url = match via {
-            Some(addr) => with_authority(&self.url, &addr.to_string())?,
-            None => self.url.clone(),
+            Some(addr) => with_authority(url, &addr.to_string())?,
+            None => url.clone(),
         };
         RedisBackend::connect_with(&url, config).await.map_err(|e| {
             format!("cannot reach the redis backend at {} (--redis): {e}", redact_url(&url))
@@ -283,7 +449,7 @@ mod tests {
     #[test]
     fn passwords_are_redacted_in_result_files() {
         let cfg = crate::config::RunConfig {
-            engine: Options { redis: Some("redis://:pw@h:1/".into()), spawn: None }.into(),
+            engine: Options { redis: Some("redis://:pw@h:1/".into()), ..Default::default() }.into(),
             ..crate::config::RunConfig::on(super::super::EngineRef::find("redis").unwrap())
         };
         let json = serde_json::to_string(&cfg.redacted()).unwrap();

@@ -14,13 +14,18 @@
 //!   ([`Commanded`]: a Cassandra node's `--node-stop` / `--node-start`). A server the harness
 //!   neither started nor was told how to restart is not its to kill.
 //!
-//! - **Leader faults** (`leader-kill`, `leader-pause`, `leader-cut`): for a cluster the
-//!   harness started (`--spawn-etcd 3`, `--spawn-zookeeper 3`): the member that leads when the
-//!   fault starts ([`Members::wait_for_leader`]: etcd's member status, ZooKeeper's `srvr`) is killed and
-//!   restarted with its data, stopped and continued, or cut off from its peers and clients and
-//!   healed; the undo goes to that same member, whoever leads by then. The contenders reach
-//!   the cluster through its members' client proxies (every member's, as the client library
-//!   takes them), not through proxies of their own: contender faults need a single server.
+//! - **Member faults** ([`FaultKind::MEMBER`]), on a cluster the harness started
+//!   (`--spawn-etcd=3`, `--spawn-zookeeper=3`, `--spawn-redis=sentinel`, `--spawn-redlock`).
+//!   The leader faults hit the member that leads when the fault starts
+//!   ([`Members::wait_for_leader`]: etcd's member status, ZooKeeper's `srvr`, the Sentinels'
+//!   answer): killed and restarted with its data, stopped and continued, or cut off from its
+//!   peers and clients and healed; `lagged-leader-kill` holds back the connections every other
+//!   member opened to it (a Redis replica's replication link) for the fault's `lag` before the
+//!   kill, and lets them go before the restart. The master faults of independent masters hit
+//!   each master in turn and restart it with or without its data. The undo goes to the member
+//!   that was hit, whoever leads by then. The contenders reach the cluster through its members'
+//!   client proxies (or the Sentinels), not through proxies of their own: contender faults
+//!   need a single server.
 //!
 //! Runs without these faults connect straight to the server: the proxy hop is never measured
 //! unless a fault needs it.
@@ -31,6 +36,7 @@ use lock_core::time::ClockJump;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 use test_servers::{Proxy, RedisServer, ZkServer};
 
 /// The fault kinds a server engine can inject: `managed` when the harness started the server.
@@ -61,21 +67,47 @@ pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
     }
 }
 
-/// The fault kinds on a cluster the harness started: clock jumps and the leader faults.
+/// The fault kinds on a cluster the harness started that elects a leader (etcd, ZooKeeper):
+/// clock jumps and the leader faults but the Redis one.
 pub fn cluster_kinds() -> &'static [FaultKind] {
     &[FaultKind::ClockJump, FaultKind::LeaderKill, FaultKind::LeaderPause, FaultKind::LeaderCut]
 }
 
-/// A cluster's members as the leader faults use them: who leads, and the faults on one
+/// The fault kinds on Redis with Sentinel the harness started: clock jumps and every leader
+/// fault, `lagged-leader-kill` included.
+pub fn sentinel_kinds() -> &'static [FaultKind] {
+    &[
+        FaultKind::ClockJump,
+        FaultKind::LeaderKill,
+        FaultKind::LeaderPause,
+        FaultKind::LeaderCut,
+        FaultKind::LaggedLeaderKill,
+    ]
+}
+
+/// The fault kinds on independent masters the harness started (Redlock's).
+pub fn masters_kinds() -> &'static [FaultKind] {
+    &[FaultKind::MasterKill, FaultKind::MasterWipe]
+}
+
+/// A cluster's members as the member faults use them: who leads, and the faults on one
 /// member. One implementation for every [`test_servers::Cluster`], whatever its engine.
 /// The calls block (from async code they run on `spawn_blocking`).
 pub trait Members: Send + Sync {
+    /// How many members.
+    fn count(&self) -> usize;
     /// The member that leads, waiting up to `timeout` for the cluster to agree on one.
-    fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<usize, String>;
+    fn wait_for_leader(&self, timeout: Duration) -> Result<usize, String>;
     /// Kill member `i` (`SIGKILL`).
     fn kill(&self, i: usize);
     /// Start member `i` again with its data.
     fn restart(&self, i: usize) -> Result<(), String>;
+    /// Start member `i` (killed) again without its data.
+    fn restart_without_data(&self, i: usize) -> Result<(), String>;
+    /// Hold the connections member `from` opened to member `to`.
+    fn hold_link(&self, from: usize, to: usize);
+    /// Let them go again.
+    fn release_link(&self, from: usize, to: usize);
     /// Stop member `i` (`SIGSTOP`).
     fn pause(&self, i: usize) -> Result<(), String>;
     /// Continue member `i` (`SIGCONT`).
@@ -87,7 +119,19 @@ pub trait Members: Send + Sync {
 }
 
 impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
-    fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<usize, String> {
+    fn count(&self) -> usize {
+        test_servers::Cluster::len(self)
+    }
+    fn restart_without_data(&self, i: usize) -> Result<(), String> {
+        test_servers::Cluster::restart_without_data(self, i)
+    }
+    fn hold_link(&self, from: usize, to: usize) {
+        test_servers::Cluster::hold_link(self, from, to)
+    }
+    fn release_link(&self, from: usize, to: usize) {
+        test_servers::Cluster::release_link(self, from, to)
+    }
+    fn wait_for_leader(&self, timeout: Duration) -> Result<usize, String> {
         test_servers::Cluster::wait_for_leader(self, timeout)
     }
     fn kill(&self, i: usize) {
@@ -110,22 +154,19 @@ impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
     }
 }
 
-/// How long a leader fault waits for the cluster to name a leader before it gives up.
-const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a member fault waits for the cluster to name a leader before it gives up.
+const LEADER_WAIT: Duration = Duration::from_secs(30);
 
-/// Starts a cluster with `launch` (blocking: off the runtime's threads), waits until it has a
-/// leader, and returns it shared with the client addresses `address` reads off it.
+/// Starts a cluster with `launch` (blocking: off the runtime's threads; it returns once the
+/// cluster formed, its leader elected where it has one), and returns it shared with the client
+/// addresses `address` reads off it.
 pub async fn start_cluster<M: Members + 'static>(
     launch: impl FnOnce() -> Result<M, String> + Send + 'static,
     address: fn(&M) -> String,
 ) -> Result<(Arc<dyn Members>, String), String> {
-    let cluster = tokio::task::spawn_blocking(move || {
-        let cluster = launch()?;
-        cluster.wait_for_leader(LEADER_WAIT)?;
-        Ok::<_, String>(cluster)
-    })
-    .await
-    .map_err(|e| format!("starting the cluster panicked: {e}"))??;
+    let cluster = tokio::task::spawn_blocking(launch)
+        .await
+        .map_err(|e| format!("starting the cluster panicked: {e}"))??;
     let at = address(&cluster);
     Ok((Arc::new(cluster), at))
 }
@@ -268,10 +309,11 @@ pub struct ServerFaults {
     proxies: Mutex<BTreeMap<String, Proxy>>,
     jumps: Mutex<BTreeMap<String, ClockJump>>,
     server: Option<Managed>,
-    /// The cluster the harness started, for the leader faults.
+    /// The cluster the harness started, for the member faults.
     cluster: Option<Arc<dyn Members>>,
-    /// The member the running leader fault hit.
-    hit: Arc<Mutex<Option<usize>>>,
+    /// The member the running member fault hit, and how many master faults were made (the
+    /// next one hits the next master).
+    hit: Arc<Mutex<Hit>>,
 }
 
 impl ServerFaults {
@@ -288,7 +330,7 @@ impl ServerFaults {
         }
     }
 
-    /// Faults on a cluster the harness started: clock jumps and the leader faults.
+    /// Faults on a cluster the harness started: clock jumps and the member faults.
     pub fn on_cluster(cluster: Arc<dyn Members>) -> Self {
         ServerFaults { cluster: Some(cluster), ..ServerFaults::new(None, None) }
     }
@@ -369,46 +411,45 @@ impl ServerFaults {
                     Some(server) => server.with(|s| s.start_again()).await,
                     None => Err("server-restart needs a server the harness started itself".into()),
                 },
-                Injection::Leader { kind, on } => self.leader_fault(kind, on).await,
+                Injection::Member { kind, on } => self.member_fault(kind, on).await,
+                Injection::KillHitMember => self.kill_hit_member().await,
                 other => Err(format!("a server engine cannot inject {other:?}")),
             }
         })
     }
 
-    /// Hits the member that leads now with `kind` (`on`), or undoes it on the member hit.
-    async fn leader_fault(&self, kind: FaultKind, on: bool) -> Result<(), String> {
+    /// Hits one member with `kind` (`on`): the one that leads now, or the next master; or
+    /// undoes it on the member hit.
+    async fn member_fault(&self, kind: FaultKind, on: bool) -> Result<(), String> {
         let Some(cluster) = self.cluster.clone() else {
             return Err(format!(
-                "{kind} needs a cluster the harness started itself (--spawn-etcd 3, --spawn-zookeeper 3)"
+                "{kind} needs a cluster the harness started itself (--spawn-etcd=3, --spawn-zookeeper=3, --spawn-redis=sentinel, --spawn-redlock)"
             ));
         };
         let hit = Arc::clone(&self.hit);
         tokio::task::spawn_blocking(move || {
             let m = cluster.as_ref();
             if on {
-                let i = m.wait_for_leader(LEADER_WAIT)?;
-                *lock(&hit) = Some(i);
-                match kind {
-                    FaultKind::LeaderKill => m.kill(i),
-                    FaultKind::LeaderPause => m.pause(i)?,
-                    _ => m.cut_off(i),
-                }
-                return Ok(());
+                let i = lock(&hit).pick(m, kind)?;
+                return hit_member(m, kind, i);
             }
-            let Some(i) = lock(&hit).take() else {
+            let Some(i) = lock(&hit).member.take() else {
                 return Err(format!("cannot heal {kind}: it hit no member"));
             };
-            match kind {
-                FaultKind::LeaderKill => m.restart(i),
-                FaultKind::LeaderPause => m.resume(i),
-                _ => {
-                    m.heal(i);
-                    Ok(())
-                }
-            }
+            heal_member(m, kind, i)
         })
         .await
         .map_err(|e| format!("the {kind} fault panicked: {e}"))?
+    }
+
+    /// Kills the member the running member fault hit.
+    async fn kill_hit_member(&self) -> Result<(), String> {
+        let (Some(cluster), Some(i)) = (self.cluster.clone(), lock(&self.hit).member) else {
+            return Err("no member fault is running: nothing to kill".into());
+        };
+        tokio::task::spawn_blocking(move || cluster.kill(i))
+            .await
+            .map_err(|e| format!("killing member {i} panicked: {e}"))
     }
 
     fn proxy(&self, owner: &str, f: impl FnOnce(&Proxy)) -> Result<(), String> {
@@ -473,6 +514,66 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
 
     fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
         self.faults.inject(injection)
+    }
+}
+
+/// Which member the running member fault hit, and how many master faults were made.
+#[derive(Default)]
+struct Hit {
+    member: Option<usize>,
+    masters_hit: usize,
+}
+
+impl Hit {
+    /// The member `kind` hits now (remembered for its undo): the leader, or the next master.
+    fn pick(&mut self, m: &dyn Members, kind: FaultKind) -> Result<usize, String> {
+        let i = if FaultKind::LEADER.contains(&kind) {
+            m.wait_for_leader(LEADER_WAIT)?
+        } else {
+            self.masters_hit += 1;
+            (self.masters_hit - 1) % m.count().max(1)
+        };
+        self.member = Some(i);
+        Ok(i)
+    }
+}
+
+/// The start of member fault `kind` on member `i`.
+fn hit_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
+    match kind {
+        FaultKind::LeaderPause => m.pause(i)?,
+        FaultKind::LeaderCut => m.cut_off(i),
+        // The others' links to it (a Redis replica's replication link) are held, so what it
+        // acknowledges from now on reaches none of them; the nemesis kills it next
+        // ([`super::Injection::KillHitMember`]).
+        FaultKind::LaggedLeaderKill => {
+            for r in (0..m.count()).filter(|r| *r != i) {
+                m.hold_link(r, i);
+            }
+        }
+        _ => m.kill(i),
+    }
+    Ok(())
+}
+
+/// The end of member fault `kind` on member `i`, the member its start hit.
+fn heal_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
+    match kind {
+        FaultKind::LeaderPause => m.resume(i),
+        FaultKind::LeaderCut => {
+            m.heal(i);
+            Ok(())
+        }
+        FaultKind::MasterWipe => m.restart_without_data(i),
+        FaultKind::LaggedLeaderKill => {
+            // Released before the restart: a replica that still follows the dead master gets
+            // the held bytes and its end of stream, and reconnects to whoever leads now.
+            for r in (0..m.count()).filter(|r| *r != i) {
+                m.release_link(r, i);
+            }
+            m.restart(i)
+        }
+        _ => m.restart(i),
     }
 }
 

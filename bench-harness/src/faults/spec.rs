@@ -11,10 +11,23 @@
 //! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
 //!   from the seed); the clock steps back after DURATION, as NTP would correct it.
 //!
-//! The leader faults hit a cluster the harness started (`--spawn-etcd=3`,
-//! `--spawn-zookeeper=3`): `leader-kill:2s@10s` kills whichever member leads when the fault
-//! starts and restarts it, with its data, DURATION later; `leader-pause` stops and continues
-//! it; `leader-cut` cuts it off from its peers and its clients and heals it.
+//! The member faults hit one member of a cluster the harness started:
+//!
+//! - on a cluster with a leader (`--spawn-etcd=3`, `--spawn-zookeeper=3`,
+//!   `--spawn-redis=sentinel`): `leader-kill:2s@10s` kills whichever member leads when the
+//!   fault starts and restarts it, with its data, DURATION later; `leader-pause` stops and
+//!   continues it; `leader-cut` cuts it off from its peers and its clients and heals it;
+//! - on Redis with Sentinel only: `lagged-leader-kill:12s@20s/lag=4s` holds back the master's
+//!   replication stream to every replica, waits for the next grant (at most `lag`, default
+//!   1 s), kills the master, and restarts it with its data DURATION later. That grant reached no
+//!   replica, so the failover loses it while its holder works on: the window of Redis's
+//!   asynchronous replication that a kill on a healthy loopback link almost never opens (a
+//!   replica has the write within microseconds). DURATION must outlast the failover (Sentinel
+//!   deems the master down after 2 s, then elects: 10 s is ample);
+//! - on independent masters (`--backend redlock --spawn-redlock`): `master-kill:2s@10s` kills
+//!   one master (each fault the next one, in turn) and restarts it with its data DURATION later;
+//!   `master-wipe:200ms@5s` kills it and restarts it **without** its data DURATION later
+//!   (Redlock's unsafe case: a master that forgets the key it granted).
 
 use crate::dist::{format_duration, parse_duration};
 use serde::{Deserialize, Serialize};
@@ -51,11 +64,21 @@ pub enum FaultKind {
     LeaderPause,
     /// The cluster's leader is cut off from its peers and its clients, then healed.
     LeaderCut,
+    /// Redis with Sentinel: the master's replication to every replica is held back, and the
+    /// master is killed right after the next grant (at most the fault's `lag` later); started
+    /// again, with its data, when the fault ends. That grant is lost in the failover.
+    LaggedLeaderKill,
+    /// One of independent masters (Redlock's), each time the next, is killed and started again
+    /// with its data when the fault ends.
+    MasterKill,
+    /// One of independent masters, each time the next, is killed and started again **without**
+    /// its data when the fault ends.
+    MasterWipe,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -68,11 +91,29 @@ impl FaultKind {
         FaultKind::LeaderKill,
         FaultKind::LeaderPause,
         FaultKind::LeaderCut,
+        FaultKind::LaggedLeaderKill,
+        FaultKind::MasterKill,
+        FaultKind::MasterWipe,
     ];
 
     /// The kinds that hit a cluster's leader, whoever it is when the fault starts.
-    pub const LEADER: [FaultKind; 3] =
-        [FaultKind::LeaderKill, FaultKind::LeaderPause, FaultKind::LeaderCut];
+    pub const LEADER: [FaultKind; 4] = [
+        FaultKind::LeaderKill,
+        FaultKind::LeaderPause,
+        FaultKind::LeaderCut,
+        FaultKind::LaggedLeaderKill,
+    ];
+
+    /// The kinds that hit one member of a cluster the harness started: the leader's, and
+    /// those of independent masters.
+    pub const MEMBER: [FaultKind; 6] = [
+        FaultKind::LeaderKill,
+        FaultKind::LeaderPause,
+        FaultKind::LeaderCut,
+        FaultKind::LaggedLeaderKill,
+        FaultKind::MasterKill,
+        FaultKind::MasterWipe,
+    ];
 
     /// The name on the command line and in `faults.csv`.
     pub fn name(self) -> &'static str {
@@ -89,6 +130,9 @@ impl FaultKind {
             FaultKind::LeaderKill => "leader-kill",
             FaultKind::LeaderPause => "leader-pause",
             FaultKind::LeaderCut => "leader-cut",
+            FaultKind::LaggedLeaderKill => "lagged-leader-kill",
+            FaultKind::MasterKill => "master-kill",
+            FaultKind::MasterWipe => "master-wipe",
         }
     }
 
@@ -126,7 +170,8 @@ pub struct FaultSpec {
     pub duration: Duration,
     /// How often a fault starts.
     pub period: Duration,
-    /// `replica-lag`: how late mutations are applied.
+    /// `replica-lag`: how late mutations are applied; `lagged-leader-kill`: the longest wait
+    /// for a grant while the replication stream is held back, before the kill.
     pub lag: Duration,
     /// `replica-lag`: the fraction of mutations dropped.
     pub drop: f64,
@@ -150,6 +195,9 @@ impl fmt::Display for FaultSpec {
         )?;
         if matches!(self.kind, FaultKind::ReplicaLag | FaultKind::RingLoss) {
             write!(f, "/lag={}/drop={}", format_duration(self.lag), self.drop)?;
+        }
+        if self.kind == FaultKind::LaggedLeaderKill {
+            write!(f, "/lag={}", format_duration(self.lag))?;
         }
         Ok(())
     }
@@ -188,9 +236,10 @@ impl FromStr for FaultSpec {
             let (key, value) =
                 option.split_once('=').ok_or_else(|| bad("an option is KEY=VALUE"))?;
             match (spec.kind, key) {
-                (FaultKind::ReplicaLag | FaultKind::RingLoss, "lag") => {
-                    spec.lag = parse_duration(value).map_err(|e| bad(&e))?
-                }
+                (
+                    FaultKind::ReplicaLag | FaultKind::RingLoss | FaultKind::LaggedLeaderKill,
+                    "lag",
+                ) => spec.lag = parse_duration(value).map_err(|e| bad(&e))?,
                 (FaultKind::ReplicaLag | FaultKind::RingLoss, "drop") => {
                     spec.drop = value
                         .parse::<f64>()
@@ -200,6 +249,9 @@ impl FromStr for FaultSpec {
                 }
                 _ => return Err(bad(&format!("{} takes no option '{key}'", spec.kind))),
             }
+        }
+        if spec.kind == FaultKind::LaggedLeaderKill && spec.lag >= spec.duration {
+            return Err(bad("lag must be shorter than DURATION: the kill comes within lag"));
         }
         Ok(spec)
     }

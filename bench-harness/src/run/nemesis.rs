@@ -46,6 +46,8 @@ pub struct Control {
     /// The end of the current crash (a tokio instant), when the contender must die.
     crash: watch::Sender<Option<Instant>>,
     holding: AtomicBool,
+    /// How many grants it was given (a fault that waits for the next grant watches it).
+    grants: AtomicU32,
     life: AtomicU32,
 }
 
@@ -57,6 +59,7 @@ impl Control {
             frozen: watch::Sender::new(false),
             crash: watch::Sender::new(None),
             holding: AtomicBool::new(false),
+            grants: AtomicU32::new(0),
             life: AtomicU32::new(0),
         }
     }
@@ -68,6 +71,9 @@ impl Control {
 
     /// The contender holds its lock now.
     pub fn set_holding(&self, holding: bool) {
+        if holding {
+            self.grants.fetch_add(1, Ordering::AcqRel);
+        }
         self.holding.store(holding, Ordering::Release);
     }
 
@@ -213,6 +219,19 @@ impl Nemesis {
         }
     }
 
+    /// Waits until some contender is granted the lock after this call (checking every
+    /// millisecond of the model), or until `deadline`.
+    async fn until_next_grant(&self, deadline: Instant) {
+        let step = Duration::from_millis(1) * self.scale;
+        let total = || -> u64 {
+            self.controls.iter().map(|c| u64::from(c.grants.load(Ordering::Acquire))).sum()
+        };
+        let before = total();
+        while total() == before && Instant::now() < deadline {
+            tokio::time::sleep(step).await;
+        }
+    }
+
     /// A contender to hit: a holder when `prefer_holder` and one holds, else any; seeded.
     fn pick_contender(&self, rng: &mut StdRng, prefer_holder: bool) -> Arc<Control> {
         let holders: Vec<&Arc<Control>> = self.controls.iter().filter(|c| c.is_holding()).collect();
@@ -294,9 +313,24 @@ impl Nemesis {
                 engine.inject(Injection::ServerRestart { on: true }).await?;
                 Ok(Target::Server)
             }
-            kind @ (FaultKind::LeaderKill | FaultKind::LeaderPause | FaultKind::LeaderCut) => {
-                engine.inject(Injection::Leader { kind, on: true }).await?;
-                Ok(Target::Leader)
+            kind @ (FaultKind::LeaderKill
+            | FaultKind::LeaderPause
+            | FaultKind::LeaderCut
+            | FaultKind::LaggedLeaderKill
+            | FaultKind::MasterKill
+            | FaultKind::MasterWipe) => {
+                engine.inject(Injection::Member { kind, on: true }).await?;
+                if kind == FaultKind::LaggedLeaderKill {
+                    // Its replication now held back, the leader is killed right after the next
+                    // grant: a grant it acknowledged and no replica has, whose holder works on.
+                    self.until_next_grant(Instant::now() + spec.lag * self.scale).await;
+                    engine.inject(Injection::KillHitMember).await?;
+                }
+                Ok(Target::Member(if FaultKind::LEADER.contains(&kind) {
+                    "leader"
+                } else {
+                    "master"
+                }))
             }
             FaultKind::RingLoss => {
                 engine.inject(Injection::Rings { drop: spec.drop, delay: spec.lag }).await?;
@@ -340,9 +374,7 @@ impl Nemesis {
             (FaultKind::ServerRestart, _) => {
                 engine.inject(Injection::ServerRestart { on: false }).await
             }
-            (kind @ (FaultKind::LeaderKill | FaultKind::LeaderPause | FaultKind::LeaderCut), _) => {
-                engine.inject(Injection::Leader { kind, on: false }).await
-            }
+            (kind, Target::Member(_)) => engine.inject(Injection::Member { kind, on: false }).await,
             (FaultKind::RingLoss, _) => {
                 engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await
             }
@@ -362,8 +394,9 @@ enum Target {
     Contender(Arc<Control>, String, i64),
     Replica(usize),
     Server,
-    /// A cluster's leader (the engine remembers which member it was).
-    Leader,
+    /// A cluster's member: "leader", or "master" (one of independent masters); the engine
+    /// remembers which member it was.
+    Member(&'static str),
     Doorbells,
     /// A worker process: its number and process id.
     Process(usize, u32),
@@ -386,7 +419,7 @@ impl Target {
             Target::Contender(_, owner, _) => owner.clone(),
             Target::Replica(r) => format!("replica-{r}"),
             Target::Server => "server".into(),
-            Target::Leader => "leader".into(),
+            Target::Member(role) => (*role).into(),
             Target::Doorbells => "doorbells".into(),
             Target::Process(w, _) => format!("worker-{w}"),
         }

@@ -1,0 +1,312 @@
+//! The Redlock engine: Redlock and its fenced variant (`lock_redis::Redlock`) on N independent
+//! `redis-server` masters, in wall time.
+//!
+//! Opening a run connects once to every master (a majority must answer, or the run fails
+//! naming the first that did not); each contender then gets connections of its own to every
+//! master ([`RedisMasters`]), keys under the run's namespace (`bench-harness:<ns>:`). Redlock
+//! reads no client clock (its elapsed times are monotonic), so a clock jump changes nothing
+//! and is not offered. The client exposes no request count: store load is n/a.
+//!
+//! Options: `--redlock URL,URL,...` (or `LOCK_REDLOCK_URLS`: the user's masters, passwords
+//! redacted in result files), or `--spawn-redlock[=N]`: the harness starts N masters of its
+//! own (5 by default, the Redis documentation's), each behind a proxy, without replication or
+//! Sentinel and with an append-only file synced on every write, and can then hit them with
+//! the master faults: `master-kill` (restarted with its data) and `master-wipe` (restarted
+//! **without** it: the restart Redlock's safety argument rules out). Faults:
+//! [`super::server_faults`].
+//!
+//! Redlock has no fencing token of its own: the plain variant's guards carry token 0, which a
+//! fenced resource cannot order, so its stale writes show as accepted in the fenced-resource
+//! columns; `redlock-fenced` derives one on a majority (`lock_redis`'s crate docs give the
+//! argument and where it fails).
+
+use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::server_faults::{self, Connect, Opened, ServerFaults};
+use super::{
+    given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine,
+};
+use crate::faults::FaultKind;
+use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use lock_core::context::ClientContext;
+use lock_redis::{RedisConnectConfig, RedisMasters, RedlockConfig, RedlockVariant};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The engine.
+pub struct Redlock;
+
+/// How many masters `--spawn-redlock` starts by default: the documentation's five.
+pub const DEFAULT_MASTERS: u16 = 5;
+/// How long connecting to a master may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Redlock as the Redis documentation gives it.
+pub static REDLOCK: Algorithm = Algorithm {
+    fences: false,
+    ..Algorithm::new(
+        "redlock",
+        "Redlock: SET NX PX on N independent masters, held when a majority granted within the validity; no fencing token",
+    )
+};
+/// Redlock with a token derived on a majority.
+pub static REDLOCK_FENCED: Algorithm = Algorithm::new(
+    "redlock-fenced",
+    "Redlock plus a fencing token: max-register read and raised on a majority after the grant",
+);
+
+/// The algorithms on independent masters.
+static ALGORITHMS: [Entry<RedisMasters>; 2] = [
+    Entry { algorithm: &REDLOCK, build: build_plain },
+    Entry { algorithm: &REDLOCK_FENCED, build: build_fenced },
+];
+
+/// Its command-line options.
+#[derive(clap::Args, Debug, Clone)]
+#[group(id = "redlock-options")]
+#[command(next_help_heading = "Redlock (--backend redlock)")]
+pub struct Args {
+    /// Your independent Redis masters, redis://host:port/[,redis://host:port/...] (no
+    /// replication between them; Redlock's N, of which a majority must grant).
+    #[arg(
+        long,
+        value_name = "URL,...",
+        env = "LOCK_REDLOCK_URLS",
+        conflicts_with = "spawn_redlock"
+    )]
+    pub redlock: Option<String>,
+    /// Start MASTERS independent redis-servers of the harness's own for each run (default 5),
+    /// each behind a proxy and with an append-only file synced on every write; needed for the
+    /// master faults `master-kill` and `master-wipe`.
+    #[arg(
+        long,
+        value_name = "MASTERS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "5",
+        value_parser = clap::value_parser!(u16).range(1..=9)
+    )]
+    pub spawn_redlock: Option<u16>,
+}
+
+/// Its options, as result files show them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// The user's masters' URLs, comma-separated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redlock: Option<String>,
+    /// How many masters the harness starts for each run (`--spawn-redlock`), instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<u16>,
+}
+
+impl From<Options> for EngineOptions {
+    fn from(o: Options) -> EngineOptions {
+        EngineOptions::of(&o)
+    }
+}
+
+/// The URLs of a `--redlock` list, each checked.
+fn urls(list: &str) -> Result<Vec<String>, String> {
+    list.split(',')
+        .map(str::trim)
+        .map(|u| match u.strip_prefix("redis://") {
+            Some(rest) if rest.contains(':') => Ok(u.to_string()),
+            _ => Err(format!(
+                "--redlock: {:?} is not a master URL like redis://127.0.0.1:6379/",
+                redact_url(u)
+            )),
+        })
+        .collect()
+}
+
+impl Engine for Redlock {
+    fn name(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn about(&self) -> String {
+        format!(
+            "--redlock redis://host:port/,... or --spawn-redlock[={DEFAULT_MASTERS}]; wall time"
+        )
+    }
+
+    fn help_examples(&self) -> &'static str {
+        "
+  bench-harness --backend redlock --spawn-redlock --threads 8 --faults master-wipe:200ms@5s
+      Redlock on 5 masters the harness starts, one restarted without its data every 5 s"
+    }
+
+    fn in_process(&self) -> bool {
+        false
+    }
+
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        options.get::<Options>().spawn.is_some()
+    }
+
+    fn topology(&self, options: &EngineOptions) -> String {
+        let o: Options = options.get();
+        match (o.spawn, &o.redlock) {
+            (Some(n), _) => format!("×{n}"),
+            (None, Some(list)) => format!("×{}", list.split(',').count()),
+            (None, None) => String::new(),
+        }
+    }
+
+    fn clustered(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: Some(DEFAULT_MASTERS), ..Default::default() }.into())
+    }
+
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
+    }
+
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        Args::augment_args(cmd)
+    }
+
+    fn is_configured(&self, m: &ArgMatches) -> bool {
+        given(m, "redlock") || given(m, "spawn_redlock")
+    }
+
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
+        let redlock = a.redlock.filter(|u| !u.trim().is_empty());
+        if let Some(list) = &redlock {
+            urls(list)?;
+        }
+        Ok(Options { redlock, spawn: a.spawn_redlock }.into())
+    }
+
+    fn default_options(&self) -> EngineOptions {
+        Options::default().into()
+    }
+
+    fn address(&self, options: &EngineOptions) -> String {
+        let o: Options = options.get();
+        match (o.spawn, &o.redlock) {
+            (Some(n), _) => format!("{n} independent redis-servers started by the harness"),
+            (None, Some(list)) => list.split(',').map(redact_url).collect::<Vec<_>>().join(","),
+            (None, None) => "no masters (give --redlock URL,... or --spawn-redlock)".into(),
+        }
+    }
+
+    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        format!("redlock on {}, TTL {}", self.address(options), crate::dist::format_duration(s.ttl))
+    }
+
+    fn counts_requests(&self) -> bool {
+        false
+    }
+
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        if self.spawns_server(options) {
+            server_faults::masters_kinds()
+        } else {
+            &[]
+        }
+    }
+
+    fn redacted(&self, options: &EngineOptions) -> EngineOptions {
+        let mut o: Options = options.get();
+        o.redlock =
+            o.redlock.map(|list| list.split(',').map(redact_url).collect::<Vec<_>>().join(","));
+        o.into()
+    }
+
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+        Box::pin(async move {
+            let options: Options = setup.options.get();
+            let (urls, faults) =
+                match (options.spawn, &options.redlock) {
+                    (Some(n), _) => on_masters(n).await?,
+                    (None, Some(list)) => (urls(list)?, ServerFaults::new(None, None)),
+                    (None, None) => return Err(
+                        "the redlock backend needs masters: --redlock URL,... or --spawn-redlock"
+                            .into(),
+                    ),
+                };
+            let connector = Connector { urls, namespace: setup.namespace.to_string() };
+            Opened::probe(connector, setup.settings, faults).await
+        })
+    }
+}
+
+/// `n` independent masters the harness starts: their URLs (at their proxies), and the master
+/// faults on them.
+async fn on_masters(n: u16) -> Result<(Vec<String>, ServerFaults), String> {
+    let (cluster, urls) = server_faults::start_cluster(
+        move || {
+            let options = test_servers::ClusterOptions::new(n.into());
+            test_servers::RedisCluster::launch(test_servers::Redis::masters(true), &options)
+        },
+        |c| c.urls().join(","),
+    )
+    .await
+    .map_err(|e| format!("--spawn-redlock={n}: {e}"))?;
+    Ok((urls.split(',').map(String::from).collect(), ServerFaults::on_cluster(cluster)))
+}
+
+/// A contender's connections to every master, keys under the run's namespace.
+struct Connector {
+    urls: Vec<String>,
+    namespace: String,
+}
+
+impl Connect for Connector {
+    type Client = RedisMasters;
+
+    fn entries() -> &'static [Entry<RedisMasters>] {
+        &ALGORITHMS
+    }
+
+    /// Connections to every master (`via` is always `None`: no contender faults here).
+    fn connect(&self, _via: Option<SocketAddr>) -> BoxFuture<'_, Result<RedisMasters, String>> {
+        Box::pin(async move {
+            let config = RedisConnectConfig {
+                connect_timeout: CONNECT_TIMEOUT,
+                key_prefix: format!("bench-harness:{}:", self.namespace),
+                ..RedisConnectConfig::default()
+            };
+            RedisMasters::connect_with(&self.urls, config)
+                .await
+                .map_err(|e| format!("cannot reach the Redlock masters (--redlock): {e}"))
+        })
+    }
+}
+
+/// Redlock's settings for a run: its TTL, the contender's seed (values and retry delays).
+fn config(ctx: &ClientContext, s: &AlgorithmSettings) -> RedlockConfig {
+    RedlockConfig::new(s.scaled(s.ttl), ctx.seed)
+}
+
+fn build_plain(masters: RedisMasters, ctx: ClientContext, s: &AlgorithmSettings) -> BuildFuture {
+    let variant = RedlockVariant::Plain(config(&ctx, s));
+    Box::pin(async move { masters.locker(&ctx.owner, variant) })
+}
+
+fn build_fenced(masters: RedisMasters, ctx: ClientContext, s: &AlgorithmSettings) -> BuildFuture {
+    let variant = RedlockVariant::Fenced(config(&ctx, s));
+    Box::pin(async move { masters.locker(&ctx.owner, variant) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn master_lists_are_checked_and_passwords_redacted() {
+        assert_eq!(urls("redis://a:1/, redis://b:2/").unwrap(), ["redis://a:1/", "redis://b:2/"]);
+        let err = urls("redis://:secret@a:1/,b:2").unwrap_err();
+        assert!(err.contains("\"b:2\"") && !err.contains("secret"), "{err}");
+        let o: EngineOptions =
+            Options { redlock: Some("redis://:pw@a:1/,redis://b:2/".into()), spawn: None }.into();
+        let shown = Redlock.address(&Redlock.redacted(&o));
+        assert_eq!(shown, "redis://***@a:1/,redis://b:2/");
+    }
+}
