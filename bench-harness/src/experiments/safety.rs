@@ -10,6 +10,11 @@
 //! (must be 0) and that a resource without fencing would have accepted, holders told their
 //! lease was lost, unavailability within the fault windows beside the no-fault run's (handoff
 //! gaps make some even without faults), and how long grants took to resume after a fault.
+//!
+//! Then the **cluster rows** ([`CLUSTER_CONDITIONS`]): every engine that can start a cluster of
+//! its own ([`engines::Engine::clustered`]: etcd and ZooKeeper of 3 members, Redis with
+//! Sentinel, Redlock's 5 masters) under each member fault it can inject, and a findings block
+//! that lists, from the figures, the rows in which a lock was held twice.
 
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::parse_positive_duration;
@@ -37,9 +42,16 @@ pub struct SafetyArgs {
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub server_duration: Duration,
     /// Leave out the rows on servers the harness starts itself (Redis, ZooKeeper, and etcd in a
-    /// build with it: they need those servers installed, and take a few minutes of wall time).
+    /// build with it: they need those servers installed, and take a few minutes of wall time),
+    /// clusters included.
     #[arg(long)]
     pub no_servers: bool,
+    /// Leave out the cluster rows (failovers: about 20 minutes of wall time).
+    #[arg(long)]
+    pub no_clusters: bool,
+    /// Wall time per cluster row.
+    #[arg(long, default_value = "40s", value_parser = parse_positive_duration)]
+    pub cluster_duration: Duration,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -63,6 +75,8 @@ pub enum Applies {
     Embedded,
     /// On the servers only (a restart of the server).
     Servers,
+    /// On the clusters the harness starts, where the engine can inject every fault of it.
+    Clusters,
 }
 
 /// One condition of the table.
@@ -105,10 +119,55 @@ pub const CONDITIONS: [Condition; 9] = [
     condition("server restart 3s", "server-restart:3s@15s", Consistency::Quorum, Applies::Servers),
 ];
 
+/// The cluster rows' workload: few contenders with critical sections longer than a failover
+/// (Sentinel deems a master down after 2 s, then elects: 3 to 4 s in all), under a lease that
+/// outlasts it. A lock can only be handed to two clients by a failover while its first holder
+/// still works under it: with the 5 ms holds of the other rows every holder is long gone before
+/// the new leader serves, and the rows would measure nothing.
+const CLUSTER_THREADS: usize = 4;
+/// See [`CLUSTER_THREADS`].
+const CLUSTER_HOLD: &str = "uniform:4s..10s";
+/// See [`CLUSTER_THREADS`].
+const CLUSTER_TTL: Duration = Duration::from_secs(10);
+
+/// The conditions of the cluster rows, in the table's order. Each applies to the clusters
+/// whose engine can inject its faults: the leader faults to etcd, ZooKeeper and Redis with
+/// Sentinel; the held replication link to Redis alone; the master faults to Redlock's masters.
+/// Only "lagged leader kill" opens Redis's asynchronous-replication window: on
+/// loopback a replica has a write within microseconds, so a plain kill finds it replicated.
+pub const CLUSTER_CONDITIONS: [Condition; 7] = [
+    condition("no fault", "none", Consistency::Quorum, Applies::Clusters),
+    condition("leader kill 5s", "leader-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition("leader pause 5s", "leader-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition("leader cut 5s", "leader-cut:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition(
+        "lagged leader kill",
+        "lagged-leader-kill:12s@20s/lag=4s",
+        Consistency::Quorum,
+        Applies::Clusters,
+    ),
+    condition("master kill 5s", "master-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition("master wipe 300ms", "master-wipe:300ms@10s", Consistency::Quorum, Applies::Clusters),
+];
+
 /// The servers of the table, each started by the harness for each run so that it can be
 /// restarted ([`engines::Engine::spawned`]), in engine order.
 fn servers() -> Vec<(EngineRef, EngineOptions)> {
     EngineRef::all().filter_map(|e| e.spawned().map(|options| (e, options))).collect()
+}
+
+/// The clusters of the table ([`engines::Engine::clustered`]), in engine order.
+fn clusters() -> Vec<(EngineRef, EngineOptions)> {
+    EngineRef::all().filter_map(|e| e.clustered().map(|options| (e, options))).collect()
+}
+
+/// Whether `engine` with `options` can inject every fault of `c`.
+fn can_inject(engine: EngineRef, options: &EngineOptions, c: &Condition) -> bool {
+    let can = engine.fault_kinds(options);
+    match c.faults.parse::<crate::faults::FaultPlan>() {
+        Ok(plan) => plan.kinds().all(|k| can.contains(&k)),
+        Err(_) => false,
+    }
 }
 
 /// One row: an algorithm under a condition.
@@ -118,8 +177,10 @@ pub struct Row {
     pub condition: &'static str,
     /// Its `--faults`.
     pub faults: &'static str,
-    /// The engine.
+    /// The engine, and the shape of its cluster when it has one ("etcd ×3").
     pub engine: String,
+    /// A cluster row (a failover condition on a cluster the harness started).
+    pub cluster: bool,
     /// Its consistency (meaningful on the embedded store).
     pub consistency: Consistency,
     /// The algorithm.
@@ -145,27 +206,43 @@ struct Job {
 fn run_one(job: &Job) -> anyhow::Result<Row> {
     let (args, c) = (&job.args, &job.condition);
     let on_server = !job.engine.in_process();
-    let duration = if on_server { args.server_duration } else { args.duration };
+    let on_cluster = c.applies == Applies::Clusters;
+    let duration = match (on_cluster, on_server) {
+        (true, _) => args.cluster_duration,
+        (false, true) => args.server_duration,
+        (false, false) => args.duration,
+    };
+    let base = RunConfig::default();
     let cfg = RunConfig {
         backend: job.engine,
         engine: job.options.clone(),
         clock: if on_server { ClockMode::Wall } else { ClockMode::Simulated },
         algorithms: vec![job.algorithm.name.to_string()],
-        threads: args.threads as usize,
+        threads: if on_cluster { CLUSTER_THREADS } else { args.threads as usize },
+        hold: if on_cluster {
+            CLUSTER_HOLD.parse().map_err(anyhow::Error::msg)?
+        } else {
+            base.hold
+        },
         duration,
-        ttl: Duration::from_secs(2),
+        ttl: if on_cluster { CLUSTER_TTL } else { Duration::from_secs(2) },
         consistency: c.consistency,
         faults: c.faults.parse().map_err(anyhow::Error::msg)?,
         seed: args.seed,
-        ..RunConfig::default()
+        ..base
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
     let outcome = runner::run_algorithm(&cfg, job.algorithm, None)?;
     let report = summary::analyze(&cfg, job.algorithm, &outcome);
+    let topology = job.engine.topology(&job.options);
     Ok(Row {
         condition: c.name,
         faults: c.faults,
-        engine: job.engine.to_string(),
+        engine: match topology.as_str() {
+            "" => job.engine.to_string(),
+            t => format!("{} {t}", job.engine),
+        },
+        cluster: c.applies == Applies::Clusters,
         consistency: c.consistency,
         algorithm: job.algorithm.name.to_string(),
         duration_s: duration.as_secs_f64(),
@@ -179,7 +256,7 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
     let mut out = String::new();
     let embedded = EngineRef::default_engine().name();
     let mut servers: Vec<&str> = Vec::new();
-    for r in rows.iter().filter(|r| r.engine != embedded) {
+    for r in rows.iter().filter(|r| r.engine != embedded && !r.cluster) {
         if !servers.contains(&r.engine.as_str()) {
             servers.push(&r.engine);
         }
@@ -211,11 +288,81 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
         servers,
         crate::dist::format_duration(args.server_duration),
     );
-    let _ = writeln!(
-        out,
-        "| condition | engine | algorithm | grants/s | overlaps | overlap ms | stale writes fenced / unfenced | told | unavailable | resumed after s |"
+    out.push_str(&markdown_table(rows.iter().filter(|r| !r.cluster)));
+    let clustered: Vec<&Row> = rows.iter().filter(|r| r.cluster).collect();
+    if !clustered.is_empty() {
+        out.push_str(&render_clusters(args, &clustered));
+    }
+    out
+}
+
+/// The cluster rows' section: what they run on, their table, and the findings read off them.
+fn render_clusters(args: &SafetyArgs, rows: &[&Row]) -> String {
+    let mut out = format!(
+        "\n## Failovers: clusters the harness starts\n\n\
+         {CLUSTER_THREADS} contenders on one lock, each holding it for `{CLUSTER_HOLD}` (longer \
+         than a failover, which takes Sentinel 3 to 4 s: a lock is handed to two clients by a \
+         failover only while its first holder still works under it), lease TTL {}, the same \
+         figures, on clusters on loopback ({} of wall time per row): etcd and ZooKeeper of 3 members (×3), Redis as a master, 2 replicas and 3 \
+         Sentinels that jedis and redis-token find the master through (sentinel; every member \
+         syncs an append-only file on every write), and Redlock on 5 independent masters (×5). \
+         Each fault hits the member that leads when it starts (the master, for Redis), or for \
+         Redlock the next master in turn. **Only \"lagged leader kill\" opens the window of \
+         Redis's asynchronous replication** (`lagged-leader-kill`): it holds back the \
+         replication stream to both replicas, waits for the next grant (4 s at most), then kills \
+         the master, so that grant is lost in the failover while its holder works on; a plain \
+         kill on loopback finds every write already replicated. \"master wipe 300ms\" (`master-wipe`) kills one of \
+         Redlock's masters and restarts it 300 ms later with no data (Kleppmann's case against \
+         Redlock); each grant here reached all five masters, so one wiped master leaves four \
+         copies of the key, and the unsafe case needs a grant that reached a bare majority \
+         (`lock-redis`'s `tests/redlock_faults.rs` builds it).\n\n",
+        crate::dist::format_duration(CLUSTER_TTL),
+        crate::dist::format_duration(args.cluster_duration),
     );
-    let _ = writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    out.push_str(&markdown_table(rows.iter().copied()));
+    out.push_str(&cluster_findings(rows));
+    out
+}
+
+/// The findings of the cluster rows, read off their figures: where a lock was held twice, and
+/// where it never was.
+fn cluster_findings(rows: &[&Row]) -> String {
+    let name = |r: &Row| format!("{} on {}, {}", r.algorithm, r.engine, r.condition);
+    let (unsafe_rows, safe): (Vec<&Row>, Vec<&Row>) =
+        rows.iter().partition(|r| r.figures.overlapping_holds > 0);
+    let mut out = String::from("\n### Findings (cluster rows)\n\n");
+    if unsafe_rows.is_empty() {
+        out.push_str("- No cluster row held a lock twice.\n");
+    }
+    for r in &unsafe_rows {
+        let f = &r.figures;
+        let _ = writeln!(
+            out,
+            "- **Held twice**: {}: {} overlapping holds ({:.0} ms in all); stale writes the \
+             fenced resource accepted / a resource without fencing would have: {} / {}; holders \
+             told: {}/{}.",
+            name(r),
+            f.overlapping_holds,
+            f.overlap_us as f64 / 1000.0,
+            f.stale_accepted,
+            f.stale_accepted_without_fencing,
+            f.stale_holders_told,
+            f.stale_holders,
+        );
+    }
+    let faulty: Vec<String> = safe.iter().filter(|r| r.faults != "none").map(|r| name(r)).collect();
+    if !faulty.is_empty() {
+        let _ = writeln!(out, "- **Never held twice** under a fault: {}.", faulty.join("; "));
+    }
+    out
+}
+
+/// The README's table of `rows`.
+fn markdown_table<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
+    let mut out = String::from(
+        "| condition | engine | algorithm | grants/s | overlaps | overlap ms | stale writes fenced / unfenced | told | unavailable | resumed after s |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     for r in rows {
         let _ = writeln!(out, "| {} |", cells(r).join(" | "));
     }
@@ -242,15 +389,14 @@ fn cells(r: &Row) -> [String; 10] {
     ]
 }
 
-/// The table for the terminal: the README's columns but the overlap time, with headers
-/// short enough to stay within 120 columns; the README explains them.
+/// The table for the terminal: the README's columns but the throughput and the overlap time,
+/// with headers short enough to stay within 120 columns; the README explains them.
 pub fn console_table(rows: &[Row]) -> String {
-    const SHOWN: [usize; 9] = [0, 1, 2, 3, 4, 6, 7, 8, 9];
+    const SHOWN: [usize; 8] = [0, 1, 2, 4, 6, 7, 8, 9];
     let headers = [
         "condition",
         "engine",
         "algorithm",
-        "grants/s",
         "overlaps",
         "stale fenced/unf.",
         "told",
@@ -310,6 +456,15 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if !args.no_servers && !args.no_clusters {
+        for (engine, options) in clusters() {
+            for c in CLUSTER_CONDITIONS.iter().filter(|c| can_inject(engine, &options, c)) {
+                for a in engine.algorithms() {
+                    on_servers.push(job(*c, engine, options.clone(), a));
+                }
+            }
+        }
+    }
     let bar =
         progress::bar((simulated.len() + on_servers.len()) as u64, "safety", args.quiet, "runs");
     let order: Vec<usize> = (0..simulated.len()).collect();
@@ -322,6 +477,12 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let text = render(args, &rows);
     files::write_atomic(&args.out.join("README.md"), text.as_bytes())?;
     print!("{}", console_table(&rows));
+    let clustered: Vec<&Row> = rows.iter().filter(|r| r.cluster).collect();
+    if !clustered.is_empty() {
+        for line in cluster_findings(&clustered).lines() {
+            println!("{}", console::wrap(line, console::WIDTH).trim_end());
+        }
+    }
     println!("{} has every column and what each means.", args.out.join("README.md").display());
     Ok(())
 }
@@ -331,6 +492,26 @@ mod tests {
     use super::*;
     use crate::report::console::{widest_line, WIDTH};
 
+    /// Every cluster condition runs somewhere: some engine's cluster can inject its faults
+    /// (etcd's build feature aside, Redis and ZooKeeper and Redlock cover them all).
+    #[test]
+    fn every_cluster_condition_applies_to_some_cluster() {
+        for c in &CLUSTER_CONDITIONS {
+            let on: Vec<String> = clusters()
+                .into_iter()
+                .filter(|(e, o)| can_inject(*e, o, c))
+                .map(|(e, _)| e.to_string())
+                .collect();
+            assert!(!on.is_empty(), "{} applies to no cluster", c.name);
+            if c.faults.starts_with("lagged") {
+                assert_eq!(on, ["redis"], "{}", c.name);
+            }
+            if c.faults.starts_with("master") {
+                assert_eq!(on, ["redlock"], "{}", c.name);
+            }
+        }
+    }
+
     /// Every condition on every engine's every algorithm, with figures as wide as a bad run
     /// gives: the console table still fits the terminal.
     #[test]
@@ -338,7 +519,7 @@ mod tests {
         let mut rows = Vec::new();
         for engine in EngineRef::all() {
             for algorithm in engine.algorithms() {
-                for c in &CONDITIONS {
+                for c in CONDITIONS.iter().chain(&CLUSTER_CONDITIONS) {
                     let mut figures = crate::measure::safety::SafetyFigures {
                         overlapping_holds: 12_345,
                         overlap_us: 123_456_789,
@@ -353,7 +534,8 @@ mod tests {
                     rows.push(Row {
                         condition: c.name,
                         faults: c.faults,
-                        engine: engine.name().to_string(),
+                        engine: format!("{} sentinel", engine.name()),
+                        cluster: false,
                         consistency: c.consistency,
                         algorithm: algorithm.name.to_string(),
                         duration_s: 60.0,
