@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use test_servers::{redis_call, RedisCluster, Reply};
 
-/// Sentinel deems a master down after 1 s, then elects a Sentinel to fail it over: a few
+/// Sentinel deems a master down after 2 s, then elects a Sentinel to fail it over: a few
 /// seconds, with room for a second round.
 const FAILOVER: Duration = Duration::from_secs(20);
 

@@ -549,7 +549,7 @@ pub fn list() -> String {
     for e in ENGINES {
         out.push_str(&format!("{}: {}\n", e.name(), e.about()));
         for a in e.algorithms() {
-            out.push_str(&format!("  {:<12} {}\n", a.name, a.summary));
+            out.push_str(&format!("  {:<14} {}\n", a.name, a.summary));
         }
     }
     out

@@ -150,7 +150,9 @@ impl Engine for Redis {
     }
 
     fn about(&self) -> String {
-        format!("--redis URL (default {DEFAULT_URL}); wall time")
+        format!(
+            "--redis URL (default {DEFAULT_URL}), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time"
+        )
     }
 
     fn help_examples(&self) -> &'static str {
