@@ -87,7 +87,7 @@ pub fn sentinel_kinds() -> &'static [FaultKind] {
 
 /// The fault kinds on independent masters the harness started (Redlock's).
 pub fn masters_kinds() -> &'static [FaultKind] {
-    &[FaultKind::MasterKill, FaultKind::MasterWipe]
+    &[FaultKind::MasterKill, FaultKind::MasterWipe, FaultKind::MasterPause, FaultKind::MasterCut]
 }
 
 /// A cluster's members as the member faults use them: who leads, and the faults on one
@@ -541,8 +541,8 @@ impl Hit {
 /// The start of member fault `kind` on member `i`.
 fn hit_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
     match kind {
-        FaultKind::LeaderPause => m.pause(i)?,
-        FaultKind::LeaderCut => m.cut_off(i),
+        FaultKind::LeaderPause | FaultKind::MasterPause => m.pause(i)?,
+        FaultKind::LeaderCut | FaultKind::MasterCut => m.cut_off(i),
         // The others' links to it (a Redis replica's replication link) are held, so what it
         // acknowledges from now on reaches none of them; the nemesis kills it next
         // ([`super::Injection::KillHitMember`]).
@@ -559,8 +559,8 @@ fn hit_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> 
 /// The end of member fault `kind` on member `i`, the member its start hit.
 fn heal_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
     match kind {
-        FaultKind::LeaderPause => m.resume(i),
-        FaultKind::LeaderCut => {
+        FaultKind::LeaderPause | FaultKind::MasterPause => m.resume(i),
+        FaultKind::LeaderCut | FaultKind::MasterCut => {
             m.heal(i);
             Ok(())
         }

@@ -135,7 +135,7 @@ const CLUSTER_TTL: Duration = Duration::from_secs(10);
 /// Sentinel; the held replication link to Redis alone; the master faults to Redlock's masters.
 /// Only "lagged leader kill" opens Redis's asynchronous-replication window: on
 /// loopback a replica has a write within microseconds, so a plain kill finds it replicated.
-pub const CLUSTER_CONDITIONS: [Condition; 7] = [
+pub const CLUSTER_CONDITIONS: [Condition; 9] = [
     condition("no fault", "none", Consistency::Quorum, Applies::Clusters),
     condition("leader kill 5s", "leader-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("leader pause 5s", "leader-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
@@ -147,6 +147,8 @@ pub const CLUSTER_CONDITIONS: [Condition; 7] = [
         Applies::Clusters,
     ),
     condition("master kill 5s", "master-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition("master pause 5s", "master-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition("master cut 5s", "master-cut:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("master wipe 300ms", "master-wipe:300ms@10s", Consistency::Quorum, Applies::Clusters),
 ];
 
@@ -307,7 +309,8 @@ fn render_clusters(args: &SafetyArgs, rows: &[&Row]) -> String {
          Sentinels that jedis and redis-token find the master through (sentinel; every member \
          syncs an append-only file on every write), and Redlock on 5 independent masters (×5). \
          Each fault hits the member that leads when it starts (the master, for Redis), or for \
-         Redlock the next master in turn. **Only \"lagged leader kill\" opens the window of \
+         Redlock the next master in turn (`master-kill`, `master-pause`, `master-cut`: \
+         Redlock's masters have no leader). **Only \"lagged leader kill\" opens the window of \
          Redis's asynchronous replication** (`lagged-leader-kill`): it holds back the \
          replication stream to both replicas, waits for the next grant (4 s at most), then kills \
          the master, so that grant is lost in the failover while its holder works on; a plain \

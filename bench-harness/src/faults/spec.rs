@@ -27,7 +27,8 @@
 //! - on independent masters (`--backend redlock --spawn-redlock`): `master-kill:2s@10s` kills
 //!   one master (each fault the next one, in turn) and restarts it with its data DURATION later;
 //!   `master-wipe:200ms@5s` kills it and restarts it **without** its data DURATION later
-//!   (Redlock's unsafe case: a master that forgets the key it granted).
+//!   (Redlock's unsafe case: a master that forgets the key it granted); `master-pause` stops and
+//!   continues one, `master-cut` cuts one off from its clients and heals it.
 
 use crate::dist::{format_duration, parse_duration};
 use serde::{Deserialize, Serialize};
@@ -74,11 +75,15 @@ pub enum FaultKind {
     /// One of independent masters, each time the next, is killed and started again **without**
     /// its data when the fault ends.
     MasterWipe,
+    /// One of independent masters, each time the next, is stopped and continued.
+    MasterPause,
+    /// One of independent masters, each time the next, is cut off from its clients, then healed.
+    MasterCut,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -94,6 +99,8 @@ impl FaultKind {
         FaultKind::LaggedLeaderKill,
         FaultKind::MasterKill,
         FaultKind::MasterWipe,
+        FaultKind::MasterPause,
+        FaultKind::MasterCut,
     ];
 
     /// The kinds that hit a cluster's leader, whoever it is when the fault starts.
@@ -106,13 +113,15 @@ impl FaultKind {
 
     /// The kinds that hit one member of a cluster the harness started: the leader's, and
     /// those of independent masters.
-    pub const MEMBER: [FaultKind; 6] = [
+    pub const MEMBER: [FaultKind; 8] = [
         FaultKind::LeaderKill,
         FaultKind::LeaderPause,
         FaultKind::LeaderCut,
         FaultKind::LaggedLeaderKill,
         FaultKind::MasterKill,
         FaultKind::MasterWipe,
+        FaultKind::MasterPause,
+        FaultKind::MasterCut,
     ];
 
     /// The name on the command line and in `faults.csv`.
@@ -133,6 +142,8 @@ impl FaultKind {
             FaultKind::LaggedLeaderKill => "lagged-leader-kill",
             FaultKind::MasterKill => "master-kill",
             FaultKind::MasterWipe => "master-wipe",
+            FaultKind::MasterPause => "master-pause",
+            FaultKind::MasterCut => "master-cut",
         }
     }
 

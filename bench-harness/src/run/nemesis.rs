@@ -318,7 +318,9 @@ impl Nemesis {
             | FaultKind::LeaderCut
             | FaultKind::LaggedLeaderKill
             | FaultKind::MasterKill
-            | FaultKind::MasterWipe) => {
+            | FaultKind::MasterWipe
+            | FaultKind::MasterPause
+            | FaultKind::MasterCut) => {
                 engine.inject(Injection::Member { kind, on: true }).await?;
                 if kind == FaultKind::LaggedLeaderKill {
                     // Its replication now held back, the leader is killed right after the next
