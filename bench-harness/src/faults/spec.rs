@@ -103,26 +103,13 @@ impl FaultKind {
         FaultKind::MasterCut,
     ];
 
-    /// The kinds that hit a cluster's leader, whoever it is when the fault starts.
-    pub const LEADER: [FaultKind; 4] = [
-        FaultKind::LeaderKill,
-        FaultKind::LeaderPause,
-        FaultKind::LeaderCut,
-        FaultKind::LaggedLeaderKill,
-    ];
+    /// The kinds that hit one member of a cluster the harness started: the leader's, then
+    /// those of independent masters (the tail of [`FaultKind::ALL`]).
+    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(9).1;
 
-    /// The kinds that hit one member of a cluster the harness started: the leader's, and
-    /// those of independent masters.
-    pub const MEMBER: [FaultKind; 8] = [
-        FaultKind::LeaderKill,
-        FaultKind::LeaderPause,
-        FaultKind::LeaderCut,
-        FaultKind::LaggedLeaderKill,
-        FaultKind::MasterKill,
-        FaultKind::MasterWipe,
-        FaultKind::MasterPause,
-        FaultKind::MasterCut,
-    ];
+    /// The kinds that hit a cluster's leader, whoever it is when the fault starts (the head of
+    /// [`FaultKind::MEMBER`]).
+    pub const LEADER: &[FaultKind] = FaultKind::MEMBER.split_at(4).0;
 
     /// The name on the command line and in `faults.csv`.
     pub fn name(self) -> &'static str {
@@ -318,6 +305,26 @@ impl<'de> Deserialize<'de> for FaultPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_member_and_leader_kinds_are_the_ones_named_so() {
+        let names = |kinds: &[FaultKind]| kinds.iter().map(|k| k.name()).collect::<Vec<_>>();
+        assert_eq!(
+            names(FaultKind::MEMBER),
+            [
+                "leader-kill",
+                "leader-pause",
+                "leader-cut",
+                "lagged-leader-kill",
+                "master-kill",
+                "master-wipe",
+                "master-pause",
+                "master-cut"
+            ]
+        );
+        assert!(names(FaultKind::LEADER).iter().all(|n| n.contains("leader")));
+        assert_eq!(FaultKind::LEADER.len(), 4);
+    }
 
     #[test]
     fn specs_parse_and_print_back() {
