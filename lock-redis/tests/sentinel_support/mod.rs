@@ -175,7 +175,7 @@ async fn serve(
 }
 
 /// One RESP command (an array of bulk strings), or `None` at the end of the stream.
-async fn read_command(r: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> Option<Vec<String>> {
+pub async fn read_command(r: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> Option<Vec<String>> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
     let mut line = String::new();
     r.read_line(&mut line).await.ok().filter(|&n| n > 0)?;
