@@ -87,6 +87,9 @@
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real etcd with a
 //! 2 s lease, each contender on its own backend through a proxy it can be cut off by
 //! (`tests/conformance.rs`). "Lease renewal" is the lease keep-alive; "TTL" is the lease TTL.
+//! It passes on a 3-member cluster too, each client given all three endpoints
+//! (`tests/cluster_conformance.rs`); the benchmark harness's cluster rows put it through leader
+//! kills, pauses and partitions.
 //!
 //! ## Example
 //! ```no_run

@@ -334,8 +334,9 @@
 //! `tests/token_conformance.rs`): every scenario passes. For [`JedisLock`] this rests on the
 //! additions above (renewal, lost signal, fencing) and on the suite's clients sharing one
 //! clock; with skewed clocks it fails mutual exclusion, which `tests/faults.rs` demonstrates.
-//! Through Sentinel the locks are the same code on one master at a time; the suite does not
-//! fail a master over, so what Sentinel adds is tested on its own (above, "Findings").
+//! Through Sentinel both run the whole suite too, on a master with 2 replicas and 3 Sentinels
+//! (`tests/sentinel_conformance.rs`): every scenario passes. The suite does not fail a master
+//! over, so what a failover does is tested on its own (above, "Findings").
 //!
 //! ## Example
 //! ```no_run

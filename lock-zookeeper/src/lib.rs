@@ -135,6 +135,8 @@
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real ZooKeeper
 //! with a 2 s session timeout, each contender on its own session (`tests/conformance.rs`).
 //! "Lease renewal" is ZooKeeper's own session heartbeat; "TTL" is the session timeout.
+//! It passes on an ensemble of 3 too, with a connect string of all three servers
+//! (`tests/ensemble_conformance.rs`).
 //!
 //! ## Example
 //! ```no_run
