@@ -24,7 +24,7 @@ use crate::report::{console, files, progress};
 use crate::run as runner;
 use clap::Args;
 use lock_core::store::Consistency;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +49,11 @@ pub struct SafetyArgs {
     /// Leave out the cluster rows (failovers: about 20 minutes of wall time).
     #[arg(long)]
     pub no_clusters: bool,
+    /// Re-run only the rows of these conditions (names as the table gives them, e.g. "lagged
+    /// leader kill") and merge them into the output directory's `safety.json`, keeping every
+    /// other row as it was; the README is written again from the merged rows.
+    #[arg(long, value_name = "CONDITION,...", value_delimiter = ',')]
+    pub only: Vec<String>,
     /// Wall time per cluster row.
     #[arg(long, default_value = "40s", value_parser = parse_positive_duration)]
     pub cluster_duration: Duration,
@@ -90,6 +95,8 @@ pub struct Condition {
     pub consistency: Consistency,
     /// Where it applies.
     pub applies: Applies,
+    /// Its hold-time distribution, when not its table's.
+    pub hold: Option<&'static str>,
 }
 
 const fn condition(
@@ -98,7 +105,7 @@ const fn condition(
     consistency: Consistency,
     applies: Applies,
 ) -> Condition {
-    Condition { name, faults, consistency, applies }
+    Condition { name, faults, consistency, applies, hold: None }
 }
 
 /// The conditions, in the table's order.
@@ -140,12 +147,17 @@ pub const CLUSTER_CONDITIONS: [Condition; 9] = [
     condition("leader kill 5s", "leader-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("leader pause 5s", "leader-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("leader cut 5s", "leader-cut:5s@20s", Consistency::Quorum, Applies::Clusters),
-    condition(
-        "lagged leader kill",
-        "lagged-leader-kill:12s@20s/lag=4s",
-        Consistency::Quorum,
-        Applies::Clusters,
-    ),
+    // The next grant after the hold comes within 10 s (the longest hold), and its holder
+    // works for at least 7 s: past the failover (3 to 7 s, reconnection included).
+    Condition {
+        hold: Some("uniform:7s..10s"),
+        ..condition(
+            "lagged leader kill",
+            "lagged-leader-kill:16s@20s/lag=10s",
+            Consistency::Quorum,
+            Applies::Clusters,
+        )
+    },
     condition("master kill 5s", "master-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("master pause 5s", "master-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("master cut 5s", "master-cut:5s@20s", Consistency::Quorum, Applies::Clusters),
@@ -173,15 +185,16 @@ fn can_inject(engine: EngineRef, options: &EngineOptions, c: &Condition) -> bool
 }
 
 /// One row: an algorithm under a condition.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// The condition's name.
-    pub condition: &'static str,
+    pub condition: String,
     /// Its `--faults`.
-    pub faults: &'static str,
+    pub faults: String,
     /// The engine, and the shape of its cluster when it has one ("etcd ×3").
     pub engine: String,
     /// A cluster row (a failover condition on a cluster the harness started).
+    #[serde(default)]
     pub cluster: bool,
     /// Its consistency (meaningful on the embedded store).
     pub consistency: Consistency,
@@ -221,10 +234,10 @@ fn run_one(job: &Job) -> anyhow::Result<Row> {
         clock: if on_server { ClockMode::Wall } else { ClockMode::Simulated },
         algorithms: vec![job.algorithm.name.to_string()],
         threads: if on_cluster { CLUSTER_THREADS } else { args.threads as usize },
-        hold: if on_cluster {
-            CLUSTER_HOLD.parse().map_err(anyhow::Error::msg)?
-        } else {
-            base.hold
+        hold: match (c.hold, on_cluster) {
+            (Some(hold), _) => hold.parse().map_err(anyhow::Error::msg)?,
+            (None, true) => CLUSTER_HOLD.parse().map_err(anyhow::Error::msg)?,
+            (None, false) => base.hold,
         },
         duration,
         ttl: if on_cluster { CLUSTER_TTL } else { Duration::from_secs(2) },
@@ -238,8 +251,8 @@ fn run_one(job: &Job) -> anyhow::Result<Row> {
     let report = summary::analyze(&cfg, job.algorithm, &outcome);
     let topology = job.engine.topology(&job.options);
     Ok(Row {
-        condition: c.name,
-        faults: c.faults,
+        condition: c.name.to_string(),
+        faults: c.faults.to_string(),
         engine: match topology.as_str() {
             "" => job.engine.to_string(),
             t => format!("{} {t}", job.engine),
@@ -312,9 +325,10 @@ fn render_clusters(args: &SafetyArgs, rows: &[&Row]) -> String {
          Redlock the next master in turn (`master-kill`, `master-pause`, `master-cut`: \
          Redlock's masters have no leader). **Only \"lagged leader kill\" opens the window of \
          Redis's asynchronous replication** (`lagged-leader-kill`): it holds back the \
-         replication stream to both replicas, waits for the next grant (4 s at most), then kills \
-         the master, so that grant is lost in the failover while its holder works on; a plain \
-         kill on loopback finds every write already replicated. \"master wipe 300ms\" (`master-wipe`) kills one of \
+         replication stream to both replicas, waits for the next grant (10 s at most), then \
+         kills the master, so that grant is lost in the failover while its holder works on (its \
+         rows hold the lock 7 to 10 s, past the failover); a plain kill on loopback finds every \
+         write already replicated. \"master wipe 300ms\" (`master-wipe`) kills one of \
          Redlock's masters and restarts it 300 ms later with no data (Kleppmann's case against \
          Redlock); each grant here reached all five masters, so one wiped master leaves four \
          copies of the key, and the unsafe case needs a grant that reached a bare majority \
@@ -376,7 +390,7 @@ fn markdown_table<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
 fn cells(r: &Row) -> [String; 10] {
     let f = &r.figures;
     [
-        r.condition.to_string(),
+        r.condition.clone(),
         r.engine.clone(),
         r.algorithm.clone(),
         format!("{:.1}", r.grants_per_second),
@@ -431,6 +445,38 @@ fn unavailable_share(r: &Row) -> String {
     format!("{:.0}%", 100.0 * unavailable as f64 / over as f64)
 }
 
+/// With `--only`, the rows of the output directory's `safety.json` to merge the new ones into.
+fn previous_rows(args: &SafetyArgs) -> anyhow::Result<Option<Vec<Row>>> {
+    if args.only.is_empty() {
+        return Ok(None);
+    }
+    let path = args.out.join("safety.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        crate::UsageError(format!(
+            "--only merges into {}, which cannot be read ({e}): run without --only first",
+            path.display()
+        ))
+    })?;
+    let rows = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{} is not a safety table: {e}", path.display()))?;
+    Ok(Some(rows))
+}
+
+/// `previous` with every row of `fresh` in place of the one of the same condition, engine and
+/// algorithm (appended when there was none).
+fn merge(mut previous: Vec<Row>, fresh: Vec<Row>) -> Vec<Row> {
+    for row in fresh {
+        let same = |r: &Row| {
+            (&r.condition, &r.engine, &r.algorithm) == (&row.condition, &row.engine, &row.algorithm)
+        };
+        match previous.iter_mut().find(|r| same(r)) {
+            Some(old) => *old = row,
+            None => previous.push(row),
+        }
+    }
+    previous
+}
+
 /// `bench-harness safety`.
 pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let embedded = engines::EngineRef::default_engine();
@@ -443,16 +489,26 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
         algorithm,
         args: args.clone(),
     };
+    let wanted = |c: &Condition| args.only.is_empty() || args.only.iter().any(|n| n == c.name);
+    let known: Vec<&str> = CONDITIONS.iter().chain(&CLUSTER_CONDITIONS).map(|c| c.name).collect();
+    if let Some(bad) = args.only.iter().find(|n| !known.contains(&n.as_str())) {
+        return Err(crate::UsageError(format!(
+            "--only: no condition {bad:?} (known: {})",
+            known.join(", ")
+        ))
+        .into());
+    }
+    let previous = previous_rows(args)?;
     let simulated: Vec<Job> = CONDITIONS
         .iter()
-        .filter(|c| c.applies != Applies::Servers)
+        .filter(|c| c.applies != Applies::Servers && wanted(c))
         .flat_map(|c| algorithms.iter().map(move |a| (*c, *a)))
         .map(|(c, a)| job(c, embedded, embedded.default_options(), a))
         .collect();
     let mut on_servers = Vec::new();
     if !args.no_servers {
         for (engine, options) in servers() {
-            for c in CONDITIONS.iter().filter(|c| c.applies != Applies::Embedded) {
+            for c in CONDITIONS.iter().filter(|c| c.applies != Applies::Embedded && wanted(c)) {
                 for a in engine.algorithms() {
                     on_servers.push(job(*c, engine, options.clone(), a));
                 }
@@ -461,7 +517,9 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     }
     if !args.no_servers && !args.no_clusters {
         for (engine, options) in clusters() {
-            for c in CLUSTER_CONDITIONS.iter().filter(|c| can_inject(engine, &options, c)) {
+            for c in
+                CLUSTER_CONDITIONS.iter().filter(|c| wanted(c) && can_inject(engine, &options, c))
+            {
                 for a in engine.algorithms() {
                     on_servers.push(job(*c, engine, options.clone(), a));
                 }
@@ -476,6 +534,10 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let order: Vec<usize> = (0..on_servers.len()).collect();
     rows.extend(super::parallel(&on_servers, &order, 1, &bar, run_one)?);
     bar.finish_and_clear();
+    let rows = match previous {
+        Some(previous) => merge(previous, rows),
+        None => rows,
+    };
     files::write_json(&args.out.join("safety.json"), &rows)?;
     let text = render(args, &rows);
     files::write_atomic(&args.out.join("README.md"), text.as_bytes())?;
@@ -494,6 +556,34 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::report::console::{widest_line, WIDTH};
+
+    #[test]
+    fn only_replaces_its_rows_and_keeps_the_others() {
+        let row = |condition: &str, algorithm: &str, overlaps: u64| Row {
+            condition: condition.into(),
+            faults: "none".into(),
+            engine: "redis sentinel".into(),
+            cluster: true,
+            consistency: Consistency::Quorum,
+            algorithm: algorithm.into(),
+            duration_s: 40.0,
+            grants_per_second: 1.0,
+            figures: crate::measure::safety::SafetyFigures {
+                overlapping_holds: overlaps,
+                ..Default::default()
+            },
+        };
+        let previous = vec![row("a", "jedis", 0), row("b", "jedis", 0), row("b", "redis-token", 0)];
+        let merged = merge(previous, vec![row("b", "redis-token", 3), row("c", "jedis", 1)]);
+        let got: Vec<(&str, &str, u64)> = merged
+            .iter()
+            .map(|r| (r.condition.as_str(), r.algorithm.as_str(), r.figures.overlapping_holds))
+            .collect();
+        assert_eq!(
+            got,
+            [("a", "jedis", 0), ("b", "jedis", 0), ("b", "redis-token", 3), ("c", "jedis", 1)]
+        );
+    }
 
     /// Every cluster condition runs somewhere: some engine's cluster can inject its faults
     /// (etcd's build feature aside, Redis and ZooKeeper and Redlock cover them all).
@@ -535,8 +625,8 @@ mod tests {
                     };
                     figures.resumed_after_us_by_fault.insert("x".into(), 123_456_789);
                     rows.push(Row {
-                        condition: c.name,
-                        faults: c.faults,
+                        condition: c.name.to_string(),
+                        faults: c.faults.to_string(),
                         engine: format!("{} sentinel", engine.name()),
                         cluster: false,
                         consistency: c.consistency,
