@@ -231,16 +231,13 @@ impl Engine for Etcd {
 /// A cluster of `n` members the harness starts (`--spawn-etcd=N`): its client endpoints, and
 /// its faults (the leader faults among them).
 async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
-    let (cluster, endpoints) = server_faults::start_cluster(
-        move || {
-            let options = test_servers::ClusterOptions::new(n.into());
-            test_servers::EtcdCluster::launch(test_servers::Etcd::default(), &options)
-        },
+    server_faults::start_cluster(
+        &format!("--spawn-etcd={n}"),
+        test_servers::Etcd::default(),
+        n.into(),
         |c| c.endpoints().join(","),
     )
     .await
-    .map_err(|e| format!("--spawn-etcd={n}: {e}"))?;
-    Ok((endpoints, ServerFaults::on_cluster(cluster)))
 }
 
 /// The user's etcd (`--etcd`) or one server the harness starts (`--spawn-etcd`), with a proxy

@@ -290,20 +290,14 @@ impl Engine for Redis {
 /// A master, 2 replicas and 3 Sentinels the harness starts (`--spawn-redis=sentinel`): the
 /// Sentinels to ask, and the leader faults on the cluster.
 async fn on_sentinel_cluster() -> Result<(Target, ServerFaults), String> {
-    let (cluster, sentinels) = server_faults::start_cluster(
-        || {
-            let options = test_servers::ClusterOptions::new(3);
-            test_servers::RedisCluster::launch(test_servers::Redis::sentinel(true, 3), &options)
-        },
-        |c| c.sentinel_addrs().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","),
-    )
-    .await
-    .map_err(|e| format!("--spawn-redis=sentinel: {e}"))?;
-    let target = Target::Sentinel {
-        sentinels: sentinel_list(&sentinels)?,
-        name: test_servers::REDIS_MASTER_NAME.to_string(),
-    };
-    Ok((target, ServerFaults::on_cluster(cluster)))
+    let sentinel = test_servers::Redis::sentinel(true, 3);
+    let (sentinels, faults) =
+        server_faults::start_cluster("--spawn-redis=sentinel", sentinel, 3, |c| {
+            c.sentinel_addrs().iter().map(|a| a.to_string()).collect()
+        })
+        .await?;
+    let target = Target::Sentinel { sentinels, name: test_servers::REDIS_MASTER_NAME.to_string() };
+    Ok((target, faults))
 }
 
 /// The user's server (`--redis`) or one the harness starts (`--spawn-redis[=aof|memory]`),

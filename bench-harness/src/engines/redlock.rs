@@ -240,16 +240,9 @@ impl Engine for Redlock {
 /// `n` independent masters the harness starts: their URLs (at their proxies), and the master
 /// faults on them.
 async fn on_masters(n: u16) -> Result<(Vec<String>, ServerFaults), String> {
-    let (cluster, urls) = server_faults::start_cluster(
-        move || {
-            let options = test_servers::ClusterOptions::new(n.into());
-            test_servers::RedisCluster::launch(test_servers::Redis::masters(true), &options)
-        },
-        |c| c.urls().join(","),
-    )
-    .await
-    .map_err(|e| format!("--spawn-redlock={n}: {e}"))?;
-    Ok((urls.split(',').map(String::from).collect(), ServerFaults::on_cluster(cluster)))
+    let masters = test_servers::Redis::masters(true);
+    server_faults::start_cluster(&format!("--spawn-redlock={n}"), masters, n.into(), |c| c.urls())
+        .await
 }
 
 /// A contender's connections to every master, keys under the run's namespace.

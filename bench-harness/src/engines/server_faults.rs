@@ -157,18 +157,24 @@ impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
 /// How long a member fault waits for the cluster to name a leader before it gives up.
 const LEADER_WAIT: Duration = Duration::from_secs(30);
 
-/// Starts a cluster with `launch` (blocking: off the runtime's threads; it returns once the
-/// cluster formed, its leader elected where it has one), and returns it shared with the client
-/// addresses `address` reads off it.
-pub async fn start_cluster<M: Members + 'static>(
-    launch: impl FnOnce() -> Result<M, String> + Send + 'static,
-    address: fn(&M) -> String,
-) -> Result<(Arc<dyn Members>, String), String> {
+/// Starts a cluster of `members` members of `engine` for a run (blocking: off the runtime's
+/// threads; it returns once the cluster formed, its leader elected where it has one), and
+/// returns what `address` reads off it (client addresses) with the faults on it. Errors name
+/// `option`, the command-line option that asked for it.
+pub async fn start_cluster<E: test_servers::ClusterEngine, A>(
+    option: &str,
+    engine: E,
+    members: usize,
+    address: fn(&test_servers::Cluster<E>) -> A,
+) -> Result<(A, ServerFaults), String> {
+    let launch =
+        move || test_servers::Cluster::launch(engine, &test_servers::ClusterOptions::new(members));
     let cluster = tokio::task::spawn_blocking(launch)
         .await
-        .map_err(|e| format!("starting the cluster panicked: {e}"))??;
+        .map_err(|e| format!("{option}: starting the cluster panicked: {e}"))?
+        .map_err(|e| format!("{option}: {e}"))?;
     let at = address(&cluster);
-    Ok((Arc::new(cluster), at))
+    Ok((at, ServerFaults::on_cluster(Arc::new(cluster))))
 }
 
 /// Faults on one server reached at `address` (an etcd endpoint list or a ZooKeeper connect

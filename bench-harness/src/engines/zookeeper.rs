@@ -212,16 +212,11 @@ impl Engine for Zookeeper {
 /// An ensemble of `n` servers the harness starts (`--spawn-zookeeper=N`): its connect string,
 /// and its faults (the leader faults among them).
 async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
-    let (cluster, hosts) = server_faults::start_cluster(
-        move || {
-            let options = test_servers::ClusterOptions::new(n.into());
-            test_servers::ZkCluster::launch(test_servers::Zk::default(), &options)
-        },
-        |c| c.connect_string(),
-    )
+    let option = format!("--spawn-zookeeper={n}");
+    server_faults::start_cluster(&option, test_servers::Zk::default(), n.into(), |c| {
+        c.connect_string()
+    })
     .await
-    .map_err(|e| format!("--spawn-zookeeper={n}: {e}"))?;
-    Ok((hosts, ServerFaults::on_cluster(cluster)))
 }
 
 /// The user's ZooKeeper (`--zookeeper`) or one server the harness starts
