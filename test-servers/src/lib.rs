@@ -48,6 +48,7 @@ mod origin;
 mod process;
 mod proxy;
 mod redis;
+mod service;
 mod silent;
 mod zookeeper;
 
@@ -62,6 +63,7 @@ pub use redis::{
     redis_call, shared_redis, Redis, RedisCluster, RedisServer, Reply, REDIS_MASTER_NAME,
     SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
 };
+pub use service::{service_status, LockService, ServiceCluster};
 pub use silent::SilentServer;
 pub use zookeeper::{
     four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,

@@ -1,0 +1,733 @@
+//! The client: a [`ServiceClient`] holds one session (one connection to the leader, kept
+//! alive every TTL/3), and hands out [`ServiceLocker`]s that implement [`Locker`] on it.
+//!
+//! - **Finding the leader.** The client dials the nodes it was given in turn; a follower
+//!   answers `NotLeader` with the leader's address, which the client dials next. After a
+//!   failover (a broken connection, `NotLeader`, `Unavailable`) it finds the new leader the
+//!   same way and *resumes* its session there: the reply lists what the session holds, so a
+//!   grant pushed while it was away is not lost.
+//! - **Retries are safe**: the server treats an acquire of a lock the owner already holds or
+//!   waits for as the same request, and a release of a lock it neither holds nor waits for as
+//!   done; so a request whose answer was lost is sent again (until
+//!   [`ClientConfig::request_timeout`]).
+//! - **The lost-session signal.** The server counts a keep-alive from when it receives it, so
+//!   the client knows its session stands until the *send* time of the last answered
+//!   keep-alive plus the TTL. When that moment passes without a fresh answer, or the server
+//!   says the session ended, every guard of the session is told [`LeaseState::Lost`], every
+//!   waiter fails with [`LockError::LeaseLost`], and the next request opens a new session.
+
+use crate::proto::{
+    decode, encode, read_bytes, ClientFrame, ErrorKind, Held, Push, Reply, Request, ServerFrame,
+    SessionId, MAX_SERVER_FRAME,
+};
+use async_trait::async_trait;
+use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+/// The algorithm's name in results.
+pub const ALGORITHM: &str = "service";
+const BACKEND: &str = "lock-service";
+
+/// Called with the kind of every request the client sends ("acquire", "keepalive", ...):
+/// for counting the load a lock puts on the service.
+pub type RequestHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// How a client talks to the service.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// The session's TTL: a holder that cannot renew for this long loses its locks.
+    pub ttl: Duration,
+    /// How long dialling one node may take.
+    pub connect_timeout: Duration,
+    /// How long one request may take, across reconnects and failovers.
+    pub request_timeout: Duration,
+    /// Told of every request sent.
+    pub on_request: Option<RequestHook>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            ttl: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+            on_request: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("ttl", &self.ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn backend(message: impl Into<String>) -> LockError {
+    LockError::Backend { backend: BACKEND, message: message.into() }
+}
+
+fn kind_of(request: &Request) -> &'static str {
+    match request {
+        Request::Open { .. } => "open",
+        Request::Resume { .. } => "resume",
+        Request::KeepAlive { .. } => "keepalive",
+        Request::Acquire { .. } => "acquire",
+        Request::Release { .. } => "release",
+        Request::Close { .. } => "close",
+        Request::Status => "status",
+    }
+}
+
+/// What every session of a client shares.
+struct Shared {
+    endpoints: Vec<String>,
+    config: ClientConfig,
+    next_id: AtomicU64,
+}
+
+/// One connection to one node: a writer, a reader that routes replies by id and pushes to the
+/// session.
+#[derive(Clone)]
+struct Conn {
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>,
+    closed: Arc<AtomicBool>,
+    addr: String,
+}
+
+impl Conn {
+    async fn dial(
+        addr: &str,
+        shared: &Shared,
+        pushes: mpsc::UnboundedSender<Push>,
+    ) -> std::io::Result<Conn> {
+        let stream = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+            })??;
+        stream.set_nodelay(true)?;
+        let (mut rd, mut wr) = stream.into_split();
+        let (out, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
+        let conn =
+            Conn { out, pending: Arc::default(), closed: Arc::default(), addr: addr.to_string() };
+        let closed = conn.closed.clone();
+        tokio::spawn(async move {
+            while let Some(bytes) = outbox.recv().await {
+                if wr.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            closed.store(true, Ordering::SeqCst);
+        });
+        let (pending, closed) = (conn.pending.clone(), conn.closed.clone());
+        tokio::spawn(async move {
+            while let Ok(Some(bytes)) = read_bytes(&mut rd, MAX_SERVER_FRAME).await {
+                match decode::<ServerFrame>(&bytes) {
+                    Ok(ServerFrame::Reply { id, body }) => {
+                        if let Some(tx) = lock(&pending).remove(&id) {
+                            let _ = tx.send(body);
+                        }
+                    }
+                    Ok(ServerFrame::Push(p)) => {
+                        let _ = pushes.send(p);
+                    }
+                    Err(_) => break,
+                }
+            }
+            closed.store(true, Ordering::SeqCst);
+            // Every request still waiting learns the connection is gone.
+            lock(&pending).clear();
+        });
+        Ok(conn)
+    }
+
+    fn is_open(&self) -> bool {
+        !self.closed.load(Ordering::SeqCst)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        lock(&self.pending).clear();
+    }
+
+    /// Send `body` and wait for its answer until `deadline`; `Err` if the connection failed.
+    async fn request(
+        &self,
+        shared: &Shared,
+        body: Request,
+        deadline: Instant,
+    ) -> Result<Reply, String> {
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id, tx);
+        if let Some(hook) = &shared.config.on_request {
+            hook(kind_of(&body));
+        }
+        if !self.is_open() || self.out.send(encode(&ClientFrame { id, body })).is_err() {
+            lock(&self.pending).remove(&id);
+            return Err(format!("{}: connection closed", self.addr));
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err(format!("{}: connection lost", self.addr)),
+            Err(_) => {
+                lock(&self.pending).remove(&id);
+                Err(format!("{}: no answer in time", self.addr))
+            }
+        }
+    }
+}
+
+/// Dial nodes until one that leads answers `first`: the hint first, then every endpoint.
+async fn find_leader(
+    shared: &Shared,
+    first: &Request,
+    mut hint: Option<String>,
+    pushes: &mpsc::UnboundedSender<Push>,
+    deadline: Instant,
+) -> Result<(Conn, Reply), LockError> {
+    let mut failures: Vec<String> = Vec::new();
+    loop {
+        let mut candidates: Vec<String> = hint.take().into_iter().collect();
+        candidates.extend(shared.endpoints.iter().cloned());
+        for addr in candidates {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let conn = match Conn::dial(&addr, shared, pushes.clone()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    failures.push(format!("{addr}: {e}"));
+                    continue;
+                }
+            };
+            match conn.request(shared, first.clone(), deadline).await {
+                Ok(Reply::NotLeader { leader }) => {
+                    conn.close();
+                    failures.push(format!("{addr}: not the leader"));
+                    if let Some(l) = leader.filter(|l| *l != addr) {
+                        hint = Some(l);
+                        break;
+                    }
+                }
+                Ok(Reply::Error { kind: ErrorKind::Unavailable, message }) => {
+                    conn.close();
+                    failures.push(format!("{addr}: {message}"));
+                }
+                Ok(reply) => return Ok((conn, reply)),
+                Err(e) => {
+                    conn.close();
+                    failures.push(e);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            failures.dedup();
+            let tail: Vec<_> = failures.iter().rev().take(6).rev().cloned().collect();
+            return Err(backend(format!(
+                "no leader among {:?} answered within {:?}: {}",
+                shared.endpoints,
+                shared.config.request_timeout,
+                tail.join("; ")
+            )));
+        }
+        if hint.is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+type Key = (String, String);
+
+/// A session: its connection, its holders and its waiters.
+struct Session {
+    id: SessionId,
+    shared: Arc<Shared>,
+    pushes: mpsc::UnboundedSender<Push>,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    lost: watch::Sender<Option<String>>,
+    held: Mutex<HashMap<Key, watch::Sender<LeaseState>>>,
+    waiting: Mutex<HashMap<Key, oneshot::Sender<u64>>>,
+}
+
+impl Session {
+    /// Open a session with the leader, and start its keep-alive.
+    async fn open(shared: Arc<Shared>) -> Result<Arc<Session>, LockError> {
+        let (pushes, mut inbox) = mpsc::unbounded_channel();
+        let sent = Instant::now();
+        let deadline = sent + shared.config.request_timeout;
+        let ttl_ms = shared.config.ttl.as_millis() as u64;
+        let (conn, reply) =
+            find_leader(&shared, &Request::Open { ttl_ms }, None, &pushes, deadline).await?;
+        let id = match reply {
+            Reply::Opened { session } => session,
+            Reply::Error { message, .. } => return Err(LockError::Config(message)),
+            other => return Err(backend(format!("unexpected answer to open: {other:?}"))),
+        };
+        let session = Arc::new(Session {
+            id,
+            shared,
+            pushes,
+            conn: tokio::sync::Mutex::new(Some(conn)),
+            lost: watch::channel(None).0,
+            held: Mutex::default(),
+            waiting: Mutex::default(),
+        });
+        let weak = Arc::downgrade(&session);
+        tokio::spawn(async move {
+            while let Some(push) = inbox.recv().await {
+                match weak.upgrade() {
+                    Some(s) => s.on_push(push),
+                    None => return,
+                }
+            }
+        });
+        tokio::spawn(keep_alive(Arc::downgrade(&session), sent));
+        Ok(session)
+    }
+
+    fn lost_reason(&self) -> Option<String> {
+        self.lost.borrow().clone()
+    }
+
+    fn on_push(&self, push: Push) {
+        match push {
+            Push::Granted { lock, owner, token } => self.granted(&[(lock, owner, token)]),
+            Push::SessionEnded { reason } => {
+                self.lose(format!("the service ended the session: {reason}"))
+            }
+        }
+    }
+
+    /// Hand grants to their waiters (a grant nobody waits for was cancelled: the waiter's
+    /// release takes care of it).
+    fn granted(&self, held: &[Held]) {
+        let mut waiting = lock(&self.waiting);
+        for (lock, owner, token) in held {
+            if let Some(tx) = waiting.remove(&(lock.clone(), owner.clone())) {
+                let _ = tx.send(*token);
+            }
+        }
+    }
+
+    /// The session is over: tell every holder and waiter, once.
+    fn lose(&self, reason: String) {
+        let first = self.lost.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason.clone());
+                true
+            } else {
+                false
+            }
+        });
+        if !first {
+            return;
+        }
+        tracing::debug!("session {} lost: {reason}", self.id);
+        for (_, tx) in lock(&self.held).drain() {
+            tx.send_replace(LeaseState::Lost(LeaseLost { reason: reason.clone() }));
+        }
+        lock(&self.waiting).clear();
+        if let Ok(mut c) = self.conn.try_lock() {
+            if let Some(conn) = c.take() {
+                conn.close();
+            }
+        }
+    }
+
+    /// Send `body` to the leader, reconnecting (and resuming) as needed, until the client's
+    /// request timeout.
+    async fn call(&self, body: Request) -> Result<Reply, LockError> {
+        let deadline = Instant::now() + self.shared.config.request_timeout;
+        self.call_until(body, deadline).await
+    }
+
+    async fn call_until(&self, body: Request, deadline: Instant) -> Result<Reply, LockError> {
+        let mut hint = None;
+        loop {
+            if let Some(reason) = self.lost_reason() {
+                return Err(LockError::LeaseLost { lock_id: String::new(), reason });
+            }
+            let conn = self.connection(hint.take(), deadline).await?;
+            let last = match conn.request(&self.shared, body.clone(), deadline).await {
+                Ok(Reply::NotLeader { leader }) => {
+                    hint = leader;
+                    self.drop_conn(&conn).await;
+                    format!("{}: not the leader", conn.addr)
+                }
+                Ok(Reply::Error { kind: ErrorKind::Unavailable, message }) => {
+                    self.drop_conn(&conn).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    format!("{}: {message}", conn.addr)
+                }
+                Ok(Reply::Error { kind: ErrorKind::SessionGone, message }) => {
+                    self.lose(message.clone());
+                    return Err(LockError::LeaseLost { lock_id: String::new(), reason: message });
+                }
+                Ok(reply) => return Ok(reply),
+                Err(e) => {
+                    self.drop_conn(&conn).await;
+                    e
+                }
+            };
+            if Instant::now() >= deadline {
+                return Err(backend(format!(
+                    "request not answered within {:?}: {last}",
+                    self.shared.config.request_timeout
+                )));
+            }
+        }
+    }
+
+    async fn drop_conn(&self, conn: &Conn) {
+        conn.close();
+        let mut c = self.conn.lock().await;
+        if c.as_ref().is_some_and(|c| Arc::ptr_eq(&c.closed, &conn.closed)) {
+            *c = None;
+        }
+    }
+
+    /// The open connection, or a new one to the leader with the session resumed on it.
+    async fn connection(&self, hint: Option<String>, deadline: Instant) -> Result<Conn, LockError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| c.is_open()) {
+            return Ok(c.clone());
+        }
+        let resume = Request::Resume { session: self.id };
+        let (conn, reply) =
+            find_leader(&self.shared, &resume, hint, &self.pushes, deadline).await?;
+        match reply {
+            Reply::Resumed { held } => {
+                self.granted(&held);
+                *slot = Some(conn.clone());
+                Ok(conn)
+            }
+            Reply::Error { kind: ErrorKind::SessionGone, message } => {
+                conn.close();
+                drop(slot);
+                self.lose(message.clone());
+                Err(LockError::LeaseLost { lock_id: String::new(), reason: message })
+            }
+            other => {
+                conn.close();
+                Err(backend(format!("unexpected answer to resume: {other:?}")))
+            }
+        }
+    }
+}
+
+/// Renew `session` every TTL/3; declare it lost when a whole TTL passes from the send time
+/// of the last answered keep-alive.
+async fn keep_alive(session: Weak<Session>, opened: Instant) {
+    let Some(ttl) = session.upgrade().map(|s| s.shared.config.ttl) else {
+        return;
+    };
+    let mut last_ok = opened;
+    let mut next = opened + ttl / 3;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(s) = session.upgrade() else {
+            return;
+        };
+        if s.lost_reason().is_some() {
+            return;
+        }
+        let sent = Instant::now();
+        let limit = last_ok + ttl;
+        match s.call_until(Request::KeepAlive { session: s.id }, limit).await {
+            Ok(Reply::Alive) => {
+                last_ok = sent;
+                next = sent + ttl / 3;
+            }
+            Err(LockError::LeaseLost { .. }) => return,
+            _ => next = Instant::now() + Duration::from_millis(100),
+        }
+        if Instant::now() >= limit {
+            s.lose(format!(
+                "no keep-alive answered within the session TTL ({ttl:?}): the service may \
+                 have expired the session"
+            ));
+            return;
+        }
+    }
+}
+
+/// A connection to the lock service: one session, shared by the lockers it hands out.
+#[derive(Clone)]
+pub struct ServiceClient {
+    shared: Arc<Shared>,
+    session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>>,
+    sessions_made: Arc<AtomicU64>,
+}
+
+impl ServiceClient {
+    /// Connect to the service at `endpoints` (`host:port` of any of its nodes' client ports)
+    /// and open a session; fails within [`ClientConfig::request_timeout`] if no leader
+    /// answers, naming what each node said.
+    pub async fn connect(endpoints: &[String], config: ClientConfig) -> Result<Self, LockError> {
+        if endpoints.is_empty() {
+            return Err(LockError::Config("no lock-service endpoint given".into()));
+        }
+        if !(crate::server::MIN_TTL..=crate::server::MAX_TTL).contains(&config.ttl) {
+            return Err(LockError::Config(format!(
+                "session TTL {:?} is out of range: {:?} to {:?}",
+                config.ttl,
+                crate::server::MIN_TTL,
+                crate::server::MAX_TTL
+            )));
+        }
+        let shared =
+            Arc::new(Shared { endpoints: endpoints.to_vec(), config, next_id: AtomicU64::new(1) });
+        let client =
+            ServiceClient { shared, session: Arc::default(), sessions_made: Arc::default() };
+        client.live_session().await?;
+        Ok(client)
+    }
+
+    /// `host:port,host:port,...` as [`ServiceClient::connect`] takes it.
+    pub fn parse_endpoints(list: &str) -> Vec<String> {
+        list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    }
+
+    /// The session now, or a new one if the last was lost.
+    async fn live_session(&self) -> Result<Arc<Session>, LockError> {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.as_ref().filter(|s| s.lost_reason().is_none()) {
+            return Ok(s.clone());
+        }
+        let s = Session::open(self.shared.clone()).await?;
+        self.sessions_made.fetch_add(1, Ordering::Relaxed);
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    /// The current session's id (0 before one is open).
+    pub async fn session_id(&self) -> SessionId {
+        self.session.lock().await.as_ref().map_or(0, |s| s.id)
+    }
+
+    /// How many sessions this client has opened (one more after each lost one).
+    pub fn sessions_made(&self) -> u64 {
+        self.sessions_made.load(Ordering::Relaxed)
+    }
+
+    /// A locker for `owner` on this client's session.
+    pub fn locker(&self, owner: &str) -> Result<ServiceLocker, LockError> {
+        validate_id("owner id", owner)?;
+        Ok(ServiceLocker { client: self.clone(), owner: owner.to_string() })
+    }
+
+    /// End the session: every lock it holds goes to the next waiter at once.
+    pub async fn close(&self) -> Result<(), LockError> {
+        let Some(s) = self.session.lock().await.take() else {
+            return Ok(());
+        };
+        let result = s.call(Request::Close { session: s.id }).await;
+        s.lose("the session was closed by its client".into());
+        result.map(|_| ())
+    }
+}
+
+/// A [`Locker`] on a [`ServiceClient`]'s session.
+pub struct ServiceLocker {
+    client: ServiceClient,
+    owner: String,
+}
+
+/// Leaves the queue (or releases a grant that raced in) if an acquisition is abandoned.
+struct Cancel {
+    session: Arc<Session>,
+    key: Key,
+    armed: bool,
+}
+
+impl Cancel {
+    fn request(&self) -> Request {
+        Request::Release {
+            session: self.session.id,
+            lock: self.key.0.clone(),
+            owner: self.key.1.clone(),
+        }
+    }
+
+    async fn now(mut self) {
+        self.armed = false;
+        lock(&self.session.waiting).remove(&self.key);
+        let _ = self.session.call(self.request()).await;
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        lock(&self.session.waiting).remove(&self.key);
+        let (session, request) = (self.session.clone(), self.request());
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = session.call(request).await;
+            });
+        }
+    }
+}
+
+struct ServiceRelease {
+    session: Arc<Session>,
+    key: Key,
+}
+
+#[async_trait]
+impl Release for ServiceRelease {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        if let Some(tx) = lock(&self.session.held).remove(&self.key) {
+            tx.send_replace(LeaseState::Released);
+        }
+        if self.session.lost_reason().is_some() {
+            return Ok(());
+        }
+        let request = Request::Release {
+            session: self.session.id,
+            lock: self.key.0.clone(),
+            owner: self.key.1.clone(),
+        };
+        match self.session.call(request).await {
+            Ok(_) | Err(LockError::LeaseLost { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ServiceLocker {
+    fn guard(&self, session: Arc<Session>, lock_id: &str, token: u64) -> LockGuard {
+        let key = (lock_id.to_string(), self.owner.clone());
+        let (tx, rx) = watch::channel(LeaseState::Held);
+        lock(&session.held).insert(key.clone(), tx);
+        if let Some(reason) = session.lost_reason() {
+            if let Some(tx) = lock(&session.held).remove(&key) {
+                tx.send_replace(LeaseState::Lost(LeaseLost { reason }));
+            }
+        }
+        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(ServiceRelease { session, key }))
+    }
+
+    fn with_lock(e: LockError, lock_id: &str) -> LockError {
+        match e {
+            LockError::LeaseLost { reason, .. } => {
+                LockError::LeaseLost { lock_id: lock_id.to_string(), reason }
+            }
+            other => other,
+        }
+    }
+
+    async fn acquire(
+        &self,
+        lock_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<LockGuard, LockError> {
+        let start = Instant::now();
+        let session = self.client.live_session().await?;
+        let key = (lock_id.to_string(), self.owner.clone());
+        let (tx, rx) = oneshot::channel();
+        lock(&session.waiting).insert(key.clone(), tx);
+        let cancel = Cancel { session: session.clone(), key, armed: true };
+        let request = Request::Acquire {
+            session: session.id,
+            lock: lock_id.to_string(),
+            owner: self.owner.clone(),
+            wait: true,
+        };
+        let timed_out = |cancel: Cancel| async move {
+            cancel.now().await;
+            LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() }
+        };
+        let deadline = timeout.map(|t| start + t);
+        let reply = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, session.call(request)).await {
+                Ok(r) => r,
+                Err(_) => return Err(timed_out(cancel).await),
+            },
+            None => session.call(request).await,
+        };
+        let token = match reply.map_err(|e| Self::with_lock(e, lock_id))? {
+            Reply::Granted { token } => token,
+            Reply::Queued => {
+                let granted = match deadline {
+                    Some(d) => match tokio::time::timeout_at(d, rx).await {
+                        Ok(r) => r,
+                        Err(_) => return Err(timed_out(cancel).await),
+                    },
+                    None => rx.await,
+                };
+                granted.map_err(|_| LockError::LeaseLost {
+                    lock_id: lock_id.to_string(),
+                    reason: session.lost_reason().unwrap_or_else(|| "the session ended".into()),
+                })?
+            }
+            other => return Err(unexpected(lock_id, other)),
+        };
+        let mut cancel = cancel;
+        cancel.armed = false;
+        lock(&session.waiting).remove(&cancel.key);
+        Ok(self.guard(session, lock_id, token))
+    }
+}
+
+fn unexpected(lock_id: &str, reply: Reply) -> LockError {
+    match reply {
+        Reply::Error { kind: ErrorKind::BadRequest, message } => LockError::InvalidId {
+            what: "lock id",
+            id: lock_id.chars().take(64).collect(),
+            reason: message,
+        },
+        other => backend(format!("unexpected answer for lock {lock_id:?}: {other:?}")),
+    }
+}
+
+#[async_trait]
+impl Locker for ServiceLocker {
+    fn algorithm(&self) -> &str {
+        ALGORITHM
+    }
+
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        validate_id("lock id", lock_id)?;
+        self.acquire(lock_id, timeout).await
+    }
+
+    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+        validate_id("lock id", lock_id)?;
+        let session = self.client.live_session().await?;
+        let request = Request::Acquire {
+            session: session.id,
+            lock: lock_id.to_string(),
+            owner: self.owner.clone(),
+            wait: false,
+        };
+        match session.call(request).await.map_err(|e| Self::with_lock(e, lock_id))? {
+            Reply::Granted { token } => Ok(Some(self.guard(session, lock_id, token))),
+            Reply::Busy => Ok(None),
+            other => Err(unexpected(lock_id, other)),
+        }
+    }
+}

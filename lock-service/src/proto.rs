@@ -1,0 +1,288 @@
+//! The wire protocol: length-prefixed JSON frames over TCP.
+//!
+//! Every frame is a 4-byte big-endian length and that many bytes of JSON. JSON rather than a
+//! binary codec: a frame is a few dozen bytes, encoding it costs microseconds against a fsync
+//! of 100+ µs per commit, and anyone can read a captured stream (or write a probe, as
+//! `test-servers` does for the cluster's status) without our code. A frame longer than the
+//! reader's limit ([`MAX_CLIENT_FRAME`] from clients) is refused before it is read: the
+//! connection is closed and nothing else is touched.
+//!
+//! A client's connection carries [`ClientFrame`]s up and [`ServerFrame`]s down: replies to its
+//! requests by id, and [`Push`]es, which come unasked (the grant of a lock it waited for, the
+//! end of its session). Requests on one connection are served concurrently: a waiting acquire
+//! never holds up a keep-alive behind it.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// A session's id: the Raft log index of the entry that opened it, so unique in the cluster's
+/// history and never reused.
+pub type SessionId = u64;
+
+/// The longest frame a server reads from a client, in bytes: a request names one lock id of at
+/// most 200 bytes, so 64 KiB is generous and bounds what a hostile client can make it buffer.
+pub const MAX_CLIENT_FRAME: u32 = 64 * 1024;
+/// The longest frame a client reads from a server (a resume lists the session's locks).
+pub const MAX_SERVER_FRAME: u32 = 16 * 1024 * 1024;
+/// The longest frame between peers (a batch of log entries, a snapshot chunk).
+pub const MAX_PEER_FRAME: u32 = 64 * 1024 * 1024;
+
+/// One request from a client, with the id its reply will carry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClientFrame {
+    /// Chosen by the client; echoed in the [`ServerFrame::Reply`].
+    pub id: u64,
+    /// What it asks.
+    pub body: Request,
+}
+
+/// What a client can ask a server.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Request {
+    /// Open a session whose lease is `ttl_ms` (leader only; one commit).
+    Open {
+        /// The session's TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Attach this connection to an existing session (after a reconnect or a failover); the
+    /// reply lists what the session holds, so a grant pushed while it was away is not lost.
+    Resume {
+        /// The session.
+        session: SessionId,
+    },
+    /// Renew the session's lease (leader only; confirmed with a quorum, not committed).
+    KeepAlive {
+        /// The session.
+        session: SessionId,
+    },
+    /// Ask for a lock; with `wait`, join its FIFO queue when it is held.
+    Acquire {
+        /// The session asking.
+        session: SessionId,
+        /// The lock id.
+        lock: String,
+        /// The owner within the session (a session may serve several lockers).
+        owner: String,
+        /// Queue when held (the mandatory lock) or answer [`Reply::Busy`] (the soft lock).
+        wait: bool,
+    },
+    /// Release a held lock, or leave its queue.
+    Release {
+        /// The session.
+        session: SessionId,
+        /// The lock id.
+        lock: String,
+        /// The owner within the session.
+        owner: String,
+    },
+    /// End the session: every lock it holds goes to the next waiter.
+    Close {
+        /// The session.
+        session: SessionId,
+    },
+    /// This node's view of the cluster (any node answers).
+    Status,
+}
+
+/// What a server sends down a client's connection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ServerFrame {
+    /// The answer to request `id`.
+    Reply {
+        /// The request's id.
+        id: u64,
+        /// The answer.
+        body: Reply,
+    },
+    /// Something the client did not ask for just now.
+    Push(Push),
+}
+
+/// A lock a session holds: `(lock id, owner, fencing token)`.
+pub type Held = (String, String, u64);
+
+/// The answer to a [`Request`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Reply {
+    /// A session was opened.
+    Opened {
+        /// Its id.
+        session: SessionId,
+    },
+    /// The connection now serves the session; what it holds.
+    Resumed {
+        /// Its locks.
+        held: Vec<Held>,
+    },
+    /// The lease was renewed.
+    Alive,
+    /// The lock is held, with this fencing token (the log index of the granting entry).
+    Granted {
+        /// The fencing token.
+        token: u64,
+    },
+    /// The lock is held by another; the grant will come as a [`Push::Granted`].
+    Queued,
+    /// The lock is held by another (soft lock).
+    Busy,
+    /// The lock was released (and handed to the next waiter, if any, in the same commit).
+    Released,
+    /// The owner left the lock's queue before it was granted.
+    Cancelled,
+    /// The owner neither held nor waited for the lock.
+    NotHeld,
+    /// The session is closed.
+    Closed,
+    /// A node's view of the cluster.
+    Status(Status),
+    /// This node does not lead; ask the leader (its client address, when known).
+    NotLeader {
+        /// The leader's client address.
+        leader: Option<String>,
+    },
+    /// The request failed.
+    Error {
+        /// What kind of failure.
+        kind: ErrorKind,
+        /// For humans.
+        message: String,
+    },
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The session expired or was closed: its locks are gone.
+    SessionGone,
+    /// The request is malformed or impossible (an invalid lock id, a TTL out of range).
+    BadRequest,
+    /// The cluster cannot serve it now (no quorum, shutting down); try again.
+    Unavailable,
+}
+
+/// Unasked news for a client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Push {
+    /// A lock the session waited for is now its.
+    Granted {
+        /// The lock id.
+        lock: String,
+        /// The owner within the session.
+        owner: String,
+        /// The fencing token.
+        token: u64,
+    },
+    /// The session is over (expired, closed): every lock it held is gone.
+    SessionEnded {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A node's view, for probes and for clients looking for the leader.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Status {
+    /// This node's id.
+    pub id: u64,
+    /// The leader this node knows of.
+    pub leader: Option<u64>,
+    /// The leader's client address.
+    pub leader_addr: Option<String>,
+    /// This node's current term.
+    pub term: u64,
+    /// The last log index applied to its state machine.
+    pub applied: Option<u64>,
+    /// Live sessions in its state machine.
+    pub sessions: usize,
+}
+
+/// Read the bytes of one frame of at most `max` bytes; `Ok(None)` at a clean end of stream.
+/// A longer frame is an error before any of it is read.
+pub async fn read_bytes<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len);
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes refused: at most {max} are allowed"),
+        ));
+    }
+    let mut buf = vec![0u8; len as usize];
+    r.read_exact(&mut buf).await?;
+    Ok(Some(buf))
+}
+
+/// Decode a frame's bytes.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("malformed frame: {e}")))
+}
+
+/// Read one frame of at most `max` bytes; `Ok(None)` at a clean end of stream.
+pub async fn read_frame<T, R>(r: &mut R, max: u32) -> io::Result<Option<T>>
+where
+    T: DeserializeOwned,
+    R: AsyncRead + Unpin,
+{
+    match read_bytes(r, max).await? {
+        Some(bytes) => decode(&bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The bytes of one frame holding `value`.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(value).expect("protocol types always serialise");
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Write one frame holding `value`.
+pub async fn write_frame<T, W>(w: &mut W, value: &T) -> io::Result<()>
+where
+    T: Serialize,
+    W: AsyncWrite + Unpin,
+{
+    w.write_all(&encode(value)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_ones_are_refused() {
+        let frame = ClientFrame {
+            id: 7,
+            body: Request::Acquire { session: 3, lock: "l".into(), owner: "o".into(), wait: true },
+        };
+        let bytes = encode(&frame);
+        let back: ClientFrame =
+            read_frame(&mut &bytes[..], MAX_CLIENT_FRAME).await.unwrap().unwrap();
+        assert_eq!(back, frame);
+        let e = read_frame::<ClientFrame, _>(&mut &bytes[..], 4).await.unwrap_err();
+        assert!(e.to_string().contains("refused"), "{e}");
+        let empty: Option<ClientFrame> = read_frame(&mut &[][..], MAX_CLIENT_FRAME).await.unwrap();
+        assert!(empty.is_none());
+    }
+
+    #[tokio::test]
+    async fn malformed_and_truncated_frames_are_errors() {
+        let mut junk = 5u32.to_be_bytes().to_vec();
+        junk.extend_from_slice(b"{oops");
+        let e = read_frame::<ClientFrame, _>(&mut &junk[..], MAX_CLIENT_FRAME).await.unwrap_err();
+        assert!(e.to_string().contains("malformed"), "{e}");
+        let mut short = 50u32.to_be_bytes().to_vec();
+        short.extend_from_slice(b"{}");
+        assert!(read_frame::<ClientFrame, _>(&mut &short[..], MAX_CLIENT_FRAME).await.is_err());
+    }
+}

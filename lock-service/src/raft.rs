@@ -1,0 +1,606 @@
+//! Raft underneath: openraft's type configuration, the log and vote kept in a redb file with
+//! fsync before every acknowledgement, the state machine ([`LockTable`]) in memory with its
+//! snapshots in the same file, and the peers' transport.
+//!
+//! **Durability.** A log append is one redb write transaction committed with
+//! [`redb::Durability::Immediate`]: redb fsyncs before `commit` returns, and only then does
+//! openraft learn the entries are flushed (so a follower acknowledges, and a leader counts
+//! itself, only for entries on disk). The vote is written the same way before it is granted.
+//! The committed index is written without a sync: it only spares replaying the log on restart
+//! (losing it is safe, Raft recommits). The state machine is rebuilt on start from the last
+//! snapshot and the log; a snapshot is written durably before the log before it is purged. So
+//! every acknowledged grant survives every node crashing at once.
+//!
+//! **Transport.** Each node dials each peer once per openraft network client and sends one
+//! request at a time over it, as length-prefixed JSON ([`crate::proto`]). The first frame
+//! names the cluster token: a node of another cluster is refused before it can vote.
+
+use crate::proto::{encode, read_frame, MAX_PEER_FRAME};
+use crate::state::{Command, Event, LockTable, Outcome};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
+use openraft::{
+    Entry, EntryPayload, LogId, LogState, RaftLogReader, RaftNetwork, RaftNetworkFactory,
+    RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
+    Vote,
+};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// A node's id in the cluster.
+pub type NodeId = u64;
+
+/// Where a node is reached: by its peers, and by clients.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// `host:port` of its peer listener, as the others reach it.
+    pub peer: String,
+    /// `host:port` of its client listener, as clients reach it.
+    pub client: String,
+}
+
+openraft::declare_raft_types!(
+    /// The service's Raft types: [`Command`]s in the log, [`Outcome`]s out of the state
+    /// machine, [`NodeInfo`] per member.
+    pub TypeConfig:
+        D = Command,
+        R = Outcome,
+        Node = NodeInfo,
+);
+
+/// The service's Raft.
+pub type Raft = openraft::Raft<TypeConfig>;
+type SErr = StorageError<NodeId>;
+
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// The data directory's file.
+pub const DB_FILE: &str = "raft.redb";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why a data directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The directory or its file cannot be created, opened or written.
+    #[error("cannot use data directory {dir}: {reason}")]
+    Io {
+        /// The directory.
+        dir: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The directory belongs to another cluster or another node.
+    #[error(
+        "data directory {dir} belongs to {found}, not to {expected}: \
+         point this node at its own directory (or an empty one)"
+    )]
+    Foreign {
+        /// The directory.
+        dir: String,
+        /// Who it belongs to.
+        found: String,
+        /// Who started on it.
+        expected: String,
+    },
+}
+
+/// The redb file of one node: its log, vote, committed index and last snapshot.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+}
+
+impl Store {
+    /// Open (or create) `dir`'s store for node `id` of cluster `cluster`; a store made by
+    /// another cluster or node is refused.
+    pub fn open(dir: &Path, cluster: &str, id: NodeId) -> Result<Store, OpenError> {
+        let io = |e: &dyn std::fmt::Display| OpenError::Io {
+            dir: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io(&e))?;
+        let db = Database::create(dir.join(DB_FILE)).map_err(|e| io(&e))?;
+        let store = Store { db: Arc::new(db) };
+        let owner = format!("node {id} of cluster {cluster:?}");
+        match store.meta::<String>("owner").map_err(|e| io(&e))? {
+            Some(found) if found != owner => {
+                return Err(OpenError::Foreign {
+                    dir: dir.display().to_string(),
+                    found,
+                    expected: owner,
+                })
+            }
+            Some(_) => {}
+            None => store.put_meta("owner", &owner, Durability::Immediate).map_err(|e| io(&e))?,
+        }
+        Ok(store)
+    }
+
+    fn meta<T: for<'a> Deserialize<'a>>(&self, key: &str) -> Result<Option<T>, String> {
+        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
+        let table = match txn.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let Some(value) = table.get(key).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(value.value()).map(Some).map_err(|e| e.to_string())
+    }
+
+    fn put_meta<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        durability: Durability,
+    ) -> Result<(), String> {
+        let bytes = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+        let mut txn = self.db.begin_write().map_err(|e| e.to_string())?;
+        txn.set_durability(durability).map_err(|e| e.to_string())?;
+        {
+            let mut table = txn.open_table(META).map_err(|e| e.to_string())?;
+            table.insert(key, bytes.as_slice()).map_err(|e| e.to_string())?;
+        }
+        txn.commit().map_err(|e| e.to_string())
+    }
+
+    fn entries<RB: RangeBounds<u64>>(&self, range: RB) -> Result<Vec<Entry<TypeConfig>>, String> {
+        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
+        let table = match txn.open_table(LOG) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut out = Vec::new();
+        for row in table.range(range).map_err(|e| e.to_string())? {
+            let (_, v) = row.map_err(|e| e.to_string())?;
+            out.push(serde_json::from_slice(v.value()).map_err(|e| e.to_string())?);
+        }
+        Ok(out)
+    }
+
+    fn last_entry(&self) -> Result<Option<Entry<TypeConfig>>, String> {
+        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
+        let table = match txn.open_table(LOG) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let Some(row) = table.last().map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(row.1.value()).map(Some).map_err(|e| e.to_string())
+    }
+
+    /// Write `entries` durably (one fsync).
+    fn append(&self, entries: &[Entry<TypeConfig>]) -> Result<(), String> {
+        let mut txn = self.db.begin_write().map_err(|e| e.to_string())?;
+        txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
+        {
+            let mut table = txn.open_table(LOG).map_err(|e| e.to_string())?;
+            for e in entries {
+                let bytes = serde_json::to_vec(e).map_err(|e| e.to_string())?;
+                table.insert(e.log_id.index, bytes.as_slice()).map_err(|e| e.to_string())?;
+            }
+        }
+        txn.commit().map_err(|e| e.to_string())
+    }
+
+    /// Remove the entries in `range` (durably).
+    fn remove<RB: RangeBounds<u64>>(&self, range: RB) -> Result<(), String> {
+        let mut txn = self.db.begin_write().map_err(|e| e.to_string())?;
+        txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
+        {
+            let mut table = txn.open_table(LOG).map_err(|e| e.to_string())?;
+            table.retain_in(range, |_, _| false).map_err(|e| e.to_string())?;
+        }
+        txn.commit().map_err(|e| e.to_string())
+    }
+}
+
+/// The log and vote: openraft's [`RaftLogStorage`] on a [`Store`].
+#[derive(Clone)]
+pub struct LogStore {
+    store: Store,
+}
+
+impl LogStore {
+    /// The log of `store`.
+    pub fn new(store: Store) -> LogStore {
+        LogStore { store }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, SErr> {
+        self.store.entries(range).map_err(|e| StorageIOError::read_logs(anyerr(e)).into())
+    }
+}
+
+/// A string error in openraft's error type.
+fn anyerr(e: String) -> openraft::AnyError {
+    openraft::AnyError::error(e)
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, SErr> {
+        let read = |e: String| -> SErr { StorageIOError::read_logs(anyerr(e)).into() };
+        let purged: Option<LogId<NodeId>> = self.store.meta("purged").map_err(read)?;
+        let last = self.store.last_entry().map_err(read)?.map(|e| e.log_id).or(purged);
+        Ok(LogState { last_purged_log_id: purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), SErr> {
+        self.store
+            .put_meta("vote", vote, Durability::Immediate)
+            .map_err(|e| StorageIOError::write_vote(anyerr(e)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, SErr> {
+        self.store.meta("vote").map_err(|e| StorageIOError::read_vote(anyerr(e)).into())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
+        // Not synced: it only spares a replay after a restart (see the module docs).
+        self.store
+            .put_meta("committed", &committed, Durability::None)
+            .map_err(|e| StorageIOError::write(anyerr(e)).into())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, SErr> {
+        Ok(self
+            .store
+            .meta::<Option<LogId<NodeId>>>("committed")
+            .map_err(|e| -> SErr { StorageIOError::read(anyerr(e)).into() })?
+            .flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        match self.store.append(&entries) {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.clone())));
+                Err(StorageIOError::write_logs(anyerr(e)).into())
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), SErr> {
+        self.store.remove(log_id.index..).map_err(|e| StorageIOError::write_logs(anyerr(e)).into())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), SErr> {
+        let write = |e: String| -> SErr { StorageIOError::write_logs(anyerr(e)).into() };
+        self.store.put_meta("purged", &log_id, Durability::Immediate).map_err(write)?;
+        self.store.remove(..=log_id.index).map_err(write)
+    }
+}
+
+/// What the state machine holds, and what a snapshot carries.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Applied {
+    /// The last entry applied.
+    pub last: Option<LogId<NodeId>>,
+    /// The last membership applied.
+    pub membership: StoredMembership<NodeId, NodeInfo>,
+    /// The locks and sessions.
+    pub table: LockTable,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, NodeInfo>,
+    data: Vec<u8>,
+}
+
+/// Where the events of applied entries go (the node's session hub).
+pub type EventSink = Arc<dyn Fn(Vec<Event>) + Send + Sync>;
+
+/// The state machine: a [`LockTable`] in memory, shared with the node that reads it, and its
+/// snapshots in the [`Store`].
+#[derive(Clone)]
+pub struct StateMachine {
+    state: Arc<Mutex<Applied>>,
+    store: Store,
+    sink: EventSink,
+}
+
+impl StateMachine {
+    /// The state machine of `store`, starting from its last snapshot; events go to `sink`.
+    pub fn open(store: Store, sink: EventSink) -> Result<StateMachine, OpenError> {
+        let snapshot: Option<StoredSnapshot> = store
+            .meta("snapshot")
+            .map_err(|reason| OpenError::Io { dir: "(snapshot)".into(), reason })?;
+        let applied = match snapshot {
+            Some(s) => serde_json::from_slice(&s.data).map_err(|e| OpenError::Io {
+                dir: "(snapshot)".into(),
+                reason: format!("unreadable snapshot: {e}"),
+            })?,
+            None => Applied::default(),
+        };
+        Ok(StateMachine { state: Arc::new(Mutex::new(applied)), store, sink })
+    }
+
+    /// Read the state (briefly: appliers wait meanwhile).
+    pub fn read<T>(&self, f: impl FnOnce(&Applied) -> T) -> T {
+        f(&lock(&self.state))
+    }
+
+    fn build(&self) -> Result<Snapshot<TypeConfig>, String> {
+        let (data, last, membership) = {
+            let s = lock(&self.state);
+            (serde_json::to_vec(&*s).map_err(|e| e.to_string())?, s.last, s.membership.clone())
+        };
+        let snapshot_id = last.map_or_else(|| "empty".to_string(), |l| l.to_string());
+        let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id };
+        let stored = StoredSnapshot { meta: meta.clone(), data: data.clone() };
+        self.store.put_meta("snapshot", &stored, Durability::Immediate)?;
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
+        self.build().map_err(|e| StorageIOError::write_snapshot(None, anyerr(e)).into())
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, NodeInfo>), SErr> {
+        let s = lock(&self.state);
+        Ok((s.last, s.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut events = Vec::new();
+        let mut outcomes = Vec::new();
+        {
+            let mut s = lock(&self.state);
+            for entry in entries {
+                s.last = Some(entry.log_id);
+                let outcome = match entry.payload {
+                    EntryPayload::Blank => Outcome::Nothing,
+                    EntryPayload::Normal(ref command) => {
+                        s.table.apply(entry.log_id.index, command, &mut events)
+                    }
+                    EntryPayload::Membership(ref m) => {
+                        s.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                        Outcome::Nothing
+                    }
+                };
+                outcomes.push(outcome);
+            }
+        }
+        if !events.is_empty() {
+            (self.sink)(events);
+        }
+        Ok(outcomes)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, NodeInfo>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), SErr> {
+        let data = snapshot.into_inner();
+        let fail = |e: String| -> SErr {
+            StorageIOError::write_snapshot(Some(meta.signature()), anyerr(e)).into()
+        };
+        let applied: Applied = serde_json::from_slice(&data).map_err(|e| fail(e.to_string()))?;
+        let stored = StoredSnapshot { meta: meta.clone(), data };
+        self.store.put_meta("snapshot", &stored, Durability::Immediate).map_err(fail)?;
+        *lock(&self.state) = applied;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
+        let stored: Option<StoredSnapshot> = self
+            .store
+            .meta("snapshot")
+            .map_err(|e| -> SErr { StorageIOError::read_snapshot(None, anyerr(e)).into() })?;
+        Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}
+
+/// A request from one peer to another.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerRequest {
+    /// The first frame on a connection: who dials, from which cluster.
+    Hello {
+        /// The cluster token.
+        cluster: String,
+        /// The dialling node.
+        from: NodeId,
+    },
+    /// Raft's AppendEntries.
+    Append(AppendEntriesRequest<TypeConfig>),
+    /// Raft's RequestVote.
+    Vote(VoteRequest<NodeId>),
+    /// A snapshot chunk.
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// A peer's answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerReply {
+    /// The hello was accepted, or why not.
+    Hello(Result<(), String>),
+    /// To [`PeerRequest::Append`].
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// To [`PeerRequest::Vote`].
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// To [`PeerRequest::Snapshot`].
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+}
+
+/// Dials peers for openraft (one [`Peer`] per replication stream or election).
+#[derive(Clone)]
+pub struct Network {
+    /// The cluster token sent in every hello.
+    pub cluster: String,
+    /// This node.
+    pub me: NodeId,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
+        Peer { net: self.clone(), target, addr: node.peer.clone(), conn: None }
+    }
+}
+
+/// One connection to one peer, dialled on first use and again after any failure.
+pub struct Peer {
+    net: Network,
+    target: NodeId,
+    addr: String,
+    conn: Option<TcpStream>,
+}
+
+/// How long dialling a peer may take.
+const DIAL_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Peer {
+    async fn dial(&self) -> std::io::Result<TcpStream> {
+        let mut s = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "dial timed out"))??;
+        s.set_nodelay(true)?;
+        let hello = PeerRequest::Hello { cluster: self.net.cluster.clone(), from: self.net.me };
+        s.write_all(&encode(&hello)).await?;
+        match read_frame::<PeerReply, _>(&mut s, MAX_PEER_FRAME).await? {
+            Some(PeerReply::Hello(Ok(()))) => Ok(s),
+            Some(PeerReply::Hello(Err(why))) => Err(std::io::Error::other(why)),
+            _ => Err(std::io::Error::other("the peer did not answer the hello")),
+        }
+    }
+
+    /// Send `request` and read the answer within `ttl`; any failure drops the connection.
+    async fn call(&mut self, request: &PeerRequest, ttl: Duration) -> std::io::Result<PeerReply> {
+        let attempt = async {
+            if self.conn.is_none() {
+                self.conn = Some(self.dial().await?);
+            }
+            let conn = self.conn.as_mut().expect("dialled above");
+            conn.write_all(&encode(request)).await?;
+            read_frame::<PeerReply, _>(conn, MAX_PEER_FRAME)
+                .await?
+                .ok_or_else(|| std::io::Error::other("the peer closed the connection"))
+        };
+        let result = match tokio::time::timeout(ttl, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time")),
+        };
+        if result.is_err() {
+            self.conn = None;
+        }
+        result
+    }
+
+    fn net_err<E: std::error::Error>(&self, e: std::io::Error) -> RPCError<NodeId, NodeInfo, E> {
+        let e =
+            std::io::Error::new(e.kind(), format!("peer {} at {}: {e}", self.target, self.addr));
+        RPCError::Network(NetworkError::new(&e))
+    }
+}
+
+/// A remote [`RaftError`] as openraft's network layer reports it.
+fn remote_raft<E: std::error::Error>(
+    target: NodeId,
+    e: RaftError<NodeId, E>,
+) -> RPCError<NodeId, NodeInfo, RaftError<NodeId, E>> {
+    RPCError::RemoteError(RemoteError::new(target, e))
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+        match self.call(&PeerRequest::Append(rpc), option.hard_ttl()).await {
+            Ok(PeerReply::Append(r)) => r.map_err(|e| remote_raft(self.target, e)),
+            Ok(_) => Err(self.net_err(std::io::Error::other("mismatched answer"))),
+            Err(e) => Err(self.net_err(e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self.call(&PeerRequest::Snapshot(rpc), option.hard_ttl()).await {
+            Ok(PeerReply::Snapshot(r)) => r.map_err(|e| remote_raft(self.target, e)),
+            Ok(_) => Err(self.net_err(std::io::Error::other("mismatched answer"))),
+            Err(e) => Err(self.net_err(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+        match self.call(&PeerRequest::Vote(rpc), option.hard_ttl()).await {
+            Ok(PeerReply::Vote(r)) => r.map_err(|e| remote_raft(self.target, e)),
+            Ok(_) => Err(self.net_err(std::io::Error::other("mismatched answer"))),
+            Err(e) => Err(self.net_err(e)),
+        }
+    }
+}

@@ -1,0 +1,654 @@
+//! A node of the service: its command line, its Raft, its two listeners (clients and peers),
+//! the hub that pushes grants down the waiters' connections, and the leader's session clock.
+//!
+//! **Sessions are kept by the leader's monotonic clock.** A keep-alive is answered only after
+//! the leader confirmed with a quorum that it still leads (openraft's `is_leader`, one
+//! heartbeat round); the leader then notes the time it *received* the keep-alive. When a
+//! session's last keep-alive is a whole TTL old, the leader proposes [`Command::Expire`], and
+//! the session ends when that entry commits: every replica ends it at the same log position,
+//! and no wall clock is read anywhere. A leader that has just taken over counts every session
+//! from the moment it saw itself lead (Chubby's rule; the argument is in the crate docs).
+
+use crate::proto::{
+    decode, encode, read_bytes, ClientFrame, ErrorKind, Push, Reply, Request, ServerFrame,
+    SessionId, Status, MAX_CLIENT_FRAME, MAX_PEER_FRAME,
+};
+use crate::raft::{
+    LogStore, Network, NodeId, NodeInfo, OpenError, PeerReply, PeerRequest, Raft, StateMachine,
+    Store,
+};
+use crate::state::{Command, Event, Outcome};
+use openraft::{ServerState, SnapshotPolicy};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The shortest session TTL a server accepts.
+pub const MIN_TTL: Duration = Duration::from_millis(200);
+/// The longest session TTL a server accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+
+/// `lock-server`'s command line.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "lock-server",
+    about = "A node of the lock service: a replicated lock store with server-kept sessions, \
+             FIFO queues and grants pushed to the waiter",
+    long_about = "A node of the lock service: locks replicated with Raft (openraft), the log \
+                  fsynced in a redb file before anything is acknowledged, sessions kept alive \
+                  by the leader's monotonic clock, a FIFO queue per lock, and every grant \
+                  pushed down the waiter's connection in the same commit as the release that \
+                  freed it. Fencing token: the Raft index of the granting entry.\n\n\
+                  Start every node of a cluster with the same --cluster list and --init the \
+                  first time:\n  lock-server --id 0 --data-dir /var/lib/locks/0 --init \\\n    \
+                  --cluster 0=10.0.0.1:7400/10.0.0.1:7401,1=10.0.0.2:7400/10.0.0.2:7401,\
+                  2=10.0.0.3:7400/10.0.0.3:7401\nA single node is a cluster of one \
+                  (--cluster 0=127.0.0.1:7400/127.0.0.1:7401). Logs go to standard error \
+                  (RUST_LOG=debug for more)."
+)]
+pub struct ServerArgs {
+    /// This node's id: one of the ids in --cluster.
+    #[arg(long)]
+    pub id: NodeId,
+    /// Every node as ID=PEER_ADDR/CLIENT_ADDR, comma-separated: where the other nodes reach
+    /// its peer port and where clients reach its client port.
+    #[arg(long, value_parser = parse_cluster)]
+    pub cluster: ClusterSpec,
+    /// The directory of this node's log, vote and snapshots (made if missing). It belongs to
+    /// this node of this cluster: a node started on another's directory refuses to start.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Bootstrap the cluster from --cluster if this node's log is empty (the first start);
+    /// harmless later. Give it to every node of a new cluster.
+    #[arg(long)]
+    pub init: bool,
+    /// A name shared by the nodes of one cluster: a node of another cluster is refused.
+    #[arg(long, default_value = "lock-service")]
+    pub cluster_token: String,
+    /// Listen for clients here instead of this node's CLIENT_ADDR in --cluster (behind a
+    /// proxy, say).
+    #[arg(long)]
+    pub listen_client: Option<SocketAddr>,
+    /// Listen for peers here instead of this node's PEER_ADDR in --cluster.
+    #[arg(long)]
+    pub listen_peer: Option<SocketAddr>,
+    /// The leader's heartbeat interval, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub heartbeat_ms: u64,
+    /// The shortest election timeout, in milliseconds (the longest is twice this): how long
+    /// followers wait for a silent leader before electing another.
+    #[arg(long, default_value_t = 300)]
+    pub election_ms: u64,
+    /// Take a snapshot (and trim the log) after this many entries.
+    #[arg(long, default_value_t = 20_000)]
+    pub snapshot_every: u64,
+}
+
+/// The cluster's nodes by id.
+pub type ClusterSpec = BTreeMap<NodeId, NodeInfo>;
+
+/// Parse `ID=PEER/CLIENT,...`.
+pub fn parse_cluster(s: &str) -> Result<ClusterSpec, String> {
+    let mut nodes = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addrs) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: expected ID=PEER_ADDR/CLIENT_ADDR"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|e| format!("{part:?}: node id {id:?} is not a number: {e}"))?;
+        let (peer, client) = addrs
+            .split_once('/')
+            .ok_or_else(|| format!("{part:?}: expected ID=PEER_ADDR/CLIENT_ADDR"))?;
+        for a in [peer, client] {
+            if !a.contains(':') {
+                return Err(format!("{part:?}: {a:?} is not HOST:PORT"));
+            }
+        }
+        let info = NodeInfo { peer: peer.into(), client: client.into() };
+        if nodes.insert(id, info).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    if nodes.is_empty() {
+        return Err("the cluster lists no node".into());
+    }
+    Ok(nodes)
+}
+
+/// Why a node cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The command line is inconsistent.
+    #[error("{0}")]
+    Config(String),
+    /// The data directory cannot be used.
+    #[error(transparent)]
+    Data(#[from] OpenError),
+    /// A listener cannot be bound.
+    #[error("cannot listen for {what} on {addr}: {source}")]
+    Listen {
+        /// "clients" or "peers".
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Raft failed to start.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection's outgoing frames.
+type Outbox = mpsc::UnboundedSender<Vec<u8>>;
+
+/// Where each session's connection is, to push its grants.
+#[derive(Default)]
+struct Hub {
+    conns: Mutex<HashMap<SessionId, Outbox>>,
+}
+
+impl Hub {
+    fn attach(&self, session: SessionId, out: &Outbox) {
+        lock(&self.conns).insert(session, out.clone());
+    }
+
+    fn deliver(&self, events: Vec<Event>) {
+        let mut conns = lock(&self.conns);
+        for event in events {
+            match event {
+                Event::Granted { session, lock, owner, token } => {
+                    if let Some(out) = conns.get(&session) {
+                        let _ = out.send(encode(&ServerFrame::Push(Push::Granted {
+                            lock,
+                            owner,
+                            token,
+                        })));
+                    }
+                }
+                Event::Ended { session, reason } => {
+                    if let Some(out) = conns.remove(&session) {
+                        let _ = out.send(encode(&ServerFrame::Push(Push::SessionEnded { reason })));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The leader's view of its sessions' liveness (empty on followers).
+#[derive(Default)]
+struct Leadership {
+    /// The term this node leads in, if it does.
+    term: Option<u64>,
+    /// When each session was last heard from (or first seen by this leader).
+    seen: HashMap<SessionId, Instant>,
+    /// Sessions whose expiry is being committed.
+    expiring: HashSet<SessionId>,
+}
+
+/// A running node.
+pub struct Node {
+    id: NodeId,
+    raft: Raft,
+    sm: StateMachine,
+    hub: Arc<Hub>,
+    lead: Mutex<Leadership>,
+    client_addr: SocketAddr,
+    peer_addr: SocketAddr,
+    token: String,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Node {
+    /// Start a node as `args` say: open its data directory, bind its listeners, bootstrap
+    /// the cluster if asked and new, and serve until [`Node::shutdown`].
+    pub async fn start(args: &ServerArgs) -> Result<Arc<Node>, ServerError> {
+        let me = args.cluster.get(&args.id).ok_or_else(|| {
+            ServerError::Config(format!(
+                "--cluster lists no node with id {} (it lists {:?})",
+                args.id,
+                args.cluster.keys().collect::<Vec<_>>()
+            ))
+        })?;
+        let client_listen = listen_addr(args.listen_client, &me.client, "clients")?;
+        let peer_listen = listen_addr(args.listen_peer, &me.peer, "peers")?;
+        let clients = bind(client_listen, "clients").await?;
+        let peers = bind(peer_listen, "peers").await?;
+        let store = Store::open(&args.data_dir, &args.cluster_token, args.id)?;
+        let hub = Arc::new(Hub::default());
+        let sink_hub = hub.clone();
+        let sm = StateMachine::open(store.clone(), Arc::new(move |e| sink_hub.deliver(e)))?;
+        let config = openraft::Config {
+            cluster_name: args.cluster_token.clone(),
+            heartbeat_interval: args.heartbeat_ms,
+            election_timeout_min: args.election_ms,
+            election_timeout_max: args.election_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| ServerError::Config(format!("raft timings: {e}")))?;
+        let network = Network { cluster: args.cluster_token.clone(), me: args.id };
+        let raft = Raft::new(args.id, Arc::new(config), network, LogStore::new(store), sm.clone())
+            .await
+            .map_err(|e| ServerError::Raft(e.to_string()))?;
+        if args.init
+            && !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?
+        {
+            // Every node of a new cluster may do this with the same list: the first
+            // membership entry is the same everywhere.
+            if let Err(e) = raft.initialize(args.cluster.clone()).await {
+                tracing::warn!("bootstrap: {e}");
+            }
+        }
+        let node = Arc::new(Node {
+            id: args.id,
+            raft,
+            sm,
+            hub,
+            lead: Mutex::default(),
+            client_addr: clients
+                .local_addr()
+                .map_err(|e| listen_err("clients", client_listen, e))?,
+            peer_addr: peers.local_addr().map_err(|e| listen_err("peers", peer_listen, e))?,
+            token: args.cluster_token.clone(),
+            tasks: Mutex::default(),
+        });
+        let tasks = vec![
+            tokio::spawn(accept_clients(node.clone(), clients)),
+            tokio::spawn(accept_peers(node.clone(), peers)),
+            tokio::spawn(keep_sessions(node.clone())),
+        ];
+        *lock(&node.tasks) = tasks;
+        tracing::info!(
+            "node {} serving clients on {} and peers on {}",
+            node.id,
+            node.client_addr,
+            node.peer_addr
+        );
+        Ok(node)
+    }
+
+    /// Where this node listens for clients.
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    /// Stop serving and shut Raft down.
+    pub async fn shutdown(&self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        let _ = self.raft.shutdown().await;
+    }
+
+    /// This node's view of the cluster.
+    pub fn status(&self) -> Status {
+        let m = self.raft.metrics().borrow().clone();
+        let leader_addr = m
+            .current_leader
+            .and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.client.clone()));
+        Status {
+            id: self.id,
+            leader: m.current_leader,
+            leader_addr,
+            term: m.current_term,
+            applied: m.last_applied.map(|l| l.index),
+            sessions: self.sm.read(|a| a.table.session_count()),
+        }
+    }
+
+    /// The answer to a request this node cannot serve because it does not lead.
+    fn not_leader(&self, hint: Option<&NodeInfo>) -> Reply {
+        let leader = hint.map(|n| n.client.clone()).or_else(|| self.status().leader_addr);
+        Reply::NotLeader { leader }
+    }
+
+    /// Commit `command` and return what applying it did.
+    async fn write(&self, command: Command) -> Result<Outcome, Reply> {
+        match self.raft.client_write(command).await {
+            Ok(r) => Ok(r.data),
+            Err(e) => match e.forward_to_leader() {
+                Some(f) => Err(self.not_leader(f.leader_node.as_ref())),
+                None => Err(unavailable(e)),
+            },
+        }
+    }
+
+    /// Confirm with a quorum that this node still leads.
+    async fn confirm_leader(&self) -> Result<(), Reply> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.forward_to_leader() {
+                Some(f) => Err(self.not_leader(f.leader_node.as_ref())),
+                None => Err(unavailable(e)),
+            },
+        }
+    }
+
+    /// Note that `session` was heard from now (on the leader).
+    fn touch(&self, session: SessionId) {
+        let mut lead = lock(&self.lead);
+        if lead.term.is_some() {
+            lead.seen.insert(session, Instant::now());
+        }
+    }
+
+    async fn handle(&self, request: Request, out: &Outbox) -> Reply {
+        match request {
+            Request::Status => Reply::Status(self.status()),
+            Request::Open { ttl_ms } => self.open(ttl_ms, out).await,
+            Request::Resume { session } => {
+                if let Err(r) = self.confirm_leader().await {
+                    return r;
+                }
+                // Attach before reading what it holds: a grant applied in between is then
+                // pushed as well as listed, never lost.
+                self.hub.attach(session, out);
+                if !self.sm.read(|a| a.table.has_session(session)) {
+                    return session_gone(session);
+                }
+                self.touch(session);
+                Reply::Resumed { held: self.sm.read(|a| a.table.held_by(session)) }
+            }
+            Request::KeepAlive { session } => {
+                if let Err(r) = self.confirm_leader().await {
+                    return r;
+                }
+                if !self.sm.read(|a| a.table.has_session(session)) {
+                    return session_gone(session);
+                }
+                self.touch(session);
+                Reply::Alive
+            }
+            Request::Acquire { session, lock, owner, wait } => {
+                if let Err(r) = check_ids(&lock, &owner) {
+                    return r;
+                }
+                self.commit(Command::Acquire { session, lock, owner, wait }).await
+            }
+            Request::Release { session, lock, owner } => {
+                if let Err(r) = check_ids(&lock, &owner) {
+                    return r;
+                }
+                self.commit(Command::Release { session, lock, owner }).await
+            }
+            Request::Close { session } => match self.commit(Command::Close { session }).await {
+                Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,
+                r => r,
+            },
+        }
+    }
+
+    async fn open(&self, ttl_ms: u64, out: &Outbox) -> Reply {
+        let ttl = Duration::from_millis(ttl_ms);
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return bad_request(format!(
+                "session TTL {ttl:?} is out of range: {MIN_TTL:?} to {MAX_TTL:?}"
+            ));
+        }
+        match self.write(Command::Open { ttl_ms }).await {
+            Ok(Outcome::Opened(session)) => {
+                self.hub.attach(session, out);
+                self.touch(session);
+                Reply::Opened { session }
+            }
+            Ok(other) => unexpected(other),
+            Err(r) => r,
+        }
+    }
+
+    async fn commit(&self, command: Command) -> Reply {
+        let session = match &command {
+            Command::Acquire { session, .. }
+            | Command::Release { session, .. }
+            | Command::Close { session }
+            | Command::Expire { session } => *session,
+            Command::Open { .. } => 0,
+        };
+        match self.write(command).await {
+            Ok(Outcome::Granted(token)) => Reply::Granted { token },
+            Ok(Outcome::Queued) => Reply::Queued,
+            Ok(Outcome::Busy) => Reply::Busy,
+            Ok(Outcome::Released) => Reply::Released,
+            Ok(Outcome::Cancelled) => Reply::Cancelled,
+            Ok(Outcome::NotHeld) => Reply::NotHeld,
+            Ok(Outcome::Ended) => Reply::Closed,
+            Ok(Outcome::SessionGone) => session_gone(session),
+            Ok(other) => unexpected(other),
+            Err(r) => r,
+        }
+    }
+
+    /// One round of the leader's session clock: expire every session silent for its TTL.
+    fn expire_silent(self: &Arc<Self>) {
+        let m = self.raft.metrics().borrow().clone();
+        let leads = m.state == ServerState::Leader && m.current_leader == Some(self.id);
+        let now = Instant::now();
+        let mut lead = lock(&self.lead);
+        if !leads {
+            *lead = Leadership::default();
+            return;
+        }
+        if lead.term != Some(m.current_term) {
+            // A new term: every session starts a whole TTL from now (Chubby's rule).
+            *lead = Leadership { term: Some(m.current_term), ..Leadership::default() };
+        }
+        let sessions: Vec<(SessionId, u64)> = self.sm.read(|a| a.table.sessions().collect());
+        let live: HashSet<SessionId> = sessions.iter().map(|(s, _)| *s).collect();
+        lead.seen.retain(|s, _| live.contains(s));
+        for (session, ttl_ms) in sessions {
+            let seen = *lead.seen.entry(session).or_insert(now);
+            if now.duration_since(seen) >= Duration::from_millis(ttl_ms)
+                && lead.expiring.insert(session)
+            {
+                let node = self.clone();
+                tokio::spawn(async move {
+                    if let Err(r) = node.write(Command::Expire { session }).await {
+                        tracing::debug!("expiring session {session}: {r:?}");
+                    }
+                    lock(&node.lead).expiring.remove(&session);
+                });
+            }
+        }
+    }
+}
+
+fn listen_addr(
+    given: Option<SocketAddr>,
+    advertised: &str,
+    what: &'static str,
+) -> Result<SocketAddr, ServerError> {
+    match given {
+        Some(a) => Ok(a),
+        None => advertised.parse().map_err(|e| {
+            ServerError::Config(format!(
+                "this node's {what} address {advertised:?} is not IP:PORT ({e}); \
+                 give --listen-{} explicitly",
+                if what == "clients" { "client" } else { "peer" }
+            ))
+        }),
+    }
+}
+
+fn listen_err(what: &'static str, addr: SocketAddr, source: std::io::Error) -> ServerError {
+    ServerError::Listen { what, addr: addr.to_string(), source }
+}
+
+async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|e| listen_err(what, addr, e))
+}
+
+fn bad_request(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::BadRequest, message }
+}
+
+fn session_gone(session: SessionId) -> Reply {
+    Reply::Error {
+        kind: ErrorKind::SessionGone,
+        message: format!("session {session} expired or was closed"),
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Reply {
+    Reply::Error { kind: ErrorKind::Unavailable, message: e.to_string() }
+}
+
+fn unexpected(o: Outcome) -> Reply {
+    unavailable(format!("unexpected outcome {o:?}"))
+}
+
+fn check_ids(lock: &str, owner: &str) -> Result<(), Reply> {
+    lock_core::lock::validate_id("lock id", lock)
+        .and_then(|_| lock_core::lock::validate_id("owner id", owner))
+        .map_err(|e| bad_request(e.to_string()))
+}
+
+async fn accept_clients(node: Arc<Node>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_client(node.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!("accepting a client: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serve one client connection: requests run concurrently, replies and pushes share one
+/// writer. A malformed frame is answered with an error (request id 0) and the connection
+/// goes on; an oversized or truncated one closes the connection.
+async fn serve_client(node: Arc<Node>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let (out, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = outbox.recv().await {
+            if wr.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let bytes = match read_bytes(&mut rd, MAX_CLIENT_FRAME).await {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => {
+                let reply = bad_request(format!("connection closed: {e}"));
+                let _ = out.send(encode(&ServerFrame::Reply { id: 0, body: reply }));
+                break;
+            }
+        };
+        let frame: ClientFrame = match decode(&bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                let reply = bad_request(e.to_string());
+                let _ = out.send(encode(&ServerFrame::Reply { id: 0, body: reply }));
+                continue;
+            }
+        };
+        let node = node.clone();
+        let out = out.clone();
+        tokio::spawn(async move {
+            let body = node.handle(frame.body, &out).await;
+            let _ = out.send(encode(&ServerFrame::Reply { id: frame.id, body }));
+        });
+    }
+    drop(out);
+    let _ = writer.await;
+}
+
+async fn accept_peers(node: Arc<Node>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_peer(node.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!("accepting a peer: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serve one peer connection: a hello naming our cluster, then Raft's requests in turn.
+async fn serve_peer(node: Arc<Node>, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    match crate::proto::read_frame::<PeerRequest, _>(&mut stream, MAX_PEER_FRAME).await {
+        Ok(Some(PeerRequest::Hello { cluster, from })) if cluster == node.token => {
+            if stream.write_all(&encode(&PeerReply::Hello(Ok(())))).await.is_err() {
+                return;
+            }
+            tracing::debug!("peer {from} connected");
+        }
+        Ok(Some(PeerRequest::Hello { cluster, from })) => {
+            let why = format!(
+                "node {} belongs to cluster {:?}, not {cluster:?} (node {from} dialled it)",
+                node.id, node.token
+            );
+            tracing::warn!("{why}");
+            let _ = stream.write_all(&encode(&PeerReply::Hello(Err(why)))).await;
+            return;
+        }
+        _ => return,
+    }
+    loop {
+        let request =
+            match crate::proto::read_frame::<PeerRequest, _>(&mut stream, MAX_PEER_FRAME).await {
+                Ok(Some(r)) => r,
+                _ => return,
+            };
+        let reply = match request {
+            PeerRequest::Append(r) => PeerReply::Append(node.raft.append_entries(r).await),
+            PeerRequest::Vote(r) => PeerReply::Vote(node.raft.vote(r).await),
+            PeerRequest::Snapshot(r) => PeerReply::Snapshot(node.raft.install_snapshot(r).await),
+            PeerRequest::Hello { .. } => return,
+        };
+        if stream.write_all(&encode(&reply)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The leader's session clock; see the module docs.
+async fn keep_sessions(node: Arc<Node>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        node.expire_silent();
+    }
+}
+
+/// Run a node until SIGINT or SIGTERM.
+pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
+    let node = Node::start(&args).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ServerError::Config(format!("cannot watch SIGTERM: {e}")))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("node {} shutting down", node.id);
+    node.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! The workspace's own lock service (`lock-server`, crate `lock-service`): a cluster of nodes
+//! ([`ServiceCluster`]) in the same shape as etcd's and ZooKeeper's.
+//!
+//! The program is not a Debian package but a binary of this workspace, so the engine is made
+//! with its path ([`LockService::new`]): a test of `lock-service` passes
+//! `env!("CARGO_BIN_EXE_lock-server")`, the harness its own executable with the subcommand
+//! that runs a node. Node ids are member indices; each node's `--cluster` entry names its
+//! proxies (peer and client), and it listens on ports of its own behind them.
+
+use crate::cluster::{Cluster, ClusterEngine, Layout, Start};
+use crate::process::Launch;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The client port's role.
+const CLIENT: usize = 0;
+/// The peer port's role.
+const PEER: usize = 1;
+
+/// A cluster of lock-service nodes on loopback (see [`Cluster`]).
+pub type ServiceCluster = Cluster<LockService>;
+
+/// The lock-service engine: how to run a node.
+#[derive(Clone, Debug)]
+pub struct LockService {
+    program: PathBuf,
+    prefix: Vec<String>,
+}
+
+impl LockService {
+    /// Nodes run by `program` (the `lock-server` binary).
+    pub fn new(program: impl Into<PathBuf>) -> LockService {
+        LockService { program: program.into(), prefix: Vec::new() }
+    }
+
+    /// Nodes run by `program` with `prefix` before the node's arguments (a subcommand of a
+    /// bigger binary).
+    pub fn with_prefix(program: impl Into<PathBuf>, prefix: &[&str]) -> LockService {
+        LockService {
+            program: program.into(),
+            prefix: prefix.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+const LAUNCH: Launch = Launch {
+    program: "lock-server",
+    missing: "the lock-server binary was not found (build it: cargo build -p lock-service)",
+    name: "lock-server",
+    probe: "Status",
+    log: "lock-server.log",
+    log_on_timeout: true,
+    ready: answers,
+    deadline: Duration::from_secs(20),
+    poll: Duration::from_millis(50),
+};
+
+/// Ask the node at loopback `port` for its status: the JSON of its answer.
+pub fn service_status(port: u16) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    )?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let body = br#"{"id":1,"body":"Status"}"#;
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    s.write_all(&frame)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut answer)?;
+    String::from_utf8(answer).map_err(std::io::Error::other)
+}
+
+/// The number after `"key":` in a JSON text (`None` for `null`).
+fn json_u64(json: &str, key: &str) -> Option<u64> {
+    let start = json.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let digits: String = json[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn answers(port: u16) -> bool {
+    service_status(port).is_ok_and(|a| a.contains("\"Status\""))
+}
+
+impl ClusterEngine for LockService {
+    const LAUNCH: &'static Launch = &LAUNCH;
+    const KIND: &'static str = "service";
+    const PORTS: &'static [&'static str] = &["client", "peer"];
+    const FORMATION: Duration = Duration::from_secs(20);
+
+    fn check(&self) -> Result<(), String> {
+        if self.program.exists() {
+            Ok(())
+        } else {
+            Err(format!("{}: {}", self.program.display(), LAUNCH.missing))
+        }
+    }
+
+    fn command(
+        &self,
+        layout: &Layout,
+        i: usize,
+        dir: &Path,
+        start: Start,
+    ) -> Result<Command, String> {
+        let addr = |port: u16| format!("127.0.0.1:{port}");
+        let cluster: Vec<String> = (0..layout.members())
+            .map(|j| {
+                format!("{j}={}/{}", addr(layout.reach(j, PEER)), addr(layout.reach(j, CLIENT)))
+            })
+            .collect();
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.prefix)
+            .args(["--id", &i.to_string()])
+            .args(["--cluster", &cluster.join(",")])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client", &addr(layout.listen(i, CLIENT))])
+            .args(["--listen-peer", &addr(layout.listen(i, PEER))])
+            .args(["--cluster-token", layout.token()]);
+        if start == Start::New {
+            cmd.arg("--init");
+        }
+        Ok(cmd)
+    }
+
+    /// The node a majority of all nodes name as leader in their status.
+    fn leader(&self, cluster: &Cluster<Self>) -> Option<usize> {
+        let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
+        for i in (0..cluster.len()).filter(|&i| cluster.is_up(i)) {
+            let Ok(status) = service_status(cluster.direct_addr(i).port()) else {
+                continue;
+            };
+            if let Some(leader) = json_u64(&status, "leader") {
+                *votes.entry(leader).or_default() += 1;
+            }
+        }
+        let (id, _) = votes.into_iter().find(|(_, n)| *n > cluster.len() / 2)?;
+        usize::try_from(id).ok().filter(|&i| i < cluster.len())
+    }
+}
+
+impl Cluster<LockService> {
+    /// The client addresses of every node (its client proxies), as the client takes them.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.len()).map(|i| self.client_addr(i).to_string()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_read_from_status_json() {
+        let json = r#"{"Reply":{"id":1,"body":{"Status":{"id":2,"leader":1,"leader_addr":"x","term":4}}}}"#;
+        assert_eq!(json_u64(json, "leader"), Some(1));
+        assert_eq!(json_u64(json, "term"), Some(4));
+        assert_eq!(json_u64(r#"{"leader":null}"#, "leader"), None);
+    }
+}
