@@ -50,6 +50,10 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Told of every request sent.
     pub on_request: Option<RequestHook>,
+    /// Dial the leader a follower names (its advertised client address). Off, the client
+    /// dials only the endpoints it was given, in turn: for a client that must reach the
+    /// service through addresses of its own (a proxy, a tunnel).
+    pub follow_leader_hints: bool,
 }
 
 impl Default for ClientConfig {
@@ -59,6 +63,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(5),
             on_request: None,
+            follow_leader_hints: true,
         }
     }
 }
@@ -221,7 +226,8 @@ async fn find_leader(
                 Ok(Reply::NotLeader { leader }) => {
                     conn.close();
                     failures.push(format!("{addr}: not the leader"));
-                    if let Some(l) = leader.filter(|l| *l != addr) {
+                    let follow = shared.config.follow_leader_hints;
+                    if let Some(l) = leader.filter(|l| *l != addr && follow) {
                         hint = Some(l);
                         break;
                     }
@@ -367,7 +373,7 @@ impl Session {
             let conn = self.connection(hint.take(), deadline).await?;
             let last = match conn.request(&self.shared, body.clone(), deadline).await {
                 Ok(Reply::NotLeader { leader }) => {
-                    hint = leader;
+                    hint = leader.filter(|_| self.shared.config.follow_leader_hints);
                     self.drop_conn(&conn).await;
                     format!("{}: not the leader", conn.addr)
                 }
