@@ -101,8 +101,28 @@ fn kind_of(request: &Request) -> &'static str {
 /// What every session of a client shares.
 struct Shared {
     endpoints: Vec<String>,
+    /// The endpoints in the order to try them: the last leader first, failures last.
+    order: Mutex<Vec<String>>,
     config: ClientConfig,
     next_id: AtomicU64,
+}
+
+impl Shared {
+    fn promote(&self, addr: &str) {
+        let mut order = lock(&self.order);
+        if let Some(at) = order.iter().position(|a| a == addr) {
+            let a = order.remove(at);
+            order.insert(0, a);
+        }
+    }
+
+    fn demote(&self, addr: &str) {
+        let mut order = lock(&self.order);
+        if let Some(at) = order.iter().position(|a| a == addr) {
+            let a = order.remove(at);
+            order.push(a);
+        }
+    }
 }
 
 /// One connection to one node: a writer, a reader that routes replies by id and pushes to the
@@ -199,7 +219,10 @@ impl Conn {
     }
 }
 
-/// Dial nodes until one that leads answers `first`: the hint first, then every endpoint.
+/// Dial nodes until one that leads answers `first`: the hint first, then every endpoint, the
+/// ones that answered last time first. Each attempt gets [`ClientConfig::connect_timeout`] to
+/// connect and as long again to answer, so a dead node (or one cut off behind a proxy that
+/// still accepts) costs at most that before the next is tried.
 async fn find_leader(
     shared: &Shared,
     first: &Request,
@@ -210,19 +233,21 @@ async fn find_leader(
     let mut failures: Vec<String> = Vec::new();
     loop {
         let mut candidates: Vec<String> = hint.take().into_iter().collect();
-        candidates.extend(shared.endpoints.iter().cloned());
+        candidates.extend(lock(&shared.order).iter().cloned());
         for addr in candidates {
             if Instant::now() >= deadline {
                 break;
             }
+            let attempt = deadline.min(Instant::now() + shared.config.connect_timeout * 2);
             let conn = match Conn::dial(&addr, shared, pushes.clone()).await {
                 Ok(c) => c,
                 Err(e) => {
+                    shared.demote(&addr);
                     failures.push(format!("{addr}: {e}"));
                     continue;
                 }
             };
-            match conn.request(shared, first.clone(), deadline).await {
+            match conn.request(shared, first.clone(), attempt).await {
                 Ok(Reply::NotLeader { leader }) => {
                     conn.close();
                     failures.push(format!("{addr}: not the leader"));
@@ -236,9 +261,13 @@ async fn find_leader(
                     conn.close();
                     failures.push(format!("{addr}: {message}"));
                 }
-                Ok(reply) => return Ok((conn, reply)),
+                Ok(reply) => {
+                    shared.promote(&addr);
+                    return Ok((conn, reply));
+                }
                 Err(e) => {
                     conn.close();
+                    shared.demote(&addr);
                     failures.push(e);
                 }
             }
@@ -498,8 +527,12 @@ impl ServiceClient {
                 crate::server::MAX_TTL
             )));
         }
-        let shared =
-            Arc::new(Shared { endpoints: endpoints.to_vec(), config, next_id: AtomicU64::new(1) });
+        let shared = Arc::new(Shared {
+            endpoints: endpoints.to_vec(),
+            order: Mutex::new(endpoints.to_vec()),
+            config,
+            next_id: AtomicU64::new(1),
+        });
         let client =
             ServiceClient { shared, session: Arc::default(), sessions_made: Arc::default() };
         client.live_session().await?;

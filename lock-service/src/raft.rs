@@ -17,7 +17,10 @@
 
 use crate::proto::{encode, read_frame, MAX_PEER_FRAME};
 use crate::state::{Command, Event, LockTable, Outcome};
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::Backoff;
 use openraft::network::RPCOption;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -528,32 +531,57 @@ impl Peer {
     }
 
     /// Send `request` and read the answer within `ttl`; any failure drops the connection.
-    async fn call(&mut self, request: &PeerRequest, ttl: Duration) -> std::io::Result<PeerReply> {
-        let attempt = async {
-            if self.conn.is_none() {
-                self.conn = Some(self.dial().await?);
+    async fn call(&mut self, request: &PeerRequest, ttl: Duration) -> Result<PeerReply, Failure> {
+        let started = tokio::time::Instant::now();
+        if self.conn.is_none() {
+            match tokio::time::timeout(ttl, self.dial()).await {
+                Ok(Ok(c)) => self.conn = Some(c),
+                Ok(Err(e)) => return Err(Failure::Unreachable(e)),
+                Err(_) => return Err(Failure::Unreachable(timed_out())),
             }
-            let conn = self.conn.as_mut().expect("dialled above");
+        }
+        let conn = self.conn.as_mut().expect("dialled above");
+        let attempt = async {
             conn.write_all(&encode(request)).await?;
             read_frame::<PeerReply, _>(conn, MAX_PEER_FRAME)
                 .await?
                 .ok_or_else(|| std::io::Error::other("the peer closed the connection"))
         };
-        let result = match tokio::time::timeout(ttl, attempt).await {
+        let left = ttl.saturating_sub(started.elapsed());
+        let result = match tokio::time::timeout(left, attempt).await {
             Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time")),
+            Err(_) => Err(timed_out()),
         };
-        if result.is_err() {
+        result.map_err(|e| {
             self.conn = None;
-        }
-        result
+            Failure::Lost(e)
+        })
     }
 
-    fn net_err<E: std::error::Error>(&self, e: std::io::Error) -> RPCError<NodeId, NodeInfo, E> {
-        let e =
-            std::io::Error::new(e.kind(), format!("peer {} at {}: {e}", self.target, self.addr));
-        RPCError::Network(NetworkError::new(&e))
+    /// openraft's error for a failed call: `Unreachable` when no connection could be made,
+    /// so that openraft backs off instead of dialling a dead peer in a tight loop.
+    fn net_err<E: std::error::Error>(&self, f: Failure) -> RPCError<NodeId, NodeInfo, E> {
+        let describe = |e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("peer {} at {}: {e}", self.target, self.addr))
+        };
+        match f {
+            Failure::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&describe(e))),
+            Failure::Lost(e) => RPCError::Network(NetworkError::new(&describe(e))),
+        }
     }
+}
+
+/// Why a call to a peer failed.
+#[derive(Debug)]
+enum Failure {
+    /// No connection could be made (or the peer refused our hello).
+    Unreachable(std::io::Error),
+    /// The connection failed or timed out during the call.
+    Lost(std::io::Error),
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time")
 }
 
 /// A remote [`RaftError`] as openraft's network layer reports it.
@@ -572,7 +600,7 @@ impl RaftNetwork<TypeConfig> for Peer {
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
         match self.call(&PeerRequest::Append(rpc), option.hard_ttl()).await {
             Ok(PeerReply::Append(r)) => r.map_err(|e| remote_raft(self.target, e)),
-            Ok(_) => Err(self.net_err(std::io::Error::other("mismatched answer"))),
+            Ok(_) => Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer")))),
             Err(e) => Err(self.net_err(e)),
         }
     }
@@ -587,9 +615,15 @@ impl RaftNetwork<TypeConfig> for Peer {
     > {
         match self.call(&PeerRequest::Snapshot(rpc), option.hard_ttl()).await {
             Ok(PeerReply::Snapshot(r)) => r.map_err(|e| remote_raft(self.target, e)),
-            Ok(_) => Err(self.net_err(std::io::Error::other("mismatched answer"))),
+            Ok(_) => Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer")))),
             Err(e) => Err(self.net_err(e)),
         }
+    }
+
+    /// How long to wait before dialling an unreachable peer again: short, so that a node
+    /// that comes back is caught up quickly.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(Duration::from_millis(100)))
     }
 
     async fn vote(
@@ -599,7 +633,7 @@ impl RaftNetwork<TypeConfig> for Peer {
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
         match self.call(&PeerRequest::Vote(rpc), option.hard_ttl()).await {
             Ok(PeerReply::Vote(r)) => r.map_err(|e| remote_raft(self.target, e)),
-            Ok(_) => Err(self.net_err(std::io::Error::other("mismatched answer"))),
+            Ok(_) => Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer")))),
             Err(e) => Err(self.net_err(e)),
         }
     }

@@ -1,0 +1,124 @@
+//! The service across failures of its own nodes: a killed leader, a partitioned leader, and
+//! every node killed at once. In each, a holder keeps its lock (its session resumes on the
+//! new leader within its TTL), nobody else is granted it meanwhile, and the next grant's
+//! fencing token is greater.
+
+mod support;
+
+use lock_core::{LockGuard, Locker};
+use lock_service::client::{ClientConfig, ServiceClient, ServiceLocker};
+use std::sync::Arc;
+use std::time::Duration;
+use test_servers::ServiceCluster;
+use tokio::time::Instant;
+
+/// A cluster of 3 (started off the runtime's workers).
+async fn cluster() -> Arc<ServiceCluster> {
+    Arc::new(tokio::task::spawn_blocking(|| support::cluster(3)).await.expect("cluster"))
+}
+
+/// Run a blocking cluster call off the runtime's workers.
+async fn on<T: Send + 'static>(
+    cluster: &Arc<ServiceCluster>,
+    f: impl FnOnce(&ServiceCluster) -> T + Send + 'static,
+) -> T {
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || f(&c)).await.expect("cluster call")
+}
+
+async fn locker(cluster: &ServiceCluster, name: &str, ttl: Duration) -> ServiceLocker {
+    let config = ClientConfig { ttl, ..ClientConfig::default() };
+    let client = ServiceClient::connect(&cluster.endpoints(), config).await.expect("connect");
+    client.locker(name).expect("locker")
+}
+
+/// While `guard` is held, `other` cannot take the lock, for `span`; the guard is never lost.
+async fn still_held(guard: &LockGuard, other: &ServiceLocker, span: Duration) {
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        assert!(!guard.is_lost(), "the holder lost its lock: {:?}", guard.lease_state());
+        if let Some(g) = other.try_lock(guard.lock_id()).await.expect("try_lock") {
+            panic!("granted token {} while token {} is held", g.token(), guard.token());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The lock passes on after the release, with a greater token.
+async fn passes_on(guard: LockGuard, other: &ServiceLocker) {
+    let (lock_id, token) = (guard.lock_id().to_string(), guard.token());
+    guard.release().await.expect("release");
+    let next = tokio::time::timeout(Duration::from_secs(5), other.lock(&lock_id, None))
+        .await
+        .expect("the lock did not pass on after the release")
+        .expect("lock");
+    assert!(next.token() > token, "token {} after {token}", next.token());
+    next.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_loses_no_lock_and_grants_none_twice() {
+    let cluster = cluster().await;
+    let ttl = Duration::from_secs(5);
+    let holder = locker(&cluster, "holder", ttl).await;
+    let other = locker(&cluster, "other", ttl).await;
+    let g = holder.lock("kill", None).await.expect("lock");
+    let leader = on(&cluster, |c| c.wait_for_leader(Duration::from_secs(5))).await.unwrap();
+    let killed = Instant::now();
+    on(&cluster, move |c| c.kill(leader)).await;
+    let new = on(&cluster, move |c| c.wait_for_new_leader(leader, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    eprintln!("node {new} leads {:?} after node {leader} was killed", killed.elapsed());
+    still_held(&g, &other, ttl * 2).await;
+    passes_on(g, &other).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_loses_no_lock_and_grants_none_twice() {
+    let cluster = cluster().await;
+    let ttl = Duration::from_secs(5);
+    let holder = locker(&cluster, "holder", ttl).await;
+    let other = locker(&cluster, "other", ttl).await;
+    let g = holder.lock("cut", None).await.expect("lock");
+    let leader = on(&cluster, |c| c.wait_for_leader(Duration::from_secs(5))).await.unwrap();
+    on(&cluster, move |c| c.cut_off(leader)).await;
+    let new = on(&cluster, move |c| c.wait_for_new_leader(leader, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    eprintln!("node {new} leads after node {leader} was cut off");
+    still_held(&g, &other, ttl * 2).await;
+    on(&cluster, move |c| c.heal(leader)).await;
+    still_held(&g, &other, ttl).await;
+    passes_on(g, &other).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_grant_survives_every_node_crashing_at_once() {
+    let cluster = cluster().await;
+    let ttl = Duration::from_secs(8);
+    let holder = locker(&cluster, "holder", ttl).await;
+    let other = locker(&cluster, "other", ttl).await;
+    let g = holder.lock("restart", None).await.expect("lock");
+    let waiter = {
+        let other = locker(&cluster, "waiter", ttl).await;
+        tokio::spawn(async move { other.lock("restart", None).await.map(|g| (g.token(), g)) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let down = Instant::now();
+    on(&cluster, |c| (0..c.len()).for_each(|i| c.kill(i))).await;
+    on(&cluster, |c| (0..c.len()).try_for_each(|i| c.restart(i))).await.expect("restart");
+    on(&cluster, |c| c.wait_for_leader(Duration::from_secs(10))).await.expect("leader");
+    eprintln!("every node killed and restarted; a leader {:?} later", down.elapsed());
+    still_held(&g, &other, Duration::from_secs(3)).await;
+    assert!(!waiter.is_finished(), "the waiter was granted a held lock");
+    let token = g.token();
+    g.release().await.expect("release");
+    let (next, g2) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the queued waiter was not granted after the release")
+        .unwrap()
+        .expect("lock");
+    assert!(next > token, "token {next} after {token}");
+    g2.release().await.expect("release");
+}
