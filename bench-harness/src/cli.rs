@@ -150,6 +150,10 @@ pub enum Command {
     /// Internal: one worker process of `--processes P` (reads its orders on stdin).
     #[command(hide = true)]
     Worker,
+    /// Internal: one node of the lock service `--spawn-service` starts (the options of
+    /// `lock-server`).
+    #[command(hide = true, name = "lock-server")]
+    LockServer(lock_service::server::ServerArgs),
 }
 
 #[cfg(test)]

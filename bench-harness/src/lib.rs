@@ -108,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Worker) => run::processes::worker_main(),
+        Some(Command::LockServer(args)) => Ok(lock_service::server::serve(args)?),
     }
 }
 

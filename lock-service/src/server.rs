@@ -639,6 +639,23 @@ async fn keep_sessions(node: Arc<Node>) {
     }
 }
 
+/// `lock-server`'s whole life: logs to standard error (`RUST_LOG` filters them), a runtime,
+/// and [`run`] until SIGINT or SIGTERM; an error when the node cannot start, saying why.
+pub fn serve(args: ServerArgs) -> Result<(), ServerError> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,lock_service=info".into()),
+        )
+        .try_init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ServerError::Config(format!("cannot start a runtime: {e}")))?
+        .block_on(run(args))
+}
+
 /// Run a node until SIGINT or SIGTERM.
 pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let node = Node::start(&args).await?;

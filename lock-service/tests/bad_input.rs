@@ -109,7 +109,8 @@ async fn malformed_and_oversized_frames_are_answered_and_others_are_still_served
     let addr = node.client_addr().to_string();
     let client = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            match ServiceClient::connect(std::slice::from_ref(&addr), ClientConfig::default()).await {
+            match ServiceClient::connect(std::slice::from_ref(&addr), ClientConfig::default()).await
+            {
                 Ok(c) => return c,
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }

@@ -34,6 +34,7 @@ pub mod etcd;
 pub mod redis;
 pub mod redlock;
 pub mod server_faults;
+pub mod service;
 pub mod zookeeper;
 
 pub use algorithm::{
@@ -62,6 +63,7 @@ pub static ENGINES: &[&dyn Engine] = &[
     &zookeeper::Zookeeper,
     #[cfg(feature = "etcd")]
     &etcd::Etcd,
+    &service::Service,
 ];
 
 /// Engines this build leaves out, and how to get them: `--backend` names them in its error.

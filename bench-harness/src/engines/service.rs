@@ -1,0 +1,314 @@
+//! The lock-service engine: the workspace's own lock service (`lock-service`), Raft-replicated,
+//! with server-kept sessions and grants pushed to the waiter, in wall time.
+//!
+//! Each contender gets a client of its own ([`ServiceClient`]: one connection, one session
+//! whose TTL is the run's, at least the service's minimum), as with etcd's leases and
+//! ZooKeeper's sessions. Opening a run opens one probe session: an unreachable service fails
+//! there, once, naming every endpoint and what it said.
+//!
+//! Options: `--service HOST:PORT[,…]` (or `LOCK_SERVICE_ENDPOINTS`) names a running service,
+//! or `--spawn-service[=N]` starts one for each run, on free loopback ports, through the
+//! cluster shape every clustered engine shares (`test_servers::Cluster`): one node by
+//! default (its faults: contender faults and `server-restart`), or N nodes each behind
+//! proxies of its own (the leader faults). The nodes are this very binary, run with its
+//! hidden `lock-server` subcommand, so nothing needs building or installing first.
+
+use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
+use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
+use crate::faults::FaultKind;
+use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use lock_core::context::ClientContext;
+use lock_core::Locker;
+use lock_service::client::{ClientConfig, ServiceClient};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use test_servers::{ClusterOptions, LockService, ServiceCluster};
+
+/// The engine.
+pub struct Service;
+
+/// The hidden subcommand that runs one node (`bench-harness lock-server --id …`).
+pub const NODE_SUBCOMMAND: &str = "lock-server";
+
+/// The lock service's lock.
+pub static SERVICE: Algorithm = Algorithm::new(
+    "service",
+    "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
+);
+
+/// The algorithms on the service.
+static ALGORITHMS: [Entry<ServiceClient>; 1] = [Entry { algorithm: &SERVICE, build: build_lock }];
+
+/// Its command-line options.
+#[derive(clap::Args, Debug, Clone)]
+#[group(id = "service-options")]
+#[command(next_help_heading = "lock service (--backend service)")]
+pub struct Args {
+    /// The lock service's nodes, HOST:PORT[,HOST:PORT...] (their client ports); the client
+    /// finds the leader among them.
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        env = "LOCK_SERVICE_ENDPOINTS",
+        conflicts_with = "spawn_service"
+    )]
+    pub service: Option<String>,
+    /// Start a lock service of the harness's own for each run, on free loopback ports, and
+    /// stop it afterwards: one node (`--spawn-service`; it keeps its locks and sessions
+    /// across `--faults server-restart:…`) or a cluster of NODES (`--spawn-service=3`; the
+    /// leader faults `leader-kill`, `leader-pause`, `leader-cut`), each node behind proxies
+    /// of its own.
+    #[arg(
+        long,
+        value_name = "NODES",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1",
+        value_parser = clap::value_parser!(u16).range(1..=9)
+    )]
+    pub spawn_service: Option<u16>,
+}
+
+/// Its options, as result files show them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// The endpoints of a running service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// A service the harness starts for each run (`--spawn-service`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub spawn: bool,
+    /// The started cluster's nodes, when more than one (`--spawn-service=3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<u16>,
+}
+
+impl From<Options> for EngineOptions {
+    fn from(o: Options) -> EngineOptions {
+        EngineOptions::of(&o)
+    }
+}
+
+/// The session TTL for a run's TTL: at least the service's minimum.
+pub fn session_ttl(ttl: Duration) -> Duration {
+    ttl.clamp(lock_service::server::MIN_TTL, lock_service::server::MAX_TTL)
+}
+
+impl Engine for Service {
+    fn name(&self) -> &'static str {
+        "service"
+    }
+
+    fn about(&self) -> String {
+        "--service host:port[,...] or --spawn-service[=N]; wall time".to_string()
+    }
+
+    fn help_examples(&self) -> &'static str {
+        "
+  bench-harness --backend service --spawn-service=3 --threads 64
+      the lock service on a 3-node cluster the harness starts, each contender on a
+      session of its own (--ttl: the session TTL)"
+    }
+
+    fn in_process(&self) -> bool {
+        false
+    }
+
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        options.get::<Options>().spawn
+    }
+
+    fn spawned(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: true, ..Default::default() }.into())
+    }
+
+    fn topology(&self, options: &EngineOptions) -> String {
+        options.get::<Options>().members.map_or_else(String::new, |n| format!("×{n}"))
+    }
+
+    fn clustered(&self) -> Option<EngineOptions> {
+        Some(Options { spawn: true, members: Some(3), ..Default::default() }.into())
+    }
+
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
+    }
+
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        Args::augment_args(cmd)
+    }
+
+    fn is_configured(&self, m: &ArgMatches) -> bool {
+        given(m, "service") || given(m, "spawn_service")
+    }
+
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
+        let service = a.service.filter(|e| !e.trim().is_empty());
+        if let Some(list) = &service {
+            for endpoint in ServiceClient::parse_endpoints(list) {
+                if endpoint.contains("://") || !endpoint.contains(':') {
+                    return Err(format!(
+                        "--service: {endpoint:?} is not HOST:PORT (a node's client port, no scheme)"
+                    ));
+                }
+            }
+        }
+        let members = a.spawn_service.filter(|n| *n > 1);
+        Ok(Options { service, spawn: a.spawn_service.is_some(), members }.into())
+    }
+
+    fn default_options(&self) -> EngineOptions {
+        Options::default().into()
+    }
+
+    fn address(&self, options: &EngineOptions) -> String {
+        let o = options.get::<Options>();
+        if let Some(n) = o.members {
+            format!("a lock-service cluster of {n} nodes started by the harness")
+        } else if o.spawn {
+            "a lock-service node started by the harness".to_string()
+        } else {
+            o.service.unwrap_or_else(|| "(no --service given)".into())
+        }
+    }
+
+    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        format!(
+            "lock service at {}, session TTL {}",
+            self.address(options),
+            crate::dist::format_duration(session_ttl(s.ttl))
+        )
+    }
+
+    fn counts_requests(&self) -> bool {
+        false
+    }
+
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        if options.get::<Options>().members.is_some() {
+            return server_faults::cluster_kinds();
+        }
+        server_faults::kinds(self.spawns_server(options))
+    }
+
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+        Box::pin(async move {
+            let options: Options = setup.options.get();
+            let (endpoints, faults) = match (options.members, options.spawn) {
+                (Some(n), _) => on_cluster(n).await?,
+                (None, true) => on_node(&setup.fault_kinds).await?,
+                (None, false) => {
+                    let endpoints = options.service.clone().ok_or_else(|| {
+                        "--backend service needs --service HOST:PORT,... or --spawn-service"
+                            .to_string()
+                    })?;
+                    let faults =
+                        server_faults::on_one_server(&endpoints, None, &setup.fault_kinds).await?;
+                    (endpoints, faults)
+                }
+            };
+            let connector = Connector {
+                endpoints: ServiceClient::parse_endpoints(&endpoints),
+                ttl: session_ttl(setup.settings.scaled(setup.settings.ttl)),
+            };
+            Opened::probe(connector, setup.settings, faults).await
+        })
+    }
+}
+
+/// How the harness runs a node: this binary with its hidden subcommand.
+fn node_program() -> Result<LockService, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("--spawn-service: cannot find the harness's own binary: {e}"))?;
+    Ok(LockService::with_prefix(exe, &[NODE_SUBCOMMAND]))
+}
+
+/// A cluster of `n` nodes the harness starts (`--spawn-service=N`).
+async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
+    server_faults::start_cluster(&format!("--spawn-service={n}"), node_program()?, n.into(), |c| {
+        c.endpoints().join(",")
+    })
+    .await
+}
+
+/// One node the harness starts (`--spawn-service`), restartable, with a proxy per contender
+/// when `kinds` need them.
+async fn on_node(kinds: &[FaultKind]) -> Result<(String, ServerFaults), String> {
+    let engine = node_program()?;
+    let launch = move || {
+        ServiceCluster::launch(engine, &ClusterOptions::new(1))
+            .map(SingleNode)
+            .map_err(|e| format!("--spawn-service: {e}"))
+    };
+    let (server, endpoint) = Managed::start(launch, |n| n.0.endpoints()[0].clone()).await?;
+    let faults = server_faults::on_one_server(&endpoint, Some(server), kinds).await?;
+    Ok((endpoint, faults))
+}
+
+/// A one-node service, which `--faults server-restart` kills and starts again (its client
+/// port's proxy stays, so clients reconnect to the same address).
+struct SingleNode(ServiceCluster);
+
+impl server_faults::Restartable for SingleNode {
+    fn stop(&mut self) {
+        self.0.kill(0);
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        self.0.restart(0)
+    }
+}
+
+/// A contender's client (and session) on the service.
+struct Connector {
+    endpoints: Vec<String>,
+    ttl: Duration,
+}
+
+impl Connect for Connector {
+    type Client = ServiceClient;
+
+    fn entries() -> &'static [Entry<ServiceClient>] {
+        &ALGORITHMS
+    }
+
+    /// A client on the service, or through `via` (a contender's proxy, which it then never
+    /// leaves: a follower's hint would lead it around the proxy). The service reads no
+    /// client's clock, so a clock jump changes nothing.
+    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<ServiceClient, String>> {
+        Box::pin(async move {
+            let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| vec![a.to_string()]);
+            let config = ClientConfig {
+                ttl: self.ttl,
+                follow_leader_hints: via.is_none(),
+                ..ClientConfig::default()
+            };
+            ServiceClient::connect(&endpoints, config).await.map_err(|e| {
+                format!("cannot reach the lock service at {} (--service): {e}", endpoints.join(","))
+            })
+        })
+    }
+}
+
+/// The service's lock on the contender's own client.
+fn build_lock(client: ServiceClient, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {
+    Box::pin(async move { Ok(Arc::new(client.locker(&ctx.owner)?) as Arc<dyn Locker>) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ttls_are_within_the_service_range() {
+        assert_eq!(session_ttl(Duration::from_millis(50)), lock_service::server::MIN_TTL);
+        assert_eq!(session_ttl(Duration::from_secs(4)), Duration::from_secs(4));
+    }
+}
