@@ -491,7 +491,10 @@ async fn keep_alive(session: Weak<Session>, opened: Instant) {
                 next = sent + ttl / 3;
             }
             Err(LockError::LeaseLost { .. }) => return,
-            _ => next = Instant::now() + Duration::from_millis(100),
+            other => {
+                tracing::debug!("session {}: keep-alive {other:?}", s.id);
+                next = Instant::now() + Duration::from_millis(100);
+            }
         }
         if Instant::now() >= limit {
             s.lose(format!(

@@ -34,6 +34,7 @@ use openraft::{
 };
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::RangeBounds;
@@ -487,13 +488,37 @@ pub enum PeerReply {
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
 }
 
-/// Dials peers for openraft (one [`Peer`] per replication stream or election).
+/// Dials peers for openraft (one [`Peer`] per replication stream, election or leadership
+/// check), reusing idle connections: openraft asks for a new client for every leadership
+/// check (each keep-alive's), with the heartbeat interval to answer in, too short for a new
+/// connection and its hello on a loaded machine.
 #[derive(Clone)]
 pub struct Network {
-    /// The cluster token sent in every hello.
-    pub cluster: String,
-    /// This node.
-    pub me: NodeId,
+    cluster: String,
+    me: NodeId,
+    idle: Arc<Mutex<HashMap<NodeId, Vec<TcpStream>>>>,
+}
+
+/// Idle connections kept per peer.
+const IDLE_PER_PEER: usize = 8;
+
+impl Network {
+    /// The network of node `me` of cluster `cluster` (the token sent in every hello).
+    pub fn new(cluster: &str, me: NodeId) -> Network {
+        Network { cluster: cluster.to_string(), me, idle: Arc::default() }
+    }
+
+    fn take_idle(&self, target: NodeId) -> Option<TcpStream> {
+        lock(&self.idle).get_mut(&target).and_then(Vec::pop)
+    }
+
+    fn put_idle(&self, target: NodeId, conn: TcpStream) {
+        let mut idle = lock(&self.idle);
+        let list = idle.entry(target).or_default();
+        if list.len() < IDLE_PER_PEER {
+            list.push(conn);
+        }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -504,12 +529,22 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     }
 }
 
-/// One connection to one peer, dialled on first use and again after any failure.
+/// A client of one peer: an idle connection of the network's, or a new one, dialled on first
+/// use and again after any failure; handed back to the network when dropped between calls.
 pub struct Peer {
     net: Network,
     target: NodeId,
     addr: String,
+    /// The connection, while no call is under way on it.
     conn: Option<TcpStream>,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.net.put_idle(self.target, conn);
+        }
+    }
 }
 
 /// How long dialling a peer may take.
@@ -530,32 +565,40 @@ impl Peer {
         }
     }
 
-    /// Send `request` and read the answer within `ttl`; any failure drops the connection.
+    /// Send `request` and read the answer within `ttl`; any failure drops the connection. An
+    /// idle connection that turns out dead (its peer restarted) costs one more dial.
     async fn call(&mut self, request: &PeerRequest, ttl: Duration) -> Result<PeerReply, Failure> {
-        let started = tokio::time::Instant::now();
-        if self.conn.is_none() {
-            match tokio::time::timeout(ttl, self.dial()).await {
-                Ok(Ok(c)) => self.conn = Some(c),
-                Ok(Err(e)) => return Err(Failure::Unreachable(e)),
-                Err(_) => return Err(Failure::Unreachable(timed_out())),
+        let deadline = tokio::time::Instant::now() + ttl;
+        let pooled = self.conn.take().or_else(|| self.net.take_idle(self.target));
+        let fresh = pooled.is_none();
+        let conn = match pooled {
+            Some(c) => c,
+            None => self.dial_until(deadline).await?,
+        };
+        match exchange(conn, request, deadline).await {
+            Ok((conn, reply)) => {
+                // Only a connection with no call under way goes back: a call cancelled midway
+                // (openraft's own timeout) drops it with this future.
+                self.conn = Some(conn);
+                Ok(reply)
+            }
+            Err(e) if fresh => Err(Failure::Lost(e)),
+            Err(_) => {
+                let conn = self.dial_until(deadline).await?;
+                let (conn, reply) =
+                    exchange(conn, request, deadline).await.map_err(Failure::Lost)?;
+                self.conn = Some(conn);
+                Ok(reply)
             }
         }
-        let conn = self.conn.as_mut().expect("dialled above");
-        let attempt = async {
-            conn.write_all(&encode(request)).await?;
-            read_frame::<PeerReply, _>(conn, MAX_PEER_FRAME)
-                .await?
-                .ok_or_else(|| std::io::Error::other("the peer closed the connection"))
-        };
-        let left = ttl.saturating_sub(started.elapsed());
-        let result = match tokio::time::timeout(left, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(timed_out()),
-        };
-        result.map_err(|e| {
-            self.conn = None;
-            Failure::Lost(e)
-        })
+    }
+
+    async fn dial_until(&self, deadline: tokio::time::Instant) -> Result<TcpStream, Failure> {
+        match tokio::time::timeout_at(deadline, self.dial()).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(Failure::Unreachable(e)),
+            Err(_) => Err(Failure::Unreachable(timed_out())),
+        }
     }
 
     /// openraft's error for a failed call: `Unreachable` when no connection could be made,
@@ -568,6 +611,25 @@ impl Peer {
             Failure::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&describe(e))),
             Failure::Lost(e) => RPCError::Network(NetworkError::new(&describe(e))),
         }
+    }
+}
+
+/// One request and its answer on `conn`, by `deadline`; the connection back if it is clean.
+async fn exchange(
+    mut conn: TcpStream,
+    request: &PeerRequest,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<(TcpStream, PeerReply)> {
+    let attempt = async {
+        conn.write_all(&encode(request)).await?;
+        let reply = read_frame::<PeerReply, _>(&mut conn, MAX_PEER_FRAME)
+            .await?
+            .ok_or_else(|| std::io::Error::other("the peer closed the connection"))?;
+        Ok((conn, reply))
+    };
+    match tokio::time::timeout_at(deadline, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out()),
     }
 }
 

@@ -211,6 +211,10 @@ pub struct Node {
     peer_addr: SocketAddr,
     token: String,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// One leadership check at a time; the others wait for it (see [`Node::confirm_lead`]).
+    confirming: tokio::sync::Mutex<()>,
+    /// When the last leadership check that succeeded started.
+    confirmed: Mutex<Option<Instant>>,
 }
 
 impl Node {
@@ -243,7 +247,7 @@ impl Node {
         }
         .validate()
         .map_err(|e| ServerError::Config(format!("raft timings: {e}")))?;
-        let network = Network { cluster: args.cluster_token.clone(), me: args.id };
+        let network = Network::new(&args.cluster_token, args.id);
         let raft = Raft::new(args.id, Arc::new(config), network, LogStore::new(store), sm.clone())
             .await
             .map_err(|e| ServerError::Raft(e.to_string()))?;
@@ -268,6 +272,8 @@ impl Node {
             peer_addr: peers.local_addr().map_err(|e| listen_err("peers", peer_listen, e))?,
             token: args.cluster_token.clone(),
             tasks: Mutex::default(),
+            confirming: tokio::sync::Mutex::new(()),
+            confirmed: Mutex::new(None),
         });
         let tasks = vec![
             tokio::spawn(accept_clients(node.clone(), clients)),
@@ -341,6 +347,28 @@ impl Node {
         }
     }
 
+    /// Confirm with a quorum that this node leads, by a check that started after this call
+    /// did: keep-alives that arrive together share one check (one heartbeat round), so 64
+    /// sessions do not cost 64 rounds.
+    async fn confirm_lead(&self) -> Result<(), Reply> {
+        let arrived = Instant::now();
+        let _turn = self.confirming.lock().await;
+        if lock(&self.confirmed).is_some_and(|at| at >= arrived) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => {
+                *lock(&self.confirmed) = Some(started);
+                Ok(())
+            }
+            Err(e) => match e.forward_to_leader() {
+                Some(f) => Err(self.not_leader(f.leader_node.as_ref())),
+                None => Err(unavailable(e)),
+            },
+        }
+    }
+
     /// Note that `session` was heard from now (on the leader).
     fn touch(&self, session: SessionId) {
         let mut lead = lock(&self.lead);
@@ -367,7 +395,7 @@ impl Node {
                 Reply::Resumed { held: self.sm.read(|a| a.table.held_by(session)) }
             }
             Request::KeepAlive { session } => {
-                if let Err(r) = self.confirm_leader().await {
+                if let Err(r) = self.confirm_lead().await {
                     return r;
                 }
                 if !self.sm.read(|a| a.table.has_session(session)) {
