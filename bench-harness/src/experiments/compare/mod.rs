@@ -75,6 +75,11 @@ pub struct EnginesArgs {
     /// contenders, unrecorded (a fresh JVM runs ZooKeeper's first requests slowly); 0: none.
     #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub warm_up: Duration,
+    /// Also compare each engine's cluster that the harness starts for each point (etcd and
+    /// ZooKeeper with 3 members, the lock service with 3 nodes, Redis through Sentinel),
+    /// beside its single server: like with like, at the same member count.
+    #[arg(long)]
+    pub clusters: bool,
     /// Hold and think times.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -137,6 +142,9 @@ pub struct Engine {
     /// The engine's caveat for wall-time figures, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The shape of its cluster ("×3"); empty for one server or a model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub topology: String,
 }
 
 /// One measured point.
@@ -146,6 +154,9 @@ pub struct EnginePoint {
     pub backend: EngineRef,
     /// The algorithm.
     pub algorithm: String,
+    /// The shape of the engine's cluster ("×3"); empty for one server or a model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub topology: String,
     /// Contenders.
     pub contenders: usize,
     /// Wall time the point took, the drain included.
@@ -158,15 +169,18 @@ impl EnginePoint {
     /// The line's name in charts and tables: `backend/algorithm`, or the backend alone when
     /// the algorithm has its name.
     pub fn series(&self) -> String {
-        series_name(self.backend, &self.algorithm)
+        series_name(self.backend, &self.topology, &self.algorithm)
     }
 }
 
-fn series_name(backend: EngineRef, algorithm: &str) -> String {
+/// `backend/algorithm`, or the algorithm alone when it is named after its backend; a
+/// cluster's topology follows the backend ("etcd×3", "redis sentinel/jedis").
+fn series_name(backend: EngineRef, topology: &str, algorithm: &str) -> String {
+    let sep = if topology.starts_with('×') || topology.is_empty() { "" } else { " " };
     if backend.name() == algorithm {
-        algorithm.to_string()
+        format!("{algorithm}{sep}{topology}")
     } else {
-        format!("{backend}/{algorithm}")
+        format!("{backend}{sep}{topology}/{algorithm}")
     }
 }
 
@@ -253,13 +267,22 @@ pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)>
     let contenders = contender_levels(args);
     let mut engines = Vec::new();
     let mut runs = Vec::new();
-    for base in engines_of(args)? {
+    let mut bases = engines_of(args)?;
+    if args.clusters {
+        let clusters: Vec<RunConfig> = bases
+            .iter()
+            .filter_map(|b| b.backend.clustered().map(|engine| RunConfig { engine, ..b.clone() }))
+            .collect();
+        bases.extend(clusters);
+    }
+    for base in bases {
         let algorithms = base.backend.algorithm_names();
         engines.push(Engine {
             backend: base.backend,
             address: base.address(),
             algorithms: algorithms.iter().map(|a| a.to_string()).collect(),
             note: base.backend.comparison_note(&base.engine),
+            topology: base.backend.topology(&base.engine),
         });
         for &n in &contenders {
             for a in &algorithms {
@@ -294,9 +317,9 @@ pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
         points: Vec::new(),
     };
     progress::status(args.quiet, &announce(&summary.engines, runs.len(), args.duration));
-    let mut warmed: Vec<(EngineRef, String)> = Vec::new();
+    let mut warmed: Vec<String> = Vec::new();
     for cfg in &runs {
-        let key = (cfg.backend, cfg.algorithms[0].clone());
+        let key = series_name(cfg.backend, &cfg.backend.topology(&cfg.engine), &cfg.algorithms[0]);
         if !cfg.backend.in_process() && !args.warm_up.is_zero() && !warmed.contains(&key) {
             warm_up(cfg, args)?;
             warmed.push(key);
@@ -345,7 +368,7 @@ fn algorithm_of(cfg: &RunConfig) -> anyhow::Result<&'static Algorithm> {
 /// An unrecorded run of `cfg`'s algorithm with 8 contenders (a fresh JVM runs ZooKeeper's
 /// first requests slowly).
 fn warm_up(cfg: &RunConfig, args: &EnginesArgs) -> anyhow::Result<()> {
-    let series = series_name(cfg.backend, &cfg.algorithms[0]);
+    let series = series_name(cfg.backend, &cfg.backend.topology(&cfg.engine), &cfg.algorithms[0]);
     let warm = RunConfig { threads: 8, duration: args.warm_up, ..cfg.clone() };
     let bar = progress::bar(
         warm.duration.as_millis() as u64,
@@ -362,7 +385,8 @@ fn warm_up(cfg: &RunConfig, args: &EnginesArgs) -> anyhow::Result<()> {
 /// One measured point.
 fn measure_point(cfg: &RunConfig, quiet: bool) -> anyhow::Result<EnginePoint> {
     let algorithm = algorithm_of(cfg)?;
-    let series = series_name(cfg.backend, algorithm.name);
+    let topology = cfg.backend.topology(&cfg.engine);
+    let series = series_name(cfg.backend, &topology, algorithm.name);
     let label = format!("{series} ×{}", cfg.threads);
     let bar = progress::bar(cfg.duration.as_millis() as u64, label.clone(), quiet, "ms");
     let run = crate::run::run_algorithm(cfg, algorithm, Some(&bar))
@@ -384,6 +408,7 @@ fn measure_point(cfg: &RunConfig, quiet: bool) -> anyhow::Result<EnginePoint> {
     Ok(EnginePoint {
         backend: cfg.backend,
         algorithm: algorithm.name.to_string(),
+        topology,
         contenders: cfg.threads,
         wall_s: (run.wall_time.as_secs_f64() * 10.0).round() / 10.0,
         report,
@@ -427,7 +452,10 @@ mod tests {
         assert_eq!(runs.len(), 2 * per_level);
         assert!(runs.iter().all(|r| r.clock == crate::config::ClockMode::Wall));
         let zk = EngineRef::find("zookeeper").unwrap();
-        assert_eq!(series_name(zk, "zookeeper"), "zookeeper");
-        assert_eq!(series_name(EngineRef::find("redis").unwrap(), "jedis"), "redis/jedis");
+        assert_eq!(series_name(zk, "", "zookeeper"), "zookeeper");
+        assert_eq!(series_name(zk, "×3", "zookeeper"), "zookeeper×3");
+        let redis = EngineRef::find("redis").unwrap();
+        assert_eq!(series_name(redis, "", "jedis"), "redis/jedis");
+        assert_eq!(series_name(redis, "sentinel", "jedis"), "redis sentinel/jedis");
     }
 }

@@ -44,9 +44,9 @@ fn color_of(s: &EnginesSummary, series: &str) -> plotters::style::RGBColor {
         return algorithm_color(series);
     };
     let base = algorithm_color(&p.algorithm);
-    // An algorithm on several engines: the lines of every engine after its first are lighter.
+    // An algorithm on several engines (or clusters): every line after its first is lighter.
     let first = s.points.iter().find(|q| q.algorithm == p.algorithm);
-    if first.is_some_and(|q| q.backend != p.backend) {
+    if first.is_some_and(|q| q.series() != p.series()) {
         lighter(base)
     } else {
         base
