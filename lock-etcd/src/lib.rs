@@ -66,11 +66,10 @@
 //! also across lock ids and across a server restart (the revision is in the log).
 //!
 //! ## Requests per grant
-//! A backend reports every request it sends to [`EtcdConfig::requests`] (a
-//! [`RequestHook`](lock_core::requests::RequestHook)), one per RPC, named as etcd's API names
-//! it, under its service: `kv` (`Txn`, `Range`, `DeleteRange`), `watch` (`Watch`: the create
-//! request that opens a watch stream), `lease` (`LeaseGrant`, each `LeaseKeepAlive` message,
-//! `LeaseRevoke`). Watch events the server sends are not requests. From the protocol above:
+//! A backend reports every request it sends to [`EtcdConfig::requests`] (a [`RequestHook`]),
+//! one per RPC, named as etcd's API names it, under its service: `kv` (`Txn`, `Range`,
+//! `DeleteRange`), `watch` (`Watch`: the create request that opens a watch stream), `lease`
+//! (`LeaseGrant`, each `LeaseKeepAlive` message, `LeaseRevoke`). Watch events the server sends are not requests. From the protocol above:
 //!
 //! | what | requests |
 //! |---|---|

@@ -11,8 +11,7 @@
 //!
 //! Every request of the crate goes out from here, named by its [`Rpc`]: the key-value requests
 //! and watches through [`Session::call`], the lease's grant, keep-alives and revoke in this
-//! module's lease code. Each is reported to the backend's
-//! [`RequestHook`](lock_core::requests::RequestHook) as it is sent.
+//! module's lease code. Each is reported to the backend's [`RequestHook`] as it is sent.
 
 use crate::{backend_err, EtcdConfig};
 use etcd_client::Client;
