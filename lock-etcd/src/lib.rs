@@ -82,7 +82,8 @@
 //! alone, and the predecessor's deletion comes after every earlier key's. More requests come
 //! only from failures (a read or watch tried again after an outage, a watch the server cancels)
 //! and from the leases, which are load whether anything is held or not: three renewals per TTL
-//! per backend. `tests/requests.rs` checks the first two rows exactly.
+//! per backend. `tests/requests.rs` checks the first two rows exactly, and that an etcd of its
+//! own received, by its metrics, exactly the RPCs the backends reported.
 //!
 //! ## What the fault experiments show
 //! etcd's key-value operations are linearizable, but the lock is a lease, and a lease is only

@@ -141,7 +141,9 @@
 //! alone, whose deletion comes after every earlier znode's. More requests come from a
 //! predecessor that went between the list and the watch (one more `getChildren`), from
 //! requests sent again after a lost connection, and from the protected-name search after a
-//! lost create. `tests/requests.rs` checks the table's rows on a real server.
+//! lost create. `tests/requests.rs` checks the table's rows on a real server, and that a server
+//! of its own received (`mntr`'s `zk_packets_received`) exactly the requests the backends
+//! reported, once the sessions' first pings (below) were in.
 //!
 //! **What the client sends unseen**: `zookeeper-client` keeps the session alive by itself and
 //! does not tell its user. It pings once after connecting, and again whenever it has sent

@@ -1,6 +1,7 @@
 //! The requests a backend reports ([`ZkConfig::requests`]) against what the protocol says one
-//! grant costs (the crate docs, "Requests per grant"), on a real ZooKeeper: each request once,
-//! nothing left out, nothing counted twice.
+//! grant costs (the crate docs, "Requests per grant"), on a real ZooKeeper, and against the
+//! packets a server of the test's own received: each request once, nothing left out, nothing
+//! counted twice.
 
 mod support;
 
@@ -105,4 +106,81 @@ async fn a_grant_after_waiting_costs_five_requests_however_long_the_queue() {
         // delete: C waited behind two znodes and paid what B paid.
         assert_eq!(znode_requests(&tally), ((1, 2, 1, 1), 5), "{:?}", tally.counts());
     }
+}
+
+/// The packets a ZooKeeper server has received (`mntr`'s `zk_packets_received`: every request,
+/// ping and connect of every session, and every four-letter command), but for the `mntr`s that
+/// read them.
+struct Packets {
+    port: u16,
+    reads: u64,
+}
+
+impl Packets {
+    /// The count, once the server serves `mntr` (a server that has just started may answer
+    /// that it does not serve requests yet).
+    fn received(&mut self) -> u64 {
+        for _ in 0..50 {
+            let mntr = test_servers::four_letter(self.port, "mntr").unwrap_or_default();
+            let line = mntr.lines().find_map(|l| l.strip_prefix("zk_packets_received"));
+            if let Some(n) = line.and_then(|n| n.trim().parse::<u64>().ok()) {
+                self.reads += 1;
+                return n - self.reads;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("no zk_packets_received from mntr on port {}", self.port)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_received_every_request_the_hooks_reported_and_no_other() {
+    let server = tokio::task::block_in_place(test_servers::ZkServer::launch).expect("a server");
+    let mut packets = Packets { port: server.addr().port(), reads: 0 };
+    packets.received();
+    let tally = RequestTally::new();
+    // A long session: the client pings after 3/20 of it without a request (6 s), which this
+    // test never leaves it.
+    let config = ZkConfig {
+        session_timeout: Duration::from_secs(40),
+        requests: tally.hook(),
+        ..ZkConfig::default()
+    };
+    let (a, b) = (
+        ZkBackend::connect_with(&server.hosts(), config.clone()).await.unwrap(),
+        ZkBackend::connect_with(&server.hosts(), config).await.unwrap(),
+    );
+    // Each new session's first ping, which the client sends unseen, has arrived once the count
+    // stands still.
+    let mut before = packets.received();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = packets.received();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    tally.reset();
+
+    let (la, lb) = (a.locker("a").unwrap(), b.locker("b").unwrap());
+    la.lock("k", None).await.unwrap().release().await.unwrap();
+    let held = la.lock("k", None).await.unwrap();
+    assert!(lb.try_lock("k").await.unwrap().is_none());
+    let wait = tokio::spawn(async move { lb.lock("k", Some(Duration::from_secs(5))).await });
+    wait_until(|| tally.of("znodes", "exists") == 1, "b's watch").await;
+    held.release().await.unwrap();
+    wait.await.unwrap().unwrap().release().await.unwrap();
+    drop((la, a, b));
+
+    // Each request reported once as it went out, each counted by the server as it came in:
+    // the sessions' closes included.
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut seen = packets.received() - before;
+    while seen != tally.total() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = packets.received() - before;
+    }
+    assert_eq!(seen, tally.total(), "{:?}", tally.counts());
+    assert_eq!(tally.of("session", "closeSession"), 2, "{:?}", tally.counts());
 }
