@@ -40,8 +40,8 @@ uniform:1ms..10ms, exp:5ms (exponential with that mean).
 Servers (every backend but the in-process ones) run in wall time (the default for them;
 --clock simulated is refused) on the system clock. Each run uses a namespace of its own on the
 server (row-key prefix, key prefix, znode root). An unreachable server fails within 15 s
-naming its address. Store load is counted where the engine counts requests; elsewhere it is
-reported as n/a. --processes P spreads the contenders over P worker processes (servers
+naming its address. Store load counts the requests the contenders send (each lock crate
+reports them; their docs say what one grant costs). --processes P spreads the contenders over P worker processes (servers
 only); their grant logs, stamped with the system clock, are merged before any metric is
 computed.";
 

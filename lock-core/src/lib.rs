@@ -19,6 +19,8 @@
 //! - [`fence`]: fencing tokens on the cell store;
 //! - [`session`]: one session at a time, renewed when it ends, for the server backends whose
 //!   locks live in a session (ZooKeeper's, an etcd lease);
+//! - [`requests`]: the hook through which the server backends report each request they send,
+//!   so that their load can be counted (the embedded store counts its own);
 //! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
 //!
 //! # Which rows stay bounded
@@ -59,6 +61,7 @@ pub mod embedded;
 pub mod fence;
 pub mod lease;
 pub mod lock;
+pub mod requests;
 pub mod session;
 pub mod store;
 pub mod time;

@@ -8,9 +8,14 @@
 //! without a fresh answer, or an answer says the lease is gone (TTL 0), the session is over:
 //! every guard of it is told [`LeaseState::Lost`](lock_core::LeaseState::Lost), and the next
 //! request of the backend grants a new lease.
+//!
+//! Every request of the crate goes out from here, named by its [`Rpc`]: the key-value requests
+//! and watches through [`Session::call`], the lease's grant, keep-alives and revoke in this
+//! module's lease code. Each is reported to the backend's [`RequestHook`] as it is sent.
 
 use crate::{backend_err, EtcdConfig};
 use etcd_client::Client;
+use lock_core::requests::RequestHook;
 use lock_core::LockError;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +26,67 @@ use tokio::time::Instant;
 
 /// The pause before a failed keep-alive stream, request or delete is tried again.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The requests this crate sends to etcd, as etcd's API names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rpc {
+    /// `KV.Txn`: step 1's create-or-get with the read of the first key.
+    Txn,
+    /// `KV.Range`: a read of the predecessor, or of our own key.
+    Range,
+    /// `KV.DeleteRange`: a release, or a key deleted after a timeout, refusal or lost answer.
+    DeleteRange,
+    /// `Watch.Watch`, the create request that opens a watch stream on the predecessor.
+    Watch,
+    /// `Lease.LeaseGrant`: a new session.
+    LeaseGrant,
+    /// One message on the `Lease.LeaseKeepAlive` stream: a renewal.
+    LeaseKeepAlive,
+    /// `Lease.LeaseRevoke`: a session given up.
+    LeaseRevoke,
+}
+
+impl Rpc {
+    /// The service it belongs to, as the request's target: `kv`, `watch` or `lease`.
+    pub(crate) fn service(self) -> &'static str {
+        match self {
+            Rpc::Txn | Rpc::Range | Rpc::DeleteRange => "kv",
+            Rpc::Watch => "watch",
+            Rpc::LeaseGrant | Rpc::LeaseKeepAlive | Rpc::LeaseRevoke => "lease",
+        }
+    }
+
+    /// Its name in etcd's API.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Rpc::Txn => "Txn",
+            Rpc::Range => "Range",
+            Rpc::DeleteRange => "DeleteRange",
+            Rpc::Watch => "Watch",
+            Rpc::LeaseGrant => "LeaseGrant",
+            Rpc::LeaseKeepAlive => "LeaseKeepAlive",
+            Rpc::LeaseRevoke => "LeaseRevoke",
+        }
+    }
+
+    /// What it does for the lock, for error messages.
+    fn what(self) -> &'static str {
+        match self {
+            Rpc::Txn => "create",
+            Rpc::Range => "read",
+            Rpc::DeleteRange => "delete",
+            Rpc::Watch => "watch",
+            Rpc::LeaseGrant => "grant a lease for",
+            Rpc::LeaseKeepAlive => "keep alive the lease of",
+            Rpc::LeaseRevoke => "revoke the lease of",
+        }
+    }
+
+    /// Report this request, about to be sent, to `hook`.
+    pub(crate) fn sent(self, hook: &RequestHook) {
+        hook.sent(self.service(), self.name());
+    }
+}
 
 /// Whether a session's lease still stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +107,8 @@ pub(crate) struct Session {
     pub endpoints: Arc<str>,
     /// How long one request may take.
     pub request_timeout: Duration,
+    /// Where each request is reported.
+    requests: RequestHook,
     state: watch::Receiver<Lease>,
     keeper: tokio::task::JoinHandle<()>,
     next_key: AtomicU64,
@@ -58,6 +126,7 @@ impl Session {
         let ttl_secs = config.lease_ttl.as_secs_f64().ceil() as i64;
         let sent = Instant::now();
         let mut leases = client.lease_client();
+        Rpc::LeaseGrant.sent(&config.requests);
         let granted = match tokio::time::timeout(within, leases.grant(ttl_secs, None)).await {
             Ok(Ok(g)) => g,
             Ok(Err(e)) => {
@@ -85,6 +154,7 @@ impl Session {
             ttl,
             sent + ttl,
             endpoints.clone(),
+            config.requests.clone(),
             tx,
         ));
         Ok(Session {
@@ -93,6 +163,7 @@ impl Session {
             ttl,
             endpoints: endpoints.clone(),
             request_timeout: config.request_timeout,
+            requests: config.requests.clone(),
             state,
             keeper,
             next_key: AtomicU64::new(0),
@@ -128,13 +199,16 @@ impl Session {
         format!("{prefix}{:x}-{}", self.lease, self.next_key.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// `request` bounded by the request timeout, its failure worded for `what` on `key`.
+    /// `request`, an `rpc` on `key`: reported to the backend's hook, bounded by the request
+    /// timeout, its failure worded for what it does.
     pub async fn call<T>(
         &self,
-        what: &str,
+        rpc: Rpc,
         key: &str,
         request: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, LockError> {
+        rpc.sent(&self.requests);
+        let what = rpc.what();
         match tokio::time::timeout(self.request_timeout, request).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(self.err(what, key, e)),
@@ -168,6 +242,7 @@ impl Drop for Session {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (mut leases, lease, within) =
                 (self.client.lease_client(), self.lease, self.request_timeout);
+            Rpc::LeaseRevoke.sent(&self.requests);
             handle.spawn(async move {
                 let _ = tokio::time::timeout(within, leases.revoke(lease)).await;
             });
@@ -184,6 +259,7 @@ async fn keep_alive(
     mut ttl: Duration,
     mut safe_until: Instant,
     endpoints: Arc<str>,
+    requests: RequestHook,
     state: watch::Sender<Lease>,
 ) {
     let over = |why: String| {
@@ -198,6 +274,8 @@ async fn keep_alive(
     loop {
         // One keep-alive stream; a broken one is opened again until the lease may have lapsed.
         let sent = Instant::now();
+        // Opening the stream sends its first renewal.
+        Rpc::LeaseKeepAlive.sent(&requests);
         let opened =
             tokio::time::timeout_at(safe_until, client.lease_client().keep_alive(lease)).await;
         let (mut keeper, mut answers) = match opened {
@@ -226,6 +304,8 @@ async fn keep_alive(
             if keeper.keep_alive().await.is_err() {
                 break;
             }
+            // Counted once on the stream: a closed stream took nothing.
+            Rpc::LeaseKeepAlive.sent(&requests);
             match tokio::time::timeout_at(safe_until, answers.message()).await {
                 Err(_) => return over(lapsed(ttl)),
                 Ok(Ok(Some(answer))) if answer.ttl() > 0 => {

@@ -322,6 +322,30 @@
 //!   (asserted, as a finding).
 //! - Keys: `<prefix><lock id>` and `<prefix><lock id>/fence` on every master.
 //!
+//! ## Requests per grant
+//! A backend reports every command it sends to [`RedisConnectConfig::requests`] (a
+//! [`RequestHook`]), named by the command's first word (`SETNX`, `EVALSHA`, `SCRIPT`), under
+//! the server it goes to: `redis` (one server, or the master the Sentinels name), `sentinel`,
+//! or Redlock's `master-<i>` (`src/link.rs` is the one place they pass). One command is one
+//! request: a script's `EVALSHA` is one whatever the script calls inside, and a pipeline of N
+//! commands is N. From the protocols above, N masters for Redlock:
+//!
+//! | what | jedis-lock | token lock | Redlock | Redlock, fenced |
+//! |---|---|---|---|---|
+//! | uncontended lock and release | 3: `SETNX`, `INCR` (the fence), `DEL` | 2: `EVALSHA` (acquire), `EVALSHA` (release) | 2N: `SET` and `EVALSHA` on each master | 4N: also `GET` and `EVALSHA` (the fence) on each |
+//! | an attempt that finds the lock held (soft lock refused; each retry of a waiter) | 2: `SETNX`, `GET` (3 with a `GETSET` when the expiry has passed) | 1: `EVALSHA` | 2N: `SET` and the undo's `EVALSHA` on each master | 2N |
+//! | a holder's renewal, every expiry/2 or TTL/2 | 1: `EVALSHA` | 1: `EVALSHA` | N: `EVALSHA` on each master | N |
+//!
+//! A waiter pays its retries: one attempt every retry interval (jedis-lock 100 ms, the token
+//! lock 50 ms, Redlock a random delay below 200 ms) for as long as it waits, so a grant costs
+//! more the longer the queue ahead of it. The first use of a script on a server (since it
+//! started, or since `SCRIPT FLUSH`) costs two more: the `EVALSHA` the server refuses
+//! (`NOSCRIPT`) and the driver's `SCRIPT LOAD`, before the `EVALSHA` again. Each connection
+//! costs a `PING` (through Sentinel, a `SENTINEL get-master-addr-by-name` to each Sentinel
+//! asked until one answers, and a `ROLE` to the master), and an `AUTH` and a `SELECT` when the
+//! URL has a password or a database other than 0; the driver's `CLIENT SETINFO` is not sent.
+//! `tests/requests.rs` checks these rows, and that the server counts the same commands.
+//!
 //! ## Conformance verdict
 //! Redlock's two variants run the whole suite on five real masters
 //! (`tests/redlock_conformance.rs`, `tests/redlock_fenced_conformance.rs`; TTL 2 s): every
@@ -421,8 +445,9 @@ pub use lock_core::time::LocalClock;
 pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
 pub use token::{TokenConfig, TokenLock};
 
-use link::{Conn, Link, Target};
+use link::{Conn, Link, Target, Wire};
 use lock_core::lock::validate_id;
+use lock_core::requests::RequestHook;
 use lock_core::{LockError, Locker};
 use sentinel::Sentinels;
 use std::fmt::Display;
@@ -431,6 +456,10 @@ use std::time::Duration;
 
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "redis";
+
+/// The target of the commands to the server, or to the master the Sentinels name
+/// ([`RedisConnectConfig::requests`]).
+const SERVER: &str = "redis";
 
 pub(crate) fn backend_err(message: impl Display) -> LockError {
     LockError::Backend { backend: BACKEND, message: message.to_string() }
@@ -452,6 +481,10 @@ pub struct RedisConnectConfig {
     /// (default 1 s). The first retry comes 50 ms after a failed attempt and the delay doubles
     /// up to this; between attempts requests fail at once with [`LockError::Backend`].
     pub max_reconnect_delay: Duration,
+    /// Where each command the backend sends is reported (default: nowhere): under `redis` the
+    /// server's (or the master's), under `sentinel` the Sentinels', under `master-<i>` those of
+    /// Redlock's master `i`. The crate docs ("Requests per grant") say what one grant costs.
+    pub requests: RequestHook,
 }
 
 impl Default for RedisConnectConfig {
@@ -461,6 +494,7 @@ impl Default for RedisConnectConfig {
             response_timeout: Duration::from_secs(2),
             key_prefix: "lock:".into(),
             max_reconnect_delay: Duration::from_secs(1),
+            requests: RequestHook::none(),
         }
     }
 }
@@ -520,8 +554,18 @@ impl RedisBackend {
 
     /// Connect to `url` with `config`.
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
+        Self::connect_as(url, config, SERVER).await
+    }
+
+    /// [`RedisBackend::connect_with`], its commands reported under `target`.
+    pub(crate) async fn connect_as(
+        url: &str,
+        config: RedisConnectConfig,
+        target: &str,
+    ) -> Result<Self, LockError> {
         let (client, addr) = Self::client(url, &config)?;
-        let link = Link::connect(Target::Fixed(client), &config, addr.clone()).await?;
+        let wire = Wire::new(config.requests.clone(), target);
+        let link = Link::connect(Target::Fixed(client), &config, addr.clone(), wire).await?;
         Ok(Self::on(link, addr, &config))
     }
 
@@ -544,15 +588,21 @@ impl RedisBackend {
         check_timeouts(&config)?;
         let sentinels = Sentinels::new(sentinels, master_name)?;
         let addr: Arc<str> = sentinels.description().into();
-        let link = Link::connect(Target::Sentinel(sentinels), &config, addr.clone()).await?;
+        let wire = Wire::new(config.requests.clone(), SERVER);
+        let link = Link::connect(Target::Sentinel(sentinels), &config, addr.clone(), wire).await?;
         Ok(Self::on(link, addr, &config))
     }
 
     /// A backend for `url` that connects at its first request (a Redlock master that is down
     /// when the lock starts); a bad URL or setting is still refused at once.
-    pub(crate) fn unconnected(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
+    pub(crate) fn unconnected(
+        url: &str,
+        config: RedisConnectConfig,
+        target: &str,
+    ) -> Result<Self, LockError> {
         let (client, addr) = Self::client(url, &config)?;
-        let link = Link::unconnected(Target::Fixed(client), &config, addr.clone());
+        let wire = Wire::new(config.requests.clone(), target);
+        let link = Link::unconnected(Target::Fixed(client), &config, addr.clone(), wire);
         Ok(Self::on(link, addr, &config))
     }
 
@@ -566,7 +616,7 @@ impl RedisBackend {
     ) -> Result<(redis::Client, Arc<str>), LockError> {
         let addr = redact(url);
         check_timeouts(config)?;
-        let client = redis::Client::open(url)
+        let client = link::quiet_client(url)
             .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
         Ok((client, addr.into()))
     }

@@ -37,13 +37,23 @@
 //!
 //! An attempt through Sentinel may take one connect timeout per Sentinel that does not answer,
 //! before the master's own connect attempt.
+//!
+//! **Every command the backend sends passes a [`Wire`]**, which reports it to the backend's
+//! [`RequestHook`] before it goes: the locks' commands on [`Conn`], and a connect attempt's
+//! `PING`, `ROLE` and Sentinel queries. One command is one request (a script's `EVALSHA` is
+//! one, and so is the `SCRIPT LOAD` the driver sends when the server does not know the script
+//! yet); a pipeline of N commands is N. What the driver sends by itself when it sets a
+//! connection up is counted too ([`Wire::connected`]): nothing on a plain connection, since its
+//! clients are made without the driver's `CLIENT SETINFO` ([`quiet_client`]), and the `AUTH`
+//! and `SELECT` a URL with a password or a database number asks for.
 
 use crate::sentinel::{AttemptError, Sentinels};
 use crate::{backend_err, RedisConnectConfig};
+use lock_core::requests::RequestHook;
 use lock_core::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture};
-use redis::{ServerErrorKind, Value};
+use redis::{IntoConnectionInfo, RedisConnectionInfo, ServerErrorKind, Value};
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,6 +73,98 @@ struct State {
     backoff: Duration,
     /// Why the last attempt or connection failed.
     last_error: String,
+}
+
+/// Where a link reports the commands it sends: the backend's hook, under the name of the
+/// server they go to (`redis`, `sentinel`, Redlock's `master-<i>`).
+#[derive(Clone)]
+pub(crate) struct Wire {
+    hook: RequestHook,
+    target: Arc<str>,
+}
+
+impl Wire {
+    pub(crate) fn new(hook: RequestHook, target: &str) -> Wire {
+        Wire { hook, target: target.into() }
+    }
+
+    /// The same hook, for commands to another server (the Sentinels).
+    pub(crate) fn to(&self, target: &str) -> Wire {
+        Wire::new(self.hook.clone(), target)
+    }
+
+    /// `conn`, with every command sent on it reported.
+    pub(crate) fn on<'a, C: ConnectionLike>(&'a self, conn: &'a mut C) -> Counted<'a, C> {
+        Counted { conn, wire: self }
+    }
+
+    /// A connection made by a client of `info`: what the driver sent to set it up, out of the
+    /// link's sight. With `CLIENT SETINFO` left out ([`quiet_client`]) that is the
+    /// authentication (`HELLO` on RESP3, else `AUTH` when there is a password) and `SELECT`
+    /// when the database is not 0.
+    pub(crate) fn connected(&self, info: &RedisConnectionInfo) {
+        let auth = match info.protocol().supports_resp3() {
+            true => Some("HELLO"),
+            false => info.password().map(|_| "AUTH"),
+        };
+        for command in auth.into_iter().chain((info.db() != 0).then_some("SELECT")) {
+            self.hook.sent(&self.target, command);
+        }
+    }
+
+    fn command(&self, cmd: &Cmd) {
+        let name = match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(name)) => std::str::from_utf8(name).unwrap_or("?"),
+            _ => "?",
+        };
+        self.hook.sent(&self.target, name);
+    }
+
+    fn pipeline(&self, pipeline: &Pipeline) {
+        if pipeline.is_transaction() {
+            self.hook.sent(&self.target, "MULTI");
+        }
+        pipeline.cmd_iter().for_each(|cmd| self.command(cmd));
+        if pipeline.is_transaction() {
+            self.hook.sent(&self.target, "EXEC");
+        }
+    }
+}
+
+/// A connection whose commands are reported to a [`Wire`] as they are sent.
+pub(crate) struct Counted<'a, C> {
+    conn: &'a mut C,
+    wire: &'a Wire,
+}
+
+impl<C: ConnectionLike> ConnectionLike for Counted<'_, C> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.wire.command(cmd);
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.wire.pipeline(pipeline);
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
+/// A client of `info` whose connections send, when set up, nothing but what the server needs
+/// (authentication, database): not the driver's two `CLIENT SETINFO`, which only label the
+/// connection in `CLIENT LIST` and would be requests the link cannot see.
+pub(crate) fn quiet_client(info: impl IntoConnectionInfo) -> redis::RedisResult<redis::Client> {
+    let info = info.into_connection_info()?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    redis::Client::open(info.set_redis_settings(settings))
 }
 
 /// Where a [`Link`] connects.
@@ -88,6 +190,8 @@ pub(crate) struct Link {
     connecting: tokio::sync::Mutex<()>,
     /// How many connections were made, the first included.
     connects: std::sync::atomic::AtomicU64,
+    /// Where its commands are reported.
+    wire: Wire,
 }
 
 impl Link {
@@ -97,8 +201,9 @@ impl Link {
         target: Target,
         config: &RedisConnectConfig,
         addr: Arc<str>,
+        wire: Wire,
     ) -> Result<Link, LockError> {
-        let link = Link::unconnected(target, config, addr);
+        let link = Link::unconnected(target, config, addr, wire);
         match link.open().await {
             Ok(conn) => {
                 link.install(conn);
@@ -114,7 +219,12 @@ impl Link {
 
     /// A link that connects at its first request: for a Redlock master that is down when the
     /// lock starts (one vote less, not a failure, while a majority answers).
-    pub(crate) fn unconnected(target: Target, config: &RedisConnectConfig, addr: Arc<str>) -> Link {
+    pub(crate) fn unconnected(
+        target: Target,
+        config: &RedisConnectConfig,
+        addr: Arc<str>,
+        wire: Wire,
+    ) -> Link {
         let driver = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.response_timeout));
@@ -134,6 +244,7 @@ impl Link {
             }),
             connecting: tokio::sync::Mutex::new(()),
             connects: 0.into(),
+            wire,
         }
     }
 
@@ -150,7 +261,7 @@ impl Link {
             Target::Fixed(client) => self.open_fixed(client).await.map_err(AttemptError::Failed),
             Target::Sentinel(sentinels) => {
                 let sentinel_bound = self.sentinel_timeout * self.sentinels() as u32;
-                let attempt = sentinels.connect(&self.config, self.sentinel_timeout);
+                let attempt = sentinels.connect(&self.config, self.sentinel_timeout, &self.wire);
                 tokio::time::timeout(sentinel_bound + self.attempt_timeout, attempt).await.map_err(
                     |_| format!("no answer within {:?}", sentinel_bound + self.attempt_timeout),
                 )?
@@ -171,8 +282,11 @@ impl Link {
                 .get_multiplexed_async_connection_with_config(&self.config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let pong: String =
-                redis::cmd("PING").query_async(&mut conn).await.map_err(|e| e.to_string())?;
+            self.wire.connected(client.get_connection_info().redis_settings());
+            let pong: String = redis::cmd("PING")
+                .query_async(&mut self.wire.on(&mut conn))
+                .await
+                .map_err(|e| e.to_string())?;
             if pong != "PONG" {
                 return Err(format!("PING answered {pong:?}"));
             }
@@ -306,7 +420,7 @@ impl Conn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let r = self.conn.req_packed_command(cmd).await;
+            let r = self.link.wire.on(&mut self.conn).req_packed_command(cmd).await;
             let r = self.check(r);
             if let Ok(reply) = &r {
                 self.check_reply(reply);
@@ -322,7 +436,12 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let r = self.conn.req_packed_commands(pipeline, offset, count).await;
+            let r = self
+                .link
+                .wire
+                .on(&mut self.conn)
+                .req_packed_commands(pipeline, offset, count)
+                .await;
             let r = self.check(r);
             for reply in r.iter().flatten() {
                 self.check_reply(reply);

@@ -14,12 +14,16 @@
 //! timeouts and retries of its own, where the link needs every attempt bounded by the
 //! configured timeouts and followed by its own backoff.
 
+use crate::link::{quiet_client, Wire};
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 use std::fmt::{self, Display};
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// The target of the commands to the Sentinels ([`crate::RedisConnectConfig::requests`]).
+const SENTINEL: &str = "sentinel";
 
 /// A Sentinel's address, `host:port`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +62,7 @@ impl Addr {
     }
 
     fn client(&self) -> Result<redis::Client, String> {
-        redis::Client::open(ConnectionAddr::Tcp(self.host.clone(), self.port))
+        quiet_client(ConnectionAddr::Tcp(self.host.clone(), self.port))
             .map_err(|e| format!("{self}: {e}"))
     }
 }
@@ -136,12 +140,13 @@ impl Sentinels {
         &self,
         config: &AsyncConnectionConfig,
         timeout: Duration,
+        wire: &Wire,
     ) -> Result<(Addr, Addr), AttemptError> {
         let order = self.order.lock().unwrap().clone();
         let mut failures = Vec::new();
         let mut unknown = 0;
         for sentinel in order {
-            let answer = tokio::time::timeout(timeout, self.ask(&sentinel, config)).await;
+            let answer = tokio::time::timeout(timeout, self.ask(&sentinel, config, wire)).await;
             match answer {
                 Ok(Ok(Answer::Master(master))) => {
                     self.prefer(&sentinel);
@@ -169,17 +174,23 @@ impl Sentinels {
     }
 
     /// One Sentinel's `SENTINEL get-master-addr-by-name`, on a connection of its own (a
-    /// resolution is rare: at the first connect and after a break).
-    async fn ask(&self, sentinel: &Addr, config: &AsyncConnectionConfig) -> Result<Answer, String> {
+    /// resolution is rare: at the first connect and after a break), reported to `wire`.
+    async fn ask(
+        &self,
+        sentinel: &Addr,
+        config: &AsyncConnectionConfig,
+        wire: &Wire,
+    ) -> Result<Answer, String> {
         let client = sentinel.client()?;
         let mut conn = client
             .get_multiplexed_async_connection_with_config(config)
             .await
             .map_err(|e| e.to_string())?;
+        wire.connected(client.get_connection_info().redis_settings());
         let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.name)
-            .query_async(&mut conn)
+            .query_async(&mut wire.on(&mut conn))
             .await
             .map_err(|e| e.to_string())?;
         Ok(match reply {
@@ -198,22 +209,25 @@ impl Sentinels {
     }
 
     /// The whole attempt, steps 1 to 3: a connection to an instance that says it is the master.
-    /// Each Sentinel is bounded by `sentinel_timeout`; the caller bounds the whole.
+    /// Each Sentinel is bounded by `sentinel_timeout`; the caller bounds the whole. The master's
+    /// commands are reported to `wire`, the Sentinels' under `sentinel`.
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
         sentinel_timeout: Duration,
+        wire: &Wire,
     ) -> Result<MultiplexedConnection, AttemptError> {
-        let (master, sentinel) = self.resolve(config, sentinel_timeout).await?;
+        let (master, sentinel) = self.resolve(config, sentinel_timeout, &wire.to(SENTINEL)).await?;
         let named =
             |e: &dyn Display| format!("master {master} (named by Sentinel {sentinel}): {e}");
-        let mut conn = master
-            .client()?
+        let client = master.client()?;
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(config)
             .await
             .map_err(|e| named(&e))?;
+        wire.connected(client.get_connection_info().redis_settings());
         let role: Vec<Value> =
-            redis::cmd("ROLE").query_async(&mut conn).await.map_err(|e| named(&e))?;
+            redis::cmd("ROLE").query_async(&mut wire.on(&mut conn)).await.map_err(|e| named(&e))?;
         match role.into_iter().next().map(redis::from_redis_value::<String>) {
             Some(Ok(r)) if r == "master" => Ok(conn),
             Some(Ok(r)) => Err(named(&format!("its ROLE is '{r}', not master")).into()),

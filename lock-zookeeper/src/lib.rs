@@ -121,6 +121,38 @@
 //! ensemble, so tokens strictly increase in grant order; unlike the sequence number they keep
 //! increasing even if the lock's directory is deleted and recreated.
 //!
+//! ## Requests per grant
+//! A backend reports every request it sends to [`ZkConfig::requests`] (a [`RequestHook`]),
+//! named as ZooKeeper's protocol names it: under `znodes`, each `create` (our znode, or a lock
+//! directory), `delete`, `getChildren`, `getData` and `exists` (with or without a watch), a
+//! request sent again after a lost answer included; under `session`, the `connect` that established each session and the
+//! `closeSession` of one given up. Watch events the server sends are not requests. From the
+//! protocol above:
+//!
+//! | what | requests |
+//! |---|---|
+//! | uncontended lock and release | 3: `create`, `getChildren`, `delete` |
+//! | the first lock of an id whose directory is missing (under an existing root) | 2 more: the `create` that finds no directory, and the directory's `create` (each missing parent costs two more: one that fails, one that makes it) |
+//! | lock after waiting behind one or more holders, and release | 5: `create`, `getChildren`, `exists` (setting the watch on the predecessor), `getChildren` (ours is first now), `delete` |
+//! | soft lock on a free lock, and release | 4: `getChildren` (empty), `create`, `getChildren`, `delete` |
+//! | soft lock refused | 1: `getChildren` |
+//!
+//! A waiter costs the same however long the queue ahead of it: it watches its predecessor
+//! alone, whose deletion comes after every earlier znode's. More requests come from a
+//! predecessor that went between the list and the watch (one more `getChildren`), from
+//! requests sent again after a lost connection, and from the protected-name search after a
+//! lost create. `tests/requests.rs` checks the table's rows on a real server, and that a server
+//! of its own received (`mntr`'s `zk_packets_received`) exactly the requests the backends
+//! reported, once the sessions' first pings (below) were in.
+//!
+//! **What the client sends unseen**: `zookeeper-client` keeps the session alive by itself and
+//! does not tell its user. It pings once after connecting, and again whenever it has sent
+//! nothing for `min(10 s, 3/20 of the session timeout)` (0.9 s for a 6 s session); on
+//! reconnecting within a session it sends a new connect request and its watches again. None of
+//! these is counted here. The pings are the session's renewal, ZooKeeper's counterpart of a
+//! lease keep-alive: a client busy with requests sends none, an idle one (a waiter on a long
+//! watch, a long hold) one per 3/20 session timeout.
+//!
 //! ## Invariants
 //! - At most one session holds a lock id: the lowest live sequential child, whichever client
 //!   made it.
@@ -160,6 +192,7 @@
 
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
+use lock_core::requests::RequestHook;
 use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
 use rand::rngs::StdRng;
@@ -206,6 +239,9 @@ pub struct ZkConfig {
     pub connect_timeout: Duration,
     /// Parent of the lock directories (default `/locks`).
     pub root: String,
+    /// Where each request the backend sends is reported (default: nowhere). The crate docs
+    /// ("Requests per grant") say what one grant costs, and what the client sends unseen.
+    pub requests: RequestHook,
 }
 
 impl Default for ZkConfig {
@@ -214,6 +250,7 @@ impl Default for ZkConfig {
             session_timeout: Duration::from_secs(6),
             connect_timeout: Duration::from_secs(10),
             root: "/locks".into(),
+            requests: RequestHook::none(),
         }
     }
 }
@@ -306,6 +343,57 @@ impl ZkLockOptions {
     }
 }
 
+/// The requests this crate sends through a session, each with its name in ZooKeeper's protocol
+/// and what it does for the lock (for error messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// `create` of our ephemeral sequential znode.
+    Create,
+    /// `create` of a lock directory or one of its parents (step 1).
+    Mkdir,
+    /// `delete` of our znode.
+    Delete,
+    /// `getChildren` of a lock directory.
+    List,
+    /// `getData` of a znode (its stat: whose session made it).
+    Read,
+    /// `exists` of a znode, without a watch.
+    Stat,
+    /// `exists` of the predecessor, setting a watch on it.
+    Watch,
+}
+
+impl Op {
+    /// Its name in ZooKeeper's protocol, as the request's command.
+    fn request(self) -> &'static str {
+        match self {
+            Op::Create | Op::Mkdir => "create",
+            Op::Delete => "delete",
+            Op::List => "getChildren",
+            Op::Read => "getData",
+            Op::Stat | Op::Watch => "exists",
+        }
+    }
+
+    /// What it does, for error messages.
+    fn what(self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Mkdir => "mkdir",
+            Op::Delete => "delete",
+            Op::List => "list",
+            Op::Read => "read",
+            Op::Stat => "stat",
+            Op::Watch => "watch",
+        }
+    }
+}
+
+/// The target of the requests on znodes.
+const ZNODES: &str = "znodes";
+/// The target of the requests that open and close sessions.
+const SESSIONS: &str = "session";
+
 /// One ZooKeeper session: its client and what the server granted.
 struct Session {
     client: zk::Client,
@@ -315,6 +403,8 @@ struct Session {
     /// The znodes this session created and has not deleted yet, as far as the backend knows:
     /// what an orphan sweep ([`sweep_orphans`]) must leave alone.
     known: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Where each request is reported.
+    requests: RequestHook,
 }
 
 impl Session {
@@ -322,17 +412,20 @@ impl Session {
         backend_err(format!("{what} {path} on ZooKeeper at {}: {e}", self.hosts))
     }
 
-    /// Run one request, bounded by the session timeout: while disconnected the client holds
-    /// requests until it reconnects or the session expires, and a caller must not hang that
-    /// long unannounced.
+    /// Run one request, `op` on `path`, which the client sent as `fut` was made: report it to
+    /// the backend's hook (every request on a znode passes here), and bound it by the session
+    /// timeout: while disconnected the client holds requests until it reconnects or the
+    /// session expires, and a caller must not hang that long unannounced.
     async fn op<T>(
         &self,
-        what: &str,
+        op: Op,
         path: &str,
         fut: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<Result<T, zk::Error>, LockError> {
+        self.requests.sent(ZNODES, op.request());
         tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
-            self.err(what, path, format!("no answer within the session timeout {:?}", self.timeout))
+            let why = format!("no answer within the session timeout {:?}", self.timeout);
+            self.err(op.what(), path, why)
         })
     }
 
@@ -342,7 +435,7 @@ impl Session {
     /// its way. A session that ends meanwhile answers `SessionExpired`.
     async fn read<T, F, Fut>(
         &self,
-        what: &str,
+        op: Op,
         path: &str,
         request: F,
     ) -> Result<Result<T, zk::Error>, LockError>
@@ -351,7 +444,7 @@ impl Session {
         Fut: Future<Output = Result<T, zk::Error>>,
     {
         loop {
-            match self.op(what, path, request()).await? {
+            match self.op(op, path, request()).await? {
                 Err(zk::Error::ConnectionLoss) => {
                     if !connected(self).await {
                         return Ok(Err(zk::Error::SessionExpired));
@@ -371,6 +464,16 @@ impl Session {
 impl lock_core::session::Ending for Session {
     fn is_over(&self) -> bool {
         Session::is_over(self)
+    }
+}
+
+impl Drop for Session {
+    /// The last user of the session is gone: the client, dropped with it, closes the session
+    /// (a `closeSession` request), which deletes its znodes at once.
+    fn drop(&mut self) {
+        if !self.is_over() {
+            self.requests.sent(SESSIONS, "closeSession");
+        }
     }
 }
 
@@ -405,8 +508,12 @@ async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, Lo
             )))
         }
     };
+    // The client's connect request, counted once the session is established: attempts that
+    // reach no server send none.
+    config.requests.sent(SESSIONS, "connect");
     let timeout = client.session_timeout();
-    Ok(Session { client, timeout, hosts: hosts.clone(), known: Default::default() })
+    let requests = config.requests.clone();
+    Ok(Session { client, timeout, hosts: hosts.clone(), known: Default::default(), requests })
 }
 
 impl Inner {
@@ -582,12 +689,35 @@ impl Drop for Pending {
 /// Delete our znode. Gone already is success: the session ended (expired or closed), which
 /// removed it for us, or someone removed it by hand.
 async fn delete_node(session: &Session, path: &str) -> Result<(), LockError> {
-    match session.op("delete", path, session.client.delete(path, None)).await? {
+    match session.op(Op::Delete, path, session.client.delete(path, None)).await? {
         Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
             session.known.lock().unwrap().remove(path);
             Ok(())
         }
         Err(e) => Err(session.err("delete", path, e)),
+    }
+}
+
+/// Step 1: `dir` and its missing parents, as `mkdir -p` (persistent, open to anyone). The
+/// client's own `mkdir` sends its creates out of this crate's sight; these go through
+/// [`Session::op`], one request each: `dir` first; if its parent is missing, the nearest
+/// ancestor that can be made, then each level below it.
+async fn make_dirs(session: &Session, dir: &str) -> Result<(), LockError> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let mut end = dir.len();
+    loop {
+        let path = &dir[..end];
+        let made = session.op(Op::Mkdir, path, session.client.create(path, &[], &persistent));
+        match made.await? {
+            Ok(_) | Err(zk::Error::NodeExists) if end == dir.len() => return Ok(()),
+            Ok(_) | Err(zk::Error::NodeExists) => {
+                end = dir[end + 1..].find('/').map_or(dir.len(), |i| end + 1 + i);
+            }
+            Err(zk::Error::NoNode) if path.rfind('/').is_some_and(|i| i > 0) => {
+                end = path.rfind('/').unwrap_or(0);
+            }
+            Err(e) => return Err(session.err("mkdir", path, e)),
+        }
     }
 }
 
@@ -618,7 +748,7 @@ async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration, pre
             return; // The session ended: its znodes are gone.
         }
         let ours = session.client.session_id().0;
-        let Ok(Ok(children)) = session.op("list", &dir, session.client.list_children(&dir)).await
+        let Ok(Ok(children)) = session.op(Op::List, &dir, session.client.list_children(&dir)).await
         else {
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
@@ -632,7 +762,7 @@ async fn sweep_orphans(session: Arc<Session>, dir: String, settle: Duration, pre
                 continue;
             }
             if let Ok(Ok((_, stat))) =
-                session.op("read", &path, session.client.get_data(&path)).await
+                session.op(Op::Read, &path, session.client.get_data(&path)).await
             {
                 if stat.ephemeral_owner == ours && !session.known.lock().unwrap().contains(&path) {
                     delete_until_done(session.clone(), path).await;
@@ -778,15 +908,11 @@ impl ZkLock {
         let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let create = || {
             let request = session.client.create(prefix, self.owner.as_bytes(), &ephemeral);
-            session.op("create", prefix, request)
+            session.op(Op::Create, prefix, request)
         };
         match create().await? {
             Err(zk::Error::NoNode) => {
-                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                session
-                    .op("mkdir", dir, session.client.mkdir(dir, &persistent))
-                    .await?
-                    .map_err(|e| session.err("mkdir", dir, e))?;
+                make_dirs(session, dir).await?;
                 create().await
             }
             other => Ok(other),
@@ -802,12 +928,12 @@ impl ZkLock {
         dir: &str,
         tag: &str,
     ) -> Result<Option<(String, zk::Stat)>, LockError> {
-        let children = match session.read("list", dir, || session.client.list_children(dir)).await?
-        {
-            Ok(c) => c,
-            Err(zk::Error::NoNode) => return Ok(None),
-            Err(e) => return Err(session.err("list", dir, e)),
-        };
+        let children =
+            match session.read(Op::List, dir, || session.client.list_children(dir)).await? {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => return Ok(None),
+                Err(e) => return Err(session.err("list", dir, e)),
+            };
         // A znode another request of this backend holds is not ours, even with our GUID (lockers
         // given the same seed make the same GUIDs): a cheap guard, not a full one (see Guids).
         let known =
@@ -816,7 +942,7 @@ impl ZkLock {
             return Ok(None);
         };
         let path = format!("{dir}/{name}");
-        match session.read("stat", &path, || session.client.check_stat(&path)).await? {
+        match session.read(Op::Stat, &path, || session.client.check_stat(&path)).await? {
             // Every request of ours runs on one session, so the znode is of this one; checked
             // all the same, as Curator does, since a znode of another session is not our place.
             Ok(Some(stat)) if stat.ephemeral_owner == session.client.session_id().0 => {
@@ -838,12 +964,12 @@ impl ZkLock {
     /// contenders). Sequence numbers are unique in a directory; the name only breaks the tie
     /// that never happens, so that the order is total.
     async fn queue(&self, session: &Session, dir: &str) -> Result<Vec<(i64, String)>, LockError> {
-        let children = match session.read("list", dir, || session.client.list_children(dir)).await?
-        {
-            Ok(c) => c,
-            Err(zk::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(session.err("list", dir, e)),
-        };
+        let children =
+            match session.read(Op::List, dir, || session.client.list_children(dir)).await? {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(session.err("list", dir, e)),
+            };
         let mut queue: Vec<(i64, String)> =
             children.into_iter().filter_map(|name| sequence_of(&name).map(|s| (s, name))).collect();
         queue.sort();
@@ -979,7 +1105,7 @@ impl Locker for ZkLock {
             };
             let pred = format!("{dir}/{predecessor}");
             let (exists, watcher) = match session
-                .read("watch", &pred, || session.client.check_and_watch_stat(&pred))
+                .read(Op::Watch, &pred, || session.client.check_and_watch_stat(&pred))
                 .await
             {
                 Ok(Ok(answer)) => answer,

@@ -145,6 +145,7 @@ impl Fixture for EnsembleFixture {
             session_timeout: self.session_timeout,
             connect_timeout: Duration::from_secs(10),
             root: self.root.clone(),
+            ..ZkConfig::default()
         };
         let backend = ZkBackend::connect_with(&hosts.join(","), config)
             .await

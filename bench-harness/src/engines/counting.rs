@@ -1,13 +1,20 @@
-//! Store load on a real cluster: a [`CellStore`] wrapper that counts the requests one client
-//! sends, per table and kind, before passing them on.
+//! Store load on a real server: the requests the contenders send, per table and kind, in the
+//! embedded store's units, counted on their way out.
 //!
-//! Every [`CellStore`] call is exactly one request on the wire (a write of several cells of one
-//! row is one single-partition batch, see `lock-cassandra`), so counting calls counts
-//! requests: the same units as the embedded store's own counters. Failed requests count too,
-//! as on the embedded store: they loaded the cluster (or the network) all the same.
+//! - **Cassandra**: a [`CellStore`] wrapper that counts each call before passing it on. Every
+//!   [`CellStore`] call is exactly one request on the wire (a write of several cells of one row
+//!   is one single-partition batch, see `lock-cassandra`), so counting calls counts requests.
+//! - **Redis, Redlock, ZooKeeper, etcd**: their lock crates report each request they send to a
+//!   [`RequestHook`] given in their connect settings ([`RequestCounter::hook`]), naming its
+//!   target (filed here as the table) and its command or RPC, which the engine maps onto a
+//!   [`Kind`]. Each crate's docs say what one grant costs in its own terms.
+//!
+//! Failed requests count too, as on the embedded store: they loaded the cluster (or the
+//! network) all the same.
 
 use async_trait::async_trait;
 use lock_core::embedded::{OpCounts, StoreCounters};
+use lock_core::requests::{Request, RequestHook};
 use lock_core::store::{
     CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
     Slice, StoreError,
@@ -21,12 +28,19 @@ pub struct RequestCounter {
     per_table: Mutex<BTreeMap<String, OpCounts>>,
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
+/// The kind a request is filed under, as the embedded store's counters have them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A read.
     Read,
+    /// A write.
     Write,
+    /// A delete.
     Delete,
+    /// A conditional write or delete, done atomically by the server (a lightweight
+    /// transaction, an etcd transaction, a Redis `SET NX` or compare-and-act script).
     Cas,
+    /// A SERIAL read.
     SerialRead,
 }
 
@@ -44,6 +58,13 @@ impl RequestCounter {
             Kind::Cas => c.cas += 1,
             Kind::SerialRead => c.serial_reads += 1,
         }
+    }
+
+    /// A hook for a server engine's lock crate: each request it reports is counted under its
+    /// target as the table, and under the kind `kind` gives its command.
+    pub fn hook(self: &Arc<Self>, kind: fn(&Request<'_>) -> Kind) -> RequestHook {
+        let me = Arc::clone(self);
+        RequestHook::new(move |r| me.bump(r.target, kind(&r)))
     }
 
     /// The counts so far, in the embedded store's shape (no per-client split).
@@ -191,5 +212,20 @@ mod tests {
         assert_eq!((t.reads, t.writes, t.deletes), (1, 1, 1));
         counter.reset();
         assert_eq!(counter.snapshot().total().total(), 0);
+    }
+
+    #[test]
+    fn a_hook_files_requests_under_their_target_and_the_kind_of_their_command() {
+        let counter = Arc::new(RequestCounter::default());
+        let kind = |r: &Request<'_>| if r.command == "get" { Kind::Read } else { Kind::Cas };
+        let hook = counter.hook(kind);
+        hook.sent("kv", "get");
+        hook.sent("kv", "txn");
+        hook.sent("lease", "grant");
+        let counts = counter.snapshot();
+        let kv = &counts.per_table["kv"];
+        assert_eq!((kv.reads, kv.cas, kv.writes), (1, 1, 0));
+        assert_eq!(counts.per_table["lease"].cas, 1);
+        assert_eq!(counts.total().total(), 3);
     }
 }

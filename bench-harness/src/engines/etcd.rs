@@ -4,7 +4,14 @@
 //! Opening a run grants one probe lease (an unreachable server fails here, once, naming the
 //! endpoints); each contender then gets a backend of its own ([`EtcdBackend`]: a client and a
 //! lease whose TTL is the run's, rounded up to whole seconds), with its keys under the run's
-//! own root `/bench-harness/<ns>`. The client exposes no request count: store load is n/a.
+//! own root `/bench-harness/<ns>`.
+//!
+//! Store load: `lock-etcd` reports each RPC its contenders send (its crate docs, "Requests per
+//! grant": 2 for an uncontended grant, 6 after waiting, and the leases' keep-alives), counted
+//! under its service as the table (`kv`, `watch`, `lease`): `Txn` as a conditional write (it
+//! creates our key only if it does not exist), `Range` and `Watch` as reads, `DeleteRange` and
+//! `LeaseRevoke` as deletes, `LeaseGrant` and each `LeaseKeepAlive` message as writes. Each
+//! contender's connection costs a `LeaseGrant` and the first `LeaseKeepAlive`.
 //!
 //! Options: `--etcd http://host:port[,…]` (or `LOCK_ETCD_ENDPOINTS`), or `--spawn-etcd`: the
 //! harness starts a one-member etcd of its own on free loopback ports for each run (Debian's
@@ -16,11 +23,13 @@
 //! installed.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::counting::Kind;
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
 use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
+use lock_core::requests::{Request, RequestHook};
 use lock_core::Locker;
 use lock_etcd::{EtcdBackend, EtcdConfig};
 use serde::{Deserialize, Serialize};
@@ -198,7 +207,7 @@ impl Engine for Etcd {
     }
 
     fn counts_requests(&self) -> bool {
-        false
+        true
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
@@ -276,18 +285,36 @@ impl Connect for Connector {
 
     /// A client and lease on the server, or through `via` (a contender's proxy). The Mutex
     /// reads no clock of its own, so a clock jump changes nothing.
-    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<EtcdBackend, String>> {
-        Box::pin(self.connect_to(via))
+    fn connect(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> BoxFuture<'_, Result<EtcdBackend, String>> {
+        Box::pin(self.connect_to(via, requests))
+    }
+
+    fn kind(request: &Request<'_>) -> Kind {
+        match request.command {
+            "Txn" => Kind::Cas,
+            "Range" | "Watch" => Kind::Read,
+            "DeleteRange" | "LeaseRevoke" => Kind::Delete,
+            _ => Kind::Write,
+        }
     }
 }
 
 impl Connector {
-    async fn connect_to(&self, via: Option<SocketAddr>) -> Result<EtcdBackend, String> {
+    async fn connect_to(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> Result<EtcdBackend, String> {
         let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| format!("http://{a}"));
         let config = EtcdConfig {
             lease_ttl: self.lease_ttl,
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
+            requests,
             ..EtcdConfig::default()
         };
         EtcdBackend::connect_with(&endpoints, config).await.map_err(|e| {

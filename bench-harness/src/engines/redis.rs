@@ -4,8 +4,13 @@
 //! Opening a run makes one probe connection (an unreachable server fails here, once, naming
 //! the URL); each contender then gets a connection of its own ([`RedisBackend`]) whose keys
 //! carry the run's namespace (`bench-harness:<ns>:`). Expiries are judged by the contenders'
-//! clocks (the system clock plus the contender's skew), as jedis-lock does. The Redis client
-//! exposes no request count: store load is n/a.
+//! clocks (the system clock plus the contender's skew), as jedis-lock does.
+//!
+//! Store load: `lock-redis` reports each command its contenders send (its crate docs,
+//! "Requests per grant": jedis-lock 3 for an uncontended grant and 2 per retry, the token lock
+//! 2 and 1 per retry), counted under the server it went to as the table (`redis`, and through
+//! Sentinel `sentinel`) and by [`command_kind`]. Each contender's connection costs a `PING`
+//! (through Sentinel a `SENTINEL` query and a `ROLE`).
 //!
 //! Options, one server or a master watched by Sentinels:
 //! - `--redis URL` (or `LOCK_REDIS_URL`; a password in it is redacted in result files);
@@ -22,6 +27,7 @@
 //! Faults: [`super::server_faults`].
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::counting::Kind;
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
 use super::{
     given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine,
@@ -29,6 +35,7 @@ use super::{
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
+use lock_core::requests::{Request, RequestHook};
 use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -246,7 +253,7 @@ impl Engine for Redis {
     }
 
     fn counts_requests(&self) -> bool {
-        false
+        true
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
@@ -370,16 +377,43 @@ impl Connect for Connector {
     }
 
     /// A connection to the server, or through `via` (a contender's proxy).
-    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<RedisBackend, String>> {
-        Box::pin(self.connect_to(via))
+    fn connect(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> BoxFuture<'_, Result<RedisBackend, String>> {
+        Box::pin(self.connect_to(via, requests))
+    }
+
+    fn kind(request: &Request<'_>) -> Kind {
+        command_kind(request)
+    }
+}
+
+/// The kind a Redis command is counted as, here and on Redlock's masters: a conditional write
+/// (`SETNX`, `SET`, which this workspace only sends with `NX`, and the scripts, each of which
+/// compares before it acts) as a compare-and-set; `DEL` as a delete; `INCR`, `GETSET` and the
+/// driver's `SCRIPT LOAD` as writes; `GET` and a connection's `PING`, `ROLE`, `SENTINEL`
+/// query, `AUTH` and `SELECT` as reads.
+pub fn command_kind(request: &Request<'_>) -> Kind {
+    match request.command {
+        "SETNX" | "SET" | "EVALSHA" | "EVAL" => Kind::Cas,
+        "DEL" => Kind::Delete,
+        "GET" | "PING" | "ROLE" | "SENTINEL" | "AUTH" | "HELLO" | "SELECT" => Kind::Read,
+        _ => Kind::Write,
     }
 }
 
 impl Connector {
-    async fn connect_to(&self, via: Option<SocketAddr>) -> Result<RedisBackend, String> {
+    async fn connect_to(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> Result<RedisBackend, String> {
         let config = RedisConnectConfig {
             connect_timeout: CONNECT_TIMEOUT,
             key_prefix: format!("bench-harness:{}:", self.namespace),
+            requests,
             ..RedisConnectConfig::default()
         };
         let url = match &self.target {

@@ -5,7 +5,13 @@
 //! naming the first that did not); each contender then gets connections of its own to every
 //! master ([`RedisMasters`]), keys under the run's namespace (`bench-harness:<ns>:`). Redlock
 //! reads no client clock (its elapsed times are monotonic), so a clock jump changes nothing
-//! and is not offered. The client exposes no request count: store load is n/a.
+//! and is not offered.
+//!
+//! Store load: `lock-redis` reports each command its contenders send to each master (its crate
+//! docs, "Requests per grant": 2 per master for an uncontended grant, 4 fenced, and 2 per
+//! master for every attempt that finds the lock held), counted under `master-<i>` as the table
+//! and by [`super::redis::command_kind`]. Each contender's connections cost a `PING` per
+//! master.
 //!
 //! Options: `--redlock URL,URL,...` (or `LOCK_REDLOCK_URLS`: the user's masters, passwords
 //! redacted in result files), or `--spawn-redlock[=N]`: the harness starts N masters of its
@@ -21,6 +27,7 @@
 //! argument and where it fails).
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::counting::Kind;
 use super::server_faults::{self, Connect, Opened, ServerFaults};
 use super::{
     given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine,
@@ -28,6 +35,7 @@ use super::{
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
+use lock_core::requests::{Request, RequestHook};
 use lock_redis::{RedisConnectConfig, RedisMasters, RedlockConfig, RedlockVariant};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -198,7 +206,7 @@ impl Engine for Redlock {
     }
 
     fn counts_requests(&self) -> bool {
-        false
+        true
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
@@ -259,17 +267,26 @@ impl Connect for Connector {
     }
 
     /// Connections to every master (`via` is always `None`: no contender faults here).
-    fn connect(&self, _via: Option<SocketAddr>) -> BoxFuture<'_, Result<RedisMasters, String>> {
+    fn connect(
+        &self,
+        _via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> BoxFuture<'_, Result<RedisMasters, String>> {
         Box::pin(async move {
             let config = RedisConnectConfig {
                 connect_timeout: CONNECT_TIMEOUT,
                 key_prefix: format!("bench-harness:{}:", self.namespace),
+                requests,
                 ..RedisConnectConfig::default()
             };
             RedisMasters::connect_with(&self.urls, config)
                 .await
                 .map_err(|e| format!("cannot reach the Redlock masters (--redlock): {e}"))
         })
+    }
+
+    fn kind(request: &Request<'_>) -> Kind {
+        super::redis::command_kind(request)
     }
 }
 

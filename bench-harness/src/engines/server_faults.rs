@@ -29,9 +29,14 @@
 //!
 //! Runs without these faults connect straight to the server: the proxy hop is never measured
 //! unless a fault needs it.
+//!
+//! [`Opened`], the opened engine of every server engine but Cassandra, also counts the requests
+//! of the contenders' clients ([`super::counting`]).
 
+use super::counting::{Kind, RequestCounter};
 use super::{BoxFuture, Injection};
 use crate::faults::FaultKind;
+use lock_core::requests::{Request, RequestHook};
 use lock_core::time::ClockJump;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -472,34 +477,47 @@ impl ServerFaults {
 }
 
 /// How a server engine connects one contender: straight to the server (`via` is `None`) or
-/// through its proxy, with the run's settings; and the algorithms that run on that client.
+/// through its proxy, with the run's settings, reporting its requests to a hook; and the
+/// algorithms that run on that client.
 pub trait Connect: Send + Sync + 'static {
     /// A contender's client (connection, session, lease).
     type Client: Send + 'static;
     /// The engine's algorithms on that client.
     fn entries() -> &'static [super::algorithm::Entry<Self::Client>];
-    /// A new client, or an error naming the server and what was tried.
-    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<Self::Client, String>>;
+    /// A new client whose lock crate reports each request it sends to `requests`, or an error
+    /// naming the server and what was tried.
+    fn connect(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> BoxFuture<'_, Result<Self::Client, String>>;
+    /// The kind a request of its lock crate is counted as (its command mapped onto reads,
+    /// writes, deletes and conditional writes).
+    fn kind(request: &Request<'_>) -> Kind;
 }
 
 /// A server engine opened for one run: every contender gets a client of its own from `C`,
-/// through a proxy of its own when the run has contender faults; faults go to
-/// [`ServerFaults`]. Such clients expose no request counts.
+/// through a proxy of its own when the run has contender faults, its requests counted;
+/// faults go to [`ServerFaults`].
 pub struct Opened<C> {
     connector: C,
     settings: super::AlgorithmSettings,
     faults: ServerFaults,
+    counter: Arc<RequestCounter>,
 }
 
 impl<C: Connect> Opened<C> {
-    /// Opens the engine after one probe connection: an unreachable server fails here, once.
+    /// Opens the engine after one probe connection, whose requests are not counted: an
+    /// unreachable server fails here, once. The contenders' requests are counted from here
+    /// on, their connections' too (each lock crate's docs say what one costs).
     pub async fn probe(
         connector: C,
         settings: super::AlgorithmSettings,
         faults: ServerFaults,
     ) -> Result<Box<dyn super::OpenEngine>, String> {
-        connector.connect(None).await?;
-        Ok(Box::new(Opened { connector, settings, faults }))
+        connector.connect(None, RequestHook::none()).await?;
+        let counter = Arc::new(RequestCounter::default());
+        Ok(Box::new(Opened { connector, settings, faults, counter }))
     }
 }
 
@@ -509,13 +527,15 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
         algorithm: &'static super::Algorithm,
         spec: super::ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>> {
+        let requests = self.counter.hook(C::kind);
         self.faults.contender(C::entries(), algorithm, spec, &self.settings, move |via| {
-            self.connector.connect(via)
+            self.connector.connect(via, requests)
         })
     }
 
     fn counters(&self) -> Option<super::CounterHandle> {
-        None
+        let counter = self.counter.clone();
+        Some(Arc::new(move || counter.snapshot()))
     }
 
     fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {

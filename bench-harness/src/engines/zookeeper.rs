@@ -4,7 +4,14 @@
 //! Opening a run establishes one probe session (an unreachable server fails here, once,
 //! naming the hosts); each contender then gets a session of its own ([`ZkBackend`]) whose
 //! timeout is the run's TTL, with its lock znodes under the run's own root
-//! `/bench-harness/<ns>`. The ZooKeeper client exposes no request count: store load is n/a.
+//! `/bench-harness/<ns>`.
+//!
+//! Store load: `lock-zookeeper` reports each request its contenders send (its crate docs,
+//! "Requests per grant": 3 for an uncontended grant, 5 after waiting), counted under `znodes`
+//! (`create` as a write, `delete` as a delete, `getChildren`, `getData` and `exists` as reads)
+//! and `session` (each session's `connect` as a write, `closeSession` as a delete). The
+//! client's own pings, which keep an idle session alive, are not seen and not counted (the
+//! crate docs say how many it sends); a contender busy with requests sends none.
 //!
 //! Options: `--zookeeper host:port[,…]` (or `LOCK_ZOOKEEPER_HOSTS`), or `--spawn-zookeeper`:
 //! the harness starts a ZooKeeper server of its own on a free loopback port for each run (the
@@ -12,11 +19,13 @@
 //! [`super::server_faults`]; contender faults need a single host.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::counting::Kind;
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
 use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
+use lock_core::requests::{Request, RequestHook};
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use serde::{Deserialize, Serialize};
@@ -179,7 +188,7 @@ impl Engine for Zookeeper {
     }
 
     fn counts_requests(&self) -> bool {
-        false
+        true
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
@@ -255,18 +264,35 @@ impl Connect for Connector {
 
     /// A session on the server, or through `via` (a contender's proxy). The recipe reads no
     /// clock, so a clock jump changes nothing.
-    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<ZkBackend, String>> {
-        Box::pin(self.connect_to(via))
+    fn connect(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> BoxFuture<'_, Result<ZkBackend, String>> {
+        Box::pin(self.connect_to(via, requests))
+    }
+
+    fn kind(request: &Request<'_>) -> Kind {
+        match request.command {
+            "create" | "connect" => Kind::Write,
+            "delete" | "closeSession" => Kind::Delete,
+            _ => Kind::Read,
+        }
     }
 }
 
 impl Connector {
-    async fn connect_to(&self, via: Option<SocketAddr>) -> Result<ZkBackend, String> {
+    async fn connect_to(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> Result<ZkBackend, String> {
         let hosts = via.map_or_else(|| self.hosts.clone(), |a| a.to_string());
         let config = ZkConfig {
             session_timeout: self.session_timeout,
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
+            requests,
         };
         ZkBackend::connect_with(&hosts, config)
             .await

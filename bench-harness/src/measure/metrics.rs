@@ -409,7 +409,8 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// The load a run put on the store. Every field is `None` (`null` in JSON, "n/a" in tables)
-/// when the backend's requests are not counted (Redis, ZooKeeper).
+/// when the backend's requests are not counted (an engine whose `counts_requests` is false;
+/// every engine of this crate counts them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StoreLoad {
     /// Every request of the run (contenders, leases, time service).

@@ -32,6 +32,7 @@ pub fn config(root: &str, ttl: Duration) -> EtcdConfig {
         connect_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(3),
         root: root.to_string(),
+        ..EtcdConfig::default()
     }
 }
 

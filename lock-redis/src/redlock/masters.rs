@@ -23,18 +23,20 @@ impl RedisMasters {
     /// Connect to every master of `urls` with `config` (the same key prefix on each). A
     /// majority must answer now, or the error names the first that did not; a master that
     /// does not is connected at its first request (a vote less until then, as a master that
-    /// goes away later is).
+    /// goes away later is). The commands to the `i`th master of `urls` are reported to
+    /// `config.requests` under `master-<i>`.
     pub async fn connect_with(
         urls: &[String],
         config: RedisConnectConfig,
     ) -> Result<Self, LockError> {
         let mut masters = Vec::with_capacity(urls.len());
         let mut failed = Vec::new();
-        for url in urls {
-            match RedisBackend::connect_with(url, config.clone()).await {
+        for (i, url) in urls.iter().enumerate() {
+            let target = format!("master-{i}");
+            match RedisBackend::connect_as(url, config.clone(), &target).await {
                 Ok(m) => masters.push(m),
                 Err(e @ LockError::Backend { .. }) => {
-                    masters.push(RedisBackend::unconnected(url, config.clone())?);
+                    masters.push(RedisBackend::unconnected(url, config.clone(), &target)?);
                     failed.push(e);
                 }
                 Err(e) => return Err(e),

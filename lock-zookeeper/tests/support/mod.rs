@@ -96,6 +96,7 @@ impl ZkFixture {
             session_timeout: self.session_timeout,
             connect_timeout: Duration::from_secs(10),
             root: self.root.clone(),
+            ..ZkConfig::default()
         };
         let backend = ZkBackend::connect_with(&proxy.addr().to_string(), config)
             .await
