@@ -22,6 +22,7 @@ use crate::proto::{
 };
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use lock_core::requests::RequestHook;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -35,10 +36,6 @@ use tokio::time::Instant;
 pub const ALGORITHM: &str = "service";
 const BACKEND: &str = "lock-service";
 
-/// Called with the kind of every request the client sends ("acquire", "keepalive", ...):
-/// for counting the load a lock puts on the service.
-pub type RequestHook = Arc<dyn Fn(&'static str) + Send + Sync>;
-
 /// How a client talks to the service.
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -48,8 +45,11 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// How long one request may take, across reconnects and failovers.
     pub request_timeout: Duration,
-    /// Told of every request sent.
-    pub on_request: Option<RequestHook>,
+    /// Told of every request sent, as `service` and the request's name (`Acquire`,
+    /// `Release`, `KeepAlive`, `Open`, `Resume`, `Close`, `Status`): the load a lock puts on
+    /// the service. One grant costs an `Acquire` and a `Release`, plus a `KeepAlive` per
+    /// session every TTL/3.
+    pub requests: RequestHook,
     /// Dial the leader a follower names (its advertised client address). Off, the client
     /// dials only the endpoints it was given, in turn: for a client that must reach the
     /// service through addresses of its own (a proxy, a tunnel).
@@ -62,7 +62,7 @@ impl Default for ClientConfig {
             ttl: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(5),
-            on_request: None,
+            requests: RequestHook::none(),
             follow_leader_hints: true,
         }
     }
@@ -88,13 +88,13 @@ fn backend(message: impl Into<String>) -> LockError {
 
 fn kind_of(request: &Request) -> &'static str {
     match request {
-        Request::Open { .. } => "open",
-        Request::Resume { .. } => "resume",
-        Request::KeepAlive { .. } => "keepalive",
-        Request::Acquire { .. } => "acquire",
-        Request::Release { .. } => "release",
-        Request::Close { .. } => "close",
-        Request::Status => "status",
+        Request::Open { .. } => "Open",
+        Request::Resume { .. } => "Resume",
+        Request::KeepAlive { .. } => "KeepAlive",
+        Request::Acquire { .. } => "Acquire",
+        Request::Release { .. } => "Release",
+        Request::Close { .. } => "Close",
+        Request::Status => "Status",
     }
 }
 
@@ -201,9 +201,7 @@ impl Conn {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        if let Some(hook) = &shared.config.on_request {
-            hook(kind_of(&body));
-        }
+        shared.config.requests.sent("service", kind_of(&body));
         if !self.is_open() || self.out.send(encode(&ClientFrame { id, body })).is_err() {
             lock(&self.pending).remove(&id);
             return Err(format!("{}: connection closed", self.addr));
@@ -506,12 +504,40 @@ async fn keep_alive(session: Weak<Session>, opened: Instant) {
     }
 }
 
-/// A connection to the lock service: one session, shared by the lockers it hands out.
+/// A connection to the lock service: one session, shared by the lockers it hands out. When
+/// the client and its lockers are all dropped and no guard of the session is alive, the
+/// session is closed in the background (with a guard alive, it is kept alive with it).
 #[derive(Clone)]
 pub struct ServiceClient {
     shared: Arc<Shared>,
     session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>>,
     sessions_made: Arc<AtomicU64>,
+    _closer: Arc<Closer>,
+}
+
+/// Closes the session when the last clone of its client goes.
+struct Closer {
+    session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>>,
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let Ok(mut slot) = self.session.try_lock() else {
+            return;
+        };
+        let Some(s) = slot.take() else {
+            return;
+        };
+        if !lock(&s.held).is_empty() || s.lost_reason().is_some() {
+            return;
+        }
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = s.call(Request::Close { session: s.id }).await;
+                s.lose("the session was closed by its client".into());
+            });
+        }
+    }
 }
 
 impl ServiceClient {
@@ -536,8 +562,13 @@ impl ServiceClient {
             config,
             next_id: AtomicU64::new(1),
         });
-        let client =
-            ServiceClient { shared, session: Arc::default(), sessions_made: Arc::default() };
+        let session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>> = Arc::default();
+        let client = ServiceClient {
+            shared,
+            session: session.clone(),
+            sessions_made: Arc::default(),
+            _closer: Arc::new(Closer { session }),
+        };
         client.live_session().await?;
         Ok(client)
     }

@@ -4,7 +4,9 @@
 //! Each contender gets a client of its own ([`ServiceClient`]: one connection, one session
 //! whose TTL is the run's, at least the service's minimum), as with etcd's leases and
 //! ZooKeeper's sessions. Opening a run opens one probe session: an unreachable service fails
-//! there, once, naming every endpoint and what it said.
+//! there, once, naming every endpoint and what it said. Every request a client sends is
+//! counted under the table `service`: a grant costs an `Acquire` (a conditional write) and a
+//! `Release` (a delete), and each session a `KeepAlive` every TTL/3.
 //!
 //! Options: `--service HOST:PORT[,…]` (or `LOCK_SERVICE_ENDPOINTS`) names a running service,
 //! or `--spawn-service[=N]` starts one for each run, on free loopback ports, through the
@@ -14,11 +16,13 @@
 //! hidden `lock-server` subcommand, so nothing needs building or installing first.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+use super::counting::Kind;
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
 use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
+use lock_core::requests::{Request, RequestHook};
 use lock_core::Locker;
 use lock_service::client::{ClientConfig, ServiceClient};
 use serde::{Deserialize, Serialize};
@@ -186,7 +190,7 @@ impl Engine for Service {
     }
 
     fn counts_requests(&self) -> bool {
-        false
+        true
     }
 
     fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
@@ -282,18 +286,35 @@ impl Connect for Connector {
     /// A client on the service, or through `via` (a contender's proxy, which it then never
     /// leaves: a follower's hint would lead it around the proxy). The service reads no
     /// client's clock, so a clock jump changes nothing.
-    fn connect(&self, via: Option<SocketAddr>) -> BoxFuture<'_, Result<ServiceClient, String>> {
+    fn connect(
+        &self,
+        via: Option<SocketAddr>,
+        requests: RequestHook,
+    ) -> BoxFuture<'_, Result<ServiceClient, String>> {
         Box::pin(async move {
             let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| vec![a.to_string()]);
             let config = ClientConfig {
                 ttl: self.ttl,
                 follow_leader_hints: via.is_none(),
+                requests,
                 ..ClientConfig::default()
             };
             ServiceClient::connect(&endpoints, config).await.map_err(|e| {
                 format!("cannot reach the lock service at {} (--service): {e}", endpoints.join(","))
             })
         })
+    }
+
+    /// An acquire is a conditional write (it grants, queues or refuses), a release and a
+    /// close delete, a keep-alive, an open and a resume write (the first two confirm the
+    /// leader's lease with a quorum, the others commit).
+    fn kind(request: &Request<'_>) -> Kind {
+        match request.command {
+            "Acquire" => Kind::Cas,
+            "Release" | "Close" => Kind::Delete,
+            "Status" => Kind::Read,
+            _ => Kind::Write,
+        }
     }
 }
 
