@@ -69,6 +69,13 @@ fn an_etcd_cluster_keeps_its_lock_through_a_killed_leader() {
 }
 
 #[test]
+fn the_lock_service_keeps_its_lock_through_a_cut_off_leader() {
+    let dir = scratch("service-leader-cut");
+    let args = run_args("service", "--spawn-service=3", "leader-cut:2s@6s");
+    leader_fault_is_survived(&dir, &args, "leader-cut", Duration::from_secs(6));
+}
+
+#[test]
 fn a_zookeeper_ensemble_keeps_its_lock_through_a_paused_leader() {
     let dir = scratch("zk-leader-pause");
     let args = run_args("zookeeper", "--spawn-zookeeper=3", "leader-pause:2s@6s");

@@ -1,5 +1,6 @@
 //! Store load on the server engines, the way a user runs them: the binary on a server it
-//! starts itself (`--spawn-redis`, `--spawn-redlock`, `--spawn-zookeeper`, `--spawn-etcd`), and
+//! starts itself (`--spawn-redis`, `--spawn-redlock`, `--spawn-zookeeper`, `--spawn-etcd`,
+//! `--spawn-service`), and
 //! the requests per grant its summary reports. Each lock crate reports the requests it sends;
 //! a grant costs at least what its crate docs give for an uncontended one, so the counts must
 //! reach that, filed under the servers and services the crate names. Needs `redis-server`,
@@ -79,5 +80,12 @@ fn zookeeper_counts_its_requests() {
 #[test]
 fn etcd_counts_its_rpcs() {
     let results = load_is_counted("etcd", "--spawn-etcd", |_| 2, &["kv", "lease"]);
+    assert_eq!(results.len(), 1);
+}
+
+#[test]
+fn the_lock_service_counts_its_requests() {
+    // An Acquire and a Release per grant, plus each session's keep-alives.
+    let results = load_is_counted("service", "--spawn-service", |_| 2, &["service"]);
     assert_eq!(results.len(), 1);
 }
