@@ -59,10 +59,12 @@ and comes back DURATION later under a new owner id), clock-jump (a contender's c
 ±DURATION, then back), partition (a holder is cut off from the store), replica-stop and
 replica-lag[/lag=1s/drop=0.1] (the embedded store: a replica stops and misses writes, or
 applies them late and drops some), server-restart (servers the harness can restart); on a
-cluster the harness starts, leader-kill, leader-pause and leader-cut (etcd, ZooKeeper, Redis
-with Sentinel: the member that leads), lagged-leader-kill[/lag=1s] (Redis: replication held
-back, the master killed right after the next grant), master-kill, master-wipe, master-pause and
-master-cut (Redlock: one master in turn; master-wipe restarts it without its data). Every
+cluster the harness starts, leader-kill, leader-pause and leader-cut (etcd, ZooKeeper, the lock
+service, Redis with Sentinel: the member that leads), follower-pause and cluster-restart (etcd,
+ZooKeeper, the lock service: a follower stopped; every member killed at once and restarted
+with its data), lagged-leader-kill[/lag=1s] (Redis: replication held back, the master killed
+right after the next grant), master-kill, master-wipe, master-pause and master-cut (Redlock: one
+master in turn; master-wipe restarts it without its data). Every
 critical section writes to a fenced resource at its grant and just before release; it rejects a
 token below the highest it accepted (resource.csv). The table's safety columns then count
 overlapping holds, stale writes accepted and rejected, and leases lost.

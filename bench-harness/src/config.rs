@@ -322,7 +322,13 @@ impl RunConfig {
                 } else if kind == crate::faults::FaultKind::LaggedLeaderKill {
                     " (it holds back a Redis master's replication to its replicas: --backend redis --spawn-redis=sentinel)"
                 } else if crate::faults::FaultKind::LEADER.contains(&kind) {
-                    " (the leader faults need a cluster the harness starts itself: --spawn-etcd=3, --spawn-zookeeper=3 or --spawn-redis=sentinel)"
+                    " (the leader faults need a cluster the harness starts itself: --spawn-etcd=3, --spawn-zookeeper=3, --spawn-service=3 or --spawn-redis=sentinel)"
+                } else if matches!(
+                    kind,
+                    crate::faults::FaultKind::FollowerPause
+                        | crate::faults::FaultKind::ClusterRestart
+                ) {
+                    " (it needs a cluster that elects a leader, started by the harness: --spawn-etcd=3, --spawn-zookeeper=3 or --spawn-service=3)"
                 } else if crate::faults::FaultKind::MEMBER.contains(&kind) {
                     " (the master faults need independent masters the harness starts itself: --backend redlock --spawn-redlock)"
                 } else {

@@ -72,10 +72,18 @@ pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
     }
 }
 
-/// The fault kinds on a cluster the harness started that elects a leader (etcd, ZooKeeper):
-/// clock jumps and the leader faults but the Redis one.
+/// The fault kinds on a cluster the harness started that elects a leader (etcd, ZooKeeper, the
+/// lock service): clock jumps, the leader faults but the Redis one, a paused follower and the
+/// whole cluster's restart.
 pub fn cluster_kinds() -> &'static [FaultKind] {
-    &[FaultKind::ClockJump, FaultKind::LeaderKill, FaultKind::LeaderPause, FaultKind::LeaderCut]
+    &[
+        FaultKind::ClockJump,
+        FaultKind::LeaderKill,
+        FaultKind::LeaderPause,
+        FaultKind::LeaderCut,
+        FaultKind::FollowerPause,
+        FaultKind::ClusterRestart,
+    ]
 }
 
 /// The fault kinds on Redis with Sentinel the harness started: clock jumps and every leader
@@ -434,7 +442,7 @@ impl ServerFaults {
     async fn member_fault(&self, kind: FaultKind, on: bool) -> Result<(), String> {
         let Some(cluster) = self.cluster.clone() else {
             return Err(format!(
-                "{kind} needs a cluster the harness started itself (--spawn-etcd=3, --spawn-zookeeper=3, --spawn-redis=sentinel, --spawn-redlock)"
+                "{kind} needs a cluster the harness started itself (--spawn-etcd=3, --spawn-zookeeper=3, --spawn-service=3, --spawn-redis=sentinel, --spawn-redlock)"
             ));
         };
         let hit = Arc::clone(&self.hit);
@@ -551,13 +559,17 @@ struct Hit {
 }
 
 impl Hit {
-    /// The member `kind` hits now (remembered for its undo): the leader, or the next master.
+    /// The member `kind` hits now (remembered for its undo): the leader, the member after
+    /// the leader (a follower), the next master; member 0 for the whole cluster.
     fn pick(&mut self, m: &dyn Members, kind: FaultKind) -> Result<usize, String> {
-        let i = if FaultKind::LEADER.contains(&kind) {
-            m.wait_for_leader(LEADER_WAIT)?
-        } else {
-            self.masters_hit += 1;
-            (self.masters_hit - 1) % m.count().max(1)
+        let i = match kind {
+            FaultKind::ClusterRestart => 0,
+            FaultKind::FollowerPause => (m.wait_for_leader(LEADER_WAIT)? + 1) % m.count().max(1),
+            k if FaultKind::LEADER.contains(&k) => m.wait_for_leader(LEADER_WAIT)?,
+            _ => {
+                self.masters_hit += 1;
+                (self.masters_hit - 1) % m.count().max(1)
+            }
         };
         self.member = Some(i);
         Ok(i)
@@ -567,7 +579,8 @@ impl Hit {
 /// The start of member fault `kind` on member `i`.
 fn hit_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
     match kind {
-        FaultKind::LeaderPause | FaultKind::MasterPause => m.pause(i)?,
+        FaultKind::LeaderPause | FaultKind::MasterPause | FaultKind::FollowerPause => m.pause(i)?,
+        FaultKind::ClusterRestart => (0..m.count()).for_each(|j| m.kill(j)),
         FaultKind::LeaderCut | FaultKind::MasterCut => m.cut_off(i),
         // The others' links to it (a Redis replica's replication link) are held, so what it
         // acknowledges from now on reaches none of them; the nemesis kills it next
@@ -585,7 +598,8 @@ fn hit_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> 
 /// The end of member fault `kind` on member `i`, the member its start hit.
 fn heal_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
     match kind {
-        FaultKind::LeaderPause | FaultKind::MasterPause => m.resume(i),
+        FaultKind::LeaderPause | FaultKind::MasterPause | FaultKind::FollowerPause => m.resume(i),
+        FaultKind::ClusterRestart => (0..m.count()).try_for_each(|j| m.restart(j)),
         FaultKind::LeaderCut | FaultKind::MasterCut => {
             m.heal(i);
             Ok(())

@@ -79,11 +79,17 @@ pub enum FaultKind {
     MasterPause,
     /// One of independent masters, each time the next, is cut off from its clients, then healed.
     MasterCut,
+    /// One follower of the cluster's leader (etcd, ZooKeeper, the lock service) is stopped
+    /// (`SIGSTOP`) and continued (`SIGCONT`).
+    FollowerPause,
+    /// Every member of the cluster is killed at once (a power cut) and started again, with its
+    /// data, when the fault ends.
+    ClusterRestart,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 17] = [
+    pub const ALL: [FaultKind; 19] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -101,10 +107,13 @@ impl FaultKind {
         FaultKind::MasterWipe,
         FaultKind::MasterPause,
         FaultKind::MasterCut,
+        FaultKind::FollowerPause,
+        FaultKind::ClusterRestart,
     ];
 
-    /// The kinds that hit one member of a cluster the harness started: the leader's, then
-    /// those of independent masters (the tail of [`FaultKind::ALL`]).
+    /// The kinds that hit members of a cluster the harness started: the leader's, those of
+    /// independent masters, then a follower's and the whole cluster's (the tail of
+    /// [`FaultKind::ALL`]).
     pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(9).1;
 
     /// The kinds that hit a cluster's leader, whoever it is when the fault starts (the head of
@@ -131,6 +140,8 @@ impl FaultKind {
             FaultKind::MasterWipe => "master-wipe",
             FaultKind::MasterPause => "master-pause",
             FaultKind::MasterCut => "master-cut",
+            FaultKind::FollowerPause => "follower-pause",
+            FaultKind::ClusterRestart => "cluster-restart",
         }
     }
 
@@ -319,7 +330,9 @@ mod tests {
                 "master-kill",
                 "master-wipe",
                 "master-pause",
-                "master-cut"
+                "master-cut",
+                "follower-pause",
+                "cluster-restart"
             ]
         );
         assert!(names(FaultKind::LEADER).iter().all(|n| n.contains("leader")));

@@ -320,7 +320,9 @@ impl Nemesis {
             | FaultKind::MasterKill
             | FaultKind::MasterWipe
             | FaultKind::MasterPause
-            | FaultKind::MasterCut) => {
+            | FaultKind::MasterCut
+            | FaultKind::FollowerPause
+            | FaultKind::ClusterRestart) => {
                 engine.inject(Injection::Member { kind, on: true }).await?;
                 if kind == FaultKind::LaggedLeaderKill {
                     // Its replication now held back, the leader is killed right after the next
@@ -328,10 +330,11 @@ impl Nemesis {
                     self.until_next_grant(Instant::now() + spec.lag * self.scale).await;
                     engine.inject(Injection::KillHitMember).await?;
                 }
-                Ok(Target::Member(if FaultKind::LEADER.contains(&kind) {
-                    "leader"
-                } else {
-                    "master"
+                Ok(Target::Member(match kind {
+                    FaultKind::FollowerPause => "follower",
+                    FaultKind::ClusterRestart => "cluster",
+                    k if FaultKind::LEADER.contains(&k) => "leader",
+                    _ => "master",
                 }))
             }
             FaultKind::RingLoss => {
