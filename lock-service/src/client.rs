@@ -10,9 +10,10 @@
 //!   waits for as the same request, and a release of a lock it neither holds nor waits for as
 //!   done; so a request whose answer was lost is sent again (until
 //!   [`ClientConfig::request_timeout`]).
-//! - **The lost-session signal.** The server counts a keep-alive from when it receives it, so
-//!   the client knows its session stands until the *send* time of the last answered
-//!   keep-alive plus the TTL. When that moment passes without a fresh answer, or the server
+//! - **The lost-session signal.** The server counts a keep-alive, or a command it committed,
+//!   from when it receives it, so the client knows its session stands until the *send* time
+//!   of the last such request answered, plus the TTL. A session busy with commands sends no
+//!   keep-alive; an idle one sends one every TTL/3. When that moment passes without a fresh answer, or the server
 //!   says the session ended, every guard of the session is told [`LeaseState::Lost`], every
 //!   waiter fails with [`LockError::LeaseLost`], and the next request opens a new session.
 
@@ -288,6 +289,12 @@ async fn find_leader(
 
 type Key = (String, String);
 
+/// Whether an answer to `request` shows the leader kept the session alive: a keep-alive (a
+/// quorum check) or a command it committed.
+fn renews(request: &Request) -> bool {
+    matches!(request, Request::KeepAlive { .. } | Request::Acquire { .. } | Request::Release { .. })
+}
+
 /// A session: its connection, its holders and its waiters.
 struct Session {
     id: SessionId,
@@ -295,6 +302,9 @@ struct Session {
     pushes: mpsc::UnboundedSender<Push>,
     conn: tokio::sync::Mutex<Option<Conn>>,
     lost: watch::Sender<Option<String>>,
+    /// The send time of the last request the leader answered (the session stands until a
+    /// TTL after it; see the module docs).
+    renewed: Mutex<Instant>,
     held: Mutex<HashMap<Key, watch::Sender<LeaseState>>>,
     waiting: Mutex<HashMap<Key, oneshot::Sender<u64>>>,
 }
@@ -319,6 +329,7 @@ impl Session {
             pushes,
             conn: tokio::sync::Mutex::new(Some(conn)),
             lost: watch::channel(None).0,
+            renewed: Mutex::new(sent),
             held: Mutex::default(),
             waiting: Mutex::default(),
         });
@@ -331,8 +342,20 @@ impl Session {
                 }
             }
         });
-        tokio::spawn(keep_alive(Arc::downgrade(&session), sent));
+        tokio::spawn(keep_alive(Arc::downgrade(&session)));
         Ok(session)
+    }
+
+    fn renewed_at(&self) -> Instant {
+        *lock(&self.renewed)
+    }
+
+    /// A request sent at `sent` was answered by the leader.
+    fn renew(&self, sent: Instant) {
+        let mut at = lock(&self.renewed);
+        if sent > *at {
+            *at = sent;
+        }
     }
 
     fn lost_reason(&self) -> Option<String> {
@@ -398,6 +421,7 @@ impl Session {
                 return Err(LockError::LeaseLost { lock_id: String::new(), reason });
             }
             let conn = self.connection(hint.take(), deadline).await?;
+            let sent = Instant::now();
             let last = match conn.request(&self.shared, body.clone(), deadline).await {
                 Ok(Reply::NotLeader { leader }) => {
                     hint = leader.filter(|_| self.shared.config.follow_leader_hints);
@@ -413,7 +437,12 @@ impl Session {
                     self.lose(message.clone());
                     return Err(LockError::LeaseLost { lock_id: String::new(), reason: message });
                 }
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    if renews(&body) && !matches!(reply, Reply::Error { .. }) {
+                        self.renew(sent);
+                    }
+                    return Ok(reply);
+                }
                 Err(e) => {
                     self.drop_conn(&conn).await;
                     e
@@ -467,36 +496,41 @@ impl Session {
 
 /// Renew `session` every TTL/3; declare it lost when a whole TTL passes from the send time
 /// of the last answered keep-alive.
-async fn keep_alive(session: Weak<Session>, opened: Instant) {
+async fn keep_alive(session: Weak<Session>) {
     let Some(ttl) = session.upgrade().map(|s| s.shared.config.ttl) else {
         return;
     };
-    let mut last_ok = opened;
-    let mut next = opened + ttl / 3;
+    let mut next = None;
     loop {
-        tokio::time::sleep_until(next).await;
+        let Some(s) = session.upgrade() else {
+            return;
+        };
+        // Every answered request renews the session (the leader counts a commit as it counts
+        // a keep-alive): a keep-alive goes out only after TTL/3 without one.
+        let due = next.take().unwrap_or_else(|| s.renewed_at() + ttl / 3);
+        drop(s);
+        tokio::time::sleep_until(due).await;
         let Some(s) = session.upgrade() else {
             return;
         };
         if s.lost_reason().is_some() {
             return;
         }
-        let sent = Instant::now();
-        let limit = last_ok + ttl;
+        let limit = s.renewed_at() + ttl;
+        if s.renewed_at() + ttl / 3 > Instant::now() {
+            continue;
+        }
         match s.call_until(Request::KeepAlive { session: s.id }, limit).await {
-            Ok(Reply::Alive) => {
-                last_ok = sent;
-                next = sent + ttl / 3;
-            }
+            Ok(Reply::Alive) => {}
             Err(LockError::LeaseLost { .. }) => return,
             other => {
                 tracing::debug!("session {}: keep-alive {other:?}", s.id);
-                next = Instant::now() + Duration::from_millis(100);
+                next = Some(Instant::now() + Duration::from_millis(100));
             }
         }
-        if Instant::now() >= limit {
+        if Instant::now() >= s.renewed_at() + ttl {
             s.lose(format!(
-                "no keep-alive answered within the session TTL ({ttl:?}): the service may \
+                "no request answered within the session TTL ({ttl:?}): the service may \
                  have expired the session"
             ));
             return;

@@ -29,9 +29,11 @@
 //! 1. **Open a session.** The client dials any node; a follower answers `NotLeader` with the
 //!    leader's address. The leader commits `Open { ttl }`; the session's id is that entry's
 //!    log index.
-//! 2. **Keep it alive** every TTL/3. The leader answers a keep-alive only after confirming
-//!    with a quorum that it still leads, then notes when it *received* it. Keep-alives are
-//!    not written to the log.
+//! 2. **Keep it alive.** The leader answers a keep-alive only after confirming with a quorum
+//!    that it still leads, then notes when it *received* it; keep-alives are not written to
+//!    the log. A command of the session that the leader commits counts the same (the commit
+//!    proves the quorum), so a busy session sends no keep-alive and an idle one sends one
+//!    every TTL/3.
 //! 3. **Acquire** commits `Acquire { session, lock, owner, wait }`. Applying it grants a free
 //!    lock (token = this entry's index), queues the owner (`wait`), or answers busy (the soft
 //!    lock). Acquire is one request and one commit.
@@ -54,8 +56,8 @@
 //!   holder in that state, and its tokens are increasing log indexes.
 //! - **The client stops believing before the server can expire.** The client counts its
 //!   session alive until `s + TTL`, where `s` is the *send* time of its last answered
-//!   keep-alive. A leader answers that keep-alive only after a quorum confirmed it still
-//!   led, at some time `c > s`. Any later leader was elected by a quorum that overlaps that
+//!   keep-alive or committed command. A leader answers either only after a quorum confirmed
+//!   it still led (the check, or the commit), at some time `c > s`. Any later leader was elected by a quorum that overlaps that
 //!   one, so its election came after `c`.
 //! - **A new leader waits a whole TTL (Chubby's rule).** A new leader counts every session
 //!   from the moment it saw itself lead, and expires none before a whole TTL from then. So
@@ -87,9 +89,9 @@
 //!   every session's count, so a dead node stalls nothing beyond one election.
 //! - **The store tells the waiter its turn came:** the grant is pushed in the releasing
 //!   commit.
-//! - **Less load on the store:** a grant costs one acquire and one release request (plus
-//!   keep-alives, one per session every TTL/3), against 77 requests per grant for the
-//!   queue lock at 64 contenders.
+//! - **Less load on the store:** a grant costs one acquire and one release request, plus a
+//!   keep-alive per session that sent nothing else for TTL/3. The queue lock costs 77
+//!   requests per grant at 64 contenders.
 //!
 //! ## Choices, and what they cost
 //! - **JSON frames over TCP**, not gRPC: no protobuf compiler and no generated code. A

@@ -449,7 +449,13 @@ impl Node {
             | Command::Expire { session } => *session,
             Command::Open { .. } => 0,
         };
-        match self.write(command).await {
+        let outcome = self.write(command).await;
+        if matches!(outcome, Ok(ref o) if *o != Outcome::SessionGone && *o != Outcome::Ended) {
+            // A commit by this leader proves, like a keep-alive's quorum check, that it led
+            // after the request arrived: a busy session needs no keep-alives.
+            self.touch(session);
+        }
+        match outcome {
             Ok(Outcome::Granted(token)) => Reply::Granted { token },
             Ok(Outcome::Queued) => Reply::Queued,
             Ok(Outcome::Busy) => Reply::Busy,

@@ -12,8 +12,8 @@
 //! gaps make some even without faults), and how long grants took to resume after a fault.
 //!
 //! Then the **cluster rows** ([`CLUSTER_CONDITIONS`]): every engine that can start a cluster of
-//! its own ([`engines::Engine::clustered`]: etcd and ZooKeeper of 3 members, Redis with
-//! Sentinel, Redlock's 5 masters) under each member fault it can inject, and a findings block
+//! its own ([`engines::Engine::clustered`]: etcd, ZooKeeper and the lock service of 3 members,
+//! Redis with Sentinel, Redlock's 5 masters) under each member fault it can inject, and a findings block
 //! that lists, from the figures, the rows in which a lock was held twice.
 
 use crate::config::{ClockMode, RunConfig};
@@ -138,15 +138,25 @@ const CLUSTER_HOLD: &str = "uniform:4s..10s";
 const CLUSTER_TTL: Duration = Duration::from_secs(10);
 
 /// The conditions of the cluster rows, in the table's order. Each applies to the clusters
-/// whose engine can inject its faults: the leader faults to etcd, ZooKeeper and Redis with
-/// Sentinel; the held replication link to Redis alone; the master faults to Redlock's masters.
+/// whose engine can inject its faults: the leader faults to etcd, ZooKeeper, the lock service
+/// and Redis with Sentinel; a paused follower and the whole cluster's restart to the three
+/// that elect a leader; the held replication link to Redis alone; the master faults to
+/// Redlock's masters.
 /// Only "lagged leader kill" opens Redis's asynchronous-replication window: on
 /// loopback a replica has a write within microseconds, so a plain kill finds it replicated.
-pub const CLUSTER_CONDITIONS: [Condition; 9] = [
+pub const CLUSTER_CONDITIONS: [Condition; 11] = [
     condition("no fault", "none", Consistency::Quorum, Applies::Clusters),
     condition("leader kill 5s", "leader-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("leader pause 5s", "leader-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("leader cut 5s", "leader-cut:5s@20s", Consistency::Quorum, Applies::Clusters),
+    condition("follower pause 5s", "follower-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
+    // Every member down at once for 3 s: what the cluster acknowledged must survive.
+    condition(
+        "cluster restart 3s",
+        "cluster-restart:3s@20s",
+        Consistency::Quorum,
+        Applies::Clusters,
+    ),
     // The next grant after the hold comes within 10 s (the longest hold), and its holder
     // works for at least 7 s: past the failover (3 to 7 s, reconnection included).
     Condition {
