@@ -54,6 +54,10 @@ pub struct SafetyArgs {
     /// other row as it was; the README is written again from the merged rows.
     #[arg(long, value_name = "CONDITION,...", value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Re-run only the rows of these engines (e.g. `service`; `embedded` for the simulated
+    /// rows) and merge them into the output directory's `safety.json`, as `--only` does.
+    #[arg(long, value_name = "ENGINE,...", value_delimiter = ',', value_parser = crate::args::engine_parser())]
+    pub engines: Vec<EngineRef>,
     /// Wall time per cluster row.
     #[arg(long, default_value = "40s", value_parser = parse_positive_duration)]
     pub cluster_duration: Duration,
@@ -457,13 +461,13 @@ fn unavailable_share(r: &Row) -> String {
 
 /// With `--only`, the rows of the output directory's `safety.json` to merge the new ones into.
 fn previous_rows(args: &SafetyArgs) -> anyhow::Result<Option<Vec<Row>>> {
-    if args.only.is_empty() {
+    if args.only.is_empty() && args.engines.is_empty() {
         return Ok(None);
     }
     let path = args.out.join("safety.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
         crate::UsageError(format!(
-            "--only merges into {}, which cannot be read ({e}): run without --only first",
+            "--only and --engines merge into {}, which cannot be read ({e}): run without them first",
             path.display()
         ))
     })?;
@@ -500,6 +504,7 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
         args: args.clone(),
     };
     let wanted = |c: &Condition| args.only.is_empty() || args.only.iter().any(|n| n == c.name);
+    let engine_wanted = |e: &EngineRef| args.engines.is_empty() || args.engines.contains(e);
     let known: Vec<&str> = CONDITIONS.iter().chain(&CLUSTER_CONDITIONS).map(|c| c.name).collect();
     if let Some(bad) = args.only.iter().find(|n| !known.contains(&n.as_str())) {
         return Err(crate::UsageError(format!(
@@ -511,13 +516,13 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let previous = previous_rows(args)?;
     let simulated: Vec<Job> = CONDITIONS
         .iter()
-        .filter(|c| c.applies != Applies::Servers && wanted(c))
+        .filter(|c| c.applies != Applies::Servers && wanted(c) && engine_wanted(&embedded))
         .flat_map(|c| algorithms.iter().map(move |a| (*c, *a)))
         .map(|(c, a)| job(c, embedded, embedded.default_options(), a))
         .collect();
     let mut on_servers = Vec::new();
     if !args.no_servers {
-        for (engine, options) in servers() {
+        for (engine, options) in servers().into_iter().filter(|(e, _)| engine_wanted(e)) {
             for c in CONDITIONS.iter().filter(|c| c.applies != Applies::Embedded && wanted(c)) {
                 for a in engine.algorithms() {
                     on_servers.push(job(*c, engine, options.clone(), a));
@@ -526,7 +531,7 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
         }
     }
     if !args.no_servers && !args.no_clusters {
-        for (engine, options) in clusters() {
+        for (engine, options) in clusters().into_iter().filter(|(e, _)| engine_wanted(e)) {
             for c in
                 CLUSTER_CONDITIONS.iter().filter(|c| wanted(c) && can_inject(engine, &options, c))
             {
