@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Compares the lock engines side by side in WALL time and writes results/engines/:
-# the Redis locks (jedis, redis-token), the ZooKeeper recipe, etcd's Mutex and the embedded
-# store's Cassandra-model locks (with --clock wall), at 1, 8 and 64 contenders,
-# 10 s per point (the drain of waiting requests may add up to as much again). Cassandra joins
-# when LOCK_CASSANDRA_NODES names a cluster.
+# the Redis locks (jedis, redis-token), the ZooKeeper recipe, etcd's Mutex, the lock service
+# (one node) and the embedded store's Cassandra-model locks (with --clock wall), then the
+# clusters the harness starts for each point (--clusters: etcd ×3, a ZooKeeper ensemble of 3,
+# the lock service ×3, Redis through Sentinel), at 1, 8 and 64 contenders, 10 s per point
+# (the drain of waiting requests may add up to as much again). Cassandra joins when
+# LOCK_CASSANDRA_NODES names a cluster. About 20 minutes of wall time.
 #
 # It installs nothing. It starts its own redis-server, ZooKeeper and etcd on free loopback
 # ports (through scripts/test-servers.sh, in a temporary state directory) and stops them when
@@ -62,6 +64,8 @@ scripts/test-servers.sh start
   --redis "redis://127.0.0.1:$REDIS_PORT/" \
   --zookeeper "127.0.0.1:$ZK_PORT" \
   --etcd "http://127.0.0.1:$ETCD_PORT" \
+  --spawn-service \
+  --clusters \
   --out results/engines \
   "$@"
 
