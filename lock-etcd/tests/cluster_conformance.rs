@@ -22,11 +22,9 @@ use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
 use lock_core::Locker;
 use lock_etcd::EtcdBackend;
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use test_servers::{EtcdCluster, Proxy};
+use test_servers::{ContenderProxies, EtcdCluster};
 
 /// How many members the cluster has.
 const MEMBERS: usize = 3;
@@ -50,21 +48,19 @@ fn shared_cluster() -> &'static EtcdCluster {
 /// The conformance fixture on the cluster: every contender has its own backend, through a
 /// proxy of its own in front of each member.
 struct ClusterFixture {
-    /// The members' client proxies.
-    members: Vec<SocketAddr>,
+    /// In front of the members' client proxies.
+    proxies: ContenderProxies,
     root: String,
     ttl: Duration,
-    proxies: Mutex<HashMap<String, Vec<Proxy>>>,
 }
 
 impl ClusterFixture {
     fn new(tag: &str, ttl: Duration) -> ClusterFixture {
         let cluster = shared_cluster();
         ClusterFixture {
-            members: (0..MEMBERS).map(|i| cluster.client_addr(i)).collect(),
+            proxies: ContenderProxies::new((0..MEMBERS).map(|i| cluster.client_addr(i)).collect()),
             root: support::unique_root(tag),
             ttl,
-            proxies: Mutex::default(),
         }
     }
 }
@@ -72,26 +68,17 @@ impl ClusterFixture {
 #[async_trait]
 impl Fixture for ClusterFixture {
     async fn locker(&self, name: &str) -> Arc<dyn Locker> {
-        let mut proxies = Vec::new();
-        for member in &self.members {
-            proxies.push(Proxy::start(*member).await);
-        }
         let endpoints: Vec<String> =
-            proxies.iter().map(|p| format!("http://{}", p.addr())).collect();
+            self.proxies.open(name).await.iter().map(|a| format!("http://{a}")).collect();
         let backend =
             EtcdBackend::connect_with(&endpoints.join(","), support::config(&self.root, self.ttl))
                 .await
                 .expect("connect to the cluster through the contender's proxies");
         assert_eq!(backend.lease_ttl(), self.ttl, "the cluster must grant the asked lease TTL");
-        if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxies) {
-            old.iter().for_each(Proxy::cut);
-        }
         Arc::new(backend.locker(name).expect("locker"))
     }
     async fn cut_off(&self, name: &str) {
-        if let Some(proxies) = self.proxies.lock().unwrap().get(name) {
-            proxies.iter().for_each(Proxy::cut);
-        }
+        self.proxies.cut(name);
     }
     fn ttl(&self) -> Duration {
         self.ttl

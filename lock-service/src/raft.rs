@@ -601,6 +601,23 @@ impl Peer {
         }
     }
 
+    /// One RPC: send `request`, take its answer out of the reply with `pick`, and map every
+    /// failure onto openraft's errors.
+    async fn rpc<T, E: std::error::Error>(
+        &mut self,
+        request: PeerRequest,
+        option: RPCOption,
+        pick: impl FnOnce(PeerReply) -> Option<Result<T, RaftError<NodeId, E>>>,
+    ) -> Result<T, RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>> {
+        match self.call(&request, option.hard_ttl()).await.map(pick) {
+            Ok(Some(r)) => r.map_err(|e| remote_raft(self.target, e)),
+            Ok(None) => {
+                Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer"))))
+            }
+            Err(e) => Err(self.net_err(e)),
+        }
+    }
+
     /// openraft's error for a failed call: `Unreachable` when no connection could be made,
     /// so that openraft backs off instead of dialling a dead peer in a tight loop.
     fn net_err<E: std::error::Error>(&self, f: Failure) -> RPCError<NodeId, NodeInfo, E> {
@@ -660,11 +677,11 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        match self.call(&PeerRequest::Append(rpc), option.hard_ttl()).await {
-            Ok(PeerReply::Append(r)) => r.map_err(|e| remote_raft(self.target, e)),
-            Ok(_) => Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer")))),
-            Err(e) => Err(self.net_err(e)),
-        }
+        let pick = |r| match r {
+            PeerReply::Append(r) => Some(r),
+            _ => None,
+        };
+        self.rpc(PeerRequest::Append(rpc), option, pick).await
     }
 
     async fn install_snapshot(
@@ -675,11 +692,11 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        match self.call(&PeerRequest::Snapshot(rpc), option.hard_ttl()).await {
-            Ok(PeerReply::Snapshot(r)) => r.map_err(|e| remote_raft(self.target, e)),
-            Ok(_) => Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer")))),
-            Err(e) => Err(self.net_err(e)),
-        }
+        let pick = |r| match r {
+            PeerReply::Snapshot(r) => Some(r),
+            _ => None,
+        };
+        self.rpc(PeerRequest::Snapshot(rpc), option, pick).await
     }
 
     /// How long to wait before dialling an unreachable peer again: short, so that a node
@@ -693,10 +710,10 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        match self.call(&PeerRequest::Vote(rpc), option.hard_ttl()).await {
-            Ok(PeerReply::Vote(r)) => r.map_err(|e| remote_raft(self.target, e)),
-            Ok(_) => Err(self.net_err(Failure::Lost(std::io::Error::other("mismatched answer")))),
-            Err(e) => Err(self.net_err(e)),
-        }
+        let pick = |r| match r {
+            PeerReply::Vote(r) => Some(r),
+            _ => None,
+        };
+        self.rpc(PeerRequest::Vote(rpc), option, pick).await
     }
 }

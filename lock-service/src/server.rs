@@ -276,8 +276,8 @@ impl Node {
             confirmed: Mutex::new(None),
         });
         let tasks = vec![
-            tokio::spawn(accept_clients(node.clone(), clients)),
-            tokio::spawn(accept_peers(node.clone(), peers)),
+            tokio::spawn(accept(node.clone(), clients, "client", serve_client)),
+            tokio::spawn(accept(node.clone(), peers, "peer", serve_peer)),
             tokio::spawn(keep_sessions(node.clone())),
         ];
         *lock(&node.tasks) = tasks;
@@ -553,14 +553,20 @@ fn check_ids(lock: &str, owner: &str) -> Result<(), Reply> {
         .map_err(|e| bad_request(e.to_string()))
 }
 
-async fn accept_clients(node: Arc<Node>, listener: TcpListener) {
+/// Accept `what` ("client", "peer") connections on `listener`, each served by `serve` on a
+/// task of its own; a failed accept (out of file descriptors) is logged and retried.
+async fn accept<F, Fut>(node: Arc<Node>, listener: TcpListener, what: &str, serve: F)
+where
+    F: Fn(Arc<Node>, TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(serve_client(node.clone(), stream));
+                tokio::spawn(serve(node.clone(), stream));
             }
             Err(e) => {
-                tracing::warn!("accepting a client: {e}");
+                tracing::warn!("accepting a {what}: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -608,20 +614,6 @@ async fn serve_client(node: Arc<Node>, stream: TcpStream) {
     }
     drop(out);
     let _ = writer.await;
-}
-
-async fn accept_peers(node: Arc<Node>, listener: TcpListener) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve_peer(node.clone(), stream));
-            }
-            Err(e) => {
-                tracing::warn!("accepting a peer: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
 }
 
 /// Serve one peer connection: a hello naming our cluster, then Raft's requests in turn.

@@ -13,40 +13,29 @@ use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
 use lock_core::Locker;
 use lock_service::client::{ClientConfig, ServiceClient};
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use test_servers::Proxy;
+use test_servers::ContenderProxies;
 
 struct ServiceFixture {
-    nodes: Vec<SocketAddr>,
+    proxies: ContenderProxies,
     ttl: Duration,
-    proxies: Mutex<HashMap<String, Vec<Proxy>>>,
 }
 
 #[async_trait]
 impl Fixture for ServiceFixture {
     async fn locker(&self, name: &str) -> Arc<dyn Locker> {
-        let mut proxies = Vec::new();
-        for node in &self.nodes {
-            proxies.push(Proxy::start(*node).await);
-        }
-        let endpoints: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+        let endpoints: Vec<String> =
+            self.proxies.open(name).await.iter().map(ToString::to_string).collect();
         let config =
             ClientConfig { ttl: self.ttl, follow_leader_hints: false, ..ClientConfig::default() };
         let client = ServiceClient::connect(&endpoints, config)
             .await
             .expect("connect to the cluster through the contender's proxies");
-        if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxies) {
-            old.iter().for_each(Proxy::cut);
-        }
         Arc::new(client.locker(name).expect("locker"))
     }
     async fn cut_off(&self, name: &str) {
-        if let Some(proxies) = self.proxies.lock().unwrap().get(name) {
-            proxies.iter().for_each(Proxy::cut);
-        }
+        self.proxies.cut(name);
     }
     fn ttl(&self) -> Duration {
         self.ttl
@@ -63,11 +52,8 @@ impl Fixture for ServiceFixture {
 
 async fn make_fixture(_seed: u64) -> ServiceFixture {
     let cluster = tokio::task::spawn_blocking(support::shared_cluster).await.expect("cluster");
-    ServiceFixture {
-        nodes: (0..cluster.len()).map(|i| cluster.client_addr(i)).collect(),
-        ttl: Duration::from_secs(2),
-        proxies: Mutex::default(),
-    }
+    let nodes = (0..cluster.len()).map(|i| cluster.client_addr(i)).collect();
+    ServiceFixture { proxies: ContenderProxies::new(nodes), ttl: Duration::from_secs(2) }
 }
 
 lock_core::conformance_suite!(

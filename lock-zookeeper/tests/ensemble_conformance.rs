@@ -26,11 +26,9 @@ use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use test_servers::{Proxy, ZkCluster};
+use test_servers::{ContenderProxies, ZkCluster};
 
 /// How many servers the ensemble has.
 const SERVERS: usize = 3;
@@ -114,21 +112,19 @@ async fn warm_up_through(i: usize, host: String) {
 /// The conformance fixture on the ensemble: every contender has its own session, through a
 /// proxy of its own in front of each server.
 struct EnsembleFixture {
-    /// The servers' client proxies.
-    servers: Vec<SocketAddr>,
+    /// In front of the servers' client proxies.
+    proxies: ContenderProxies,
     root: String,
     session_timeout: Duration,
-    proxies: Mutex<HashMap<String, Vec<Proxy>>>,
 }
 
 impl EnsembleFixture {
     fn new(tag: &str, session_timeout: Duration) -> EnsembleFixture {
         let ensemble = shared_ensemble();
         EnsembleFixture {
-            servers: (0..SERVERS).map(|i| ensemble.client_addr(i)).collect(),
+            proxies: ContenderProxies::new((0..SERVERS).map(|i| ensemble.client_addr(i)).collect()),
             root: support::unique_root(tag),
             session_timeout,
-            proxies: Mutex::default(),
         }
     }
 }
@@ -136,11 +132,8 @@ impl EnsembleFixture {
 #[async_trait]
 impl Fixture for EnsembleFixture {
     async fn locker(&self, name: &str) -> Arc<dyn Locker> {
-        let mut proxies = Vec::new();
-        for server in &self.servers {
-            proxies.push(Proxy::start(*server).await);
-        }
-        let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+        let hosts: Vec<String> =
+            self.proxies.open(name).await.iter().map(ToString::to_string).collect();
         let config = ZkConfig {
             session_timeout: self.session_timeout,
             connect_timeout: Duration::from_secs(10),
@@ -155,15 +148,10 @@ impl Fixture for EnsembleFixture {
             self.session_timeout,
             "the ensemble must grant the asked session timeout"
         );
-        if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxies) {
-            old.iter().for_each(Proxy::cut);
-        }
         Arc::new(backend.locker(name).expect("locker"))
     }
     async fn cut_off(&self, name: &str) {
-        if let Some(proxies) = self.proxies.lock().unwrap().get(name) {
-            proxies.iter().for_each(Proxy::cut);
-        }
+        self.proxies.cut(name);
     }
     fn ttl(&self) -> Duration {
         self.session_timeout

@@ -43,6 +43,7 @@
 #![deny(missing_docs)]
 
 mod cluster;
+mod contenders;
 mod etcd;
 mod origin;
 mod process;
@@ -53,6 +54,7 @@ mod silent;
 mod zookeeper;
 
 pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
+pub use contenders::ContenderProxies;
 pub use etcd::{
     etcd_post, shared_etcd, Etcd, EtcdCluster, EtcdServer, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
 };
