@@ -3,12 +3,14 @@
 # SVG), sweep.json with every measured point, and README.md with the headline table; then
 # results/longrun/ (every algorithm for an hour of simulated time: what Cassandra's tombstones
 # do to it) and its section of README.md; then results/safety/ (every algorithm under each
-# fault kind: the embedded store's, then Redis, ZooKeeper and etcd on servers the harness starts,
-# then the cluster rows: failovers of etcd ×3, a ZooKeeper ensemble, Redis with Sentinel and
-# Redlock's 5 masters; they need redis-server, redis-sentinel, zookeeper and etcd-server
-# installed and about 40 minutes of wall time; --quick leaves them out). One condition's rows
-# can be re-run alone: bench-harness safety --only "lagged leader kill". The harness is built with its etcd engine, whose client needs
-# protoc (apt-get install -y protobuf-compiler).
+# fault kind: the embedded store's, then Redis, ZooKeeper, etcd and the lock service on servers
+# the harness starts, then the cluster rows: failovers of etcd ×3, a ZooKeeper ensemble, the
+# lock service ×3, Redis with Sentinel and Redlock's 5 masters; they need redis-server,
+# redis-sentinel, zookeeper and etcd-server installed and about 55 minutes of wall time;
+# --quick leaves them out). One condition's rows can be re-run alone: bench-harness safety
+# --only "lagged leader kill"; one engine's: bench-harness safety --engines service. The
+# harness is built with its etcd engine, whose client needs protoc (apt-get install -y
+# protobuf-compiler).
 #
 # Every point on the embedded store runs in simulated time, so the same seed gives the same
 # files; the sweep takes about a minute of wall time on two cores and the long run a few
