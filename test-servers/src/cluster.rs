@@ -567,6 +567,31 @@ impl<E: ClusterEngine> Cluster<E> {
         self.start_member(&mut m, i)
     }
 
+    /// Kill every member that runs and start them all again with their data, then wait until
+    /// every one answers: a whole cluster coming back after a power cut. They start together
+    /// because a member may answer only once a quorum is up (etcd's health needs a leader).
+    pub fn restart_all(&self) -> Result<(), String> {
+        let mut members: Vec<_> = self.members.iter().map(lock).collect();
+        for (i, m) in members.iter_mut().enumerate() {
+            self.stop_member(m, i);
+            m.process.spawn_again()?;
+            self.origins.set(i, m.process.pid());
+        }
+        let started = Instant::now();
+        let mut ready = vec![false; members.len()];
+        while ready.iter().any(|r| !r) {
+            for (m, r) in members.iter_mut().zip(ready.iter_mut()).filter(|(_, r)| !**r) {
+                *r = m.process.poll_ready()?;
+            }
+            if ready.iter().any(|r| !r) && started.elapsed() > E::LAUNCH.deadline {
+                let i = ready.iter().position(|r| !r).expect("one is not ready");
+                return Err(members[i].process.not_ready(started.elapsed()));
+            }
+            std::thread::sleep(E::LAUNCH.poll);
+        }
+        Ok(())
+    }
+
     fn start_member(&self, m: &mut Member, i: usize) -> Result<(), String> {
         // Spawn, record the pid at once (its first connections must be recognised), wait.
         m.process.spawn_again()?;

@@ -115,6 +115,8 @@ pub trait Members: Send + Sync {
     fn kill(&self, i: usize);
     /// Start member `i` again with its data.
     fn restart(&self, i: usize) -> Result<(), String>;
+    /// Start every member again with its data, all at once.
+    fn restart_all(&self) -> Result<(), String>;
     /// Start member `i` (killed) again without its data.
     fn restart_without_data(&self, i: usize) -> Result<(), String>;
     /// Hold the connections member `from` opened to member `to`.
@@ -152,6 +154,9 @@ impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
     }
     fn restart(&self, i: usize) -> Result<(), String> {
         test_servers::Cluster::restart(self, i)
+    }
+    fn restart_all(&self) -> Result<(), String> {
+        test_servers::Cluster::restart_all(self)
     }
     fn pause(&self, i: usize) -> Result<(), String> {
         test_servers::Cluster::pause(self, i)
@@ -599,7 +604,7 @@ fn hit_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> 
 fn heal_member(m: &dyn Members, kind: FaultKind, i: usize) -> Result<(), String> {
     match kind {
         FaultKind::LeaderPause | FaultKind::MasterPause | FaultKind::FollowerPause => m.resume(i),
-        FaultKind::ClusterRestart => (0..m.count()).try_for_each(|j| m.restart(j)),
+        FaultKind::ClusterRestart => m.restart_all(),
         FaultKind::LeaderCut | FaultKind::MasterCut => {
             m.heal(i);
             Ok(())
