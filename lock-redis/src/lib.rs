@@ -439,13 +439,14 @@ mod link;
 mod redlock;
 mod sentinel;
 mod token;
+mod wire;
 
 pub use jedis::{JedisConfig, JedisLock};
 pub use lock_core::time::LocalClock;
 pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
 pub use token::{TokenConfig, TokenLock};
 
-use link::{Conn, Link, Target, Wire};
+use link::{Conn, Link, Target};
 use lock_core::lock::validate_id;
 use lock_core::requests::RequestHook;
 use lock_core::{LockError, Locker};
@@ -453,6 +454,7 @@ use sentinel::Sentinels;
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
+use wire::Wire;
 
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "redis";
@@ -616,7 +618,7 @@ impl RedisBackend {
     ) -> Result<(redis::Client, Arc<str>), LockError> {
         let addr = redact(url);
         check_timeouts(config)?;
-        let client = link::quiet_client(url)
+        let client = wire::quiet_client(url)
             .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
         Ok((client, addr.into()))
     }

@@ -14,7 +14,7 @@
 //! timeouts and retries of its own, where the link needs every attempt bounded by the
 //! configured timeouts and followed by its own backoff.
 
-use crate::link::{quiet_client, Wire};
+use crate::wire::{quiet_client, Wire};
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
