@@ -325,14 +325,23 @@ impl Node {
         Reply::NotLeader { leader }
     }
 
+    /// The answer to a request Raft refused: where the leader is, or that it cannot serve now.
+    fn refusal<E>(&self, e: openraft::error::RaftError<NodeId, E>) -> Reply
+    where
+        E: std::error::Error
+            + openraft::TryAsRef<openraft::error::ForwardToLeader<NodeId, NodeInfo>>,
+    {
+        match e.forward_to_leader() {
+            Some(f) => self.not_leader(f.leader_node.as_ref()),
+            None => unavailable(e),
+        }
+    }
+
     /// Commit `command` and return what applying it did.
     async fn write(&self, command: Command) -> Result<Outcome, Reply> {
         match self.raft.client_write(command).await {
             Ok(r) => Ok(r.data),
-            Err(e) => match e.forward_to_leader() {
-                Some(f) => Err(self.not_leader(f.leader_node.as_ref())),
-                None => Err(unavailable(e)),
-            },
+            Err(e) => Err(self.refusal(e)),
         }
     }
 
@@ -340,10 +349,7 @@ impl Node {
     async fn confirm_leader(&self) -> Result<(), Reply> {
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(()),
-            Err(e) => match e.forward_to_leader() {
-                Some(f) => Err(self.not_leader(f.leader_node.as_ref())),
-                None => Err(unavailable(e)),
-            },
+            Err(e) => Err(self.refusal(e)),
         }
     }
 
@@ -362,10 +368,7 @@ impl Node {
                 *lock(&self.confirmed) = Some(started);
                 Ok(())
             }
-            Err(e) => match e.forward_to_leader() {
-                Some(f) => Err(self.not_leader(f.leader_node.as_ref())),
-                None => Err(unavailable(e)),
-            },
+            Err(e) => Err(self.refusal(e)),
         }
     }
 

@@ -490,6 +490,18 @@ impl<E: ClusterEngine> Cluster<E> {
         self.engine.leader(self)
     }
 
+    /// What a majority of all members say, asking each member that is up with `ask` (`None`:
+    /// it did not answer, or names nothing): how an engine tells who leads.
+    pub fn majority<T: Ord>(&self, mut ask: impl FnMut(usize) -> Option<T>) -> Option<T> {
+        let mut votes: std::collections::BTreeMap<T, usize> = Default::default();
+        for i in (0..self.len()).filter(|&i| self.is_up(i)) {
+            if let Some(said) = ask(i) {
+                *votes.entry(said).or_default() += 1;
+            }
+        }
+        votes.into_iter().find(|(_, n)| *n > self.len() / 2).map(|(said, _)| said)
+    }
+
     /// Wait until a leader is elected (polling every 50 ms) and return it, or say that none
     /// was within `timeout`.
     pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize, String> {

@@ -182,21 +182,13 @@ impl ClusterEngine for Etcd {
 
     /// The member a majority of all members name as leader in their status.
     fn leader(&self, cluster: &Cluster<Self>) -> Option<usize> {
-        let mut votes: BTreeMap<String, usize> = BTreeMap::new();
-        for i in (0..cluster.len()).filter(|&i| cluster.is_up(i)) {
-            let Ok(status) = etcd_post(cluster.direct_addr(i), "/v3/maintenance/status", "{}")
-            else {
-                continue;
-            };
+        let id = cluster.majority(|i| {
+            let status = etcd_post(cluster.direct_addr(i), "/v3/maintenance/status", "{}").ok()?;
             if let Some(id) = json_str(&status, "member_id") {
                 self.ids.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), i);
             }
-            match json_str(&status, "leader") {
-                Some(leader) if leader != "0" => *votes.entry(leader.to_string()).or_default() += 1,
-                _ => {}
-            }
-        }
-        let (id, _) = votes.into_iter().find(|(_, n)| *n > cluster.len() / 2)?;
+            json_str(&status, "leader").filter(|l| *l != "0").map(str::to_string)
+        })?;
         self.ids.lock().unwrap_or_else(|e| e.into_inner()).get(&id).copied()
     }
 }

@@ -9,7 +9,6 @@
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Start};
 use crate::process::Launch;
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -132,16 +131,9 @@ impl ClusterEngine for LockService {
 
     /// The node a majority of all nodes name as leader in their status.
     fn leader(&self, cluster: &Cluster<Self>) -> Option<usize> {
-        let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
-        for i in (0..cluster.len()).filter(|&i| cluster.is_up(i)) {
-            let Ok(status) = service_status(cluster.direct_addr(i).port()) else {
-                continue;
-            };
-            if let Some(leader) = json_u64(&status, "leader") {
-                *votes.entry(leader).or_default() += 1;
-            }
-        }
-        let (id, _) = votes.into_iter().find(|(_, n)| *n > cluster.len() / 2)?;
+        let id = cluster.majority(|i| {
+            json_u64(&service_status(cluster.direct_addr(i).port()).ok()?, "leader")
+        })?;
         usize::try_from(id).ok().filter(|&i| i < cluster.len())
     }
 }

@@ -173,6 +173,11 @@ impl EnginePoint {
     }
 }
 
+/// The series of `algorithm` on `cfg`'s engine and cluster.
+fn series_of(cfg: &RunConfig, algorithm: &str) -> String {
+    series_name(cfg.backend, &cfg.backend.topology(&cfg.engine), algorithm)
+}
+
 /// `backend/algorithm`, or the algorithm alone when it is named after its backend; a
 /// cluster's topology follows the backend ("etcd×3", "redis sentinel/jedis").
 fn series_name(backend: EngineRef, topology: &str, algorithm: &str) -> String {
@@ -319,7 +324,7 @@ pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
     progress::status(args.quiet, &announce(&summary.engines, runs.len(), args.duration));
     let mut warmed: Vec<String> = Vec::new();
     for cfg in &runs {
-        let key = series_name(cfg.backend, &cfg.backend.topology(&cfg.engine), &cfg.algorithms[0]);
+        let key = series_of(cfg, &cfg.algorithms[0]);
         if !cfg.backend.in_process() && !args.warm_up.is_zero() && !warmed.contains(&key) {
             warm_up(cfg, args)?;
             warmed.push(key);
@@ -368,7 +373,7 @@ fn algorithm_of(cfg: &RunConfig) -> anyhow::Result<&'static Algorithm> {
 /// An unrecorded run of `cfg`'s algorithm with 8 contenders (a fresh JVM runs ZooKeeper's
 /// first requests slowly).
 fn warm_up(cfg: &RunConfig, args: &EnginesArgs) -> anyhow::Result<()> {
-    let series = series_name(cfg.backend, &cfg.backend.topology(&cfg.engine), &cfg.algorithms[0]);
+    let series = series_of(cfg, &cfg.algorithms[0]);
     let warm = RunConfig { threads: 8, duration: args.warm_up, ..cfg.clone() };
     let bar = progress::bar(
         warm.duration.as_millis() as u64,
