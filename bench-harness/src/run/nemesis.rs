@@ -91,6 +91,12 @@ impl Control {
     /// Sleeps `d` of the contender's own time: time spent frozen does not count, as a
     /// process that is stopped does not see its timers run.
     pub async fn sleep(&self, d: Duration) {
+        // tokio rounds every deadline up to its next millisecond tick, so even a sleep of
+        // zero waits for the timer: on a wall clock about a millisecond, which a hold or think
+        // time of 0 (the pure handoff rate) would count as time spent holding.
+        if d.is_zero() {
+            return self.thawed().await;
+        }
         let mut rx = self.frozen.subscribe();
         let mut left = d;
         loop {
