@@ -72,11 +72,16 @@
 //!   writes.
 //!
 //! ## Durability
-//! Each node keeps its log, its vote and its last snapshot in one redb file
-//! ([`raft::Store`]):
-//! - Log appends and votes are committed with an fsync before openraft is told they are done.
+//! Each node keeps its log in segments of its own format ([`wal`]) and its vote, its last
+//! snapshot and the log's purge point in a redb file ([`raft::Store`]):
+//! - Log appends and votes are synced to disk before openraft is told they are done. One
+//!   writer thread ([`log`]) syncs whatever queued meanwhile at once, and the leader
+//!   replicates while its own write is under way.
 //! - So an acknowledged grant is on a majority's disks and survives every node crashing at
 //!   once (`tests/failover.rs` kills all three and restarts them).
+//! - A crash mid-write damages only the unacknowledged last batch, which is dropped on
+//!   restart; damage anywhere else stops the node with the segment's name ([`wal`] argues
+//!   this).
 //! - A node started on another cluster's or another node's directory refuses to start.
 //! - A node that loses its disk must not rejoin under its old id: it could vote twice in a
 //!   term. Give it a new id, or restore its directory.
@@ -117,7 +122,9 @@
 #![deny(missing_docs)]
 
 pub mod client;
+pub mod log;
 pub mod proto;
 pub mod raft;
 pub mod server;
 pub mod state;
+pub mod wal;

@@ -1,15 +1,14 @@
-//! Raft underneath: openraft's type configuration, the log and vote kept in a redb file with
-//! fsync before every acknowledgement, the state machine ([`LockTable`]) in memory with its
-//! snapshots in the same file, and the peers' transport.
+//! Raft underneath: openraft's type configuration, the node's redb file (vote, committed
+//! index, purge point, last snapshot), the state machine ([`LockTable`]) in memory, and the
+//! peers' transport. The log itself is [`crate::log`]'s, in [`crate::wal`]'s segments.
 //!
-//! **Durability.** A log append is one redb write transaction committed with
-//! [`redb::Durability::Immediate`]: redb fsyncs before `commit` returns, and only then does
-//! openraft learn the entries are flushed (so a follower acknowledges, and a leader counts
-//! itself, only for entries on disk). The vote is written the same way before it is granted.
-//! The committed index is written without a sync: it only spares replaying the log on restart
-//! (losing it is safe, Raft recommits). The state machine is rebuilt on start from the last
-//! snapshot and the log; a snapshot is written durably before the log before it is purged. So
-//! every acknowledged grant survives every node crashing at once.
+//! **Durability.** Nothing is acknowledged before it is on disk: a log entry before a
+//! follower answers the append or a leader counts its own copy ([`crate::log`]), a vote
+//! before it is granted. The committed index is written without a sync: it only spares
+//! replaying the log on restart (losing it is safe, Raft recommits). The state machine is
+//! rebuilt on start from the last snapshot and the log; a snapshot is written durably before
+//! the log before it is purged. So every acknowledged grant survives every node crashing at
+//! once.
 //!
 //! **Transport.** Each node dials each peer once per openraft network client and sends one
 //! request at a time over it, as length-prefixed JSON ([`crate::proto`]). The first frame
@@ -26,13 +25,12 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
+use openraft::storage::RaftStateMachine;
 use openraft::{
-    Entry, EntryPayload, LogId, LogState, RaftLogReader, RaftNetwork, RaftNetworkFactory,
-    RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
-    Vote,
+    Entry, EntryPayload, LogId, RaftNetwork, RaftNetworkFactory, RaftSnapshotBuilder, Snapshot,
+    SnapshotMeta, StorageError, StorageIOError, StoredMembership,
 };
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -137,7 +135,7 @@ impl Store {
         Ok(store)
     }
 
-    fn meta<T: for<'a> Deserialize<'a>>(&self, key: &str) -> Result<Option<T>, String> {
+    pub(crate) fn meta<T: for<'a> Deserialize<'a>>(&self, key: &str) -> Result<Option<T>, String> {
         let txn = self.db.begin_read().map_err(|e| e.to_string())?;
         let table = match txn.open_table(META) {
             Ok(t) => t,
@@ -166,7 +164,10 @@ impl Store {
         txn.commit().map_err(|e| e.to_string())
     }
 
-    fn entries<RB: RangeBounds<u64>>(&self, range: RB) -> Result<Vec<Entry<TypeConfig>>, String> {
+    pub(crate) fn entries<RB: RangeBounds<u64>>(
+        &self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, String> {
         let txn = self.db.begin_read().map_err(|e| e.to_string())?;
         let table = match txn.open_table(LOG) {
             Ok(t) => t,
@@ -181,138 +182,45 @@ impl Store {
         Ok(out)
     }
 
-    fn last_entry(&self) -> Result<Option<Entry<TypeConfig>>, String> {
-        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
-        let table = match txn.open_table(LOG) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
-        };
-        let Some(row) = table.last().map_err(|e| e.to_string())? else {
-            return Ok(None);
-        };
-        serde_json::from_slice(row.1.value()).map(Some).map_err(|e| e.to_string())
-    }
-
-    /// Write `entries` durably (one fsync).
-    fn append(&self, entries: &[Entry<TypeConfig>]) -> Result<(), String> {
+    /// Run `f` on one write transaction and commit it, synced to disk if `durable` (one
+    /// fsync), else left for the next synced one.
+    pub(crate) fn write_batch(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&mut Batch<'_>) -> Result<(), String>,
+    ) -> Result<(), String> {
         let mut txn = self.db.begin_write().map_err(|e| e.to_string())?;
-        txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
-        {
-            let mut table = txn.open_table(LOG).map_err(|e| e.to_string())?;
-            for e in entries {
-                let bytes = serde_json::to_vec(e).map_err(|e| e.to_string())?;
-                table.insert(e.log_id.index, bytes.as_slice()).map_err(|e| e.to_string())?;
-            }
-        }
-        txn.commit().map_err(|e| e.to_string())
-    }
-
-    /// Remove the entries in `range` (durably).
-    fn remove<RB: RangeBounds<u64>>(&self, range: RB) -> Result<(), String> {
-        let mut txn = self.db.begin_write().map_err(|e| e.to_string())?;
-        txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
-        {
-            let mut table = txn.open_table(LOG).map_err(|e| e.to_string())?;
-            table.retain_in(range, |_, _| false).map_err(|e| e.to_string())?;
-        }
+        let durability = if durable { Durability::Immediate } else { Durability::None };
+        txn.set_durability(durability).map_err(|e| e.to_string())?;
+        f(&mut Batch { txn: &txn })?;
         txn.commit().map_err(|e| e.to_string())
     }
 }
 
-/// The log and vote: openraft's [`RaftLogStorage`] on a [`Store`].
-#[derive(Clone)]
-pub struct LogStore {
-    store: Store,
+/// The writes of one transaction of [`Store::write_batch`].
+pub(crate) struct Batch<'a> {
+    txn: &'a redb::WriteTransaction,
 }
 
-impl LogStore {
-    /// The log of `store`.
-    pub fn new(store: Store) -> LogStore {
-        LogStore { store }
+impl Batch<'_> {
+    /// Remove the entries in `range`.
+    pub(crate) fn remove<RB: RangeBounds<u64>>(&mut self, range: RB) -> Result<(), String> {
+        let mut table = self.txn.open_table(LOG).map_err(|e| e.to_string())?;
+        table.retain_in(range, |_, _| false).map_err(|e| e.to_string())
     }
-}
 
-impl RaftLogReader<TypeConfig> for LogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
-        &mut self,
-        range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, SErr> {
-        self.store.entries(range).map_err(|e| StorageIOError::read_logs(anyerr(e)).into())
+    /// Set `key` of the meta table.
+    pub(crate) fn put_meta<T: Serialize>(&mut self, key: &str, value: &T) -> Result<(), String> {
+        let bytes = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+        let mut table = self.txn.open_table(META).map_err(|e| e.to_string())?;
+        table.insert(key, bytes.as_slice()).map_err(|e| e.to_string())?;
+        Ok(())
     }
 }
 
 /// A string error in openraft's error type.
 fn anyerr(e: String) -> openraft::AnyError {
     openraft::AnyError::error(e)
-}
-
-impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogStore;
-
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, SErr> {
-        let read = |e: String| -> SErr { StorageIOError::read_logs(anyerr(e)).into() };
-        let purged: Option<LogId<NodeId>> = self.store.meta("purged").map_err(read)?;
-        let last = self.store.last_entry().map_err(read)?.map(|e| e.log_id).or(purged);
-        Ok(LogState { last_purged_log_id: purged, last_log_id: last })
-    }
-
-    async fn get_log_reader(&mut self) -> Self::LogReader {
-        self.clone()
-    }
-
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), SErr> {
-        self.store
-            .put_meta("vote", vote, Durability::Immediate)
-            .map_err(|e| StorageIOError::write_vote(anyerr(e)).into())
-    }
-
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, SErr> {
-        self.store.meta("vote").map_err(|e| StorageIOError::read_vote(anyerr(e)).into())
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
-        // Not synced: it only spares a replay after a restart (see the module docs).
-        self.store
-            .put_meta("committed", &committed, Durability::None)
-            .map_err(|e| StorageIOError::write(anyerr(e)).into())
-    }
-
-    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, SErr> {
-        Ok(self
-            .store
-            .meta::<Option<LogId<NodeId>>>("committed")
-            .map_err(|e| -> SErr { StorageIOError::read(anyerr(e)).into() })?
-            .flatten())
-    }
-
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), SErr>
-    where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
-    {
-        let entries: Vec<_> = entries.into_iter().collect();
-        match self.store.append(&entries) {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(std::io::Error::other(e.clone())));
-                Err(StorageIOError::write_logs(anyerr(e)).into())
-            }
-        }
-    }
-
-    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), SErr> {
-        self.store.remove(log_id.index..).map_err(|e| StorageIOError::write_logs(anyerr(e)).into())
-    }
-
-    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), SErr> {
-        let write = |e: String| -> SErr { StorageIOError::write_logs(anyerr(e)).into() };
-        self.store.put_meta("purged", &log_id, Durability::Immediate).map_err(write)?;
-        self.store.remove(..=log_id.index).map_err(write)
-    }
 }
 
 /// What the state machine holds, and what a snapshot carries.

@@ -1,0 +1,303 @@
+//! The Raft log: every entry not yet purged in memory, for openraft to read, and on disk in
+//! the segments of [`crate::wal`], written by one thread that syncs whatever has queued up
+//! together. The vote, the committed index and the purge point go to the node's redb file
+//! through the same thread, in order.
+//!
+//! **Why a writer thread.** openraft appends on its core task and replicates to the
+//! followers only when `append` returns. A blocking fsync there put the leader's own disk
+//! write in front of the followers' on every commit: two fsyncs in a row on the path from a
+//! release to the next grant. Now `append` puts the entries in memory and queues them; the
+//! leader sends them while its own write is under way, and openraft counts the leader's copy
+//! only once the writer has synced it ([`LogFlushed`]). This is what openraft's storage
+//! contract asks for: entries readable when `append` returns, durable when the callback is
+//! called.
+//!
+//! **Group commit.** The writer takes every operation queued meanwhile into one transaction
+//! and one fsync, in the order they were queued, so a truncation or a purge can never be
+//! overtaken by an append made after it.
+//!
+//! **Failure.** A write that fails fails every operation after it (a later append would leave
+//! a hole in the log): the node stops acknowledging, and its peers carry on without it.
+
+use crate::raft::{NodeId, Store, TypeConfig};
+use crate::wal::Wal;
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
+
+type SErr = StorageError<NodeId>;
+
+/// One write for the writer thread, in the order openraft asked for them.
+enum Write {
+    /// Entries to append; `done` is openraft's callback.
+    Append(Vec<Entry<TypeConfig>>, LogFlushed<TypeConfig>),
+    /// Remove the entries from this index on.
+    Truncate(u64, oneshot::Sender<Result<(), String>>),
+    /// Remove the entries up to this log id, and remember it.
+    Purge(LogId<NodeId>, oneshot::Sender<Result<(), String>>),
+    /// The vote, durable before it is granted.
+    Vote(Vote<NodeId>, oneshot::Sender<Result<(), String>>),
+    /// The committed log id: written without waiting for it (see the `raft` module docs).
+    Committed(Option<LogId<NodeId>>),
+    /// The node is shutting down: stop after what came before, and let go of the files.
+    Stop,
+}
+
+impl Write {
+    /// Whether the transaction that carries it must be synced before it is answered.
+    fn durable(&self) -> bool {
+        !matches!(self, Write::Committed(_) | Write::Stop)
+    }
+
+    /// Tell whoever waits how it went.
+    fn answer(self, result: Result<(), String>) {
+        match self {
+            Write::Append(_, done) => done.log_io_completed(result.map_err(std::io::Error::other)),
+            Write::Truncate(_, tx) | Write::Purge(_, tx) | Write::Vote(_, tx) => {
+                let _ = tx.send(result);
+            }
+            Write::Committed(_) | Write::Stop => {}
+        }
+    }
+}
+
+/// What openraft reads: the entries since the last purge, and the last purged id.
+#[derive(Default)]
+struct Tail {
+    entries: BTreeMap<u64, Entry<TypeConfig>>,
+    purged: Option<LogId<NodeId>>,
+}
+
+/// The log and vote: openraft's [`RaftLogStorage`] on a [`Store`], with a writer thread.
+#[derive(Clone)]
+pub struct LogStore {
+    store: Store,
+    tail: Arc<Mutex<Tail>>,
+    writer: mpsc::Sender<Write>,
+    /// Why the writer stopped, once it has: every later operation fails with it.
+    failed: Arc<Mutex<Option<String>>>,
+    /// The writer thread, until [`LogStore::stop`] joins it.
+    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LogStore {
+    /// The log in `dir` (the segments of [`crate::wal`]) and the rest in `store`, read into
+    /// memory, and its writer thread started. Entries a node of an earlier version kept in
+    /// `store` move to the segments first.
+    pub fn open(store: Store, dir: &Path) -> Result<LogStore, String> {
+        let purged = store.meta("purged")?;
+        let (mut wal, mut entries) = Wal::open(dir, purged)?;
+        let older = store.entries(..)?;
+        if !older.is_empty() {
+            wal.append(&older)?;
+            wal.sync()?;
+            store.write_batch(true, |txn| txn.remove(..))?;
+            let floor = purged.map_or(0, |p| p.index + 1);
+            entries.extend(
+                older.into_iter().filter(|e| e.log_id.index >= floor).map(|e| (e.log_id.index, e)),
+            );
+        }
+        let (writer, queue) = mpsc::channel();
+        let failed = Arc::new(Mutex::new(None));
+        let (disk, flag) = (store.clone(), failed.clone());
+        let thread = std::thread::Builder::new()
+            .name("raft-log-writer".into())
+            .spawn(move || write_loop(&disk, wal, &queue, &flag))
+            .map_err(|e| format!("cannot start the log writer: {e}"))?;
+        let tail = Arc::new(Mutex::new(Tail { entries, purged }));
+        let thread = Arc::new(Mutex::new(Some(thread)));
+        Ok(LogStore { store, tail, writer, failed, thread })
+    }
+
+    /// Finish the writes queued so far and stop the writer, closing its files, so that the
+    /// directory can be opened again at once (after openraft has shut down).
+    pub fn stop(&self) {
+        let _ = self.writer.send(Write::Stop);
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Queue `write`; an error if the writer has stopped.
+    fn queue(&self, write: Write) -> Result<(), String> {
+        if let Some(why) = lock(&self.failed).clone() {
+            write.answer(Err(why.clone()));
+            return Err(why);
+        }
+        self.writer.send(write).map_err(|_| "the log writer has stopped".to_string())
+    }
+
+    /// Queue a write and wait for it to be on disk.
+    async fn durably(
+        &self,
+        write: impl FnOnce(oneshot::Sender<Result<(), String>>) -> Write,
+    ) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        self.queue(write(tx))?;
+        rx.await.map_err(|_| "the log writer has stopped".to_string())?
+    }
+}
+
+/// The writer thread: batches of queued writes, at most one sync of the segments and one
+/// commit of redb each, until every [`LogStore`] is gone or a write fails.
+fn write_loop(
+    store: &Store,
+    mut wal: Wal,
+    queue: &mpsc::Receiver<Write>,
+    failed: &Mutex<Option<String>>,
+) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        batch.extend(queue.try_iter());
+        let stop = batch.iter().any(|w| matches!(w, Write::Stop));
+        let result = write_batch(store, &mut wal, &batch);
+        if let Err(why) = &result {
+            tracing::error!("log write failed, this node stops acknowledging: {why}");
+            *lock(failed) = Some(format!("log write failed: {why}"));
+        }
+        for write in batch {
+            write.answer(result.clone());
+        }
+        if result.is_err() {
+            // Fail what is still queued, and everything after (see `LogStore::queue`).
+            for write in queue.try_iter() {
+                write.answer(Err("log write failed earlier".into()));
+            }
+            return;
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// One batch: the log's records synced, then redb's writes committed (synced when a vote or
+/// a purge point is among them), then the segments a purge frees deleted, once the purge
+/// point is on disk.
+fn write_batch(store: &Store, wal: &mut Wal, batch: &[Write]) -> Result<(), String> {
+    let mut purge = None;
+    for write in batch {
+        match write {
+            Write::Append(entries, _) => wal.append(entries)?,
+            Write::Truncate(from, _) => wal.truncate(*from)?,
+            Write::Purge(upto, _) => purge = Some(upto.index),
+            Write::Vote(..) | Write::Committed(_) | Write::Stop => {}
+        }
+    }
+    wal.sync()?;
+    let meta = batch
+        .iter()
+        .filter(|w| matches!(w, Write::Vote(..) | Write::Purge(..) | Write::Committed(_)));
+    if meta.clone().next().is_some() {
+        let durable = meta.clone().any(Write::durable);
+        store.write_batch(durable, |txn| {
+            for write in meta {
+                match write {
+                    Write::Purge(upto, _) => txn.put_meta("purged", upto)?,
+                    Write::Vote(vote, _) => txn.put_meta("vote", vote)?,
+                    Write::Committed(committed) => txn.put_meta("committed", committed)?,
+                    _ => {}
+                }
+            }
+            Ok(())
+        })?;
+    }
+    match purge {
+        Some(upto) => wal.purge(upto),
+        None => Ok(()),
+    }
+}
+
+/// A string error in openraft's error type.
+fn anyerr(e: String) -> openraft::AnyError {
+    openraft::AnyError::error(e)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, SErr> {
+        Ok(lock(&self.tail).entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, SErr> {
+        let tail = lock(&self.tail);
+        let last = tail.entries.last_key_value().map(|(_, e)| e.log_id).or(tail.purged);
+        Ok(LogState { last_purged_log_id: tail.purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), SErr> {
+        let vote = *vote;
+        self.durably(|tx| Write::Vote(vote, tx))
+            .await
+            .map_err(|e| StorageIOError::write_vote(anyerr(e)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, SErr> {
+        // Written only through the writer, which has answered before openraft reads it back.
+        self.store.meta("vote").map_err(|e| StorageIOError::read_vote(anyerr(e)).into())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
+        self.queue(Write::Committed(committed)).map_err(|e| StorageIOError::write(anyerr(e)).into())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, SErr> {
+        Ok(self
+            .store
+            .meta::<Option<LogId<NodeId>>>("committed")
+            .map_err(|e| -> SErr { StorageIOError::read(anyerr(e)).into() })?
+            .flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        {
+            let mut tail = lock(&self.tail);
+            tail.entries.extend(entries.iter().map(|e| (e.log_id.index, e.clone())));
+        }
+        self.queue(Write::Append(entries, callback))
+            .map_err(|e| StorageIOError::write_logs(anyerr(e)).into())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), SErr> {
+        lock(&self.tail).entries.split_off(&log_id.index);
+        self.durably(|tx| Write::Truncate(log_id.index, tx))
+            .await
+            .map_err(|e| StorageIOError::write_logs(anyerr(e)).into())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), SErr> {
+        {
+            let mut tail = lock(&self.tail);
+            tail.entries = tail.entries.split_off(&(log_id.index + 1));
+            tail.purged = Some(log_id);
+        }
+        self.durably(|tx| Write::Purge(log_id, tx))
+            .await
+            .map_err(|e| StorageIOError::write_logs(anyerr(e)).into())
+    }
+}
