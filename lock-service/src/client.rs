@@ -26,12 +26,12 @@ use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, 
 use lock_core::requests::RequestHook;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
+use tokio::sync::{oneshot, watch};
+use tokio::time::{timeout_at, Instant};
 
 /// The algorithm's name in results.
 pub const ALGORITHM: &str = "service";
@@ -126,41 +126,37 @@ impl Shared {
     }
 }
 
-/// One connection to one node: a writer, a reader that routes replies by id and pushes to the
-/// session.
+/// Where a connection's reader hands the pushes: the session, once it exists (a push comes
+/// only for a session's locks, so none arrives before the session is opened).
+type PushSink = Arc<OnceLock<Weak<Session>>>;
+
+/// One connection to one node: its write half, written by whoever sends, and a reader task
+/// that routes replies by id and hands pushes to the session. Neither goes through another
+/// task: a handoff's path (the release sent, the grant pushed) wakes only the tasks that
+/// wait for it.
 #[derive(Clone)]
 struct Conn {
-    out: mpsc::UnboundedSender<Vec<u8>>,
+    wr: Arc<tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>>,
     pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>,
     closed: Arc<AtomicBool>,
     addr: String,
 }
 
 impl Conn {
-    async fn dial(
-        addr: &str,
-        shared: &Shared,
-        pushes: mpsc::UnboundedSender<Push>,
-    ) -> std::io::Result<Conn> {
+    async fn dial(addr: &str, shared: &Shared, pushes: PushSink) -> std::io::Result<Conn> {
         let stream = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
             })??;
         stream.set_nodelay(true)?;
-        let (mut rd, mut wr) = stream.into_split();
-        let (out, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
-        let conn =
-            Conn { out, pending: Arc::default(), closed: Arc::default(), addr: addr.to_string() };
-        let closed = conn.closed.clone();
-        tokio::spawn(async move {
-            while let Some(bytes) = outbox.recv().await {
-                if wr.write_all(&bytes).await.is_err() {
-                    break;
-                }
-            }
-            closed.store(true, Ordering::SeqCst);
-        });
+        let (mut rd, wr) = stream.into_split();
+        let conn = Conn {
+            wr: Arc::new(tokio::sync::Mutex::new(wr)),
+            pending: Arc::default(),
+            closed: Arc::default(),
+            addr: addr.to_string(),
+        };
         let (pending, closed) = (conn.pending.clone(), conn.closed.clone());
         tokio::spawn(async move {
             while let Ok(Some(bytes)) = read_bytes(&mut rd, MAX_SERVER_FRAME).await {
@@ -171,7 +167,9 @@ impl Conn {
                         }
                     }
                     Ok(ServerFrame::Push(p)) => {
-                        let _ = pushes.send(p);
+                        if let Some(session) = pushes.get().and_then(Weak::upgrade) {
+                            session.on_push(p);
+                        }
                     }
                     Err(_) => break,
                 }
@@ -203,11 +201,15 @@ impl Conn {
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
         shared.config.requests.sent("service", kind_of(&body));
-        if !self.is_open() || self.out.send(encode(&ClientFrame { id, body })).is_err() {
-            lock(&self.pending).remove(&id);
+        let frame = encode(&ClientFrame { id, body });
+        let write = async { self.wr.lock().await.write_all(&frame).await };
+        let written = self.is_open() && matches!(timeout_at(deadline, write).await, Ok(Ok(())));
+        if !written {
+            // A write cut short leaves half a frame on the wire: the connection is done.
+            self.close();
             return Err(format!("{}: connection closed", self.addr));
         }
-        match tokio::time::timeout_at(deadline, rx).await {
+        match timeout_at(deadline, rx).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err(format!("{}: connection lost", self.addr)),
             Err(_) => {
@@ -226,7 +228,7 @@ async fn find_leader(
     shared: &Shared,
     first: &Request,
     mut hint: Option<String>,
-    pushes: &mpsc::UnboundedSender<Push>,
+    pushes: &PushSink,
     deadline: Instant,
 ) -> Result<(Conn, Reply), LockError> {
     let mut failures: Vec<String> = Vec::new();
@@ -299,7 +301,7 @@ fn renews(request: &Request) -> bool {
 struct Session {
     id: SessionId,
     shared: Arc<Shared>,
-    pushes: mpsc::UnboundedSender<Push>,
+    pushes: PushSink,
     conn: tokio::sync::Mutex<Option<Conn>>,
     lost: watch::Sender<Option<String>>,
     /// The send time of the last request the leader answered (the session stands until a
@@ -312,7 +314,7 @@ struct Session {
 impl Session {
     /// Open a session with the leader, and start its keep-alive.
     async fn open(shared: Arc<Shared>) -> Result<Arc<Session>, LockError> {
-        let (pushes, mut inbox) = mpsc::unbounded_channel();
+        let pushes = PushSink::default();
         let sent = Instant::now();
         let deadline = sent + shared.config.request_timeout;
         let ttl_ms = shared.config.ttl.as_millis() as u64;
@@ -333,15 +335,7 @@ impl Session {
             held: Mutex::default(),
             waiting: Mutex::default(),
         });
-        let weak = Arc::downgrade(&session);
-        tokio::spawn(async move {
-            while let Some(push) = inbox.recv().await {
-                match weak.upgrade() {
-                    Some(s) => s.on_push(push),
-                    None => return,
-                }
-            }
-        });
+        let _ = session.pushes.set(Arc::downgrade(&session));
         tokio::spawn(keep_alive(Arc::downgrade(&session)));
         Ok(session)
     }
