@@ -262,11 +262,11 @@ fn redis_with_two_worker_processes_merges_one_result() {
         assert_eq!(r["safety"]["overlapping_holds"], 0, "{r}");
         assert_eq!(r["safety"]["token_order_violations"], 0, "{r}");
         // Both workers' requests, added up: at least an acquisition and a release per grant
-        // (crate docs of lock-redis), and each of the 4 contenders' connection.
+        // (crate docs of lock-redis). The contenders' connections were made before the
+        // window, and are not counted.
         let store = &r["store"];
         let at_least = 2 * r["grants"].as_u64().unwrap();
         assert!(store["ops"]["total"].as_u64().unwrap() >= at_least, "{store}");
-        assert!(store["per_table"]["redis"]["reads"].as_u64().unwrap() >= 4, "{store}");
         assert_eq!(r["contenders"].as_array().unwrap().len(), 4);
     }
     let rows = grant_rows(&dir);

@@ -131,7 +131,7 @@ const COLUMNS: &[Column] = &[
     Column {
         header: "ops/grant",
         shown: Shown::Always,
-        legend: "ops/grant: store requests per grant (n/a: the engine does not count them)",
+        legend: "ops/grant: store requests sent in the window per grant (setup, such as sessions opened, not counted; n/a: the engine does not count them)",
         cell: |r| if r.store.ops.is_some() { opt(r.store.ops_per_grant, 1) } else { "n/a".into() },
     },
     Column {

@@ -16,7 +16,8 @@
 //! another duration, so that the longest waits (the shadow lock's) are measured instead of
 //! cut off. A request still waiting after the drain is given up (the lock's own timeout) and
 //! reported as unfinished. Throughput and store load count only the run's window (grants
-//! granted before its end, requests sent before it: the counters are read at the end).
+//! granted before its end, requests sent between its start and its end: the counters are
+//! read at both).
 
 use super::nemesis::{Control, Nemesis};
 use super::resource::{FencedResource, Resource};
@@ -30,10 +31,11 @@ use crate::measure::log::{
 use crate::measure::metrics::{new_histogram, Grant};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
-use lock_core::embedded::StoreCounters;
+use lock_core::embedded::{OpCounts, StoreCounters};
 use lock_core::{LockError, LockGuard, Locker};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -164,6 +166,10 @@ pub async fn drive(
     if Instant::now() < start {
         tokio::time::sleep_until(start).await;
     }
+    // What the engine's setup sent (sessions opened, leases granted, keep-alives while the
+    // other contenders connected) is not the window's load: counts start here, before any
+    // contender runs.
+    let base = rig.counters.as_ref().map(|read| read()).unwrap_or_default();
     let controls: Vec<Arc<Control>> =
         lockers.iter().map(|(i, _)| Arc::new(Control::new(*i))).collect();
     let mut tasks = Vec::with_capacity(lockers.len());
@@ -209,7 +215,7 @@ pub async fn drive(
         _ => None,
     };
     let ticker = progress_ticker(cfg, progress, start);
-    let snapshot = counter_snapshots(cfg, rig.counters, start, end, stamp);
+    let snapshot = counter_snapshots(cfg, rig.counters, base, start, end, stamp);
 
     let mut grants = Vec::new();
     let mut contenders = Vec::with_capacity(tasks.len());
@@ -271,6 +277,7 @@ fn progress_ticker(
 fn counter_snapshots(
     cfg: &RunConfig,
     counters: Option<CounterHandle>,
+    base: StoreCounters,
     start: Instant,
     end: Instant,
     stamp: Stamp,
@@ -282,13 +289,35 @@ fn counter_snapshots(
             let mut next = start + every;
             while next < end {
                 tokio::time::sleep_until(next).await;
-                samples.push(CounterSample { at_us: stamp.at(next), counters: read() });
+                let counters = since(&base, read());
+                samples.push(CounterSample { at_us: stamp.at(next), counters });
                 next += every;
             }
         }
         tokio::time::sleep_until(end).await;
-        (samples, counters.map(|read| read()))
+        (samples, counters.map(|read| since(&base, read())))
     })
+}
+
+/// The requests counted in `now` that `base` had not: per table and per client. The
+/// tombstone figures describe the reads' state, not a count of requests, and stay `now`'s.
+fn since(base: &StoreCounters, mut now: StoreCounters) -> StoreCounters {
+    let minus = |counts: &mut BTreeMap<String, OpCounts>, base: &BTreeMap<String, OpCounts>| {
+        for (key, c) in counts.iter_mut() {
+            if let Some(b) = base.get(key) {
+                c.reads -= b.reads;
+                c.writes -= b.writes;
+                c.deletes -= b.deletes;
+                c.cas -= b.cas;
+                c.serial_reads -= b.serial_reads;
+                c.paxos_round_trips -= b.paxos_round_trips;
+            }
+        }
+        counts.retain(|_, c| *c != OpCounts::default());
+    };
+    minus(&mut now.per_table, &base.per_table);
+    minus(&mut now.per_client, &base.per_client);
+    now
 }
 
 /// Runs `algorithm` under `cfg` on the current runtime, every contender in this process.
