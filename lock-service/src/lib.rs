@@ -105,9 +105,45 @@
 //! - **Retries are idempotent**: acquiring a lock the owner already holds (or waits for)
 //!   answers the same grant (or queue place). So a client resends after a lost answer or a
 //!   failover without taking two places.
+//! - **One thread per node by default** (`--threads`): a commit passes through a dozen
+//!   hand-offs between openraft's tasks, and on one thread none of them wakes another
+//!   thread. In alternating runs of the pure handoff rate this gave 1030 to 1250 grants/s
+//!   against 870 to 960 on tokio's multi-thread runtime (3 nodes). A node that must serve
+//!   more than a core's worth of requests can take more threads.
+//! - **A log format of its own** ([`wal`]) rather than redb's B-tree for the entries: one
+//!   block and no metadata per sync. It is more code to trust, and [`wal`] argues why it
+//!   is as safe; openraft's storage suite runs against it.
 //! - **A session outlives a failover only if its TTL does**: an election takes about 0.3 to
 //!   1.5 s (election timeout 300 to 600 ms by default), plus the client's reconnect. The
 //!   tests use TTLs of 2 s without failovers and 5 s with them.
+//!
+//! ## Where a handoff's time goes
+//! From a release sent to the next grant received, on this 2-core machine, every node and
+//! the 64 contenders on it (default scenario; timings taken inside the nodes, medians of one
+//! run each):
+//! - **One node**, gap 0.3 to 0.4 ms: the leader's `client_write` of the release took
+//!   0.25 ms, of which the log's sync (`fdatasync` of one segment) about 0.10 ms. The rest
+//!   is the push and the two ends' wake-ups. The sync has a long tail when other
+//!   programs write to the same disk: with a soak running beside it, a tenth of the syncs
+//!   took over 2 ms, and the median `client_write` rose to 1.5 ms.
+//! - **Three nodes**, gap about 0.7 ms: the leader's `client_write` took 0.71 ms. Inside it,
+//!   the append to a follower took 0.37 ms, round trip included; the follower's own part
+//!   took 0.23 ms, its sync 0.10 ms of that. The leader syncs its own copy meanwhile.
+//!   Replication adds that round trip, plus waiting for the append already in flight
+//!   (openraft 0.9 sends one at a time per follower).
+//! - **Before** the log had its own segments and writer thread, a redb commit took 0.24 to
+//!   0.29 ms and was made before replicating: the leader's `client_write` took 1.0 ms (3
+//!   nodes). With syncs turned off (a measurement, not an option), the pure handoff rate
+//!   (no hold, no think) was 2.6 times higher. So the disk is most of the cost, and three
+//!   nodes on one disk make each other's syncs slower.
+//!
+//! ## Overtakes, as the harness counts them
+//! The harness stamps a request before the client sends it. Two requests stamped tens of
+//! microseconds apart may reach the leader in either order, and the later one is then
+//! counted as overtaking: 3 to 6% of grants at 64 contenders. In one run the overtaken
+//! request had been stamped first by 19 µs at the median and by 78 µs at most. The queue
+//! itself is FIFO in commit order (`state`'s tests). ZooKeeper's overtakes in the same kind
+//! of run had leads of 15 to 36 ms, and etcd's 0.3 to 1.1 ms.
 //!
 //! ## What the tests check
 //! - `state`'s unit tests: FIFO handoff in the releasing entry, increasing tokens, idempotent
@@ -118,6 +154,11 @@
 //!   token is greater.
 //! - `tests/bad_input.rs`: a foreign or unwritable data directory, a bad cluster list, a
 //!   client pointed at no live node, and malformed and oversized frames.
+//! - `tests/storage_suite.rs`: openraft's own storage test suite on the log store and the
+//!   state machine; `wal`'s unit tests: entries, truncations and purges after a reopen, new
+//!   segments, a torn last record dropped, and damage in an earlier segment refused.
+//! - `tests/nemesis.rs`: a CI-sized Jepsen-style run, the leader killed again and again
+//!   under six contenders, every grant checked.
 
 #![deny(missing_docs)]
 
