@@ -148,9 +148,21 @@ const CLUSTER_TTL: Duration = Duration::from_secs(10);
 /// Redlock's masters.
 /// Only "lagged leader kill" opens Redis's asynchronous-replication window: on
 /// loopback a replica has a write within microseconds, so a plain kill finds it replicated.
-pub const CLUSTER_CONDITIONS: [Condition; 11] = [
+pub const CLUSTER_CONDITIONS: [Condition; 12] = [
     condition("no fault", "none", Consistency::Quorum, Applies::Clusters),
     condition("leader kill 5s", "leader-kill:5s@20s", Consistency::Quorum, Applies::Clusters),
+    // Jepsen's shape: the leader killed again and again (for 2 s, every 8 s), and holds short
+    // enough that several hundred grants are checked across five failovers. The long version is
+    // `safety --only "leader killed every 8s" --cluster-duration 10m`.
+    Condition {
+        hold: Some("uniform:5ms..50ms"),
+        ..condition(
+            "leader killed every 8s",
+            "leader-kill:2s@8s",
+            Consistency::Quorum,
+            Applies::Clusters,
+        )
+    },
     condition("leader pause 5s", "leader-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("leader cut 5s", "leader-cut:5s@20s", Consistency::Quorum, Applies::Clusters),
     condition("follower pause 5s", "follower-pause:5s@20s", Consistency::Quorum, Applies::Clusters),
