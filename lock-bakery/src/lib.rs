@@ -291,6 +291,22 @@ pub enum Turn {
 /// Step 6: is it our turn, given the `Numbers` row? Pairs compare number first, then owner id
 /// byte-wise (ties of equal numbers are broken by owner id).
 pub fn turn(numbers: &[Cell], me: &str, mine: u64) -> Turn {
+    match ahead_of(numbers, me, mine) {
+        Ahead::Nobody => Turn::Ours,
+        Ahead::Owner { owner, number } => Turn::Behind { owner: owner.to_string(), number },
+        Ahead::Gone => Turn::Gone,
+    }
+}
+
+/// [`Turn`] with the owner ahead borrowed from the row: a waiter polling for its turn looks
+/// at nothing but the verdict, and copies no owner id at each poll.
+enum Ahead<'a> {
+    Nobody,
+    Owner { owner: &'a str, number: Option<u64> },
+    Gone,
+}
+
+fn ahead_of<'a>(numbers: &'a [Cell], me: &str, mine: u64) -> Ahead<'a> {
     // One pass over the row (every waiter runs this at each poll): our own number, and the
     // least pair ahead of ours.
     let mut own: Option<&Cell> = None;
@@ -307,11 +323,11 @@ pub fn turn(numbers: &[Cell], me: &str, mine: u64) -> Turn {
         }
     }
     if own.is_none_or(|c| parse_number(&c.value) != Some(mine)) {
-        return Turn::Gone;
+        return Ahead::Gone;
     }
     match ahead {
-        None => Turn::Ours,
-        Some((number, owner)) => Turn::Behind { owner: owner.to_string(), number },
+        None => Ahead::Nobody,
+        Some((number, owner)) => Ahead::Owner { owner, number },
     }
 }
 
@@ -358,6 +374,20 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
     async fn read(&self, table: &str, lock_id: &str) -> Result<Vec<Cell>, LockError> {
         self.store
             .read(table, lock_id, Slice::all(), self.ctx.consistency)
+            .await
+            .map_err(|e| LockError::store(lock_id, e))
+    }
+
+    /// [`BakeryLocker::read`] into a waiter's buffer: the waits read a whole row at every
+    /// poll, and reusing the cells of the last poll keeps them from allocating anew.
+    async fn read_into(
+        &self,
+        table: &str,
+        lock_id: &str,
+        out: &mut Vec<Cell>,
+    ) -> Result<(), LockError> {
+        self.store
+            .read_into(table, lock_id, Slice::all(), self.ctx.consistency, out)
             .await
             .map_err(|e| LockError::store(lock_id, e))
     }
@@ -446,13 +476,14 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
         deadline: Option<Instant>,
         soft: bool,
     ) -> Result<(), Stop> {
+        let mut choosing = Vec::new();
         loop {
             if ticket.lease.is_lost() {
                 return Err(Stop::Failed(
                     ticket.lease.lost_error(lock_id, "lease lost while waiting"),
                 ));
             }
-            let choosing = self.read(CHOOSING_TABLE, lock_id).await.map_err(Stop::Failed)?;
+            self.read_into(CHOOSING_TABLE, lock_id, &mut choosing).await.map_err(Stop::Failed)?;
             if first_choosing(&choosing, self.me()).is_none() {
                 return Ok(());
             }
@@ -472,24 +503,25 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
         deadline: Option<Instant>,
         soft: bool,
     ) -> Result<(), Stop> {
+        let mut numbers = Vec::new();
         loop {
             if ticket.lease.is_lost() {
                 return Err(Stop::Failed(
                     ticket.lease.lost_error(lock_id, "lease lost while waiting"),
                 ));
             }
-            let numbers = self.read(NUMBERS_TABLE, lock_id).await.map_err(Stop::Failed)?;
-            match turn(&numbers, self.me(), ticket.number) {
-                Turn::Ours => return Ok(()),
-                Turn::Gone => {
+            self.read_into(NUMBERS_TABLE, lock_id, &mut numbers).await.map_err(Stop::Failed)?;
+            match ahead_of(&numbers, self.me(), ticket.number) {
+                Ahead::Nobody => return Ok(()),
+                Ahead::Gone => {
                     return Err(Stop::Failed(
                         ticket
                             .lease
                             .lost_error(lock_id, "our number is no longer in the Numbers row"),
                     ))
                 }
-                Turn::Behind { .. } if soft => return Err(Stop::Timeout),
-                Turn::Behind { .. } => self.pause(deadline).await?,
+                Ahead::Owner { .. } if soft => return Err(Stop::Timeout),
+                Ahead::Owner { .. } => self.pause(deadline).await?,
             }
         }
     }
@@ -518,8 +550,9 @@ impl<S: CellStore + Clone> Locker for BakeryLocker<S> {
         let timed_out =
             || LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() };
         // Step 1: nobody may be choosing when we start (nothing of ours is written yet).
+        let mut choosing = Vec::new();
         loop {
-            let choosing = self.read(CHOOSING_TABLE, lock_id).await?;
+            self.read_into(CHOOSING_TABLE, lock_id, &mut choosing).await?;
             if first_choosing(&choosing, self.me()).is_none() {
                 break;
             }

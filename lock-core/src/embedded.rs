@@ -618,7 +618,8 @@ impl Replica {
         Some(read(Some(cells)))
     }
 
-    /// The live cells of a slice, and the tombstones scanned: what a lone replica answers.
+    /// The live cells of a slice as a snapshot, and the tombstones scanned: what a lone
+    /// replica answers. Nothing is copied until the coordinator builds its answer.
     fn read_live(
         &self,
         table: &str,
@@ -626,21 +627,12 @@ impl Replica {
         slice: &Slice,
         now: Instant,
         policy: RowPolicy,
-    ) -> Option<(Vec<Cell>, u64)> {
+    ) -> Option<(LiveSlice, u64)> {
         let limit = slice.limit.unwrap_or(usize::MAX);
         self.with_row(table, row, now, policy, |r| {
-            let Some(r) = r else { return (Vec::new(), 0) };
+            let Some(r) = r else { return (LiveSlice::default(), 0) };
             let scan = r.scan(slice.start.as_deref(), limit);
-            let cells = scan
-                .live
-                .iter()
-                .map(|(column, c)| Cell {
-                    column: column.to_string(),
-                    value: c.value.to_vec(),
-                    timestamp: c.timestamp,
-                })
-                .collect();
-            (cells, scan.tombstones)
+            (scan.live, scan.tombstones)
         })
     }
 
@@ -682,7 +674,7 @@ impl Replica {
                 r.live
                     .iter()
                     .map(|(k, c)| Cell {
-                        column: k.to_string(),
+                        column: String::from(&**k),
                         value: c.value.to_vec(),
                         timestamp: c.timestamp,
                     })
@@ -805,6 +797,12 @@ impl Default for ClientState {
 impl ClientState {
     /// Returns once the client is not frozen (at once when it is not).
     async fn thawed(&self) {
+        // Every request passes here twice and almost no client is ever frozen: looking at the
+        // value costs less than a receiver (whose drop, the last one's, notifies the sender).
+        // `wait_for` would return at once too, without yielding, so nothing else changes.
+        if !*self.paused.borrow() {
+            return;
+        }
         let mut rx = self.paused.subscribe();
         // `wait_for` fails only when the sender is gone, and `self` holds it.
         let _ = rx.wait_for(|paused| !*paused).await;
@@ -1085,7 +1083,19 @@ impl CellStore for EmbeddedStore {
         slice: Slice,
         c: Consistency,
     ) -> Result<Vec<Cell>, StoreError> {
-        self.caller().read(table, row, &slice, c).await
+        let mut out = Vec::new();
+        self.caller().read(table, row, &slice, c, &mut out).await?;
+        Ok(out)
+    }
+    async fn read_into(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
+        self.caller().read(table, row, &slice, c, out).await
     }
     async fn cas(
         &self,
@@ -1211,7 +1221,19 @@ impl CellStore for EmbeddedClient {
         slice: Slice,
         c: Consistency,
     ) -> Result<Vec<Cell>, StoreError> {
-        self.request(self.caller().read(table, row, &slice, c)).await
+        let mut out = Vec::new();
+        self.request(self.caller().read(table, row, &slice, c, &mut out)).await?;
+        Ok(out)
+    }
+    async fn read_into(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
+        self.request(self.caller().read(table, row, &slice, c, out)).await
     }
     async fn cas(
         &self,
@@ -1396,7 +1418,7 @@ impl Drop for InFlight<'_> {
 /// A replica's answer to a read.
 enum Answer {
     /// Live cells, already sliced: the lone answer of a read that needs no merge.
-    Live(Vec<Cell>),
+    Live(LiveSlice),
     /// Live cells and a snapshot of the dead ones, for merging.
     Raw(RawAnswer),
     /// The replica aborted its scan after this many tombstones (the failure threshold).
@@ -1470,13 +1492,18 @@ impl Caller<'_> {
         let mut applied = vec![false; inner.replicas.len()];
         let mut acks = 0usize;
         let mut slept = false;
+        // The clock moves only while the request sleeps (a paused clock not even then but by
+        // the runtime's advance), so it is read again only after a sleep: every read of a
+        // tokio instant takes a lock of the runtime's clock.
+        let mut now = start;
         while let Some(&ev) = flight.events.get(flight.next) {
             if ev.at > deadline {
                 break;
             }
-            if ev.at > Instant::now() {
+            if ev.at > now {
                 tokio::time::sleep_until(ev.at).await;
                 slept = true;
+                now = Instant::now();
             }
             flight.next += 1;
             if ev.reply {
@@ -1487,7 +1514,7 @@ impl Caller<'_> {
                     }
                 }
             } else {
-                let ok = inner.deliver(ev.slot, table, row, m, Instant::now());
+                let ok = inner.deliver(ev.slot, table, row, m, now);
                 if let Some(a) = applied.get_mut(ev.slot) {
                     *a = ok;
                 }
@@ -1510,10 +1537,11 @@ impl Caller<'_> {
         row: &str,
         slice: &Slice,
         c: Consistency,
-    ) -> Result<Vec<Cell>, StoreError> {
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
         self.count(table, OpKind::Read);
         self.check_reachable().await?;
-        self.quorum_read(table, row, slice, c).await
+        self.quorum_read_into(table, row, slice, c, out).await
     }
 
     /// A read at `c` as a coordinator runs it, not counted as a request of its own (a
@@ -1525,6 +1553,20 @@ impl Caller<'_> {
         slice: &Slice,
         c: Consistency,
     ) -> Result<Vec<Cell>, StoreError> {
+        let mut out = Vec::new();
+        self.quorum_read_into(table, row, slice, c, &mut out).await?;
+        Ok(out)
+    }
+
+    /// [`Caller::quorum_read`] into `out`, reusing its cells ([`CellStore::read_into`]).
+    async fn quorum_read_into(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        c: Consistency,
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
         let inner = self.inner;
         let required = c.required(inner.replicas.len());
         let mut chosen = inner.running();
@@ -1541,7 +1583,7 @@ impl Caller<'_> {
             chosen.truncate(required);
         }
         let mut scan = ReadScan { table, row, most: 0 };
-        let result = self.read_rounds(&chosen, slice, c, &mut scan).await;
+        let result = self.read_rounds(&chosen, slice, c, &mut scan, out).await;
         match &result {
             Ok(_) => inner.record_tombstones(&scan, false),
             Err(StoreError::TombstoneOverwhelming { .. }) => inner.record_tombstones(&scan, true),
@@ -1557,21 +1599,28 @@ impl Caller<'_> {
         slice: &Slice,
         c: Consistency,
         scan: &mut ReadScan<'_>,
-    ) -> Result<Vec<Cell>, StoreError> {
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
         let inner = self.inner;
         let (table, row) = (scan.table, scan.row);
         let policy = inner.config.row_policy();
         if chosen.len() == 1 {
             // A lone answer needs no merge: the replica slices its live cells itself.
             let read_live = |replica: usize, now: Instant| {
-                let (cells, tombstones) =
+                let (live, tombstones) =
                     inner.replicas.get(replica)?.read_live(table, row, slice, now, policy)?;
-                Some((Answer::Live(cells), tombstones))
+                Some((Answer::Live(live), tombstones))
             };
-            return match self.read_round(chosen, c, scan, read_live).await?.pop() {
-                Some(Answer::Live(cells)) => Ok(cells),
-                _ => Ok(Vec::new()),
-            };
+            let mut filled = Filler::new(out);
+            if let Some(Answer::Live(live)) =
+                self.read_round(chosen, c, scan, read_live).await?.pop()
+            {
+                for (column, cell) in live.iter() {
+                    filled.push(column, &cell.value, cell.timestamp);
+                }
+            }
+            filled.finish();
+            return Ok(());
         }
 
         let start = slice.start.as_deref();
@@ -1583,11 +1632,14 @@ impl Caller<'_> {
             }
         };
         let answers = self.read_round(chosen, c, scan, read_raw(slice.limit)).await?;
-        if let Some(cells) = merge(answers, slice.limit) {
-            return Ok(cells);
+        if merge_into(answers, slice.limit, out) {
+            return Ok(());
         }
         let answers = self.read_round(chosen, c, scan, read_raw(None)).await?;
-        Ok(merge(answers, slice.limit).unwrap_or_default())
+        if !merge_into(answers, slice.limit, out) {
+            out.clear();
+        }
+        Ok(())
     }
 
     /// One round of a read: every chosen replica reads half-way through its round trip and
@@ -1626,14 +1678,17 @@ impl Caller<'_> {
             let mut slept = false;
             let mut events = timeline(inner, start, 0..required, false);
             let mut next = 0;
+            // Read again only after a sleep, as in `mutate`.
+            let mut now = start;
             while let Some(&ev) = events.get(next) {
                 next += 1;
                 if ev.at > deadline {
                     break;
                 }
-                if ev.at > Instant::now() {
+                if ev.at > now {
                     tokio::time::sleep_until(ev.at).await;
                     slept = true;
+                    now = Instant::now();
                 }
                 let Some(answer) = answers.get_mut(ev.slot) else { continue };
                 if ev.reply {
@@ -1648,8 +1703,8 @@ impl Caller<'_> {
                         }
                     }
                 } else if let Some(&replica) = chosen.get(ev.slot) {
-                    let Some((a, delay)) = read(replica, Instant::now())
-                        .map(|(a, t)| scan.answered(&inner.config, a, t))
+                    let Some((a, delay)) =
+                        read(replica, now).map(|(a, t)| scan.answered(&inner.config, a, t))
                     else {
                         continue;
                     };
@@ -1733,6 +1788,13 @@ impl ReadScan<'_> {
 /// times a simulated second each), so it borrows what it compares and copies only the cells
 /// it returns.
 fn merge(answers: Vec<Answer>, limit: Option<usize>) -> Option<Vec<Cell>> {
+    let mut out = Vec::new();
+    merge_into(answers, limit, &mut out).then_some(out)
+}
+
+/// [`merge`] into `out`, reusing its cells; false when the answers cannot tell (`out` then
+/// holds no meaningful cells).
+fn merge_into(answers: Vec<Answer>, limit: Option<usize>, out: &mut Vec<Cell>) -> bool {
     let raws: Vec<RawAnswer> = answers
         .into_iter()
         .filter_map(|a| match a {
@@ -1745,21 +1807,95 @@ fn merge(answers: Vec<Answer>, limit: Option<usize>) -> Option<Vec<Cell>> {
         raws.iter().filter(|r| r.truncated).filter_map(|r| r.live.last()).min();
     let cap = limit.unwrap_or(usize::MAX);
     let mut lists: Vec<_> = raws.iter().map(|r| r.live.iter().peekable()).collect();
-    let mut out = Vec::new();
+    let mut filled = Filler::new(out);
     // A k-way merge of the sorted live lists, k being the few replicas read.
-    while out.len() < cap {
+    while filled.len() < cap {
+        if let Some((column, cell)) = shared_head(&mut lists) {
+            if bound.is_some_and(|b| &**column > b) {
+                break;
+            }
+            filled.push(column, &cell.value, cell.timestamp);
+            continue;
+        }
         let Some(column) = least_next(&mut lists) else { break };
         if bound.is_some_and(|b| &**column > b) {
             break;
         }
-        if let Some(cell) = winner(column, &mut lists, &raws) {
-            out.push(cell);
+        if let Some(best) = winner(column, &mut lists, &raws) {
+            filled.push(column, best.value, best.timestamp);
         }
     }
-    if out.len() < cap && bound.is_some() {
+    let conclusive = filled.len() >= cap || bound.is_none();
+    filled.finish();
+    conclusive
+}
+
+/// Writes an answer's cells over the cells already in a buffer, in order: a column or a
+/// value copied into a `String` or `Vec` that held one before reuses its allocation, so a
+/// waiter polling a row with a buffer of its own allocates nothing once it has grown.
+struct Filler<'a> {
+    out: &'a mut Vec<Cell>,
+    len: usize,
+}
+
+impl<'a> Filler<'a> {
+    fn new(out: &'a mut Vec<Cell>) -> Self {
+        Filler { out, len: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, column: &str, value: &[u8], timestamp: Micros) {
+        match self.out.get_mut(self.len) {
+            Some(cell) => {
+                cell.column.clear();
+                cell.column.push_str(column);
+                cell.value.clear();
+                cell.value.extend_from_slice(value);
+                cell.timestamp = timestamp;
+            }
+            None => self.out.push(Cell {
+                column: String::from(column),
+                value: value.to_vec(),
+                timestamp,
+            }),
+        }
+        self.len += 1;
+    }
+
+    /// Drops the cells past the answer's end.
+    fn finish(self) {
+        self.out.truncate(self.len);
+    }
+}
+
+/// The replicas' next live cell when every replica's is the same version, taken off every
+/// list: the common case, since replicas that applied the same writes hold the same
+/// allocations (one per written cell). Reconciling equal versions keeps that version, so this
+/// is what [`least_next`] and [`winner`] would find, without weighing it against itself.
+fn shared_head<'a, L>(lists: &mut [Peekable<L>]) -> Option<(&'a Arc<str>, &'a LiveCell)>
+where
+    L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,
+{
+    let (first, rest) = lists.split_first_mut()?;
+    let &(column, cell) = first.peek()?;
+    let same = |l: &mut Peekable<L>| {
+        l.peek().is_some_and(|&(k, c)| {
+            Arc::ptr_eq(k, column)
+                && Arc::ptr_eq(&c.value, &cell.value)
+                && c.timestamp == cell.timestamp
+                && c.expires_at == cell.expires_at
+        })
+    };
+    if !rest.iter_mut().all(same) {
         return None;
     }
-    Some(out)
+    for list in lists.iter_mut() {
+        list.next();
+    }
+    Some((column, cell))
 }
 
 /// The least column among the replicas' next live cells; `None` when every list is done.
@@ -1773,7 +1909,11 @@ where
 
 /// The reconciled version of `column` over the replicas' answers, when it is live; takes the
 /// column off the live lists.
-fn winner<'a, L>(column: &Arc<str>, lists: &mut [Peekable<L>], raws: &[RawAnswer]) -> Option<Cell>
+fn winner<'a, L>(
+    column: &Arc<str>,
+    lists: &mut [Peekable<L>],
+    raws: &[RawAnswer],
+) -> Option<Weighed<'a, Instant>>
 where
     L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,
 {
@@ -1791,9 +1931,5 @@ where
             _ => Some(version),
         };
     }
-    best.filter(|b| !b.dead).map(|b| Cell {
-        column: column.to_string(),
-        value: b.value.to_vec(),
-        timestamp: b.timestamp,
-    })
+    best.filter(|b| !b.dead)
 }

@@ -564,6 +564,23 @@ pub trait CellStore: Send + Sync + 'static {
         consistency: Consistency,
     ) -> Result<Vec<Cell>, StoreError>;
 
+    /// [`CellStore::read`] into `out`, replacing what it held: the same request, for a caller
+    /// that reads one row again and again (a waiter polling) and keeps one buffer for it. A
+    /// store that can fills the cells already there in place, so a poll allocates nothing
+    /// once the buffer has grown to the row; the default just replaces `out`. On an error
+    /// `out` holds no meaningful cells.
+    async fn read_into(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        consistency: Consistency,
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
+        *out = self.read(table, row, slice, consistency).await?;
+        Ok(())
+    }
+
     /// A lightweight transaction on one row (rules 8–12 of the [module docs](self)): one
     /// request, several round trips inside the store. `commit` is the consistency of the
     /// commit phase (QUORUM for the lock algorithms). A store without lightweight
@@ -634,6 +651,16 @@ impl<S: CellStore + ?Sized> CellStore for std::sync::Arc<S> {
         c: Consistency,
     ) -> Result<Vec<Cell>, StoreError> {
         (**self).read(table, row, slice, c).await
+    }
+    async fn read_into(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+        out: &mut Vec<Cell>,
+    ) -> Result<(), StoreError> {
+        (**self).read_into(table, row, slice, c, out).await
     }
     async fn cas(
         &self,

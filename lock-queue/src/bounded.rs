@@ -150,20 +150,28 @@ impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
     /// then [`crate::protocol`]'s, as in the thesis's lock.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
-        let err = |e| LockError::store(lock_id, e);
-        let queue = self
-            .parts
-            .store
-            .read(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c)
-            .await
-            .map_err(err)?;
+        let mut queue = place.take_buffer();
+        let read =
+            self.parts.store.read_into(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c, &mut queue);
+        let verdict = match read.await {
+            Ok(()) => self.head_of(&queue, lock_id, place),
+            Err(e) => Err(LockError::store(lock_id, e)),
+        };
+        place.keep_buffer(queue);
+        verdict
+    }
+}
+
+impl<S: CellStore + Clone> BoundedQueueLocker<S> {
+    /// What one look at the queue tells: is our place its head?
+    fn head_of(&self, queue: &[Cell], lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let ours = queue.iter().find(|cell| cell.column == self.parts.ctx.owner);
         if ours.is_none_or(|cell| cell.value != place.id.as_bytes()) {
             return Err(place
                 .lease
                 .lost_error(lock_id, "our queue cell is no longer in the queue"));
         }
-        let Some(first) = head(&queue) else { return Ok(false) };
+        let Some(first) = head(queue) else { return Ok(false) };
         if let Some(t) = std::str::from_utf8(&first.value).ok().and_then(queue_column_time) {
             self.parts.ctx.time.observe(t);
         }

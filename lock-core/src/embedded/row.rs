@@ -296,13 +296,7 @@ impl Row {
 
     /// The live cells from `start` on up to `limit`, and the tombstones scanned meanwhile.
     pub fn scan(&self, start: Option<&str>, limit: usize) -> Scan {
-        let lower = start.map_or(Bound::Unbounded, Bound::Included);
-        let (mut first, mut last, mut len) = (None, None, 0);
-        for (k, _) in self.live.range::<str, _>((lower, Bound::Unbounded)).take(limit) {
-            first = first.or(Some(k));
-            last = Some(k);
-            len += 1;
-        }
+        let (first, last, len) = self.live_bounds(start, limit);
         // With the limit reached the scan stops at the last live cell returned; a live cell
         // is never in `dead`, so the rank up to it counts exactly the dead cells before it.
         // The same rank tells whether dead cells follow it.
@@ -323,6 +317,28 @@ impl Row {
             last: last.cloned(),
         };
         Scan { live, tombstones: tombstones as u64, truncated }
+    }
+
+    /// The first and the last live column of a slice, and how many live cells it holds.
+    fn live_bounds(
+        &self,
+        start: Option<&str>,
+        limit: usize,
+    ) -> (Option<&Arc<str>>, Option<&Arc<str>>, usize) {
+        if start.is_none() && limit >= self.live.len() {
+            // The whole row, as most reads ask: its ends without a walk over its cells.
+            let first = self.live.first_key_value().map(|(k, _)| k);
+            let last = self.live.last_key_value().map(|(k, _)| k);
+            return (first, last, self.live.len());
+        }
+        let lower = start.map_or(Bound::Unbounded, Bound::Included);
+        let (mut first, mut last, mut len) = (None, None, 0);
+        for (k, _) in self.live.range::<str, _>((lower, Bound::Unbounded)).take(limit) {
+            first = first.or(Some(k));
+            last = Some(k);
+            len += 1;
+        }
+        (first, last, len)
     }
 
     /// Whether the row holds any cell, live or dead, after the live `column`, whose rank
