@@ -359,13 +359,13 @@ pub fn splice_section(readme: &str, section: &str) -> String {
     crate::experiments::splice(readme, &super::SECTION, section)
 }
 
-#[cfg(test)]
+/// The committed results include etcd, which only a build with the `etcd` feature (the
+/// tests' build) knows.
+#[cfg(all(test, feature = "etcd"))]
 mod tests {
     use super::*;
 
     /// The committed results' engines comparison (results/engines) prints within the terminal.
-    /// They include etcd, which only a build with the `etcd` feature (the tests' build) knows.
-    #[cfg(feature = "etcd")]
     #[test]
     fn the_console_table_of_the_committed_results_fits_the_terminal() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/engines/engines.json");
