@@ -160,15 +160,9 @@ fn write_loop(
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
         let stop = batch.iter().any(|w| matches!(w, Write::Stop));
-        let result = write_batch(store, &mut wal, &batch);
-        if let Err(why) = &result {
+        if let Err(why) = write_batch(store, &mut wal, batch) {
             tracing::error!("log write failed, this node stops acknowledging: {why}");
             *lock(failed) = Some(format!("log write failed: {why}"));
-        }
-        for write in batch {
-            write.answer(result.clone());
-        }
-        if result.is_err() {
             // Fail what is still queued, and everything after (see `LogStore::queue`).
             for write in queue.try_iter() {
                 write.answer(Err("log write failed earlier".into()));
@@ -181,40 +175,53 @@ fn write_loop(
     }
 }
 
-/// One batch: the log's records synced, then redb's writes committed (synced when a vote or
-/// a purge point is among them), then the segments a purge frees deleted, once the purge
-/// point is on disk.
-fn write_batch(store: &Store, wal: &mut Wal, batch: &[Write]) -> Result<(), String> {
-    let mut purge = None;
-    for write in batch {
-        match write {
-            Write::Append(entries, _) => wal.append(entries)?,
-            Write::Truncate(from, _) => wal.truncate(*from)?,
-            Write::Purge(upto, _) => purge = Some(upto.index),
-            Write::Vote(..) | Write::Committed(_) | Write::Stop => {}
-        }
-    }
-    wal.sync()?;
-    let meta = batch
+/// One batch, every write answered: the log's records synced and answered at once (an
+/// append is on a commit's path; redb's writes are not), then redb's writes committed
+/// (synced when a vote or a purge point is among them) and answered, then the segments a
+/// purge frees deleted, once the purge point is on disk.
+fn write_batch(store: &Store, wal: &mut Wal, batch: Vec<Write>) -> Result<(), String> {
+    let (log, meta): (Vec<Write>, Vec<Write>) =
+        batch.into_iter().partition(|w| matches!(w, Write::Append(..) | Write::Truncate(..)));
+    let synced = log
         .iter()
-        .filter(|w| matches!(w, Write::Vote(..) | Write::Purge(..) | Write::Committed(_)));
-    if meta.clone().next().is_some() {
-        let durable = meta.clone().any(Write::durable);
-        store.write_batch(durable, |txn| {
-            for write in meta {
-                match write {
-                    Write::Purge(upto, _) => txn.put_meta("purged", upto)?,
-                    Write::Vote(vote, _) => txn.put_meta("vote", vote)?,
-                    Write::Committed(committed) => txn.put_meta("committed", committed)?,
-                    _ => {}
-                }
-            }
-            Ok(())
-        })?;
+        .try_for_each(|write| match write {
+            Write::Append(entries, _) => wal.append(entries),
+            Write::Truncate(from, _) => wal.truncate(*from),
+            _ => Ok(()),
+        })
+        .and_then(|()| wal.sync());
+    answer_all(log, &synced);
+    if let Err(why) = synced {
+        answer_all(meta, &Err(why.clone()));
+        return Err(why);
     }
-    match purge {
-        Some(upto) => wal.purge(upto),
-        None => Ok(()),
+    let purge = meta.iter().find_map(|w| match w {
+        Write::Purge(upto, _) => Some(upto.index),
+        _ => None,
+    });
+    let mut written = Ok(());
+    if meta.iter().any(|w| !matches!(w, Write::Stop)) {
+        let durable = meta.iter().any(Write::durable);
+        written = store.write_batch(durable, |txn| {
+            meta.iter().try_for_each(|write| match write {
+                Write::Purge(upto, _) => txn.put_meta("purged", upto),
+                Write::Vote(vote, _) => txn.put_meta("vote", vote),
+                Write::Committed(committed) => txn.put_meta("committed", committed),
+                _ => Ok(()),
+            })
+        });
+    }
+    if let (Ok(()), Some(upto)) = (&written, purge) {
+        written = wal.purge(upto);
+    }
+    answer_all(meta, &written);
+    written
+}
+
+/// Answer every write of `writes` with `result`.
+fn answer_all(writes: Vec<Write>, result: &Result<(), String>) {
+    for write in writes {
+        write.answer(result.clone());
     }
 }
 
