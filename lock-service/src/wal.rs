@@ -43,13 +43,22 @@ const HEADER: usize = 8;
 const ENTRY: u8 = 1;
 const TRUNCATE: u8 = 2;
 
-/// A segment: its file, where the next record goes, and the last entry index it holds.
+/// A segment: its file, where the next record goes, and a bound on the entries it holds.
 struct Segment {
     seq: u64,
     file: File,
     len: u64,
     end: u64,
+    /// No live entry in it has a greater index (`None`: it holds no entry). A bound, not
+    /// the exact last index: a purge deletes the segment only once it is `<=` the purge
+    /// point, so a bound too high only keeps the file longer.
     last_index: Option<u64>,
+}
+
+/// `last`, the bound of a segment's entries, after the entries from `from` on are gone:
+/// those before `from` that it may hold stay.
+fn truncated(last: Option<u64>, from: u64) -> Option<u64> {
+    last.map(|i| i.min(from.saturating_sub(1)))
 }
 
 /// The write-ahead log of a data directory.
@@ -118,7 +127,7 @@ impl Wal {
     pub fn truncate(&mut self, from: u64) -> Result<(), String> {
         self.record(TRUNCATE, &from.to_le_bytes(), None)?;
         for segment in &mut self.segments {
-            segment.last_index = segment.last_index.filter(|&i| i < from);
+            segment.last_index = truncated(segment.last_index, from);
         }
         Ok(())
     }
@@ -244,7 +253,7 @@ fn read_segment(
                         .map_err(|_| format!("{name}: damaged truncation record at byte {at}"))?,
                 );
                 entries.split_off(&from);
-                last_index = last_index.filter(|&i| i < from);
+                last_index = truncated(last_index, from);
             }
             other => return Err(format!("{name}: unknown record kind {other} at byte {at}")),
         }
@@ -340,6 +349,35 @@ mod tests {
             found.keys().copied().collect::<Vec<_>>(),
             (count - 4..=count).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_purge_keeps_a_truncated_segment_that_still_holds_entries_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open_with(dir.path(), None, SMALL).unwrap();
+        // Entries until the first segment is full and the second begins.
+        let mut last = 0;
+        while wal.segments.len() < 2 {
+            last += 1;
+            wal.append(&[entry(1, last)]).unwrap();
+        }
+        // A new leader cuts the log inside the first segment and writes on in the second.
+        let from = last - 3;
+        wal.truncate(from).unwrap();
+        wal.append(&[entry(2, from), entry(2, from + 1)]).unwrap();
+        wal.sync().unwrap();
+        wal.purge(3).unwrap();
+        drop(wal);
+        let purged = LogId::new(CommittedLeaderId::new(1, 0), 3);
+        for reopened in 1..=2 {
+            let (mut wal, found) = Wal::open_with(dir.path(), Some(purged), SMALL).unwrap();
+            let held: Vec<u64> = found.keys().copied().collect();
+            assert_eq!(held, (4..=from + 1).collect::<Vec<_>>(), "reopened {reopened} times");
+            assert_eq!(found[&(from - 1)].log_id.leader_id.term, 1);
+            assert_eq!(found[&from].log_id.leader_id.term, 2);
+            // The bound read back from the segments must keep the first one too.
+            wal.purge(3).unwrap();
+        }
     }
 
     #[test]
