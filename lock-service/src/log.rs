@@ -12,9 +12,11 @@
 //! contract asks for: entries readable when `append` returns, durable when the callback is
 //! called.
 //!
-//! **Group commit.** The writer takes every operation queued meanwhile into one transaction
-//! and one fsync, in the order they were queued, so a truncation or a purge can never be
-//! overtaken by an append made after it.
+//! **Group commit.** The writer takes every operation queued meanwhile: the log's records
+//! (appends and truncations, in the order they were queued) with one sync of the segments,
+//! answered at once, then the vote, purge point and committed index in one redb transaction.
+//! A purge deletes segments only after its purge point is on disk. One thread does it all,
+//! so a truncation or a purge can never be overtaken by an append made after it.
 //!
 //! **Failure.** A write that fails fails every operation after it (a later append would leave
 //! a hole in the log): the node stops acknowledging, and its peers carry on without it.
