@@ -308,7 +308,10 @@ struct Session {
     /// TTL after it; see the module docs).
     renewed: Mutex<Instant>,
     held: Mutex<HashMap<Key, watch::Sender<LeaseState>>>,
-    waiting: Mutex<HashMap<Key, oneshot::Sender<u64>>>,
+    /// Each waiting ask, by lock and owner: its attempt and where its token goes.
+    waiting: Mutex<HashMap<Key, (u64, oneshot::Sender<u64>)>>,
+    /// The last attempt number given to an ask.
+    asks: AtomicU64,
 }
 
 impl Session {
@@ -334,6 +337,7 @@ impl Session {
             renewed: Mutex::new(sent),
             held: Mutex::default(),
             waiting: Mutex::default(),
+            asks: AtomicU64::new(0),
         });
         let _ = session.pushes.set(Arc::downgrade(&session));
         tokio::spawn(keep_alive(Arc::downgrade(&session)));
@@ -358,21 +362,41 @@ impl Session {
 
     fn on_push(&self, push: Push) {
         match push {
-            Push::Granted { lock, owner, token } => self.granted(&[(lock, owner, token)]),
+            Push::Granted { lock, owner, token, attempt } => {
+                self.granted(&[(lock, owner, token, attempt)])
+            }
             Push::SessionEnded { reason } => {
                 self.lose(format!("the service ended the session: {reason}"))
             }
         }
     }
 
-    /// Hand grants to their waiters (a grant nobody waits for was cancelled: the waiter's
-    /// release takes care of it).
+    /// Hand grants to the asks they answer. A grant for an ask nobody waits for any more was
+    /// given up on: that ask's release gives it back, or a newer ask of the same owner takes
+    /// it over on the server, which then answers that ask itself. So a grant goes only to
+    /// the very ask it names, never to a later one of the same owner.
     fn granted(&self, held: &[Held]) {
         let mut waiting = lock(&self.waiting);
-        for (lock, owner, token) in held {
-            if let Some(tx) = waiting.remove(&(lock.clone(), owner.clone())) {
-                let _ = tx.send(*token);
+        for (lock, owner, token, attempt) in held {
+            let key = (lock.clone(), owner.clone());
+            if waiting.get(&key).is_some_and(|(waits, _)| waits == attempt) {
+                if let Some((_, tx)) = waiting.remove(&key) {
+                    let _ = tx.send(*token);
+                }
             }
+        }
+    }
+
+    /// A new ask's attempt number.
+    fn next_ask(&self) -> u64 {
+        self.asks.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Forget `attempt`'s waiter, if it is still the one waiting.
+    fn stop_waiting(&self, key: &Key, attempt: u64) {
+        let mut waiting = lock(&self.waiting);
+        if waiting.get(key).is_some_and(|(waits, _)| *waits == attempt) {
+            waiting.remove(key);
         }
     }
 
@@ -651,10 +675,13 @@ pub struct ServiceLocker {
     owner: String,
 }
 
-/// Leaves the queue (or releases a grant that raced in) if an acquisition is abandoned.
+/// Leaves the queue (or releases a grant that raced in) if an acquisition is abandoned. The
+/// release names the ask, so it gives up that ask only, even if it arrives after a new ask of
+/// the same owner for the same lock (see [`crate::state`]).
 struct Cancel {
     session: Arc<Session>,
     key: Key,
+    attempt: u64,
     armed: bool,
 }
 
@@ -664,12 +691,13 @@ impl Cancel {
             session: self.session.id,
             lock: self.key.0.clone(),
             owner: self.key.1.clone(),
+            attempt: self.attempt,
         }
     }
 
     async fn now(mut self) {
         self.armed = false;
-        lock(&self.session.waiting).remove(&self.key);
+        self.session.stop_waiting(&self.key, self.attempt);
         let _ = self.session.call(self.request()).await;
     }
 }
@@ -679,7 +707,7 @@ impl Drop for Cancel {
         if !self.armed {
             return;
         }
-        lock(&self.session.waiting).remove(&self.key);
+        self.session.stop_waiting(&self.key, self.attempt);
         let (session, request) = (self.session.clone(), self.request());
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             h.spawn(async move {
@@ -692,6 +720,7 @@ impl Drop for Cancel {
 struct ServiceRelease {
     session: Arc<Session>,
     key: Key,
+    attempt: u64,
 }
 
 #[async_trait]
@@ -707,6 +736,7 @@ impl Release for ServiceRelease {
             session: self.session.id,
             lock: self.key.0.clone(),
             owner: self.key.1.clone(),
+            attempt: self.attempt,
         };
         match self.session.call(request).await {
             Ok(_) | Err(LockError::LeaseLost { .. }) => Ok(()),
@@ -716,7 +746,7 @@ impl Release for ServiceRelease {
 }
 
 impl ServiceLocker {
-    fn guard(&self, session: Arc<Session>, lock_id: &str, token: u64) -> LockGuard {
+    fn guard(&self, session: Arc<Session>, lock_id: &str, token: u64, attempt: u64) -> LockGuard {
         let key = (lock_id.to_string(), self.owner.clone());
         let (tx, rx) = watch::channel(LeaseState::Held);
         lock(&session.held).insert(key.clone(), tx);
@@ -725,7 +755,8 @@ impl ServiceLocker {
                 tx.send_replace(LeaseState::Lost(LeaseLost { reason }));
             }
         }
-        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(ServiceRelease { session, key }))
+        let release = ServiceRelease { session, key, attempt };
+        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(release))
     }
 
     fn with_lock(e: LockError, lock_id: &str) -> LockError {
@@ -746,13 +777,15 @@ impl ServiceLocker {
         let session = self.client.live_session().await?;
         let key = (lock_id.to_string(), self.owner.clone());
         let (tx, rx) = oneshot::channel();
-        lock(&session.waiting).insert(key.clone(), tx);
-        let cancel = Cancel { session: session.clone(), key, armed: true };
+        let attempt = session.next_ask();
+        lock(&session.waiting).insert(key.clone(), (attempt, tx));
+        let cancel = Cancel { session: session.clone(), key, attempt, armed: true };
         let request = Request::Acquire {
             session: session.id,
             lock: lock_id.to_string(),
             owner: self.owner.clone(),
             wait: true,
+            attempt,
         };
         let timed_out = |cancel: Cancel| async move {
             cancel.now().await;
@@ -785,8 +818,8 @@ impl ServiceLocker {
         };
         let mut cancel = cancel;
         cancel.armed = false;
-        lock(&session.waiting).remove(&cancel.key);
-        Ok(self.guard(session, lock_id, token))
+        session.stop_waiting(&cancel.key, attempt);
+        Ok(self.guard(session, lock_id, token, attempt))
     }
 }
 
@@ -819,14 +852,16 @@ impl Locker for ServiceLocker {
     async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
         validate_id("lock id", lock_id)?;
         let session = self.client.live_session().await?;
+        let attempt = session.next_ask();
         let request = Request::Acquire {
             session: session.id,
             lock: lock_id.to_string(),
             owner: self.owner.clone(),
             wait: false,
+            attempt,
         };
         match session.call(request).await.map_err(|e| Self::with_lock(e, lock_id))? {
-            Reply::Granted { token } => Ok(Some(self.guard(session, lock_id, token))),
+            Reply::Granted { token } => Ok(Some(self.guard(session, lock_id, token, attempt))),
             Reply::Busy => Ok(None),
             other => Err(unexpected(lock_id, other)),
         }

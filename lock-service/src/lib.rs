@@ -24,7 +24,8 @@
 //!
 //! ## The protocol, step by step
 //! The replicated state ([`state::LockTable`]) holds every live session (id, TTL) and, per
-//! lock id, its holder `(session, owner, token)` and a FIFO queue of `(session, owner)`.
+//! lock id, its holder `(session, owner, token, attempt)` and a FIFO queue of
+//! `(session, owner, attempt)`. The *attempt* numbers an owner's asks within its session.
 //!
 //! 1. **Open a session.** The client dials any node; a follower answers `NotLeader` with the
 //!    leader's address. The leader commits `Open { ttl }`; the session's id is that entry's
@@ -34,13 +35,14 @@
 //!    the log. A command of the session that the leader commits counts the same (the commit
 //!    proves the quorum), so a busy session sends no keep-alive and an idle one sends one
 //!    every TTL/3.
-//! 3. **Acquire** commits `Acquire { session, lock, owner, wait }`. Applying it grants a free
-//!    lock (token = this entry's index), queues the owner (`wait`), or answers busy (the soft
-//!    lock). Acquire is one request and one commit.
-//! 4. **Release** commits `Release`. Applying it frees the lock and, **in the same entry**,
-//!    grants it to the first waiter of a live session (token = this entry's index). Every
-//!    node applies it; the leader pushes the grant down the waiter's connection. So a
-//!    handoff costs one commit, with no polling and no watch round trip.
+//! 3. **Acquire** commits `Acquire { session, lock, owner, wait, attempt }`. Applying it
+//!    grants a free lock (token = this entry's index), queues the owner (`wait`), or answers
+//!    busy (the soft lock). Acquire is one request and one commit.
+//! 4. **Release** commits `Release { …, attempt }`. Applying it frees the lock and, **in the
+//!    same entry**, grants it to the first waiter of a live session (token = this entry's
+//!    index). Every node applies it; the leader pushes the grant, naming the waiter's
+//!    attempt, down the waiter's connection. So a handoff costs one commit, with no polling
+//!    and no watch round trip.
 //! 5. **Expiry.** The leader looks at its sessions every 20 ms. When a session's last
 //!    keep-alive is a whole TTL old, it commits `Expire { session }`. Applying it frees the
 //!    session's locks to their next waiters and drops it from every queue. The client is
@@ -105,6 +107,17 @@
 //! - **Retries are idempotent**: acquiring a lock the owner already holds (or waits for)
 //!   answers the same grant (or queue place). So a client resends after a lost answer or a
 //!   failover without taking two places.
+//! - **Asks are told apart** (a finding of the nemesis test). An ask the caller gives up on
+//!   (its future dropped, or failed across a failover) leaves the queue by a release the
+//!   client sends on its own, later. Before attempts, the server knew asks only by
+//!   `(session, owner)`, so a new ask of the same owner could be cancelled by the old one's
+//!   late release, or handed the old one's grant just before that release gave it away to
+//!   the next waiter: two holders. The nemesis run showed it as a contender told "granted,
+//!   token 2651" after another had held token 2941; `tests/abandoned.rs` makes both races
+//!   happen on purpose (5 runs of 5 overlapped before the fix). Now a new ask takes over the
+//!   old one's grant or queue place (the same token: nobody was told of it), a release
+//!   gives up only the ask it names, and the client hands a pushed or resumed grant only to
+//!   the ask it names.
 //! - **One thread per node by default** (`--threads`): a commit passes through a dozen
 //!   hand-offs between openraft's tasks, and on one thread none of them wakes another
 //!   thread. In alternating runs of the pure handoff rate this gave 1030 to 1250 grants/s
@@ -147,7 +160,10 @@
 //!
 //! ## What the tests check
 //! - `state`'s unit tests: FIFO handoff in the releasing entry, increasing tokens, idempotent
-//!   retries, and an ended session freeing its locks and queue places.
+//!   retries, a new ask taking an abandoned one's place, and an ended session freeing its
+//!   locks and queue places.
+//! - `tests/abandoned.rs`: asks given up on and made again at once, on a real node: the new
+//!   ask is neither cancelled by the old one's release nor handed its grant.
 //! - `tests/conformance.rs`: the workspace's conformance suite on a 3-node cluster.
 //! - `tests/failover.rs`: a killed leader, a partitioned leader, and every node crashing at
 //!   once. The holder keeps its lock, nobody else is granted it meanwhile, and the next

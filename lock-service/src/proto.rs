@@ -67,6 +67,10 @@ pub enum Request {
         owner: String,
         /// Queue when held (the mandatory lock) or answer [`Reply::Busy`] (the soft lock).
         wait: bool,
+        /// Which of the owner's asks for this lock this is, unique within the session: a
+        /// retry repeats it, a new ask after one given up on does not (see [`crate::state`]).
+        #[serde(default)]
+        attempt: u64,
     },
     /// Release a held lock, or leave its queue.
     Release {
@@ -76,6 +80,9 @@ pub enum Request {
         lock: String,
         /// The owner within the session.
         owner: String,
+        /// The ask whose grant or place in the queue this gives up.
+        #[serde(default)]
+        attempt: u64,
     },
     /// End the session: every lock it holds goes to the next waiter.
     Close {
@@ -100,8 +107,8 @@ pub enum ServerFrame {
     Push(Push),
 }
 
-/// A lock a session holds: `(lock id, owner, fencing token)`.
-pub type Held = (String, String, u64);
+/// A lock a session holds: `(lock id, owner, fencing token, the ask it was granted to)`.
+pub type Held = (String, String, u64, u64);
 
 /// The answer to a [`Request`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -173,6 +180,10 @@ pub enum Push {
         owner: String,
         /// The fencing token.
         token: u64,
+        /// The ask it answers: a grant for an ask the client has given up on is not handed
+        /// to a later one (the earlier ask's release gives it back).
+        #[serde(default)]
+        attempt: u64,
     },
     /// The session is over (expired, closed): every lock it held is gone.
     SessionEnded {
@@ -263,7 +274,13 @@ mod tests {
     async fn frames_round_trip_and_oversized_ones_are_refused() {
         let frame = ClientFrame {
             id: 7,
-            body: Request::Acquire { session: 3, lock: "l".into(), owner: "o".into(), wait: true },
+            body: Request::Acquire {
+                session: 3,
+                lock: "l".into(),
+                owner: "o".into(),
+                wait: true,
+                attempt: 1,
+            },
         };
         let bytes = encode(&frame);
         let back: ClientFrame =

@@ -177,12 +177,13 @@ impl Hub {
         let mut conns = lock(&self.conns);
         for event in events {
             match event {
-                Event::Granted { session, lock, owner, token } => {
+                Event::Granted { session, lock, owner, token, attempt } => {
                     if let Some(out) = conns.get(&session) {
                         let _ = out.send(encode(&ServerFrame::Push(Push::Granted {
                             lock,
                             owner,
                             token,
+                            attempt,
                         })));
                     }
                 }
@@ -419,17 +420,17 @@ impl Node {
                 self.touch(session);
                 Reply::Alive
             }
-            Request::Acquire { session, lock, owner, wait } => {
+            Request::Acquire { session, lock, owner, wait, attempt } => {
                 if let Err(r) = check_ids(&lock, &owner) {
                     return r;
                 }
-                self.commit(Command::Acquire { session, lock, owner, wait }).await
+                self.commit(Command::Acquire { session, lock, owner, wait, attempt }).await
             }
-            Request::Release { session, lock, owner } => {
+            Request::Release { session, lock, owner, attempt } => {
                 if let Err(r) = check_ids(&lock, &owner) {
                     return r;
                 }
-                self.commit(Command::Release { session, lock, owner }).await
+                self.commit(Command::Release { session, lock, owner, attempt }).await
             }
             Request::Close { session } => match self.commit(Command::Close { session }).await {
                 Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,

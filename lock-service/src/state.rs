@@ -25,6 +25,10 @@ pub enum Command {
         owner: String,
         /// Queue when held.
         wait: bool,
+        /// Which of the owner's asks this is (0 in entries written before asks were told
+        /// apart): see the module docs.
+        #[serde(default)]
+        attempt: u64,
     },
     /// Release `lock` (handing it to the first live waiter), or leave its queue.
     Release {
@@ -34,6 +38,9 @@ pub enum Command {
         lock: String,
         /// The owner within the session.
         owner: String,
+        /// The ask whose grant or place this gives up.
+        #[serde(default)]
+        attempt: u64,
     },
     /// The client ended its session.
     Close {
@@ -85,6 +92,8 @@ pub enum Event {
         owner: String,
         /// The fencing token.
         token: u64,
+        /// The ask it answers.
+        attempt: u64,
     },
     /// The session is over.
     Ended {
@@ -109,12 +118,16 @@ struct Holder {
     session: SessionId,
     owner: String,
     token: u64,
+    #[serde(default)]
+    attempt: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 struct Waiter {
     session: SessionId,
     owner: String,
+    #[serde(default)]
+    attempt: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -130,6 +143,26 @@ pub struct LockTable {
     locks: BTreeMap<String, LockEntry>,
 }
 
+/// Who asks: an owner of a session, in one of its asks.
+#[derive(Clone, Copy)]
+struct Asker<'a> {
+    session: SessionId,
+    owner: &'a str,
+    attempt: u64,
+}
+
+impl Asker<'_> {
+    /// The same owner, in any of its asks.
+    fn is(&self, session: SessionId, owner: &str) -> bool {
+        self.session == session && self.owner == owner
+    }
+
+    /// The same owner in this very ask.
+    fn owns(&self, session: SessionId, owner: &str, attempt: u64) -> bool {
+        self.is(session, owner) && self.attempt == attempt
+    }
+}
+
 impl LockTable {
     /// Apply the entry at log `index`, pushing what waiting clients must be told onto `events`.
     pub fn apply(&mut self, index: u64, command: &Command, events: &mut Vec<Event>) -> Outcome {
@@ -138,12 +171,18 @@ impl LockTable {
                 self.sessions.insert(index, Session { ttl_ms: *ttl_ms, locks: BTreeSet::new() });
                 Outcome::Opened(index)
             }
-            Command::Acquire { session, lock, owner, wait } => {
-                self.acquire(index, *session, lock, owner, *wait)
-            }
-            Command::Release { session, lock, owner } => {
-                self.release(index, *session, lock, owner, events)
-            }
+            Command::Acquire { session, lock, owner, wait, attempt } => self.acquire(
+                index,
+                Asker { session: *session, owner, attempt: *attempt },
+                lock,
+                *wait,
+            ),
+            Command::Release { session, lock, owner, attempt } => self.release(
+                index,
+                Asker { session: *session, owner, attempt: *attempt },
+                lock,
+                events,
+            ),
             Command::Close { session } => self.end(index, *session, "closed by its client", events),
             Command::Expire { session } => self.end(
                 index,
@@ -154,30 +193,33 @@ impl LockTable {
         }
     }
 
-    fn acquire(
-        &mut self,
-        index: u64,
-        session: SessionId,
-        lock: &str,
-        owner: &str,
-        wait: bool,
-    ) -> Outcome {
-        let Some(s) = self.sessions.get_mut(&session) else {
+    fn acquire(&mut self, index: u64, who: Asker<'_>, lock: &str, wait: bool) -> Outcome {
+        let Some(s) = self.sessions.get_mut(&who.session) else {
             return Outcome::SessionGone;
         };
         let entry = self.locks.entry(lock.to_string()).or_default();
-        let me = |h_session: SessionId, h_owner: &str| h_session == session && h_owner == owner;
+        if let Some(h) = entry.holder.as_mut().filter(|h| who.is(h.session, &h.owner)) {
+            // Asked again: a retry after a lost answer, or a new ask after one given up on
+            // whose release has not come yet. Either way the grant is this ask's now, and the
+            // older ask's release will find nothing to give up.
+            h.attempt = who.attempt;
+            return Outcome::Granted(h.token);
+        }
+        if let Some(w) = entry.queue.iter_mut().find(|w| who.is(w.session, &w.owner)) {
+            w.attempt = who.attempt;
+            return Outcome::Queued;
+        }
+        let me = || (who.session, who.owner.to_string(), who.attempt);
         match &entry.holder {
             None => {
-                entry.holder = Some(Holder { session, owner: owner.to_string(), token: index });
+                let (session, owner, attempt) = me();
+                entry.holder = Some(Holder { session, owner, token: index, attempt });
                 s.locks.insert(lock.to_string());
                 Outcome::Granted(index)
             }
-            // Asked again (a retry after a lost answer): the same grant.
-            Some(h) if me(h.session, &h.owner) => Outcome::Granted(h.token),
-            Some(_) if entry.queue.iter().any(|w| me(w.session, &w.owner)) => Outcome::Queued,
             Some(_) if wait => {
-                entry.queue.push_back(Waiter { session, owner: owner.to_string() });
+                let (session, owner, attempt) = me();
+                entry.queue.push_back(Waiter { session, owner, attempt });
                 s.locks.insert(lock.to_string());
                 Outcome::Queued
             }
@@ -188,30 +230,33 @@ impl LockTable {
     fn release(
         &mut self,
         index: u64,
-        session: SessionId,
+        who: Asker<'_>,
         lock: &str,
-        owner: &str,
         events: &mut Vec<Event>,
     ) -> Outcome {
-        if !self.sessions.contains_key(&session) {
+        if !self.sessions.contains_key(&who.session) {
             return Outcome::SessionGone;
         }
         let Some(entry) = self.locks.get_mut(lock) else {
             return Outcome::NotHeld;
         };
-        let me = |w_session: SessionId, w_owner: &str| w_session == session && w_owner == owner;
-        let outcome = if entry.holder.as_ref().is_some_and(|h| me(h.session, &h.owner)) {
-            entry.holder = None;
-            Outcome::Released
-        } else if let Some(at) = entry.queue.iter().position(|w| me(w.session, &w.owner)) {
-            entry.queue.remove(at);
-            Outcome::Cancelled
-        } else {
-            return Outcome::NotHeld;
-        };
+        // Only the ask that holds or waits gives it up: a late release of an older ask of the
+        // same owner, whose place a newer ask took, changes nothing.
+        let outcome =
+            if entry.holder.as_ref().is_some_and(|h| who.owns(h.session, &h.owner, h.attempt)) {
+                entry.holder = None;
+                Outcome::Released
+            } else if let Some(at) =
+                entry.queue.iter().position(|w| who.owns(w.session, &w.owner, w.attempt))
+            {
+                entry.queue.remove(at);
+                Outcome::Cancelled
+            } else {
+                return Outcome::NotHeld;
+            };
         // The session may still hold or wait for this lock under another owner.
-        if !self.involves(session, lock) {
-            if let Some(s) = self.sessions.get_mut(&session) {
+        if !self.involves(who.session, lock) {
+            if let Some(s) = self.sessions.get_mut(&who.session) {
                 s.locks.remove(lock);
             }
         }
@@ -256,9 +301,10 @@ impl LockTable {
                     lock: lock.to_string(),
                     owner: next.owner.clone(),
                     token: index,
+                    attempt: next.attempt,
                 });
-                entry.holder =
-                    Some(Holder { session: next.session, owner: next.owner, token: index });
+                let Waiter { session, owner, attempt } = next;
+                entry.holder = Some(Holder { session, owner, token: index, attempt });
             }
         }
         if entry.holder.is_none() && entry.queue.is_empty() {
@@ -297,7 +343,7 @@ impl LockTable {
             .iter()
             .filter_map(|lock| {
                 let h = self.locks.get(lock)?.holder.as_ref()?;
-                (h.session == session).then(|| (lock.clone(), h.owner.clone(), h.token))
+                (h.session == session).then(|| (lock.clone(), h.owner.clone(), h.token, h.attempt))
             })
             .collect()
     }
@@ -313,11 +359,23 @@ mod tests {
     use super::*;
 
     fn acquire(session: SessionId, owner: &str, wait: bool) -> Command {
-        Command::Acquire { session, lock: "l".into(), owner: owner.into(), wait }
+        ask(session, owner, wait, 1)
+    }
+
+    fn ask(session: SessionId, owner: &str, wait: bool, attempt: u64) -> Command {
+        Command::Acquire { session, lock: "l".into(), owner: owner.into(), wait, attempt }
     }
 
     fn release(session: SessionId, owner: &str) -> Command {
-        Command::Release { session, lock: "l".into(), owner: owner.into() }
+        give_up(session, owner, 1)
+    }
+
+    fn give_up(session: SessionId, owner: &str, attempt: u64) -> Command {
+        Command::Release { session, lock: "l".into(), owner: owner.into(), attempt }
+    }
+
+    fn granted(session: SessionId, owner: &str, token: u64, attempt: u64) -> Event {
+        Event::Granted { session, lock: "l".into(), owner: owner.into(), token, attempt }
     }
 
     /// Two sessions opened at indexes 1 and 2.
@@ -340,11 +398,8 @@ mod tests {
         assert_eq!(t.apply(7, &acquire(3, "c", false), &mut ev), Outcome::Queued, "retry");
         assert!(ev.is_empty());
         assert_eq!(t.apply(8, &release(1, "a"), &mut ev), Outcome::Released);
-        assert_eq!(
-            ev,
-            vec![Event::Granted { session: 2, lock: "l".into(), owner: "b".into(), token: 8 }]
-        );
-        assert_eq!(t.held_by(2), vec![("l".into(), "b".into(), 8)]);
+        assert_eq!(ev, vec![granted(2, "b", 8, 1)]);
+        assert_eq!(t.held_by(2), vec![("l".into(), "b".into(), 8, 1)]);
         assert_eq!(t.apply(9, &acquire(2, "b", true), &mut ev), Outcome::Granted(8), "retry");
     }
 
@@ -374,10 +429,7 @@ mod tests {
         assert_eq!(t.apply(8, &Command::Expire { session: 1 }, &mut ev), Outcome::Ended);
         let grants: Vec<_> =
             ev.iter().filter(|e| matches!(e, Event::Granted { .. })).cloned().collect();
-        assert_eq!(
-            grants,
-            vec![Event::Granted { session: 3, lock: "l".into(), owner: "c".into(), token: 8 }]
-        );
+        assert_eq!(grants, vec![granted(3, "c", 8, 1)]);
         assert_eq!(t.apply(9, &acquire(1, "a", true), &mut ev), Outcome::SessionGone);
         assert_eq!(t.apply(10, &Command::Close { session: 1 }, &mut ev), Outcome::SessionGone);
         assert!(!t.has_session(1) && t.has_session(3));
@@ -397,5 +449,32 @@ mod tests {
             last = token;
             assert_eq!(t.apply(11 + 2 * i, &release(s, o), &mut ev), Outcome::Released);
         }
+    }
+
+    #[test]
+    fn a_new_ask_takes_the_place_of_one_given_up_on_and_its_late_release_changes_nothing() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        t.apply(3, &acquire(1, "a", true), &mut ev);
+        // b asks (1), gives up, and asks again (2) before its first ask's release arrives.
+        assert_eq!(t.apply(4, &ask(2, "b", true, 1), &mut ev), Outcome::Queued);
+        assert_eq!(t.apply(5, &ask(2, "b", true, 2), &mut ev), Outcome::Queued);
+        assert_eq!(t.apply(6, &give_up(2, "b", 1), &mut ev), Outcome::NotHeld, "late release");
+        assert_eq!(t.apply(7, &release(1, "a"), &mut ev), Outcome::Released);
+        assert_eq!(ev, vec![granted(2, "b", 7, 2)], "the grant answers the second ask");
+        // Granted to an ask given up on: the new ask gets that grant; the old release is stale.
+        ev.clear();
+        assert_eq!(t.apply(8, &ask(2, "b", true, 3), &mut ev), Outcome::Granted(7));
+        assert_eq!(t.apply(9, &give_up(2, "b", 2), &mut ev), Outcome::NotHeld);
+        assert_eq!(t.held_by(2), vec![("l".into(), "b".into(), 7, 3)]);
+        assert_eq!(t.apply(10, &give_up(2, "b", 3), &mut ev), Outcome::Released);
+        assert_eq!(t.lock_count(), 0);
+    }
+
+    #[test]
+    fn entries_written_before_asks_were_told_apart_still_read() {
+        let old = r#"{"Acquire":{"session":1,"lock":"l","owner":"a","wait":true}}"#;
+        let command: Command = serde_json::from_str(old).unwrap();
+        assert_eq!(command, ask(1, "a", true, 0));
     }
 }

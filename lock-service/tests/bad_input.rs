@@ -138,7 +138,13 @@ async fn malformed_and_oversized_frames_are_answered_and_others_are_still_served
         other => panic!("the connection must go on after a malformed frame: {other:?}"),
     }
     // A lock id the service refuses: an error answer, nothing changes.
-    let bad = Request::Acquire { session: 1, lock: "a/b".into(), owner: "o".into(), wait: true };
+    let bad = Request::Acquire {
+        session: 1,
+        lock: "a/b".into(),
+        owner: "o".into(),
+        wait: true,
+        attempt: 1,
+    };
     proto::write_frame(&mut s, &ClientFrame { id: 3, body: bad }).await.unwrap();
     match proto::read_frame::<ServerFrame, _>(&mut s, proto::MAX_SERVER_FRAME).await.unwrap() {
         Some(ServerFrame::Reply { id: 3, body: Reply::Error { message, .. } }) => {
