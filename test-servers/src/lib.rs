@@ -65,7 +65,7 @@ pub use redis::{
     redis_call, shared_redis, Redis, RedisCluster, RedisServer, Reply, REDIS_MASTER_NAME,
     SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
 };
-pub use service::{service_status, LockService, ServiceCluster};
+pub use service::{service_status, LockService, ServiceCluster, ServiceServer};
 pub use silent::SilentServer;
 pub use zookeeper::{
     four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,

@@ -7,7 +7,7 @@
 //! that runs a node. Node ids are member indices; each node's `--cluster` entry names its
 //! proxies (peer and client), and it listens on ports of its own behind them.
 
-use crate::cluster::{Cluster, ClusterEngine, Layout, Start};
+use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::Launch;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -22,6 +22,37 @@ const PEER: usize = 1;
 
 /// A cluster of lock-service nodes on loopback (see [`Cluster`]).
 pub type ServiceCluster = Cluster<LockService>;
+
+/// One node on loopback, a cluster of its own, reached straight at its client port: what a
+/// single-server comparison measures, as [`crate::ZkServer`] and [`crate::EtcdServer`] are
+/// reached. (A [`ServiceCluster`] of one puts a proxy in front of it.)
+pub type ServiceServer = Server<LockService>;
+
+impl Server<LockService> {
+    /// Start one node run by `engine` and wait until it leads (within
+    /// [`ClusterEngine::FORMATION`]), or say why it could not.
+    pub fn launch_node(engine: LockService) -> Result<Self, String> {
+        let node = Server::launch_engine(engine)?;
+        let deadline = std::time::Instant::now() + LockService::FORMATION;
+        while std::time::Instant::now() < deadline {
+            let status = service_status(node.port).unwrap_or_default();
+            if json_u64(&status, "leader") == Some(0) {
+                return Ok(node);
+            }
+            std::thread::sleep(LAUNCH.poll);
+        }
+        Err(format!(
+            "lock-server on port {} did not become leader within {:?}",
+            node.port,
+            LockService::FORMATION
+        ))
+    }
+
+    /// Its client address, as the client takes it.
+    pub fn endpoint(&self) -> String {
+        self.addr().to_string()
+    }
+}
 
 /// The lock-service engine: how to run a node.
 #[derive(Clone, Debug)]

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use test_servers::{ClusterOptions, LockService, ServiceCluster};
+use test_servers::{LockService, ServiceServer};
 
 /// The engine.
 pub struct Service;
@@ -244,29 +244,30 @@ async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
 }
 
 /// One node the harness starts (`--spawn-service`), restartable, with a proxy per contender
-/// when `kinds` need them.
+/// when `kinds` need them. Reached straight at its port, as the single ZooKeeper and etcd
+/// servers are: a cluster of one would put a proxy hop in front of every request and push.
 async fn on_node(kinds: &[FaultKind]) -> Result<(String, ServerFaults), String> {
     let engine = node_program()?;
     let launch = move || {
-        ServiceCluster::launch(engine, &ClusterOptions::new(1))
+        ServiceServer::launch_node(engine)
             .map(SingleNode)
             .map_err(|e| format!("--spawn-service: {e}"))
     };
-    let (server, endpoint) = Managed::start(launch, |n| n.0.endpoints()[0].clone()).await?;
+    let (server, endpoint) = Managed::start(launch, |n| n.0.endpoint()).await?;
     let faults = server_faults::on_one_server(&endpoint, Some(server), kinds).await?;
     Ok((endpoint, faults))
 }
 
 /// A one-node service, which `--faults server-restart` kills and starts again (its client
 /// port's proxy stays, so clients reconnect to the same address).
-struct SingleNode(ServiceCluster);
+struct SingleNode(ServiceServer);
 
 impl server_faults::Restartable for SingleNode {
     fn stop(&mut self) {
-        self.0.kill(0);
+        self.0.stop();
     }
     fn start_again(&mut self) -> Result<(), String> {
-        self.0.restart(0)
+        self.0.try_start_again()
     }
 }
 
