@@ -860,7 +860,13 @@ impl Locker for ServiceLocker {
             wait: false,
             attempt,
         };
-        match session.call(request).await.map_err(|e| Self::with_lock(e, lock_id))? {
+        // Dropped before the answer (or failed), the ask may still have been granted: give it
+        // back, as an abandoned `lock` does.
+        let key = (lock_id.to_string(), self.owner.clone());
+        let mut cancel = Cancel { session: session.clone(), key, attempt, armed: true };
+        let reply = session.call(request).await.map_err(|e| Self::with_lock(e, lock_id))?;
+        cancel.armed = false;
+        match reply {
             Reply::Granted { token } => Ok(Some(self.guard(session, lock_id, token, attempt))),
             Reply::Busy => Ok(None),
             other => Err(unexpected(lock_id, other)),

@@ -117,7 +117,7 @@
 //!   happen on purpose (5 runs of 5 overlapped before the fix). Now a new ask takes over the
 //!   old one's grant or queue place (the same token: nobody was told of it), a release
 //!   gives up only the ask it names, and the client hands a pushed or resumed grant only to
-//!   the ask it names.
+//!   the ask it names. A `try_lock` given up on gives its grant back the same way.
 //! - **One thread per node by default** (`--threads`): a commit passes through a dozen
 //!   hand-offs between openraft's tasks, and on one thread none of them wakes another
 //!   thread. In alternating runs of the pure handoff rate this gave 1030 to 1250 grants/s
