@@ -314,6 +314,19 @@ impl OpCounts {
         self.reads + self.writes + self.deletes + self.paxos_round_trips
     }
 
+    /// The requests counted here that `base`, an earlier reading of the same counter, had
+    /// not: what was sent between the two readings.
+    pub fn since(&self, base: &OpCounts) -> OpCounts {
+        OpCounts {
+            reads: self.reads - base.reads,
+            writes: self.writes - base.writes,
+            deletes: self.deletes - base.deletes,
+            cas: self.cas - base.cas,
+            serial_reads: self.serial_reads - base.serial_reads,
+            paxos_round_trips: self.paxos_round_trips - base.paxos_round_trips,
+        }
+    }
+
     fn bump(&mut self, kind: OpKind) {
         match kind {
             OpKind::Read => self.reads += 1,

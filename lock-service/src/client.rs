@@ -686,6 +686,18 @@ struct Cancel {
 }
 
 impl Cancel {
+    /// The ask this guards (`wait`: the mandatory lock, else the soft one).
+    fn ask(&self, wait: bool) -> Request {
+        Request::Acquire {
+            session: self.session.id,
+            lock: self.key.0.clone(),
+            owner: self.key.1.clone(),
+            wait,
+            attempt: self.attempt,
+        }
+    }
+
+    /// The release that gives the ask up.
     fn request(&self) -> Request {
         Request::Release {
             session: self.session.id,
@@ -780,13 +792,7 @@ impl ServiceLocker {
         let attempt = session.next_ask();
         lock(&session.waiting).insert(key.clone(), (attempt, tx));
         let cancel = Cancel { session: session.clone(), key, attempt, armed: true };
-        let request = Request::Acquire {
-            session: session.id,
-            lock: lock_id.to_string(),
-            owner: self.owner.clone(),
-            wait: true,
-            attempt,
-        };
+        let request = cancel.ask(true);
         let timed_out = |cancel: Cancel| async move {
             cancel.now().await;
             LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() }
@@ -853,18 +859,12 @@ impl Locker for ServiceLocker {
         validate_id("lock id", lock_id)?;
         let session = self.client.live_session().await?;
         let attempt = session.next_ask();
-        let request = Request::Acquire {
-            session: session.id,
-            lock: lock_id.to_string(),
-            owner: self.owner.clone(),
-            wait: false,
-            attempt,
-        };
         // Dropped before the answer (or failed), the ask may still have been granted: give it
         // back, as an abandoned `lock` does.
         let key = (lock_id.to_string(), self.owner.clone());
         let mut cancel = Cancel { session: session.clone(), key, attempt, armed: true };
-        let reply = session.call(request).await.map_err(|e| Self::with_lock(e, lock_id))?;
+        let reply =
+            session.call(cancel.ask(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;
         cancel.armed = false;
         match reply {
             Reply::Granted { token } => Ok(Some(self.guard(session, lock_id, token, attempt))),

@@ -161,6 +161,18 @@ impl Asker<'_> {
     fn owns(&self, session: SessionId, owner: &str, attempt: u64) -> bool {
         self.is(session, owner) && self.attempt == attempt
     }
+
+    /// This ask, waiting.
+    fn waiter(&self) -> Waiter {
+        Waiter { session: self.session, owner: self.owner.to_string(), attempt: self.attempt }
+    }
+}
+
+impl Waiter {
+    /// This waiter, holding with `token`.
+    fn granted(self, token: u64) -> Holder {
+        Holder { session: self.session, owner: self.owner, token, attempt: self.attempt }
+    }
 }
 
 impl LockTable {
@@ -209,17 +221,14 @@ impl LockTable {
             w.attempt = who.attempt;
             return Outcome::Queued;
         }
-        let me = || (who.session, who.owner.to_string(), who.attempt);
         match &entry.holder {
             None => {
-                let (session, owner, attempt) = me();
-                entry.holder = Some(Holder { session, owner, token: index, attempt });
+                entry.holder = Some(who.waiter().granted(index));
                 s.locks.insert(lock.to_string());
                 Outcome::Granted(index)
             }
             Some(_) if wait => {
-                let (session, owner, attempt) = me();
-                entry.queue.push_back(Waiter { session, owner, attempt });
+                entry.queue.push_back(who.waiter());
                 s.locks.insert(lock.to_string());
                 Outcome::Queued
             }
@@ -303,8 +312,7 @@ impl LockTable {
                     token: index,
                     attempt: next.attempt,
                 });
-                let Waiter { session, owner, attempt } = next;
-                entry.holder = Some(Holder { session, owner, token: index, attempt });
+                entry.holder = Some(next.granted(index));
             }
         }
         if entry.holder.is_none() && entry.queue.is_empty() {

@@ -308,6 +308,16 @@ mod tests {
     /// Segments small enough for a test to fill several.
     const SMALL: u64 = 4096;
 
+    /// Append entries of term 1 from index 1 until a second segment begins; the last index.
+    fn fill_into_a_second_segment(wal: &mut Wal) -> u64 {
+        let mut last = 0;
+        while wal.segments.len() < 2 {
+            last += 1;
+            wal.append(&[entry(1, last)]).unwrap();
+        }
+        last
+    }
+
     fn indexes(r: &Recovered) -> Vec<(u64, u64)> {
         r.values().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
     }
@@ -355,12 +365,7 @@ mod tests {
     fn a_purge_keeps_a_truncated_segment_that_still_holds_entries_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let (mut wal, _) = Wal::open_with(dir.path(), None, SMALL).unwrap();
-        // Entries until the first segment is full and the second begins.
-        let mut last = 0;
-        while wal.segments.len() < 2 {
-            last += 1;
-            wal.append(&[entry(1, last)]).unwrap();
-        }
+        let last = fill_into_a_second_segment(&mut wal);
         // A new leader cuts the log inside the first segment and writes on in the second.
         let from = last - 3;
         wal.truncate(from).unwrap();
@@ -404,11 +409,7 @@ mod tests {
     fn damage_in_a_segment_before_the_last_is_refused_not_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let (mut wal, _) = Wal::open_with(dir.path(), None, SMALL).unwrap();
-        let mut i = 0;
-        while wal.segments.len() < 2 {
-            i += 1;
-            wal.append(&[entry(1, i)]).unwrap();
-        }
+        fill_into_a_second_segment(&mut wal);
         wal.sync().unwrap();
         drop(wal);
         let file = OpenOptions::new().write(true).open(dir.path().join(segment_name(0))).unwrap();

@@ -305,12 +305,7 @@ fn since(base: &StoreCounters, mut now: StoreCounters) -> StoreCounters {
     let minus = |counts: &mut BTreeMap<String, OpCounts>, base: &BTreeMap<String, OpCounts>| {
         for (key, c) in counts.iter_mut() {
             if let Some(b) = base.get(key) {
-                c.reads -= b.reads;
-                c.writes -= b.writes;
-                c.deletes -= b.deletes;
-                c.cas -= b.cas;
-                c.serial_reads -= b.serial_reads;
-                c.paxos_round_trips -= b.paxos_round_trips;
+                *c = c.since(b);
             }
         }
         counts.retain(|_, c| *c != OpCounts::default());
