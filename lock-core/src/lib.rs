@@ -62,6 +62,7 @@ pub mod fence;
 pub mod lease;
 pub mod lock;
 pub mod requests;
+pub mod secret;
 pub mod session;
 pub mod store;
 pub mod time;
