@@ -69,6 +69,44 @@
 //! Curator's standard policy too (SUSPENDED counts as lost). A `Lost` guard must still be
 //! released (its znode may still exist if the session survives).
 //!
+//! It is also told when its **znode is deleted or rewritten by another client** while the
+//! session is healthy. Any client whose identity the lock directory's ACL lets delete children
+//! can do that (every client, on an open path: below), and ZooKeeper then hands the lock to the
+//! next waiter at once; before this watch the holder's guard still said `Held` seconds later.
+//! At the grant the holder sends one `exists` on its own znode, setting a watch (the request
+//! leaves before the guard is returned, so the grant waits for no answer); the watch fires on
+//! the znode's deletion or a change of its data, and the guard is told `Lost` with what
+//! happened, within the one notification the server sends. The guard's own release marks it
+//! `Released` before deleting, so its own delete is never taken for a stranger's, and lets
+//! that delete consume the watch (a watch dropped unfired would cost a `removeWatches`
+//! request). `tests/security.rs` measures it.
+//!
+//! ## Credentials and ACLs: what a stranger can do
+//! ZooKeeper checks every request against the ACL of the znode it touches, and a `delete`
+//! against the ACL of the znode's **parent**, the lock's directory. So the directory's ACL
+//! decides who can take the lock from its holder:
+//! - **Open** ([`NodeAcl::Open`], `world:anyone`, what every lock recipe creates by default and
+//!   this crate's default without credentials): any client of the ensemble can delete the
+//!   holder's znode, and the next waiter is granted while the holder works. The holder is told
+//!   (above), but only fencing tokens protect the resource in between.
+//! - **Creator only** ([`NodeAcl::Creator`], the default when [`ZkConfig::credentials`] is
+//!   set): each session authenticates with digest credentials (`user:password`, sent with the
+//!   connect; ZooKeeper accepts any pair and derives an identity from it), and the directory
+//!   and every znode carry `auth` ACLs: only sessions of the same identity can list the queue,
+//!   create in it, delete from it or rewrite a znode. A stranger, with other credentials or
+//!   none, gets `NoAuth` for each; so does a contender with a wrong password, and its lock
+//!   request fails with a [`LockError::Backend`] that names the path, says `not authorised
+//!   (NoAuth)` and whose identity was refused (the user, never the password). Every contender
+//!   of a lock must therefore use the same credentials; a service with several identities
+//!   gives the ACL itself ([`NodeAcl::Given`]).
+//!
+//! What the ACL cannot cover: a directory made before, with another ACL (ZooKeeper keeps the
+//! ACL a znode was created with; the lock does not change it), and the root above the
+//! directories, which the lock makes with the same ACL if missing. An admin with the
+//! ensemble's super digest bypasses every ACL. A secured server needs no configuration of its
+//! own for this: digest authentication is always on, and `tests/security.rs` and
+//! `tests/secured_conformance.rs` run against the same test server as the rest.
+//!
 //! ## Server outages and restarts
 //! The `zookeeper-client` crate reconnects by itself within a session: while disconnected it
 //! holds requests and retries the servers until it reaches one or has not heard from any for
@@ -131,10 +169,10 @@
 //!
 //! | what | requests |
 //! |---|---|
-//! | uncontended lock and release | 3: `create`, `getChildren`, `delete` |
+//! | uncontended lock and release | 4: `create`, `getChildren`, `exists` (the holder's watch on its own znode), `delete` |
 //! | the first lock of an id whose directory is missing (under an existing root) | 2 more: the `create` that finds no directory, and the directory's `create` (each missing parent costs two more: one that fails, one that makes it) |
-//! | lock after waiting behind one or more holders, and release | 5: `create`, `getChildren`, `exists` (setting the watch on the predecessor), `getChildren` (ours is first now), `delete` |
-//! | soft lock on a free lock, and release | 4: `getChildren` (empty), `create`, `getChildren`, `delete` |
+//! | lock after waiting behind one or more holders, and release | 6: `create`, `getChildren`, `exists` (setting the watch on the predecessor), `getChildren` (ours is first now), `exists` (the holder's watch), `delete` |
+//! | soft lock on a free lock, and release | 5: `getChildren` (empty), `create`, `getChildren`, `exists` (the holder's watch), `delete` |
 //! | soft lock refused | 1: `getChildren` |
 //!
 //! A waiter costs the same however long the queue ahead of it: it watches its predecessor
@@ -193,12 +231,14 @@
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
 use lock_core::requests::RequestHook;
+use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::fmt::Display;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -242,6 +282,13 @@ pub struct ZkConfig {
     /// Where each request the backend sends is reported (default: nowhere). The crate docs
     /// ("Requests per grant") say what one grant costs, and what the client sends unseen.
     pub requests: RequestHook,
+    /// Digest credentials every session authenticates with (`addauth digest user:password`;
+    /// default none). ZooKeeper accepts any digest pair: what it decides is which znodes the
+    /// session may touch, by their ACLs (crate docs, "Credentials and ACLs").
+    pub credentials: Option<Credentials>,
+    /// The ACL of every znode the lock creates. Default (`None`): [`NodeAcl::Creator`] with
+    /// credentials, [`NodeAcl::Open`] without.
+    pub acl: Option<NodeAcl>,
 }
 
 impl Default for ZkConfig {
@@ -251,7 +298,58 @@ impl Default for ZkConfig {
             connect_timeout: Duration::from_secs(10),
             root: "/locks".into(),
             requests: RequestHook::none(),
+            credentials: None,
+            acl: None,
         }
+    }
+}
+
+/// Who may do what to the znodes a lock creates: its directory and every contender's znode in
+/// it (and the root, if the lock makes it). ZooKeeper checks a `delete` against the ACL of the
+/// znode's *parent*, so the directory's ACL is what keeps a stranger from deleting a holder's
+/// znode; the znode's own ACL keeps it from rewriting the znode's data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeAcl {
+    /// Anyone may do anything (`world:anyone`, ZooKeeper's `OPEN_ACL_UNSAFE`): what every lock
+    /// client creates unless told otherwise, and what lets any client of the ensemble delete a
+    /// holder's znode and so hand its lock to the next waiter.
+    Open,
+    /// Only the identities the creating session authenticated as (`auth` scheme,
+    /// `CREATOR_ALL_ACL`): every contender must connect with the same credentials.
+    Creator,
+    /// The ACL the caller gives (for example read for anyone, all for the creator).
+    Given(Vec<zk::Acl>),
+}
+
+impl NodeAcl {
+    fn acls(&self) -> zk::Acls<'_> {
+        match self {
+            NodeAcl::Open => zk::Acls::anyone_all(),
+            NodeAcl::Creator => zk::Acls::creator_all(),
+            NodeAcl::Given(list) => zk::Acls::from(list.as_slice()),
+        }
+    }
+}
+
+/// The ACL `config` asks for, checked against its credentials.
+fn node_acl(config: &ZkConfig) -> Result<NodeAcl, LockError> {
+    if let Some(c) = &config.credentials {
+        if c.user.is_empty() || c.user.contains(':') {
+            return Err(LockError::Config(format!(
+                "ZooKeeper digest user {:?} must be non-empty and contain no ':'",
+                c.user
+            )));
+        }
+    }
+    match (&config.acl, &config.credentials) {
+        (Some(NodeAcl::Creator), None) => Err(LockError::Config(
+            "the ZooKeeper Creator ACL needs credentials: an unauthenticated session has no \
+             identity to give the znodes it creates"
+                .into(),
+        )),
+        (Some(acl), _) => Ok(acl.clone()),
+        (None, Some(_)) => Ok(NodeAcl::Creator),
+        (None, None) => Ok(NodeAcl::Open),
     }
 }
 
@@ -361,6 +459,9 @@ enum Op {
     Stat,
     /// `exists` of the predecessor, setting a watch on it.
     Watch,
+    /// `exists` of the holder's own znode, setting a watch on it: how a holder learns that
+    /// someone else deleted or rewrote it.
+    Guard,
 }
 
 impl Op {
@@ -371,7 +472,7 @@ impl Op {
             Op::Delete => "delete",
             Op::List => "getChildren",
             Op::Read => "getData",
-            Op::Stat | Op::Watch => "exists",
+            Op::Stat | Op::Watch | Op::Guard => "exists",
         }
     }
 
@@ -385,6 +486,7 @@ impl Op {
             Op::Read => "read",
             Op::Stat => "stat",
             Op::Watch => "watch",
+            Op::Guard => "watch own znode",
         }
     }
 }
@@ -405,11 +507,32 @@ struct Session {
     known: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Where each request is reported.
     requests: RequestHook,
+    /// The ACL of the znodes it creates.
+    acl: Arc<NodeAcl>,
+    /// Whom it authenticated as, for refusals (`digest user 'u'`, or `no credentials`).
+    identity: Arc<str>,
 }
 
 impl Session {
     fn err(&self, what: &str, path: &str, e: impl Display) -> LockError {
         backend_err(format!("{what} {path} on ZooKeeper at {}: {e}", self.hosts))
+    }
+
+    /// The error of a request that failed with `e`: a refusal by an ACL says whose it was,
+    /// since that is what the user must change.
+    fn refused(&self, what: &str, path: &str, e: zk::Error) -> LockError {
+        if e == zk::Error::NoAuth {
+            return self.err(
+                what,
+                path,
+                format!(
+                    "not authorised (NoAuth): the ACL of {} does not allow this to {}",
+                    if matches!(what, "create" | "mkdir" | "delete") { "its parent" } else { "it" },
+                    self.identity
+                ),
+            );
+        }
+        self.err(what, path, e)
     }
 
     /// Run one request, `op` on `path`, which the client sent as `fut` was made: report it to
@@ -490,8 +613,17 @@ struct Inner {
 
 /// Establish a session with `hosts`, or say why not within the connect timeout.
 async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, LockError> {
-    let connect =
-        zk::Client::connector().with_session_timeout(config.session_timeout).connect(hosts);
+    let acl = Arc::new(node_acl(config)?);
+    let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    let identity: Arc<str> = match &config.credentials {
+        Some(c) => {
+            let pair = format!("{}:{}", c.user, c.password.expose());
+            connector = connector.with_auth("digest", pair.as_bytes());
+            format!("digest user '{}'", c.user).into()
+        }
+        None => "an unauthenticated session".into(),
+    };
+    let connect = connector.connect(hosts);
     let client = match tokio::time::timeout(config.connect_timeout, connect).await {
         Ok(Ok(c)) => c,
         Ok(Err(zk::Error::Timeout)) => {
@@ -513,7 +645,15 @@ async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, Lo
     config.requests.sent(SESSIONS, "connect");
     let timeout = client.session_timeout();
     let requests = config.requests.clone();
-    Ok(Session { client, timeout, hosts: hosts.clone(), known: Default::default(), requests })
+    Ok(Session {
+        client,
+        timeout,
+        hosts: hosts.clone(),
+        known: Default::default(),
+        requests,
+        acl,
+        identity,
+    })
 }
 
 impl Inner {
@@ -694,16 +834,16 @@ async fn delete_node(session: &Session, path: &str) -> Result<(), LockError> {
             session.known.lock().unwrap().remove(path);
             Ok(())
         }
-        Err(e) => Err(session.err("delete", path, e)),
+        Err(e) => Err(session.refused("delete", path, e)),
     }
 }
 
-/// Step 1: `dir` and its missing parents, as `mkdir -p` (persistent, open to anyone). The
+/// Step 1: `dir` and its missing parents, as `mkdir -p` (persistent, with the session's ACL). The
 /// client's own `mkdir` sends its creates out of this crate's sight; these go through
 /// [`Session::op`], one request each: `dir` first; if its parent is missing, the nearest
 /// ancestor that can be made, then each level below it.
 async fn make_dirs(session: &Session, dir: &str) -> Result<(), LockError> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let persistent = zk::CreateMode::Persistent.with_acls(session.acl.acls());
     let mut end = dir.len();
     loop {
         let path = &dir[..end];
@@ -716,7 +856,7 @@ async fn make_dirs(session: &Session, dir: &str) -> Result<(), LockError> {
             Err(zk::Error::NoNode) if path.rfind('/').is_some_and(|i| i > 0) => {
                 end = path.rfind('/').unwrap_or(0);
             }
-            Err(e) => return Err(session.err("mkdir", path, e)),
+            Err(e) => return Err(session.refused("mkdir", path, e)),
         }
     }
 }
@@ -848,7 +988,7 @@ impl ZkLock {
                 if matches!(e, zk::Error::ConnectionLoss) {
                     sweep(Duration::ZERO);
                 }
-                Err(session.err("create", &prefix, e))
+                Err(session.refused("create", &prefix, e))
             }
             Err(e) => {
                 // No answer in time: the create may still land; sweep once it must have.
@@ -877,7 +1017,7 @@ impl ZkLock {
                     return (Ok((self.adopt(session, format!("{prefix}{seq}")), stat)), lost)
                 }
                 Ok(Err(zk::Error::ConnectionLoss)) => lost += 1,
-                Ok(Err(e)) => return (Err(session.err("create", &prefix, e)), lost),
+                Ok(Err(e)) => return (Err(session.refused("create", &prefix, e)), lost),
                 // No answer within the session timeout: a connection that slow is not worth
                 // another try, and the create may still land (the caller sweeps).
                 Err(e) => return (Err(e), lost + 1),
@@ -905,7 +1045,7 @@ impl ZkLock {
         dir: &str,
         prefix: &str,
     ) -> Result<Result<(zk::Stat, zk::CreateSequence), zk::Error>, LockError> {
-        let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(session.acl.acls());
         let create = || {
             let request = session.client.create(prefix, self.owner.as_bytes(), &ephemeral);
             session.op(Op::Create, prefix, request)
@@ -932,7 +1072,7 @@ impl ZkLock {
             match session.read(Op::List, dir, || session.client.list_children(dir)).await? {
                 Ok(c) => c,
                 Err(zk::Error::NoNode) => return Ok(None),
-                Err(e) => return Err(session.err("list", dir, e)),
+                Err(e) => return Err(session.refused("list", dir, e)),
             };
         // A znode another request of this backend holds is not ours, even with our GUID (lockers
         // given the same seed make the same GUIDs): a cheap guard, not a full one (see Guids).
@@ -968,7 +1108,7 @@ impl ZkLock {
             match session.read(Op::List, dir, || session.client.list_children(dir)).await? {
                 Ok(c) => c,
                 Err(zk::Error::NoNode) => Vec::new(),
-                Err(e) => return Err(session.err("list", dir, e)),
+                Err(e) => return Err(session.refused("list", dir, e)),
             };
         let mut queue: Vec<(i64, String)> =
             children.into_iter().filter_map(|name| sequence_of(&name).map(|s| (s, name))).collect();
@@ -976,36 +1116,103 @@ impl ZkLock {
         Ok(queue)
     }
 
+    /// The lock is ours: a guard that follows both the session ([`lost_reason`]) and our own
+    /// znode ([`watch_own_node`]), and publishes `Lost` at the first sign of either.
     fn grant(&self, lock_id: &str, pending: Pending, stat: &zk::Stat) -> LockGuard {
         let session = pending.session.clone();
         let (tx, rx) = watch::channel(LeaseState::Held);
         let tx = Arc::new(tx);
-        let mut states = session.client.state_watcher();
-        let monitor = {
-            let (tx, hosts) = (tx.clone(), session.hosts.clone());
-            tokio::spawn(async move {
-                // Checked after subscribing, so a change in between is not missed.
-                let mut state = states.peek_state();
-                loop {
-                    if let Some(reason) = lost_reason(state, &hosts) {
-                        tx.send_if_modified(|s| {
-                            if *s == LeaseState::Held {
-                                *s = LeaseState::Lost(LeaseLost { reason });
-                                true
-                            } else {
-                                false
-                            }
-                        });
-                        return;
-                    }
-                    state = states.changed().await;
-                }
-            })
-        };
+        let states = session.client.state_watcher();
+        let own = watch_own_node(&session, &pending.path);
+        tokio::spawn(follow(states, own, tx.clone(), session.hosts.clone()));
         let path = pending.path.clone();
         pending.keep();
-        let release = ZkRelease { session, path, monitor, state: tx };
+        let release = ZkRelease { session, path, state: tx };
         LockGuard::new(lock_id, &self.owner, stat.czxid as u64, rx, Box::new(release))
+    }
+}
+
+/// Watch the session's state and our own znode until either says the lock is no longer ours;
+/// then publish `Lost` with why (once: a guard already released stays released).
+async fn follow(
+    mut states: zk::StateWatcher,
+    own: OwnNode,
+    tx: Arc<watch::Sender<LeaseState>>,
+    hosts: Arc<str>,
+) {
+    // Checked after subscribing, so a change in between is not missed.
+    let mut state = states.peek_state();
+    let session_ends = async {
+        loop {
+            if let Some(reason) = lost_reason(state, &hosts) {
+                return reason;
+            }
+            state = states.changed().await;
+        }
+    };
+    let reason = tokio::select! {
+        reason = session_ends => reason,
+        reason = own => reason,
+    };
+    tx.send_if_modified(|s| {
+        if *s == LeaseState::Held {
+            *s = LeaseState::Lost(LeaseLost { reason });
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// What ends a holder's znode while it holds, as the reason its guard is told.
+type OwnNode = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// Set a watch on the holder's own znode (`exists` with a watch), and return what it reports:
+/// a future that ends with a reason when the znode is deleted or rewritten by anyone but this
+/// guard's release (which stops the guard's monitor before it deletes), and never otherwise.
+///
+/// Whatever the ACLs, this is how a holder learns that another client deleted its znode, which
+/// hands the lock to the next waiter: without it the session stays healthy and nothing tells
+/// the holder (issue 25's measurement: still `Held` 2 s later). A session that ends fires the
+/// watch too, but the session's state says that first and better; a failed `exists` (the
+/// connection broke) is left to the state too, since a disconnection already makes the guard
+/// `Lost`.
+///
+/// The request leaves before the guard is returned (the future is polled once here), so the
+/// grant waits for no extra round trip and every grant sends exactly one `exists`, counted as
+/// `Op::Guard`.
+fn watch_own_node(session: &Arc<Session>, path: &str) -> OwnNode {
+    session.requests.sent(ZNODES, Op::Guard.request());
+    let (session, path) = (session.clone(), path.to_string());
+    let mut own: OwnNode = Box::pin(async move {
+        let watcher = match session.client.check_and_watch_stat(&path).await {
+            Ok((Some(_), watcher)) => watcher,
+            Ok((None, _)) => {
+                return format!(
+                    "its znode {path} was gone when the holder set its watch: another client \
+                     deleted it, and the next waiter may hold the lock now"
+                )
+            }
+            Err(_) => return std::future::pending().await,
+        };
+        match watcher.changed().await.event_type {
+            zk::EventType::NodeDeleted => format!(
+                "its znode {path} was deleted by another client while held (not by this guard's \
+                 release): the next waiter may hold the lock now"
+            ),
+            zk::EventType::NodeDataChanged => format!(
+                "its znode {path} was rewritten by another client while held: the lock can no \
+                 longer be trusted to be this holder's alone"
+            ),
+            _ => std::future::pending().await,
+        }
+    });
+    // The first poll sends the request (the client queues it synchronously) and parks on its
+    // answer; the monitor task polls it from then on, with its own waker.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match own.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(reason) => Box::pin(std::future::ready(reason)),
+        std::task::Poll::Pending => own,
     }
 }
 
@@ -1025,21 +1232,23 @@ fn lost_reason(state: zk::SessionState, hosts: &str) -> Option<String> {
 struct ZkRelease {
     session: Arc<Session>,
     path: String,
-    monitor: tokio::task::JoinHandle<()>,
     state: Arc<watch::Sender<LeaseState>>,
 }
 
 #[async_trait]
 impl Release for ZkRelease {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
-        self.monitor.abort();
+        // Released first, so that the monitor, which sees our own delete fire the watch on our
+        // znode, does not take it for a stranger's. The monitor is left to end by itself on
+        // that event: stopped early, its dropped watch would make the client send a
+        // `removeWatches` request, one more per grant.
+        self.state.send_replace(LeaseState::Released);
         let result = delete_node(&self.session, &self.path).await;
         if result.is_err() {
             // The session may outlive the outage that failed the delete, and with it the znode
             // that holds the lock: keep deleting in the background until one of them is gone.
             tokio::spawn(delete_until_done(self.session.clone(), self.path.clone()));
         }
-        self.state.send_replace(LeaseState::Released);
         result
     }
 }
@@ -1110,7 +1319,7 @@ impl Locker for ZkLock {
             {
                 Ok(Ok(answer)) => answer,
                 _ if session.is_over() => return Err(place_lost(&pending)),
-                Ok(Err(e)) => return Err(session.err("watch", &pred, e)),
+                Ok(Err(e)) => return Err(session.refused("watch", &pred, e)),
                 Err(e) => return Err(e),
             };
             if exists.is_none() {

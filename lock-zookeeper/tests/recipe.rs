@@ -151,8 +151,9 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
     let queue = children(&raw, &dir).await;
     assert_eq!(queue.len(), waiters + 1);
 
-    // Every znode but the last is watched by exactly one session (its successor's), and
-    // nobody watches the directory's children: a release wakes one waiter, not all.
+    // Every znode but the last is watched by exactly one waiting session (its successor's),
+    // and nobody watches the directory's children: a release wakes one waiter, not all. The
+    // holder's znode is watched by its holder too (crate docs, "What a holder is told").
     let prefix = fx.root().to_string();
     // (As sets: the watches come sorted by path, which is not queue order.)
     let expected: std::collections::BTreeSet<String> =
@@ -169,11 +170,13 @@ async fn each_waiter_watches_only_its_predecessor_and_grants_are_first_come_firs
         expected,
         "watched paths: {watches:?}"
     );
+    let held = format!("{dir}/{}", queue[0]);
     for (path, sessions) in &watches {
-        assert_eq!(sessions.len(), 1, "{path} watched by {sessions:?}");
+        let watchers = if *path == held { 2 } else { 1 };
+        assert_eq!(sessions.len(), watchers, "{path} watched by {sessions:?}");
     }
     let distinct: std::collections::BTreeSet<_> = watches.values().flatten().collect();
-    assert_eq!(distinct.len(), waiters, "each waiter watches one znode");
+    assert_eq!(distinct.len(), waiters + 1, "each waiter watches one znode, the holder its own");
 
     // Hand the lock down the queue: each release grants exactly the next waiter.
     g.release().await.unwrap();

@@ -45,34 +45,34 @@ fn znode_requests(tally: &RequestTally) -> ((u64, u64, u64, u64), u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uncontended_grant_costs_a_create_a_list_and_a_delete() {
+async fn an_uncontended_grant_costs_a_create_a_list_a_watch_and_a_delete() {
     // Neither the root nor its parent exists yet.
     let root = support::unique_root("requests-alone");
     let (backend, tally) = counted(&root).await;
     let locker = backend.locker("solo").unwrap();
 
     locker.lock("k", None).await.unwrap().release().await.unwrap();
-    // 3, plus 2 for the lock's directory, plus 2 for each of its 2 missing parents: the
+    // 4 (the holder's watch on its own znode is the `exists`), plus 2 for the lock's directory, plus 2 for each of its 2 missing parents: the
     // create that finds no directory, then directory, parent and grandparent each refused
     // (going up) and made (coming down).
-    assert_eq!(znode_requests(&tally), ((7, 1, 0, 1), 9), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((7, 1, 1, 1), 10), "{:?}", tally.counts());
     tally.reset();
     locker.lock("k", None).await.unwrap().release().await.unwrap();
-    assert_eq!(znode_requests(&tally), ((1, 1, 0, 1), 3), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((1, 1, 1, 1), 4), "{:?}", tally.counts());
     tally.reset();
     // A new lock id under the root that now exists: its directory's two.
     locker.lock("k2", None).await.unwrap().release().await.unwrap();
-    assert_eq!(znode_requests(&tally), ((3, 1, 0, 1), 5), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((3, 1, 1, 1), 6), "{:?}", tally.counts());
     tally.reset();
 
     // The soft lock: a list first, then as the mandatory lock when the lock is free.
     let guard = locker.try_lock("k").await.unwrap().expect("free");
-    assert_eq!(znode_requests(&tally), ((1, 2, 0, 0), 3), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((1, 2, 1, 0), 4), "{:?}", tally.counts());
     let (other, theirs) = counted(&root).await;
     assert!(other.locker("other").unwrap().try_lock("k").await.unwrap().is_none());
     assert_eq!(znode_requests(&theirs), ((0, 1, 0, 0), 1), "refused: {:?}", theirs.counts());
     guard.release().await.unwrap();
-    assert_eq!(znode_requests(&tally), ((1, 2, 0, 1), 4), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((1, 2, 1, 1), 5), "{:?}", tally.counts());
 
     // The backend's last user gone, its session is closed.
     tally.reset();
@@ -83,7 +83,7 @@ async fn an_uncontended_grant_costs_a_create_a_list_and_a_delete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_after_waiting_costs_five_requests_however_long_the_queue() {
+async fn a_grant_after_waiting_costs_six_requests_however_long_the_queue() {
     let root = support::unique_root("requests-queue");
     // A holds (its first lock of the id makes the directories); B and C queue behind it in
     // that order.
@@ -103,8 +103,9 @@ async fn a_grant_after_waiting_costs_five_requests_however_long_the_queue() {
         let guard = wait.await.unwrap().unwrap();
         guard.release().await.unwrap();
         // create; getChildren; exists, setting the watch; getChildren (ours first now);
-        // delete: C waited behind two znodes and paid what B paid.
-        assert_eq!(znode_requests(&tally), ((1, 2, 1, 1), 5), "{:?}", tally.counts());
+        // exists, watching our own znode; delete: C waited behind two znodes and paid what B
+        // paid.
+        assert_eq!(znode_requests(&tally), ((1, 2, 2, 1), 6), "{:?}", tally.counts());
     }
 }
 
@@ -168,7 +169,8 @@ async fn the_server_received_every_request_the_hooks_reported_and_no_other() {
     let held = la.lock("k", None).await.unwrap();
     assert!(lb.try_lock("k").await.unwrap().is_none());
     let wait = tokio::spawn(async move { lb.lock("k", Some(Duration::from_secs(5))).await });
-    wait_until(|| tally.of("znodes", "exists") == 1, "b's watch").await;
+    // a's two grants each watched a's own znode; the third `exists` is b's watch.
+    wait_until(|| tally.of("znodes", "exists") == 3, "b's watch").await;
     held.release().await.unwrap();
     wait.await.unwrap().unwrap().release().await.unwrap();
     drop((la, a, b));

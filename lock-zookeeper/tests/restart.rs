@@ -156,11 +156,12 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
     .await
     .expect("b queues behind a");
     drop(raw);
-    // And has set its watch on a's znode: b is waiting, not still queueing.
+    // And has set its watch on a's znode: b is waiting, not still queueing. a watches its own
+    // znode too (the holder's watch), so it is b's watch once two sessions watch it.
     let port = server.port;
     tokio::time::timeout(Duration::from_secs(20), async {
         while !test_servers::four_letter(port, "wchp")
-            .is_some_and(|w| w.contains(&format!("{dir}/_c_")))
+            .is_some_and(|w| w.contains(&format!("{dir}/_c_")) && w.matches("0x").count() >= 2)
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

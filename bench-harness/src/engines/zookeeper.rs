@@ -7,7 +7,7 @@
 //! `/bench-harness/<ns>`.
 //!
 //! Store load: `lock-zookeeper` reports each request its contenders send (its crate docs,
-//! "Requests per grant": 3 for an uncontended grant, 5 after waiting), counted under `znodes`
+//! "Requests per grant": 4 for an uncontended grant, 6 after waiting), counted under `znodes`
 //! (`create` as a write, `delete` as a delete, `getChildren`, `getData` and `exists` as reads)
 //! and `session` (each session's `connect` as a write, `closeSession` as a delete). The
 //! client's own pings, which keep an idle session alive, are not seen and not counted (the

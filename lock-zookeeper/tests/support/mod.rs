@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
+use lock_core::secret::Credentials;
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use std::collections::HashMap;
@@ -77,12 +78,25 @@ pub struct ZkFixture {
     root: String,
     session_timeout: Duration,
     proxies: Mutex<HashMap<String, Proxy>>,
+    credentials: Option<Credentials>,
 }
 
 impl ZkFixture {
     pub async fn new(tag: &str, session_timeout: Duration) -> ZkFixture {
         let server = shared().addr();
-        ZkFixture { server, root: unique_root(tag), session_timeout, proxies: Mutex::default() }
+        ZkFixture {
+            server,
+            root: unique_root(tag),
+            session_timeout,
+            proxies: Mutex::default(),
+            credentials: None,
+        }
+    }
+
+    /// This fixture with every contender authenticated as `credentials`: every znode of its
+    /// locks then carries the creator-only ACL.
+    pub fn with_credentials(self, credentials: Credentials) -> ZkFixture {
+        ZkFixture { credentials: Some(credentials), ..self }
     }
 
     pub fn root(&self) -> &str {
@@ -96,6 +110,7 @@ impl ZkFixture {
             session_timeout: self.session_timeout,
             connect_timeout: Duration::from_secs(10),
             root: self.root.clone(),
+            credentials: self.credentials.clone(),
             ..ZkConfig::default()
         };
         let backend = ZkBackend::connect_with(&proxy.addr().to_string(), config)
