@@ -43,7 +43,8 @@
 //!   timeout allows: a waiter keeps its place, which is its key, across a short outage. A watch
 //!   the server cancels (compaction) is set again from a fresh read.
 //! - **Every request is bounded** by [`EtcdConfig::request_timeout`] (default 5 s), and
-//!   connecting by [`EtcdConfig::connect_timeout`] (default 10 s): an unreachable server is a
+//!   connecting (authenticating, checking the lock root, granting the first lease) by
+//!   [`EtcdConfig::connect_timeout`] (default 10 s): an unreachable server is a
 //!   [`LockError::Backend`] naming its address within that time, never a hang.
 //!
 //! ## Sessions, and what a holder is told
@@ -60,6 +61,77 @@
 //! A waiter whose lease ends fails with [`LockError::LeaseLost`]: its place was a key of that
 //! lease, and a new key would go to the back of the queue, so the caller decides.
 //!
+//! ### Told when another client deletes or overwrites the key
+//! The lease cannot tell a holder that someone else deleted its key (a stray `etcdctl del`, a
+//! cleanup script, a client on the same prefix): the lease stands, so the holder goes on,
+//! while the next waiter, watching that key, is granted the lock. Go's Mutex never notices.
+//! Here every guard has a task that, besides the lease:
+//!
+//! 1. right after the grant, without the holder waiting for it, opens a watch of the guard's
+//!    own key from the revision after the key's creation. The holder never writes its key
+//!    again before its release, so every event on it is someone else's (an event that came
+//!    while it waited, too);
+//! 2. on a `PUT`: tells the guard [`LeaseState::Lost`], "its key … was overwritten by another
+//!    client at revision … (now bound to lease …, not ours)": the key that holds the lock is
+//!    no longer only the holder's (if the writer bound it to its own lease, that lease's end
+//!    grants the next waiter);
+//! 3. on a `DELETE`: asks etcd for the lease's time to live (`LeaseTimeToLive`, one round trip)
+//!    and tells the guard "its key … was deleted by another client … while lease … still
+//!    stands", or, if the lease has ended, that the key went with it;
+//! 4. on a broken stream: watches again from the same revision (etcd replays what it missed);
+//!    on a watch the server cancels (compaction, a token it refused): reads the key, and if it
+//!    is untouched (same create and mod revision, our lease) watches again from that read;
+//! 5. on release: stops, before the release deletes the key, so its own delete is never news.
+//!    Dropping a guard stops it too.
+//!
+//! It costs one `Watch` per grant (a stream on the client's connection and a watcher on the
+//! server while the lock is held), sent in the background: neither the grant nor the release
+//! waits for it, so the handoff gap is unchanged. It is opened even for a guard released at
+//! once, so that every grant costs the same requests. A holder is told within one round trip
+//! of the event reaching it (a `DELETE`'s one more round trip is the lease query).
+//!
+//! ## Credentials, roles and strangers
+//! [`EtcdConfig::credentials`] names an etcd user and its password
+//! ([`lock_core::secret::Credentials`]: the password is never printed, nor put in an error).
+//! Connecting authenticates (`Authenticate`, a token every key-value and watch request then
+//! carries) and reads one key name under `<root>/` before granting a lease, so that within the
+//! connect timeout a refusal is a [`LockError::Backend`] that says what is wrong:
+//! - a wrong user or password: "etcd at … refused the credentials of user 'locker':
+//!   authentication failed, invalid user ID or password";
+//! - no credentials, on a server with authentication on: "etcd at … has authentication
+//!   enabled and no credentials were given …";
+//! - a role that does not cover the lock root: "etcd at … denies user '…' access to the lock
+//!   root …/ (etcdserver: permission denied): its role must grant READWRITE on the key range
+//!   `[<root>/, <root>0)`". The whole range, because every waiter reads and watches the keys
+//!   before its own. Nothing else is needed: leases need no permission.
+//!
+//! Credentials given to a server whose authentication is off are not an error (as in Go's
+//! client): clients can be given credentials before the operator turns authentication on,
+//! and they authenticate once the server asks for a user.
+//!
+//! **Tokens.** etcd's simple tokens expire after `--auth-token-ttl` (300 s) without use, and a
+//! request that races a change to users or roles is refused as of an old auth revision;
+//! `etcd-client` 0.18 never authenticates again by itself. So a request refused with "invalid
+//! auth token", "revision of auth store is old" or "user name is empty" (authentication turned
+//! on after we connected) authenticates again, once for all the requests refused at that
+//! moment, and is sent once more, as Go's client does (`tests/security.rs` lets a token
+//! expire). The re-sent request and the `Authenticate` are counted.
+//!
+//! **What a stranger can do.** On a server without authentication, anyone who reaches it can
+//! delete or overwrite a holder's key, which grants the lock to the next waiter while the
+//! holder's lease stands: two holders. The holder is told (above), but told after the fact;
+//! fencing tokens ([`LockGuard::token`]) or an ACL are what prevent harm. With authentication
+//! and a role per application on its own lock root, a client of another identity, or one
+//! without credentials, is refused (`permission denied`, `user name is empty`) when it reads,
+//! writes or deletes the keys, and when it revokes the holder's lease: etcd 3.4 checks a
+//! revoke against the lease's keys. What etcd 3.4 does not check: granting leases, and keeping
+//! any lease alive by its id (`LeaseKeepAlive` carries no token). A stranger that learnt a
+//! lease id could keep a crashed holder's lease, and so its lock, alive; it cannot take the
+//! lock. `etcd-client` sends no token with lease requests, so our own `LeaseRevoke` when a
+//! backend is dropped is refused while the lease still has keys (a guard abandoned with
+//! [`LockGuard::abandon`]); those keys go when the lease expires, one TTL later. A backend
+//! whose keys are all released revokes its lease as before.
+//!
 //! ## Fencing token
 //! The key's create revision. Keys are granted in create-revision order and the revision of
 //! the whole store increases with every write, so tokens strictly increase in grant order,
@@ -69,20 +141,25 @@
 //! A backend reports every request it sends to [`EtcdConfig::requests`] (a [`RequestHook`]),
 //! one per RPC, named as etcd's API names it, under its service: `kv` (`Txn`, `Range`,
 //! `DeleteRange`), `watch` (`Watch`: the create request that opens a watch stream), `lease`
-//! (`LeaseGrant`, each `LeaseKeepAlive` message, `LeaseRevoke`). Watch events the server sends are not requests. From the protocol above:
+//! (`LeaseGrant`, each `LeaseKeepAlive` message, `LeaseRevoke`, `LeaseTimeToLive`), `auth`
+//! (`Authenticate`). Watch events the server sends are not requests. From the protocol above:
 //!
 //! | what | requests |
 //! |---|---|
-//! | uncontended lock and release | 2: `Txn`, `DeleteRange` |
-//! | lock after waiting behind one or more holders, and release | 6: `Txn`, `Range` (the predecessor), `Watch` (on it), `Range` (none left before ours), `Range` (our key, step 4), `DeleteRange` |
+//! | uncontended lock and release | 3: `Txn`, `Watch` (our own key, in the background), `DeleteRange` |
+//! | lock after waiting behind one or more holders, and release | 7: `Txn`, `Range` (the predecessor), `Watch` (on it), `Range` (none left before ours), `Range` (our key, step 4), `Watch` (our own key, in the background), `DeleteRange` |
 //! | soft lock refused | 2: `Txn`, `DeleteRange` |
+//! | connect | `Authenticate` (with credentials), `Range` (the lock root, the access check), then the session's |
 //! | a session (lease) | `LeaseGrant`, then one `LeaseKeepAlive` when the keep-alive stream opens and one every TTL/3; `LeaseRevoke` when the backend is dropped |
+//! | a holder's key deleted by someone else | `LeaseTimeToLive` (who deleted it) |
 //!
 //! A waiter costs the same however long the queue ahead of it: it watches its predecessor
 //! alone, and the predecessor's deletion comes after every earlier key's. More requests come
-//! only from failures (a read or watch tried again after an outage, a watch the server cancels)
-//! and from the leases, which are load whether anything is held or not: three renewals per TTL
-//! per backend. `tests/requests.rs` checks the first two rows exactly, and that an etcd of its
+//! only from failures (a read or watch tried again after an outage, a watch the server cancels,
+//! a request sent again with a new token after an `Authenticate`) and from the leases, which
+//! are load whether anything is held or not: three renewals per TTL per backend. The holder's
+//! watch of its own key is the price of being told when another client deletes or overwrites
+//! it (above). `tests/requests.rs` checks the first four rows exactly, and that an etcd of its
 //! own received, by its metrics, exactly the RPCs the backends reported.
 //!
 //! ## What the fault experiments show
@@ -102,14 +179,20 @@
 //! - A crashed holder's lock is free one TTL after its last renewal reached the server
 //!   (plus the server's expiry check, every 500 ms).
 //! - A timed-out, cancelled or refused (soft) attempt leaves no key behind.
+//! - A holder whose key another client deletes or overwrites is told, with its lease intact.
+//! - On a secured etcd, a client of another identity or without credentials can neither
+//!   delete, overwrite nor revoke a holder's key; wrong or missing credentials and a role that
+//!   does not cover the lock root are refused at connect, naming the user and never the
+//!   password.
 //!
 //! ## Conformance verdict
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real etcd with a
 //! 2 s lease, each contender on its own backend through a proxy it can be cut off by
 //! (`tests/conformance.rs`). "Lease renewal" is the lease keep-alive; "TTL" is the lease TTL.
 //! It passes on a 3-member cluster too, each client given all three endpoints
-//! (`tests/cluster_conformance.rs`); the benchmark harness's cluster rows put it through leader
-//! kills, pauses and partitions.
+//! (`tests/cluster_conformance.rs`), and on an etcd with authentication on, every contender a
+//! user whose role covers only the lock root (`tests/security.rs`); the benchmark harness's
+//! cluster rows put it through leader kills, pauses and partitions.
 //!
 //! ## Example
 //! ```no_run
@@ -131,15 +214,20 @@
 //! ```
 #![deny(missing_docs)]
 
+mod auth;
+mod holder;
 mod session;
 
 use async_trait::async_trait;
+use auth::{check_root, Auth};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
     SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
+use holder::Holder;
+use lock_core::lock::{validate_id, LeaseState, Release};
 use lock_core::requests::RequestHook;
+use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
 use session::{Rpc, Session, RETRY_PAUSE};
@@ -172,6 +260,10 @@ pub struct EtcdConfig {
     /// Where each request the backend sends is reported (default: nowhere). The crate docs
     /// ("Requests per grant") say what one grant costs.
     pub requests: RequestHook,
+    /// The etcd user and password to authenticate as (default: none). Its role must grant
+    /// READWRITE on the lock root's keys, `[<root>/, <root>0)`; the crate docs ("Credentials,
+    /// roles and strangers") say why, and what a client without them can do.
+    pub credentials: Option<Credentials>,
 }
 
 impl Default for EtcdConfig {
@@ -182,6 +274,7 @@ impl Default for EtcdConfig {
             request_timeout: Duration::from_secs(5),
             root: "/locks".into(),
             requests: RequestHook::none(),
+            credentials: None,
         }
     }
 }
@@ -189,6 +282,8 @@ impl Default for EtcdConfig {
 struct Inner {
     endpoints: Arc<str>,
     client: Client,
+    /// The identity every request goes out with.
+    auth: Arc<Auth>,
     config: EtcdConfig,
     /// The session new requests use; a new lease once it is over.
     slot: SessionSlot<Session>,
@@ -203,9 +298,7 @@ impl Inner {
     /// lease (one attempt at a time; after a failed attempt requests fail at once for a
     /// backoff of 100 ms, doubling up to 2 s: [`SessionSlot`]).
     async fn session(&self) -> Result<Arc<Session>, LockError> {
-        let open = || {
-            Session::open(&self.client, &self.endpoints, &self.config, self.config.request_timeout)
-        };
+        let open = || Session::open(&self.auth, &self.config, self.config.request_timeout);
         let refused = |last: &str, wait: Duration| {
             backend_err(format!(
                 "no etcd lease at {}: {last} (next attempt in {wait:?})",
@@ -214,6 +307,58 @@ impl Inner {
         };
         self.slot.get(open, refused).await
     }
+}
+
+/// `config` with its root trimmed of a final `/`, or why it cannot be used.
+fn checked(mut config: EtcdConfig) -> Result<EtcdConfig, LockError> {
+    config.root = config.root.trim_end_matches('/').to_string();
+    if !config.root.starts_with('/') || config.root.contains("//") {
+        return Err(LockError::Config(format!(
+            "etcd lock root {:?} must be an absolute path other than /",
+            config.root
+        )));
+    }
+    if config.lease_ttl < Duration::from_secs(1) {
+        return Err(LockError::Config(format!(
+            "etcd lease TTL {:?} must be at least 1 s (leases are granted in whole seconds)",
+            config.lease_ttl
+        )));
+    }
+    if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
+        return Err(LockError::Config("etcd connect and request timeouts must be positive".into()));
+    }
+    Ok(config)
+}
+
+/// The client of `list`. It has no user: [`Auth::sign_in`] authenticates afterwards, so that
+/// a server with authentication disabled is no error (`ConnectOptions::with_user` would make
+/// it one) and so that a later token can be bought the same way.
+async fn connect_client(
+    list: &[&str],
+    endpoints: &str,
+    config: &EtcdConfig,
+) -> Result<Client, LockError> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(config.connect_timeout)
+        // HTTP/2 pings find a dead connection (a stalled network, a killed server) so that
+        // the channel connects again instead of waiting on it.
+        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+        // In a cluster without a leader, fail requests instead of holding them.
+        .with_require_leader(true);
+    tokio::time::timeout(config.connect_timeout, Client::connect(list, Some(options)))
+        .await
+        .map_err(|_| {
+            backend_err(format!(
+                "cannot connect to etcd at {endpoints}: no connection within {:?}",
+                config.connect_timeout
+            ))
+        })?
+        .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))
+}
+
+/// The time left until `deadline` (at least a millisecond: a zero timeout would not even try).
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
 }
 
 /// An etcd backend, from which lockers are made: one client connection and one lease at a
@@ -247,54 +392,31 @@ impl EtcdBackend {
         Self::connect_with(endpoints, EtcdConfig { lease_ttl, ..EtcdConfig::default() }).await
     }
 
-    /// Connect to `endpoints` with `config`.
+    /// Connect to `endpoints` with `config`: authenticate as [`EtcdConfig::credentials`] (if
+    /// any), check that this identity may use the lock root, grant the first lease. All of it
+    /// within [`EtcdConfig::connect_timeout`], or a [`LockError::Backend`] that names the
+    /// endpoints and, for a refusal, the user and what was refused (never the password).
     pub async fn connect_with(endpoints: &str, config: EtcdConfig) -> Result<Self, LockError> {
-        let mut config = config;
-        config.root = config.root.trim_end_matches('/').to_string();
-        if !config.root.starts_with('/') || config.root.contains("//") {
-            return Err(LockError::Config(format!(
-                "etcd lock root {:?} must be an absolute path other than /",
-                config.root
-            )));
-        }
-        if config.lease_ttl < Duration::from_secs(1) {
-            return Err(LockError::Config(format!(
-                "etcd lease TTL {:?} must be at least 1 s (leases are granted in whole seconds)",
-                config.lease_ttl
-            )));
-        }
-        if config.connect_timeout.is_zero() || config.request_timeout.is_zero() {
-            return Err(LockError::Config(
-                "etcd connect and request timeouts must be positive".into(),
-            ));
-        }
+        let config = checked(config)?;
         let list: Vec<&str> =
             endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
         if list.is_empty() {
             return Err(LockError::Config(format!("no etcd endpoint in {endpoints:?}")));
         }
         let endpoints: Arc<str> = list.join(",").into();
-        let options = ConnectOptions::new()
-            .with_connect_timeout(config.connect_timeout)
-            // HTTP/2 pings find a dead connection (a stalled network, a killed server) so that
-            // the channel connects again instead of waiting on it.
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
-            // In a cluster without a leader, fail requests instead of holding them.
-            .with_require_leader(true);
-        let client =
-            tokio::time::timeout(config.connect_timeout, Client::connect(&list, Some(options)))
-                .await
-                .map_err(|_| {
-                    backend_err(format!(
-                        "cannot connect to etcd at {endpoints}: no connection within {:?}",
-                        config.connect_timeout
-                    ))
-                })?
-                .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))?;
-        let session = Session::open(&client, &endpoints, &config, config.connect_timeout).await?;
-        Ok(EtcdBackend {
-            inner: Arc::new(Inner { endpoints, client, config, slot: SessionSlot::new(session) }),
-        })
+        let deadline = Instant::now() + config.connect_timeout;
+        let client = connect_client(&list, &endpoints, &config).await?;
+        let auth = Arc::new(Auth::new(client.clone(), &config, endpoints.clone()));
+        tokio::time::timeout_at(deadline, auth.sign_in()).await.map_err(|_| {
+            backend_err(format!(
+                "cannot reach etcd at {endpoints}: no answer to Authenticate within {:?}",
+                config.connect_timeout
+            ))
+        })??;
+        check_root(&auth, &config.root, left(deadline)).await?;
+        let session = Session::open(&auth, &config, left(deadline)).await?;
+        let slot = SessionSlot::new(session);
+        Ok(EtcdBackend { inner: Arc::new(Inner { endpoints, client, auth, config, slot }) })
     }
 
     /// A locker for `owner` on this backend's lease.
@@ -400,8 +522,11 @@ impl Drop for Pending {
 
 /// Delete our key. Gone already is success.
 async fn delete_key(session: &Session, key: &str) -> Result<(), LockError> {
-    let mut kv = session.client.kv_client();
-    session.call(Rpc::DeleteRange, key, kv.delete(key, None)).await.map(|_| ())
+    let delete = || {
+        let (mut kv, key) = (session.client.kv_client(), key.to_string());
+        async move { kv.delete(key, None).await }
+    };
+    session.call(Rpc::DeleteRange, key, delete).await.map(|_| ())
 }
 
 /// [`delete_key`] until it succeeds or the lease is over (which deletes the key for us): a key
@@ -451,8 +576,11 @@ impl EtcdLock {
                 TxnOp::get(prefix, Some(first_created())),
             ])
             .or_else([TxnOp::get(key.as_str(), None), TxnOp::get(prefix, Some(first_created()))]);
-        let mut kv = session.client.kv_client();
-        let answer = match session.call(Rpc::Txn, &key, kv.txn(txn)).await {
+        let create = || {
+            let (mut kv, txn) = (session.client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        };
+        let answer = match session.call(Rpc::Txn, &key, create).await {
             Ok(answer) => answer,
             Err(e) => {
                 // The transaction may have been applied without our hearing of it: its key is
@@ -495,10 +623,11 @@ impl EtcdLock {
                 return Waited::TimedOut;
             }
             let step = async {
-                let mut kv = session.client.kv_client();
-                let before = session
-                    .call(Rpc::Range, prefix, kv.get(prefix, Some(last_created_before(revision))))
-                    .await?;
+                let read = || {
+                    let (mut kv, prefix) = (session.client.kv_client(), prefix.to_string());
+                    async move { kv.get(prefix, Some(last_created_before(revision))).await }
+                };
+                let before = session.call(Rpc::Range, prefix, read).await?;
                 let Some(predecessor) = before.kvs().first() else {
                     return Ok(true);
                 };
@@ -525,27 +654,24 @@ impl EtcdLock {
         }
     }
 
+    /// The guard for our key, and its task, which tells it when the lease ends or another
+    /// client deletes or overwrites the key ([`Holder`]): started, not awaited.
     fn grant(&self, lock_id: &str, pending: Pending, revision: i64) -> LockGuard {
         let session = pending.session.clone();
         let key = pending.key.clone();
         pending.keep();
         let (tx, rx) = watch::channel(LeaseState::Held);
-        let tx = Arc::new(tx);
-        let monitor = {
-            let (tx, session) = (tx.clone(), session.clone());
-            tokio::spawn(async move {
-                let reason = session.ended().await;
-                tx.send_if_modified(|s| {
-                    if *s == LeaseState::Held {
-                        *s = LeaseState::Lost(LeaseLost { reason });
-                        true
-                    } else {
-                        false
-                    }
-                });
-            })
+        let state = Arc::new(tx);
+        let (stop, stopped) = watch::channel(false);
+        let holder = Holder {
+            session: session.clone(),
+            key: key.clone(),
+            revision,
+            state: state.clone(),
+            stop: stopped,
         };
-        let release = EtcdRelease { session, key, monitor, state: tx };
+        tokio::spawn(holder.run());
+        let release = EtcdRelease { session, key, stop, state };
         LockGuard::new(lock_id, &self.owner, revision as u64, rx, Box::new(release))
     }
 }
@@ -558,9 +684,13 @@ async fn watch_deletion(
     from_revision: i64,
 ) -> Result<(), LockError> {
     let name = String::from_utf8_lossy(key).into_owned();
-    let mut watches = session.client.watch_client();
     let options = WatchOptions::new().with_start_revision(from_revision);
-    let mut stream = session.call(Rpc::Watch, &name, watches.watch(key, Some(options))).await?;
+    let open = || {
+        let (mut watches, key, options) =
+            (session.client.watch_client(), key.to_vec(), options.clone());
+        async move { watches.watch(key, Some(options)).await }
+    };
+    let mut stream = session.call(Rpc::Watch, &name, open).await?;
     loop {
         let answer = stream.message().await.map_err(|e| session.err("watch", &name, e))?;
         let Some(answer) = answer else {
@@ -586,14 +716,16 @@ async fn sweep_lost_create(session: Arc<Session>, key: String) {
 struct EtcdRelease {
     session: Arc<Session>,
     key: String,
-    monitor: tokio::task::JoinHandle<()>,
+    /// Set before the release deletes the key, and dropped with the guard: the holder's task
+    /// stops, and never reports our own delete.
+    stop: watch::Sender<bool>,
     state: Arc<watch::Sender<LeaseState>>,
 }
 
 #[async_trait]
 impl Release for EtcdRelease {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
-        self.monitor.abort();
+        self.stop.send_replace(true);
         let result = delete_key(&self.session, &self.key).await;
         if result.is_err() {
             // The lease may outlive the outage that failed the delete, and with it the key that
@@ -645,9 +777,11 @@ impl Locker for EtcdLock {
             }
         }
         // Step 4: the lease may have ended, taking our key, just as the last predecessor went.
-        let mut kv = session.client.kv_client();
-        let ours =
-            session.call(Rpc::Range, &pending.key, kv.get(pending.key.as_str(), None)).await?;
+        let read = || {
+            let (mut kv, key) = (session.client.kv_client(), pending.key.clone());
+            async move { kv.get(key, None).await }
+        };
+        let ours = session.call(Rpc::Range, &pending.key, read).await?;
         if ours.kvs().is_empty() {
             let why =
                 session.over().unwrap_or_else(|| "our key was deleted while we waited".into());

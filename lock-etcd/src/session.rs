@@ -9,10 +9,12 @@
 //! every guard of it is told [`LeaseState::Lost`](lock_core::LeaseState::Lost), and the next
 //! request of the backend grants a new lease.
 //!
-//! Every request of the crate goes out from here, named by its [`Rpc`]: the key-value requests
-//! and watches through [`Session::call`], the lease's grant, keep-alives and revoke in this
-//! module's lease code. Each is reported to the backend's [`RequestHook`] as it is sent.
+//! Every request of the crate is named by its [`Rpc`]: the key-value requests, watches and
+//! lease queries through [`Session::call`] (which sends them through [`Auth::call`]), the
+//! lease's grant, keep-alives and revoke in this module's lease code, `Authenticate` in
+//! [`crate::auth`]. Each is reported to the backend's [`RequestHook`] as it is sent.
 
+use crate::auth::Auth;
 use crate::{backend_err, EtcdConfig};
 use etcd_client::Client;
 use lock_core::requests::RequestHook;
@@ -36,8 +38,15 @@ pub(crate) enum Rpc {
     Range,
     /// `KV.DeleteRange`: a release, or a key deleted after a timeout, refusal or lost answer.
     DeleteRange,
-    /// `Watch.Watch`, the create request that opens a watch stream on the predecessor.
+    /// `Watch.Watch`, the create request that opens a watch stream: on the predecessor while
+    /// waiting, on our own key while holding.
     Watch,
+    /// `Lease.LeaseTimeToLive`: whether our lease still stands, asked once our key was deleted
+    /// under a holder, to say who deleted it.
+    LeaseTimeToLive,
+    /// `Auth.Authenticate`: a token for the configured user, at connect and when etcd refused
+    /// the last one.
+    Authenticate,
     /// `Lease.LeaseGrant`: a new session.
     LeaseGrant,
     /// One message on the `Lease.LeaseKeepAlive` stream: a renewal.
@@ -47,12 +56,15 @@ pub(crate) enum Rpc {
 }
 
 impl Rpc {
-    /// The service it belongs to, as the request's target: `kv`, `watch` or `lease`.
+    /// The service it belongs to, as the request's target: `kv`, `watch`, `lease` or `auth`.
     pub(crate) fn service(self) -> &'static str {
         match self {
             Rpc::Txn | Rpc::Range | Rpc::DeleteRange => "kv",
             Rpc::Watch => "watch",
-            Rpc::LeaseGrant | Rpc::LeaseKeepAlive | Rpc::LeaseRevoke => "lease",
+            Rpc::LeaseGrant | Rpc::LeaseKeepAlive | Rpc::LeaseRevoke | Rpc::LeaseTimeToLive => {
+                "lease"
+            }
+            Rpc::Authenticate => "auth",
         }
     }
 
@@ -63,6 +75,8 @@ impl Rpc {
             Rpc::Range => "Range",
             Rpc::DeleteRange => "DeleteRange",
             Rpc::Watch => "Watch",
+            Rpc::LeaseTimeToLive => "LeaseTimeToLive",
+            Rpc::Authenticate => "Authenticate",
             Rpc::LeaseGrant => "LeaseGrant",
             Rpc::LeaseKeepAlive => "LeaseKeepAlive",
             Rpc::LeaseRevoke => "LeaseRevoke",
@@ -70,12 +84,14 @@ impl Rpc {
     }
 
     /// What it does for the lock, for error messages.
-    fn what(self) -> &'static str {
+    pub(crate) fn what(self) -> &'static str {
         match self {
             Rpc::Txn => "create",
             Rpc::Range => "read",
             Rpc::DeleteRange => "delete",
             Rpc::Watch => "watch",
+            Rpc::LeaseTimeToLive => "ask the lease of",
+            Rpc::Authenticate => "authenticate for",
             Rpc::LeaseGrant => "grant a lease for",
             Rpc::LeaseKeepAlive => "keep alive the lease of",
             Rpc::LeaseRevoke => "revoke the lease of",
@@ -104,25 +120,26 @@ pub(crate) struct Session {
     pub lease: i64,
     /// The TTL the server granted.
     pub ttl: Duration,
-    pub endpoints: Arc<str>,
     /// How long one request may take.
     pub request_timeout: Duration,
     /// Where each request is reported.
     requests: RequestHook,
+    /// The backend's identity, through which every key-value and watch request goes.
+    auth: Arc<Auth>,
     state: watch::Receiver<Lease>,
     keeper: tokio::task::JoinHandle<()>,
     next_key: AtomicU64,
 }
 
 impl Session {
-    /// Grant a lease of `config.lease_ttl` (in whole seconds) on `client` and start keeping it
-    /// alive; the grant must answer within `within`.
+    /// Grant a lease of `config.lease_ttl` (in whole seconds) on `auth`'s client and start
+    /// keeping it alive; the grant must answer within `within`.
     pub async fn open(
-        client: &Client,
-        endpoints: &Arc<str>,
+        auth: &Arc<Auth>,
         config: &EtcdConfig,
         within: Duration,
     ) -> Result<Session, LockError> {
+        let (client, endpoints) = (&auth.client, &auth.endpoints);
         let ttl_secs = config.lease_ttl.as_secs_f64().ceil() as i64;
         let sent = Instant::now();
         let mut leases = client.lease_client();
@@ -161,9 +178,9 @@ impl Session {
             client: client.clone(),
             lease: granted.id(),
             ttl,
-            endpoints: endpoints.clone(),
             request_timeout: config.request_timeout,
             requests: config.requests.clone(),
+            auth: auth.clone(),
             state,
             keeper,
             next_key: AtomicU64::new(0),
@@ -199,28 +216,20 @@ impl Session {
         format!("{prefix}{:x}-{}", self.lease, self.next_key.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// `request`, an `rpc` on `key`: reported to the backend's hook, bounded by the request
-    /// timeout, its failure worded for what it does.
-    pub async fn call<T>(
-        &self,
-        rpc: Rpc,
-        key: &str,
-        request: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, LockError> {
-        rpc.sent(&self.requests);
-        let what = rpc.what();
-        match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(self.err(what, key, e)),
-            Err(_) => {
-                Err(self.err(what, key, format!("no answer within {:?}", self.request_timeout)))
-            }
-        }
+    /// The request `request()` makes, an `rpc` on `key`: reported to the backend's hook,
+    /// bounded by the request timeout, sent again with a new token if etcd refused ours
+    /// ([`Auth::call`]), its failure worded for what it does.
+    pub async fn call<T, F, Fut>(&self, rpc: Rpc, key: &str, request: F) -> Result<T, LockError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.auth.call(rpc, key, self.request_timeout, request).await
     }
 
     /// A backend error for `what` on `key`.
     pub fn err(&self, what: &str, key: &str, e: impl std::fmt::Display) -> LockError {
-        backend_err(format!("{what} {key} on etcd at {}: {e}", self.endpoints))
+        self.auth.err(what, key, e)
     }
 }
 

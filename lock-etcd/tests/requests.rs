@@ -17,18 +17,19 @@ use std::time::{Duration, Instant};
 const TTL: Duration = Duration::from_secs(30);
 
 /// A backend on the test binary's etcd whose requests go to a tally of its own, emptied once
-/// the session's opening requests were counted: its lease's grant, and the first renewal the
-/// keep-alive stream sends as it opens (from a task of its own, so it may come a moment after
-/// connect returns).
+/// the connect's requests were counted: the read of the lock root (the access check), its
+/// lease's grant, and the first renewal the keep-alive stream sends as it opens (from a task
+/// of its own, so it may come a moment after connect returns).
 async fn counted(root: &str) -> (EtcdBackend, Arc<RequestTally>) {
     let tally = RequestTally::new();
     let config = EtcdConfig { requests: tally.hook(), ..support::config(root, TTL) };
     let backend = EtcdBackend::connect_with(&support::shared().endpoint(), config)
         .await
         .expect("connect to the test etcd");
+    assert_eq!(tally.of("kv", "Range"), 1, "the access check");
     assert_eq!(tally.of("lease", "LeaseGrant"), 1);
     wait_until(|| tally.of("lease", "LeaseKeepAlive") == 1, "the stream's first renewal").await;
-    assert_eq!(tally.total(), 2, "{:?}", tally.counts());
+    assert_eq!(tally.total(), 3, "{:?}", tally.counts());
     tally.reset();
     (backend, tally)
 }
@@ -53,22 +54,25 @@ fn lock_requests(tally: &RequestTally) -> (u64, u64, u64, u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uncontended_grant_costs_a_txn_and_a_delete_and_a_session_its_lease_requests() {
+async fn an_uncontended_grant_costs_a_txn_a_watch_and_a_delete_and_a_session_its_lease_requests() {
     let root = support::unique_root("requests-alone");
     let (backend, tally) = counted(&root).await;
     let locker = backend.locker("solo").unwrap();
     for _ in 0..3 {
+        // Released at once: the watch of our own key is still opened, once per grant.
         locker.lock("k", None).await.unwrap().release().await.unwrap();
     }
-    assert_eq!(lock_requests(&tally), (3, 0, 0, 3), "{:?}", tally.counts());
-    assert_eq!(tally.total(), 6, "2 requests per uncontended grant: {:?}", tally.counts());
+    wait_until(|| tally.of("watch", "Watch") == 3, "the holders' watches").await;
+    assert_eq!(lock_requests(&tally), (3, 0, 3, 3), "{:?}", tally.counts());
+    assert_eq!(tally.total(), 9, "3 requests per uncontended grant: {:?}", tally.counts());
 
-    // A soft lock refused costs the same two: its create, and its delete.
+    // A soft lock refused costs two: its create, and its delete.
     let guard = locker.lock("k", None).await.unwrap();
     let (other, theirs) = counted(&root).await;
     assert!(other.locker("other").unwrap().try_lock("k").await.unwrap().is_none());
     assert_eq!(lock_requests(&theirs), (1, 0, 0, 1), "{:?}", theirs.counts());
     guard.release().await.unwrap();
+    wait_until(|| tally.of("watch", "Watch") == 4, "the fourth holder's watch").await;
 
     // Dropping the backend revokes its lease.
     tally.reset();
@@ -79,7 +83,7 @@ async fn an_uncontended_grant_costs_a_txn_and_a_delete_and_a_session_its_lease_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_after_waiting_costs_six_requests_however_long_the_queue() {
+async fn a_grant_after_waiting_costs_seven_requests_however_long_the_queue() {
     let root = support::unique_root("requests-queue");
     // A holds; B and C queue behind it in that order.
     let (a, _) = counted(&root).await;
@@ -97,10 +101,12 @@ async fn a_grant_after_waiting_costs_six_requests_however_long_the_queue() {
     for (_backend, tally, wait) in waiters {
         let guard = wait.await.unwrap().unwrap();
         guard.release().await.unwrap();
-        // Txn; Range (the predecessor); Watch; Range (none left before ours); Range (our own
-        // key, still there); DeleteRange: C waited behind two keys and paid what B paid.
-        assert_eq!(lock_requests(&tally), (1, 3, 1, 1), "{:?}", tally.counts());
-        assert_eq!(tally.total(), 6, "{:?}", tally.counts());
+        wait_until(|| tally.of("watch", "Watch") == 2, "the holder's watch of its key").await;
+        // Txn; Range (the predecessor); Watch (on it); Range (none left before ours); Range
+        // (our own key, still there); Watch (on our key, while we hold); DeleteRange: C waited
+        // behind two keys and paid what B paid.
+        assert_eq!(lock_requests(&tally), (1, 3, 2, 1), "{:?}", tally.counts());
+        assert_eq!(tally.total(), 7, "{:?}", tally.counts());
     }
 }
 
@@ -139,7 +145,8 @@ async fn the_server_received_every_rpc_the_hooks_reported_and_no_other() {
     let held = la.lock("k", None).await.unwrap();
     assert!(lb.try_lock("k").await.unwrap().is_none());
     let wait = tokio::spawn(async move { lb.lock("k", None).await });
-    wait_until(|| tally.of("watch", "Watch") == 1, "b's watch").await;
+    // a's two holds watched their keys; b watches a's.
+    wait_until(|| tally.of("watch", "Watch") == 3, "b's watch").await;
     held.release().await.unwrap();
     wait.await.unwrap().unwrap().release().await.unwrap();
     drop((la, a, b));

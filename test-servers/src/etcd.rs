@@ -1,5 +1,6 @@
 //! etcd: a cluster of members ([`EtcdCluster`]) or a server of one ([`EtcdServer`]), both
-//! configured by [`Etcd`].
+//! configured by [`Etcd`]; a server of one can be secured ([`Server::secure`]): users, roles
+//! on key prefixes, authentication on.
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::{keep, Launch};
@@ -54,6 +55,18 @@ pub struct Etcd {
     /// Member ids (from the members' status) to member indices, learnt as members answer,
     /// so that a leader that no longer answers is still known by its id.
     ids: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// `--auth-token-ttl` in seconds, when not etcd's default (300).
+    auth_token_ttl: Option<u32>,
+}
+
+impl Etcd {
+    /// This engine with authentication tokens that expire after `secs` seconds without use
+    /// (etcd's `--auth-token-ttl`, 300 by default): for tests of clients that must
+    /// authenticate again. Start a server of it with [`Server::launch_with`].
+    pub fn with_auth_token_ttl(mut self, secs: u32) -> Etcd {
+        self.auth_token_ttl = Some(secs);
+        self
+    }
 }
 
 const LAUNCH: Launch = Launch {
@@ -70,14 +83,26 @@ const LAUNCH: Launch = Launch {
 
 /// One HTTP/1.1 request to loopback `port` (closed after the answer); the answer's body.
 fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<String> {
+    http_as(port, method, path, body, None)
+}
+
+/// [`http`] with etcd's `Authorization` header carrying `token`, if any.
+fn http_as(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> std::io::Result<String> {
     let mut s = TcpStream::connect_timeout(
         &SocketAddr::from(([127, 0, 0, 1], port)),
         Duration::from_millis(500),
     )?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let authorization = token.map(|t| format!("Authorization: {t}\r\n")).unwrap_or_default();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {authorization}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(request.as_bytes())?;
@@ -91,6 +116,146 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<Stri
 /// and return the answer's body: a client with no dependencies, for probes and tests.
 pub fn etcd_post(addr: SocketAddr, path: &str, json: &str) -> std::io::Result<String> {
     http(addr.port(), "POST", path, json)
+}
+
+/// [`etcd_post`] as the user whose `token` ([`etcd_token`]) it carries: on a server with
+/// authentication on, every key-value and auth request needs one.
+pub fn etcd_post_as(
+    addr: SocketAddr,
+    path: &str,
+    json: &str,
+    token: &str,
+) -> std::io::Result<String> {
+    http_as(addr.port(), "POST", path, json, Some(token))
+}
+
+/// A token for `user` from the etcd at `addr` (`/v3/auth/authenticate`), or etcd's refusal.
+pub fn etcd_token(addr: SocketAddr, user: &str, password: &str) -> Result<String, String> {
+    let body = format!(r#"{{"name":{},"password":{}}}"#, json_quote(user), json_quote(password));
+    let answer = etcd_post(addr, "/v3/auth/authenticate", &body)
+        .map_err(|e| format!("etcd at {addr} did not answer /v3/auth/authenticate: {e}"))?;
+    json_str(&answer, "token")
+        .map(str::to_string)
+        .ok_or_else(|| format!("etcd at {addr} gave user '{user}' no token: {answer}"))
+}
+
+/// A user of a secured etcd ([`Server::secure`]): its name, its password, and the key prefix
+/// its own role may read and write. `Debug` shows no password.
+#[derive(Clone)]
+pub struct EtcdUser {
+    /// The user name (also its role's).
+    pub name: String,
+    /// Its password: made up by the test at run time, never committed.
+    pub password: String,
+    /// The keys its role grants READWRITE on: `[prefix, prefix with its last byte raised)`.
+    pub prefix: String,
+}
+
+impl EtcdUser {
+    /// `name`, with `password`, allowed `prefix`.
+    pub fn new(name: &str, password: &str, prefix: &str) -> EtcdUser {
+        EtcdUser { name: name.into(), password: password.into(), prefix: prefix.into() }
+    }
+}
+
+impl std::fmt::Debug for EtcdUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdUser")
+            .field("name", &self.name)
+            .field("password", &"***")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Secure the etcd at `addr` through its JSON gateway: the `root` user with `root_password`
+/// and the `root` role (etcd refuses to enable authentication without them), for each of
+/// `users` a role of its name granting READWRITE on its prefix's range and the user in it,
+/// then `/v3/auth/enable`. From then on etcd refuses key-value requests without a token
+/// ([`etcd_token`], [`etcd_post_as`]); `GET /health`, `/v3/maintenance/status` and
+/// `/v3/cluster/member/list` still answer without one (etcd 3.4), so the readiness and leader
+/// probes work on a secured server, across restarts too (the users are in its data).
+pub fn etcd_secure(
+    addr: SocketAddr,
+    root_password: &str,
+    users: &[EtcdUser],
+) -> Result<(), String> {
+    let root =
+        EtcdUser { name: "root".into(), password: root_password.into(), prefix: String::new() };
+    add_user(addr, &root, None)?;
+    for user in users {
+        let (key, end) = (b64(user.prefix.as_bytes()), b64(&prefix_end(user.prefix.as_bytes())));
+        let perm = format!(r#"{{"permType":"READWRITE","key":"{key}","range_end":"{end}"}}"#);
+        add_user(addr, user, Some(&perm))?;
+    }
+    gateway(addr, "/v3/auth/enable", "{}")
+}
+
+/// A user and the role of its name (granted `perm`, if any), the user in the role.
+fn add_user(addr: SocketAddr, user: &EtcdUser, perm: Option<&str>) -> Result<(), String> {
+    let name = json_quote(&user.name);
+    gateway(addr, "/v3/auth/role/add", &format!(r#"{{"name":{name}}}"#))?;
+    if let Some(perm) = perm {
+        gateway(addr, "/v3/auth/role/grant", &format!(r#"{{"name":{name},"perm":{perm}}}"#))?;
+    }
+    let password = json_quote(&user.password);
+    gateway(addr, "/v3/auth/user/add", &format!(r#"{{"name":{name},"password":{password}}}"#))?;
+    gateway(addr, "/v3/auth/user/grant", &format!(r#"{{"user":{name},"role":{name}}}"#))
+}
+
+/// POST `json` to `path` on `addr`; an error unless etcd answered with a header and no error.
+fn gateway(addr: SocketAddr, path: &str, json: &str) -> Result<(), String> {
+    match etcd_post(addr, path, json) {
+        Ok(a) if a.contains("\"header\"") && !a.contains("\"error\"") => Ok(()),
+        Ok(a) => Err(format!("etcd at {addr} refused {path}: {a}")),
+        Err(e) => Err(format!("etcd at {addr} did not answer {path}: {e}")),
+    }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end for a prefix);
+/// `\0`, every key, for an empty prefix or one of `0xff` bytes only.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// `s` as a JSON string, quoted and escaped.
+fn json_quote(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Standard base64 with padding, as the JSON gateway wants keys and values.
+fn b64(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            out.push(if k <= chunk.len() {
+                A[(n >> (18 - 6 * k) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
 }
 
 /// The string value of the first `"key":"value"` in a JSON text (enough for etcd's flat
@@ -153,6 +318,9 @@ impl ClusterEngine for Etcd {
             // instead of deposing a leader with a higher term: etcd 3.5's default.
             .arg("--pre-vote=true")
             .args(["--logger", "zap", "--log-level", "warn"]);
+        if let Some(secs) = self.auth_token_ttl {
+            cmd.args(["--auth-token", "simple", "--auth-token-ttl", &secs.to_string()]);
+        }
         Ok(cmd)
     }
 
@@ -203,6 +371,18 @@ impl Server<Etcd> {
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// Start a server of `engine`'s configuration (e.g. [`Etcd::with_auth_token_ttl`]), as
+    /// [`Server::launch`] does the default's.
+    pub fn launch_with(engine: Etcd) -> Result<Self, String> {
+        Server::launch_engine(engine)
+    }
+
+    /// Turn authentication on, with the `root` user and `users`, each allowed its own key
+    /// prefix ([`etcd_secure`]). Once only: a second call finds the users there and fails.
+    pub fn secure(&self, root_password: &str, users: &[EtcdUser]) -> Result<(), String> {
+        etcd_secure(self.addr(), root_password, users)
+    }
 }
 
 impl Cluster<Etcd> {
@@ -218,4 +398,31 @@ impl Cluster<Etcd> {
 pub fn shared_etcd() -> &'static EtcdServer {
     static SERVER: OnceLock<EtcdServer> = OnceLock::new();
     keep(&SERVER, "etcd-keeper", EtcdServer::start)
+}
+
+/// A second `etcd` of the test binary, beside [`shared_etcd`]'s: started and given to
+/// `prepare` (e.g. to [`Server::secure`] it) by the first call, which panics if either
+/// fails; then the same one until the binary exits.
+pub fn shared_etcd_with(prepare: fn(&EtcdServer)) -> &'static EtcdServer {
+    static SERVER: OnceLock<EtcdServer> = OnceLock::new();
+    keep(&SERVER, "etcd-keeper-2", move || {
+        let server = EtcdServer::start();
+        prepare(&server);
+        server
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_go_to_the_gateway_in_base64_and_a_prefix_ends_after_its_last_byte() {
+        assert_eq!(b64(b"/locks/"), "L2xvY2tzLw==");
+        assert_eq!(b64(b"/locks0"), "L2xvY2tzMA==");
+        assert_eq!(prefix_end(b"/locks/"), b"/locks0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b""), vec![0]);
+        assert_eq!(json_quote("a\"b\\c"), r#""a\"b\\c""#);
+    }
 }

@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
+use lock_core::secret::Credentials;
 use lock_core::Locker;
 use lock_etcd::{EtcdBackend, EtcdConfig};
 use std::collections::HashMap;
@@ -42,6 +43,8 @@ pub struct EtcdFixture {
     server: SocketAddr,
     root: String,
     ttl: Duration,
+    /// Whom every contender authenticates as, on a secured server.
+    credentials: Option<Credentials>,
     proxies: Mutex<HashMap<String, Proxy>>,
 }
 
@@ -51,8 +54,20 @@ impl EtcdFixture {
             server: shared().addr(),
             root: unique_root(tag),
             ttl,
+            credentials: None,
             proxies: Mutex::default(),
         }
+    }
+
+    /// A fixture on the etcd at `server`, locking under `root`, every contender authenticated
+    /// as `credentials`.
+    pub fn secured(
+        server: SocketAddr,
+        root: String,
+        ttl: Duration,
+        credentials: Credentials,
+    ) -> EtcdFixture {
+        EtcdFixture { server, root, ttl, credentials: Some(credentials), proxies: Mutex::default() }
     }
 
     pub fn root(&self) -> &str {
@@ -63,9 +78,10 @@ impl EtcdFixture {
     pub async fn backend(&self, name: &str) -> EtcdBackend {
         let proxy = Proxy::start(self.server).await;
         let endpoint = format!("http://{}", proxy.addr());
-        let backend = EtcdBackend::connect_with(&endpoint, config(&self.root, self.ttl))
-            .await
-            .expect("connect through the proxy");
+        let config =
+            EtcdConfig { credentials: self.credentials.clone(), ..config(&self.root, self.ttl) };
+        let backend =
+            EtcdBackend::connect_with(&endpoint, config).await.expect("connect through the proxy");
         assert_eq!(backend.lease_ttl(), self.ttl, "the server must grant the asked lease TTL");
         if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxy) {
             old.cut();
