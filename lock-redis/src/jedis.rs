@@ -1,6 +1,6 @@
 //! The jedis-lock algorithm (seed 001): `SETNX` / `GET` / `GETSET` on an expiry timestamp.
 
-use crate::keeper::{Keeper, RedisRelease, Renew, Renewal, Undo};
+use crate::keeper::{Cause, Keeper, RedisRelease, Renew, Renewal, Undo};
 use crate::link::Conn;
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
@@ -149,7 +149,7 @@ impl JedisLock {
             return Ok(None);
         };
         let current_ms: i64 = current.parse().map_err(|_| {
-            self.backend.err(
+            self.backend.err_text(
                 "reading",
                 &key,
                 format!("it holds {current:?}, not a jedis-lock expiry timestamp"),
@@ -200,7 +200,7 @@ impl JedisLock {
         };
         let every = self.config.renewal.then_some(self.config.expiry / 2);
         let (lease, keeper) =
-            Keeper::spawn(valid_until, every, self.config.retry_interval, Box::new(renew));
+            Keeper::spawn(valid_until, every, self.config.retry_interval, Box::new(renew), None);
         let release = RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::Del };
         Ok(LockGuard::new(lock_id, &self.owner, token as u64, lease, Box::new(release)))
     }
@@ -216,7 +216,7 @@ struct JedisRenew {
 
 #[async_trait]
 impl Renew for JedisRenew {
-    async fn renew(&mut self) -> Result<Renewal, LockError> {
+    async fn renew(&mut self, _cause: Cause) -> Result<Renewal, LockError> {
         let sent = Instant::now();
         let next = self.clock.now_micros().div_euclid(1000) + self.expiry.as_millis() as i64 + 1;
         let mut conn = self.backend.conn().await?;

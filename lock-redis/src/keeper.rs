@@ -1,6 +1,9 @@
 //! The lease keeper both Redis variants share: renew while held, say when the lease is lost,
-//! and undo the grant on release.
+//! and undo the grant on release. A token-lock holder's keeper also answers the bell of its
+//! [`Watch`] (Redis said its key changed, or a new connection must track it): it renews at
+//! once, and the renewal's token check decides.
 
+use crate::tracking::{Alert, Watch};
 use crate::RedisBackend;
 use async_trait::async_trait;
 use lock_core::lock::{LeaseLost, LeaseState, Release};
@@ -19,10 +22,22 @@ pub(crate) enum Renewal {
     Gone(String),
 }
 
+/// Why a renewal runs now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// Its time came (every `ttl / 2`), or a failed one is retried.
+    Due,
+    /// Redis said the key changed (a tracking invalidation): the renewal is the check, and a
+    /// key that is no longer ours is reported as changed by another client.
+    Invalidated,
+    /// A new connection must track the key: the renewal reads it there.
+    Rearmed,
+}
+
 /// One variant's renewal step.
 #[async_trait]
 pub(crate) trait Renew: Send + 'static {
-    async fn renew(&mut self) -> Result<Renewal, LockError>;
+    async fn renew(&mut self, cause: Cause) -> Result<Renewal, LockError>;
 }
 
 /// How the holder's traces are removed on release.
@@ -61,18 +76,35 @@ impl Keeper {
     }
 
     /// Start keeping a lease valid until `valid_until`: renew every `every` (never, for
-    /// `None`), retry a failed renewal every `retry`, and publish `Lost` when `valid_until`
-    /// passes without a successful renewal or a renewal finds the key taken.
+    /// `None`), retry a failed renewal every `retry`, renew at once when `watch` rings, and
+    /// publish `Lost` when `valid_until` passes without a successful renewal or a renewal
+    /// finds the key taken.
     pub(crate) fn spawn(
         valid_until: Instant,
         every: Option<Duration>,
         retry: Duration,
         renew: Box<dyn Renew>,
+        watch: Option<Watch>,
     ) -> (watch::Receiver<LeaseState>, Keeper) {
         let (tx, rx) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);
-        let task = tokio::spawn(run(renew, state.clone(), valid_until, every, retry));
+        let task = tokio::spawn(run(renew, state.clone(), valid_until, every, retry, watch));
         (rx, Keeper { state, task })
+    }
+}
+
+/// Sleep until `until`, or until `watch` rings: why the keeper wakes.
+async fn wake(until: Instant, watch: &mut Option<Watch>) -> Cause {
+    let Some(w) = watch else {
+        tokio::time::sleep_until(until).await;
+        return Cause::Due;
+    };
+    tokio::select! {
+        _ = tokio::time::sleep_until(until) => Cause::Due,
+        alert = w.next() => match alert {
+            Alert::Invalidated => Cause::Invalidated,
+            Alert::Rearmed => Cause::Rearmed,
+        },
     }
 }
 
@@ -82,11 +114,17 @@ async fn run(
     mut valid_until: Instant,
     every: Option<Duration>,
     retry: Duration,
+    mut watch: Option<Watch>,
 ) {
     let mut next = every.map(|e| Instant::now() + e);
     let mut last_error: Option<String> = None;
+    // An invalidation not yet answered by a renewal (one that failed is retried as such, so
+    // that the holder is told what Redis said, not only what the retry found).
+    let mut invalidated = false;
     loop {
-        tokio::time::sleep_until(next.map_or(valid_until, |n| n.min(valid_until))).await;
+        let cause = wake(next.map_or(valid_until, |n| n.min(valid_until)), &mut watch).await;
+        invalidated |= cause == Cause::Invalidated;
+        let cause = if invalidated { Cause::Invalidated } else { cause };
         let now = Instant::now();
         if now >= valid_until {
             let reason = match (&last_error, every) {
@@ -105,11 +143,12 @@ async fn run(
         let Some(every) = every else { continue };
         // A renewal still unanswered when the lease runs out is as good as failed: waiting
         // longer would let the holder believe in a lock others may already have.
-        match tokio::time::timeout(valid_until - now, renew.renew()).await {
+        match tokio::time::timeout(valid_until - now, renew.renew(cause)).await {
             Ok(Ok(Renewal::Extended(until))) => {
                 valid_until = valid_until.max(until);
                 next = Some(now + every);
                 last_error = None;
+                invalidated = false;
             }
             Ok(Ok(Renewal::Gone(why))) => {
                 lose(&state, why);

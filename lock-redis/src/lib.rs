@@ -6,7 +6,10 @@
 //! scripts), and **Redlock** ([`Redlock`]), the token lock on a majority of N independent
 //! masters, as the Redis documentation gives it (below, "Redlock"). The first two run on one
 //! server ([`RedisBackend::connect`]) or on the master that Redis Sentinel names, following
-//! its failovers ([`RedisBackend::connect_sentinel`]; below, "Through Redis Sentinel").
+//! its failovers ([`RedisBackend::connect_sentinel`]; below, "Through Redis Sentinel"). A
+//! backend connects as a Redis ACL user ([`RedisConnectConfig::credentials`]; below, "ACL
+//! users"), and a token-lock holder is told at once when another client changes or deletes its
+//! key (below, "Told Lost at once").
 //!
 //! ## The jedis-lock protocol (seed 001, SPEC 3.6)
 //!
@@ -55,8 +58,12 @@
 //!    are strictly increasing in grant order.
 //! 2. Not acquired: the mandatory lock retries every [`TokenConfig::retry_interval`] (50 ms)
 //!    until its timeout; the soft lock returns at once.
-//! 3. Renewal every `ttl / 2`: a Lua script `PEXPIRE`s the key only while it holds our token.
+//! 3. Renewal every `ttl / 2`: a Lua script `PEXPIRE`s the key only while it holds our token,
+//!    and otherwise says whether the key is gone or holds another token (the holder's reason).
 //! 4. Release: a Lua script `DEL`s the key only while it holds our token.
+//! 5. Told at once (on a tracking backend, the default): Redis pushes an invalidation when
+//!    another client changes the key; the holder checks with a renewal at once (below, "Told
+//!    Lost at once").
 //!
 //! Expiry is kept by the server's clock alone (`PX`), so client clocks are irrelevant, and a
 //! late release finds another token and deletes nothing.
@@ -69,7 +76,9 @@
 //!   finding, two holders for seconds).
 //! - A holder is told [`LeaseState::Lost`](lock_core::LeaseState::Lost) no later than the
 //!   moment another client may take the lock: for the token lock, one TTL after the last
-//!   renewal *was sent*; for jedis-lock, when its own clock passes the expiry it wrote.
+//!   renewal *was sent*; for jedis-lock, when its own clock passes the expiry it wrote. A
+//!   token-lock holder whose key another client changes or deletes is told within a round trip
+//!   of the change (a push and one renewal), while its backend's connection is up.
 //! - Fencing tokens strictly increase in grant order per lock id, on the same condition (a
 //!   failover or a restart that loses the counter's last increments hands a token out again).
 //! - A mandatory lock that times out has written nothing (both variants write only when they
@@ -87,8 +96,10 @@
 //! fails with [`LockError::Backend`], never later than the connect timeout plus the response
 //! timeout, and at once between reconnect attempts (50 ms after a failure, doubling up to
 //! [`RedisConnectConfig::max_reconnect_delay`], 1 s by default). Once the server answers again,
-//! requests succeed on the same backend after at most that delay; the first request on a
-//! connection that broke while idle fails too ("broken pipe": it is what discovers the break).
+//! requests succeed on the same backend after at most that delay. Without tracking, the first
+//! request on a connection that broke while idle fails too ("broken pipe": it is what
+//! discovers the break); a tracking connection (RESP3) is reported closed by the driver, and
+//! the next request reconnects at once instead.
 //! `tests/restart.rs` measures it: with four contenders and a 1 s outage, grants resumed about
 //! 0.6 s after the server answered again (the backoff had reached 800 ms), each backend on a
 //! connection of its own making, and no failed request took more than about 0.2 s.
@@ -158,7 +169,8 @@
 //! - **Errors**: an empty or malformed list, or a name that every Sentinel answers nil for at
 //!   `connect_sentinel`, is a [`LockError::Config`] (nothing will change by retrying); no
 //!   Sentinel reachable is a [`LockError::Backend`] naming each with its error. The master is
-//!   reached without password and in database 0.
+//!   reached as [`RedisConnectConfig::credentials`] and in database 0; the Sentinels are asked
+//!   without credentials.
 //!
 //! ### Findings (`tests/sentinel_failover.rs`, `tests/sentinel_safety.rs`; a master, 2
 //! replicas, 3 Sentinels, down-after 2 s; figures of one run, those of ten others within
@@ -322,6 +334,134 @@
 //!   (asserted, as a finding).
 //! - Keys: `<prefix><lock id>` and `<prefix><lock id>/fence` on every master.
 //!
+//! ## ACL users (issue 25)
+//!
+//! A backend connects as a Redis ACL user: [`RedisConnectConfig::credentials`] (a
+//! [`Credentials`], whose password never prints), or the URL form
+//! `redis://user:password@host:port/` (the config's credentials win when both are given;
+//! [`RedisBackend::address`] and every message show the URL with its password redacted).
+//! Through Sentinel the credentials are the master's. The user needs:
+//! - the key pattern `~<key prefix>*`: the locks touch `<prefix><lock id>` and
+//!   `<prefix><lock id>/fence` and nothing else;
+//! - the commands of [`ACL_COMMANDS`]: the locks' own and those their scripts call (Redis checks
+//!   a script's inner calls, and their keys, against the caller's ACL), `ROLE` for Sentinel,
+//!   `client|tracking` for tracking (no pub/sub channel: the invalidations come as RESP3 pushes,
+//!   below). `tests/security.rs` and `tests/secured_conformance.rs` run on a user with exactly
+//!   these.
+//!
+//! **A refusal is not an outage** (`src/link.rs`). It fails with a [`LockError::Backend`] that
+//! names the server, the user (`as user 'locker'`, `without credentials`) and what was refused,
+//! with Redis's own words, never the password, within the connect and response timeouts:
+//! - a wrong password, or a user that does not exist or is off: `authentication refused
+//!   (WRONGPASS ...)`, at `connect`;
+//! - no credentials on a server whose default user is off or has a password: `the server asks
+//!   for credentials (NOAUTH ...)`, at `connect`;
+//! - a user whose ACL lacks a command (`client|tracking` included, at `connect`) or whose key
+//!   pattern misses the lock's keys (at the first lock call, `connect` touches no key): `the
+//!   user's ACL refused it (NOPERM ...)`, naming the pattern needed. A mandatory lock returns it
+//!   at once instead of retrying until its timeout.
+//!
+//! A refused *reconnect* (the password changed, the user deleted while the backend runs) waits
+//! the longest reconnect delay before the next attempt rather than the 50 ms of an outage; a
+//! holder's renewals fail meanwhile and it is told `Lost` when its lease ends, with the refusal
+//! as the last error.
+//!
+//! **What a stranger can do.** On a server whose default user is on without a password (Redis's
+//! default), any client that reaches the port can `DEL` a lock's key (a waiter is granted beside
+//! the holder), `SET` it (the holder's release and renewal find another token), `PERSIST` it (the
+//! lock is never freed), `SET` the fencing counter back (tokens go backwards: fencing fails),
+//! or read a holder's token and run the release script as the holder. The lock cannot stop
+//! any of it: its safety assumes that only lock clients write its keys. Tracking (below) makes
+//! the first two *visible* to the holder at once, not impossible. With an ACL user per
+//! application, the default user off and key patterns that do not overlap, a client of
+//! another identity gets `NOPERM` for all of it (`tests/security.rs`: the holder stays
+//! `Held`, a waiter is not granted). What ACLs cannot separate: clients that share a user (one
+//! application's processes, each of which can still do all of the above to the others' locks),
+//! and anyone who can read the password. Passwords travel in clear on a TCP connection (TLS
+//! comes later).
+//!
+//! ## Told Lost at once (tracking; issue 25)
+//!
+//! Without help a token-lock holder learns that another client deleted or overwrote its key
+//! only at its next renewal, up to `ttl / 2` later. Redis can say so at once: client-side
+//! caching's *tracking* (`CLIENT TRACKING`, Redis 6 and later, no server configuration) tells a
+//! connection when a key it has read changes. With [`RedisConnectConfig::tracking`] (the
+//! default):
+//!
+//! 1. Every connection the backend makes speaks RESP3 (the driver's `HELLO 3`, which carries the
+//!    credentials) and is armed with `CLIENT TRACKING ON NOLOOP` right after its `PING` or
+//!    `ROLE`, as part of the connect attempt (`src/link.rs`). `NOLOOP`: changes the connection
+//!    makes itself (our renewals and releases) are not reported.
+//! 2. A token lock's attempt registers its key with the backend's tracker before the acquire
+//!    script goes (a push read off the connection before the grant's reply reaches the caller
+//!    would otherwise find nobody), and drops it if not granted (`src/tracking.rs`).
+//! 3. The acquire script reads the key right after its `SET`: a key read inside a script is
+//!    tracked for the connection that ran it, so the grant itself starts the tracking, at no
+//!    extra request.
+//! 4. Tracking is one-shot: Redis forgets a key's tracking at its first change, *our own
+//!    `PEXPIRE` included* (`NOLOOP` only keeps the report from us). So the renewal script reads
+//!    the key again after its `PEXPIRE`, and the key stays tracked for the whole hold.
+//! 5. When another client changes or deletes the key (or it expires, or is evicted, or the
+//!    database is flushed), Redis pushes `invalidate [key]` on our connection; the driver hands
+//!    it to a callback in its reader task, which rings the holder's bell and does nothing else.
+//! 6. The holder's keeper, woken by the bell, renews at once: the renewal's token check decides.
+//!    If the key is gone or holds another token, the holder is told
+//!    [`LeaseState::Lost`](lock_core::LeaseState::Lost): "its key `<key>` was changed or
+//!    deleted by another client: Redis reported the tracked key changed and it no longer exists
+//!    (a DEL, a flush or an eviction; an expiry by its TTL is reported the same way, but this
+//!    holder's lease, which ends before the key's TTL, had not run out)", or "... it now holds
+//!    another client's token (overwritten, or deleted and granted again)". If the key is still
+//!    ours (a key of the same name in another database, whose changes Redis reports too since
+//!    its tracking table knows names only; a flush of another database; a push still in flight
+//!    from an earlier grant of the same key), nothing changes but an extended lease.
+//! 7. Release stops the keeper first and deletes the key on the same connection: `NOLOOP` keeps
+//!    it silent, and nobody listens any more.
+//!
+//! `tests/security.rs` measures it: a stranger's `DEL` or `SET` of a key held with a 30 s TTL
+//! was reported to the holder 0.13 to 0.51 ms after the stranger's reply (nine runs), its next
+//! renewal being 15 s away; the waiter was granted at once (`DEL`) or when the stranger's own
+//! key expired.
+//!
+//! **Reconnects.** A new connection tracks nothing. The link announces each connection it
+//! installs to the tracker, and every holder whose key was granted or last announced on an
+//! older connection renews at once, which reads (and checks) its key on the new one (twice,
+//! if its own due renewal made the connection: the announcement does not know). While
+//! there is no connection (the driver reported the old one closed, and no request has made a
+//! new one yet), no change can be pushed: a holder falls back to renewal-based detection, and
+//! its next renewal both reconnects and finds a change made meanwhile (told "... no longer
+//! exists (its TTL ran out, or another client deleted it)"). A holder is not made to renew
+//! *because* its connection closed: during an outage that renewal would only fail, and after a
+//! restart without persistence or a failover it would tell the holder earlier only when it
+//! happened to reconnect before the second grant, a change to what the findings above and
+//! `tests/restart.rs` measure that this issue leaves alone.
+//!
+//! **Why RESP3 pushes, not RESP2's `REDIRECT`.** RESP2 cannot carry pushes on a connection that
+//! also answers commands, so tracking there redirects them to a second connection subscribed
+//! to `__redis__:invalidate`: one more connection per backend, its client id fetched before it
+//! subscribes, the pub/sub channel permitted in every ACL user, and a redirect that can break on
+//! its own while the lock connection lives (RESP2 is not told). With RESP3 the pushes travel on
+//! the lock connection itself, in order with its replies, and end with it; the `redis` crate
+//! delivers them through a callback in the reader task it already runs. The cost: the
+//! connection speaks RESP3 (the `HELLO 3` replaces RESP2's `AUTH`), which needs Redis 6; a
+//! server without it is refused at `connect`, saying to switch tracking off.
+//!
+//! **Why not `BCAST`.** Broadcasting mode reports every change under a prefix with no read
+//! needed, but to every backend: each grant and release would push to every contender.
+//!
+//! **What it costs.** Per connection, a `HELLO` and a `CLIENT` (tracking) more; per grant,
+//! renewal and release nothing (the reads are inside the scripts); per reported change to a
+//! held key, one renewal (`EVALSHA`); per new connection, one renewal per holder granted before
+//! it. On the server,
+//! one tracking-table entry per held key; pushes only for keys this backend read.
+//!
+//! **Which lock does what.** The token lock, as above. **jedis-lock** is not told: the seed's
+//! command sequence is kept exact, and its keys change hands by design (`GETSET` of an expired
+//! value by another client's clock), so a change is no news to it; it learns at its renewal. Its
+//! `GET`s on a tracking backend are tracked all the same, and cost pushes nobody listens to: give
+//! a backend that only runs jedis-lock `tracking: false`. **Redlock** is not told either: a
+//! change on one master is not a lost majority, and a vote of invalidations across N masters is
+//! not built; its masters never track ([`RedisMasters::connect_with`]).
+//!
 //! ## Requests per grant
 //! A backend reports every command it sends to [`RedisConnectConfig::requests`] (a
 //! [`RequestHook`]), named by the command's first word (`SETNX`, `EVALSHA`, `SCRIPT`), under
@@ -335,6 +475,9 @@
 //! | uncontended lock and release | 3: `SETNX`, `INCR` (the fence), `DEL` | 2: `EVALSHA` (acquire), `EVALSHA` (release) | 2N: `SET` and `EVALSHA` on each master | 4N: also `GET` and `EVALSHA` (the fence) on each |
 //! | an attempt that finds the lock held (soft lock refused; each retry of a waiter) | 2: `SETNX`, `GET` (3 with a `GETSET` when the expiry has passed) | 1: `EVALSHA` | 2N: `SET` and the undo's `EVALSHA` on each master | 2N |
 //! | a holder's renewal, every expiry/2 or TTL/2 | 1: `EVALSHA` | 1: `EVALSHA` | N: `EVALSHA` on each master | N |
+//! | a connection (tracking on, the default; Redlock never tracks) | 3: `HELLO`, `PING`, `CLIENT` | 3: `HELLO`, `PING`, `CLIENT` | N: `PING` on each master | N |
+//! | another client's change to a held key (tracking) | 0: not told | 1: `EVALSHA` (the check) | 0: not told | 0 |
+//! | a new connection while holders hold (tracking) | 3 | 3, and 1 `EVALSHA` per holder | N | N |
 //!
 //! A waiter pays its retries: one attempt every retry interval (jedis-lock 100 ms, the token
 //! lock 50 ms, Redlock a random delay below 200 ms) for as long as it waits, so a grant costs
@@ -342,9 +485,11 @@
 //! started, or since `SCRIPT FLUSH`) costs two more: the `EVALSHA` the server refuses
 //! (`NOSCRIPT`) and the driver's `SCRIPT LOAD`, before the `EVALSHA` again. Each connection
 //! costs a `PING` (through Sentinel, a `SENTINEL get-master-addr-by-name` to each Sentinel
-//! asked until one answers, and a `ROLE` to the master), and an `AUTH` and a `SELECT` when the
-//! URL has a password or a database other than 0; the driver's `CLIENT SETINFO` is not sent.
-//! `tests/requests.rs` checks these rows, and that the server counts the same commands.
+//! asked until one answers, and a `ROLE` to the master instead of the `PING`); with tracking,
+//! the driver's `HELLO 3` (carrying the credentials, if any) and the link's `CLIENT TRACKING`;
+//! without it, an `AUTH` when there are credentials; and a `SELECT` when the URL names a
+//! database other than 0. The driver's `CLIENT SETINFO` is not sent. `tests/requests.rs` checks
+//! these rows, and that the server counts the same commands.
 //!
 //! ## Conformance verdict
 //! Redlock's two variants run the whole suite on five real masters
@@ -358,6 +503,9 @@
 //! `tests/token_conformance.rs`): every scenario passes. For [`JedisLock`] this rests on the
 //! additions above (renewal, lost signal, fencing) and on the suite's clients sharing one
 //! clock; with skewed clocks it fails mutual exclusion, which `tests/faults.rs` demonstrates.
+//! The token lock also runs the whole suite on a secured server (default user off), every
+//! contender connecting as an ACL user allowed exactly [`ACL_COMMANDS`] on its key prefix, with
+//! tracking on (`tests/secured_conformance.rs`): every scenario passes.
 //! Through Sentinel both run the whole suite too, on a master with 2 replicas and 3 Sentinels
 //! (`tests/sentinel_conformance.rs`): every scenario passes. The suite does not fail a master
 //! over, so what a failover does is tested on its own (above, "Findings").
@@ -380,6 +528,20 @@
 //! let locker = backend.locker("worker-2", Variant::Token(TokenConfig::new(Duration::from_secs(10))))?;
 //! if let Some(guard) = locker.try_lock("invoice-42").await? {
 //!     guard.release().await?;
+//! }
+//!
+//! // As an ACL user, the password read from the environment (never printed).
+//! use lock_core::secret::{Credentials, Secret};
+//! let password = Secret::from_env("LOCKS_REDIS_PASSWORD").map_err(lock_core::LockError::Config)?;
+//! let config = RedisConnectConfig {
+//!     credentials: password.map(|p| Credentials::new("locker", p)),
+//!     ..RedisConnectConfig::default()
+//! };
+//! let secured = RedisBackend::connect_with("redis://127.0.0.1:6379/", config).await?;
+//! let guard = secured.token("worker-3", TokenConfig::default())?.lock("invoice-42", None).await?;
+//! tokio::select! {
+//!     lost = guard.lost() => eprintln!("stop: {lost}"), // at once if another client DELs the key
+//!     _ = tokio::time::sleep(Duration::from_secs(1)) => guard.release().await?,
 //! }
 //!
 //! // The same locks on the master the Sentinels name, following its failovers.
@@ -439,6 +601,7 @@ mod link;
 mod redlock;
 mod sentinel;
 mod token;
+mod tracking;
 mod wire;
 
 pub use jedis::{JedisConfig, JedisLock};
@@ -446,14 +609,17 @@ pub use lock_core::time::LocalClock;
 pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
 pub use token::{TokenConfig, TokenLock};
 
-use link::{Conn, Link, Target};
+use link::{Conn, Identity, Link, Target};
 use lock_core::lock::validate_id;
 use lock_core::requests::RequestHook;
+use lock_core::secret::Credentials;
 use lock_core::{LockError, Locker};
+use redis::{IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError};
 use sentinel::Sentinels;
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
+use tracking::Tracker;
 use wire::Wire;
 
 /// The backend name in [`LockError::Backend`].
@@ -487,6 +653,17 @@ pub struct RedisConnectConfig {
     /// server's (or the master's), under `sentinel` the Sentinels', under `master-<i>` those of
     /// Redlock's master `i`. The crate docs ("Requests per grant") say what one grant costs.
     pub requests: RequestHook,
+    /// The Redis ACL user to connect as (default: none). When set it is used instead of any
+    /// `user:password@` in the URL; through Sentinel it is the master's (the Sentinels are
+    /// asked without credentials). Messages name the user, never the password. The crate docs
+    /// ("ACL users") say what the user must be allowed.
+    pub credentials: Option<Credentials>,
+    /// Whether a token-lock holder is told at once when another client changes or deletes its
+    /// key (default `true`): the connection speaks RESP3 and is armed with `CLIENT TRACKING ON
+    /// NOLOOP` (Redis 6 or later, and the `client|tracking` command for an ACL user). Off, the
+    /// holder learns it at its next renewal, and the connection speaks RESP2. The crate docs
+    /// ("Told Lost at once") give the protocol and its cost. Redlock's masters never track.
+    pub tracking: bool,
 }
 
 impl Default for RedisConnectConfig {
@@ -497,9 +674,20 @@ impl Default for RedisConnectConfig {
             key_prefix: "lock:".into(),
             max_reconnect_delay: Duration::from_secs(1),
             requests: RequestHook::none(),
+            credentials: None,
+            tracking: true,
         }
     }
 }
+
+/// The ACL command rules a Redis user needs for every lock of this crate, Sentinel and
+/// tracking included: `ACL SETUSER <user> on ><password> ~<key prefix>*` followed by these
+/// (`tests/security.rs` runs the locks on a user with exactly these). The scripts' inner
+/// commands (`SET`, `GET`, `INCR`, `PEXPIRE`, `DEL`) are checked against the user's ACL too,
+/// and so are their keys: the key pattern must cover `<key prefix>*`. `HELLO` and `AUTH` need
+/// no rule.
+pub const ACL_COMMANDS: &str = "-@all +ping +role +client|tracking +evalsha +script|load +get \
+                                +set +setnx +getset +incr +pexpire +del";
 
 /// Which Redis lock a [`RedisBackend::locker`] runs.
 #[derive(Debug, Clone)]
@@ -547,14 +735,16 @@ fn redact(url: &str) -> String {
 }
 
 impl RedisBackend {
-    /// Connect to `url` (`redis://host:port/[db]`) with the default [`RedisConnectConfig`].
+    /// Connect to `url` (`redis://host:port/[db]`, or `redis://user:password@host:port/` as an
+    /// ACL user) with the default [`RedisConnectConfig`].
     /// An unreachable server fails within about 5 s with a [`LockError::Backend`] naming the
     /// address.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::connect_with(url, RedisConnectConfig::default()).await
     }
 
-    /// Connect to `url` with `config`.
+    /// Connect to `url` with `config`. Refused credentials or permissions fail at once with a
+    /// [`LockError::Backend`] naming the server and the user (the crate docs, "ACL users").
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
         Self::connect_as(url, config, SERVER).await
     }
@@ -565,10 +755,10 @@ impl RedisBackend {
         config: RedisConnectConfig,
         target: &str,
     ) -> Result<Self, LockError> {
-        let (client, addr) = Self::client(url, &config)?;
+        let (client, identity, addr) = Self::client(url, &config)?;
         let wire = Wire::new(config.requests.clone(), target);
-        let link = Link::connect(Target::Fixed(client), &config, addr.clone(), wire).await?;
-        Ok(Self::on(link, addr, &config))
+        let link = Link::connect(Target::Fixed(client), &config, identity, addr.clone(), wire);
+        Ok(Self::on(link.await?, addr, &config))
     }
 
     /// Find the master `master_name` through the Sentinels at `sentinels` (each `host:port`
@@ -581,17 +771,21 @@ impl RedisBackend {
     /// [`LockError::Config`]; no Sentinel reachable, or no master where they point, a
     /// [`LockError::Backend`] naming them, within one connect timeout per Sentinel plus the
     /// master's connect and response timeouts. [`RedisBackend::address`] reads
-    /// `sentinel master '<name>' via <host:port>,<host:port>`.
+    /// `sentinel master '<name>' via <host:port>,<host:port>`. The master is connected to
+    /// with [`RedisConnectConfig::credentials`], in database 0.
     pub async fn connect_sentinel(
         sentinels: &[String],
         master_name: &str,
         config: RedisConnectConfig,
     ) -> Result<RedisBackend, LockError> {
         check_timeouts(&config)?;
-        let sentinels = Sentinels::new(sentinels, master_name)?;
+        let settings = settings(RedisConnectionInfo::default(), &config);
+        let identity = identity(&settings, &config);
+        let sentinels = Sentinels::new(sentinels, master_name, settings)?;
         let addr: Arc<str> = sentinels.description().into();
         let wire = Wire::new(config.requests.clone(), SERVER);
-        let link = Link::connect(Target::Sentinel(sentinels), &config, addr.clone(), wire).await?;
+        let target = Target::Sentinel(sentinels);
+        let link = Link::connect(target, &config, identity, addr.clone(), wire).await?;
         Ok(Self::on(link, addr, &config))
     }
 
@@ -602,25 +796,31 @@ impl RedisBackend {
         config: RedisConnectConfig,
         target: &str,
     ) -> Result<Self, LockError> {
-        let (client, addr) = Self::client(url, &config)?;
+        let (client, identity, addr) = Self::client(url, &config)?;
         let wire = Wire::new(config.requests.clone(), target);
-        let link = Link::unconnected(Target::Fixed(client), &config, addr.clone(), wire);
+        let link = Link::unconnected(Target::Fixed(client), &config, identity, addr.clone(), wire);
         Ok(Self::on(link, addr, &config))
     }
 
-    fn on(link: Link, addr: Arc<str>, config: &RedisConnectConfig) -> Self {
-        RedisBackend { link: Arc::new(link), addr, prefix: config.key_prefix.as_str().into() }
+    fn on(link: Arc<Link>, addr: Arc<str>, config: &RedisConnectConfig) -> Self {
+        RedisBackend { link, addr, prefix: config.key_prefix.as_str().into() }
     }
 
+    /// The driver's client for `url` with the config's credentials and protocol, who it
+    /// connects as, and the URL fit for messages.
     fn client(
         url: &str,
         config: &RedisConnectConfig,
-    ) -> Result<(redis::Client, Arc<str>), LockError> {
+    ) -> Result<(redis::Client, Identity, Arc<str>), LockError> {
         let addr = redact(url);
         check_timeouts(config)?;
-        let client = wire::quiet_client(url)
-            .map_err(|e| LockError::Config(format!("invalid Redis URL {addr}: {e}")))?;
-        Ok((client, addr.into()))
+        let invalid =
+            |e: redis::RedisError| LockError::Config(format!("invalid Redis URL {addr}: {e}"));
+        let info = url.into_connection_info().map_err(invalid)?;
+        let settings = settings(info.redis_settings().clone(), config);
+        let identity = identity(&settings, config);
+        let client = redis::Client::open(info.set_redis_settings(settings)).map_err(invalid)?;
+        Ok((client, identity, addr.into()))
     }
 
     /// How many connections this backend has made to the server: 1 after `connect`, one more
@@ -669,9 +869,54 @@ impl RedisBackend {
         self.link.get().await
     }
 
-    pub(crate) fn err(&self, what: &str, key: &str, e: impl Display) -> LockError {
+    /// The holders' bells, when the backend's connections track keys.
+    pub(crate) fn tracker(&self) -> Option<&Arc<Tracker>> {
+        self.link.tracker()
+    }
+
+    /// The error of `what` on `key`: a refusal by the server's ACL names the user and what
+    /// the user must be allowed.
+    pub(crate) fn err(&self, what: &str, key: &str, e: RedisError) -> LockError {
+        match link::refusal(&e, "it") {
+            Some(why) => backend_err(format!(
+                "{what} {key} at {} {}: {why}; the user's key pattern must cover '{}*' and its \
+                 commands include lock_redis::ACL_COMMANDS",
+                self.addr,
+                self.link.who(),
+                self.prefix
+            )),
+            None => self.err_text(what, key, e),
+        }
+    }
+
+    /// The error of `what` on `key`, said by `e`.
+    pub(crate) fn err_text(&self, what: &str, key: &str, e: impl Display) -> LockError {
         backend_err(format!("{what} {key} at {}: {e}", self.addr))
     }
+}
+
+/// The driver's settings from the URL's `base`: [`RedisConnectConfig::credentials`] over the
+/// URL's, RESP3 for tracking, and no `CLIENT SETINFO` ([`wire::quiet_client`] says why).
+fn settings(base: RedisConnectionInfo, config: &RedisConnectConfig) -> RedisConnectionInfo {
+    let mut settings = base.set_skip_set_lib_name();
+    if let Some(c) = &config.credentials {
+        settings = settings.set_username(&c.user).set_password(c.password.expose());
+    }
+    if config.tracking {
+        settings = settings.set_protocol(ProtocolVersion::RESP3);
+    }
+    settings
+}
+
+/// Who connections with `settings` connect as, for messages: a user name never hides a
+/// password, and the password is never part of it.
+fn identity(settings: &RedisConnectionInfo, config: &RedisConnectConfig) -> Identity {
+    let who = match (settings.username(), settings.password()) {
+        (Some(user), _) => format!("as user '{user}'"),
+        (None, Some(_)) => "as user 'default' (a password without a user name)".to_string(),
+        (None, None) => "without credentials".to_string(),
+    };
+    Identity { who, tracking: config.tracking }
 }
 
 fn check_timeouts(config: &RedisConnectConfig) -> Result<(), LockError> {

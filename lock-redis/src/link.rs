@@ -18,7 +18,20 @@
 //!
 //! A connection is dropped on an I/O failure (closed, reset, refused) and on errors the driver
 //! marks as needing a reconnect; to a fixed server, a response timeout alone keeps it (the
-//! server may be slow, and a paused network resumes on the same connection).
+//! server may be slow, and a paused network resumes on the same connection). On a tracking
+//! connection (RESP3, below) the driver also says when the connection closes, and the link
+//! drops it then, so that the next request reconnects instead of failing on it.
+//!
+//! **A refusal is not an outage.** A connect attempt the server refuses for who we are or what
+//! we may do (`WRONGPASS`, `NOAUTH`, `NOPERM`, a server without RESP3 for tracking) fails with
+//! a [`LockError::Backend`] that names the server, the user and what was refused, and the
+//! backoff jumps to its maximum at once: nothing changes by asking again soon (an operator
+//! must), so neither a waiter nor a holder's renewals hammer the server with it.
+//!
+//! **Tracking** ([`crate::tracking`]): with [`RedisConnectConfig::tracking`] every connection
+//! speaks RESP3 and is armed with `CLIENT TRACKING ON NOLOOP` as part of its connect attempt;
+//! the driver hands the server's `invalidate` pushes to the link's [`Tracker`], and a new
+//! connection is announced to it ([`Tracker::rearmed`]) so that holders read their keys on it.
 //!
 //! **Where it connects** is the link's [`Target`]: one fixed server, or whichever instance the
 //! Sentinels name as the master, asked again at every attempt ([`crate::sentinel`] says how).
@@ -39,23 +52,26 @@
 //! before the master's own connect attempt.
 //!
 //! **Every command the backend sends passes a [`Wire`]**, which reports it to the backend's
-//! [`RequestHook`] before it goes: the locks' commands on [`Conn`], and a connect attempt's
-//! `PING`, `ROLE` and Sentinel queries. One command is one request (a script's `EVALSHA` is
-//! one, and so is the `SCRIPT LOAD` the driver sends when the server does not know the script
-//! yet); a pipeline of N commands is N. What the driver sends by itself when it sets a
-//! connection up is counted too ([`Wire::connected`]): nothing on a plain connection, since its
-//! clients are made without the driver's `CLIENT SETINFO` ([`quiet_client`](crate::wire::quiet_client)), and the `AUTH`
-//! and `SELECT` a URL with a password or a database number asks for.
+//! [`RequestHook`](lock_core::requests::RequestHook) before it goes: the locks' commands on
+//! [`Conn`], and a connect attempt's `PING`, `ROLE`, `CLIENT TRACKING` and Sentinel queries.
+//! One command is one request (a script's `EVALSHA` is one, and so is the `SCRIPT LOAD` the
+//! driver sends when the server does not know the script yet); a pipeline of N commands is N.
+//! What the driver sends by itself when it sets a connection up is counted too
+//! ([`Wire::connected`]): its clients are made without the driver's `CLIENT SETINFO`
+//! ([`quiet_client`](crate::wire::quiet_client)), so that is the `HELLO 3` of a RESP3
+//! connection (which carries the credentials), or on RESP2 the `AUTH` credentials ask for, and
+//! the `SELECT` of a database number.
 
 use crate::sentinel::{AttemptError, Sentinels};
+use crate::tracking::Tracker;
 use crate::wire::Wire;
 use crate::{backend_err, RedisConnectConfig};
 use lock_core::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture};
-use redis::{ServerErrorKind, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, PushInfo, PushKind, RedisError};
+use redis::{RedisFuture, ServerErrorKind, Value};
 use std::fmt::Display;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -66,6 +82,7 @@ struct State {
     /// The live connection and its generation (which invalidation compares, so that a failure
     /// seen on an old connection never drops a newer one).
     conn: Option<(u64, MultiplexedConnection)>,
+    /// The last generation handed to a connect attempt.
     generation: u64,
     /// No new attempt before this instant (after a failed one).
     retry_at: Option<Instant>,
@@ -73,17 +90,30 @@ struct State {
     backoff: Duration,
     /// Why the last attempt or connection failed.
     last_error: String,
+    /// Whether the last attempt was refused (credentials, ACL) rather than unanswered.
+    refused: bool,
 }
 
 /// Where a [`Link`] connects.
 pub(crate) enum Target {
-    /// One server at a fixed address (the single-server mode, each Redlock master).
+    /// One server at a fixed address (the single-server mode, each Redlock master), with the
+    /// credentials and protocol of the backend's settings.
     Fixed(redis::Client),
     /// The master the Sentinels name, asked at every attempt.
     Sentinel(Sentinels),
 }
 
+/// Who the link connects as, and whether it tracks keys.
+pub(crate) struct Identity {
+    /// How messages name the user: `as user 'locker'`, `without credentials`.
+    pub(crate) who: String,
+    /// Whether connections are armed for tracking (RESP3, `CLIENT TRACKING ON NOLOOP`).
+    pub(crate) tracking: bool,
+}
+
 pub(crate) struct Link {
+    /// Itself, for the driver's push callback (which must not keep the link alive).
+    me: Weak<Link>,
     target: Target,
     config: AsyncConnectionConfig,
     /// Bound of one attempt at the server itself, handshake and first `PING` or `ROLE`
@@ -93,6 +123,9 @@ pub(crate) struct Link {
     sentinel_timeout: Duration,
     max_backoff: Duration,
     addr: Arc<str>,
+    who: String,
+    /// The holders' bells, when connections track keys.
+    tracker: Option<Arc<Tracker>>,
     state: Mutex<State>,
     /// Held by the one request that is reconnecting.
     connecting: tokio::sync::Mutex<()>,
@@ -103,25 +136,27 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Connect now (so that a wrong address or an unknown master name fails the backend's
-    /// `connect`), then keep the connection alive as the module docs say.
+    /// Connect now (so that a wrong address, refused credentials or an unknown master name
+    /// fail the backend's `connect`), then keep the connection alive as the module docs say.
     pub(crate) async fn connect(
         target: Target,
         config: &RedisConnectConfig,
+        identity: Identity,
         addr: Arc<str>,
         wire: Wire,
-    ) -> Result<Link, LockError> {
-        let link = Link::unconnected(target, config, addr, wire);
-        match link.open().await {
+    ) -> Result<Arc<Link>, LockError> {
+        let link = Link::unconnected(target, config, identity, addr, wire);
+        let generation = link.next_generation();
+        match link.open(generation).await {
             Ok(conn) => {
-                link.install(conn);
+                link.install(generation, conn);
                 Ok(link)
             }
             // Every Sentinel answered that it knows no such master: the name is wrong.
             Err(e @ AttemptError::UnknownMaster(_)) => {
                 Err(LockError::Config(format!("cannot connect to Redis at {}: {e}", link.addr)))
             }
-            Err(e) => Err(link.fail("cannot connect to Redis", &e)),
+            Err(e) => Err(link.failed("cannot connect to Redis", &e)),
         }
     }
 
@@ -130,51 +165,111 @@ impl Link {
     pub(crate) fn unconnected(
         target: Target,
         config: &RedisConnectConfig,
+        identity: Identity,
         addr: Arc<str>,
         wire: Wire,
-    ) -> Link {
+    ) -> Arc<Link> {
         let driver = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.response_timeout));
-        Link {
+        Arc::new_cyclic(|me| Link {
+            me: me.clone(),
             target,
             config: driver,
             attempt_timeout: config.connect_timeout + config.response_timeout,
             sentinel_timeout: config.connect_timeout,
             max_backoff: config.max_reconnect_delay.max(FIRST_RETRY),
             addr,
+            who: identity.who,
+            tracker: identity.tracking.then(Tracker::new),
             state: Mutex::new(State {
                 conn: None,
                 generation: 0,
                 retry_at: None,
                 backoff: FIRST_RETRY,
                 last_error: String::new(),
+                refused: false,
             }),
             connecting: tokio::sync::Mutex::new(()),
             connects: 0.into(),
             wire,
-        }
+        })
     }
 
     fn fail(&self, what: &str, e: &dyn Display) -> LockError {
         backend_err(format!("{what} at {}: {e}", self.addr))
     }
 
+    /// The error of a failed attempt: a refusal names the user it refused.
+    fn failed(&self, what: &str, e: &AttemptError) -> LockError {
+        match e {
+            AttemptError::Refused(_) => {
+                backend_err(format!("{what} at {} {}: {e}", self.addr, self.who))
+            }
+            _ => self.fail(what, e),
+        }
+    }
+
+    /// How messages name the user the link connects as (`as user 'locker'`).
+    pub(crate) fn who(&self) -> &str {
+        &self.who
+    }
+
+    /// The holders' bells, when the link's connections track keys.
+    pub(crate) fn tracker(&self) -> Option<&Arc<Tracker>> {
+        self.tracker.as_ref()
+    }
+
+    fn next_generation(&self) -> u64 {
+        let mut s = self.state.lock().unwrap();
+        s.generation += 1;
+        s.generation
+    }
+
+    /// The driver's settings for connection `generation`: with tracking, a push callback
+    /// that rings the holders' bells and drops the connection when the driver says it closed.
+    fn driver_config(&self, generation: u64) -> AsyncConnectionConfig {
+        if self.tracker.is_none() {
+            return self.config.clone();
+        }
+        let me = self.me.clone();
+        self.config.clone().set_push_sender(move |push: PushInfo| {
+            if let Some(link) = me.upgrade() {
+                link.pushed(generation, push);
+            }
+            Ok::<(), std::convert::Infallible>(())
+        })
+    }
+
+    /// A push from the server (or the driver's own `Disconnection`) on connection `generation`.
+    fn pushed(&self, generation: u64, push: PushInfo) {
+        match (push.kind, &self.tracker) {
+            (PushKind::Invalidate, Some(tracker)) => tracker.invalidated(&push.data),
+            (PushKind::Disconnection, _) => self.broken(generation, &"the connection closed"),
+            _ => {}
+        }
+    }
+
     /// One connect attempt at the target: through the Sentinels when it has them (each
     /// bounded by its own timeout), then TCP, handshake and a `PING` (fixed) or `ROLE`
-    /// (Sentinel) that proves the peer speaks RESP, bounded by `attempt_timeout` (a port that
-    /// accepts and never answers cannot hang it).
-    async fn open(&self) -> Result<MultiplexedConnection, AttemptError> {
-        match &self.target {
-            Target::Fixed(client) => self.open_fixed(client).await.map_err(AttemptError::Failed),
-            Target::Sentinel(sentinels) => {
-                let sentinel_bound = self.sentinel_timeout * self.sentinels() as u32;
-                let attempt = sentinels.connect(&self.config, self.sentinel_timeout, &self.wire);
-                tokio::time::timeout(sentinel_bound + self.attempt_timeout, attempt).await.map_err(
-                    |_| format!("no answer within {:?}", sentinel_bound + self.attempt_timeout),
-                )?
-            }
-        }
+    /// (Sentinel) that proves the peer speaks RESP, and the tracking command when the link
+    /// tracks; the whole bounded (a port that accepts and never answers cannot hang it).
+    async fn open(&self, generation: u64) -> Result<MultiplexedConnection, AttemptError> {
+        let config = self.driver_config(generation);
+        let bound = self.sentinel_timeout * self.sentinels() as u32 + self.attempt_timeout;
+        let attempt = async {
+            let conn = match &self.target {
+                Target::Fixed(client) => self.open_fixed(client, &config).await?,
+                Target::Sentinel(sentinels) => {
+                    let sentinel = (&self.config, self.sentinel_timeout);
+                    sentinels.connect(sentinel, &config, &self.wire).await?
+                }
+            };
+            self.arm(conn).await
+        };
+        tokio::time::timeout(bound, attempt)
+            .await
+            .map_err(|_| AttemptError::Failed(format!("no answer within {bound:?}")))?
     }
 
     fn sentinels(&self) -> usize {
@@ -184,35 +279,60 @@ impl Link {
         }
     }
 
-    async fn open_fixed(&self, client: &redis::Client) -> Result<MultiplexedConnection, String> {
-        let attempt = async {
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&self.config)
-                .await
-                .map_err(|e| e.to_string())?;
-            self.wire.connected(client.get_connection_info().redis_settings());
-            let pong: String = redis::cmd("PING")
-                .query_async(&mut self.wire.on(&mut conn))
-                .await
-                .map_err(|e| e.to_string())?;
-            if pong != "PONG" {
-                return Err(format!("PING answered {pong:?}"));
-            }
-            Ok(conn)
-        };
-        tokio::time::timeout(self.attempt_timeout, attempt)
+    async fn open_fixed(
+        &self,
+        client: &redis::Client,
+        config: &AsyncConnectionConfig,
+    ) -> Result<MultiplexedConnection, AttemptError> {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(config)
             .await
-            .map_err(|_| format!("no answer within {:?}", self.attempt_timeout))?
+            .map_err(|e| attempt_error(&e, "the connection"))?;
+        self.wire.connected(client.get_connection_info().redis_settings());
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut self.wire.on(&mut conn))
+            .await
+            .map_err(|e| attempt_error(&e, "PING"))?;
+        if pong != "PONG" {
+            return Err(AttemptError::Failed(format!("PING answered {pong:?}")));
+        }
+        Ok(conn)
     }
 
-    fn install(&self, conn: MultiplexedConnection) -> (u64, MultiplexedConnection) {
-        let mut s = self.state.lock().unwrap();
-        s.generation += 1;
-        s.conn = Some((s.generation, conn.clone()));
-        s.retry_at = None;
-        s.backoff = FIRST_RETRY;
+    /// `CLIENT TRACKING ON NOLOOP` on a new connection, when the link tracks: the server
+    /// tells it of changes to the keys it reads, except changes it makes itself.
+    async fn arm(
+        &self,
+        mut conn: MultiplexedConnection,
+    ) -> Result<MultiplexedConnection, AttemptError> {
+        if self.tracker.is_some() {
+            let () = redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("ON")
+                .arg("NOLOOP")
+                .query_async(&mut self.wire.on(&mut conn))
+                .await
+                .map_err(|e| attempt_error(&e, "CLIENT TRACKING"))?;
+        }
+        Ok(conn)
+    }
+
+    fn install(
+        &self,
+        generation: u64,
+        conn: MultiplexedConnection,
+    ) -> (u64, MultiplexedConnection) {
+        {
+            let mut s = self.state.lock().unwrap();
+            s.conn = Some((generation, conn.clone()));
+            s.retry_at = None;
+            s.backoff = FIRST_RETRY;
+        }
         self.connects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        (s.generation, conn)
+        if let Some(tracker) = &self.tracker {
+            tracker.rearmed(generation);
+        }
+        (generation, conn)
     }
 
     /// The live connection, or `None` with the error to report while the backoff runs.
@@ -222,14 +342,19 @@ impl Link {
             return Ok(Some(c.clone()));
         }
         match s.retry_at {
-            Some(at) if Instant::now() < at => Err(self.fail(
-                "Redis unreachable",
-                &format!(
-                    "{} (reconnecting; next attempt in {:?})",
-                    s.last_error,
-                    at.saturating_duration_since(Instant::now())
-                ),
-            )),
+            Some(at) if Instant::now() < at => {
+                let wait = at.saturating_duration_since(Instant::now());
+                Err(match s.refused {
+                    true => backend_err(format!(
+                        "Redis at {} refused the backend {}: {} (next attempt in {wait:?})",
+                        self.addr, self.who, s.last_error
+                    )),
+                    false => self.fail(
+                        "Redis unreachable",
+                        &format!("{} (reconnecting; next attempt in {wait:?})", s.last_error),
+                    ),
+                })
+            }
             _ => Ok(None),
         }
     }
@@ -245,17 +370,22 @@ impl Link {
         if let Some((generation, conn)) = self.current()? {
             return Ok(Conn { link: self.clone(), generation, conn });
         }
-        match self.open().await {
+        let generation = self.next_generation();
+        match self.open(generation).await {
             Ok(conn) => {
-                let (generation, conn) = self.install(conn);
+                let (generation, conn) = self.install(generation, conn);
                 Ok(Conn { link: self.clone(), generation, conn })
             }
             Err(e) => {
                 let mut s = self.state.lock().unwrap();
-                s.retry_at = Some(Instant::now() + s.backoff);
-                s.backoff = (s.backoff * 2).min(self.max_backoff);
+                // A refusal does not pass with time: wait the longest before asking again.
+                let refused = matches!(e, AttemptError::Refused(_));
+                let wait = if refused { self.max_backoff } else { s.backoff };
+                s.retry_at = Some(Instant::now() + wait);
+                s.backoff = (wait * 2).min(self.max_backoff);
+                s.refused = refused;
                 s.last_error = e.to_string();
-                Err(self.fail("cannot reconnect to Redis", &e))
+                Err(self.failed("cannot reconnect to Redis", &e))
             }
         }
     }
@@ -278,6 +408,50 @@ impl Link {
     pub(crate) fn connects(&self) -> u64 {
         self.connects.load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// `e`, met at `step` of a connect attempt, as the attempt's error: a [`refusal`] is
+/// [`AttemptError::Refused`].
+pub(crate) fn attempt_error(e: &RedisError, step: &str) -> AttemptError {
+    match refusal(e, step) {
+        Some(why) => AttemptError::Refused(why),
+        None => AttemptError::Failed(e.to_string()),
+    }
+}
+
+/// What the server refused, when `e` refuses who we are or what we may do (`what`: the command
+/// refused, or `it`) rather than says it is unreachable: a wrong password or a disabled user
+/// (`WRONGPASS`; on RESP2 the driver says only "authentication failed"), no credentials where
+/// they are needed (`NOAUTH`), an ACL that forbids a command, key or channel (`NOPERM`), or a
+/// server without RESP3 for tracking. Never the password: neither the server nor the driver
+/// repeats it.
+pub(crate) fn refusal(e: &RedisError, what: &str) -> Option<String> {
+    let said = match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    };
+    let wrong_password = || {
+        format!(
+            "authentication refused ({said}): a wrong password, or a user that does not exist \
+             or is off"
+        )
+    };
+    Some(match e.code() {
+        Some("WRONGPASS") => wrong_password(),
+        Some("NOAUTH") => format!(
+            "the server asks for credentials ({said}): its default user is off or has a \
+             password; give RedisConnectConfig::credentials, or a user and password in the URL"
+        ),
+        Some("NOPERM") => format!("the user's ACL refused {what} ({said})"),
+        _ => match e.kind() {
+            ErrorKind::AuthenticationFailed => wrong_password(),
+            ErrorKind::RESP3NotSupported => format!(
+                "the server does not speak RESP3 ({said}): Redis 6 or later is needed for \
+                 tracking; set RedisConnectConfig::tracking to false"
+            ),
+            _ => return None,
+        },
+    })
 }
 
 /// Whether `e` means the connection cannot carry further requests.
@@ -305,6 +479,11 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Which of the link's connections this is (they count up from 1).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     fn check<T>(&self, r: Result<T, RedisError>) -> Result<T, RedisError> {
         if let Err(e) = &r {
             if breaks_connection(e) || (self.link.follows_sentinel() && deposes_master(e)) {

@@ -14,10 +14,12 @@
 //! timeouts and retries of its own, where the link needs every attempt bounded by the
 //! configured timeouts and followed by its own backoff.
 
+use crate::link::attempt_error;
 use crate::wire::{quiet_client, Wire};
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{RedisError, Value};
 use std::fmt::{self, Display};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -61,9 +63,16 @@ impl Addr {
         Ok(Addr { host: host.to_string(), port })
     }
 
-    fn client(&self) -> Result<redis::Client, String> {
-        quiet_client(ConnectionAddr::Tcp(self.host.clone(), self.port))
-            .map_err(|e| format!("{self}: {e}"))
+    /// A client of this address: a Sentinel's (plain), or with `settings` the master's.
+    fn client(&self, settings: Option<&RedisConnectionInfo>) -> Result<redis::Client, String> {
+        let addr = ConnectionAddr::Tcp(self.host.clone(), self.port);
+        let client = match settings {
+            None => quiet_client(addr),
+            Some(s) => addr
+                .into_connection_info()
+                .and_then(|info| redis::Client::open(info.set_redis_settings(s.clone()))),
+        };
+        client.map_err(|e| format!("{self}: {e}"))
     }
 }
 
@@ -72,6 +81,9 @@ impl Addr {
 pub(crate) enum AttemptError {
     /// Every Sentinel answered and none knows the master's name: a wrong name, not an outage.
     UnknownMaster(String),
+    /// The server refused who we are or what we may do (credentials, ACL, no RESP3): an
+    /// operator must change something, asking again soon will not help.
+    Refused(String),
     /// Anything else: nobody reachable, no answer in time, not a master.
     Failed(String),
 }
@@ -79,7 +91,9 @@ pub(crate) enum AttemptError {
 impl Display for AttemptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AttemptError::UnknownMaster(m) | AttemptError::Failed(m) => f.write_str(m),
+            AttemptError::UnknownMaster(m) | AttemptError::Refused(m) | AttemptError::Failed(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -93,6 +107,9 @@ impl From<String> for AttemptError {
 /// The Sentinels that watch one master, and whom to ask first.
 pub(crate) struct Sentinels {
     name: String,
+    /// The master's connection settings: credentials, protocol (the Sentinels are asked
+    /// without them).
+    master_settings: RedisConnectionInfo,
     /// In the order to ask them: the last one that named the master first.
     order: Mutex<Vec<Addr>>,
     /// `sentinel master '<name>' via <addr>,<addr>`, in the order given.
@@ -106,8 +123,13 @@ enum Answer {
 }
 
 impl Sentinels {
-    /// The Sentinels at `addrs` (refused if empty or malformed) watching master `name`.
-    pub(crate) fn new(addrs: &[String], name: &str) -> Result<Sentinels, LockError> {
+    /// The Sentinels at `addrs` (refused if empty or malformed) watching master `name`, which
+    /// is connected to with `master_settings`.
+    pub(crate) fn new(
+        addrs: &[String],
+        name: &str,
+        master_settings: RedisConnectionInfo,
+    ) -> Result<Sentinels, LockError> {
         if addrs.is_empty() {
             return Err(LockError::Config(format!(
                 "no Sentinel addresses given for master '{name}'"
@@ -122,7 +144,12 @@ impl Sentinels {
         let order = addrs.iter().map(|a| Addr::parse(a)).collect::<Result<Vec<_>, _>>()?;
         let list = order.iter().map(Addr::to_string).collect::<Vec<_>>().join(",");
         let description = format!("sentinel master '{name}' via {list}");
-        Ok(Sentinels { name: name.to_string(), order: Mutex::new(order), description })
+        Ok(Sentinels {
+            name: name.to_string(),
+            master_settings,
+            order: Mutex::new(order),
+            description,
+        })
     }
 
     /// How many Sentinels there are.
@@ -181,7 +208,7 @@ impl Sentinels {
         config: &AsyncConnectionConfig,
         wire: &Wire,
     ) -> Result<Answer, String> {
-        let client = sentinel.client()?;
+        let client = sentinel.client(None)?;
         let mut conn = client
             .get_multiplexed_async_connection_with_config(config)
             .await
@@ -209,25 +236,33 @@ impl Sentinels {
     }
 
     /// The whole attempt, steps 1 to 3: a connection to an instance that says it is the master.
-    /// Each Sentinel is bounded by `sentinel_timeout`; the caller bounds the whole. The master's
-    /// commands are reported to `wire`, the Sentinels' under `sentinel`.
+    /// Each Sentinel is asked with `sentinel`'s driver settings and bounded by its timeout; the
+    /// master is connected with `master` (a tracking link's push callback) and the
+    /// credentials; the caller bounds the whole. The master's commands are reported to `wire`,
+    /// the Sentinels' under `sentinel`.
     pub(crate) async fn connect(
         &self,
-        config: &AsyncConnectionConfig,
-        sentinel_timeout: Duration,
+        sentinel: (&AsyncConnectionConfig, Duration),
+        master: &AsyncConnectionConfig,
         wire: &Wire,
     ) -> Result<MultiplexedConnection, AttemptError> {
-        let (master, sentinel) = self.resolve(config, sentinel_timeout, &wire.to(SENTINEL)).await?;
-        let named =
-            |e: &dyn Display| format!("master {master} (named by Sentinel {sentinel}): {e}");
-        let client = master.client()?;
+        let (config, timeout) = sentinel;
+        let (addr, sentinel) = self.resolve(config, timeout, &wire.to(SENTINEL)).await?;
+        let named = |e: &dyn Display| format!("master {addr} (named by Sentinel {sentinel}): {e}");
+        let refused = |e: RedisError, step: &str| match attempt_error(&e, step) {
+            AttemptError::Refused(why) => AttemptError::Refused(named(&why)),
+            _ => AttemptError::Failed(named(&e)),
+        };
+        let client = addr.client(Some(&self.master_settings))?;
         let mut conn = client
-            .get_multiplexed_async_connection_with_config(config)
+            .get_multiplexed_async_connection_with_config(master)
             .await
-            .map_err(|e| named(&e))?;
+            .map_err(|e| refused(e, "the connection"))?;
         wire.connected(client.get_connection_info().redis_settings());
-        let role: Vec<Value> =
-            redis::cmd("ROLE").query_async(&mut wire.on(&mut conn)).await.map_err(|e| named(&e))?;
+        let role: Vec<Value> = redis::cmd("ROLE")
+            .query_async(&mut wire.on(&mut conn))
+            .await
+            .map_err(|e| refused(e, "ROLE"))?;
         match role.into_iter().next().map(redis::from_redis_value::<String>) {
             Some(Ok(r)) if r == "master" => Ok(conn),
             Some(Ok(r)) => Err(named(&format!("its ROLE is '{r}', not master")).into()),
@@ -253,14 +288,31 @@ mod tests {
     }
 
     #[test]
+    fn the_master_is_reached_with_the_credentials_and_the_sentinels_without() {
+        let settings = RedisConnectionInfo::default()
+            .set_username("locker")
+            .set_password("pw")
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let a = Addr::parse("127.0.0.1:1").unwrap();
+        let master = a.client(Some(&settings)).unwrap();
+        let info = master.get_connection_info().redis_settings();
+        assert_eq!((info.username(), info.password()), (Some("locker"), Some("pw")));
+        assert!(info.protocol().supports_resp3());
+        let sentinel = a.client(None).unwrap();
+        let info = sentinel.get_connection_info().redis_settings();
+        assert_eq!((info.username(), info.password()), (None, None));
+    }
+
+    #[test]
     fn the_sentinel_that_answered_is_asked_first() {
         let list = ["a:1", "b:2", "c:3"].map(String::from);
-        let s = Sentinels::new(&list, "m").unwrap();
+        let s = Sentinels::new(&list, "m", RedisConnectionInfo::default()).unwrap();
         assert_eq!(s.description(), "sentinel master 'm' via a:1,b:2,c:3");
         s.prefer(&Addr::parse("c:3").unwrap());
         let order: Vec<String> = s.order.lock().unwrap().iter().map(Addr::to_string).collect();
         assert_eq!(order, ["c:3", "a:1", "b:2"]);
-        assert!(matches!(Sentinels::new(&[], "m"), Err(LockError::Config(_))));
-        assert!(matches!(Sentinels::new(&list, ""), Err(LockError::Config(_))));
+        let settings = RedisConnectionInfo::default;
+        assert!(matches!(Sentinels::new(&[], "m", settings()), Err(LockError::Config(_))));
+        assert!(matches!(Sentinels::new(&list, "", settings()), Err(LockError::Config(_))));
     }
 }

@@ -4,6 +4,7 @@
 //! command once, nothing left out, nothing counted twice.
 
 mod sentinel_support;
+mod support;
 
 use lock_core::requests::{RequestHook, RequestTally};
 use lock_core::Locker;
@@ -14,7 +15,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use support::{secured_redis, unique_prefix, Secured, SECURE_TAG};
 use test_servers::{redis_call, RedisCluster, RedisServer, Reply};
+
+/// What a tracking connection costs (the default): the driver's `HELLO 3`, the link's `PING`
+/// and `CLIENT TRACKING ON NOLOOP`.
+const TRACKING_CONNECTION: &[(&str, u64)] = &[("HELLO", 1), ("PING", 1), ("CLIENT", 1)];
 
 /// Requests counted twice: per step (reset between steps) and over the whole test (to set
 /// against the server's own count).
@@ -108,7 +114,7 @@ async fn jedis_lock_grants_cost_setnx_incr_del_and_the_server_counts_the_same() 
     let before = executed(server.addr());
     let t = Tallies::new();
     let a = RedisBackend::connect_with(&server.url(), t.config()).await.unwrap();
-    assert_eq!(t.take().to("redis"), counts(&[("PING", 1)]), "a connection's");
+    assert_eq!(t.take().to("redis"), counts(TRACKING_CONNECTION), "a connection's");
     let locker = a.jedis("a", JedisConfig::default()).unwrap();
     for _ in 0..2 {
         locker.lock("k", None).await.unwrap().release().await.unwrap();
@@ -219,11 +225,86 @@ async fn through_sentinel_a_connection_costs_a_sentinel_query_and_a_role() {
             .unwrap();
     let connect = t.take();
     assert_eq!(connect.to("sentinel"), counts(&[("SENTINEL", 1)]), "the first Sentinel answers");
-    assert_eq!(connect.to("redis"), counts(&[("ROLE", 1)]));
+    assert_eq!(connect.to("redis"), counts(&[("HELLO", 1), ("ROLE", 1), ("CLIENT", 1)]));
     let locker = backend.token("a", TokenConfig::default()).unwrap();
     locker.lock("k", None).await.unwrap().release().await.unwrap();
     t.step.reset();
     locker.lock("k", None).await.unwrap().release().await.unwrap();
     assert_eq!(t.take().to("redis"), counts(&[("EVALSHA", 2)]), "as on one server");
     assert_eq!(t.all.to("sentinel"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_costs_a_hello_a_ping_and_a_tracking_command_or_a_ping_and_an_auth() {
+    let s = tokio::task::spawn_blocking(secured_redis).await.unwrap();
+    let t = Tallies::new();
+    let prefix = unique_prefix(SECURE_TAG);
+    let credentials = Some(Secured::credentials(&s.locker));
+    let config = || RedisConnectConfig { key_prefix: prefix.clone(), ..t.config() };
+    let as_locker = RedisConnectConfig { credentials: credentials.clone(), ..config() };
+    RedisBackend::connect_with(&s.server.url(), as_locker).await.unwrap();
+    // The credentials ride on the HELLO.
+    assert_eq!(t.take().to("redis"), counts(TRACKING_CONNECTION), "tracking, credentials");
+    let plain = RedisConnectConfig { credentials, tracking: false, ..config() };
+    RedisBackend::connect_with(&s.server.url(), plain).await.unwrap();
+    assert_eq!(t.take().to("redis"), counts(&[("AUTH", 1), ("PING", 1)]), "RESP2, credentials");
+    RedisBackend::connect_with(&s.server.url_as(&s.locker), config()).await.unwrap();
+    assert_eq!(t.take().to("redis"), counts(TRACKING_CONNECTION), "credentials in the URL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_to_a_held_key_costs_its_holder_one_script_and_a_new_connection_one_each() {
+    let server = own_server();
+    let t = Tallies::new();
+    let backend = RedisBackend::connect_with(&server.url(), t.config()).await.unwrap();
+    let locker = backend.token("a", TokenConfig::new(Duration::from_secs(30))).unwrap();
+    // Load the scripts (the first renewal's too, by a holder told of a stranger's change).
+    let held = locker.lock("k", None).await.unwrap();
+    redis_call(server.addr(), &["DEL", "requests:k"]).unwrap();
+    held.lost().await;
+    held.release().await.unwrap();
+    t.step.reset();
+
+    let held = locker.lock("k", None).await.unwrap();
+    assert_eq!(t.take().to("redis"), counts(&[("EVALSHA", 1)]), "the grant, tracked at once");
+    // A key of the same name in another database is a push that changes nothing: the check
+    // finds the key still ours.
+    let stranger = redis_call_in(server.addr(), 1, &["SET", "requests:k", "x"]);
+    assert_eq!(stranger.unwrap(), Reply::Status("OK".into()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_lost(), "{:?}", held.lease_state());
+    assert_eq!(t.take().to("redis"), counts(&[("EVALSHA", 1)]), "one check, still held");
+    // A stranger's overwrite: one check, which finds another value.
+    redis_call(server.addr(), &["SET", "requests:k", "mine", "PX", "1000"]).unwrap();
+    held.lost().await;
+    assert_eq!(t.take().to("redis"), counts(&[("EVALSHA", 1)]), "one check, lost");
+    held.release().await.unwrap();
+    assert_eq!(t.take().to("redis"), counts(&[("EVALSHA", 1)]), "the release");
+
+    // A new connection: each holder reads its key on it at once (one renewal each).
+    let holders = [locker.lock("h1", None).await.unwrap(), locker.lock("h2", None).await.unwrap()];
+    let kill = ["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"];
+    assert_eq!(redis_call(server.addr(), &kill).unwrap(), Reply::Int(1));
+    // The driver tells the link its connection closed: the next request reconnects.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.step.reset();
+    locker.try_lock("probe").await.unwrap().expect("free").release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut reconnect = counts(TRACKING_CONNECTION);
+    reconnect.insert("EVALSHA".into(), 2 + holders.len() as u64);
+    assert_eq!(t.take().to("redis"), reconnect, "a probe's grant and release, a renewal each");
+    assert_eq!(backend.connections_made(), 2);
+    for h in holders {
+        assert!(!h.is_lost());
+        h.release().await.unwrap();
+    }
+}
+
+/// [`redis_call`] in database `db`.
+fn redis_call_in(addr: SocketAddr, db: u32, args: &[&str]) -> std::io::Result<Reply> {
+    let mut script = format!("redis.call('SELECT', {db}) return redis.call(");
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    script.push_str(&quoted.join(", "));
+    script.push(')');
+    redis_call(addr, &["EVAL", &script, "0"])
 }

@@ -39,7 +39,8 @@
 //!   the clusters'.
 //! - [`Proxy`]: a TCP forwarder in front of a server for one client, which a test can cut (as a
 //!   crash or a partition would) or pause (as a stalled process or network would).
-//! - Probes without client libraries: [`redis_call`], [`four_letter`], [`etcd_post`].
+//! - Probes without client libraries: [`redis_call`] (and [`redis_call_as`] an ACL user of a
+//!   secured Redis), [`four_letter`], [`etcd_post`].
 #![deny(missing_docs)]
 
 mod cluster;
@@ -63,8 +64,8 @@ pub use process::free_port;
 pub use process::Launch;
 pub use proxy::{Proxy, Rewrite};
 pub use redis::{
-    redis_call, shared_redis, Redis, RedisCluster, RedisServer, Reply, REDIS_MASTER_NAME,
-    SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
+    redis_call, redis_call_as, shared_redis, AclUser, Redis, RedisCluster, RedisServer, Reply,
+    REDIS_MASTER_NAME, SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
 };
 pub use service::{service_status, LockService, ServiceCluster, ServiceServer};
 pub use silent::SilentServer;

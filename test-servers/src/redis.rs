@@ -1,16 +1,19 @@
-//! Redis: a standalone `redis-server` ([`RedisServer`]), a master with replicas watched by
-//! Sentinels, or independent masters for Redlock ([`RedisCluster`]), all configured by
-//! [`Redis`].
+//! Redis: a standalone `redis-server` ([`RedisServer`]), open or secured by ACL users
+//! ([`RedisServer::start_secured`], [`AclUser`]), a master with replicas watched by Sentinels,
+//! or independent masters for Redlock ([`RedisCluster`]), all configured by [`Redis`].
 
 use crate::cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
 use crate::process::{keep, Launch};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 /// The name the Sentinels of a [`RedisCluster`] know its master by.
 pub const REDIS_MASTER_NAME: &str = "lockbench";
@@ -52,12 +55,82 @@ pub type RedisServer = Server<Redis>;
 ///   Sentinel, no leader.
 pub type RedisCluster = Cluster<Redis>;
 
-/// The Redis engine: persistence, and how many Sentinels watch a cluster of it (0: its members
-/// are independent masters).
+/// The Redis engine: persistence, how many Sentinels watch a cluster of it (0: its members
+/// are independent masters), and the ACL users of a secured server.
 #[derive(Clone, Debug)]
 pub struct Redis {
     persistent: bool,
     sentinels: usize,
+    /// Empty: the server is open (its default user needs no password). Otherwise the default
+    /// user is off and these are the only ones ([`RedisServer::start_secured`]).
+    users: Vec<AclUser>,
+}
+
+/// An ACL user of a secured [`RedisServer`]: a name, its ACL rules (`~lock:* -@all +get`),
+/// and a password drawn at random when the test runs, so that no secret is ever committed.
+/// `Debug` shows the password as `***`.
+#[derive(Clone)]
+pub struct AclUser {
+    name: String,
+    password: String,
+    rules: String,
+}
+
+impl AclUser {
+    /// User `name` with `rules` (Redis's ACL rules, as `ACL SETUSER` takes them, without
+    /// `on` and the password: those are added) and a fresh random password.
+    pub fn new(name: &str, rules: &str) -> AclUser {
+        AclUser { name: name.to_string(), password: random_password(), rules: rules.to_string() }
+    }
+
+    /// The user name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The password (32 hex digits, drawn at random for this test run).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The ACL rules.
+    pub fn rules(&self) -> &str {
+        &self.rules
+    }
+
+    /// Its line in the server's configuration file.
+    fn config_line(&self) -> String {
+        format!("user {} on >{} {}\n", self.name, self.password, self.rules)
+    }
+}
+
+impl fmt::Debug for AclUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AclUser")
+            .field("name", &self.name)
+            .field("password", &format_args!("***"))
+            .field("rules", &self.rules)
+            .finish()
+    }
+}
+
+/// 128 bits from the standard library's randomly keyed hasher (no dependency for a test
+/// password): the keys are drawn from the OS once per thread and stepped per `RandomState`.
+fn random_password() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now();
+    let (a, b) = (RandomState::new(), RandomState::new());
+    format!("{:016x}{:016x}", a.hash_one((n, now)), b.hash_one((std::process::id(), n)))
+}
+
+/// The user the readiness probe of the secured server on each port authenticates as (the
+/// probe is a plain function of the port, [`Launch::ready`]). Entries are never removed: a
+/// later open server on the same port answers `PING` without asking for them.
+fn probe_users() -> &'static Mutex<BTreeMap<u16, AclUser>> {
+    static USERS: OnceLock<Mutex<BTreeMap<u16, AclUser>>> = OnceLock::new();
+    USERS.get_or_init(Mutex::default)
 }
 
 const LAUNCH: Launch = Launch {
@@ -84,9 +157,22 @@ const SENTINEL: Launch = Launch {
     poll: Duration::from_millis(20),
 };
 
+/// Whether the server on `port` answers `PING`; a secured one (`NOAUTH`) once its probe user
+/// authenticates (its answer to `PING` itself may be a `NOPERM`: it answered).
 fn ping(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    matches!(redis_call(addr, &["PING"]), Ok(Reply::Status(s)) if s == "PONG")
+    match redis_call(addr, &["PING"]) {
+        Ok(Reply::Status(s)) => s == "PONG",
+        Ok(Reply::Error(e)) if e.starts_with("NOAUTH") => {
+            let user = probe_users().lock().unwrap().get(&port).cloned();
+            user.is_some_and(|u| match redis_call_as(addr, &u, &["PING"]) {
+                Ok(Reply::Status(s)) => s == "PONG",
+                Ok(Reply::Error(e)) => e.starts_with("NOPERM"),
+                _ => false,
+            })
+        }
+        _ => false,
+    }
 }
 
 /// A Redis reply (RESP2).
@@ -119,14 +205,37 @@ impl Reply {
 /// Send one command to the Redis (or Sentinel) at `addr` on a connection of its own and read
 /// its reply: a client with no dependencies, for probes and tests (2 s timeouts).
 pub fn redis_call(addr: SocketAddr, args: &[&str]) -> std::io::Result<Reply> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    let (mut s, mut r) = open(addr)?;
+    send(&mut s, args)?;
+    read_reply(&mut r)
+}
+
+/// [`redis_call`] as `user`: `AUTH` first, on the same connection. A refused `AUTH` is the
+/// reply (`Reply::Error("WRONGPASS ...")`), and the command is not sent.
+pub fn redis_call_as(addr: SocketAddr, user: &AclUser, args: &[&str]) -> std::io::Result<Reply> {
+    let (mut s, mut r) = open(addr)?;
+    send(&mut s, &["AUTH", &user.name, &user.password])?;
+    match read_reply(&mut r)? {
+        Reply::Status(ok) if ok == "OK" => {}
+        refused => return Ok(refused),
+    }
+    send(&mut s, args)?;
+    read_reply(&mut r)
+}
+
+fn open(addr: SocketAddr) -> std::io::Result<(TcpStream, BufReader<TcpStream>)> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let r = BufReader::new(s.try_clone()?);
+    Ok((s, r))
+}
+
+fn send(s: &mut TcpStream, args: &[&str]) -> std::io::Result<()> {
     let mut request = format!("*{}\r\n", args.len());
     for a in args {
         request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
     }
-    s.write_all(request.as_bytes())?;
-    read_reply(&mut BufReader::new(s))
+    s.write_all(request.as_bytes())
 }
 
 fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
@@ -170,13 +279,13 @@ impl Redis {
     /// `appendfsync always`: every acknowledged write survives a crash) or without (a restart
     /// forgets every key).
     pub fn masters(persistent: bool) -> Redis {
-        Redis { persistent, sentinels: 0 }
+        Redis { persistent, sentinels: 0, users: Vec::new() }
     }
 
     /// A master and replicas watched by `sentinels` Sentinels (a majority of them is the
     /// quorum that deems the master down), with or without persistence.
     pub fn sentinel(persistent: bool, sentinels: usize) -> Redis {
-        Redis { persistent, sentinels }
+        Redis { persistent, sentinels, users: Vec::new() }
     }
 
     /// Whether a member keeps its keys across a restart.
@@ -187,6 +296,21 @@ impl Redis {
     /// How many Sentinels watch the cluster (0: independent masters).
     pub fn sentinels(&self) -> usize {
         self.sentinels
+    }
+
+    /// The ACL users of a secured server (empty: open).
+    pub fn users(&self) -> &[AclUser] {
+        &self.users
+    }
+
+    /// The ACL part of member `i`'s configuration: the default user off and the users, whom
+    /// the readiness probe of its port learns the first of.
+    fn acl_config(&self, layout: &Layout, i: usize) -> String {
+        let Some(first) = self.users.first() else { return String::new() };
+        probe_users().lock().unwrap().insert(layout.listen(i, 0), first.clone());
+        let mut cfg = "user default off\n".to_string();
+        self.users.iter().for_each(|u| cfg.push_str(&u.config_line()));
+        cfg
     }
 
     /// Member `i`'s configuration file.
@@ -201,6 +325,7 @@ impl Redis {
             true => "appendonly yes\nappendfsync always\n",
             false => "appendonly no\n",
         });
+        cfg.push_str(&self.acl_config(layout, i));
         if self.sentinels > 0 {
             let reach = layout.reach(i, 0);
             cfg.push_str(&format!(
@@ -254,6 +379,18 @@ impl Redis {
     }
 }
 
+/// Write `text` to `path`, readable by its owner alone: a secured server's configuration holds
+/// its users' passwords (for the test's life; its directory is removed with the server).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())
+}
+
 impl ClusterEngine for Redis {
     const LAUNCH: &'static Launch = &LAUNCH;
     const KIND: &'static str = "redis";
@@ -271,7 +408,7 @@ impl ClusterEngine for Redis {
         // A member restarted without its data keeps its configuration, and with it the
         // `replicaof` a Sentinel gave it.
         if start == Start::New || !path.exists() {
-            std::fs::write(&path, self.config(layout, i, dir))
+            write_private(&path, &self.config(layout, i, dir))
                 .map_err(|e| format!("write {}: {e}", path.display()))?;
         }
         let mut cmd = Command::new("redis-server");
@@ -348,9 +485,37 @@ impl Server<Redis> {
         Server::launch_engine(Redis::masters(persistent))
     }
 
+    /// A server without persistence whose default user is off and whose only users are
+    /// `users` (at least one; each `user <name> on ><password> <rules>` in its configuration
+    /// file): a client must authenticate as one of them, and may do what its rules allow.
+    /// Its readiness probe authenticates as the first. Panics saying why it could not start,
+    /// or what to install.
+    pub fn start_secured(users: &[AclUser]) -> RedisServer {
+        Self::launch_secured(users).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`RedisServer::start_secured`], returning why it could not start instead of
+    /// panicking.
+    pub fn launch_secured(users: &[AclUser]) -> Result<RedisServer, String> {
+        if users.is_empty() {
+            return Err("a secured redis-server needs at least one ACL user".into());
+        }
+        Server::launch_engine(Redis { users: users.to_vec(), ..Redis::masters(false) })
+    }
+
     /// Whether it keeps its keys across a restart ([`RedisServer::start_persistent`]).
     pub fn is_persistent(&self) -> bool {
         self.engine().persistent
+    }
+
+    /// The ACL users of a secured server (empty for an open one).
+    pub fn users(&self) -> &[AclUser] {
+        &self.engine().users
+    }
+
+    /// `redis://<user>:<password>@127.0.0.1:<port>/`: the URL form of credentials.
+    pub fn url_as(&self, user: &AclUser) -> String {
+        format!("redis://{}:{}@127.0.0.1:{}/", user.name, user.password, self.port)
     }
 
     /// `redis://127.0.0.1:<port>/`.

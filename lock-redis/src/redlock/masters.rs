@@ -24,11 +24,15 @@ impl RedisMasters {
     /// majority must answer now, or the error names the first that did not; a master that
     /// does not is connected at its first request (a vote less until then, as a master that
     /// goes away later is). The commands to the `i`th master of `urls` are reported to
-    /// `config.requests` under `master-<i>`.
+    /// `config.requests` under `master-<i>`. [`RedisConnectConfig::tracking`] is ignored:
+    /// Redlock's masters never track.
     pub async fn connect_with(
         urls: &[String],
         config: RedisConnectConfig,
     ) -> Result<Self, LockError> {
+        // Redlock watches no key: tracking would only cost the masters pushes for the keys
+        // its scripts read (the crate docs, "Told Lost at once").
+        let config = RedisConnectConfig { tracking: false, ..config };
         let mut masters = Vec::with_capacity(urls.len());
         let mut failed = Vec::new();
         for (i, url) in urls.iter().enumerate() {

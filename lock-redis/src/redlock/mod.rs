@@ -6,7 +6,7 @@ mod masters;
 
 pub use masters::RedisMasters;
 
-use crate::keeper::{Keeper, Renew, Renewal, RELEASE_IF_TOKEN};
+use crate::keeper::{Cause, Keeper, Renew, Renewal, RELEASE_IF_TOKEN};
 use crate::token::RENEW_IF_TOKEN;
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
@@ -256,6 +256,7 @@ impl Redlock {
             Some(self.config.extend_every),
             EXTEND_RETRY,
             Box::new(lease.clone()),
+            None,
         );
         let release = RedlockRelease { keeper, lease };
         LockGuard::new(lock_id, &self.owner, token, watch, Box::new(release))
@@ -365,7 +366,7 @@ async fn delete(m: RedisBackend, lock_id: String, value: String) -> Result<bool,
 impl Renew for Lease {
     /// The doc's extension: held again only if a majority extended, and only for what is left
     /// of the TTL from the moment the round began, minus the drift.
-    async fn renew(&mut self) -> Result<Renewal, LockError> {
+    async fn renew(&mut self, _cause: Cause) -> Result<Renewal, LockError> {
         let sent = Instant::now();
         let tally = self.extend_on_all().await;
         let (n, quorum) = (self.masters.len(), self.masters.quorum());

@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
+use lock_core::secret::Credentials;
 use lock_core::Locker;
 use lock_redis::{RedisBackend, RedisConnectConfig, Variant};
 use std::collections::HashMap;
@@ -27,6 +28,8 @@ pub struct RedisFixture {
     variant: Variant,
     ttl: Duration,
     proxies: Mutex<HashMap<String, Proxy>>,
+    /// Whom every contender connects as (none: the open shared server).
+    credentials: Option<Credentials>,
 }
 
 impl RedisFixture {
@@ -36,15 +39,29 @@ impl RedisFixture {
     }
 
     pub async fn new(tag: &str, variant: Variant, ttl: Duration) -> RedisFixture {
-        let server = shared_redis().addr();
-        RedisFixture { server, prefix: unique_prefix(tag), variant, ttl, proxies: Mutex::default() }
+        RedisFixture::on(shared_redis().addr(), None, tag, variant, ttl)
+    }
+
+    /// A fixture on the server at `server`, every contender connecting as `credentials`.
+    pub fn on(
+        server: SocketAddr,
+        credentials: Option<Credentials>,
+        tag: &str,
+        variant: Variant,
+        ttl: Duration,
+    ) -> RedisFixture {
+        let (prefix, proxies) = (unique_prefix(tag), Mutex::default());
+        RedisFixture { server, prefix, variant, ttl, proxies, credentials }
     }
 
     pub async fn backend(&self, name: &str) -> RedisBackend {
         let proxy = Proxy::start(self.server).await;
         let url = format!("redis://{}/", proxy.addr());
-        let config =
-            RedisConnectConfig { key_prefix: self.prefix.clone(), ..RedisConnectConfig::default() };
+        let config = RedisConnectConfig {
+            key_prefix: self.prefix.clone(),
+            credentials: self.credentials.clone(),
+            ..RedisConnectConfig::default()
+        };
         let backend =
             RedisBackend::connect_with(&url, config).await.expect("connect through the proxy");
         if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxy) {
@@ -75,4 +92,43 @@ impl Fixture for RedisFixture {
         // 2-core machine.
         Duration::from_millis(1000)
     }
+}
+
+/// The tag of the key prefixes the secured server's lock user may touch: `t<n>-secure:`.
+pub const SECURE_TAG: &str = "secure";
+
+/// A `redis-server` whose default user is off, with ACL users of random passwords: `locker`,
+/// allowed the commands the locks need ([`lock_redis::ACL_COMMANDS`]) on the keys of prefixes
+/// made by [`unique_prefix`]`(SECURE_TAG)`; `other`, allowed the same commands on `other:*`
+/// alone; `rotating`, as `locker`, for the one test that changes its password; and `admin`,
+/// allowed everything, to change it.
+pub struct Secured {
+    pub server: test_servers::RedisServer,
+    pub locker: test_servers::AclUser,
+    pub other: test_servers::AclUser,
+    pub rotating: test_servers::AclUser,
+    pub admin: test_servers::AclUser,
+}
+
+impl Secured {
+    /// `user`'s credentials for a [`RedisConnectConfig`].
+    pub fn credentials(user: &test_servers::AclUser) -> Credentials {
+        Credentials::new(user.name(), lock_core::secret::Secret::new(user.password()))
+    }
+}
+
+/// The test binary's secured server, started at its first use.
+pub fn secured_redis() -> &'static Secured {
+    static SERVER: std::sync::OnceLock<Secured> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        let commands = lock_redis::ACL_COMMANDS;
+        let locker =
+            test_servers::AclUser::new("locker", &format!("~t*-{SECURE_TAG}:* {commands}"));
+        let other = test_servers::AclUser::new("other", &format!("~other:* {commands}"));
+        let rotating = test_servers::AclUser::new("rotating", locker.rules());
+        let admin = test_servers::AclUser::new("admin", "~* &* +@all");
+        let users = [locker.clone(), other.clone(), rotating.clone(), admin.clone()];
+        let server = test_servers::RedisServer::start_secured(&users);
+        Secured { server, locker, other, rotating, admin }
+    })
 }
