@@ -296,7 +296,8 @@ impl Connect for Connector {
     fn kind(request: &Request<'_>) -> Kind {
         match request.command {
             "Txn" => Kind::Cas,
-            "Range" | "Watch" => Kind::Read,
+            // LeaseTimeToLive: a holder whose key was deleted asks whether its lease stands.
+            "Range" | "Watch" | "LeaseTimeToLive" => Kind::Read,
             "DeleteRange" | "LeaseRevoke" => Kind::Delete,
             _ => Kind::Write,
         }

@@ -399,7 +399,8 @@ pub fn command_kind(request: &Request<'_>) -> Kind {
     match request.command {
         "SETNX" | "SET" | "EVALSHA" | "EVAL" => Kind::Cas,
         "DEL" => Kind::Delete,
-        "GET" | "PING" | "ROLE" | "SENTINEL" | "AUTH" | "HELLO" | "SELECT" => Kind::Read,
+        // CLIENT: the connection's `CLIENT TRACKING`, set up with HELLO on each connection.
+        "GET" | "PING" | "ROLE" | "SENTINEL" | "AUTH" | "HELLO" | "SELECT" | "CLIENT" => Kind::Read,
         _ => Kind::Write,
     }
 }

@@ -16,7 +16,10 @@
 //! Options: `--zookeeper host:port[,…]` (or `LOCK_ZOOKEEPER_HOSTS`), or `--spawn-zookeeper`:
 //! the harness starts a ZooKeeper server of its own on a free loopback port for each run (the
 //! Debian package's jars) and can then restart it (`--faults server-restart:…`). Faults:
-//! [`super::server_faults`]; contender faults need a single host.
+//! [`super::server_faults`]; contender faults need a single host. `--zookeeper-user USER`,
+//! its password in `LOCK_ZOOKEEPER_PASSWORD` or `--zookeeper-password-file`, authenticates
+//! every session by digest and makes the lock's znodes creator-only; result files show the
+//! user, never the password.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
@@ -26,6 +29,7 @@ use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::requests::{Request, RequestHook};
+use lock_core::secret::{Credentials, Secret};
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use serde::{Deserialize, Serialize};
@@ -78,7 +82,19 @@ pub struct Args {
         value_parser = clap::value_parser!(u16).range(1..=9)
     )]
     pub spawn_zookeeper: Option<u16>,
+    /// Authenticate every session as this digest user, its password from the environment
+    /// variable LOCK_ZOOKEEPER_PASSWORD or from --zookeeper-password-file (never on the command
+    /// line). The lock's znodes are then creator-only: no client of another identity can list,
+    /// delete or rewrite them (lock-zookeeper's docs, "Credentials and ACLs").
+    #[arg(long, value_name = "USER")]
+    pub zookeeper_user: Option<String>,
+    /// A file whose first line is the password of --zookeeper-user.
+    #[arg(long, value_name = "FILE", requires = "zookeeper_user")]
+    pub zookeeper_password_file: Option<std::path::PathBuf>,
 }
+
+/// The environment variable that holds the password of `--zookeeper-user`.
+pub const PASSWORD_VAR: &str = "LOCK_ZOOKEEPER_PASSWORD";
 
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -93,6 +109,12 @@ pub struct Options {
     /// The started ensemble's servers, when more than one (`--spawn-zookeeper=3`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub members: Option<u16>,
+    /// The digest user every session authenticates as (`--zookeeper-user`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where its password is read from, when not from [`PASSWORD_VAR`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 impl From<Options> for EngineOptions {
@@ -104,6 +126,22 @@ impl From<Options> for EngineOptions {
 impl Options {
     fn hosts(&self) -> &str {
         self.zookeeper.as_deref().unwrap_or(DEFAULT_HOSTS)
+    }
+
+    /// The credentials of `--zookeeper-user`, their password read now (from the file, else the
+    /// environment), or why there are none to be had.
+    fn credentials(&self) -> Result<Option<Credentials>, String> {
+        let Some(user) = &self.user else { return Ok(None) };
+        let password = match &self.password_file {
+            Some(file) => Secret::from_file(file)?,
+            None => Secret::from_env(PASSWORD_VAR)?.ok_or_else(|| {
+                format!(
+                    "--zookeeper-user {user}: no password (set {PASSWORD_VAR}, or give \
+                     --zookeeper-password-file)"
+                )
+            })?,
+        };
+        Ok(Some(Credentials::new(user, password)))
     }
 }
 
@@ -156,12 +194,16 @@ impl Engine for Zookeeper {
 
     fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        Ok(Options {
+        let options = Options {
             zookeeper: a.zookeeper.filter(|h| !h.trim().is_empty()),
             spawn: a.spawn_zookeeper.is_some(),
             members: a.spawn_zookeeper.filter(|n| *n > 1),
-        }
-        .into())
+            user: a.zookeeper_user,
+            password_file: a.zookeeper_password_file,
+        };
+        // Read once here so that a missing password is a usage error before anything starts.
+        options.credentials()?;
+        Ok(options.into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -180,10 +222,14 @@ impl Engine for Zookeeper {
     }
 
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        let user = options.get::<Options>().user;
         format!(
-            "zookeeper at {}, session timeout {}",
+            "zookeeper at {}, session timeout {}{}",
             self.address(options),
-            crate::dist::format_duration(s.ttl)
+            crate::dist::format_duration(s.ttl),
+            user.map_or_else(String::new, |u| format!(
+                ", as digest user '{u}' (creator-only ACLs)"
+            ))
         )
     }
 
@@ -212,6 +258,7 @@ impl Engine for Zookeeper {
                 hosts,
                 namespace: setup.namespace.to_string(),
                 session_timeout: setup.settings.scaled(setup.settings.ttl),
+                credentials: options.credentials()?,
             };
             Opened::probe(connector, setup.settings, faults).await
         })
@@ -253,6 +300,8 @@ struct Connector {
     hosts: String,
     namespace: String,
     session_timeout: Duration,
+    /// `--zookeeper-user` and its password.
+    credentials: Option<Credentials>,
 }
 
 impl Connect for Connector {
@@ -293,6 +342,8 @@ impl Connector {
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
             requests,
+            credentials: self.credentials.clone(),
+            ..ZkConfig::default()
         };
         ZkBackend::connect_with(&hosts, config)
             .await
