@@ -14,7 +14,7 @@
 //! `Authenticate` for all the requests refused at that moment) and sends the request once
 //! more: what Go's client does in its retry interceptor.
 
-use crate::session::Rpc;
+use crate::rpc::Rpc;
 use crate::{backend_err, EtcdConfig};
 use etcd_client::{Client, GetOptions};
 use lock_core::requests::RequestHook;

@@ -15,7 +15,8 @@
 //! cancels (compaction, or a token it refused) is replaced after a read of our key shows it
 //! untouched.
 
-use crate::session::{Rpc, Session, RETRY_PAUSE};
+use crate::rpc::Rpc;
+use crate::session::{Session, RETRY_PAUSE};
 use etcd_client::{EventType, GetOptions, WatchOptions};
 use lock_core::lock::{LeaseLost, LeaseState};
 use std::sync::Arc;

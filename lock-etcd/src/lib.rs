@@ -216,6 +216,7 @@
 
 mod auth;
 mod holder;
+mod rpc;
 mod session;
 
 use async_trait::async_trait;
@@ -230,7 +231,8 @@ use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
 use lock_core::{LockError, LockGuard, Locker};
-use session::{Rpc, Session, RETRY_PAUSE};
+use rpc::Rpc;
+use session::{Session, RETRY_PAUSE};
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;

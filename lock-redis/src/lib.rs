@@ -595,6 +595,7 @@ macro_rules! polling_locker {
     };
 }
 
+mod attempt;
 mod jedis;
 mod keeper;
 mod link;
@@ -877,7 +878,7 @@ impl RedisBackend {
     /// The error of `what` on `key`: a refusal by the server's ACL names the user and what
     /// the user must be allowed.
     pub(crate) fn err(&self, what: &str, key: &str, e: RedisError) -> LockError {
-        match link::refusal(&e, "it") {
+        match attempt::refusal(&e, "it") {
             Some(why) => backend_err(format!(
                 "{what} {key} at {} {}: {why}; the user's key pattern must cover '{}*' and its \
                  commands include lock_redis::ACL_COMMANDS",

@@ -62,7 +62,8 @@
 //! connection (which carries the credentials), or on RESP2 the `AUTH` credentials ask for, and
 //! the `SELECT` of a database number.
 
-use crate::sentinel::{AttemptError, Sentinels};
+use crate::attempt::{attempt_error, AttemptError};
+use crate::sentinel::Sentinels;
 use crate::tracking::Tracker;
 use crate::wire::Wire;
 use crate::{backend_err, RedisConnectConfig};
@@ -408,50 +409,6 @@ impl Link {
     pub(crate) fn connects(&self) -> u64 {
         self.connects.load(std::sync::atomic::Ordering::Relaxed)
     }
-}
-
-/// `e`, met at `step` of a connect attempt, as the attempt's error: a [`refusal`] is
-/// [`AttemptError::Refused`].
-pub(crate) fn attempt_error(e: &RedisError, step: &str) -> AttemptError {
-    match refusal(e, step) {
-        Some(why) => AttemptError::Refused(why),
-        None => AttemptError::Failed(e.to_string()),
-    }
-}
-
-/// What the server refused, when `e` refuses who we are or what we may do (`what`: the command
-/// refused, or `it`) rather than says it is unreachable: a wrong password or a disabled user
-/// (`WRONGPASS`; on RESP2 the driver says only "authentication failed"), no credentials where
-/// they are needed (`NOAUTH`), an ACL that forbids a command, key or channel (`NOPERM`), or a
-/// server without RESP3 for tracking. Never the password: neither the server nor the driver
-/// repeats it.
-pub(crate) fn refusal(e: &RedisError, what: &str) -> Option<String> {
-    let said = match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => e.to_string(),
-    };
-    let wrong_password = || {
-        format!(
-            "authentication refused ({said}): a wrong password, or a user that does not exist \
-             or is off"
-        )
-    };
-    Some(match e.code() {
-        Some("WRONGPASS") => wrong_password(),
-        Some("NOAUTH") => format!(
-            "the server asks for credentials ({said}): its default user is off or has a \
-             password; give RedisConnectConfig::credentials, or a user and password in the URL"
-        ),
-        Some("NOPERM") => format!("the user's ACL refused {what} ({said})"),
-        _ => match e.kind() {
-            ErrorKind::AuthenticationFailed => wrong_password(),
-            ErrorKind::RESP3NotSupported => format!(
-                "the server does not speak RESP3 ({said}): Redis 6 or later is needed for \
-                 tracking; set RedisConnectConfig::tracking to false"
-            ),
-            _ => return None,
-        },
-    })
 }
 
 /// Whether `e` means the connection cannot carry further requests.

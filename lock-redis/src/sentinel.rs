@@ -14,7 +14,7 @@
 //! timeouts and retries of its own, where the link needs every attempt bounded by the
 //! configured timeouts and followed by its own backoff.
 
-use crate::link::attempt_error;
+use crate::attempt::{attempt_error, AttemptError};
 use crate::wire::{quiet_client, Wire};
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
@@ -73,34 +73,6 @@ impl Addr {
                 .and_then(|info| redis::Client::open(info.set_redis_settings(s.clone()))),
         };
         client.map_err(|e| format!("{self}: {e}"))
-    }
-}
-
-/// Why a connect attempt failed.
-#[derive(Debug)]
-pub(crate) enum AttemptError {
-    /// Every Sentinel answered and none knows the master's name: a wrong name, not an outage.
-    UnknownMaster(String),
-    /// The server refused who we are or what we may do (credentials, ACL, no RESP3): an
-    /// operator must change something, asking again soon will not help.
-    Refused(String),
-    /// Anything else: nobody reachable, no answer in time, not a master.
-    Failed(String),
-}
-
-impl Display for AttemptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AttemptError::UnknownMaster(m) | AttemptError::Refused(m) | AttemptError::Failed(m) => {
-                f.write_str(m)
-            }
-        }
-    }
-}
-
-impl From<String> for AttemptError {
-    fn from(message: String) -> Self {
-        AttemptError::Failed(message)
     }
 }
 
