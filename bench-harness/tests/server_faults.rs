@@ -259,3 +259,54 @@ fn a_stopped_worker_process_is_granted_nothing_and_its_stale_writes_are_rejected
     let v = &check::check_dir(&dir, Duration::from_secs(1)).unwrap()[0];
     assert_eq!(v.figures.stale_accepted, 0, "{:?}", v.figures);
 }
+
+/// `--faults stranger` on ZooKeeper, with holds long enough to be overlapped: on an open
+/// server the stranger (a client with no credentials) deletes the holder's znode, the next
+/// waiter is granted while the holder works (the run exits 3), the holder is told, and the
+/// fenced resource rejects its stale writes; with `--zookeeper-user` the znodes are
+/// creator-only, every strike is refused and nothing overlaps.
+#[test]
+fn a_stranger_takes_an_open_zookeeper_lock_and_is_refused_on_a_secured_one() {
+    let args = [
+        "--backend",
+        "zookeeper",
+        "--spawn-zookeeper",
+        "--threads",
+        "4",
+        "--duration",
+        "5s",
+        "--hold",
+        "uniform:200ms..300ms",
+        "--faults",
+        "stranger:1s@2s",
+    ];
+    let dir = scratch("zookeeper-stranger-open");
+    let (code, text) = run_checked(&dir, &args);
+    assert_eq!(code, Some(3), "an open lock path lets a stranger break mutual exclusion: {text}");
+    let strikes = windows(&dir, "stranger");
+    assert!(!strikes.is_empty(), "no stranger struck: {text}");
+    assert!(strikes.iter().all(|(t, ..)| t.starts_with("holder (deleted")), "{strikes:?}");
+    let f = &check::check_dir(&dir, Duration::from_secs(10)).unwrap()[0].figures;
+    assert!(f.overlapping_holds > 0, "{f:?}");
+    assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
+    assert_eq!(f.stale_holders_told, f.stale_holders, "holders are told: {f:?}");
+
+    let secret = scratch("zookeeper-stranger-password");
+    std::fs::create_dir_all(&secret).unwrap();
+    let password = secret.join("password");
+    std::fs::write(&password, "a-password-for-this-test\n").unwrap();
+    let secured = [
+        &args[..],
+        &["--zookeeper-user", "locker", "--zookeeper-password-file", password.to_str().unwrap()],
+    ]
+    .concat();
+    let dir = scratch("zookeeper-stranger-secured");
+    let (code, text) = run_checked(&dir, &secured);
+    assert_eq!(code, Some(0), "{text}");
+    let strikes = windows(&dir, "stranger");
+    assert!(!strikes.is_empty(), "no stranger struck: {text}");
+    assert!(strikes.iter().all(|(t, ..)| t.starts_with("holder (refused")), "{strikes:?}");
+    let f = &check::check_dir(&dir, Duration::from_secs(10)).unwrap()[0].figures;
+    assert_eq!(f.overlapping_holds, 0, "{f:?}");
+    assert!(!text.contains("a-password-for-this-test"), "{text}");
+}

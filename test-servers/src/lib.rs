@@ -64,8 +64,8 @@ pub use process::free_port;
 pub use process::Launch;
 pub use proxy::{Proxy, Rewrite};
 pub use redis::{
-    redis_call, redis_call_as, shared_redis, AclUser, Redis, RedisCluster, RedisServer, Reply,
-    REDIS_MASTER_NAME, SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
+    random_password, redis_call, redis_call_as, shared_redis, AclUser, Redis, RedisCluster,
+    RedisServer, Reply, REDIS_MASTER_NAME, SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,
 };
 pub use service::{service_status, LockService, ServiceCluster, ServiceServer};
 pub use silent::SilentServer;

@@ -83,6 +83,12 @@ impl AclUser {
         AclUser { name: name.to_string(), password: random_password(), rules: rules.to_string() }
     }
 
+    /// User `name` with `rules` and the given `password` (a harness run's, read from where its
+    /// user keeps it).
+    pub fn with_password(name: &str, password: &str, rules: &str) -> AclUser {
+        AclUser { name: name.to_string(), password: password.to_string(), rules: rules.to_string() }
+    }
+
     /// The user name.
     pub fn name(&self) -> &str {
         &self.name
@@ -114,9 +120,10 @@ impl fmt::Debug for AclUser {
     }
 }
 
-/// 128 bits from the standard library's randomly keyed hasher (no dependency for a test
-/// password): the keys are drawn from the OS once per thread and stepped per `RandomState`.
-fn random_password() -> String {
+/// A password for a server a test or a harness run secures: 128 bits from the standard
+/// library's randomly keyed hasher (no dependency): the keys are drawn from the OS once per
+/// thread and stepped per `RandomState`.
+pub fn random_password() -> String {
     use std::hash::{BuildHasher, RandomState};
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
@@ -497,10 +504,16 @@ impl Server<Redis> {
     /// [`RedisServer::start_secured`], returning why it could not start instead of
     /// panicking.
     pub fn launch_secured(users: &[AclUser]) -> Result<RedisServer, String> {
+        Self::launch_secured_with(false, users)
+    }
+
+    /// [`RedisServer::launch_secured`], with an append-only file synced on every write when
+    /// `persistent` (as [`RedisServer::start_persistent`]).
+    pub fn launch_secured_with(persistent: bool, users: &[AclUser]) -> Result<RedisServer, String> {
         if users.is_empty() {
             return Err("a secured redis-server needs at least one ACL user".into());
         }
-        Server::launch_engine(Redis { users: users.to_vec(), ..Redis::masters(false) })
+        Server::launch_engine(Redis { users: users.to_vec(), ..Redis::masters(persistent) })
     }
 
     /// Whether it keeps its keys across a restart ([`RedisServer::start_persistent`]).

@@ -7,16 +7,20 @@
 //! own root `/bench-harness/<ns>`.
 //!
 //! Store load: `lock-etcd` reports each RPC its contenders send (its crate docs, "Requests per
-//! grant": 2 for an uncontended grant, 6 after waiting, and the leases' keep-alives), counted
+//! grant": 3 for an uncontended grant, 7 after waiting, and the leases' keep-alives), counted
 //! under its service as the table (`kv`, `watch`, `lease`): `Txn` as a conditional write (it
-//! creates our key only if it does not exist), `Range` and `Watch` as reads, `DeleteRange` and
-//! `LeaseRevoke` as deletes, `LeaseGrant` and each `LeaseKeepAlive` message as writes. Each
-//! contender's connection costs a `LeaseGrant` and the first `LeaseKeepAlive`.
+//! creates our key only if it does not exist), `Range`, `Watch` and `LeaseTimeToLive` as reads,
+//! `DeleteRange` and `LeaseRevoke` as deletes, `LeaseGrant` and each `LeaseKeepAlive` message
+//! as writes. Each contender's connection costs a `Range` (the access check), a `LeaseGrant`
+//! and the first `LeaseKeepAlive`.
 //!
 //! Options: `--etcd http://host:port[,…]` (or `LOCK_ETCD_ENDPOINTS`), or `--spawn-etcd`: the
 //! harness starts a one-member etcd of its own on free loopback ports for each run (Debian's
 //! `etcd-server`) and can then restart it (`--faults server-restart:…`). Faults:
-//! [`super::server_faults`]; contender faults need a single endpoint.
+//! [`super::server_faults`]; contender faults need a single endpoint. `--etcd-user USER`, its
+//! password in `LOCK_ETCD_PASSWORD` or `--etcd-password-file`, authenticates every client;
+//! with `--spawn-etcd` the harness first enables auth on the server it starts, with that user's
+//! role granting READWRITE on `/bench-harness/` only (and a root password drawn at random).
 //!
 //! The engine is compiled in with the harness's `etcd` feature (`--features etcd`), because
 //! the etcd client runs `protoc` when it is built and the default build needs nothing
@@ -30,12 +34,17 @@ use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::requests::{Request, RequestHook};
+use lock_core::secret::Credentials;
 use lock_core::Locker;
 use lock_etcd::{EtcdBackend, EtcdConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The user of the secured server the safety table's "stranger, secured" rows run on
+/// ([`Engine::secured`]).
+const SECURED_USER: &str = "bench-harness";
 
 /// The engine.
 pub struct Etcd;
@@ -81,7 +90,19 @@ pub struct Args {
         value_parser = clap::value_parser!(u16).range(1..=9)
     )]
     pub spawn_etcd: Option<u16>,
+    /// Authenticate every client as this etcd user, its password from the environment variable
+    /// LOCK_ETCD_PASSWORD or from --etcd-password-file (never on the command line). With
+    /// --spawn-etcd, the harness enables auth on the server it starts, the user's role covering
+    /// the harness's keys only, so that a client without credentials is refused.
+    #[arg(long, value_name = "USER")]
+    pub etcd_user: Option<String>,
+    /// A file whose first line is the password of --etcd-user.
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<std::path::PathBuf>,
 }
+
+/// The environment variable that holds the password of `--etcd-user`.
+pub const PASSWORD_VAR: &str = "LOCK_ETCD_PASSWORD";
 
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -96,6 +117,12 @@ pub struct Options {
     /// The started cluster's members, when more than one (`--spawn-etcd=3`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub members: Option<u16>,
+    /// The user every client authenticates as (`--etcd-user`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where its password is read from, when not from [`PASSWORD_VAR`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 impl From<Options> for EngineOptions {
@@ -107,6 +134,12 @@ impl From<Options> for EngineOptions {
 impl Options {
     fn endpoints(&self) -> &str {
         self.etcd.as_deref().unwrap_or(DEFAULT_ENDPOINTS)
+    }
+
+    /// The credentials of `--etcd-user`, their password read now.
+    fn credentials(&self) -> Result<Option<Credentials>, String> {
+        let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
+        super::credentials("etcd", user, file, PASSWORD_VAR)
     }
 }
 
@@ -141,6 +174,12 @@ impl Engine for Etcd {
 
     fn spawned(&self) -> Option<EngineOptions> {
         Some(Options { spawn: true, ..Default::default() }.into())
+    }
+
+    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
+        let mut o: Options = self.spawned()?.get();
+        (o.user, o.password_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
+        Some(o.into())
     }
 
     fn topology(&self, options: &EngineOptions) -> String {
@@ -180,7 +219,21 @@ impl Engine for Etcd {
             }
         }
         let members = a.spawn_etcd.filter(|n| *n > 1);
-        Ok(Options { etcd, spawn: a.spawn_etcd.is_some(), members }.into())
+        if members.is_some() && a.etcd_user.is_some() {
+            return Err("--etcd-user with --spawn-etcd=N: only a single server the harness \
+                        starts can be secured by it (give --etcd for a secured cluster of yours)"
+                .into());
+        }
+        let options = Options {
+            etcd,
+            spawn: a.spawn_etcd.is_some(),
+            members,
+            user: a.etcd_user,
+            password_file: a.etcd_password_file,
+        };
+        // Read once here so that a missing password is a usage error before anything starts.
+        options.credentials()?;
+        Ok(options.into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -199,10 +252,12 @@ impl Engine for Etcd {
     }
 
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        let user = options.get::<Options>().user;
         format!(
-            "etcd at {}, lease TTL {}",
+            "etcd at {}, lease TTL {}{}",
             self.address(options),
-            crate::dist::format_duration(lease_ttl(s.ttl))
+            crate::dist::format_duration(lease_ttl(s.ttl)),
+            user.map_or_else(String::new, |u| format!(", as user '{u}'"))
         )
     }
 
@@ -214,7 +269,7 @@ impl Engine for Etcd {
         if options.get::<Options>().members.is_some() {
             return server_faults::cluster_kinds();
         }
-        server_faults::kinds(self.spawns_server(options))
+        server_faults::kinds_with_stranger(self.spawns_server(options))
     }
 
     fn open<'a>(
@@ -231,6 +286,7 @@ impl Engine for Etcd {
                 endpoints,
                 namespace: setup.namespace.to_string(),
                 lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
+                credentials: options.credentials()?,
             };
             Opened::probe(connector, setup.settings, faults).await
         })
@@ -256,10 +312,20 @@ async fn on_server(
     kinds: &[FaultKind],
 ) -> Result<(String, ServerFaults), String> {
     let (endpoints, server) = if options.spawn {
-        let (server, endpoint) =
-            Managed::start(test_servers::EtcdServer::launch, test_servers::EtcdServer::endpoint)
-                .await
-                .map_err(|e| format!("--spawn-etcd: {e}"))?;
+        let user = options.credentials()?;
+        let launch = move || {
+            let server = test_servers::EtcdServer::launch()?;
+            if let Some(c) = &user {
+                let root = test_servers::random_password();
+                let users =
+                    [test_servers::EtcdUser::new(&c.user, c.password.expose(), "/bench-harness/")];
+                server.secure(&root, &users)?;
+            }
+            Ok(server)
+        };
+        let (server, endpoint) = Managed::start(launch, test_servers::EtcdServer::endpoint)
+            .await
+            .map_err(|e| format!("--spawn-etcd: {e}"))?;
         (endpoint, Some(server))
     } else {
         (options.endpoints().to_string(), None)
@@ -274,6 +340,8 @@ struct Connector {
     endpoints: String,
     namespace: String,
     lease_ttl: Duration,
+    /// `--etcd-user` and its password.
+    credentials: Option<Credentials>,
 }
 
 impl Connect for Connector {
@@ -302,6 +370,46 @@ impl Connect for Connector {
             _ => Kind::Write,
         }
     }
+
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(self.stranger_strikes())
+    }
+}
+
+impl Connector {
+    /// The `stranger` fault: a client with no credentials reads every key under the run's root
+    /// by create revision and deletes the first of each lock (the holder's).
+    async fn stranger_strikes(&self) -> Result<String, String> {
+        use etcd_client::{GetOptions, SortOrder, SortTarget};
+        let list: Vec<&str> = self.endpoints.split(',').map(str::trim).collect();
+        let mut client = etcd_client::Client::connect(&list, None)
+            .await
+            .map_err(|e| format!("the stranger cannot reach etcd at {}: {e}", self.endpoints))?;
+        let root = format!("/bench-harness/{}/", self.namespace);
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let keys = match client.get(root.as_str(), Some(first)).await {
+            Ok(answer) => answer.kvs().iter().map(|kv| kv.key().to_vec()).collect::<Vec<_>>(),
+            Err(e) => return Ok(server_faults::stranger_outcome(0, Some(e.to_string()))),
+        };
+        // Keys are `<root><lock id>/<lease>-<n>`: the first seen of each lock id holds it.
+        let mut seen = std::collections::BTreeSet::new();
+        let (mut deleted, mut refused) = (0, None);
+        for key in keys {
+            let lock = key[root.len()..].split(|b| *b == b'/').next().unwrap_or_default().to_vec();
+            if !seen.insert(lock) {
+                continue;
+            }
+            match client.delete(key, None).await {
+                Ok(answer) if answer.deleted() > 0 => deleted += 1,
+                Ok(_) => {}
+                Err(e) => refused = Some(e.to_string()),
+            }
+        }
+        Ok(server_faults::stranger_outcome(deleted, refused))
+    }
 }
 
 impl Connector {
@@ -316,6 +424,7 @@ impl Connector {
             connect_timeout: CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", self.namespace),
             requests,
+            credentials: self.credentials.clone(),
             ..EtcdConfig::default()
         };
         EtcdBackend::connect_with(&endpoints, config).await.map_err(|e| {

@@ -122,6 +122,14 @@ pub trait Engine: Send + Sync + 'static {
         String::new()
     }
 
+    /// [`Engine::spawned`], secured: the server the harness starts admits only a user of
+    /// its own, whose password is the first line of `password_file`, and every contender
+    /// connects as that user (`results/safety`'s "stranger, secured" rows). `None`: the
+    /// engine has no such option.
+    fn secured(&self, _password_file: &std::path::Path) -> Option<EngineOptions> {
+        None
+    }
+
     /// Its options with a cluster the harness starts itself for each run, on which the member
     /// faults ([`FaultKind::MEMBER`]) can be injected (the safety table's cluster rows); `None`
     /// when it cannot start one.
@@ -212,6 +220,14 @@ pub trait OpenEngine: Send + Sync {
     /// [`Engine::fault_kinds`] are asked for.
     fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move { Err(format!("this engine cannot inject {injection:?}")) })
+    }
+
+    /// The `stranger` fault: a client of the server's own, with no credentials, deletes the
+    /// holder's key or znode of every lock of the run; what it did (`deleted`, `refused: …`,
+    /// `none held`), for the fault log. Only engines whose [`Engine::fault_kinds`] include
+    /// [`FaultKind::Stranger`] are asked.
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async { Err("this engine has no stranger (--faults stranger)".to_string()) })
     }
 
     /// How many replicas a `replica-*` fault may pick from.
@@ -495,6 +511,27 @@ impl clap::Args for EngineArgs {
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
     }
+}
+
+/// The credentials of engine `name`'s `--<name>-user USER`, the password read now: from
+/// `file` when given (`--<name>-password-file`), else from the environment variable `var`
+/// (never from the command line); an error saying where it may come from when there is none.
+/// `None` without a user.
+pub fn credentials(
+    name: &str,
+    user: Option<&str>,
+    file: Option<&std::path::Path>,
+    var: &str,
+) -> Result<Option<lock_core::secret::Credentials>, String> {
+    use lock_core::secret::{Credentials, Secret};
+    let Some(user) = user else { return Ok(None) };
+    let password = match file {
+        Some(file) => Secret::from_file(file)?,
+        None => Secret::from_env(var)?.ok_or_else(|| {
+            format!("--{name}-user {user}: no password (set {var}, or give --{name}-password-file)")
+        })?,
+    };
+    Ok(Some(Credentials::new(user, password)))
 }
 
 /// True when option `id` was given on the command line or in the environment (not left at a

@@ -36,10 +36,15 @@ use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::requests::{Request, RequestHook};
+use lock_core::secret::Credentials;
 use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Duration;
+
+/// The user of the secured server the safety table's "stranger, secured" rows run on
+/// ([`Engine::secured`]).
+const SECURED_USER: &str = "bench-harness";
 
 /// The engine.
 pub struct Redis;
@@ -100,7 +105,20 @@ pub struct Args {
     /// The master's name the Sentinels know it by (`sentinel monitor NAME ...`).
     #[arg(long, value_name = "NAME", default_value = "mymaster", requires = "redis_sentinel")]
     pub redis_master_name: String,
+    /// Connect as this ACL user, its password from the environment variable
+    /// LOCK_REDIS_PASSWORD or from --redis-password-file (never on the command line; it takes
+    /// the place of a user and password in --redis). With --spawn-redis (one server), the
+    /// harness starts it with the default user off and this user allowed the harness's keys
+    /// and the locks' commands only (lock_redis::ACL_COMMANDS).
+    #[arg(long, value_name = "USER")]
+    pub redis_user: Option<String>,
+    /// A file whose first line is the password of --redis-user.
+    #[arg(long, value_name = "FILE", requires = "redis_user")]
+    pub redis_password_file: Option<std::path::PathBuf>,
 }
+
+/// The environment variable that holds the password of `--redis-user`.
+pub const PASSWORD_VAR: &str = "LOCK_REDIS_PASSWORD";
 
 /// What Redis the harness starts for each run (`--spawn-redis`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +150,12 @@ pub struct Options {
     /// The master's name at those Sentinels.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master_name: Option<String>,
+    /// The ACL user every connection authenticates as (`--redis-user`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where its password is read from, when not from [`PASSWORD_VAR`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 impl From<Options> for EngineOptions {
@@ -148,6 +172,12 @@ impl Options {
     /// Whether the contenders find the master through Sentinels.
     fn through_sentinel(&self) -> bool {
         self.spawn == Some(Spawn::Sentinel) || self.sentinels.is_some()
+    }
+
+    /// The credentials of `--redis-user`, their password read now.
+    fn credentials(&self) -> Result<Option<Credentials>, String> {
+        let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
+        super::credentials("redis", user, file, PASSWORD_VAR)
     }
 }
 
@@ -181,6 +211,12 @@ impl Engine for Redis {
     /// With its append-only file synced on every write, so that a restart keeps the keys.
     fn spawned(&self) -> Option<EngineOptions> {
         Some(Options { spawn: Some(Spawn::Aof), ..Default::default() }.into())
+    }
+
+    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
+        let mut o: Options = self.spawned()?.get();
+        (o.user, o.password_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
+        Some(o.into())
     }
 
     fn topology(&self, options: &EngineOptions) -> String {
@@ -218,13 +254,22 @@ impl Engine for Redis {
         if master_name.as_deref() == Some("") {
             return Err("--redis-master-name: empty".into());
         }
-        Ok(Options {
+        if a.redis_user.is_some() && a.spawn_redis == Some(Spawn::Sentinel) {
+            return Err("--redis-user with --spawn-redis=sentinel: only a single server the \
+                        harness starts can be secured by it"
+                .into());
+        }
+        let options = Options {
             redis: a.redis.filter(|u| !u.trim().is_empty()),
             spawn: a.spawn_redis,
             sentinels,
             master_name,
-        }
-        .into())
+            user: a.redis_user,
+            password_file: a.redis_password_file,
+        };
+        // Read once here so that a missing password is a usage error before anything starts.
+        options.credentials()?;
+        Ok(options.into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -261,7 +306,7 @@ impl Engine for Redis {
         match (o.spawn, o.sentinels.is_some()) {
             (Some(Spawn::Sentinel), _) => server_faults::sentinel_kinds(),
             (None, true) => server_faults::kinds_without_proxies(false),
-            (spawn, _) => server_faults::kinds(spawn.is_some()),
+            (spawn, _) => server_faults::kinds_with_stranger(spawn.is_some()),
         }
     }
 
@@ -289,7 +334,9 @@ impl Engine for Redis {
             } else {
                 on_server(&options, &setup.fault_kinds).await?
             };
-            Opened::probe(Connector { target, namespace }, setup.settings, faults).await
+            let credentials = options.credentials()?;
+            Opened::probe(Connector { target, namespace, credentials }, setup.settings, faults)
+                .await
         })
     }
 }
@@ -315,12 +362,14 @@ async fn on_server(
 ) -> Result<(Target, ServerFaults), String> {
     let (url, server) = match options.spawn {
         Some(p) => {
-            let (server, url) = Managed::start(
-                move || test_servers::RedisServer::launch(p == Spawn::Aof),
-                test_servers::RedisServer::url,
-            )
-            .await
-            .map_err(|e| format!("--spawn-redis: {e}"))?;
+            let users: Vec<_> = options.credentials()?.iter().map(acl_user).collect();
+            let launch = move || match users.is_empty() {
+                true => test_servers::RedisServer::launch(p == Spawn::Aof),
+                false => test_servers::RedisServer::launch_secured_with(p == Spawn::Aof, &users),
+            };
+            let (server, url) = Managed::start(launch, test_servers::RedisServer::url)
+                .await
+                .map_err(|e| format!("--spawn-redis: {e}"))?;
             (url, Some(server))
         }
         None => (options.url().to_string(), None),
@@ -331,6 +380,13 @@ async fn on_server(
         None
     };
     Ok((Target::Url(url), ServerFaults::new(upstream, server)))
+}
+
+/// The ACL user of a server the harness secures for `c` (`--spawn-redis --redis-user`): the
+/// harness's keys, the locks' commands.
+fn acl_user(c: &Credentials) -> test_servers::AclUser {
+    let rules = format!("~bench-harness:* {}", lock_redis::ACL_COMMANDS);
+    test_servers::AclUser::with_password(&c.user, c.password.expose(), &rules)
 }
 
 /// `--redis-sentinel`'s list, each entry `host:port`.
@@ -367,10 +423,16 @@ enum Target {
 struct Connector {
     target: Target,
     namespace: String,
+    /// `--redis-user` and its password.
+    credentials: Option<Credentials>,
 }
 
 impl Connect for Connector {
     type Client = RedisBackend;
+
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(self.stranger_strikes())
+    }
 
     fn entries() -> &'static [Entry<RedisBackend>] {
         &ALGORITHMS
@@ -406,6 +468,46 @@ pub fn command_kind(request: &Request<'_>) -> Kind {
 }
 
 impl Connector {
+    /// The `stranger` fault: a connection with no credentials finds the run's lock keys (SCAN,
+    /// leaving the fencing counters) and deletes them: the token lock's holder loses its key,
+    /// and the next attempt's `SET NX` takes the lock.
+    async fn stranger_strikes(&self) -> Result<String, String> {
+        let Target::Url(url) = &self.target else {
+            return Err("the stranger needs one Redis server (--redis or --spawn-redis)".into());
+        };
+        let plain = format!("redis://{}/", authority(url)?);
+        let refused =
+            |e: redis::RedisError| Ok(server_faults::stranger_outcome(0, Some(e.to_string())));
+        let client = redis::Client::open(plain.as_str()).map_err(|e| e.to_string())?;
+        let mut conn = match client.get_multiplexed_async_connection().await {
+            Ok(c) => c,
+            Err(e) => return refused(e),
+        };
+        let pattern = format!("bench-harness:{}:*", self.namespace);
+        let (mut cursor, mut keys) = (0u64, Vec::<String>::new());
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(100);
+            let (next, batch): (u64, Vec<String>) = match scan.query_async(&mut conn).await {
+                Ok(answer) => answer,
+                Err(e) => return refused(e),
+            };
+            keys.extend(batch.into_iter().filter(|k| !k.ends_with("/fence")));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let mut deleted = 0;
+        for key in keys {
+            match redis::cmd("DEL").arg(&key).query_async::<usize>(&mut conn).await {
+                Ok(n) => deleted += n,
+                Err(e) => return refused(e),
+            }
+        }
+        Ok(server_faults::stranger_outcome(deleted, None))
+    }
+
     async fn connect_to(
         &self,
         via: Option<SocketAddr>,
@@ -415,6 +517,7 @@ impl Connector {
             connect_timeout: CONNECT_TIMEOUT,
             key_prefix: format!("bench-harness:{}:", self.namespace),
             requests,
+            credentials: self.credentials.clone(),
             ..RedisConnectConfig::default()
         };
         let url = match &self.target {

@@ -62,6 +62,31 @@ pub fn kinds(managed: bool) -> &'static [FaultKind] {
     }
 }
 
+/// [`kinds`], and the `stranger` fault: for the engines whose [`Connect::stranger`] knows
+/// where the holders' keys or znodes are (Redis, ZooKeeper, etcd).
+pub fn kinds_with_stranger(managed: bool) -> &'static [FaultKind] {
+    const CONTENDER: [FaultKind; 5] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::Stranger,
+    ];
+    const ALL: [FaultKind; 6] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::ServerRestart,
+        FaultKind::Stranger,
+    ];
+    if managed {
+        &ALL
+    } else {
+        &CONTENDER
+    }
+}
+
 /// The fault kinds of an engine whose contenders cannot go through proxies (a Cassandra
 /// driver finds the cluster's nodes itself): clock jumps, and restarts when it knows how.
 pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
@@ -507,6 +532,33 @@ pub trait Connect: Send + Sync + 'static {
     /// The kind a request of its lock crate is counted as (its command mapped onto reads,
     /// writes, deletes and conditional writes).
     fn kind(request: &Request<'_>) -> Kind;
+    /// The `stranger` fault ([`super::OpenEngine::stranger`]): a client of its own with no
+    /// credentials deletes the holder's key or znode of every lock under the run's root.
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async { Err("this engine has no stranger (--faults stranger)".to_string()) })
+    }
+}
+
+/// What a stranger did, for the fault log: `deleted N` (holders' keys or znodes), `refused:
+/// why` (every attempt refused), or `none held`.
+pub fn stranger_outcome(deleted: usize, refused: Option<String>) -> String {
+    match (deleted, refused) {
+        (0, Some(why)) => format!("refused: {}", short_reason(&why)),
+        (0, None) => "none held".to_string(),
+        (n, _) => format!("deleted {n}"),
+    }
+}
+
+/// A server's refusal in a few words for a CSV field: the message inside a gRPC error's
+/// `message: "…"` when there is one, without commas or quotes, at most 60 characters.
+fn short_reason(why: &str) -> String {
+    let inner = match why.split_once("message: \"") {
+        Some((_, m)) => m.split('"').next().unwrap_or(m),
+        None => why,
+    };
+    let clean: String =
+        inner.chars().map(|c| if matches!(c, ',' | '"' | '\n' | '\r') { ' ' } else { c }).collect();
+    clean.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(60).collect()
 }
 
 /// A server engine opened for one run: every contender gets a client of its own from `C`,
@@ -553,6 +605,10 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
 
     fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {
         self.faults.inject(injection)
+    }
+
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        self.connector.stranger()
     }
 }
 
@@ -633,4 +689,25 @@ pub async fn resolve(host_port: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {host_port}: {e}"))?
         .next()
         .ok_or_else(|| format!("{host_port} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_strangers_outcome_fits_a_csv_field() {
+        let etcd = "grpc request error: code: 'Client specified an invalid argument', \
+                    message: \"etcdserver: user name is empty\", details: []";
+        assert_eq!(
+            stranger_outcome(0, Some(etcd.into())),
+            "refused: etcdserver: user name is empty"
+        );
+        assert_eq!(
+            stranger_outcome(0, Some("\"NOAUTH\": Authentication required.".into())),
+            "refused: NOAUTH : Authentication required."
+        );
+        assert_eq!(stranger_outcome(2, Some("x".into())), "deleted 2");
+        assert_eq!(stranger_outcome(0, None), "none held");
+    }
 }

@@ -29,13 +29,17 @@ use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::requests::{Request, RequestHook};
-use lock_core::secret::{Credentials, Secret};
+use lock_core::secret::Credentials;
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The user of the secured server the safety table's "stranger, secured" rows run on
+/// ([`Engine::secured`]).
+const SECURED_USER: &str = "bench-harness";
 
 /// The engine.
 pub struct Zookeeper;
@@ -128,20 +132,10 @@ impl Options {
         self.zookeeper.as_deref().unwrap_or(DEFAULT_HOSTS)
     }
 
-    /// The credentials of `--zookeeper-user`, their password read now (from the file, else the
-    /// environment), or why there are none to be had.
+    /// The credentials of `--zookeeper-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
-        let Some(user) = &self.user else { return Ok(None) };
-        let password = match &self.password_file {
-            Some(file) => Secret::from_file(file)?,
-            None => Secret::from_env(PASSWORD_VAR)?.ok_or_else(|| {
-                format!(
-                    "--zookeeper-user {user}: no password (set {PASSWORD_VAR}, or give \
-                     --zookeeper-password-file)"
-                )
-            })?,
-        };
-        Ok(Some(Credentials::new(user, password)))
+        let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
+        super::credentials("zookeeper", user, file, PASSWORD_VAR)
     }
 }
 
@@ -170,6 +164,12 @@ impl Engine for Zookeeper {
 
     fn spawned(&self) -> Option<EngineOptions> {
         Some(Options { spawn: true, ..Default::default() }.into())
+    }
+
+    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
+        let mut o: Options = self.spawned()?.get();
+        (o.user, o.password_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
+        Some(o.into())
     }
 
     fn topology(&self, options: &EngineOptions) -> String {
@@ -241,7 +241,7 @@ impl Engine for Zookeeper {
         if options.get::<Options>().members.is_some() {
             return server_faults::cluster_kinds();
         }
-        server_faults::kinds(self.spawns_server(options))
+        server_faults::kinds_with_stranger(self.spawns_server(options))
     }
 
     fn open<'a>(
@@ -327,6 +327,48 @@ impl Connect for Connector {
             "delete" | "closeSession" => Kind::Delete,
             _ => Kind::Read,
         }
+    }
+
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(self.stranger_strikes())
+    }
+}
+
+impl Connector {
+    /// The `stranger` fault: a session with no credentials lists every lock directory of the
+    /// run and deletes the first znode of each (the holder's: the lowest sequence number, the
+    /// last ten digits of its name).
+    async fn stranger_strikes(&self) -> Result<String, String> {
+        let client = zookeeper_client::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&self.hosts)
+            .await
+            .map_err(|e| format!("the stranger cannot reach ZooKeeper at {}: {e}", self.hosts))?;
+        let root = format!("/bench-harness/{}", self.namespace);
+        let (mut deleted, mut refused) = (0, None);
+        let locks = match client.list_children(&root).await {
+            Ok(locks) => locks,
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => return Ok(server_faults::stranger_outcome(0, Some(e.to_string()))),
+        };
+        for lock in locks {
+            let dir = format!("{root}/{lock}");
+            let mut queue = match client.list_children(&dir).await {
+                Ok(children) => children,
+                Err(e) => {
+                    refused = Some(e);
+                    continue;
+                }
+            };
+            queue.sort_by_key(|n| n[n.len().saturating_sub(10)..].to_string());
+            let Some(first) = queue.first() else { continue };
+            match client.delete(&format!("{dir}/{first}"), None).await {
+                Ok(()) => deleted += 1,
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => refused = Some(e),
+            }
+        }
+        Ok(server_faults::stranger_outcome(deleted, refused.map(|e| e.to_string())))
     }
 }
 

@@ -86,6 +86,11 @@ pub enum Applies {
     Servers,
     /// On the clusters the harness starts, where the engine can inject every fault of it.
     Clusters,
+    /// On the servers whose engine has a stranger (`--faults stranger`), open to any client.
+    Strangers,
+    /// The same servers, secured ([`engines::Engine::secured`]): the contenders authenticate,
+    /// the stranger has no credentials.
+    SecuredStrangers,
 }
 
 /// One condition of the table.
@@ -113,7 +118,7 @@ const fn condition(
 }
 
 /// The conditions, in the table's order.
-pub const CONDITIONS: [Condition; 9] = [
+pub const CONDITIONS: [Condition; 11] = [
     condition("no fault", "none", Consistency::Quorum, Applies::Everywhere),
     condition("pause 5s > TTL", "pause:5s@20s", Consistency::Quorum, Applies::Everywhere),
     condition("crash", "crash:3s@10s", Consistency::Quorum, Applies::Everywhere),
@@ -128,7 +133,26 @@ pub const CONDITIONS: [Condition; 9] = [
     condition("replica lag, ONE", "replica-lag:5s@15s", Consistency::One, Applies::Embedded),
     condition("replica stop, ONE", "replica-stop:5s@15s", Consistency::One, Applies::Embedded),
     condition("server restart 3s", "server-restart:3s@15s", Consistency::Quorum, Applies::Servers),
+    // A client with no credentials deletes the holder's key or znode every 5 s. Holds of a few
+    // hundred milliseconds, so that the holder still works when the next waiter is granted
+    // (a polling lock's next attempt comes tens of milliseconds later).
+    Condition {
+        hold: Some(STRANGER_HOLD),
+        ..condition("stranger", "stranger:1s@5s", Consistency::Quorum, Applies::Strangers)
+    },
+    Condition {
+        hold: Some(STRANGER_HOLD),
+        ..condition(
+            "stranger, secured",
+            "stranger:1s@5s",
+            Consistency::Quorum,
+            Applies::SecuredStrangers,
+        )
+    },
 ];
+
+/// The stranger rows' holds: see [`CONDITIONS`].
+const STRANGER_HOLD: &str = "uniform:100ms..300ms";
 
 /// The cluster rows' workload: few contenders with critical sections longer than a failover
 /// (Sentinel deems a master down after 2 s, then elects: 3 to 4 s in all), under a lease that
@@ -503,6 +527,28 @@ fn merge(mut previous: Vec<Row>, fresh: Vec<Row>) -> Vec<Row> {
     previous
 }
 
+/// A file holding a password drawn for this run (the secured servers' contenders read it, as a
+/// user's `--…-password-file`), removed when the run ends.
+struct SecretFile(PathBuf);
+
+impl SecretFile {
+    fn new() -> anyhow::Result<SecretFile> {
+        let dir = std::env::temp_dir().join(format!("bench-harness-safety-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("password");
+        std::fs::write(&path, test_servers::random_password())?;
+        Ok(SecretFile(path))
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// `bench-harness safety`.
 pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let embedded = engines::EngineRef::default_engine();
@@ -528,14 +574,26 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let previous = previous_rows(args)?;
     let simulated: Vec<Job> = CONDITIONS
         .iter()
-        .filter(|c| c.applies != Applies::Servers && wanted(c) && engine_wanted(&embedded))
+        .filter(|c| matches!(c.applies, Applies::Everywhere | Applies::Embedded))
+        .filter(|c| wanted(c) && engine_wanted(&embedded))
         .flat_map(|c| algorithms.iter().map(move |a| (*c, *a)))
         .map(|(c, a)| job(c, embedded, embedded.default_options(), a))
         .collect();
     let mut on_servers = Vec::new();
+    // The password of the secured servers' contenders, for this run only.
+    let secret = SecretFile::new()?;
     if !args.no_servers {
         for (engine, options) in servers().into_iter().filter(|(e, _)| engine_wanted(e)) {
-            for c in CONDITIONS.iter().filter(|c| c.applies != Applies::Embedded && wanted(c)) {
+            for c in CONDITIONS.iter().filter(|c| wanted(c)) {
+                let options = match c.applies {
+                    Applies::Everywhere | Applies::Servers => options.clone(),
+                    Applies::Strangers if can_inject(engine, &options, c) => options.clone(),
+                    Applies::SecuredStrangers => match engine.secured(&secret.0) {
+                        Some(secured) if can_inject(engine, &secured, c) => secured,
+                        _ => continue,
+                    },
+                    _ => continue,
+                };
                 for a in engine.algorithms() {
                     on_servers.push(job(*c, engine, options.clone(), a));
                 }

@@ -11,6 +11,11 @@
 //! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
 //!   from the seed); the clock steps back after DURATION, as NTP would correct it.
 //!
+//! `stranger:1s@10s` hits the server's clients: once per PERIOD, as soon as someone holds, a
+//! client of its own with no credentials deletes the holder's key or znode (DURATION only
+//! spaces the faults). On an open server the next waiter is then granted while the holder
+//! works; on a secured one (`--zookeeper-user`, `--etcd-user`, `--redis-user`) it is refused.
+//!
 //! The member faults hit one member of a cluster the harness started:
 //!
 //! - on a cluster with a leader (`--spawn-etcd=3`, `--spawn-zookeeper=3`,
@@ -58,6 +63,10 @@ pub enum FaultKind {
     ProcessPause,
     /// Doorbell rings (queue-push) are lost, or late.
     RingLoss,
+    /// Another client of the server, with no credentials, deletes the holder's key or znode
+    /// (each lock's, when several are held): what any client can do on an open server, and
+    /// what an ACL refuses.
+    Stranger,
     /// The cluster's leader (etcd, ZooKeeper) is killed (`SIGKILL`) and started again, with
     /// its data, when the fault ends.
     LeaderKill,
@@ -89,7 +98,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 19] = [
+    pub const ALL: [FaultKind; 20] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -99,6 +108,7 @@ impl FaultKind {
         FaultKind::ServerRestart,
         FaultKind::ProcessPause,
         FaultKind::RingLoss,
+        FaultKind::Stranger,
         FaultKind::LeaderKill,
         FaultKind::LeaderPause,
         FaultKind::LeaderCut,
@@ -114,7 +124,7 @@ impl FaultKind {
     /// The kinds that hit members of a cluster the harness started: the leader's, those of
     /// independent masters, then a follower's and the whole cluster's (the tail of
     /// [`FaultKind::ALL`]).
-    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(9).1;
+    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(10).1;
 
     /// The kinds that hit a cluster's leader, whoever it is when the fault starts (the head of
     /// [`FaultKind::MEMBER`]).
@@ -132,6 +142,7 @@ impl FaultKind {
             FaultKind::ServerRestart => "server-restart",
             FaultKind::ProcessPause => "process-pause",
             FaultKind::RingLoss => "ring-loss",
+            FaultKind::Stranger => "stranger",
             FaultKind::LeaderKill => "leader-kill",
             FaultKind::LeaderPause => "leader-pause",
             FaultKind::LeaderCut => "leader-cut",

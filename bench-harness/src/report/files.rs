@@ -18,8 +18,9 @@ pub const GRANTS_CSV_HEADER: &str =
 /// The exact header of `resource.csv`: every write the fenced resource decided.
 pub const RESOURCE_CSV_HEADER: &str = "algorithm,lock,contender,token,at_us,accepted";
 
-/// The exact header of `faults.csv`: every fault injected (`target`: an owner id, a replica
-/// or `server`).
+/// The exact header of `faults.csv`: every fault injected (`target`: an owner id, a replica,
+/// `server`, a cluster's member, or for `stranger` what it did to the holder: `holder (deleted
+/// 1)`, `holder (refused: …)`, `holder (none held)`).
 pub const FAULTS_CSV_HEADER: &str = "algorithm,kind,target,start_us,end_us";
 
 /// Creates `dir` (and parents), failing with a clear message when it cannot be written.

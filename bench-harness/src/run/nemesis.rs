@@ -21,6 +21,7 @@
 //! | `server-restart` | the server stops, then starts | — |
 //! | `process-pause` (`--processes`: a worker process, any) | — | the whole process is stopped (`SIGSTOP`) and continued (`SIGCONT`): its contenders, lease keepers and connections |
 //! | `ring-loss` | queue-push's doorbell rings are lost (a fraction) or late | — |
+//! | `stranger` (when someone holds) | a client of its own with no credentials deletes the holders' keys or znodes | — |
 //!
 //! The contender's side of `pause` matters: a real GC pause freezes the critical section too,
 //! so the holder's second write to the fenced resource comes after the pause, when another
@@ -347,6 +348,7 @@ impl Nemesis {
                 engine.inject(Injection::Rings { drop: spec.drop, delay: spec.lag }).await?;
                 Ok(Target::Doorbells)
             }
+            FaultKind::Stranger => Ok(Target::Stranger(engine.stranger().await?)),
             FaultKind::ProcessPause => unreachable!("handled above"),
         }
     }
@@ -389,6 +391,8 @@ impl Nemesis {
             (FaultKind::RingLoss, _) => {
                 engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await
             }
+            // What the stranger did is done: nothing to undo.
+            (FaultKind::Stranger, _) => Ok(()),
             (kind, _) => Err(format!("cannot heal {kind}: it hit nothing")),
         }
     }
@@ -396,7 +400,7 @@ impl Nemesis {
 
 /// The kinds that hit a holder when there is one.
 fn prefers_holder(kind: FaultKind) -> bool {
-    matches!(kind, FaultKind::Pause | FaultKind::Partition)
+    matches!(kind, FaultKind::Pause | FaultKind::Partition | FaultKind::Stranger)
 }
 
 /// What one fault hit.
@@ -409,6 +413,8 @@ enum Target {
     /// remembers which member it was.
     Member(&'static str),
     Doorbells,
+    /// The holders' keys or znodes, and what the stranger did to them.
+    Stranger(String),
     /// A worker process: its number and process id.
     Process(usize, u32),
 }
@@ -432,6 +438,7 @@ impl Target {
             Target::Server => "server".into(),
             Target::Member(role) => (*role).into(),
             Target::Doorbells => "doorbells".into(),
+            Target::Stranger(outcome) => format!("holder ({outcome})"),
             Target::Process(w, _) => format!("worker-{w}"),
         }
     }
