@@ -124,7 +124,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// [`Engine::spawned`], secured: the server the harness starts admits only a user of
     /// its own, whose password is the first line of `password_file`, and every contender
-    /// connects as that user (`results/safety`'s "stranger, secured" rows). `None`: the
+    /// connects as that user (`results/safety`'s "stranger (secured)" rows). `None`: the
     /// engine has no such option.
     fn secured(&self, _password_file: &std::path::Path) -> Option<EngineOptions> {
         None

@@ -9,8 +9,9 @@
 //! Store load: `lock-redis` reports each command its contenders send (its crate docs,
 //! "Requests per grant": jedis-lock 3 for an uncontended grant and 2 per retry, the token lock
 //! 2 and 1 per retry), counted under the server it went to as the table (`redis`, and through
-//! Sentinel `sentinel`) and by [`command_kind`]. Each contender's connection costs a `PING`
-//! (through Sentinel a `SENTINEL` query and a `ROLE`).
+//! Sentinel `sentinel`) and by [`command_kind`]. Each contender's connection costs a `HELLO`,
+//! a `PING` and the `CLIENT TRACKING` that tells a token-lock holder when its key changes
+//! (through Sentinel a `SENTINEL` query and a `ROLE` too).
 //!
 //! Options, one server or a master watched by Sentinels:
 //! - `--redis URL` (or `LOCK_REDIS_URL`; a password in it is redacted in result files);
@@ -22,9 +23,14 @@
 //!   failovers (`lock_redis::RedisBackend::connect_sentinel`);
 //! - `--spawn-redis=sentinel`: the harness starts a master, 2 replicas and 3 Sentinels
 //!   (`test_servers::RedisCluster`, every member with its append-only file) and can then hit the
-//!   master with the leader faults, `lagged-leader-kill` among them.
+//!   master with the leader faults, `lagged-leader-kill` among them;
+//! - `--redis-user USER`, its password in `LOCK_REDIS_PASSWORD` or `--redis-password-file`: an
+//!   ACL user for every connection; with `--spawn-redis` (one server) the harness starts it
+//!   with the default user off and this user limited to the harness's keys and
+//!   `lock_redis::ACL_COMMANDS`.
 //!
-//! Faults: [`super::server_faults`].
+//! Faults: [`super::server_faults`]; `stranger` deletes the run's lock keys as a client with no
+//! credentials.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
@@ -42,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The user of the secured server the safety table's "stranger, secured" rows run on
+/// The user of the secured server the safety table's "stranger (secured)" rows run on
 /// ([`Engine::secured`]).
 const SECURED_USER: &str = "bench-harness";
 

@@ -37,7 +37,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The user of the secured server the safety table's "stranger, secured" rows run on
+/// The user of the secured server the safety table's "stranger (secured)" rows run on
 /// ([`Engine::secured`]).
 const SECURED_USER: &str = "bench-harness";
 

@@ -138,12 +138,12 @@ pub const CONDITIONS: [Condition; 11] = [
     // (a polling lock's next attempt comes tens of milliseconds later).
     Condition {
         hold: Some(STRANGER_HOLD),
-        ..condition("stranger", "stranger:1s@5s", Consistency::Quorum, Applies::Strangers)
+        ..condition("stranger (open)", "stranger:1s@5s", Consistency::Quorum, Applies::Strangers)
     },
     Condition {
         hold: Some(STRANGER_HOLD),
         ..condition(
-            "stranger, secured",
+            "stranger (secured)",
             "stranger:1s@5s",
             Consistency::Quorum,
             Applies::SecuredStrangers,
@@ -354,9 +354,46 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
         crate::dist::format_duration(args.server_duration),
     );
     out.push_str(&markdown_table(rows.iter().filter(|r| !r.cluster)));
+    out.push_str(&stranger_findings(rows));
     let clustered: Vec<&Row> = rows.iter().filter(|r| r.cluster).collect();
     if !clustered.is_empty() {
         out.push_str(&render_clusters(args, &clustered));
+    }
+    out
+}
+
+/// What the stranger rows showed, read off their figures: what a client with no credentials
+/// did to each lock on an open server, and on a secured one. Empty without stranger rows.
+fn stranger_findings(rows: &[Row]) -> String {
+    let strangers: Vec<&Row> =
+        rows.iter().filter(|r| !r.cluster && r.faults.starts_with("stranger")).collect();
+    if strangers.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n### Strangers\n\nThe \"stranger\" rows hold the lock `{STRANGER_HOLD}` each, and every \
+         5 s, as soon as someone holds, a client with no credentials deletes the holder's key or \
+         znode (`--faults stranger`). \"open\": the servers as they start, any client may; \
+         \"secured\": the contenders authenticate as a user whom the server's ACLs give the lock's \
+         keys (`--zookeeper-user`, `--etcd-user`, `--redis-user`), the stranger none.\n\n"
+    );
+    for r in &strangers {
+        let f = &r.figures;
+        let what = if f.overlapping_holds == 0 {
+            "no lock held twice".to_string()
+        } else {
+            format!(
+                "**held twice** {} times ({:.0} ms in all); stale writes the fenced resource \
+                 accepted / a resource without fencing would have: {} / {}; holders told: {}/{}",
+                f.overlapping_holds,
+                f.overlap_us as f64 / 1000.0,
+                f.stale_accepted,
+                f.stale_accepted_without_fencing,
+                f.stale_holders_told,
+                f.stale_holders,
+            )
+        };
+        let _ = writeln!(out, "- {} on {}, {}: {what}.", r.algorithm, r.engine, r.condition);
     }
     out
 }
