@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_servers::RedisServer;
 
+mod support;
+use support::until_ok;
+
 /// Connect and response timeouts of the contenders' backends: a request during the outage must
 /// fail within them.
 const CONNECT: Duration = Duration::from_secs(1);
@@ -30,30 +33,6 @@ async fn backend(server: &RedisServer, tag: &str) -> RedisBackend {
 /// Run a blocking server operation from a multi-threaded test runtime.
 fn blocking<R>(f: impl FnOnce() -> R) -> R {
     tokio::task::block_in_place(f)
-}
-
-/// Repeat `request` until it succeeds, for at most `bound`: the first requests after a restart
-/// may fail (the one that finds the old connection broken, and those within the reconnect
-/// backoff). Returns the value, how many failed (all must be `LockError::Backend`) and how long
-/// it took.
-async fn until_ok<T, F, Fut>(bound: Duration, mut request: F) -> (T, u32, Duration)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, LockError>>,
-{
-    let start = Instant::now();
-    let mut failures = 0;
-    loop {
-        match request().await {
-            Ok(v) => return (v, failures, start.elapsed()),
-            Err(e) => {
-                assert!(matches!(e, LockError::Backend { .. }), "{e:?}");
-                failures += 1;
-                assert!(start.elapsed() < bound, "still failing after {:?}: {e}", start.elapsed());
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
 }
 
 /// How long after a restart requests may still fail: the longest reconnect delay (1 s by

@@ -174,7 +174,7 @@ async fn a_refused_reconnect_waits_the_longest_delay_and_says_why() {
         admin(&["ACL", "SETUSER", rotating, "resetpass", &back]),
         Reply::Status("OK".into())
     );
-    let (again, _, took) = until_ok(|| lock.try_lock("x")).await;
+    let (again, _, took) = support::until_ok(Duration::from_secs(5), || lock.try_lock("x")).await;
     again.expect("free").release().await.unwrap();
     assert!(took < Duration::from_secs(2), "served again {took:?} after the password was restored");
 }
@@ -292,7 +292,7 @@ async fn tracking_is_re_armed_on_a_new_connection_and_missed_changes_are_caught_
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.heal();
     let other = backend.token("other", TokenConfig::default()).unwrap();
-    let (probe, _, _) = until_ok(|| other.try_lock("probe")).await;
+    let (probe, _, _) = support::until_ok(Duration::from_secs(5), || other.try_lock("probe")).await;
     probe.expect("free").release().await.unwrap();
     assert_eq!(backend.connections_made(), 2);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -315,24 +315,4 @@ async fn tracking_is_re_armed_on_a_new_connection_and_missed_changes_are_caught_
         .expect("told at its next renewal");
     assert!(lost.reason.contains("no longer exists"), "{lost}");
     assert!(!lost.reason.contains("changed or deleted by another client"), "{lost}");
-}
-
-/// Repeat `request` until it succeeds (the first after a break may fail), for 5 s at most.
-async fn until_ok<T, F, Fut>(mut request: F) -> (T, u32, Duration)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, LockError>>,
-{
-    let start = Instant::now();
-    let mut failures = 0;
-    loop {
-        match request().await {
-            Ok(v) => return (v, failures, start.elapsed()),
-            Err(e) => {
-                failures += 1;
-                assert!(start.elapsed() < Duration::from_secs(5), "still failing: {e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
 }

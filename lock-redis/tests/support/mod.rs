@@ -5,13 +5,13 @@
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
 use lock_core::secret::Credentials;
-use lock_core::Locker;
+use lock_core::{LockError, Locker};
 use lock_redis::{RedisBackend, RedisConnectConfig, Variant};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use test_servers::{shared_redis, Proxy};
 
 /// A prefix no other test of this binary uses.
@@ -131,4 +131,28 @@ pub fn secured_redis() -> &'static Secured {
         let server = test_servers::RedisServer::start_secured(&users);
         Secured { server, locker, other, rotating, admin }
     })
+}
+
+/// Repeat `request` until it succeeds, for at most `bound`: the first requests after a restart
+/// may fail (the one that finds the old connection broken, and those within the reconnect
+/// backoff). Returns the value, how many failed (all must be `LockError::Backend`) and how long
+/// it took.
+pub async fn until_ok<T, F, Fut>(bound: Duration, mut request: F) -> (T, u32, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, LockError>>,
+{
+    let start = Instant::now();
+    let mut failures = 0;
+    loop {
+        match request().await {
+            Ok(v) => return (v, failures, start.elapsed()),
+            Err(e) => {
+                assert!(matches!(e, LockError::Backend { .. }), "{e:?}");
+                failures += 1;
+                assert!(start.elapsed() < bound, "still failing after {:?}: {e}", start.elapsed());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
 }
