@@ -280,13 +280,19 @@ fn a_stranger_takes_an_open_zookeeper_lock_and_is_refused_on_a_secured_one() {
         "--faults",
         "stranger:1s@2s",
     ];
-    let dir = scratch("zookeeper-stranger-open");
-    let (code, text) = run_checked(&dir, &args);
-    assert_eq!(code, Some(3), "an open lock path lets a stranger break mutual exclusion: {text}");
-    let strikes = windows(&dir, "stranger");
-    assert!(!strikes.is_empty(), "no stranger struck: {text}");
-    assert!(strikes.iter().all(|(t, ..)| t.starts_with("holder (deleted")), "{strikes:?}");
-    let f = &check::check_dir(&dir, Duration::from_secs(10)).unwrap()[0].figures;
+    // Runs `args` into `name`: the exit status wanted, every strike's outcome starting with
+    // `did`; the output and the safety figures.
+    let strikes = |name: &str, args: &[&str], code: i32, did: &str| {
+        let dir = scratch(name);
+        let (exit, text) = run_checked(&dir, args);
+        assert_eq!(exit, Some(code), "{text}");
+        let strikes = windows(&dir, "stranger");
+        assert!(!strikes.is_empty(), "no stranger struck: {text}");
+        assert!(strikes.iter().all(|(t, ..)| t.starts_with(did)), "{strikes:?}");
+        (text, check::check_dir(&dir, Duration::from_secs(10)).unwrap().remove(0).figures)
+    };
+    // Exit 3: an open lock path lets a stranger break mutual exclusion.
+    let (_, f) = strikes("zookeeper-stranger-open", &args, 3, "holder (deleted");
     assert!(f.overlapping_holds > 0, "{f:?}");
     assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
     assert_eq!(f.stale_holders_told, f.stale_holders, "holders are told: {f:?}");
@@ -300,13 +306,7 @@ fn a_stranger_takes_an_open_zookeeper_lock_and_is_refused_on_a_secured_one() {
         &["--zookeeper-user", "locker", "--zookeeper-password-file", password.to_str().unwrap()],
     ]
     .concat();
-    let dir = scratch("zookeeper-stranger-secured");
-    let (code, text) = run_checked(&dir, &secured);
-    assert_eq!(code, Some(0), "{text}");
-    let strikes = windows(&dir, "stranger");
-    assert!(!strikes.is_empty(), "no stranger struck: {text}");
-    assert!(strikes.iter().all(|(t, ..)| t.starts_with("holder (refused")), "{strikes:?}");
-    let f = &check::check_dir(&dir, Duration::from_secs(10)).unwrap()[0].figures;
+    let (text, f) = strikes("zookeeper-stranger-secured", &secured, 0, "holder (refused");
     assert_eq!(f.overlapping_holds, 0, "{f:?}");
     assert!(!text.contains("a-password-for-this-test"), "{text}");
 }

@@ -382,20 +382,25 @@ fn stranger_findings(rows: &[Row]) -> String {
         let what = if f.overlapping_holds == 0 {
             "no lock held twice".to_string()
         } else {
-            format!(
-                "**held twice** {} times ({:.0} ms in all); stale writes the fenced resource \
-                 accepted / a resource without fencing would have: {} / {}; holders told: {}/{}",
-                f.overlapping_holds,
-                f.overlap_us as f64 / 1000.0,
-                f.stale_accepted,
-                f.stale_accepted_without_fencing,
-                f.stale_holders_told,
-                f.stale_holders,
-            )
+            format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
         };
         let _ = writeln!(out, "- {} on {}, {}: {what}.", r.algorithm, r.engine, r.condition);
     }
     out
+}
+
+/// How a lock was held twice, in words, after the count of overlaps: their time, the stale
+/// writes and the holders told.
+fn held_twice(f: &crate::measure::safety::SafetyFigures) -> String {
+    format!(
+        "({:.0} ms in all); stale writes the fenced resource accepted / a resource without \
+         fencing would have: {} / {}; holders told: {}/{}",
+        f.overlap_us as f64 / 1000.0,
+        f.stale_accepted,
+        f.stale_accepted_without_fencing,
+        f.stale_holders_told,
+        f.stale_holders,
+    )
 }
 
 /// The cluster rows' section: what they run on, their table, and the findings read off them.
@@ -440,19 +445,8 @@ fn cluster_findings(rows: &[&Row]) -> String {
     }
     for r in &unsafe_rows {
         let f = &r.figures;
-        let _ = writeln!(
-            out,
-            "- **Held twice**: {}: {} overlapping holds ({:.0} ms in all); stale writes the \
-             fenced resource accepted / a resource without fencing would have: {} / {}; holders \
-             told: {}/{}.",
-            name(r),
-            f.overlapping_holds,
-            f.overlap_us as f64 / 1000.0,
-            f.stale_accepted,
-            f.stale_accepted_without_fencing,
-            f.stale_holders_told,
-            f.stale_holders,
-        );
+        let (n, how) = (f.overlapping_holds, held_twice(f));
+        let _ = writeln!(out, "- **Held twice**: {}: {n} overlapping holds {how}.", name(r));
     }
     let faulty: Vec<String> = safe.iter().filter(|r| r.faults != "none").map(|r| name(r)).collect();
     if !faulty.is_empty() {
@@ -763,5 +757,33 @@ mod tests {
         let t = console_table(&rows);
         assert!(widest_line(&t) <= WIDTH, "{} columns:\n{t}", widest_line(&t));
         assert!(t.lines().next().unwrap().contains("overlaps"), "{t}");
+    }
+}
+
+#[cfg(test)]
+mod committed {
+    use super::*;
+    use clap::Parser;
+
+    /// `results/safety/README.md` is what [`render`] makes of `safety.json` beside it with
+    /// the default settings (`scripts/regenerate-results.sh`'s): the README is generated, never
+    /// typed, and a change of the wording shows here before the next regeneration.
+    #[test]
+    fn the_committed_readme_is_rendered_from_the_committed_rows() {
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SafetyArgs,
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/safety");
+        let rows: Vec<Row> =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("safety.json")).unwrap())
+                .unwrap();
+        let args = Cli::parse_from(["safety"]).args;
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(
+            render(&args, &rows) == readme,
+            "results/safety/README.md is not what render makes"
+        );
     }
 }
