@@ -327,6 +327,20 @@ impl ClusterEngine for Etcd {
     /// Remove the member from the cluster and add it again with the same peer URL: a new
     /// member id, which may start with an empty log (`--initial-cluster-state existing`).
     fn forget(&self, cluster: &Cluster<Self>, member: usize) -> Result<(), String> {
+        // A member that joins checks the others' cluster version, and one still
+        // "not_decided" (a cluster formed a moment ago) makes it refuse to start ("incompatible
+        // with current running cluster": CI met it once). Wait for the version first.
+        let decided = |j: usize| {
+            http(cluster.direct_addr(j).port(), "GET", "/version", "")
+                .is_ok_and(|v| v.contains("\"etcdcluster\"") && !v.contains("not_decided"))
+        };
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !(0..cluster.len()).filter(|&j| j != member && cluster.is_up(j)).all(decided) {
+            if std::time::Instant::now() >= until {
+                return Err("the etcd cluster did not decide its version within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let peer_url = format!("http://127.0.0.1:{}", cluster.layout().reach(member, PEER));
         let ask = |path: &str, body: &str| {
             (0..cluster.len())
