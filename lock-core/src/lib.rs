@@ -66,6 +66,7 @@ pub mod secret;
 pub mod session;
 pub mod store;
 pub mod time;
+pub mod tls;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -39,6 +39,8 @@
 //!   the clusters'.
 //! - [`Proxy`]: a TCP forwarder in front of a server for one client, which a test can cut (as a
 //!   crash or a partition would) or pause (as a stalled process or network would).
+//! - [`TestPki`]: a CA and certificates made at test time for TLS servers and clients (no key
+//!   material is committed).
 //! - Probes without client libraries: [`redis_call`] (and [`redis_call_as`] an ACL user of a
 //!   secured Redis), [`four_letter`], [`etcd_post`].
 #![deny(missing_docs)]
@@ -52,6 +54,7 @@ mod proxy;
 mod redis;
 mod service;
 mod silent;
+mod tls;
 mod zookeeper;
 
 pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
@@ -69,6 +72,7 @@ pub use redis::{
 };
 pub use service::{service_status, LockService, ServiceCluster, ServiceServer};
 pub use silent::SilentServer;
+pub use tls::{CertFiles, TestPki, LOOPBACK_NAMES};
 pub use zookeeper::{
     four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,
     ZK_DEFAULT_CLASSPATH, ZK_TICK_MS,
