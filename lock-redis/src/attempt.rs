@@ -10,8 +10,10 @@ use std::fmt::{self, Display};
 pub(crate) enum AttemptError {
     /// Every Sentinel answered and none knows the master's name: a wrong name, not an outage.
     UnknownMaster(String),
-    /// The server refused who we are or what we may do (credentials, ACL, no RESP3): an
-    /// operator must change something, asking again soon will not help.
+    /// The server refused who we are or what we may do (credentials, ACL, no RESP3), or the
+    /// TLS handshake refused a certificate, or client and port disagree on TLS
+    /// ([`crate::tls::connect_error`]): an operator must change something, asking again soon
+    /// will not help.
     Refused(String),
     /// Anything else: nobody reachable, no answer in time, not a master.
     Failed(String),

@@ -8,8 +8,9 @@
 //! server ([`RedisBackend::connect`]) or on the master that Redis Sentinel names, following
 //! its failovers ([`RedisBackend::connect_sentinel`]; below, "Through Redis Sentinel"). A
 //! backend connects as a Redis ACL user ([`RedisConnectConfig::credentials`]; below, "ACL
-//! users"), and a token-lock holder is told at once when another client changes or deletes its
-//! key (below, "Told Lost at once").
+//! users"), over TLS with a `rediss://` URL ([`RedisConnectConfig::tls`]; below, "TLS"), and a
+//! token-lock holder is told at once when another client changes or deletes its key (below,
+//! "Told Lost at once").
 //!
 //! ## The jedis-lock protocol (seed 001, SPEC 3.6)
 //!
@@ -377,8 +378,78 @@
 //! another identity gets `NOPERM` for all of it (`tests/security.rs`: the holder stays
 //! `Held`, a waiter is not granted). What ACLs cannot separate: clients that share a user (one
 //! application's processes, each of which can still do all of the above to the others' locks),
-//! and anyone who can read the password. Passwords travel in clear on a TCP connection (TLS
-//! comes later).
+//! and anyone who can read the password. On a plain `redis://` connection passwords, tokens
+//! and keys travel in clear, and anyone on the path can read or change them: use TLS (below).
+//!
+//! ## TLS (issue 25)
+//!
+//! A `rediss://` URL connects over TLS (rustls, its crypto from `ring`; `src/tls.rs`), for the
+//! token lock, jedis-lock and each of Redlock's masters alike; through Sentinel, the Sentinels
+//! and the master are reached over TLS when [`RedisConnectConfig::tls`] is set or the
+//! Sentinels are given as `rediss://host:port` (the tests check the clients this makes; no
+//! test runs a TLS Sentinel deployment). What the client trusts and presents:
+//!
+//! - [`RedisConnectConfig::tls`] unset: the system's root certificates, no client
+//!   certificate (a server whose certificate a public CA signed);
+//! - `tls: Some(TlsFiles::trusting("ca.pem"))`: the CA (or CAs) in that PEM file instead
+//!   of the system's roots (a private CA);
+//! - `TlsFiles::trusting("ca.pem").with_identity("client.pem", "client-key.pem")`: also
+//!   present that certificate when the server asks for one (mutual TLS: the server's
+//!   `tls-auth-clients yes`, its `tls-ca-cert-file` the CA that signed the client's).
+//!
+//! The URL's host (or the address a Sentinel names) must be one the server's certificate is
+//! valid for (`127.0.0.1` needs an IP address entry, not a DNS name). TLS does not replace the
+//! ACL user: the credentials are sent inside the TLS connection (`HELLO` or `AUTH`), and
+//! [`ACL_COMMANDS`] needs nothing more. The server side (Redis 6 or later, built with TLS, as
+//! Debian's is): `tls-port`, `tls-cert-file`, `tls-key-file`, `tls-ca-cert-file`,
+//! `tls-auth-clients yes` or `optional`, and `port 0` so that nobody connects in clear.
+//!
+//! **What is refused at once** ([`LockError::Config`], before any connection): a `redis://`
+//! URL with `tls` set (the two disagree; neither silently wins), `rediss://...#insecure` (a
+//! connection that checks no certificate), a CA, certificate or key file that is missing,
+//! unreadable, holds no PEM block of its kind or one that does not parse (the message names
+//! the file, never a key's bytes), and Sentinel addresses that mix `redis://` with TLS.
+//!
+//! **What the server or the handshake refuses** fails `connect` with a [`LockError::Backend`]
+//! that names the server, the user and what was refused, never a password or a key. Each is
+//! a refusal, not an outage (as under "ACL users"): a reconnect that meets one waits the
+//! longest reconnect delay before the next. The messages, with what they mean
+//! (`tests/tls.rs` asserts each; its times are of one run on loopback):
+//!
+//! - `TLS handshake with 127.0.0.1:6380 failed: invalid peer certificate: UnknownIssuer: the
+//!   server's certificate is not signed by a CA the client trusts`: the server's certificate
+//!   comes from another CA than `tls`'s (or, without it, than the system's roots). About 4 ms.
+//! - `... invalid peer certificate: certificate not valid for name "127.0.0.1"; certificate
+//!   is only valid for ...: the server's certificate is not valid for the host the client
+//!   connected to`: the URL names the server by a host its certificate does not list. About
+//!   4 ms.
+//! - `... received fatal alert: CertificateRequired: the server requires a client
+//!   certificate`: `tls-auth-clients yes` and `tls` gives no certificate and key. About 3 ms.
+//! - `... received fatal alert: UnknownCA: the server refused the client's certificate`: the
+//!   client's certificate is not signed by the server's `tls-ca-cert-file` (or the server
+//!   finds it invalid: `BadCertificate`, `CertificateUnknown`, `DecryptError`). About 4 ms.
+//! - `... failed: no answer (timed out), and the port answers a plain PING: the server does
+//!   not speak TLS on this port`: a `rediss://` URL at a plain port. Redis takes the TLS
+//!   ClientHello for an inline command that never ends and says nothing, so this one comes
+//!   after the connect timeout (5 s by default; 1.0 s in the test); the attempt then sends
+//!   the port a plain `PING` (no credentials) to tell it from an outage.
+//! - `127.0.0.1:6380 closed a plain connection (Connection reset by peer ...) and answers a TLS
+//!   handshake: the server speaks only TLS on this port; use a rediss:// URL`: a `redis://`
+//!   URL at a TLS-only port (whose server resets the connection at the first bytes that are
+//!   not TLS; note that the `HELLO` or `AUTH` carrying the password was sent in clear before
+//!   the reset). The attempt tells it from an outage with a TLS handshake of its own at the
+//!   same port that trusts no CA and sends nothing of the backend's. About 1 ms.
+//!
+//! Anything else that breaks a TLS connection (a reset, a timeout, a server going away) is an
+//! outage, handled as under "Server outages and restarts". The two probes are not reported to
+//! [`RedisConnectConfig::requests`] (they are made only after a failed attempt, and not on the
+//! server's protocol). The driver hands rustls's error over as text only, so the refusals are
+//! recognised by rustls's words (rustls 0.23), which the messages quote.
+//!
+//! **The crypto provider.** The driver builds its rustls configuration with the process's
+//! default provider; the first TLS client this crate makes installs `ring`'s as that default,
+//! unless the process chose one already (then that one is used, `aws-lc-rs` included). A
+//! process that needs another default must install it before its first Redis connection.
 //!
 //! ## Told Lost at once (tracking; issue 25)
 //!
@@ -505,7 +576,10 @@
 //! clock; with skewed clocks it fails mutual exclusion, which `tests/faults.rs` demonstrates.
 //! The token lock also runs the whole suite on a secured server (default user off), every
 //! contender connecting as an ACL user allowed exactly [`ACL_COMMANDS`] on its key prefix, with
-//! tracking on (`tests/secured_conformance.rs`): every scenario passes.
+//! tracking on (`tests/secured_conformance.rs`): every scenario passes; and on a TLS-only
+//! server secured the same way, every contender connecting through a proxy of its own with a
+//! `rediss://` URL, the test CA and the ACL user's credentials (`tests/tls.rs`): every scenario
+//! passes.
 //! Through Sentinel both run the whole suite too, on a master with 2 replicas and 3 Sentinels
 //! (`tests/sentinel_conformance.rs`): every scenario passes. The suite does not fail a master
 //! over, so what a failover does is tested on its own (above, "Findings").
@@ -543,6 +617,17 @@
 //!     lost = guard.lost() => eprintln!("stop: {lost}"), // at once if another client DELs the key
 //!     _ = tokio::time::sleep(Duration::from_secs(1)) => guard.release().await?,
 //! }
+//!
+//! // Over TLS: a private CA, and a client certificate for a server with tls-auth-clients yes.
+//! use lock_core::tls::TlsFiles;
+//! let config = RedisConnectConfig {
+//!     tls: Some(TlsFiles::trusting("/etc/locks/ca.pem")
+//!         .with_identity("/etc/locks/client.pem", "/etc/locks/client-key.pem")),
+//!     ..RedisConnectConfig::default()
+//! };
+//! let over_tls = RedisBackend::connect_with("rediss://redis.internal:6380/", config).await?;
+//! let guard = over_tls.token("worker-4", TokenConfig::default())?.lock("invoice-42", None).await?;
+//! guard.release().await?;
 //!
 //! // The same locks on the master the Sentinels name, following its failovers.
 //! let sentinels = ["127.0.0.1:26379".to_string(), "redis://127.0.0.1:26380/".to_string()];
@@ -601,6 +686,7 @@ mod keeper;
 mod link;
 mod redlock;
 mod sentinel;
+mod tls;
 mod token;
 mod tracking;
 mod wire;
@@ -614,12 +700,14 @@ use link::{Conn, Identity, Link, Target};
 use lock_core::lock::validate_id;
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
 use lock_core::{LockError, Locker};
 use redis::{IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError};
 use sentinel::Sentinels;
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
+use tls::Transport;
 use tracking::Tracker;
 use wire::Wire;
 
@@ -665,6 +753,13 @@ pub struct RedisConnectConfig {
     /// holder learns it at its next renewal, and the connection speaks RESP2. The crate docs
     /// ("Told Lost at once") give the protocol and its cost. Redlock's masters never track.
     pub tracking: bool,
+    /// The files of TLS (default: none): the CA to trust instead of the system's roots, and the
+    /// client's certificate and key for a server that asks for one (mutual TLS). A `rediss://`
+    /// URL speaks TLS with or without it (without: the system's roots, no client certificate);
+    /// set, a `redis://` URL is refused, and through Sentinel the Sentinels and the master are
+    /// reached over TLS. The files are read when the backend is made: a missing one is a
+    /// [`LockError::Config`] naming it. The crate docs ("TLS") say what each error means.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for RedisConnectConfig {
@@ -677,6 +772,7 @@ impl Default for RedisConnectConfig {
             requests: RequestHook::none(),
             credentials: None,
             tracking: true,
+            tls: None,
         }
     }
 }
@@ -737,7 +833,8 @@ fn redact(url: &str) -> String {
 
 impl RedisBackend {
     /// Connect to `url` (`redis://host:port/[db]`, or `redis://user:password@host:port/` as an
-    /// ACL user) with the default [`RedisConnectConfig`].
+    /// ACL user; `rediss://` for TLS, trusting the system's roots) with the default
+    /// [`RedisConnectConfig`].
     /// An unreachable server fails within about 5 s with a [`LockError::Backend`] naming the
     /// address.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
@@ -745,7 +842,8 @@ impl RedisBackend {
     }
 
     /// Connect to `url` with `config`. Refused credentials or permissions fail at once with a
-    /// [`LockError::Backend`] naming the server and the user (the crate docs, "ACL users").
+    /// [`LockError::Backend`] naming the server and the user (the crate docs, "ACL users"), and
+    /// so does a refused TLS handshake (the crate docs, "TLS").
     pub async fn connect_with(url: &str, config: RedisConnectConfig) -> Result<Self, LockError> {
         Self::connect_as(url, config, SERVER).await
     }
@@ -763,7 +861,8 @@ impl RedisBackend {
     }
 
     /// Find the master `master_name` through the Sentinels at `sentinels` (each `host:port`
-    /// or `redis://host:port[/]`), connect to it, and follow failovers.
+    /// or `redis://host:port[/]`; `rediss://host:port[/]` for TLS), connect to it, and follow
+    /// failovers.
     ///
     /// Every connection, the first and every one after a break, is made to the address the
     /// Sentinels give at that moment and checked with `ROLE`; the crate docs ("Through Redis
@@ -780,9 +879,10 @@ impl RedisBackend {
         config: RedisConnectConfig,
     ) -> Result<RedisBackend, LockError> {
         check_timeouts(&config)?;
+        let transport = Transport::new(&config)?;
         let settings = settings(RedisConnectionInfo::default(), &config);
         let identity = identity(&settings, &config);
-        let sentinels = Sentinels::new(sentinels, master_name, settings)?;
+        let sentinels = Sentinels::new(sentinels, master_name, settings, transport)?;
         let addr: Arc<str> = sentinels.description().into();
         let wire = Wire::new(config.requests.clone(), SERVER);
         let target = Target::Sentinel(sentinels);
@@ -807,20 +907,21 @@ impl RedisBackend {
         RedisBackend { link, addr, prefix: config.key_prefix.as_str().into() }
     }
 
-    /// The driver's client for `url` with the config's credentials and protocol, who it
-    /// connects as, and the URL fit for messages.
+    /// The driver's client for `url` with the config's credentials, protocol and TLS files,
+    /// who it connects as, and the URL fit for messages.
     fn client(
         url: &str,
         config: &RedisConnectConfig,
     ) -> Result<(redis::Client, Identity, Arc<str>), LockError> {
         let addr = redact(url);
         check_timeouts(config)?;
-        let invalid =
-            |e: redis::RedisError| LockError::Config(format!("invalid Redis URL {addr}: {e}"));
-        let info = url.into_connection_info().map_err(invalid)?;
+        let transport = Transport::new(config)?;
+        let invalid = |e: &dyn Display| LockError::Config(format!("invalid Redis URL {addr}: {e}"));
+        let info = url.into_connection_info().map_err(|e| invalid(&e))?;
         let settings = settings(info.redis_settings().clone(), config);
         let identity = identity(&settings, config);
-        let client = redis::Client::open(info.set_redis_settings(settings)).map_err(invalid)?;
+        let client =
+            transport.client(info.set_redis_settings(settings)).map_err(|e| invalid(&e))?;
         Ok((client, identity, addr.into()))
     }
 
@@ -897,7 +998,7 @@ impl RedisBackend {
 }
 
 /// The driver's settings from the URL's `base`: [`RedisConnectConfig::credentials`] over the
-/// URL's, RESP3 for tracking, and no `CLIENT SETINFO` ([`wire::quiet_client`] says why).
+/// URL's, RESP3 for tracking, and no `CLIENT SETINFO` ([`wire::quiet`] says why).
 fn settings(base: RedisConnectionInfo, config: &RedisConnectConfig) -> RedisConnectionInfo {
     let mut settings = base.set_skip_set_lib_name();
     if let Some(c) = &config.credentials {

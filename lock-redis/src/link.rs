@@ -23,7 +23,9 @@
 //! drops it then, so that the next request reconnects instead of failing on it.
 //!
 //! **A refusal is not an outage.** A connect attempt the server refuses for who we are or what
-//! we may do (`WRONGPASS`, `NOAUTH`, `NOPERM`, a server without RESP3 for tracking) fails with
+//! we may do (`WRONGPASS`, `NOAUTH`, `NOPERM`, a server without RESP3 for tracking), or whose
+//! TLS handshake a certificate fails, or that meets a port speaking TLS where the client does
+//! not or the other way round ([`crate::tls`] says how that is told from an outage), fails with
 //! a [`LockError::Backend`] that names the server, the user and what was refused, and the
 //! backoff jumps to its maximum at once: nothing changes by asking again soon (an operator
 //! must), so neither a waiter nor a holder's renewals hammer the server with it.
@@ -58,12 +60,13 @@
 //! driver sends when the server does not know the script yet); a pipeline of N commands is N.
 //! What the driver sends by itself when it sets a connection up is counted too
 //! ([`Wire::connected`]): its clients are made without the driver's `CLIENT SETINFO`
-//! ([`quiet_client`](crate::wire::quiet_client)), so that is the `HELLO 3` of a RESP3
+//! ([`quiet`](crate::wire::quiet)), so that is the `HELLO 3` of a RESP3
 //! connection (which carries the credentials), or on RESP2 the `AUTH` credentials ask for, and
 //! the `SELECT` of a database number.
 
 use crate::attempt::{attempt_error, AttemptError};
 use crate::sentinel::Sentinels;
+use crate::tls::connect_error;
 use crate::tracking::Tracker;
 use crate::wire::Wire;
 use crate::{backend_err, RedisConnectConfig};
@@ -120,7 +123,8 @@ pub(crate) struct Link {
     /// Bound of one attempt at the server itself, handshake and first `PING` or `ROLE`
     /// included.
     attempt_timeout: Duration,
-    /// Bound of one Sentinel's answer (the connect timeout).
+    /// The connect timeout: bound of one Sentinel's answer, and of the TLS handshake that tells
+    /// a TLS-only port from an outage ([`connect_error`]).
     sentinel_timeout: Duration,
     max_backoff: Duration,
     addr: Arc<str>,
@@ -285,15 +289,20 @@ impl Link {
         client: &redis::Client,
         config: &AsyncConnectionConfig,
     ) -> Result<MultiplexedConnection, AttemptError> {
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(config)
-            .await
-            .map_err(|e| attempt_error(&e, "the connection"))?;
+        let refused = async |e: RedisError, step: &str| {
+            connect_error(&e, step, client, self.sentinel_timeout).await
+        };
+        let conn = client.get_multiplexed_async_connection_with_config(config).await;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => return Err(refused(e, "the connection").await),
+        };
         self.wire.connected(client.get_connection_info().redis_settings());
-        let pong: String = redis::cmd("PING")
-            .query_async(&mut self.wire.on(&mut conn))
-            .await
-            .map_err(|e| attempt_error(&e, "PING"))?;
+        let pong = redis::cmd("PING").query_async(&mut self.wire.on(&mut conn)).await;
+        let pong: String = match pong {
+            Ok(pong) => pong,
+            Err(e) => return Err(refused(e, "PING").await),
+        };
         if pong != "PONG" {
             return Err(AttemptError::Failed(format!("PING answered {pong:?}")));
         }

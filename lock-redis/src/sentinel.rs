@@ -14,11 +14,12 @@
 //! timeouts and retries of its own, where the link needs every attempt bounded by the
 //! configured timeouts and followed by its own backoff.
 
-use crate::attempt::{attempt_error, AttemptError};
-use crate::wire::{quiet_client, Wire};
+use crate::attempt::AttemptError;
+use crate::tls::{connect_error, Transport};
+use crate::wire::{quiet, Wire};
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo};
 use redis::{RedisError, Value};
 use std::fmt::{self, Display};
 use std::sync::Mutex;
@@ -44,14 +45,20 @@ impl Display for Addr {
 }
 
 impl Addr {
-    /// `host:port` or `redis://host:port[/]` (IPv6 hosts in brackets).
-    fn parse(text: &str) -> Result<Addr, LockError> {
+    /// `host:port`, `redis://host:port[/]` or `rediss://host:port[/]` (IPv6 hosts in
+    /// brackets), and whether the scheme asks for TLS (`None`: no scheme).
+    fn parse(text: &str) -> Result<(Addr, Option<bool>), LockError> {
         let bad = |why: &str| {
             LockError::Config(format!(
-                "Sentinel address {text:?} {why}: expected host:port or redis://host:port"
+                "Sentinel address {text:?} {why}: expected host:port, redis://host:port or \
+                 rediss://host:port"
             ))
         };
-        let rest = text.strip_prefix("redis://").unwrap_or(text);
+        let (rest, tls) = match (text.strip_prefix("rediss://"), text.strip_prefix("redis://")) {
+            (Some(rest), _) => (rest, Some(true)),
+            (None, Some(rest)) => (rest, Some(false)),
+            (None, None) => (text, None),
+        };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
         let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
@@ -60,19 +67,23 @@ impl Addr {
         }
         let port =
             port.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(|| bad("has a bad port"))?;
-        Ok(Addr { host: host.to_string(), port })
+        Ok((Addr { host: host.to_string(), port }, tls))
     }
 
-    /// A client of this address: a Sentinel's (plain), or with `settings` the master's.
-    fn client(&self, settings: Option<&RedisConnectionInfo>) -> Result<redis::Client, String> {
-        let addr = ConnectionAddr::Tcp(self.host.clone(), self.port);
-        let client = match settings {
-            None => quiet_client(addr),
-            Some(s) => addr
-                .into_connection_info()
-                .and_then(|info| redis::Client::open(info.set_redis_settings(s.clone()))),
-        };
-        client.map_err(|e| format!("{self}: {e}"))
+    /// A client of this address, over TLS when `tls` (with `transport`'s certificates): a
+    /// Sentinel's (no credentials), or with `settings` the master's.
+    fn client(
+        &self,
+        settings: Option<&RedisConnectionInfo>,
+        transport: &Transport,
+        tls: bool,
+    ) -> Result<redis::Client, String> {
+        let settings = settings.cloned().unwrap_or_else(quiet);
+        Transport::addr(&self.host, self.port, tls)
+            .into_connection_info()
+            .map_err(|e| e.to_string())
+            .and_then(|info| transport.client(info.set_redis_settings(settings)))
+            .map_err(|e| format!("{self}: {e}"))
     }
 }
 
@@ -82,6 +93,9 @@ pub(crate) struct Sentinels {
     /// The master's connection settings: credentials, protocol (the Sentinels are asked
     /// without them).
     master_settings: RedisConnectionInfo,
+    /// How the Sentinels and the master are reached: over TLS when `tls`.
+    transport: Transport,
+    tls: bool,
     /// In the order to ask them: the last one that named the master first.
     order: Mutex<Vec<Addr>>,
     /// `sentinel master '<name>' via <addr>,<addr>`, in the order given.
@@ -96,11 +110,14 @@ enum Answer {
 
 impl Sentinels {
     /// The Sentinels at `addrs` (refused if empty or malformed) watching master `name`, which
-    /// is connected to with `master_settings`.
+    /// is connected to with `master_settings`. The Sentinels and the master are reached over
+    /// TLS when `transport` has TLS set or the addresses are `rediss://` (refused if some
+    /// addresses say `redis://` then).
     pub(crate) fn new(
         addrs: &[String],
         name: &str,
         master_settings: RedisConnectionInfo,
+        transport: Transport,
     ) -> Result<Sentinels, LockError> {
         if addrs.is_empty() {
             return Err(LockError::Config(format!(
@@ -113,12 +130,27 @@ impl Sentinels {
                  characters"
             )));
         }
-        let order = addrs.iter().map(|a| Addr::parse(a)).collect::<Result<Vec<_>, _>>()?;
+        let parsed = addrs.iter().map(|a| Addr::parse(a)).collect::<Result<Vec<_>, _>>()?;
+        let schemes: Vec<bool> = parsed.iter().filter_map(|(_, tls)| *tls).collect();
+        let tls = transport.configured() || schemes.contains(&true);
+        if tls && schemes.contains(&false) {
+            return Err(LockError::Config(format!(
+                "Sentinel addresses {addrs:?} mix redis:// with TLS ({}): give every Sentinel \
+                 as rediss:// or host:port",
+                match transport.configured() {
+                    true => "RedisConnectConfig::tls is set",
+                    false => "rediss://",
+                }
+            )));
+        }
+        let order: Vec<Addr> = parsed.into_iter().map(|(addr, _)| addr).collect();
         let list = order.iter().map(Addr::to_string).collect::<Vec<_>>().join(",");
         let description = format!("sentinel master '{name}' via {list}");
         Ok(Sentinels {
             name: name.to_string(),
             master_settings,
+            transport,
+            tls,
             order: Mutex::new(order),
             description,
         })
@@ -143,9 +175,10 @@ impl Sentinels {
     ) -> Result<(Addr, Addr), AttemptError> {
         let order = self.order.lock().unwrap().clone();
         let mut failures = Vec::new();
-        let mut unknown = 0;
+        let (mut unknown, mut refused) = (0, 0);
         for sentinel in order {
-            let answer = tokio::time::timeout(timeout, self.ask(&sentinel, config, wire)).await;
+            let ask = self.ask(&sentinel, config, wire, timeout);
+            let answer = tokio::time::timeout(timeout, ask).await;
             match answer {
                 Ok(Ok(Answer::Master(master))) => {
                     self.prefer(&sentinel);
@@ -155,7 +188,10 @@ impl Sentinels {
                     unknown += 1;
                     failures.push(format!("{sentinel}: no such master"));
                 }
-                Ok(Err(e)) => failures.push(format!("{sentinel}: {e}")),
+                Ok(Err(e)) => {
+                    refused += matches!(e, AttemptError::Refused(_)) as usize;
+                    failures.push(format!("{sentinel}: {e}"));
+                }
                 Err(_) => failures.push(format!("{sentinel}: no answer within {timeout:?}")),
             }
         }
@@ -165,11 +201,16 @@ impl Sentinels {
                 self.name
             )));
         }
-        Err(AttemptError::Failed(format!(
+        let message = format!(
             "no Sentinel named an address for master '{}' ({})",
             self.name,
             failures.join("; ")
-        )))
+        );
+        // Every Sentinel refused the handshake: nothing changes by asking again soon.
+        match refused == failures.len() {
+            true => Err(AttemptError::Refused(message)),
+            false => Err(AttemptError::Failed(message)),
+        }
     }
 
     /// One Sentinel's `SENTINEL get-master-addr-by-name`, on a connection of its own (a
@@ -179,19 +220,24 @@ impl Sentinels {
         sentinel: &Addr,
         config: &AsyncConnectionConfig,
         wire: &Wire,
-    ) -> Result<Answer, String> {
-        let client = sentinel.client(None)?;
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(config)
-            .await
-            .map_err(|e| e.to_string())?;
+        timeout: Duration,
+    ) -> Result<Answer, AttemptError> {
+        let client = sentinel.client(None, &self.transport, self.tls)?;
+        let conn = client.get_multiplexed_async_connection_with_config(config).await;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => return Err(connect_error(&e, "the connection", &client, timeout).await),
+        };
         wire.connected(client.get_connection_info().redis_settings());
-        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+        let reply = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.name)
             .query_async(&mut wire.on(&mut conn))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await;
+        let reply: Option<(String, u16)> = match reply {
+            Ok(reply) => reply,
+            Err(e) => return Err(connect_error(&e, "SENTINEL", &client, timeout).await),
+        };
         Ok(match reply {
             Some((host, port)) => Answer::Master(Addr { host, port }),
             None => Answer::Unknown,
@@ -221,20 +267,24 @@ impl Sentinels {
         let (config, timeout) = sentinel;
         let (addr, sentinel) = self.resolve(config, timeout, &wire.to(SENTINEL)).await?;
         let named = |e: &dyn Display| format!("master {addr} (named by Sentinel {sentinel}): {e}");
-        let refused = |e: RedisError, step: &str| match attempt_error(&e, step) {
-            AttemptError::Refused(why) => AttemptError::Refused(named(&why)),
-            _ => AttemptError::Failed(named(&e)),
+        let client = addr.client(Some(&self.master_settings), &self.transport, self.tls)?;
+        let refused =
+            async |e: RedisError, step: &str| match connect_error(&e, step, &client, timeout).await
+            {
+                AttemptError::Refused(why) => AttemptError::Refused(named(&why)),
+                _ => AttemptError::Failed(named(&e)),
+            };
+        let conn = client.get_multiplexed_async_connection_with_config(master).await;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => return Err(refused(e, "the connection").await),
         };
-        let client = addr.client(Some(&self.master_settings))?;
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(master)
-            .await
-            .map_err(|e| refused(e, "the connection"))?;
         wire.connected(client.get_connection_info().redis_settings());
-        let role: Vec<Value> = redis::cmd("ROLE")
-            .query_async(&mut wire.on(&mut conn))
-            .await
-            .map_err(|e| refused(e, "ROLE"))?;
+        let role = redis::cmd("ROLE").query_async(&mut wire.on(&mut conn)).await;
+        let role: Vec<Value> = match role {
+            Ok(role) => role,
+            Err(e) => return Err(refused(e, "ROLE").await),
+        };
         match role.into_iter().next().map(redis::from_redis_value::<String>) {
             Some(Ok(r)) if r == "master" => Ok(conn),
             Some(Ok(r)) => Err(named(&format!("its ROLE is '{r}', not master")).into()),
@@ -248,13 +298,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn addresses_parse_in_both_forms() {
-        let a = Addr::parse("127.0.0.1:26379").unwrap();
-        assert_eq!(a, Addr { host: "127.0.0.1".into(), port: 26379 });
-        assert_eq!(Addr::parse("redis://127.0.0.1:26379/").unwrap(), a);
-        assert_eq!(Addr::parse("redis://127.0.0.1:26379").unwrap(), a);
-        assert_eq!(Addr::parse("[::1]:5").unwrap().to_string(), "[::1]:5");
-        for bad in ["127.0.0.1", "redis://:5", "h:0", "h:x", "redis://u:p@h:1/"] {
+    fn addresses_parse_in_every_form() {
+        let a = Addr { host: "127.0.0.1".into(), port: 26379 };
+        assert_eq!(Addr::parse("127.0.0.1:26379").unwrap(), (a.clone(), None));
+        assert_eq!(Addr::parse("redis://127.0.0.1:26379/").unwrap(), (a.clone(), Some(false)));
+        assert_eq!(Addr::parse("redis://127.0.0.1:26379").unwrap(), (a.clone(), Some(false)));
+        assert_eq!(Addr::parse("rediss://127.0.0.1:26379/").unwrap(), (a, Some(true)));
+        assert_eq!(Addr::parse("[::1]:5").unwrap().0.to_string(), "[::1]:5");
+        for bad in ["127.0.0.1", "redis://:5", "h:0", "h:x", "redis://u:p@h:1/", "rediss://h"] {
             assert!(matches!(Addr::parse(bad), Err(LockError::Config(_))), "{bad}");
         }
     }
@@ -265,26 +316,56 @@ mod tests {
             .set_username("locker")
             .set_password("pw")
             .set_protocol(redis::ProtocolVersion::RESP3);
-        let a = Addr::parse("127.0.0.1:1").unwrap();
-        let master = a.client(Some(&settings)).unwrap();
+        let (a, _) = Addr::parse("127.0.0.1:1").unwrap();
+        let plain = Transport::plain();
+        let master = a.client(Some(&settings), &plain, false).unwrap();
         let info = master.get_connection_info().redis_settings();
         assert_eq!((info.username(), info.password()), (Some("locker"), Some("pw")));
         assert!(info.protocol().supports_resp3());
-        let sentinel = a.client(None).unwrap();
+        let sentinel = a.client(None, &plain, false).unwrap();
         let info = sentinel.get_connection_info().redis_settings();
         assert_eq!((info.username(), info.password()), (None, None));
+        // Over TLS, both: the same settings, a TLS address.
+        let master = a.client(Some(&settings), &plain, true).unwrap();
+        let tls =
+            matches!(master.get_connection_info().addr(), redis::ConnectionAddr::TcpTls { .. });
+        assert!(tls, "{:?}", master.get_connection_info().addr());
+        let sentinel = a.client(None, &plain, true).unwrap();
+        let tls =
+            matches!(sentinel.get_connection_info().addr(), redis::ConnectionAddr::TcpTls { .. });
+        assert!(tls, "{:?}", sentinel.get_connection_info().addr());
+    }
+
+    #[test]
+    fn rediss_sentinels_speak_tls_and_schemes_do_not_mix() {
+        let settings = RedisConnectionInfo::default;
+        let tls = ["rediss://a:1".to_string(), "b:2".to_string()];
+        assert!(Sentinels::new(&tls, "m", settings(), Transport::plain()).unwrap().tls);
+        let plain = ["redis://a:1".to_string(), "b:2".to_string()];
+        assert!(!Sentinels::new(&plain, "m", settings(), Transport::plain()).unwrap().tls);
+        let mixed = ["rediss://a:1".to_string(), "redis://b:2".to_string()];
+        let Err(LockError::Config(e)) = Sentinels::new(&mixed, "m", settings(), Transport::plain())
+        else {
+            panic!("mixed schemes accepted")
+        };
+        assert!(e.contains("mix redis:// with TLS"), "{e}");
     }
 
     #[test]
     fn the_sentinel_that_answered_is_asked_first() {
         let list = ["a:1", "b:2", "c:3"].map(String::from);
-        let s = Sentinels::new(&list, "m", RedisConnectionInfo::default()).unwrap();
+        let plain = Transport::plain;
+        let s = Sentinels::new(&list, "m", RedisConnectionInfo::default(), plain()).unwrap();
         assert_eq!(s.description(), "sentinel master 'm' via a:1,b:2,c:3");
-        s.prefer(&Addr::parse("c:3").unwrap());
+        s.prefer(&Addr::parse("c:3").unwrap().0);
         let order: Vec<String> = s.order.lock().unwrap().iter().map(Addr::to_string).collect();
         assert_eq!(order, ["c:3", "a:1", "b:2"]);
         let settings = RedisConnectionInfo::default;
-        assert!(matches!(Sentinels::new(&[], "m", settings()), Err(LockError::Config(_))));
-        assert!(matches!(Sentinels::new(&list, "", settings()), Err(LockError::Config(_))));
+        let none = Sentinels::new(&[], "m", settings(), plain());
+        assert!(matches!(none, Err(LockError::Config(_))));
+        assert!(matches!(
+            Sentinels::new(&list, "", settings(), plain()),
+            Err(LockError::Config(_))
+        ));
     }
 }

@@ -4,7 +4,7 @@
 
 use lock_core::requests::RequestHook;
 use redis::aio::ConnectionLike;
-use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisConnectionInfo, RedisFuture, Value};
 use std::sync::Arc;
 
 /// Where a link reports the commands it sends: the backend's hook, under the name of the
@@ -31,7 +31,7 @@ impl Wire {
     }
 
     /// A connection made by a client of `info`: what the driver sent to set it up, out of the
-    /// link's sight. With `CLIENT SETINFO` left out ([`quiet_client`]) that is the
+    /// link's sight. With `CLIENT SETINFO` left out ([`quiet`]) that is the
     /// authentication (`HELLO` on RESP3, else `AUTH` when there is a password) and `SELECT`
     /// when the database is not 0.
     pub(crate) fn connected(&self, info: &RedisConnectionInfo) {
@@ -90,11 +90,10 @@ impl<C: ConnectionLike> ConnectionLike for Counted<'_, C> {
     }
 }
 
-/// A client of `info` whose connections send, when set up, nothing but what the server needs
+/// Settings whose connections send, when set up, nothing but what the server needs
 /// (authentication, database): not the driver's two `CLIENT SETINFO`, which only label the
-/// connection in `CLIENT LIST` and would be requests the link cannot see.
-pub(crate) fn quiet_client(info: impl IntoConnectionInfo) -> redis::RedisResult<redis::Client> {
-    let info = info.into_connection_info()?;
-    let settings = info.redis_settings().clone().set_skip_set_lib_name();
-    redis::Client::open(info.set_redis_settings(settings))
+/// connection in `CLIENT LIST` and would be requests the link cannot see: a Sentinel's client
+/// (a server's or a master's leaves them out too, with its credentials).
+pub(crate) fn quiet() -> RedisConnectionInfo {
+    RedisConnectionInfo::default().set_skip_set_lib_name()
 }

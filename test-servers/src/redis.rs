@@ -1,16 +1,19 @@
 //! Redis: a standalone `redis-server` ([`RedisServer`]), open or secured by ACL users
-//! ([`RedisServer::start_secured`], [`AclUser`]), a master with replicas watched by Sentinels,
-//! or independent masters for Redlock ([`RedisCluster`]), all configured by [`Redis`].
+//! ([`RedisServer::start_secured`], [`AclUser`]) and over TLS ([`RedisServer::launch_tls`]), a
+//! master with replicas watched by Sentinels, or independent masters for Redlock
+//! ([`RedisCluster`]), all configured by [`Redis`].
 
 use crate::cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
 use crate::process::{keep, Launch};
+use crate::tls::{CertFiles, TestPki};
+use crate::INSTALL_HINT;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -56,7 +59,7 @@ pub type RedisServer = Server<Redis>;
 pub type RedisCluster = Cluster<Redis>;
 
 /// The Redis engine: persistence, how many Sentinels watch a cluster of it (0: its members
-/// are independent masters), and the ACL users of a secured server.
+/// are independent masters), the ACL users of a secured server, and TLS.
 #[derive(Clone, Debug)]
 pub struct Redis {
     persistent: bool,
@@ -64,6 +67,71 @@ pub struct Redis {
     /// Empty: the server is open (its default user needs no password). Otherwise the default
     /// user is off and these are the only ones ([`RedisServer::start_secured`]).
     users: Vec<AclUser>,
+    /// Set: the server speaks TLS only ([`RedisServer::launch_tls`]).
+    tls: Option<RedisTls>,
+}
+
+/// The TLS of a [`RedisServer::launch_tls`] server: the PEM texts of its certificate, key and
+/// CA, and of the readiness probe's client certificate (written into the server's own
+/// directory, so that the server does not depend on its [`TestPki`]'s life), and whether it
+/// requires client certificates. `Debug` shows no key.
+#[derive(Clone)]
+struct RedisTls {
+    ca: String,
+    cert: String,
+    key: String,
+    probe_cert: String,
+    probe_key: String,
+    auth_clients: bool,
+}
+
+impl fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTls").field("auth_clients", &self.auth_clients).finish_non_exhaustive()
+    }
+}
+
+impl RedisTls {
+    /// Write the files into `dir/tls` (keys readable by their owner alone) and return the
+    /// configuration lines that use them, listening on `port` for TLS and on no plain port.
+    fn write(&self, dir: &Path, port: u16) -> std::io::Result<(String, TlsProbe)> {
+        let tls = dir.join("tls");
+        std::fs::create_dir_all(&tls)?;
+        let file = |name: &str, text: &str| -> std::io::Result<PathBuf> {
+            let path = tls.join(name);
+            write_private(&path, text)?;
+            Ok(path)
+        };
+        let ca = file("ca.pem", &self.ca)?;
+        let (cert, key) = (file("server.pem", &self.cert)?, file("server-key.pem", &self.key)?);
+        let client =
+            (file("probe.pem", &self.probe_cert)?, file("probe-key.pem", &self.probe_key)?);
+        let probe = TlsProbe { ca: ca.clone(), client: Some(client) };
+        let config = format!(
+            "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+             tls-ca-cert-file {}\ntls-auth-clients {}\n",
+            cert.display(),
+            key.display(),
+            ca.display(),
+            if self.auth_clients { "yes" } else { "optional" }
+        );
+        Ok((config, probe))
+    }
+}
+
+/// What the readiness probe of a TLS server needs: the CA to trust, and a client certificate
+/// and its key (a server with `tls-auth-clients yes` refuses a client without one).
+#[derive(Clone, Debug)]
+struct TlsProbe {
+    ca: PathBuf,
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+/// The TLS probe of the server on each port (see [`probe_users`]). Entries are never removed:
+/// the probe asks in plain text first, so a later plain server on the same port answers it.
+fn probe_tls() -> &'static Mutex<BTreeMap<u16, TlsProbe>> {
+    static PROBES: OnceLock<Mutex<BTreeMap<u16, TlsProbe>>> = OnceLock::new();
+    PROBES.get_or_init(Mutex::default)
 }
 
 /// An ACL user of a secured [`RedisServer`]: a name, its ACL rules (`~lock:* -@all +get`),
@@ -165,7 +233,8 @@ const SENTINEL: Launch = Launch {
 };
 
 /// Whether the server on `port` answers `PING`; a secured one (`NOAUTH`) once its probe user
-/// authenticates (its answer to `PING` itself may be a `NOPERM`: it answered).
+/// authenticates (its answer to `PING` itself may be a `NOPERM`: it answered); a TLS one (the
+/// plain `PING` finds the connection closed) over TLS, through `redis-cli`.
 fn ping(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     match redis_call(addr, &["PING"]) {
@@ -178,8 +247,49 @@ fn ping(port: u16) -> bool {
                 _ => false,
             })
         }
-        _ => false,
+        Ok(_) => false,
+        Err(_) => {
+            let probe = probe_tls().lock().unwrap().get(&port).cloned();
+            probe.is_some_and(|probe| tls_ping(port, &probe))
+        }
     }
+}
+
+/// How long the TLS probe waits for `redis-cli` (which has no timeout of its own in Redis 7.0).
+const TLS_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `PING` over TLS with `redis-cli`, as the port's probe user if it has one (its password in
+/// `REDISCLI_AUTH`, never on the command line): whether it answered `PONG` or `NOPERM`.
+fn tls_ping(port: u16, probe: &TlsProbe) -> bool {
+    let mut cmd = Command::new("redis-cli");
+    cmd.arg("--tls").arg("--cacert").arg(&probe.ca);
+    if let Some((cert, key)) = &probe.client {
+        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+    }
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "--no-auth-warning"]);
+    if let Some(user) = probe_users().lock().unwrap().get(&port) {
+        cmd.args(["--user", &user.name]).env("REDISCLI_AUTH", &user.password);
+    }
+    cmd.arg("PING").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let Ok(mut child) = cmd.spawn() else { return false };
+    let deadline = std::time::Instant::now() + TLS_PROBE_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
+    }
+    let mut out = String::new();
+    let _ = child.stdout.take().map(|mut o| std::io::Read::read_to_string(&mut o, &mut out));
+    let out = out.trim();
+    out == "PONG" || out.starts_with("NOPERM")
 }
 
 /// A Redis reply (RESP2).
@@ -286,13 +396,13 @@ impl Redis {
     /// `appendfsync always`: every acknowledged write survives a crash) or without (a restart
     /// forgets every key).
     pub fn masters(persistent: bool) -> Redis {
-        Redis { persistent, sentinels: 0, users: Vec::new() }
+        Redis { persistent, sentinels: 0, users: Vec::new(), tls: None }
     }
 
     /// A master and replicas watched by `sentinels` Sentinels (a majority of them is the
     /// quorum that deems the master down), with or without persistence.
     pub fn sentinel(persistent: bool, sentinels: usize) -> Redis {
-        Redis { persistent, sentinels, users: Vec::new() }
+        Redis { persistent, sentinels, users: Vec::new(), tls: None }
     }
 
     /// Whether a member keeps its keys across a restart.
@@ -310,6 +420,11 @@ impl Redis {
         &self.users
     }
 
+    /// Whether it speaks TLS only ([`RedisServer::launch_tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// The ACL part of member `i`'s configuration: the default user off and the users, whom
     /// the readiness probe of its port learns the first of.
     fn acl_config(&self, layout: &Layout, i: usize) -> String {
@@ -320,12 +435,20 @@ impl Redis {
         cfg
     }
 
-    /// Member `i`'s configuration file.
-    fn config(&self, layout: &Layout, i: usize, dir: &Path) -> String {
+    /// Member `i`'s configuration file (and, for TLS, the files it names, written into `dir`).
+    fn config(&self, layout: &Layout, i: usize, dir: &Path) -> std::io::Result<String> {
+        let port = layout.listen(i, 0);
+        let listen = match &self.tls {
+            None => format!("port {port}\n"),
+            Some(tls) => {
+                let (config, probe) = tls.write(dir, port)?;
+                probe_tls().lock().unwrap().insert(port, probe);
+                config
+            }
+        };
         let mut cfg = format!(
-            "port {}\nbind 127.0.0.1\nprotected-mode no\ndir {}\nsave \"\"\n\
+            "{listen}bind 127.0.0.1\nprotected-mode no\ndir {}\nsave \"\"\n\
              repl-diskless-sync-delay 0\n",
-            layout.listen(i, 0),
             dir.join("data").display()
         );
         cfg.push_str(match self.persistent {
@@ -342,7 +465,7 @@ impl Redis {
                 cfg.push_str(&format!("replicaof 127.0.0.1 {}\n", layout.reach(0, 0)));
             }
         }
-        cfg
+        Ok(cfg)
     }
 
     /// Sentinel `k`'s configuration file: it monitors member 0 at its proxy.
@@ -404,6 +527,21 @@ impl ClusterEngine for Redis {
     const PORTS: &'static [&'static str] = &["client"];
     const FORMATION: Duration = Duration::from_secs(30);
 
+    /// A TLS server's readiness probe is `redis-cli` (Debian's `redis-tools`, which
+    /// `redis-server` depends on): it must be there.
+    fn check(&self) -> Result<(), String> {
+        if self.tls.is_none() {
+            return Ok(());
+        }
+        match Command::new("redis-cli").arg("--version").stdout(Stdio::null()).status() {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!(
+                "redis-cli is not installed ({e}; package redis-tools, needed to probe a TLS \
+                 redis-server): {INSTALL_HINT}"
+            )),
+        }
+    }
+
     fn command(
         &self,
         layout: &Layout,
@@ -415,7 +553,8 @@ impl ClusterEngine for Redis {
         // A member restarted without its data keeps its configuration, and with it the
         // `replicaof` a Sentinel gave it.
         if start == Start::New || !path.exists() {
-            write_private(&path, &self.config(layout, i, dir))
+            self.config(layout, i, dir)
+                .and_then(|config| write_private(&path, &config))
                 .map_err(|e| format!("write {}: {e}", path.display()))?;
         }
         let mut cmd = Command::new("redis-server");
@@ -516,9 +655,71 @@ impl Server<Redis> {
         Server::launch_engine(Redis { users: users.to_vec(), ..Redis::masters(persistent) })
     }
 
+    /// A server without persistence that speaks only TLS: `tls-port` on a free loopback port
+    /// and `port 0`, with `pki`'s server certificate (valid for
+    /// [`LOOPBACK_NAMES`](crate::LOOPBACK_NAMES)) and its CA as the one that client
+    /// certificates must be signed by; `tls-auth-clients yes` when `auth_clients` (a client
+    /// without a certificate of `pki` is refused), `optional` otherwise (a client may present
+    /// one, and without one is accepted). With `users` (may be empty: the default user is then
+    /// open), secured as [`RedisServer::launch_secured`]. The files are copied into the
+    /// server's directory: `pki` may be dropped before the server. Its readiness probe speaks
+    /// TLS through `redis-cli`, with a client certificate of `pki`. [`RedisServer::url`] is
+    /// `rediss://127.0.0.1:<port>/`. Returns why it could not start (what to install, when
+    /// `redis-server` or `redis-cli` is missing; a `redis-server` built without TLS exits
+    /// on the `tls-port` directive, and its log says so).
+    pub fn launch_tls(
+        pki: &TestPki,
+        auth_clients: bool,
+        users: &[AclUser],
+    ) -> Result<RedisServer, String> {
+        Self::launch_tls_as(pki, pki.server(), auth_clients, users)
+    }
+
+    /// [`RedisServer::launch_tls`] with `cert` as the server's certificate instead of `pki`'s
+    /// server certificate: one of `pki` for another host (`pki.issue("elsewhere",
+    /// "elsewhere", &["db.example.net"])`), which a client connecting to `127.0.0.1` must
+    /// refuse. The readiness probe does not check the host name (`redis-cli` does not).
+    pub fn launch_tls_as(
+        pki: &TestPki,
+        cert: &CertFiles,
+        auth_clients: bool,
+        users: &[AclUser],
+    ) -> Result<RedisServer, String> {
+        let probe = pki.client("readiness-probe");
+        let tls = RedisTls {
+            ca: pki.ca_pem(),
+            cert: cert.cert_pem(),
+            key: cert.key_pem(),
+            probe_cert: probe.cert_pem(),
+            probe_key: probe.key_pem(),
+            auth_clients,
+        };
+        let engine = Redis { users: users.to_vec(), tls: Some(tls), ..Redis::masters(false) };
+        Server::launch_engine(engine)
+    }
+
+    /// [`RedisServer::launch_tls`], panicking with why it could not start (what to install).
+    pub fn start_tls(pki: &TestPki, auth_clients: bool, users: &[AclUser]) -> RedisServer {
+        Self::launch_tls(pki, auth_clients, users).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Whether it keeps its keys across a restart ([`RedisServer::start_persistent`]).
     pub fn is_persistent(&self) -> bool {
         self.engine().persistent
+    }
+
+    /// Whether it speaks only TLS ([`RedisServer::launch_tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.engine().is_tls()
+    }
+
+    /// `redis` or, for a TLS server, `rediss`.
+    fn scheme(&self) -> &'static str {
+        if self.is_tls() {
+            "rediss"
+        } else {
+            "redis"
+        }
     }
 
     /// The ACL users of a secured server (empty for an open one).
@@ -526,14 +727,16 @@ impl Server<Redis> {
         &self.engine().users
     }
 
-    /// `redis://<user>:<password>@127.0.0.1:<port>/`: the URL form of credentials.
+    /// `redis://<user>:<password>@127.0.0.1:<port>/` (`rediss://` for TLS): the URL form of
+    /// credentials.
     pub fn url_as(&self, user: &AclUser) -> String {
-        format!("redis://{}:{}@127.0.0.1:{}/", user.name, user.password, self.port)
+        let scheme = self.scheme();
+        format!("{scheme}://{}:{}@127.0.0.1:{}/", user.name, user.password, self.port)
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`, or `rediss://127.0.0.1:<port>/` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("{}://127.0.0.1:{}/", self.scheme(), self.port)
     }
 }
 
@@ -571,4 +774,40 @@ impl Cluster<Redis> {
 pub fn shared_redis() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
     keep(&SERVER, "redis-server-keeper", RedisServer::start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TLS server answers `PING` over TLS only, to a client of its CA, with a client
+    /// certificate when it requires one, and as its ACL user when it has users.
+    #[test]
+    fn a_tls_server_speaks_only_tls_to_clients_of_its_ca() {
+        let pki = TestPki::new("redis-unit");
+        let user = AclUser::new("locker", "~* +@all");
+        let required = RedisServer::start_tls(&pki, true, std::slice::from_ref(&user));
+        assert!(required.is_tls());
+        let port = required.port;
+        assert_eq!(required.url(), format!("rediss://127.0.0.1:{port}/"));
+        assert!(required.url_as(&user).starts_with("rediss://locker:"));
+        assert!(redis_call(required.addr(), &["PING"]).is_err(), "a plain PING was answered");
+        let client = pki.client("alice");
+        let with_cert = TlsProbe {
+            ca: pki.ca_file().to_path_buf(),
+            client: Some((client.cert.clone(), client.key.clone())),
+        };
+        assert!(tls_ping(port, &with_cert), "a client with a certificate of the CA");
+        let without = TlsProbe { ca: pki.ca_file().to_path_buf(), client: None };
+        assert!(!tls_ping(port, &without), "a client without a certificate was answered");
+        let stranger = TestPki::new("redis-unit-other");
+        let other_ca = TlsProbe { ca: stranger.ca_file().to_path_buf(), ..with_cert.clone() };
+        assert!(!tls_ping(port, &other_ca), "a client of another CA trusted the server");
+        drop(required);
+
+        // Optional client certificates, no users: a client without one is answered too.
+        let optional = RedisServer::start_tls(&pki, false, &[]);
+        assert!(tls_ping(optional.port, &without), "tls-auth-clients optional");
+        assert!(tls_ping(optional.port, &with_cert));
+    }
 }
