@@ -19,6 +19,7 @@ use crate::{backend_err, EtcdConfig};
 use etcd_client::{Client, GetOptions};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
 use lock_core::LockError;
 use std::fmt::Display;
 use std::future::Future;
@@ -30,6 +31,8 @@ use std::time::Duration;
 pub(crate) struct Auth {
     pub client: Client,
     credentials: Option<Credentials>,
+    /// The TLS files, for messages: which CA, which client certificate.
+    tls: Option<TlsFiles>,
     pub endpoints: Arc<str>,
     requests: RequestHook,
     /// How many times we have authenticated: a request refused on the token of epoch `n`
@@ -54,6 +57,7 @@ impl Auth {
         Auth {
             client,
             credentials: config.credentials.clone(),
+            tls: config.tls.clone(),
             endpoints,
             requests: config.requests.clone(),
             epoch: AtomicU64::new(0),
@@ -61,11 +65,22 @@ impl Auth {
         }
     }
 
-    /// Who we are, for messages: `user 'name'`, or that we have no credentials.
+    /// The client certificate we present, if any.
+    fn client_cert(&self) -> Option<String> {
+        let cert = self.tls.as_ref().and_then(|t| t.cert.as_ref());
+        cert.map(|c| c.display().to_string())
+    }
+
+    /// Who we are, for messages: `user 'name'`, the user our client certificate names (etcd
+    /// takes its common name as the user of a request without a token), or that we have no
+    /// credentials.
     fn who(&self) -> String {
-        match &self.credentials {
-            Some(c) => format!("user '{}'", c.user),
-            None => "a client without credentials".into(),
+        match (&self.credentials, self.client_cert()) {
+            (Some(c), _) => format!("user '{}'", c.user),
+            (None, Some(cert)) => {
+                format!("the user of the client certificate {cert} (its common name)")
+            }
+            (None, None) => "a client without credentials".into(),
         }
     }
 
@@ -73,7 +88,7 @@ impl Auth {
     /// authentication is disabled is no error: like Go's client we go on without a token (so
     /// that clients can be given credentials before the operator enables auth), and
     /// authenticate once the server asks for a user.
-    pub async fn sign_in(&self) -> Result<(), LockError> {
+    pub async fn sign_in(&self, within: Duration) -> Result<(), LockError> {
         let Some(user) = self.credentials.as_ref().map(|c| c.user.as_str()) else {
             return Ok(());
         };
@@ -85,11 +100,14 @@ impl Auth {
                 self.endpoints,
                 etcd_message(&e).unwrap_or_default()
             ))),
-            Err(e) => Err(backend_err(format!(
-                "cannot authenticate user '{user}' on etcd at {}: {}",
-                self.endpoints,
-                self.describe(&e)
-            ))),
+            Err(e) => Err(backend_err(match self.refusal(&e, within).await {
+                Some(refusal) => refusal,
+                None => format!(
+                    "cannot authenticate user '{user}' on etcd at {}: {}",
+                    self.endpoints,
+                    self.describe(&e)
+                ),
+            })),
         }
     }
 
@@ -199,14 +217,25 @@ impl Auth {
                 "permission denied to {} (its role must grant READWRITE on the lock root's keys)",
                 self.who()
             ),
-            Some("user name is empty") if self.credentials.is_none() => {
-                "etcd has authentication enabled and this client has no credentials \
-                 (user name is empty)"
-                    .into()
-            }
+            Some("user name is empty") if self.credentials.is_none() => match self.client_cert() {
+                None => "etcd has authentication enabled and this client has no credentials \
+                         (user name is empty)"
+                    .into(),
+                Some(cert) => format!(
+                    "etcd has authentication enabled and took no user from the client \
+                     certificate {cert} (user name is empty): does it run with --client-cert-auth?"
+                ),
+            },
             Some(m) => m.to_string(),
-            None => e.to_string(),
+            None => crate::tls::words(e),
         }
+    }
+
+    /// If `e`, the failure of a connection's first request, is a refused or broken connection
+    /// (a refused TLS handshake, a server that speaks the other protocol) rather than etcd's
+    /// answer: what was refused, naming the endpoints ([`crate::tls::refusal`]).
+    async fn refusal(&self, e: &etcd_client::Error, within: Duration) -> Option<String> {
+        crate::tls::refusal(e, &self.endpoints, self.tls.as_ref(), within).await
     }
 
     /// A backend error for `what` on `key`.
@@ -262,7 +291,22 @@ pub(crate) async fn check_root(auth: &Auth, root: &str, within: Duration) -> Res
         Failure::Etcd(e) | Failure::Reauth(e, _) => etcd_message(e),
         Failure::TimedOut(_) => None,
     };
+    if let Failure::Etcd(e) | Failure::Reauth(e, _) = &failure {
+        if let Some(connection) = auth.refusal(e, within).await {
+            return Err(backend_err(connection));
+        }
+    }
     Err(backend_err(match refusal {
+        Some("user name is empty")
+            if auth.credentials.is_none() && auth.client_cert().is_some() =>
+        {
+            format!(
+                "etcd at {ep} has authentication enabled and took no user from the client \
+                 certificate {} (etcdserver: user name is empty): a certificate is a user only \
+                 on a server run with --client-cert-auth; otherwise set EtcdConfig::credentials",
+                auth.client_cert().unwrap_or_default()
+            )
+        }
         Some("user name is empty") if auth.credentials.is_none() => format!(
             "etcd at {ep} has authentication enabled and no credentials were given \
              (etcdserver: user name is empty): set EtcdConfig::credentials to a user whose role \

@@ -92,7 +92,8 @@
 //!
 //! ## Credentials, roles and strangers
 //! [`EtcdConfig::credentials`] names an etcd user and its password
-//! ([`lock_core::secret::Credentials`]: the password is never printed, nor put in an error).
+//! ([`lock_core::secret::Credentials`]: the password is never printed, nor put in an error);
+//! over TLS a client certificate can be the identity instead (see "TLS" below).
 //! Connecting authenticates (`Authenticate`, a token every key-value and watch request then
 //! carries) and reads one key name under `<root>/` before granting a lease, so that within the
 //! connect timeout a refusal is a [`LockError::Backend`] that says what is wrong:
@@ -131,6 +132,75 @@
 //! backend is dropped is refused while the lease still has keys (a guard abandoned with
 //! [`LockGuard::abandon`]); those keys go when the lease expires, one TTL later. A backend
 //! whose keys are all released revokes its lease as before.
+//!
+//! ## TLS
+//! [`EtcdConfig::tls`] ([`lock_core::tls::TlsFiles`], three PEM files) turns it on: the CA that
+//! signed the server's certificate, and, for a server run with `--client-cert-auth`, this
+//! client's certificate and key (mutual TLS). The endpoints are then `https://host:port` (a
+//! `host:port` without a scheme is taken as `https://`), and each endpoint's host must be a
+//! name or IP address the server's certificate is valid for.
+//!
+//! ```no_run
+//! use lock_core::tls::TlsFiles;
+//! use lock_etcd::{EtcdBackend, EtcdConfig};
+//!
+//! # async fn demo() -> Result<(), lock_core::LockError> {
+//! let config = EtcdConfig {
+//!     tls: Some(
+//!         TlsFiles::trusting("/etc/etcd/ca.pem")
+//!             .with_identity("/etc/locks/locker.pem", "/etc/locks/locker-key.pem"),
+//!     ),
+//!     ..EtcdConfig::default()
+//! };
+//! let backend = EtcdBackend::connect_with("https://10.0.0.5:2379", config).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **A certificate as the identity.** An etcd run with `--client-cert-auth` and authentication
+//! on takes the common name of a client's verified certificate as the user of every request
+//! that carries no token. So a client with a certificate and no [`EtcdConfig::credentials`]
+//! *is* the user its certificate names: no password, no `Authenticate`, no token to expire;
+//! that user's role must grant READWRITE on the lock root as a password user's must. Given
+//! credentials as well, the token wins: requests are the password's user's.
+//!
+//! **What is built in.** The `tls` feature (on by default) brings tonic's rustls with ring's
+//! crypto (`etcd-client/tls`, i.e. `tonic/tls-ring`; not aws-lc-rs). Only the CA given is
+//! trusted, never the system's roots, so [`TlsFiles::ca`](lock_core::tls::TlsFiles::ca) is
+//! required. Built without the feature, the crate connects over plain `http://` only, and any
+//! TLS setting is a [`LockError::Config`] saying so. The TLS handshake is bounded by the
+//! shorter of the connect and request timeouts (tonic's own connect timeout covers only the
+//! TCP connect).
+//!
+//! **Settings refused before connecting** ([`LockError::Config`]): an `https://` endpoint
+//! without [`EtcdConfig::tls`]; an `http://` endpoint with it; [`EtcdConfig::tls`] without a CA
+//! file; a file that cannot be read, or holds no PEM certificate (or key) (the error names the
+//! file); a certificate without its key, or a key without its certificate.
+//!
+//! **Refusals at connect**, each a [`LockError::Backend`] naming the endpoint, within
+//! milliseconds on a LAN (`tests/tls.rs` checks each, and that it takes under 5 s); rustls's
+//! own words, then what they mean:
+//!
+//! | what is wrong | the error says |
+//! |---|---|
+//! | the server's certificate is signed by a CA other than ours | `TLS handshake with https://…:2379 failed: invalid peer certificate: UnknownIssuer (the server's certificate is not signed by the CA in /etc/etcd/ca.pem)` |
+//! | the server's certificate is for another host | `… invalid peer certificate: certificate not valid for name "10.0.0.5"; certificate is only valid for DnsName("…") (the server's certificate does not name the endpoint's host)` |
+//! | an `https://` endpoint of a plain server | `… failed: the server closed the connection during the handshake (tls handshake eof): is it a plain http:// server?` |
+//! | an `http://` endpoint of a TLS server | `etcd at http://10.0.0.5:2379 closed the plain-text connection (transport error: connection error: stream closed because of a broken pipe): http://10.0.0.5:2379 speaks TLS (its handshake showed a certificate): use https://10.0.0.5:2379 and EtcdConfig::tls` |
+//! | no client certificate, and the server requires one | `… failed: received fatal alert: BadCertificate (the server requires a client certificate and EtcdConfig::tls gives none: set TlsFiles::with_identity)` |
+//! | a client certificate the server does not trust | `… received fatal alert: BadCertificate (the server refused the client certificate /etc/locks/locker.pem: is it signed by the CA the server trusts (--trusted-ca-file), and for client authentication?)` |
+//! | a server that never answers the handshake | `cannot connect to etcd at https://…: transport error: TLS handshake timeout.` |
+//! | a certificate user whose role does not cover the lock root | `etcd at … denies the user of the client certificate /etc/locks/locker.pem (its common name) access to the lock root …/ (etcdserver: permission denied): …` |
+//! | a certificate, no credentials, a server with authentication on but without `--client-cert-auth` | `etcd at … has authentication enabled and took no user from the client certificate … (etcdserver: user name is empty): a certificate is a user only on a server run with --client-cert-auth; otherwise set EtcdConfig::credentials` |
+//!
+//! A server that refuses the client's certificate, or its lack of one, does so (in TLS 1.3)
+//! after the client has finished its side of the handshake, in an alert that tonic never reads:
+//! it is writing its first request by then, and meets a broken pipe. On that broken pipe, and
+//! only then, the backend makes one handshake of its own with the same files (rustls
+//! directly, bounded by the connect timeout and 2 s a step) and reports the server's alert;
+//! a plain client whose connection is dropped likewise tries a handshake (trusting nothing)
+//! to learn whether the server speaks TLS. Messages name files, never their contents: no key,
+//! like no password, is ever printed.
 //!
 //! ## Fencing token
 //! The key's create revision. Keys are granted in create-revision order and the revision of
@@ -184,15 +254,20 @@
 //!   delete, overwrite nor revoke a holder's key; wrong or missing credentials and a role that
 //!   does not cover the lock root are refused at connect, naming the user and never the
 //!   password.
+//! - Over TLS, a server certificate from another CA or for another host, the wrong protocol
+//!   on either side, and a missing or untrusted client certificate are each refused at
+//!   connect within seconds, saying what was refused and never showing a key.
 //!
 //! ## Conformance verdict
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real etcd with a
 //! 2 s lease, each contender on its own backend through a proxy it can be cut off by
 //! (`tests/conformance.rs`). "Lease renewal" is the lease keep-alive; "TTL" is the lease TTL.
 //! It passes on a 3-member cluster too, each client given all three endpoints
-//! (`tests/cluster_conformance.rs`), and on an etcd with authentication on, every contender a
-//! user whose role covers only the lock root (`tests/security.rs`); the benchmark harness's
-//! cluster rows put it through leader kills, pauses and partitions.
+//! (`tests/cluster_conformance.rs`), on an etcd with authentication on, every contender a
+//! user whose role covers only the lock root (`tests/security.rs`), and over TLS
+//! (`tests/tls.rs`): on an etcd with `--client-cert-auth` and authentication on, every
+//! contender known by its client certificate alone, and by password over TLS; the benchmark
+//! harness's cluster rows put it through leader kills, pauses and partitions.
 //!
 //! ## Example
 //! ```no_run
@@ -218,6 +293,7 @@ mod auth;
 mod holder;
 mod rpc;
 mod session;
+mod tls;
 
 use async_trait::async_trait;
 use auth::{check_root, Auth};
@@ -230,6 +306,7 @@ use lock_core::lock::{validate_id, LeaseState, Release};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
+use lock_core::tls::TlsFiles;
 use lock_core::{LockError, LockGuard, Locker};
 use rpc::Rpc;
 use session::{Session, RETRY_PAUSE};
@@ -266,6 +343,13 @@ pub struct EtcdConfig {
     /// READWRITE on the lock root's keys, `[<root>/, <root>0)`; the crate docs ("Credentials,
     /// roles and strangers") say why, and what a client without them can do.
     pub credentials: Option<Credentials>,
+    /// TLS (default: none, plain `http://`): the CA that signed the server's certificate, and
+    /// this client's certificate and key when the server asks for one (etcd's
+    /// `--client-cert-auth`). With it, endpoints are `https://host:port` (or `host:port`).
+    /// On a server with authentication on and `--client-cert-auth`, a client with a
+    /// certificate and no [`EtcdConfig::credentials`] is the user its certificate's common
+    /// name names. The crate docs ("TLS") say what each refusal means.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for EtcdConfig {
@@ -277,6 +361,7 @@ impl Default for EtcdConfig {
             root: "/locks".into(),
             requests: RequestHook::none(),
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -341,12 +426,14 @@ async fn connect_client(
     config: &EtcdConfig,
 ) -> Result<Client, LockError> {
     let options = ConnectOptions::new()
+        // The TCP connect (the TLS handshake has a timeout of its own, see `tls::apply`).
         .with_connect_timeout(config.connect_timeout)
         // HTTP/2 pings find a dead connection (a stalled network, a killed server) so that
         // the channel connects again instead of waiting on it.
         .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
         // In a cluster without a leader, fail requests instead of holding them.
         .with_require_leader(true);
+    let options = tls::apply(list, config, options)?;
     tokio::time::timeout(config.connect_timeout, Client::connect(list, Some(options)))
         .await
         .map_err(|_| {
@@ -355,7 +442,9 @@ async fn connect_client(
                 config.connect_timeout
             ))
         })?
-        .map_err(|e| backend_err(format!("cannot connect to etcd at {endpoints}: {e}")))
+        .map_err(|e| {
+            backend_err(format!("cannot connect to etcd at {endpoints}: {}", tls::chain(&e)))
+        })
 }
 
 /// The time left until `deadline` (at least a millisecond: a zero timeout would not even try).
@@ -387,7 +476,8 @@ impl std::fmt::Debug for EtcdBackend {
 }
 
 impl EtcdBackend {
-    /// Connect to `endpoints` (`http://host:port` or `host:port`, comma-separated) with a lease
+    /// Connect to `endpoints` (`http://host:port` or `host:port`, comma-separated; for
+    /// `https://` see [`EtcdConfig::tls`] and [`EtcdBackend::connect_with`]) with a lease
     /// of `lease_ttl` and the other settings of [`EtcdConfig::default`]. An unreachable server
     /// fails within the connect timeout (10 s) with a [`LockError::Backend`] naming it.
     pub async fn connect(endpoints: &str, lease_ttl: Duration) -> Result<Self, LockError> {
@@ -409,7 +499,7 @@ impl EtcdBackend {
         let deadline = Instant::now() + config.connect_timeout;
         let client = connect_client(&list, &endpoints, &config).await?;
         let auth = Arc::new(Auth::new(client.clone(), &config, endpoints.clone()));
-        tokio::time::timeout_at(deadline, auth.sign_in()).await.map_err(|_| {
+        tokio::time::timeout_at(deadline, auth.sign_in(left(deadline))).await.map_err(|_| {
             backend_err(format!(
                 "cannot reach etcd at {endpoints}: no answer to Authenticate within {:?}",
                 config.connect_timeout

@@ -74,7 +74,8 @@ impl Session {
             Ok(Ok(g)) => g,
             Ok(Err(e)) => {
                 return Err(backend_err(format!(
-                    "cannot grant a lease on etcd at {endpoints}: {e}"
+                    "cannot grant a lease on etcd at {endpoints}: {}",
+                    crate::tls::words(&e)
                 )))
             }
             Err(_) => {

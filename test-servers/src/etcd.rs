@@ -1,13 +1,32 @@
 //! etcd: a cluster of members ([`EtcdCluster`]) or a server of one ([`EtcdServer`]), both
 //! configured by [`Etcd`]; a server of one can be secured ([`Server::secure`]): users, roles
-//! on key prefixes, authentication on.
+//! on key prefixes, authentication on; and it can serve its clients over TLS
+//! ([`Server::start_tls`]), with or without client certificates.
+//!
+//! ## A TLS server, and its plain setup listener
+//! [`Server::start_tls`] starts etcd with an `https://` client URL: `--cert-file`,
+//! `--key-file`, and with `client_cert_auth` `--trusted-ca-file` and `--client-cert-auth`
+//! (every client must present a certificate the CA signed; once authentication is on, etcd
+//! takes a client without a token to be the user its certificate's common name names). The
+//! files are copied into the server's own directory, so the server does not depend on the
+//! [`TestPki`] outliving it (etcd reads its certificate again at every handshake).
+//!
+//! test-servers has no TLS client of its own (nor etcd's `etcdctl`, which Debian ships apart
+//! from the server), so a TLS server also listens on a second, **plain** client URL on
+//! loopback ([`Server::plain_addr`]). It serves the readiness probe (`GET /health`) and
+//! [`Server::secure`]'s setup (users, roles, `auth enable` through the JSON gateway), and
+//! [`etcd_post`] and [`etcd_token`] reach the server there. It is not what TLS tests
+//! measure: their clients are given [`Server::endpoint`], the `https://` URL, whose listener
+//! speaks nothing but TLS (a plain client there is refused), and a test must not hand out the
+//! plain address. It is loopback-only, as every test server is.
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
-use crate::process::{keep, Launch};
+use crate::process::{free_port, keep, Launch};
+use crate::tls::{CertFiles, TestPki};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -57,6 +76,46 @@ pub struct Etcd {
     ids: Arc<Mutex<BTreeMap<String, usize>>>,
     /// `--auth-token-ttl` in seconds, when not etcd's default (300).
     auth_token_ttl: Option<u32>,
+    /// TLS on the client URL ([`Server::launch_tls`]): a server of one only.
+    tls: Option<EtcdTls>,
+}
+
+/// TLS on an etcd's client URL ([`Server::launch_tls`]): the files etcd serves and trusts.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The server's certificate and key (`--cert-file`, `--key-file`).
+    pub server: CertFiles,
+    /// The CA whose client certificates etcd accepts (`--trusted-ca-file`), used only with
+    /// `client_cert_auth` (etcd 3.4 asks every client for a certificate once it has a
+    /// trusted CA file).
+    pub ca: PathBuf,
+    /// Whether every client must present a certificate signed by `ca` (`--client-cert-auth`);
+    /// with authentication on, its common name is the user of a request without a token.
+    pub client_cert_auth: bool,
+}
+
+impl EtcdTls {
+    /// `pki`'s server certificate (valid for 127.0.0.1 and localhost) and CA.
+    pub fn from_pki(pki: &TestPki, client_cert_auth: bool) -> EtcdTls {
+        EtcdTls { server: pki.server().clone(), ca: pki.ca_file().to_path_buf(), client_cert_auth }
+    }
+}
+
+/// The plain setup listener of each TLS server, by the port of its TLS client URL: where
+/// [`healthy`] probes a TLS server (the launcher's readiness probe only knows the client
+/// port). Written by [`Etcd::command`] for every server it starts, plain ones too (which
+/// remove their port), so a port reused by a later server never finds a stale entry.
+fn plain_ports() -> std::sync::MutexGuard<'static, BTreeMap<u16, u16>> {
+    static PORTS: OnceLock<Mutex<BTreeMap<u16, u16>>> = OnceLock::new();
+    PORTS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Copy `from` into `dir` as `name`; the copy's path.
+fn copy_into(dir: &Path, name: &str, from: &Path) -> Result<PathBuf, String> {
+    let to = dir.join(name);
+    std::fs::copy(from, &to)
+        .map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))?;
+    Ok(to)
 }
 
 impl Etcd {
@@ -273,8 +332,10 @@ fn member_id_of<'a>(list: &'a str, peer_url: &str) -> Option<&'a str> {
 }
 
 /// Whether the member on loopback `port` answers `GET /health` with `"health":"true"`: it is
-/// up and has a leader, so it can serve writes.
+/// up and has a leader, so it can serve writes. A TLS server is asked on its plain setup
+/// listener.
 fn healthy(port: u16) -> bool {
+    let port = plain_ports().get(&port).copied().unwrap_or(port);
     http(port, "GET", "/health", "").is_ok_and(|a| a.contains("\"health\":\"true\""))
 }
 
@@ -298,11 +359,38 @@ impl ClusterEngine for Etcd {
         // member's) instead of bootstrapping a new one.
         let state = if start == Start::Rejoin { "existing" } else { "new" };
         let mut cmd = Command::new("etcd");
+        let (listen, reach) = (layout.listen(i, CLIENT), layout.reach(i, CLIENT));
+        let (listen_urls, advertise) = match &self.tls {
+            None => {
+                plain_ports().remove(&listen);
+                (url(listen), url(reach))
+            }
+            Some(tls) => {
+                if layout.members() != 1 {
+                    return Err("TLS on etcd's client URL is for a server of one".into());
+                }
+                let files = dir.join("tls");
+                std::fs::create_dir_all(&files).map_err(|e| e.to_string())?;
+                cmd.arg("--cert-file")
+                    .arg(copy_into(&files, "server.pem", &tls.server.cert)?)
+                    .arg("--key-file")
+                    .arg(copy_into(&files, "server-key.pem", &tls.server.key)?);
+                if tls.client_cert_auth {
+                    cmd.arg("--trusted-ca-file")
+                        .arg(copy_into(&files, "ca.pem", &tls.ca)?)
+                        .arg("--client-cert-auth");
+                }
+                let plain = free_port();
+                plain_ports().insert(listen, plain);
+                let https = format!("https://127.0.0.1:{listen}");
+                (format!("{https},{}", url(plain)), format!("https://127.0.0.1:{reach}"))
+            }
+        };
         cmd.args(["--name", &format!("m{i}")])
             .arg("--data-dir")
             .arg(dir.join("data"))
-            .args(["--listen-client-urls", &url(layout.listen(i, CLIENT))])
-            .args(["--advertise-client-urls", &url(layout.reach(i, CLIENT))])
+            .args(["--listen-client-urls", &listen_urls])
+            .args(["--advertise-client-urls", &advertise])
             .args(["--listen-peer-urls", &url(layout.listen(i, PEER))])
             .args(["--initial-advertise-peer-urls", &url(layout.reach(i, PEER))])
             .args(["--initial-cluster", &cluster.join(",")])
@@ -381,9 +469,11 @@ impl Server<Etcd> {
         self.layout().listen(0, PEER)
     }
 
-    /// `http://127.0.0.1:<port>`, the client URL etcd clients take.
+    /// `http://127.0.0.1:<port>`, the client URL etcd clients take; `https://127.0.0.1:<port>`
+    /// on a TLS server ([`Server::start_tls`]).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.engine().tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Start a server of `engine`'s configuration (e.g. [`Etcd::with_auth_token_ttl`]), as
@@ -392,10 +482,42 @@ impl Server<Etcd> {
         Server::launch_engine(engine)
     }
 
+    /// Start a server whose client URL ([`Server::endpoint`], `https://127.0.0.1:<port>`)
+    /// speaks TLS with `pki`'s server certificate (valid for 127.0.0.1 and localhost) and,
+    /// with `client_cert_auth`, takes only clients whose certificate `pki` signed
+    /// (`--client-cert-auth`; [`TestPki::client`] makes one for a user). It also has a plain
+    /// setup listener on loopback (see the module docs, [`Server::plain_addr`]). Panics,
+    /// saying why or what to install, if it cannot start.
+    pub fn start_tls(pki: &TestPki, client_cert_auth: bool) -> Self {
+        Self::launch_tls(EtcdTls::from_pki(pki, client_cert_auth)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Server::start_tls`] with any certificate (one for another host name, to test that a
+    /// client refuses it), returning why it could not start instead of panicking.
+    pub fn launch_tls(tls: EtcdTls) -> Result<Self, String> {
+        Server::launch_engine(Etcd { tls: Some(tls), ..Etcd::default() })
+    }
+
+    /// Its TLS settings, on a TLS server.
+    pub fn tls(&self) -> Option<&EtcdTls> {
+        self.engine().tls.as_ref()
+    }
+
+    /// Where plain HTTP reaches it, for setup and probes ([`etcd_post`], [`etcd_token`],
+    /// [`Server::secure`]): [`Server::addr`] on a server without TLS, the plain setup listener
+    /// on a TLS server. Not for the clients a test measures.
+    pub fn plain_addr(&self) -> SocketAddr {
+        let plain = plain_ports().get(&self.port).copied();
+        let port = if self.engine().tls.is_some() { plain } else { None };
+        SocketAddr::from(([127, 0, 0, 1], port.unwrap_or(self.port)))
+    }
+
     /// Turn authentication on, with the `root` user and `users`, each allowed its own key
-    /// prefix ([`etcd_secure`]). Once only: a second call finds the users there and fails.
+    /// prefix ([`etcd_secure`], through [`Server::plain_addr`]). Once only: a second call
+    /// finds the users there and fails. On a TLS server with client certificates, a client
+    /// whose certificate's common name is one of `users` is that user without a password.
     pub fn secure(&self, root_password: &str, users: &[EtcdUser]) -> Result<(), String> {
-        etcd_secure(self.addr(), root_password, users)
+        etcd_secure(self.plain_addr(), root_password, users)
     }
 }
 
@@ -438,5 +560,31 @@ mod tests {
         assert_eq!(prefix_end(b"a\xff"), b"b");
         assert_eq!(prefix_end(b""), vec![0]);
         assert_eq!(json_quote("a\"b\\c"), r#""a\"b\\c""#);
+    }
+
+    #[test]
+    fn a_tls_server_speaks_tls_on_its_endpoint_and_is_secured_through_its_plain_listener() {
+        let pki = TestPki::new("etcd-unit");
+        let server = EtcdServer::start_tls(&pki, true);
+        // The server has copies of its files: the PKI may go.
+        drop(pki);
+        assert_eq!(server.endpoint(), format!("https://127.0.0.1:{}", server.port));
+        assert!(server.tls().is_some_and(|t| t.client_cert_auth));
+        let plain = server.plain_addr();
+        assert_ne!(plain, server.addr());
+        assert!(healthy(server.port), "probed on its plain listener");
+        // The TLS listener answers no plain request.
+        let refused = etcd_post(server.addr(), "/v3/maintenance/status", "{}");
+        assert!(!refused.as_ref().is_ok_and(|a| a.contains("\"header\"")), "{refused:?}");
+        let user = EtcdUser::new("locker", "locker-pw", "/secure/");
+        server.secure("root-pw", std::slice::from_ref(&user)).unwrap();
+        let range = r#"{"key":"L3NlY3VyZS8="}"#; // "/secure/"
+        let anonymous = etcd_post(plain, "/v3/kv/range", range).unwrap();
+        assert!(anonymous.contains("user name is empty"), "{anonymous}");
+        let token = etcd_token(plain, "locker", "locker-pw").unwrap();
+        let read = etcd_post_as(plain, "/v3/kv/range", range, &token).unwrap();
+        assert!(read.contains("\"header\"") && !read.contains("error"), "{read}");
+        // A plain server's setup address is its client address.
+        assert_eq!(shared_etcd().plain_addr(), shared_etcd().addr());
     }
 }

@@ -61,7 +61,7 @@ pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Ser
 pub use contenders::ContenderProxies;
 pub use etcd::{
     etcd_post, etcd_post_as, etcd_secure, etcd_token, shared_etcd, shared_etcd_with, Etcd,
-    EtcdCluster, EtcdServer, EtcdUser, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
+    EtcdCluster, EtcdServer, EtcdTls, EtcdUser, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
 };
 pub use process::free_port;
 pub use process::Launch;
