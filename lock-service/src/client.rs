@@ -21,17 +21,21 @@ use crate::proto::{
     decode, encode, read_bytes, ClientFrame, ErrorKind, Held, Push, Reply, Request, ServerFrame,
     SessionId, MAX_SERVER_FRAME,
 };
+use crate::tls::BoxIo;
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
 use lock_core::requests::RequestHook;
+use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::WriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{timeout_at, Instant};
+use tokio_rustls::TlsConnector;
 
 /// The algorithm's name in results.
 pub const ALGORITHM: &str = "service";
@@ -55,6 +59,12 @@ pub struct ClientConfig {
     /// dials only the endpoints it was given, in turn: for a client that must reach the
     /// service through addresses of its own (a proxy, a tunnel).
     pub follow_leader_hints: bool,
+    /// Who this client is, on a service that authenticates its clients (`lock-server
+    /// --users`): the user's name and its token. A refusal fails at once, naming the user.
+    pub credentials: Option<Credentials>,
+    /// Speak TLS, trusting the CA in `ca` (required) and presenting `cert`/`key` if given;
+    /// the nodes' certificates must name the host or IP address the client dials.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for ClientConfig {
@@ -65,6 +75,8 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(5),
             requests: RequestHook::none(),
             follow_leader_hints: true,
+            credentials: None,
+            tls: None,
         }
     }
 }
@@ -75,6 +87,8 @@ impl std::fmt::Debug for ClientConfig {
             .field("ttl", &self.ttl)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("credentials", &self.credentials)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -96,6 +110,8 @@ fn kind_of(request: &Request) -> &'static str {
         Request::Release { .. } => "Release",
         Request::Close { .. } => "Close",
         Request::Status => "Status",
+        Request::Hello { .. } => "Hello",
+        Request::ForceRelease { .. } => "ForceRelease",
     }
 }
 
@@ -106,6 +122,8 @@ struct Shared {
     order: Mutex<Vec<String>>,
     config: ClientConfig,
     next_id: AtomicU64,
+    /// The TLS connector, when the config asks for TLS.
+    tls: Option<TlsConnector>,
 }
 
 impl Shared {
@@ -136,31 +154,70 @@ type PushSink = Arc<OnceLock<Weak<Session>>>;
 /// wait for it.
 #[derive(Clone)]
 struct Conn {
-    wr: Arc<tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>>,
+    wr: Arc<tokio::sync::Mutex<WriteHalf<BoxIo>>>,
     pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>,
     closed: Arc<AtomicBool>,
+    /// What the node said when it refused the connection as a whole (a plain client at a
+    /// TLS-only node), if it did.
+    refusal: Arc<Mutex<Option<String>>>,
     addr: String,
 }
 
+/// Why a connection to a node could not be made.
+enum DialError {
+    /// Try another node, or the same one later: it is down, or the network is.
+    Retry(String),
+    /// Every node will answer the same (a certificate not trusted, credentials refused, TLS
+    /// on one side only): fail now, saying so.
+    Refused(String),
+}
+
 impl Conn {
-    async fn dial(addr: &str, shared: &Shared, pushes: PushSink) -> std::io::Result<Conn> {
-        let stream = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr))
+    async fn dial(addr: &str, shared: &Shared, pushes: PushSink) -> Result<Conn, DialError> {
+        let timeout = shared.config.connect_timeout;
+        let retry = |e: String| DialError::Retry(format!("{addr}: {e}"));
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-            })??;
-        stream.set_nodelay(true)?;
-        let (mut rd, wr) = stream.into_split();
+            .map_err(|_| retry("connect timed out".into()))?
+            .map_err(|e| retry(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| retry(e.to_string()))?;
+        let io: BoxIo = match &shared.tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                match tokio::time::timeout(timeout * 5, crate::tls::connect(tls, addr, stream))
+                    .await
+                {
+                    Ok(Ok(io)) => io,
+                    // A handshake the node answered with a certificate we refuse, an alert, or
+                    // bytes that are not TLS: every node will do the same.
+                    Ok(Err(e)) if !e.contains("unexpected EOF") && !e.contains("reset") => {
+                        return Err(DialError::Refused(e))
+                    }
+                    Ok(Err(e)) => return Err(DialError::Retry(e)),
+                    Err(_) => return Err(retry("TLS handshake timed out".into())),
+                }
+            }
+        };
+        let (mut rd, wr) = tokio::io::split(io);
         let conn = Conn {
             wr: Arc::new(tokio::sync::Mutex::new(wr)),
             pending: Arc::default(),
             closed: Arc::default(),
+            refusal: Arc::default(),
             addr: addr.to_string(),
         };
-        let (pending, closed) = (conn.pending.clone(), conn.closed.clone());
+        let (pending, closed, refusal) =
+            (conn.pending.clone(), conn.closed.clone(), conn.refusal.clone());
         tokio::spawn(async move {
             while let Ok(Some(bytes)) = read_bytes(&mut rd, MAX_SERVER_FRAME).await {
                 match decode::<ServerFrame>(&bytes) {
+                    Ok(ServerFrame::Reply {
+                        id: 0,
+                        body: Reply::Error { kind: ErrorKind::Unauthenticated, message },
+                    }) => {
+                        *lock(&refusal) = Some(message);
+                        break;
+                    }
                     Ok(ServerFrame::Reply { id, body }) => {
                         if let Some(tx) = lock(&pending).remove(&id) {
                             let _ = tx.send(body);
@@ -178,7 +235,51 @@ impl Conn {
             // Every request still waiting learns the connection is gone.
             lock(&pending).clear();
         });
+        if let Some(c) = &shared.config.credentials {
+            conn.hello(shared, c).await?;
+        }
         Ok(conn)
+    }
+
+    /// Say who this connection is; a refusal is final.
+    async fn hello(&self, shared: &Shared, c: &Credentials) -> Result<(), DialError> {
+        let deadline = Instant::now() + shared.config.connect_timeout * 2;
+        let hello = Request::Hello { user: c.user.clone(), token: c.password.expose().to_string() };
+        match self.request(shared, hello, deadline).await {
+            Ok(Reply::Welcome { .. }) => Ok(()),
+            Ok(Reply::Error { kind: ErrorKind::Unauthenticated, message }) => {
+                self.close();
+                Err(DialError::Refused(format!(
+                    "{}: the service refused {:?}: {message}",
+                    self.addr, c.user
+                )))
+            }
+            Ok(Reply::Error { kind: ErrorKind::BadRequest, message })
+                if message.contains("Hello") || message.contains("malformed") =>
+            {
+                self.close();
+                Err(DialError::Refused(format!(
+                    "{}: the node does not take credentials: {message}",
+                    self.addr
+                )))
+            }
+            Ok(other) => {
+                self.close();
+                Err(DialError::Retry(format!(
+                    "{}: unexpected answer to hello: {other:?}",
+                    self.addr
+                )))
+            }
+            Err(e) => Err(match self.refused() {
+                Some(why) => DialError::Refused(format!("{}: {why}", self.addr)),
+                None => DialError::Retry(e),
+            }),
+        }
+    }
+
+    /// The node's refusal of this connection as a whole, if it sent one.
+    fn refused(&self) -> Option<String> {
+        lock(&self.refusal).clone()
     }
 
     fn is_open(&self) -> bool {
@@ -202,7 +303,7 @@ impl Conn {
         lock(&self.pending).insert(id, tx);
         shared.config.requests.sent("service", kind_of(&body));
         let frame = encode(&ClientFrame { id, body });
-        let write = async { self.wr.lock().await.write_all(&frame).await };
+        let write = async { crate::proto::send(&mut *self.wr.lock().await, &frame).await };
         let written = self.is_open() && matches!(timeout_at(deadline, write).await, Ok(Ok(())));
         if !written {
             // A write cut short leaves half a frame on the wire: the connection is done.
@@ -242,9 +343,10 @@ async fn find_leader(
             let attempt = deadline.min(Instant::now() + shared.config.connect_timeout * 2);
             let conn = match Conn::dial(&addr, shared, pushes.clone()).await {
                 Ok(c) => c,
-                Err(e) => {
+                Err(DialError::Refused(why)) => return Err(backend(why)),
+                Err(DialError::Retry(e)) => {
                     shared.demote(&addr);
-                    failures.push(format!("{addr}: {e}"));
+                    failures.push(e);
                     continue;
                 }
             };
@@ -262,12 +364,21 @@ async fn find_leader(
                     conn.close();
                     failures.push(format!("{addr}: {message}"));
                 }
+                Ok(Reply::Error { kind: ErrorKind::Unauthenticated, message }) => {
+                    conn.close();
+                    return Err(backend(format!(
+                        "{addr}: {message} (give the client credentials)"
+                    )));
+                }
                 Ok(reply) => {
                     shared.promote(&addr);
                     return Ok((conn, reply));
                 }
                 Err(e) => {
                     conn.close();
+                    if let Some(why) = conn.refused() {
+                        return Err(backend(format!("{addr}: {why}")));
+                    }
                     shared.demote(&addr);
                     failures.push(e);
                 }
@@ -325,7 +436,12 @@ impl Session {
             find_leader(&shared, &Request::Open { ttl_ms }, None, &pushes, deadline).await?;
         let id = match reply {
             Reply::Opened { session } => session,
-            Reply::Error { message, .. } => return Err(LockError::Config(message)),
+            Reply::Error { kind: ErrorKind::BadRequest, message } => {
+                return Err(LockError::Config(message))
+            }
+            Reply::Error { kind, message } => {
+                return Err(backend(format!("the service refused a session ({kind:?}): {message}")))
+            }
             other => return Err(backend(format!("unexpected answer to open: {other:?}"))),
         };
         let session = Arc::new(Session {
@@ -365,9 +481,18 @@ impl Session {
             Push::Granted { lock, owner, token, attempt } => {
                 self.granted(&[(lock, owner, token, attempt)])
             }
+            Push::Revoked { lock, owner, token, by } => self.revoked(lock, owner, token, by),
             Push::SessionEnded { reason } => {
                 self.lose(format!("the service ended the session: {reason}"))
             }
+        }
+    }
+
+    /// An administrator took a lock this session held: its guard is told.
+    fn revoked(&self, lock_id: String, owner: String, token: u64, by: String) {
+        if let Some(tx) = lock(&self.held).remove(&(lock_id.clone(), owner)) {
+            let reason = format!("lock {lock_id:?} (token {token}) was force-released by {by}");
+            tx.send_replace(LeaseState::Lost(LeaseLost { reason }));
         }
     }
 
@@ -608,11 +733,18 @@ impl ServiceClient {
                 crate::server::MAX_TTL
             )));
         }
+        let tls = config
+            .tls
+            .as_ref()
+            .map(crate::tls::client_connector)
+            .transpose()
+            .map_err(|e| LockError::Config(format!("lock-service TLS: {e}")))?;
         let shared = Arc::new(Shared {
             endpoints: endpoints.to_vec(),
             order: Mutex::new(endpoints.to_vec()),
             config,
             next_id: AtomicU64::new(1),
+            tls,
         });
         let session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>> = Arc::default();
         let client = ServiceClient {
@@ -656,6 +788,23 @@ impl ServiceClient {
     pub fn locker(&self, owner: &str) -> Result<ServiceLocker, LockError> {
         validate_id("owner id", owner)?;
         Ok(ServiceLocker { client: self.clone(), owner: owner.to_string() })
+    }
+
+    /// Take `lock_id` from whoever holds it, as an administrator: the holder's guard is told
+    /// `Lost`, the lock goes to its next waiter, and the service logs and counts it.
+    /// `Ok(true)` if it was held. Refused unless this client's identity is an admin (or the
+    /// service authenticates no one, when anyone may).
+    pub async fn force_release(&self, lock_id: &str) -> Result<bool, LockError> {
+        validate_id("lock id", lock_id)?;
+        let session = self.live_session().await?;
+        match session.call(Request::ForceRelease { lock: lock_id.to_string() }).await? {
+            Reply::Released => Ok(true),
+            Reply::NotHeld => Ok(false),
+            Reply::Error { kind, message } => {
+                Err(backend(format!("force-release of {lock_id:?} refused ({kind:?}): {message}")))
+            }
+            other => Err(unexpected(lock_id, other)),
+        }
     }
 
     /// End the session: every lock it holds goes to the next waiter at once.
@@ -836,6 +985,9 @@ fn unexpected(lock_id: &str, reply: Reply) -> LockError {
             id: lock_id.chars().take(64).collect(),
             reason: message,
         },
+        Reply::Error { kind, message } => {
+            backend(format!("lock {lock_id:?}: the service refused ({kind:?}): {message}"))
+        }
         other => backend(format!("unexpected answer for lock {lock_id:?}: {other:?}")),
     }
 }

@@ -41,6 +41,15 @@ pub struct ClientFrame {
 /// What a client can ask a server.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Request {
+    /// Say who this connection is: the first request on a server that authenticates its
+    /// clients (every other request but [`Request::Status`] is refused before it). A wrong
+    /// name or token is answered with an error and the connection is closed.
+    Hello {
+        /// The identity.
+        user: String,
+        /// Its token (sent over TLS; the server keeps only its SHA-256).
+        token: String,
+    },
     /// Open a session whose lease is `ttl_ms` (leader only; one commit).
     Open {
         /// The session's TTL in milliseconds.
@@ -89,6 +98,12 @@ pub enum Request {
         /// The session.
         session: SessionId,
     },
+    /// Take a lock from whoever holds it (administrators only; logged and counted): the
+    /// holder is told, and the lock goes to its next waiter.
+    ForceRelease {
+        /// The lock id.
+        lock: String,
+    },
     /// This node's view of the cluster (any node answers).
     Status,
 }
@@ -113,6 +128,13 @@ pub type Held = (String, String, u64, u64);
 /// The answer to a [`Request`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Reply {
+    /// The connection is authenticated as `identity`.
+    Welcome {
+        /// The identity.
+        identity: String,
+        /// Whether it may force-release locks.
+        admin: bool,
+    },
     /// A session was opened.
     Opened {
         /// Its id.
@@ -167,6 +189,13 @@ pub enum ErrorKind {
     BadRequest,
     /// The cluster cannot serve it now (no quorum, shutting down); try again.
     Unavailable,
+    /// The connection has not said who it is, or said it wrongly.
+    Unauthenticated,
+    /// The identity may not do this (act for another's session, force-release as a
+    /// non-administrator): nothing was changed.
+    Forbidden,
+    /// A limit per identity or per session was reached (sessions, asks): nothing was changed.
+    LimitReached,
 }
 
 /// Unasked news for a client.
@@ -184,6 +213,17 @@ pub enum Push {
         /// to a later one (the earlier ask's release gives it back).
         #[serde(default)]
         attempt: u64,
+    },
+    /// An administrator took a lock the session held: that lock is gone, the session stays.
+    Revoked {
+        /// The lock id.
+        lock: String,
+        /// The owner within the session.
+        owner: String,
+        /// The token it was held with.
+        token: u64,
+        /// The administrator.
+        by: String,
     },
     /// The session is over (expired, closed): every lock it held is gone.
     SessionEnded {
@@ -207,6 +247,9 @@ pub struct Status {
     pub applied: Option<u64>,
     /// Live sessions in its state machine.
     pub sessions: usize,
+    /// Locks administrators took from their holders, over the cluster's life.
+    #[serde(default)]
+    pub forced_releases: u64,
 }
 
 /// Read the bytes of one frame of at most `max` bytes; `Ok(None)` at a clean end of stream.
@@ -263,7 +306,14 @@ where
     T: Serialize,
     W: AsyncWrite + Unpin,
 {
-    w.write_all(&encode(value)).await
+    send(w, &encode(value)).await
+}
+
+/// Write `bytes` and flush them: a TLS stream keeps what it could not write at once until the
+/// next write or flush, so a frame that is not flushed may never leave.
+pub async fn send<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> io::Result<()> {
+    w.write_all(bytes).await?;
+    w.flush().await
 }
 
 #[cfg(test)]
@@ -301,5 +351,82 @@ mod tests {
         let mut short = 50u32.to_be_bytes().to_vec();
         short.extend_from_slice(b"{}");
         assert!(read_frame::<ClientFrame, _>(&mut &short[..], MAX_CLIENT_FRAME).await.is_err());
+    }
+
+    mod fuzz {
+        //! The decoder against arbitrary input (issue 25: a hostile client's frames): bytes
+        //! of every kind, valid frames cut short or with a byte changed, and length prefixes
+        //! of every size. Decoding returns a frame or an error; it never panics, and no frame
+        //! over the limit is buffered. A bounded number of cases, so it runs in CI.
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn request() -> impl Strategy<Value = Request> {
+            let id = "[a-z/\\x00-\\x1f]{0,12}";
+            prop_oneof![
+                any::<u64>().prop_map(|ttl_ms| Request::Open { ttl_ms }),
+                any::<u64>().prop_map(|session| Request::KeepAlive { session }),
+                (any::<u64>(), id, id, any::<bool>(), any::<u64>()).prop_map(
+                    |(session, lock, owner, wait, attempt)| Request::Acquire {
+                        session,
+                        lock,
+                        owner,
+                        wait,
+                        attempt
+                    }
+                ),
+                (id, ".{0,40}").prop_map(|(user, token)| Request::Hello { user, token }),
+                id.prop_map(|lock| Request::ForceRelease { lock }),
+                Just(Request::Status),
+            ]
+        }
+
+        fn frame_bytes() -> impl Strategy<Value = Vec<u8>> {
+            (any::<u64>(), request()).prop_map(|(id, body)| encode(&ClientFrame { id, body }))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn arbitrary_bytes_decode_to_a_frame_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = decode::<ClientFrame>(&bytes);
+            }
+
+            #[test]
+            fn valid_frames_round_trip(id in any::<u64>(), body in request()) {
+                let frame = ClientFrame { id, body };
+                let bytes = encode(&frame);
+                prop_assert_eq!(decode::<ClientFrame>(&bytes[4..]).unwrap(), frame);
+            }
+
+            #[test]
+            fn damaged_frames_are_errors_or_other_frames(bytes in frame_bytes(), at in any::<usize>(), to in any::<u8>(), cut in any::<bool>()) {
+                let mut body = bytes[4..].to_vec();
+                let at = at % body.len();
+                if cut {
+                    body.truncate(at);
+                } else {
+                    body[at] = to;
+                }
+                let _ = decode::<ClientFrame>(&body);
+            }
+
+            #[test]
+            fn streams_of_arbitrary_bytes_never_buffer_past_the_limit(
+                len in any::<u32>(),
+                rest in proptest::collection::vec(any::<u8>(), 0..256),
+            ) {
+                let mut stream = len.to_be_bytes().to_vec();
+                stream.extend_from_slice(&rest);
+                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let got = rt.block_on(read_bytes(&mut &stream[..], MAX_CLIENT_FRAME));
+                match got {
+                    Ok(Some(b)) => prop_assert!(b.len() as u32 == len && len <= MAX_CLIENT_FRAME),
+                    Ok(None) => prop_assert!(false, "a length prefix is not a clean end"),
+                    Err(_) => prop_assert!(len > MAX_CLIENT_FRAME || (len as usize) > rest.len()),
+                }
+            }
+        }
     }
 }

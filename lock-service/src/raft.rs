@@ -16,6 +16,7 @@
 
 use crate::proto::{encode, read_frame, MAX_PEER_FRAME};
 use crate::state::{Command, Event, LockTable, Outcome};
+use crate::tls::BoxIo;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -39,8 +40,8 @@ use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 /// A node's id in the cluster.
 pub type NodeId = u64;
@@ -404,23 +405,26 @@ pub enum PeerReply {
 pub struct Network {
     cluster: String,
     me: NodeId,
-    idle: Arc<Mutex<HashMap<NodeId, Vec<TcpStream>>>>,
+    idle: Arc<Mutex<HashMap<NodeId, Vec<BoxIo>>>>,
+    /// Mutual TLS to peers, when the node has it.
+    tls: Option<TlsConnector>,
 }
 
 /// Idle connections kept per peer.
 const IDLE_PER_PEER: usize = 8;
 
 impl Network {
-    /// The network of node `me` of cluster `cluster` (the token sent in every hello).
-    pub fn new(cluster: &str, me: NodeId) -> Network {
-        Network { cluster: cluster.to_string(), me, idle: Arc::default() }
+    /// The network of node `me` of cluster `cluster` (the token sent in every hello), over
+    /// TLS with `tls` if given.
+    pub fn new(cluster: &str, me: NodeId, tls: Option<TlsConnector>) -> Network {
+        Network { cluster: cluster.to_string(), me, idle: Arc::default(), tls }
     }
 
-    fn take_idle(&self, target: NodeId) -> Option<TcpStream> {
+    fn take_idle(&self, target: NodeId) -> Option<BoxIo> {
         lock(&self.idle).get_mut(&target).and_then(Vec::pop)
     }
 
-    fn put_idle(&self, target: NodeId, conn: TcpStream) {
+    fn put_idle(&self, target: NodeId, conn: BoxIo) {
         let mut idle = lock(&self.idle);
         let list = idle.entry(target).or_default();
         if list.len() < IDLE_PER_PEER {
@@ -444,7 +448,7 @@ pub struct Peer {
     target: NodeId,
     addr: String,
     /// The connection, while no call is under way on it.
-    conn: Option<TcpStream>,
+    conn: Option<BoxIo>,
 }
 
 impl Drop for Peer {
@@ -459,13 +463,19 @@ impl Drop for Peer {
 const DIAL_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Peer {
-    async fn dial(&self) -> std::io::Result<TcpStream> {
-        let mut s = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(&self.addr))
+    async fn dial(&self) -> std::io::Result<BoxIo> {
+        let tcp = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(&self.addr))
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "dial timed out"))??;
-        s.set_nodelay(true)?;
+        tcp.set_nodelay(true)?;
+        let mut s: BoxIo = match &self.net.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                crate::tls::connect(tls, &self.addr, tcp).await.map_err(std::io::Error::other)?
+            }
+        };
         let hello = PeerRequest::Hello { cluster: self.net.cluster.clone(), from: self.net.me };
-        s.write_all(&encode(&hello)).await?;
+        crate::proto::send(&mut s, &encode(&hello)).await?;
         match read_frame::<PeerReply, _>(&mut s, MAX_PEER_FRAME).await? {
             Some(PeerReply::Hello(Ok(()))) => Ok(s),
             Some(PeerReply::Hello(Err(why))) => Err(std::io::Error::other(why)),
@@ -501,7 +511,7 @@ impl Peer {
         }
     }
 
-    async fn dial_until(&self, deadline: tokio::time::Instant) -> Result<TcpStream, Failure> {
+    async fn dial_until(&self, deadline: tokio::time::Instant) -> Result<BoxIo, Failure> {
         match tokio::time::timeout_at(deadline, self.dial()).await {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) => Err(Failure::Unreachable(e)),
@@ -541,12 +551,12 @@ impl Peer {
 
 /// One request and its answer on `conn`, by `deadline`; the connection back if it is clean.
 async fn exchange(
-    mut conn: TcpStream,
+    mut conn: BoxIo,
     request: &PeerRequest,
     deadline: tokio::time::Instant,
-) -> std::io::Result<(TcpStream, PeerReply)> {
+) -> std::io::Result<(BoxIo, PeerReply)> {
     let attempt = async {
-        conn.write_all(&encode(request)).await?;
+        crate::proto::send(&mut conn, &encode(request)).await?;
         let reply = read_frame::<PeerReply, _>(&mut conn, MAX_PEER_FRAME)
             .await?
             .ok_or_else(|| std::io::Error::other("the peer closed the connection"))?;

@@ -9,15 +9,17 @@
 //! and no wall clock is read anywhere. A leader that has just taken over counts every session
 //! from the moment it saw itself lead (Chubby's rule; the argument is in the crate docs).
 
+use crate::auth::{Identity, Role, Users};
 use crate::log::LogStore;
 use crate::proto::{
-    decode, encode, read_bytes, ClientFrame, ErrorKind, Push, Reply, Request, ServerFrame,
+    decode, encode, read_bytes, send, ClientFrame, ErrorKind, Push, Reply, Request, ServerFrame,
     SessionId, Status, MAX_CLIENT_FRAME, MAX_PEER_FRAME,
 };
 use crate::raft::{
     Network, NodeId, NodeInfo, OpenError, PeerReply, PeerRequest, Raft, StateMachine, Store,
 };
 use crate::state::{Command, Event, Outcome};
+use crate::tls::{plain_refusal, starts_tls, BoxIo, NodeTls};
 use openraft::{ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -96,6 +98,34 @@ pub struct ServerArgs {
     /// than a core can. The log's writes have a thread of their own either way.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
+    /// Authenticate clients against this file: one `NAME ROLE SHA256-OF-TOKEN` line per
+    /// identity, ROLE `client` or `admin` (see the crate docs for how to make one). A session
+    /// then belongs to the identity that opened it, and only an admin may force-release a
+    /// lock. Without it every client is trusted with everything, as on an open ZooKeeper.
+    #[arg(long, value_name = "FILE")]
+    pub users: Option<PathBuf>,
+    /// Serve clients (and peers, with --tls-ca) over TLS only, with this certificate chain
+    /// (PEM). Clients must then trust the CA that signed it.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signed every node's certificate: nodes then talk to each other over mutual
+    /// TLS and accept only peers whose certificate it signed. Needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// The most sessions one identity may have open at once (all anonymous clients count as
+    /// one identity on a node without --users).
+    #[arg(long, default_value_t = 1024)]
+    pub max_sessions_per_identity: usize,
+    /// The most locks one session may hold or wait for at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_asks_per_session: usize,
+    /// The most requests one connection may have in progress; further frames are not read
+    /// until one completes.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inflight: u32,
 }
 
 /// The cluster's nodes by id.
@@ -160,7 +190,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A connection's outgoing frames.
-type Outbox = mpsc::UnboundedSender<Vec<u8>>;
+type Outbox = mpsc::Sender<Vec<u8>>;
+
+/// The most frames waiting to be written to one connection. A client that stops reading its
+/// socket while the server has grants to push for it is cut off when this fills, rather than
+/// letting the node buffer without bound.
+const OUTBOX: usize = 4096;
 
 /// Where each session's connection is, to push its grants.
 #[derive(Default)]
@@ -178,23 +213,40 @@ impl Hub {
         for event in events {
             match event {
                 Event::Granted { session, lock, owner, token, attempt } => {
-                    if let Some(out) = conns.get(&session) {
-                        let _ = out.send(encode(&ServerFrame::Push(Push::Granted {
-                            lock,
-                            owner,
-                            token,
-                            attempt,
-                        })));
-                    }
+                    let push = Push::Granted { lock, owner, token, attempt };
+                    push_to(&mut conns, session, push);
+                }
+                Event::Revoked { session, lock, owner, token, by } => {
+                    push_to(&mut conns, session, Push::Revoked { lock, owner, token, by });
                 }
                 Event::Ended { session, reason } => {
                     if let Some(out) = conns.remove(&session) {
-                        let _ = out.send(encode(&ServerFrame::Push(Push::SessionEnded { reason })));
+                        let push = ServerFrame::Push(Push::SessionEnded { reason });
+                        let _ = out.try_send(encode(&push));
                     }
                 }
             }
         }
     }
+}
+
+/// Push `push` to `session`'s connection; one too slow to take it is forgotten (its client
+/// resumes, and learns what it holds, when it reconnects).
+fn push_to(conns: &mut HashMap<SessionId, Outbox>, session: SessionId, push: Push) {
+    if let Some(out) = conns.get(&session) {
+        if out.try_send(encode(&ServerFrame::Push(push))).is_err() {
+            tracing::warn!("session {session}'s connection does not keep up: dropped");
+            conns.remove(&session);
+        }
+    }
+}
+
+/// What one identity or session may take (see [`ServerArgs`]).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    sessions_per_identity: usize,
+    asks_per_session: usize,
+    inflight: usize,
 }
 
 /// The leader's view of its sessions' liveness (empty on followers).
@@ -224,6 +276,11 @@ pub struct Node {
     confirming: tokio::sync::Mutex<()>,
     /// When the last leadership check that succeeded started.
     confirmed: Mutex<Option<Instant>>,
+    /// The identities clients must prove, if any.
+    users: Option<Users>,
+    /// TLS for clients (and peers), if any.
+    tls: Option<NodeTls>,
+    limits: Limits,
 }
 
 impl Node {
@@ -241,6 +298,19 @@ impl Node {
         let peer_listen = listen_addr(args.listen_peer, &me.peer, "peers")?;
         let clients = bind(client_listen, "clients").await?;
         let peers = bind(peer_listen, "peers").await?;
+        let users =
+            args.users.as_deref().map(Users::load).transpose().map_err(ServerError::Config)?;
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                NodeTls::load(cert, key, args.tls_ca.as_deref()).map_err(ServerError::Config)?,
+            ),
+            _ => None,
+        };
+        if users.is_some() && tls.is_none() {
+            tracing::warn!(
+                "--users without --tls-cert: clients' tokens cross the network in plain text"
+            );
+        }
         let store = Store::open(&args.data_dir, &args.cluster_token, args.id)?;
         let hub = Arc::new(Hub::default());
         let sink_hub = hub.clone();
@@ -256,7 +326,8 @@ impl Node {
         }
         .validate()
         .map_err(|e| ServerError::Config(format!("raft timings: {e}")))?;
-        let network = Network::new(&args.cluster_token, args.id);
+        let peer_tls = tls.as_ref().and_then(|t| t.dial_peers.clone());
+        let network = Network::new(&args.cluster_token, args.id, peer_tls);
         let log = LogStore::open(store.clone(), &args.data_dir)
             .map_err(|reason| OpenError::Io { dir: args.data_dir.display().to_string(), reason })?;
         let raft = Raft::new(args.id, Arc::new(config), network, log.clone(), sm.clone())
@@ -286,6 +357,13 @@ impl Node {
             tasks: Mutex::default(),
             confirming: tokio::sync::Mutex::new(()),
             confirmed: Mutex::new(None),
+            users,
+            tls,
+            limits: Limits {
+                sessions_per_identity: args.max_sessions_per_identity,
+                asks_per_session: args.max_asks_per_session,
+                inflight: args.max_inflight as usize,
+            },
         });
         let tasks = vec![
             tokio::spawn(accept(node.clone(), clients, "client", serve_client)),
@@ -305,6 +383,11 @@ impl Node {
     /// Where this node listens for clients.
     pub fn client_addr(&self) -> SocketAddr {
         self.client_addr
+    }
+
+    /// Where this node listens for its peers.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
     }
 
     /// Stop serving and shut Raft down.
@@ -329,6 +412,7 @@ impl Node {
             term: m.current_term,
             applied: m.last_applied.map(|l| l.index),
             sessions: self.sm.read(|a| a.table.session_count()),
+            forced_releases: self.sm.read(|a| a.table.forced_releases()),
         }
     }
 
@@ -393,12 +477,41 @@ impl Node {
         }
     }
 
-    async fn handle(&self, request: Request, out: &Outbox) -> Reply {
+    /// Whether `who` may act for `session`, read from the applied state (a session's identity
+    /// never changes): `Err` with the answer when it is gone or another identity's.
+    fn check_owner(&self, session: SessionId, who: &Identity) -> Result<(), Reply> {
+        match self.sm.read(|a| a.table.identity_of(session).map(|i| i.map(str::to_string))) {
+            None => Err(session_gone(session)),
+            Some(Some(owner)) if who.name.as_deref() != Some(owner.as_str()) => Err(forbidden(
+                format!("session {session} belongs to another identity than {}", who.label()),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// [`Node::check_owner`] before a commit: a session this node has not applied yet (a new
+    /// leader catching up) is left to the state machine, which checks the identity again.
+    /// So a refused request commits nothing, and one that slips past is refused in the log.
+    fn check_owner_known(&self, session: SessionId, who: &Identity) -> Result<(), Reply> {
+        match self.check_owner(session, who) {
+            Err(Reply::Error { kind: ErrorKind::SessionGone, .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn handle(&self, request: Request, out: &Outbox, who: &Identity) -> Reply {
+        let by = who.name.clone();
         match request {
+            Request::Hello { .. } => {
+                bad_request("this connection has already said who it is".into())
+            }
             Request::Status => Reply::Status(self.status()),
-            Request::Open { ttl_ms } => self.open(ttl_ms, out).await,
+            Request::Open { ttl_ms } => self.open(ttl_ms, out, who).await,
             Request::Resume { session } => {
                 if let Err(r) = self.confirm_leader().await {
+                    return r;
+                }
+                if let Err(r) = self.check_owner(session, who) {
                     return r;
                 }
                 // Attach before reading what it holds: a grant applied in between is then
@@ -414,8 +527,8 @@ impl Node {
                 if let Err(r) = self.confirm_lead().await {
                     return r;
                 }
-                if !self.sm.read(|a| a.table.has_session(session)) {
-                    return session_gone(session);
+                if let Err(r) = self.check_owner(session, who) {
+                    return r;
                 }
                 self.touch(session);
                 Reply::Alive
@@ -424,29 +537,90 @@ impl Node {
                 if let Err(r) = check_ids(&lock, &owner) {
                     return r;
                 }
-                self.commit(Command::Acquire { session, lock, owner, wait, attempt }).await
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                if let Err(r) = self.check_asks(session, &lock, &owner) {
+                    return r;
+                }
+                self.commit(Command::Acquire { session, lock, owner, wait, attempt, by }).await
             }
             Request::Release { session, lock, owner, attempt } => {
                 if let Err(r) = check_ids(&lock, &owner) {
                     return r;
                 }
-                self.commit(Command::Release { session, lock, owner, attempt }).await
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                self.commit(Command::Release { session, lock, owner, attempt, by }).await
             }
-            Request::Close { session } => match self.commit(Command::Close { session }).await {
-                Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,
-                r => r,
-            },
+            Request::Close { session } => {
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                match self.commit(Command::Close { session, by }).await {
+                    Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,
+                    r => r,
+                }
+            }
+            Request::ForceRelease { lock } => self.force_release(lock, who).await,
         }
     }
 
-    async fn open(&self, ttl_ms: u64, out: &Outbox) -> Reply {
+    /// Refuse a new ask of a session that has as many as it may.
+    fn check_asks(&self, session: SessionId, lock: &str, owner: &str) -> Result<(), Reply> {
+        let limit = self.limits.asks_per_session;
+        let (asks, again) =
+            self.sm.read(|a| (a.table.asks_of(session), a.table.is_asking(session, lock, owner)));
+        if asks >= limit && !again {
+            return Err(limit_reached(format!(
+                "session {session} already holds or waits for {asks} locks, the most a \
+                 session may (--max-asks-per-session {limit})"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn force_release(&self, lock: String, who: &Identity) -> Reply {
+        if who.role != Role::Admin {
+            return forbidden(format!(
+                "{} may not force-release locks: only an admin identity may",
+                who.label()
+            ));
+        }
+        if let Err(r) = check_ids(&lock, "admin") {
+            return r;
+        }
+        let by = who.label().to_string();
+        match self.write(Command::ForceRelease { lock: lock.clone(), by: by.clone() }).await {
+            Ok(Outcome::Released) => {
+                tracing::warn!("lock {lock:?} force-released by {by}");
+                Reply::Released
+            }
+            Ok(Outcome::NotHeld) => Reply::NotHeld,
+            Ok(other) => unexpected(other),
+            Err(r) => r,
+        }
+    }
+
+    async fn open(&self, ttl_ms: u64, out: &Outbox, who: &Identity) -> Reply {
         let ttl = Duration::from_millis(ttl_ms);
         if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return bad_request(format!(
                 "session TTL {ttl:?} is out of range: {MIN_TTL:?} to {MAX_TTL:?}"
             ));
         }
-        match self.write(Command::Open { ttl_ms }).await {
+        let identity = who.name.clone();
+        let limit = self.limits.sessions_per_identity;
+        let open = self.sm.read(|a| a.table.sessions_of(identity.as_deref()));
+        if open >= limit {
+            return limit_reached(format!(
+                "{} already has {open} sessions open, the most one identity may \
+                 (--max-sessions-per-identity {limit})",
+                who.label()
+            ));
+        }
+        match self.write(Command::Open { ttl_ms, identity }).await {
             Ok(Outcome::Opened(session)) => {
                 self.hub.attach(session, out);
                 self.touch(session);
@@ -461,12 +635,14 @@ impl Node {
         let session = match &command {
             Command::Acquire { session, .. }
             | Command::Release { session, .. }
-            | Command::Close { session }
+            | Command::Close { session, .. }
             | Command::Expire { session } => *session,
-            Command::Open { .. } => 0,
+            Command::Open { .. } | Command::ForceRelease { .. } => 0,
         };
         let outcome = self.write(command).await;
-        if matches!(outcome, Ok(ref o) if *o != Outcome::SessionGone && *o != Outcome::Ended) {
+        if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
+            | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld))
+        {
             // A commit by this leader proves, like a keep-alive's quorum check, that it led
             // after the request arrived: a busy session needs no keep-alives.
             self.touch(session);
@@ -480,6 +656,9 @@ impl Node {
             Ok(Outcome::NotHeld) => Reply::NotHeld,
             Ok(Outcome::Ended) => Reply::Closed,
             Ok(Outcome::SessionGone) => session_gone(session),
+            Ok(Outcome::Forbidden) => {
+                forbidden(format!("session {session} belongs to another identity"))
+            }
             Ok(other) => unexpected(other),
             Err(r) => r,
         }
@@ -548,6 +727,18 @@ fn bad_request(message: String) -> Reply {
     Reply::Error { kind: ErrorKind::BadRequest, message }
 }
 
+fn forbidden(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::Forbidden, message }
+}
+
+fn limit_reached(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::LimitReached, message }
+}
+
+fn unauthenticated(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::Unauthenticated, message }
+}
+
 fn session_gone(session: SessionId) -> Reply {
     Reply::Error {
         kind: ErrorKind::SessionGone,
@@ -589,27 +780,51 @@ where
     }
 }
 
-/// Serve one client connection: requests run concurrently, replies and pushes share one
-/// writer. A malformed frame is answered with an error (request id 0) and the connection
-/// goes on; an oversized or truncated one closes the connection.
+/// Serve one client connection: TLS first if the node has it, then frames. Requests run
+/// concurrently (at most `--max-inflight` at once), replies and pushes share one writer. A
+/// malformed frame is answered with an error (request id 0) and the connection goes on; an
+/// oversized or truncated one, or a failed `Hello`, closes it.
 async fn serve_client(node: Arc<Node>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.into_split();
-    let (out, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
+    let io: BoxIo = match &node.tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            if !starts_tls(&stream).await {
+                plain_on_tls(&node, stream).await;
+                return;
+            }
+            match tokio::time::timeout(HANDSHAKE, tls.clients.accept(stream)).await {
+                Ok(Ok(s)) => Box::new(s),
+                Ok(Err(e)) => {
+                    tracing::debug!("a client's TLS handshake failed: {e}");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    };
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let (out, mut outbox) = mpsc::channel::<Vec<u8>>(OUTBOX);
     let writer = tokio::spawn(async move {
         while let Some(bytes) = outbox.recv().await {
             if wr.write_all(&bytes).await.is_err() {
                 break;
             }
+            // Flush once the queue is empty: frames queued together leave together.
+            if outbox.is_empty() && wr.flush().await.is_err() {
+                break;
+            }
         }
     });
+    let inflight = Arc::new(Semaphore::new(node.limits.inflight));
+    let mut who: Option<Arc<Identity>> = node.users.is_none().then(|| Arc::new(Identity::anyone()));
     loop {
         let bytes = match read_bytes(&mut rd, MAX_CLIENT_FRAME).await {
             Ok(Some(b)) => b,
             Ok(None) => break,
             Err(e) => {
                 let reply = bad_request(format!("connection closed: {e}"));
-                let _ = out.send(encode(&ServerFrame::Reply { id: 0, body: reply }));
+                let _ = out.send(encode(&ServerFrame::Reply { id: 0, body: reply })).await;
                 break;
             }
         };
@@ -617,27 +832,96 @@ async fn serve_client(node: Arc<Node>, stream: TcpStream) {
             Ok(f) => f,
             Err(e) => {
                 let reply = bad_request(e.to_string());
-                let _ = out.send(encode(&ServerFrame::Reply { id: 0, body: reply }));
+                let _ = out.send(encode(&ServerFrame::Reply { id: 0, body: reply })).await;
                 continue;
             }
+        };
+        let identity = match (&who, frame.body) {
+            (Some(id), body) => (id.clone(), body),
+            (None, Request::Hello { user, token }) => {
+                let users = node.users.as_ref().expect("only a node with users waits for Hello");
+                let (body, known) = match users.authenticate(&user, &token) {
+                    Ok(id) => {
+                        let admin = id.role == Role::Admin;
+                        let body = Reply::Welcome { identity: user, admin };
+                        (body, Some(Arc::new(id)))
+                    }
+                    Err(why) => {
+                        tracing::warn!("a client was refused: {why}");
+                        (unauthenticated(why), None)
+                    }
+                };
+                let _ = out.send(encode(&ServerFrame::Reply { id: frame.id, body })).await;
+                match known {
+                    Some(id) => who = Some(id),
+                    None => break,
+                }
+                continue;
+            }
+            (None, Request::Status) => (Arc::new(Identity::anyone()), Request::Status),
+            (None, _) => {
+                let body = unauthenticated(
+                    "this node authenticates its clients: say who you are (Hello) first".into(),
+                );
+                let _ = out.send(encode(&ServerFrame::Reply { id: frame.id, body })).await;
+                continue;
+            }
+        };
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            break;
         };
         let node = node.clone();
         let out = out.clone();
         tokio::spawn(async move {
-            let body = node.handle(frame.body, &out).await;
-            let _ = out.send(encode(&ServerFrame::Reply { id: frame.id, body }));
+            let (who, request) = identity;
+            let body = node.handle(request, &out, &who).await;
+            let _ = out.send(encode(&ServerFrame::Reply { id: frame.id, body })).await;
+            drop(permit);
         });
     }
     drop(out);
     let _ = writer.await;
 }
 
+/// A plain connection to a TLS node: a `Status` probe is answered (health checks need no
+/// certificate, as ZooKeeper's four-letter words need none; a status tells the leader, the
+/// term and counts, nothing of a lock or a session), anything else is refused with one plain
+/// frame saying the node speaks TLS only.
+async fn plain_on_tls(node: &Node, mut stream: TcpStream) {
+    let read = tokio::time::timeout(HANDSHAKE, read_bytes(&mut stream, MAX_CLIENT_FRAME)).await;
+    let frame = match read {
+        Ok(Ok(Some(bytes))) => decode::<ClientFrame>(&bytes).ok(),
+        _ => None,
+    };
+    let answer = match frame {
+        Some(ClientFrame { id, body: Request::Status }) => {
+            encode(&ServerFrame::Reply { id, body: Reply::Status(node.status()) })
+        }
+        _ => plain_refusal(),
+    };
+    let _ = send(&mut stream, &answer).await;
+}
+
+/// How long a client or peer may take over its TLS handshake.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
 /// Serve one peer connection: a hello naming our cluster, then Raft's requests in turn.
-async fn serve_peer(node: Arc<Node>, mut stream: TcpStream) {
+async fn serve_peer(node: Arc<Node>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    let mut stream: BoxIo = match node.tls.as_ref().and_then(|t| t.peers.as_ref()) {
+        None => Box::new(stream),
+        Some(peers) => match tokio::time::timeout(HANDSHAKE, peers.accept(stream)).await {
+            Ok(Ok(s)) => Box::new(s),
+            Ok(Err(e)) => {
+                tracing::warn!("a peer's TLS handshake failed: {e}");
+                return;
+            }
+            Err(_) => return,
+        },
+    };
     match crate::proto::read_frame::<PeerRequest, _>(&mut stream, MAX_PEER_FRAME).await {
         Ok(Some(PeerRequest::Hello { cluster, from })) if cluster == node.token => {
-            if stream.write_all(&encode(&PeerReply::Hello(Ok(())))).await.is_err() {
+            if send(&mut stream, &encode(&PeerReply::Hello(Ok(())))).await.is_err() {
                 return;
             }
             tracing::debug!("peer {from} connected");
@@ -648,7 +932,7 @@ async fn serve_peer(node: Arc<Node>, mut stream: TcpStream) {
                 node.id, node.token
             );
             tracing::warn!("{why}");
-            let _ = stream.write_all(&encode(&PeerReply::Hello(Err(why)))).await;
+            let _ = send(&mut stream, &encode(&PeerReply::Hello(Err(why)))).await;
             return;
         }
         _ => return,
@@ -665,7 +949,7 @@ async fn serve_peer(node: Arc<Node>, mut stream: TcpStream) {
             PeerRequest::Snapshot(r) => PeerReply::Snapshot(node.raft.install_snapshot(r).await),
             PeerRequest::Hello { .. } => return,
         };
-        if stream.write_all(&encode(&reply)).await.is_err() {
+        if send(&mut stream, &encode(&reply)).await.is_err() {
             return;
         }
     }

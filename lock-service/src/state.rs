@@ -14,6 +14,10 @@ pub enum Command {
     Open {
         /// Its TTL, which the leader enforces.
         ttl_ms: u64,
+        /// The identity that opened it, on a server that authenticates its clients: only
+        /// that identity may act for the session (absent on an open server).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        identity: Option<String>,
     },
     /// Take `lock` for `owner` of `session`, or queue for it (`wait`).
     Acquire {
@@ -29,6 +33,9 @@ pub enum Command {
         /// apart): see the module docs.
         #[serde(default)]
         attempt: u64,
+        /// The identity asking (see [`Command::Open`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// Release `lock` (handing it to the first live waiter), or leave its queue.
     Release {
@@ -41,11 +48,25 @@ pub enum Command {
         /// The ask whose grant or place this gives up.
         #[serde(default)]
         attempt: u64,
+        /// The identity asking (see [`Command::Open`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The client ended its session.
     Close {
         /// The session.
         session: SessionId,
+        /// The identity asking (see [`Command::Open`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
+    /// An administrator took `lock` from its holder, whoever that is: the holder is told
+    /// (its guard becomes `Lost`) and the lock goes to its next waiter.
+    ForceRelease {
+        /// The lock id.
+        lock: String,
+        /// The administrator, for the log and the holder's notice.
+        by: String,
     },
     /// The leader saw no keep-alive for a whole TTL: the session is over.
     Expire {
@@ -75,6 +96,8 @@ pub enum Outcome {
     Ended,
     /// The session does not exist (any more).
     SessionGone,
+    /// The session belongs to another identity: nothing was changed.
+    Forbidden,
     /// The entry was not a command (a new leader's blank entry, a membership change).
     Nothing,
 }
@@ -95,6 +118,19 @@ pub enum Event {
         /// The ask it answers.
         attempt: u64,
     },
+    /// An administrator took the lock `owner` of `session` held.
+    Revoked {
+        /// The session.
+        session: SessionId,
+        /// The lock id.
+        lock: String,
+        /// The owner.
+        owner: String,
+        /// The token it held the lock with.
+        token: u64,
+        /// The administrator.
+        by: String,
+    },
     /// The session is over.
     Ended {
         /// The session.
@@ -111,6 +147,9 @@ pub struct Session {
     pub ttl_ms: u64,
     /// The locks it holds or waits for (to free them when it ends).
     locks: BTreeSet<String>,
+    /// The identity that opened it (see [`Command::Open`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identity: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -141,6 +180,9 @@ struct LockEntry {
 pub struct LockTable {
     sessions: BTreeMap<SessionId, Session>,
     locks: BTreeMap<String, LockEntry>,
+    /// How many locks administrators took from their holders.
+    #[serde(default)]
+    forced: u64,
 }
 
 /// Who asks: an owner of a session, in one of its asks.
@@ -179,23 +221,35 @@ impl LockTable {
     /// Apply the entry at log `index`, pushing what waiting clients must be told onto `events`.
     pub fn apply(&mut self, index: u64, command: &Command, events: &mut Vec<Event>) -> Outcome {
         match command {
-            Command::Open { ttl_ms } => {
-                self.sessions.insert(index, Session { ttl_ms: *ttl_ms, locks: BTreeSet::new() });
+            Command::Open { ttl_ms, identity } => {
+                let s =
+                    Session { ttl_ms: *ttl_ms, locks: BTreeSet::new(), identity: identity.clone() };
+                self.sessions.insert(index, s);
                 Outcome::Opened(index)
             }
-            Command::Acquire { session, lock, owner, wait, attempt } => self.acquire(
+            Command::Acquire { session, by, .. }
+            | Command::Release { session, by, .. }
+            | Command::Close { session, by }
+                if !self.may_act(*session, by.as_deref()) =>
+            {
+                Outcome::Forbidden
+            }
+            Command::Acquire { session, lock, owner, wait, attempt, .. } => self.acquire(
                 index,
                 Asker { session: *session, owner, attempt: *attempt },
                 lock,
                 *wait,
             ),
-            Command::Release { session, lock, owner, attempt } => self.release(
+            Command::Release { session, lock, owner, attempt, .. } => self.release(
                 index,
                 Asker { session: *session, owner, attempt: *attempt },
                 lock,
                 events,
             ),
-            Command::Close { session } => self.end(index, *session, "closed by its client", events),
+            Command::Close { session, .. } => {
+                self.end(index, *session, "closed by its client", events)
+            }
+            Command::ForceRelease { lock, by } => self.force_release(index, lock, by, events),
             Command::Expire { session } => self.end(
                 index,
                 *session,
@@ -203,6 +257,44 @@ impl LockTable {
                 events,
             ),
         }
+    }
+
+    /// Whether the identity `by` may act for `session`: a session opened by an identity
+    /// belongs to it alone; one opened on an open server (none) to anyone. An unknown session
+    /// is left to the command itself (it answers `SessionGone`).
+    fn may_act(&self, session: SessionId, by: Option<&str>) -> bool {
+        match self.sessions.get(&session).and_then(|s| s.identity.as_deref()) {
+            Some(owner) => by == Some(owner),
+            None => true,
+        }
+    }
+
+    /// Take `lock` from its holder for the administrator `by`, and hand it to the next waiter.
+    fn force_release(
+        &mut self,
+        index: u64,
+        lock: &str,
+        by: &str,
+        events: &mut Vec<Event>,
+    ) -> Outcome {
+        let Some(holder) = self.locks.get_mut(lock).and_then(|e| e.holder.take()) else {
+            return Outcome::NotHeld;
+        };
+        if !self.involves(holder.session, lock) {
+            if let Some(s) = self.sessions.get_mut(&holder.session) {
+                s.locks.remove(lock);
+            }
+        }
+        self.forced += 1;
+        events.push(Event::Revoked {
+            session: holder.session,
+            lock: lock.to_string(),
+            owner: holder.owner,
+            token: holder.token,
+            by: by.to_string(),
+        });
+        self.hand_over(index, lock, events);
+        Outcome::Released
     }
 
     fn acquire(&mut self, index: u64, who: Asker<'_>, lock: &str, wait: bool) -> Outcome {
@@ -320,6 +412,14 @@ impl LockTable {
         }
     }
 
+    /// Whether `owner` of `session` holds or waits for `lock` (in any ask).
+    pub fn is_asking(&self, session: SessionId, lock: &str, owner: &str) -> bool {
+        self.locks.get(lock).is_some_and(|e| {
+            e.holder.as_ref().is_some_and(|h| h.session == session && h.owner == owner)
+                || e.queue.iter().any(|w| w.session == session && w.owner == owner)
+        })
+    }
+
     fn involves(&self, session: SessionId, lock: &str) -> bool {
         self.locks.get(lock).is_some_and(|e| {
             e.holder.as_ref().is_some_and(|h| h.session == session)
@@ -356,6 +456,37 @@ impl LockTable {
             .collect()
     }
 
+    /// The identity that opened `session`: `None` when it is not live, `Some(None)` when it
+    /// was opened on an open server.
+    pub fn identity_of(&self, session: SessionId) -> Option<Option<&str>> {
+        self.sessions.get(&session).map(|s| s.identity.as_deref())
+    }
+
+    /// How many live sessions `identity` opened.
+    pub fn sessions_of(&self, identity: Option<&str>) -> usize {
+        self.sessions.values().filter(|s| s.identity.as_deref() == identity).count()
+    }
+
+    /// How many asks (holds and places in queues) `session` has.
+    pub fn asks_of(&self, session: SessionId) -> usize {
+        let Some(s) = self.sessions.get(&session) else {
+            return 0;
+        };
+        s.locks
+            .iter()
+            .filter_map(|l| self.locks.get(l))
+            .map(|e| {
+                usize::from(e.holder.as_ref().is_some_and(|h| h.session == session))
+                    + e.queue.iter().filter(|w| w.session == session).count()
+            })
+            .sum()
+    }
+
+    /// How many locks administrators took from their holders, over the cluster's life.
+    pub fn forced_releases(&self) -> u64 {
+        self.forced
+    }
+
     /// How many lock ids have a holder or a queue.
     pub fn lock_count(&self) -> usize {
         self.locks.len()
@@ -371,7 +502,7 @@ mod tests {
     }
 
     fn ask(session: SessionId, owner: &str, wait: bool, attempt: u64) -> Command {
-        Command::Acquire { session, lock: "l".into(), owner: owner.into(), wait, attempt }
+        Command::Acquire { session, lock: "l".into(), owner: owner.into(), wait, attempt, by: None }
     }
 
     fn release(session: SessionId, owner: &str) -> Command {
@@ -379,7 +510,7 @@ mod tests {
     }
 
     fn give_up(session: SessionId, owner: &str, attempt: u64) -> Command {
-        Command::Release { session, lock: "l".into(), owner: owner.into(), attempt }
+        Command::Release { session, lock: "l".into(), owner: owner.into(), attempt, by: None }
     }
 
     fn granted(session: SessionId, owner: &str, token: u64, attempt: u64) -> Event {
@@ -390,8 +521,14 @@ mod tests {
     fn two_sessions() -> LockTable {
         let mut t = LockTable::default();
         let mut ev = Vec::new();
-        assert_eq!(t.apply(1, &Command::Open { ttl_ms: 1000 }, &mut ev), Outcome::Opened(1));
-        assert_eq!(t.apply(2, &Command::Open { ttl_ms: 1000 }, &mut ev), Outcome::Opened(2));
+        assert_eq!(
+            t.apply(1, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev),
+            Outcome::Opened(1)
+        );
+        assert_eq!(
+            t.apply(2, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev),
+            Outcome::Opened(2)
+        );
         t
     }
 
@@ -399,7 +536,7 @@ mod tests {
     fn release_hands_the_lock_to_the_first_waiter_in_the_same_entry() {
         let mut t = two_sessions();
         let mut ev = Vec::new();
-        t.apply(3, &Command::Open { ttl_ms: 1000 }, &mut ev);
+        t.apply(3, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev);
         assert_eq!(t.apply(4, &acquire(1, "a", true), &mut ev), Outcome::Granted(4));
         assert_eq!(t.apply(5, &acquire(2, "b", true), &mut ev), Outcome::Queued);
         assert_eq!(t.apply(6, &acquire(3, "c", true), &mut ev), Outcome::Queued);
@@ -429,7 +566,7 @@ mod tests {
     fn an_ended_session_frees_its_locks_and_leaves_every_queue() {
         let mut t = two_sessions();
         let mut ev = Vec::new();
-        t.apply(3, &Command::Open { ttl_ms: 1000 }, &mut ev);
+        t.apply(3, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev);
         t.apply(4, &acquire(1, "a", true), &mut ev);
         t.apply(5, &acquire(2, "b", true), &mut ev);
         t.apply(6, &acquire(3, "c", true), &mut ev);
@@ -439,7 +576,10 @@ mod tests {
             ev.iter().filter(|e| matches!(e, Event::Granted { .. })).cloned().collect();
         assert_eq!(grants, vec![granted(3, "c", 8, 1)]);
         assert_eq!(t.apply(9, &acquire(1, "a", true), &mut ev), Outcome::SessionGone);
-        assert_eq!(t.apply(10, &Command::Close { session: 1 }, &mut ev), Outcome::SessionGone);
+        assert_eq!(
+            t.apply(10, &Command::Close { session: 1, by: None }, &mut ev),
+            Outcome::SessionGone
+        );
         assert!(!t.has_session(1) && t.has_session(3));
     }
 
@@ -477,6 +617,71 @@ mod tests {
         assert_eq!(t.held_by(2), vec![("l".into(), "b".into(), 7, 3)]);
         assert_eq!(t.apply(10, &give_up(2, "b", 3), &mut ev), Outcome::Released);
         assert_eq!(t.lock_count(), 0);
+    }
+
+    #[test]
+    fn a_session_belongs_to_the_identity_that_opened_it() {
+        let mut t = LockTable::default();
+        let mut ev = Vec::new();
+        let open = Command::Open { ttl_ms: 1000, identity: Some("alice".into()) };
+        assert_eq!(t.apply(1, &open, &mut ev), Outcome::Opened(1));
+        let as_ = |by: Option<&str>, c: Command| match c {
+            Command::Acquire { session, lock, owner, wait, attempt, .. } => {
+                Command::Acquire { session, lock, owner, wait, attempt, by: by.map(Into::into) }
+            }
+            Command::Release { session, lock, owner, attempt, .. } => {
+                Command::Release { session, lock, owner, attempt, by: by.map(Into::into) }
+            }
+            other => other,
+        };
+        assert_eq!(
+            t.apply(2, &as_(Some("alice"), acquire(1, "a", true)), &mut ev),
+            Outcome::Granted(2)
+        );
+        let before = t.clone();
+        for by in [Some("mallory"), None] {
+            assert_eq!(t.apply(3, &as_(by, release(1, "a")), &mut ev), Outcome::Forbidden);
+            assert_eq!(t.apply(3, &as_(by, acquire(1, "m", true)), &mut ev), Outcome::Forbidden);
+            let close = Command::Close { session: 1, by: by.map(Into::into) };
+            assert_eq!(t.apply(3, &close, &mut ev), Outcome::Forbidden);
+        }
+        assert_eq!(t, before, "a refused command changes nothing");
+        assert!(ev.is_empty());
+        assert_eq!(t.identity_of(1), Some(Some("alice")));
+        assert_eq!(t.sessions_of(Some("alice")), 1);
+        assert_eq!(t.asks_of(1), 1);
+        assert_eq!(t.apply(4, &as_(Some("alice"), release(1, "a")), &mut ev), Outcome::Released);
+    }
+
+    #[test]
+    fn a_forced_release_tells_the_holder_and_grants_the_next_waiter() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        t.apply(3, &acquire(1, "a", true), &mut ev);
+        t.apply(4, &acquire(2, "b", true), &mut ev);
+        let force = Command::ForceRelease { lock: "l".into(), by: "root".into() };
+        assert_eq!(t.apply(5, &force, &mut ev), Outcome::Released);
+        let revoked = Event::Revoked {
+            session: 1,
+            lock: "l".into(),
+            owner: "a".into(),
+            token: 3,
+            by: "root".into(),
+        };
+        assert_eq!(ev, vec![revoked, granted(2, "b", 5, 1)]);
+        assert_eq!(t.forced_releases(), 1);
+        assert_eq!(t.held_by(1), vec![]);
+        assert_eq!(t.asks_of(1), 0);
+        assert_eq!(
+            t.apply(6, &release(1, "a"), &mut ev),
+            Outcome::NotHeld,
+            "the old holder's release"
+        );
+        assert_eq!(t.held_by(2), vec![("l".into(), "b".into(), 5, 1)]);
+        let mut ev = Vec::new();
+        t.apply(7, &release(2, "b"), &mut ev);
+        assert_eq!(t.apply(8, &force, &mut ev), Outcome::NotHeld);
+        assert_eq!(t.forced_releases(), 1);
     }
 
     #[test]

@@ -301,7 +301,7 @@ mod tests {
     fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(term, 0), index),
-            payload: EntryPayload::Normal(Command::Close { session: index }),
+            payload: EntryPayload::Normal(Command::Close { session: index, by: None }),
         }
     }
 

@@ -12,17 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// The arguments of a single-node cluster on free ports in `dir`.
-fn args(dir: &std::path::Path, token: &str, extra: &[&str]) -> ServerArgs {
-    let (peer, client) = (test_servers::free_port(), test_servers::free_port());
-    let cluster = format!("0=127.0.0.1:{peer}/127.0.0.1:{client}");
-    let dir = dir.to_str().unwrap();
-    let mut argv =
-        vec!["lock-server", "--id", "0", "--cluster", &cluster, "--data-dir", dir, "--init"];
-    argv.extend_from_slice(&["--cluster-token", token]);
-    argv.extend_from_slice(extra);
-    ServerArgs::try_parse_from(argv).expect("arguments")
-}
+use support::node_args as args;
 
 #[tokio::test]
 async fn a_data_directory_of_another_cluster_is_refused() {

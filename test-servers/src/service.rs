@@ -59,12 +59,20 @@ impl Server<LockService> {
 pub struct LockService {
     program: PathBuf,
     prefix: Vec<String>,
+    extra: Vec<String>,
 }
 
 impl LockService {
     /// Nodes run by `program` (the `lock-server` binary).
     pub fn new(program: impl Into<PathBuf>) -> LockService {
-        LockService { program: program.into(), prefix: Vec::new() }
+        LockService { program: program.into(), prefix: Vec::new(), extra: Vec::new() }
+    }
+
+    /// The same nodes, each started with `args` too (`--users FILE`, `--tls-cert FILE`, …).
+    /// A node with TLS still answers the plain `Status` probe that says it is ready.
+    pub fn with_args<S: AsRef<str>>(mut self, args: &[S]) -> LockService {
+        self.extra.extend(args.iter().map(|a| a.as_ref().to_string()));
+        self
     }
 
     /// Nodes run by `program` with `prefix` before the node's arguments (a subcommand of a
@@ -73,6 +81,7 @@ impl LockService {
         LockService {
             program: program.into(),
             prefix: prefix.iter().map(|s| s.to_string()).collect(),
+            extra: Vec::new(),
         }
     }
 }
@@ -153,7 +162,8 @@ impl ClusterEngine for LockService {
             .arg(dir.join("data"))
             .args(["--listen-client", &addr(layout.listen(i, CLIENT))])
             .args(["--listen-peer", &addr(layout.listen(i, PEER))])
-            .args(["--cluster-token", layout.token()]);
+            .args(["--cluster-token", layout.token()])
+            .args(&self.extra);
         if start == Start::New {
             cmd.arg("--init");
         }

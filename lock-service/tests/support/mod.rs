@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+use clap::Parser;
+use lock_service::server::ServerArgs;
 use std::sync::OnceLock;
 use test_servers::{ClusterOptions, LockService, ServiceCluster};
 
@@ -27,4 +29,76 @@ pub fn shared_cluster() -> &'static ServiceCluster {
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+/// The arguments of a single-node cluster on free ports in `dir`, with `extra` arguments.
+pub fn node_args(dir: &std::path::Path, token: &str, extra: &[&str]) -> ServerArgs {
+    let (peer, client) = (test_servers::free_port(), test_servers::free_port());
+    let cluster = format!("0=127.0.0.1:{peer}/127.0.0.1:{client}");
+    let dir = dir.to_str().unwrap();
+    let mut argv =
+        vec!["lock-server", "--id", "0", "--cluster", &cluster, "--data-dir", dir, "--init"];
+    argv.extend_from_slice(&["--cluster-token", token]);
+    argv.extend_from_slice(extra);
+    ServerArgs::try_parse_from(argv).expect("arguments")
+}
+
+/// A secured cluster: every node serves clients over TLS with a certificate of `pki`, talks
+/// to its peers over mutual TLS (the same CA), and authenticates clients against a users file
+/// of `users` (all `client`s) and `root` (an `admin`), each with a random token.
+pub struct SecuredCluster {
+    /// The nodes.
+    pub cluster: ServiceCluster,
+    /// Their CA and certificates.
+    pub pki: test_servers::TestPki,
+    /// Every user and its token.
+    pub tokens: Vec<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl SecuredCluster {
+    /// Start `n` nodes with the users `users` and `root`.
+    pub fn start(n: usize, users: &[&str]) -> SecuredCluster {
+        use lock_service::auth::token_hash;
+        let pki = test_servers::TestPki::new("service");
+        let dir = tempfile::tempdir().unwrap();
+        let mut tokens: Vec<(String, String)> =
+            users.iter().map(|u| (u.to_string(), test_servers::random_password())).collect();
+        tokens.push(("root".into(), test_servers::random_password()));
+        let lines: Vec<String> = tokens
+            .iter()
+            .map(|(u, t)| {
+                let role = if u == "root" { "admin" } else { "client" };
+                format!("{u} {role} {}", token_hash(t))
+            })
+            .collect();
+        let file = dir.path().join("users");
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+        let args = [
+            "--users".to_string(),
+            s(&file),
+            "--tls-cert".into(),
+            s(&pki.server().cert),
+            "--tls-key".into(),
+            s(&pki.server().key),
+            "--tls-ca".into(),
+            s(pki.ca_file()),
+        ];
+        let engine = LockService::new(env!("CARGO_BIN_EXE_lock-server")).with_args(&args);
+        let cluster = ServiceCluster::launch(engine, &ClusterOptions::new(n))
+            .unwrap_or_else(|e| panic!("start a secured lock-service cluster of {n}: {e}"));
+        SecuredCluster { cluster, pki, tokens, _dir: dir }
+    }
+
+    /// `user`'s credentials.
+    pub fn credentials(&self, user: &str) -> lock_core::secret::Credentials {
+        let token = self.tokens.iter().find(|(u, _)| u == user).expect("a user").1.clone();
+        lock_core::secret::Credentials::new(user, lock_core::secret::Secret::new(token))
+    }
+
+    /// What a client of the cluster trusts.
+    pub fn tls(&self) -> lock_core::tls::TlsFiles {
+        lock_core::tls::TlsFiles::trusting(self.pki.ca_file())
+    }
 }

@@ -1,0 +1,197 @@
+//! TLS for the service's two kinds of connection, with rustls (its `ring` provider, chosen
+//! explicitly so that no process-wide default is needed):
+//!
+//! - **clients → node**: the node presents its certificate (`--tls-cert`, `--tls-key`); the
+//!   client checks it against the CA it was given ([`lock_core::tls::TlsFiles`]) and the host
+//!   name or IP address it dialled. Who the client is, it says with a token inside the TLS
+//!   stream ([`crate::auth`]), or with a certificate of its own when it was given one.
+//! - **node ↔ node**: mutual TLS. With `--tls-ca`, a node accepts a peer only if the peer
+//!   presents a certificate that CA signed, and checks the certificate of every peer it dials
+//!   the same way; so a stranger on the network can neither join the cluster nor pose as a
+//!   node to another.
+//!
+//! A node started with TLS speaks nothing else on that listener. A plain client that dials it
+//! is answered with one plain error frame saying so ([`plain_refusal`]) before the node hangs
+//! up, so that the client's error names the cause instead of "connection closed".
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::path::Path;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// A byte stream: plain TCP or TLS over it.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static> Io for T {}
+
+/// A boxed [`Io`].
+pub type BoxIo = Box<dyn Io>;
+
+/// The first byte of a TLS record that starts a handshake.
+pub const TLS_HANDSHAKE: u8 = 0x16;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Certificates from a PEM file, or an error naming the file.
+pub fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{what} {} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// A private key from a PEM file, or an error naming the file (never its contents).
+pub fn key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))
+}
+
+fn roots(ca: &Path, what: &str) -> Result<Arc<RootCertStore>, String> {
+    let mut store = RootCertStore::empty();
+    for cert in certs(ca, what)? {
+        store.add(cert).map_err(|e| format!("{what} {}: {e}", ca.display()))?;
+    }
+    Ok(Arc::new(store))
+}
+
+/// What a node needs for TLS.
+#[derive(Clone)]
+pub struct NodeTls {
+    /// Accepts clients.
+    pub clients: TlsAcceptor,
+    /// Accepts peers (mutual TLS), when a CA was given.
+    pub peers: Option<TlsAcceptor>,
+    /// Dials peers with this node's certificate, when a CA was given.
+    pub dial_peers: Option<TlsConnector>,
+}
+
+impl NodeTls {
+    /// Load a node's certificate and key, and the CA of its peers if given.
+    pub fn load(cert: &Path, key_file: &Path, ca: Option<&Path>) -> Result<NodeTls, String> {
+        let chain = certs(cert, "the node's certificate (--tls-cert)")?;
+        let private = key(key_file, "the node's key (--tls-key)")?;
+        let versions = |b: rustls::ConfigBuilder<ServerConfig, rustls::WantsVersions>| {
+            b.with_safe_default_protocol_versions().map_err(|e| e.to_string())
+        };
+        let clients = versions(ServerConfig::builder_with_provider(provider()))?
+            .with_no_client_auth()
+            .with_single_cert(chain.clone(), private.clone_key())
+            .map_err(|e| format!("--tls-cert / --tls-key: {e}"))?;
+        let (peers, dial_peers) = match ca {
+            None => (None, None),
+            Some(ca) => {
+                let roots = roots(ca, "the peers' CA (--tls-ca)")?;
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+                        .build()
+                        .map_err(|e| format!("--tls-ca: {e}"))?;
+                let accept = versions(ServerConfig::builder_with_provider(provider()))?
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(chain.clone(), private.clone_key())
+                    .map_err(|e| format!("--tls-cert / --tls-key: {e}"))?;
+                let dial = client_builder(roots)?
+                    .with_client_auth_cert(chain, private)
+                    .map_err(|e| format!("--tls-cert / --tls-key: {e}"))?;
+                (
+                    Some(TlsAcceptor::from(Arc::new(accept))),
+                    Some(TlsConnector::from(Arc::new(dial))),
+                )
+            }
+        };
+        Ok(NodeTls { clients: TlsAcceptor::from(Arc::new(clients)), peers, dial_peers })
+    }
+}
+
+fn client_builder(
+    roots: Arc<RootCertStore>,
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, String> {
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier))
+}
+
+/// A client's TLS connector from its files: the CA it trusts (required: the service has no
+/// public certificates) and its own certificate and key, if given.
+pub fn client_connector(files: &lock_core::tls::TlsFiles) -> Result<TlsConnector, String> {
+    let ca = files.ca.as_deref().ok_or(
+        "TLS to the lock service needs the CA that signed its nodes' certificates (TlsFiles::ca)",
+    )?;
+    let builder = client_builder(roots(ca, "the CA file")?)?;
+    let config = match (&files.cert, &files.key) {
+        (Some(c), Some(k)) => builder
+            .with_client_auth_cert(certs(c, "the client certificate")?, key(k, "the client key")?)
+            .map_err(|e| format!("the client certificate and key: {e}"))?,
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("a client certificate needs its key, and a key its certificate".into()),
+    };
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// The name a certificate must carry for `addr` (`HOST:PORT`): its IP address or host name.
+pub fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(host.to_string()).map_err(|e| format!("{addr}: {e}"))
+}
+
+/// Run the TLS handshake as a client of `addr` on `stream`; the error says what was refused
+/// ("invalid peer certificate: UnknownIssuer", "… NotValidForName").
+pub async fn connect(
+    connector: &TlsConnector,
+    addr: &str,
+    stream: TcpStream,
+) -> Result<BoxIo, String> {
+    let name = server_name(addr)?;
+    match connector.connect(name, stream).await {
+        Ok(s) => Ok(Box::new(s)),
+        Err(e) => Err(format!("TLS handshake with {addr} failed: {e}{}", hint(&e.to_string()))),
+    }
+}
+
+/// A word on the likely cause of a handshake failure.
+fn hint(error: &str) -> &'static str {
+    if error.contains("InvalidContentType") || error.contains("corrupt message") {
+        " (the node does not seem to speak TLS: is it started without --tls-cert?)"
+    } else if error.contains("UnknownIssuer") {
+        " (the node's certificate is not signed by the CA this client trusts)"
+    } else if error.contains("NotValidForName") || error.contains("not valid for name") {
+        " (the node's certificate is for another host name)"
+    } else {
+        ""
+    }
+}
+
+/// The one frame a TLS-only node sends a plain client before hanging up.
+pub fn plain_refusal() -> Vec<u8> {
+    use crate::proto::{encode, ErrorKind, Reply, ServerFrame};
+    encode(&ServerFrame::Reply {
+        id: 0,
+        body: Reply::Error {
+            kind: ErrorKind::Unauthenticated,
+            message: "this node speaks TLS only: connect with TLS (and the CA that signed its \
+                      certificate)"
+                .into(),
+        },
+    })
+}
+
+/// Whether the connection's first byte starts a TLS handshake (the stream is only peeked).
+pub async fn starts_tls(stream: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first).await, Ok(1) if first[0] == TLS_HANDSHAKE)
+}
