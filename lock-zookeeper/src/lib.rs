@@ -107,6 +107,35 @@
 //! own for this: digest authentication is always on, and `tests/security.rs` and
 //! `tests/secured_conformance.rs` run against the same test server as the rest.
 //!
+//! ## TLS: not in this build
+//! ZooKeeper serves TLS on its `secureClientPort` (Netty's connection factory, the `ssl.*`
+//! settings; `test_servers::ZkServer::start_tls` runs one from Debian's ZooKeeper 3.8 with PEM
+//! files and `ssl.clientAuth` `need`, `want` or `none`, and `tests/tls.rs` gets a session from
+//! it over mutual TLS with a handshake of its own). This crate's client cannot connect there:
+//! `zookeeper-client` 0.11 speaks TLS only with its `tls` feature, which depends on rustls
+//! with rustls's default crypto provider, aws-lc-rs, a C library this workspace keeps out
+//! (every TLS client here uses `ring`). Cargo cannot take a dependency's default features
+//! away, and lists an optional dependency in `Cargo.lock` even when no build enables it, so
+//! not even an off-by-default feature of this crate can offer it. The client needs its
+//! manifest changed (its rustls and futures-rustls without default features, with `ring`: a
+//! copy so changed builds without aws-lc and gets a session over mutual TLS from the test
+//! server), upstream or as a patch of the workspace. Until then, reach the plain `clientPort`
+//! on a network you trust. What a user meets:
+//! - [`ZkConfig::tls`] set: a [`LockError::Config`] at once, before any connection ("this
+//!   build of lock-zookeeper cannot speak TLS to ZooKeeper", and why), never plain text in its
+//!   place.
+//! - A TLS port given to the plain client (a `secureClientPort` such as 2281 for the
+//!   `clientPort` 2181): ZooKeeper closes the connection at its first bytes, and the client
+//!   would try again until the session timeout, to end with "no session established" (6 s by
+//!   default). Instead, once a connect has gone 0.5 s without a session, the backend tries a
+//!   TLS handshake of its own with each server of the connect string, trusting no CA and
+//!   sending nothing of its own (no certificate, no credentials); if every one answers with a
+//!   certificate, the connect fails at once with a [`LockError::Backend`] naming the hosts:
+//!   "it speaks TLS there (a TLS handshake showed a certificate) ... use the server's plain
+//!   clientPort" (0.5 s in `tests/tls.rs`). A plain server never gets the probe unless it is
+//!   slower than that to give a session, and then takes it for a malformed request and closes
+//!   it.
+//!
 //! ## Server outages and restarts
 //! The `zookeeper-client` crate reconnects by itself within a session: while disconnected it
 //! holds requests and retries the servers until it reaches one or has not heard from any for
@@ -245,6 +274,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+mod tls;
+
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "zookeeper";
 
@@ -289,6 +320,11 @@ pub struct ZkConfig {
     /// The ACL of every znode the lock creates. Default (`None`): [`NodeAcl::Creator`] with
     /// credentials, [`NodeAcl::Open`] without.
     pub acl: Option<NodeAcl>,
+    /// TLS to the servers' `secureClientPort`: the CA to trust and the client's certificate.
+    /// **Not available in this build** (crate docs, "TLS"): set, it makes
+    /// [`ZkBackend::connect_with`] fail at once with a [`LockError::Config`] saying why, so
+    /// that no one who asked for TLS gets plain text. Default `None`.
+    pub tls: Option<lock_core::tls::TlsFiles>,
 }
 
 impl Default for ZkConfig {
@@ -300,6 +336,7 @@ impl Default for ZkConfig {
             requests: RequestHook::none(),
             credentials: None,
             acl: None,
+            tls: None,
         }
     }
 }
@@ -623,8 +660,13 @@ async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, Lo
         }
         None => "an unauthenticated session".into(),
     };
-    let connect = connector.connect(hosts);
-    let client = match tokio::time::timeout(config.connect_timeout, connect).await {
+    let connect = tokio::time::timeout(config.connect_timeout, connector.connect(hosts));
+    // A connect that has no session soon: is it a plain client at a TLS port (crate docs, "TLS")?
+    let attempt = tokio::select! {
+        attempt = connect => attempt,
+        refusal = tls::plain_at_tls_port(hosts) => return Err(backend_err(refusal)),
+    };
+    let client = match attempt {
         Ok(Ok(c)) => c,
         Ok(Err(zk::Error::Timeout)) => {
             return Err(backend_err(format!(
@@ -719,6 +761,9 @@ impl ZkBackend {
             return Err(LockError::Config(
                 "ZooKeeper session and connect timeouts must be positive".into(),
             ));
+        }
+        if let Some(refused) = tls::unsupported(&config) {
+            return Err(refused);
         }
         let hosts: Arc<str> = hosts.into();
         let session = open_session(&hosts, &config).await?;

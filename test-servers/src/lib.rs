@@ -74,8 +74,8 @@ pub use service::{service_status, LockService, ServiceCluster, ServiceServer};
 pub use silent::SilentServer;
 pub use tls::{CertFiles, TestPki, LOOPBACK_NAMES};
 pub use zookeeper::{
-    four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkCluster, ZkServer,
-    ZK_DEFAULT_CLASSPATH, ZK_TICK_MS,
+    four_letter, shared_zookeeper, shared_zookeeper_with, Zk, ZkClientAuth, ZkCluster, ZkServer,
+    ZkTls, ZK_DEFAULT_CLASSPATH, ZK_TICK_MS, ZK_TLS_JARS,
 };
 
 /// What a test that cannot start a server tells its reader to do.
