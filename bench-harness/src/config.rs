@@ -153,6 +153,7 @@ impl RunConfig {
             settings: self.settings(),
             service_skews: self.service_skews(crate::engines::cell_model::TIME_SERVICE_REPLICAS),
             fault_kinds: self.faults.kinds().collect(),
+            lock_ids: (0..self.locks.max(1)).map(RunConfig::lock_id).collect(),
         }
     }
 

@@ -267,10 +267,31 @@ fn a_stopped_worker_process_is_granted_nothing_and_its_stale_writes_are_rejected
 /// creator-only, every strike is refused and nothing overlaps.
 #[test]
 fn a_stranger_takes_an_open_zookeeper_lock_and_is_refused_on_a_secured_one() {
-    let args = [
-        "--backend",
+    stranger_open_then_secured(
         "zookeeper",
-        "--spawn-zookeeper",
+        &["--backend", "zookeeper", "--spawn-zookeeper"],
+        &["--zookeeper-user", "locker", "--zookeeper-password-file"],
+        "holder (deleted",
+    );
+}
+
+/// The same on the lock service: on an open node anyone may force-release, so the stranger
+/// takes the lock and the holder is pushed `Revoked`; with `--service-user` the harness starts
+/// the node with TLS and a users file, and the stranger (no credentials) is refused.
+#[test]
+fn a_stranger_force_releases_an_open_service_lock_and_is_refused_on_a_secured_one() {
+    stranger_open_then_secured(
+        "service",
+        &["--backend", "service", "--spawn-service"],
+        &["--service-user", "locker", "--service-token-file"],
+        "holder (deleted",
+    );
+}
+
+/// Run a stranger on `engine` open (`base`), then secured (`base` and `user_flags` followed by
+/// a secret file): see the tests above. `took`: how an open strike's outcome starts.
+fn stranger_open_then_secured(engine: &str, base: &[&str], user_flags: &[&str], took: &str) {
+    let common = [
         "--threads",
         "4",
         "--duration",
@@ -280,6 +301,7 @@ fn a_stranger_takes_an_open_zookeeper_lock_and_is_refused_on_a_secured_one() {
         "--faults",
         "stranger:1s@2s",
     ];
+    let args = [base, &common[..]].concat();
     // Runs `args` into `name`: the exit status wanted, every strike's outcome starting with
     // `did`; the output and the safety figures.
     let strikes = |name: &str, args: &[&str], code: i32, did: &str| {
@@ -291,22 +313,18 @@ fn a_stranger_takes_an_open_zookeeper_lock_and_is_refused_on_a_secured_one() {
         assert!(strikes.iter().all(|(t, ..)| t.starts_with(did)), "{strikes:?}");
         (text, check::check_dir(&dir, Duration::from_secs(10)).unwrap().remove(0).figures)
     };
-    // Exit 3: an open lock path lets a stranger break mutual exclusion.
-    let (_, f) = strikes("zookeeper-stranger-open", &args, 3, "holder (deleted");
+    // Exit 3: an open lock lets a stranger break mutual exclusion.
+    let (_, f) = strikes(&format!("{engine}-stranger-open"), &args, 3, took);
     assert!(f.overlapping_holds > 0, "{f:?}");
     assert_eq!(f.stale_accepted, 0, "the fenced resource must reject every stale write: {f:?}");
     assert_eq!(f.stale_holders_told, f.stale_holders, "holders are told: {f:?}");
 
-    let secret = scratch("zookeeper-stranger-password");
+    let secret = scratch(&format!("{engine}-stranger-password"));
     std::fs::create_dir_all(&secret).unwrap();
     let password = secret.join("password");
     std::fs::write(&password, "a-password-for-this-test\n").unwrap();
-    let secured = [
-        &args[..],
-        &["--zookeeper-user", "locker", "--zookeeper-password-file", password.to_str().unwrap()],
-    ]
-    .concat();
-    let (text, f) = strikes("zookeeper-stranger-secured", &secured, 0, "holder (refused");
+    let secured = [&args[..], user_flags, &[password.to_str().unwrap()]].concat();
+    let (text, f) = strikes(&format!("{engine}-stranger-secured"), &secured, 0, "holder (refused");
     assert_eq!(f.overlapping_holds, 0, "{f:?}");
     assert!(!text.contains("a-password-for-this-test"), "{text}");
 }

@@ -326,6 +326,9 @@ pub struct EngineSetup<'a> {
     pub service_skews: Vec<i64>,
     /// The kinds of fault the run will inject (`--faults`).
     pub fault_kinds: Vec<FaultKind>,
+    /// The run's lock ids: for a stranger that must name them, as on the lock service, which
+    /// lists nothing.
+    pub lock_ids: Vec<String>,
 }
 
 /// One contender, as an engine sees it.

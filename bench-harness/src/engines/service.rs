@@ -14,6 +14,14 @@
 //! default (its faults: contender faults and `server-restart`), or N nodes each behind
 //! proxies of its own (the leader faults). The nodes are this very binary, run with its
 //! hidden `lock-server` subcommand, so nothing needs building or installing first.
+//!
+//! Security: `--service-user USER`, its token in `LOCK_SERVICE_TOKEN` or
+//! `--service-token-file`, authenticates every client, over TLS when `--service-ca` names the
+//! CA of the nodes' certificates. With `--spawn-service` the harness starts the nodes secured:
+//! certificates made for the run (a CA of its own), TLS to clients and mutual TLS between
+//! nodes, and a users file holding USER (a client, not an admin). The `stranger` fault
+//! connects with no credentials and force-releases every lock of the run: on an open service
+//! anyone may, and the holder is told `Revoked`; on a secured one the stranger is refused.
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
@@ -23,13 +31,22 @@ use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::requests::{Request, RequestHook};
+use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
 use lock_core::Locker;
 use lock_service::client::{ClientConfig, ServiceClient};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use test_servers::{LockService, ServiceServer};
+use test_servers::{LockService, ServiceServer, TestPki};
+
+/// The user of the secured service the safety table's "stranger (secured)" rows run on
+/// ([`Engine::secured`]).
+const SECURED_USER: &str = "bench-harness";
+
+/// The environment variable that holds the token of `--service-user`.
+pub const TOKEN_VAR: &str = "LOCK_SERVICE_TOKEN";
 
 /// The engine.
 pub struct Service;
@@ -74,6 +91,19 @@ pub struct Args {
         value_parser = clap::value_parser!(u16).range(1..=9)
     )]
     pub spawn_service: Option<u16>,
+    /// Authenticate every client as this user of the service, its token from the environment
+    /// variable LOCK_SERVICE_TOKEN or from --service-token-file (never on the command line).
+    /// With --spawn-service, the harness starts the nodes secured: TLS with certificates of
+    /// its own, mutual TLS between nodes, and a users file holding this user.
+    #[arg(long, value_name = "USER")]
+    pub service_user: Option<String>,
+    /// A file whose first line is the token of --service-user.
+    #[arg(long, value_name = "FILE", requires = "service_user")]
+    pub service_token_file: Option<std::path::PathBuf>,
+    /// Speak TLS to --service, trusting the CA in this PEM file (the one that signed the
+    /// nodes' certificates).
+    #[arg(long, value_name = "FILE", conflicts_with = "spawn_service")]
+    pub service_ca: Option<std::path::PathBuf>,
 }
 
 /// Its options, as result files show them.
@@ -89,6 +119,25 @@ pub struct Options {
     /// The started cluster's nodes, when more than one (`--spawn-service=3`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub members: Option<u16>,
+    /// The user every client authenticates as (`--service-user`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where its token is read from, when not from [`TOKEN_VAR`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// The CA of a user's service (`--service-ca`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<std::path::PathBuf>,
+}
+
+impl Options {
+    /// The credentials of `--service-user`, their token read now.
+    fn credentials(&self) -> Result<Option<Credentials>, String> {
+        let (user, file) = (self.user.as_deref(), self.token_file.as_deref());
+        super::credentials("service", user, file, TOKEN_VAR).map_err(|e| {
+            e.replace("-password-file", "-token-file").replace("no password", "no token")
+        })
+    }
 }
 
 impl From<Options> for EngineOptions {
@@ -130,6 +179,12 @@ impl Engine for Service {
         Some(Options { spawn: true, ..Default::default() }.into())
     }
 
+    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
+        let mut o: Options = self.spawned()?.get();
+        (o.user, o.token_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
+        Some(o.into())
+    }
+
     fn topology(&self, options: &EngineOptions) -> String {
         options.get::<Options>().members.map_or_else(String::new, |n| format!("×{n}"))
     }
@@ -163,7 +218,20 @@ impl Engine for Service {
             }
         }
         let members = a.spawn_service.filter(|n| *n > 1);
-        Ok(Options { service, spawn: a.spawn_service.is_some(), members }.into())
+        let options = Options {
+            service,
+            spawn: a.spawn_service.is_some(),
+            members,
+            user: a.service_user,
+            token_file: a.service_token_file,
+            ca: a.service_ca,
+        };
+        // Read once here so that a missing token or CA is a usage error before anything starts.
+        options.credentials()?;
+        if let Some(ca) = &options.ca {
+            TlsFiles::trusting(ca).check().map_err(|e| format!("--service-ca: {e}"))?;
+        }
+        Ok(options.into())
     }
 
     fn default_options(&self) -> EngineOptions {
@@ -182,10 +250,12 @@ impl Engine for Service {
     }
 
     fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
+        let user = options.get::<Options>().user;
         format!(
-            "lock service at {}, session TTL {}",
+            "lock service at {}, session TTL {}{}",
             self.address(options),
-            crate::dist::format_duration(session_ttl(s.ttl))
+            crate::dist::format_duration(session_ttl(s.ttl)),
+            user.map_or_else(String::new, |u| format!(", as user '{u}' over TLS"))
         )
     }
 
@@ -197,7 +267,7 @@ impl Engine for Service {
         if options.get::<Options>().members.is_some() {
             return server_faults::cluster_kinds();
         }
-        server_faults::kinds(self.spawns_server(options))
+        server_faults::kinds_with_stranger(self.spawns_server(options))
     }
 
     fn open<'a>(
@@ -206,9 +276,22 @@ impl Engine for Service {
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         Box::pin(async move {
             let options: Options = setup.options.get();
+            let credentials = options.credentials()?;
+            let secured = match (&credentials, options.spawn) {
+                (Some(c), true) => Some(Arc::new(SecuredNodes::make(c)?)),
+                _ => None,
+            };
+            let program = match &secured {
+                Some(s) => node_program()?.with_args(&s.args()),
+                None => node_program()?,
+            };
+            let tls = match &secured {
+                Some(s) => Some(TlsFiles::trusting(s.pki.ca_file())),
+                None => options.ca.clone().map(TlsFiles::trusting),
+            };
             let (endpoints, faults) = match (options.members, options.spawn) {
-                (Some(n), _) => on_cluster(n).await?,
-                (None, true) => on_node(&setup.fault_kinds).await?,
+                (Some(n), _) => on_cluster(program, n).await?,
+                (None, true) => on_node(program, &setup.fault_kinds).await?,
                 (None, false) => {
                     let endpoints = options.service.clone().ok_or_else(|| {
                         "--backend service needs --service HOST:PORT,... or --spawn-service"
@@ -222,6 +305,10 @@ impl Engine for Service {
             let connector = Connector {
                 endpoints: ServiceClient::parse_endpoints(&endpoints),
                 ttl: session_ttl(setup.settings.scaled(setup.settings.ttl)),
+                credentials,
+                tls,
+                lock_ids: setup.lock_ids.clone(),
+                _secured: secured,
             };
             Opened::probe(connector, setup.settings, faults).await
         })
@@ -235,9 +322,46 @@ fn node_program() -> Result<LockService, String> {
     Ok(LockService::with_prefix(exe, &[NODE_SUBCOMMAND]))
 }
 
+/// What secured nodes the harness starts need for the run: a CA and certificates of the
+/// run's own, and a users file holding `--service-user` (removed with the run).
+struct SecuredNodes {
+    pki: TestPki,
+    users: std::path::PathBuf,
+}
+
+impl SecuredNodes {
+    fn make(user: &Credentials) -> Result<SecuredNodes, String> {
+        let pki = TestPki::new("bench-harness");
+        let users = pki.dir().join("users");
+        let line = format!(
+            "{} client {}\n",
+            user.user,
+            lock_service::auth::token_hash(user.password.expose())
+        );
+        std::fs::write(&users, line)
+            .map_err(|e| format!("--spawn-service: cannot write {}: {e}", users.display()))?;
+        Ok(SecuredNodes { pki, users })
+    }
+
+    /// The nodes' arguments: TLS to clients and between nodes, and the users file.
+    fn args(&self) -> Vec<String> {
+        let path = |p: &std::path::Path| p.display().to_string();
+        vec![
+            "--users".into(),
+            path(&self.users),
+            "--tls-cert".into(),
+            path(&self.pki.server().cert),
+            "--tls-key".into(),
+            path(&self.pki.server().key),
+            "--tls-ca".into(),
+            path(self.pki.ca_file()),
+        ]
+    }
+}
+
 /// A cluster of `n` nodes the harness starts (`--spawn-service=N`).
-async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
-    server_faults::start_cluster(&format!("--spawn-service={n}"), node_program()?, n.into(), |c| {
+async fn on_cluster(program: LockService, n: u16) -> Result<(String, ServerFaults), String> {
+    server_faults::start_cluster(&format!("--spawn-service={n}"), program, n.into(), |c| {
         c.endpoints().join(",")
     })
     .await
@@ -246,8 +370,10 @@ async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
 /// One node the harness starts (`--spawn-service`), restartable, with a proxy per contender
 /// when `kinds` need them. Reached straight at its port, as the single ZooKeeper and etcd
 /// servers are: a cluster of one would put a proxy hop in front of every request and push.
-async fn on_node(kinds: &[FaultKind]) -> Result<(String, ServerFaults), String> {
-    let engine = node_program()?;
+async fn on_node(
+    engine: LockService,
+    kinds: &[FaultKind],
+) -> Result<(String, ServerFaults), String> {
     let launch = move || {
         ServiceServer::launch_node(engine)
             .map(SingleNode)
@@ -275,6 +401,14 @@ impl server_faults::Restartable for SingleNode {
 struct Connector {
     endpoints: Vec<String>,
     ttl: Duration,
+    /// `--service-user` and its token.
+    credentials: Option<Credentials>,
+    /// The CA the clients trust, when the service speaks TLS.
+    tls: Option<TlsFiles>,
+    /// The run's lock ids (for the stranger).
+    lock_ids: Vec<String>,
+    /// The secured nodes' certificates and users file, kept as long as the run.
+    _secured: Option<Arc<SecuredNodes>>,
 }
 
 impl Connect for Connector {
@@ -298,6 +432,8 @@ impl Connect for Connector {
                 ttl: self.ttl,
                 follow_leader_hints: via.is_none(),
                 requests,
+                credentials: self.credentials.clone(),
+                tls: self.tls.clone(),
                 ..ClientConfig::default()
             };
             ServiceClient::connect(&endpoints, config).await.map_err(|e| {
@@ -316,6 +452,33 @@ impl Connect for Connector {
             "Status" => Kind::Read,
             _ => Kind::Write,
         }
+    }
+
+    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(self.stranger_strikes())
+    }
+}
+
+impl Connector {
+    /// The `stranger` fault: a client with no credentials (over TLS when the service speaks
+    /// it: the stranger is on the network, not outside it) force-releases every lock of the
+    /// run. An open service lets anyone; a secured one refuses the stranger at its hello.
+    async fn stranger_strikes(&self) -> Result<String, String> {
+        let config = ClientConfig { tls: self.tls.clone(), ..ClientConfig::default() };
+        let client = match ServiceClient::connect(&self.endpoints, config).await {
+            Ok(c) => c,
+            Err(e) => return Ok(server_faults::stranger_outcome(0, Some(e.to_string()))),
+        };
+        let (mut taken, mut refused) = (0, None);
+        for lock in &self.lock_ids {
+            match client.force_release(lock).await {
+                Ok(true) => taken += 1,
+                Ok(false) => {}
+                Err(e) => refused = Some(e.to_string()),
+            }
+        }
+        let _ = client.close().await;
+        Ok(server_faults::stranger_outcome(taken, refused))
     }
 }
 

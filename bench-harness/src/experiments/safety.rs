@@ -373,9 +373,11 @@ fn stranger_findings(rows: &[Row]) -> String {
     let mut out = format!(
         "\n### Strangers\n\nThe \"stranger\" rows hold the lock `{STRANGER_HOLD}` each, and every \
          5 s, as soon as someone holds, a client with no credentials deletes the holder's key or \
-         znode (`--faults stranger`). \"open\": the servers as they start, any client may; \
-         \"secured\": the contenders authenticate as a user whom the server's ACLs give the lock's \
-         keys (`--zookeeper-user`, `--etcd-user`, `--redis-user`), the stranger none.\n\n"
+         znode, or on the lock service force-releases the lock (`--faults stranger`). \"open\": \
+         the servers as they start, any client may; \"secured\": the contenders authenticate as \
+         a user whom the server's ACLs give the lock's keys (`--zookeeper-user`, `--etcd-user`, \
+         `--redis-user`), or, on the service, a user of its users file over TLS \
+         (`--service-user`), the stranger none.\n\n"
     );
     for r in &strangers {
         let f = &r.figures;
