@@ -186,3 +186,39 @@ async fn the_server_received_every_request_the_hooks_reported_and_no_other() {
     assert_eq!(seen, tally.total(), "{:?}", tally.counts());
     assert_eq!(tally.of("session", "closeSession"), 2, "{:?}", tally.counts());
 }
+
+/// With `watch_holder` off a grant costs one request less (no `exists`), and the holder is
+/// not told of a stranger's delete: the trade the option makes (crate docs, "What the
+/// holder's watch costs").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_holders_watch_a_grant_costs_three_and_a_strangers_delete_goes_untold() {
+    let root = support::unique_root("requests-unwatched");
+    let tally = RequestTally::new();
+    let config = ZkConfig {
+        session_timeout: Duration::from_secs(10),
+        root: root.clone(),
+        requests: tally.hook(),
+        watch_holder: false,
+        ..ZkConfig::default()
+    };
+    let backend = ZkBackend::connect_with(&support::shared().hosts(), config).await.unwrap();
+    let locker = backend.locker("solo").unwrap();
+    locker.lock("k", None).await.unwrap().release().await.unwrap();
+    tally.reset();
+    let guard = locker.lock("k", None).await.unwrap();
+    guard_stays_held_after_a_strangers_delete(&root, &guard).await;
+    guard.release().await.unwrap();
+    assert_eq!(znode_requests(&tally), ((1, 1, 0, 1), 3), "{:?}", tally.counts());
+}
+
+/// Delete every znode of lock `k` under `root` as another session, and check that `guard`
+/// still says `Held` half a second later.
+async fn guard_stays_held_after_a_strangers_delete(root: &str, guard: &lock_core::LockGuard) {
+    let stranger = zookeeper_client::Client::connect(&support::shared().hosts()).await.unwrap();
+    let dir = format!("{root}/k");
+    let (children, _) = stranger.get_children(&dir).await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    stranger.delete(&format!("{dir}/{}", children[0]), None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(guard.lease_state(), lock_core::LeaseState::Held);
+}

@@ -95,6 +95,10 @@ pub struct Args {
     /// A file whose first line is the password of --zookeeper-user.
     #[arg(long, value_name = "FILE", requires = "zookeeper_user")]
     pub zookeeper_password_file: Option<std::path::PathBuf>,
+    /// Holders do not watch their own znodes: a request less per grant, and a holder whose
+    /// znode another client deletes is not told (lock-zookeeper's ZkConfig::watch_holder).
+    #[arg(long)]
+    pub zookeeper_no_holder_watch: bool,
 }
 
 /// The environment variable that holds the password of `--zookeeper-user`.
@@ -119,6 +123,9 @@ pub struct Options {
     /// Where its password is read from, when not from [`PASSWORD_VAR`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
+    /// Holders do not watch their own znodes (`--zookeeper-no-holder-watch`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_holder_watch: bool,
 }
 
 impl From<Options> for EngineOptions {
@@ -200,6 +207,7 @@ impl Engine for Zookeeper {
             members: a.spawn_zookeeper.filter(|n| *n > 1),
             user: a.zookeeper_user,
             password_file: a.zookeeper_password_file,
+            no_holder_watch: a.zookeeper_no_holder_watch,
         };
         // Read once here so that a missing password is a usage error before anything starts.
         options.credentials()?;
@@ -259,6 +267,7 @@ impl Engine for Zookeeper {
                 namespace: setup.namespace.to_string(),
                 session_timeout: setup.settings.scaled(setup.settings.ttl),
                 credentials: options.credentials()?,
+                watch_holder: !options.no_holder_watch,
             };
             Opened::probe(connector, setup.settings, faults).await
         })
@@ -302,6 +311,8 @@ struct Connector {
     session_timeout: Duration,
     /// `--zookeeper-user` and its password.
     credentials: Option<Credentials>,
+    /// Whether holders watch their own znodes.
+    watch_holder: bool,
 }
 
 impl Connect for Connector {
@@ -385,6 +396,7 @@ impl Connector {
             root: format!("/bench-harness/{}", self.namespace),
             requests,
             credentials: self.credentials.clone(),
+            watch_holder: self.watch_holder,
             ..ZkConfig::default()
         };
         ZkBackend::connect_with(&hosts, config)
