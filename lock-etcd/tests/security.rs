@@ -15,42 +15,14 @@ use lock_core::requests::RequestTally;
 use lock_core::secret::{Credentials, Secret};
 use lock_core::{LeaseState, LockError, LockGuard, Locker};
 use lock_etcd::{EtcdBackend, EtcdConfig};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-use test_servers::{
-    etcd_post, etcd_post_as, etcd_token, shared_etcd_with, Etcd, EtcdServer, EtcdUser,
-};
 
-/// The user the tests lock as, and the prefix its role covers.
-const LOCKER: (&str, &str) = ("locker", "/secure/");
-/// A user of another identity, whose role covers another prefix.
-const STRANGER: (&str, &str) = ("stranger", "/elsewhere/");
+use std::time::{Duration, Instant};
+use test_servers::{etcd_post, etcd_post_as, etcd_token, shared_etcd_with, Etcd, EtcdServer};
+
 /// Long enough that no lease expiry or renewal can explain what a test sees.
 const LONG_TTL: Duration = Duration::from_secs(30);
 
-/// `who`'s password: made up when the test binary starts, the same for the whole run.
-fn password(who: &str) -> String {
-    static SALT: OnceLock<String> = OnceLock::new();
-    let salt = SALT.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        format!("{:x}{nanos:x}", std::process::id())
-    });
-    format!("{who}-{salt}")
-}
-
-fn credentials((user, _): (&str, &str)) -> Credentials {
-    Credentials::new(user, Secret::new(password(user)))
-}
-
-/// The users and their prefixes, in `secure`'s terms.
-fn users() -> Vec<EtcdUser> {
-    [LOCKER, STRANGER]
-        .iter()
-        .map(|&(user, prefix)| EtcdUser::new(user, &password(user), prefix))
-        .collect()
-}
+use support::{credentials, password, users, LOCKER, STRANGER};
 
 /// The test binary's secured etcd.
 fn secured() -> &'static EtcdServer {

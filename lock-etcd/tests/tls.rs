@@ -14,7 +14,7 @@ mod support;
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
-use lock_core::secret::{Credentials, Secret};
+use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
 use lock_core::{LockError, Locker};
 use lock_etcd::{EtcdBackend, EtcdConfig};
@@ -22,37 +22,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use test_servers::{EtcdServer, EtcdTls, EtcdUser, Proxy, TestPki};
+use test_servers::{EtcdServer, EtcdTls, Proxy, TestPki};
 
-/// The user the tests lock as, and the prefix its role covers.
-const LOCKER: (&str, &str) = ("locker", "/secure/");
-/// A user whose role covers another prefix.
-const STRANGER: (&str, &str) = ("stranger", "/elsewhere/");
 /// How long a refusal may take: a hang would show as the connect timeout (10 s) or more.
 const PROMPTLY: Duration = Duration::from_secs(5);
 
-/// `who`'s password: made up when the test binary starts, the same for the whole run.
-fn password(who: &str) -> String {
-    static SALT: OnceLock<String> = OnceLock::new();
-    let salt = SALT.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        format!("{:x}{nanos:x}", std::process::id())
-    });
-    format!("{who}-{salt}")
-}
-
-fn credentials((user, _): (&str, &str)) -> Credentials {
-    Credentials::new(user, Secret::new(password(user)))
-}
-
-fn users() -> Vec<EtcdUser> {
-    [LOCKER, STRANGER]
-        .iter()
-        .map(|&(user, prefix)| EtcdUser::new(user, &password(user), prefix))
-        .collect()
-}
+use support::{credentials, password, users, LOCKER, STRANGER};
 
 /// The binary's test CA, its server certificate for 127.0.0.1 and localhost, and one client
 /// certificate per user (common name = user).

@@ -117,3 +117,33 @@ impl Fixture for EtcdFixture {
         Duration::from_millis(1200)
     }
 }
+
+/// The user the secured tests lock as, and the prefix its role covers.
+pub const LOCKER: (&str, &str) = ("locker", "/secure/");
+/// A user of another identity, whose role covers another prefix.
+pub const STRANGER: (&str, &str) = ("stranger", "/elsewhere/");
+
+/// `who`'s password: made up when the test binary starts, the same for the whole run.
+pub fn password(who: &str) -> String {
+    static SALT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let salt = SALT.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!("{:x}{nanos:x}", std::process::id())
+    });
+    format!("{who}-{salt}")
+}
+
+/// The credentials of `user` (a [`LOCKER`]-like pair).
+pub fn credentials((user, _): (&str, &str)) -> Credentials {
+    Credentials::new(user, lock_core::secret::Secret::new(password(user)))
+}
+
+/// The users and their prefixes, in `EtcdServer::secure`'s terms.
+pub fn users() -> Vec<test_servers::EtcdUser> {
+    [LOCKER, STRANGER]
+        .iter()
+        .map(|&(user, prefix)| test_servers::EtcdUser::new(user, &password(user), prefix))
+        .collect()
+}

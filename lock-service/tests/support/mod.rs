@@ -102,3 +102,50 @@ impl SecuredCluster {
         lock_core::tls::TlsFiles::trusting(self.pki.ca_file())
     }
 }
+
+/// The conformance suite's fixture on a cluster: each contender reaches every node through a
+/// proxy of its own and dials only those (`follow_leader_hints: false`, so a follower's hint
+/// cannot lead it around its proxies), as a user of `secured` if given.
+pub struct ServiceFixture {
+    /// The contenders' proxies.
+    pub proxies: test_servers::ContenderProxies,
+    /// The session TTL.
+    pub ttl: std::time::Duration,
+    /// The secured cluster the contenders log in to, and the users they log in as (by the
+    /// hash of their names: several may share one, as processes of one service would).
+    pub secured: Option<(&'static SecuredCluster, &'static [&'static str])>,
+}
+
+#[async_trait::async_trait]
+impl lock_core::conformance::Fixture for ServiceFixture {
+    async fn locker(&self, name: &str) -> std::sync::Arc<dyn lock_core::Locker> {
+        use lock_service::client::{ClientConfig, ServiceClient};
+        let endpoints: Vec<String> =
+            self.proxies.open(name).await.iter().map(ToString::to_string).collect();
+        let mut config =
+            ClientConfig { ttl: self.ttl, follow_leader_hints: false, ..ClientConfig::default() };
+        if let Some((cluster, users)) = self.secured {
+            let user = users[name.bytes().map(usize::from).sum::<usize>() % users.len()];
+            config.credentials = Some(cluster.credentials(user));
+            config.tls = Some(cluster.tls());
+        }
+        let client = ServiceClient::connect(&endpoints, config)
+            .await
+            .expect("connect to the cluster through the contender's proxies");
+        std::sync::Arc::new(client.locker(name).expect("locker"))
+    }
+    async fn cut_off(&self, name: &str) {
+        self.proxies.cut(name);
+    }
+    fn ttl(&self) -> std::time::Duration {
+        self.ttl
+    }
+    fn mode(&self) -> lock_core::conformance::Mode {
+        lock_core::conformance::Mode::Wall
+    }
+    fn notice_slack(&self) -> std::time::Duration {
+        // The leader checks its sessions every 20 ms and a grant is pushed in the commit that
+        // frees the lock; the rest is margin for a loaded 2-core machine.
+        std::time::Duration::from_millis(1000)
+    }
+}
