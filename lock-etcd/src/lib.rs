@@ -169,8 +169,9 @@
 //! trusted, never the system's roots, so [`TlsFiles::ca`](lock_core::tls::TlsFiles::ca) is
 //! required. Built without the feature, the crate connects over plain `http://` only, and any
 //! TLS setting is a [`LockError::Config`] saying so. The TLS handshake is bounded by the
-//! shorter of the connect and request timeouts (tonic's own connect timeout covers only the
-//! TCP connect).
+//! connect timeout and by half the request timeout, whichever is shorter (tonic's own connect
+//! timeout covers only the TCP connect; half, so that a silent server is named as a handshake
+//! that timed out, not as the first request's timeout).
 //!
 //! **Settings refused before connecting** ([`LockError::Config`]): an `https://` endpoint
 //! without [`EtcdConfig::tls`]; an `http://` endpoint with it; [`EtcdConfig::tls`] without a CA

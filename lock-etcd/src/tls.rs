@@ -49,6 +49,13 @@ pub(crate) fn apply(
     with_tls(tls, config, options)
 }
 
+/// How long a TLS handshake may take: the connect timeout, and at most half the request
+/// timeout (see [`with_tls`]).
+#[cfg(feature = "tls")]
+fn handshake_timeout(config: &EtcdConfig) -> std::time::Duration {
+    config.connect_timeout.min(config.request_timeout / 2)
+}
+
 #[cfg(feature = "tls")]
 fn with_tls(
     tls: &TlsFiles,
@@ -58,9 +65,12 @@ fn with_tls(
     use etcd_client::{Certificate, Identity, TlsOptions};
     let ca = tls.read_ca().map_err(LockError::Config)?.unwrap_or_default();
     // The handshake is bounded on its own: tonic's connect timeout covers the TCP connect only.
+    // Half the request timeout at most, so that a silent server is reported as a handshake
+    // that timed out rather than as the first request's own timeout, which would otherwise
+    // expire at the same moment (a race the fresh-clone CI lost once).
     let mut options_tls = TlsOptions::new()
         .ca_certificate(Certificate::from_pem(ca))
-        .timeout(config.connect_timeout.min(config.request_timeout));
+        .timeout(handshake_timeout(config));
     if let Some(identity) = tls.read_identity().map_err(LockError::Config)? {
         options_tls = options_tls.identity(Identity::from_pem(&identity.cert, &identity.key));
     }
