@@ -14,8 +14,6 @@
 
 mod support;
 
-use async_trait::async_trait;
-use lock_core::conformance::{Fixture, Mode};
 use lock_core::secret::{Credentials, Secret};
 use lock_core::tls::TlsFiles;
 use lock_core::{LockError, Locker};
@@ -23,12 +21,10 @@ use lock_redis::{
     JedisConfig, RedisBackend, RedisConnectConfig, RedisMasters, RedlockConfig, TokenConfig,
     Variant,
 };
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use support::unique_prefix;
-use test_servers::{AclUser, Proxy, RedisServer, TestPki};
+use test_servers::{AclUser, RedisServer, TestPki};
 
 /// The connect and response timeouts of every client here.
 const CONNECT: Duration = Duration::from_secs(1);
@@ -260,70 +256,18 @@ async fn redlock_runs_on_tls_masters() {
     assert!(err.to_string().contains("requires a client certificate"), "{err}");
 }
 
-/// The conformance fixture on the `optional` TLS server: every contender connects through a
-/// proxy of its own (on loopback, so the server's certificate is valid for it) with a
-/// `rediss://` URL, the test CA and `locker`'s credentials.
-pub struct TlsFixture {
-    server: SocketAddr,
-    ca: std::path::PathBuf,
-    credentials: Credentials,
-    prefix: String,
-    ttl: Duration,
-    proxies: Mutex<HashMap<String, Proxy>>,
-}
-
-impl TlsFixture {
-    async fn new(ttl: Duration) -> TlsFixture {
-        let s = servers().await;
-        TlsFixture {
-            server: s.optional.addr(),
-            ca: s.pki.ca_file().to_path_buf(),
-            credentials: credentials(&s.locker),
-            prefix: unique_prefix(TAG),
-            ttl,
-            proxies: Mutex::default(),
-        }
-    }
-}
-
-#[async_trait]
-impl Fixture for TlsFixture {
-    async fn locker(&self, name: &str) -> Arc<dyn Locker> {
-        let proxy = Proxy::start(self.server).await;
-        let url = format!("rediss://{}/", proxy.addr());
-        let config = RedisConnectConfig {
-            key_prefix: self.prefix.clone(),
-            credentials: Some(self.credentials.clone()),
-            tls: Some(TlsFiles::trusting(&self.ca)),
-            ..RedisConnectConfig::default()
-        };
-        let backend = RedisBackend::connect_with(&url, config).await.expect("connect over TLS");
-        if let Some(old) = self.proxies.lock().unwrap().insert(name.to_string(), proxy) {
-            old.cut();
-        }
-        backend.locker(name, Variant::Token(TokenConfig::new(self.ttl))).expect("locker")
-    }
-    async fn cut_off(&self, name: &str) {
-        if let Some(p) = self.proxies.lock().unwrap().get(name) {
-            p.cut();
-        }
-    }
-    fn ttl(&self) -> Duration {
-        self.ttl
-    }
-    fn mode(&self) -> Mode {
-        Mode::Wall
-    }
-    fn notice_slack(&self) -> Duration {
-        // As the plain fixture's: a waiter polls every 50 ms; the rest is margin for a loaded
-        // 2-core machine (TLS handshakes included).
-        Duration::from_millis(1000)
-    }
+/// The conformance fixture on the `optional` TLS server: the shared one, over TLS
+/// (`rediss://` URLs through a proxy per contender, the test CA), as `locker`.
+async fn tls_fixture(ttl: Duration) -> support::RedisFixture {
+    let s = servers().await;
+    let variant = Variant::Token(TokenConfig::new(ttl));
+    support::RedisFixture::on(s.optional.addr(), Some(credentials(&s.locker)), TAG, variant, ttl)
+        .with_tls(TlsFiles::trusting(s.pki.ca_file()))
 }
 
 lock_core::conformance_suite!(
     lock_core::conformance::Mode::Wall,
-    |_seed| async move { TlsFixture::new(Duration::from_secs(2)).await },
+    |_seed| async move { tls_fixture(Duration::from_secs(2)).await },
     seeds = 3,
     contenders = 16
 );

@@ -30,6 +30,8 @@ pub struct RedisFixture {
     proxies: Mutex<HashMap<String, Proxy>>,
     /// Whom every contender connects as (none: the open shared server).
     credentials: Option<Credentials>,
+    /// TLS: every contender connects with a `rediss://` URL trusting these files.
+    tls: Option<lock_core::tls::TlsFiles>,
 }
 
 impl RedisFixture {
@@ -51,15 +53,23 @@ impl RedisFixture {
         ttl: Duration,
     ) -> RedisFixture {
         let (prefix, proxies) = (unique_prefix(tag), Mutex::default());
-        RedisFixture { server, prefix, variant, ttl, proxies, credentials }
+        RedisFixture { server, prefix, variant, ttl, proxies, credentials, tls: None }
+    }
+
+    /// The same fixture over TLS: `rediss://` URLs (to loopback proxies, so a server
+    /// certificate for 127.0.0.1 is valid for them) trusting `tls`.
+    pub fn with_tls(self, tls: lock_core::tls::TlsFiles) -> RedisFixture {
+        RedisFixture { tls: Some(tls), ..self }
     }
 
     pub async fn backend(&self, name: &str) -> RedisBackend {
         let proxy = Proxy::start(self.server).await;
-        let url = format!("redis://{}/", proxy.addr());
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        let url = format!("{scheme}://{}/", proxy.addr());
         let config = RedisConnectConfig {
             key_prefix: self.prefix.clone(),
             credentials: self.credentials.clone(),
+            tls: self.tls.clone(),
             ..RedisConnectConfig::default()
         };
         let backend =
