@@ -139,7 +139,7 @@ impl Options {
     /// The credentials of `--etcd-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
         let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
-        super::credentials("etcd", user, file, PASSWORD_VAR)
+        super::credentials("etcd", "password", user, file, PASSWORD_VAR)
     }
 }
 

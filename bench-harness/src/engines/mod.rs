@@ -516,12 +516,13 @@ impl clap::Args for EngineArgs {
     }
 }
 
-/// The credentials of engine `name`'s `--<name>-user USER`, the password read now: from
-/// `file` when given (`--<name>-password-file`), else from the environment variable `var`
-/// (never from the command line); an error saying where it may come from when there is none.
-/// `None` without a user.
+/// The credentials of engine `name`'s `--<name>-user USER`, its `secret` ("password",
+/// "token") read now: from `file` when given (`--<name>-<secret>-file`), else from the
+/// environment variable `var` (never from the command line); an error saying where it may come
+/// from when there is none. `None` without a user.
 pub fn credentials(
     name: &str,
+    secret: &str,
     user: Option<&str>,
     file: Option<&std::path::Path>,
     var: &str,
@@ -531,7 +532,7 @@ pub fn credentials(
     let password = match file {
         Some(file) => Secret::from_file(file)?,
         None => Secret::from_env(var)?.ok_or_else(|| {
-            format!("--{name}-user {user}: no password (set {var}, or give --{name}-password-file)")
+            format!("--{name}-user {user}: no {secret} (set {var}, or give --{name}-{secret}-file)")
         })?,
     };
     Ok(Some(Credentials::new(user, password)))

@@ -183,7 +183,7 @@ impl Options {
     /// The credentials of `--redis-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
         let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
-        super::credentials("redis", user, file, PASSWORD_VAR)
+        super::credentials("redis", "password", user, file, PASSWORD_VAR)
     }
 }
 

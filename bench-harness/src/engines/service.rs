@@ -134,9 +134,7 @@ impl Options {
     /// The credentials of `--service-user`, their token read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
         let (user, file) = (self.user.as_deref(), self.token_file.as_deref());
-        super::credentials("service", user, file, TOKEN_VAR).map_err(|e| {
-            e.replace("-password-file", "-token-file").replace("no password", "no token")
-        })
+        super::credentials("service", "token", user, file, TOKEN_VAR)
     }
 }
 

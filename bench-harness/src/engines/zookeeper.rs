@@ -142,7 +142,7 @@ impl Options {
     /// The credentials of `--zookeeper-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
         let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
-        super::credentials("zookeeper", user, file, PASSWORD_VAR)
+        super::credentials("zookeeper", "password", user, file, PASSWORD_VAR)
     }
 }
 
