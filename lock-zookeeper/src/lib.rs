@@ -118,34 +118,40 @@
 //! own for this: digest authentication is always on, and `tests/security.rs` and
 //! `tests/secured_conformance.rs` run against the same test server as the rest.
 //!
-//! ## TLS: not in this build
-//! ZooKeeper serves TLS on its `secureClientPort` (Netty's connection factory, the `ssl.*`
+//! ## TLS
+//! ZooKeeper serves TLS on its `secureClientPort` (Netty's connection factory and the `ssl.*`
 //! settings; `test_servers::ZkServer::start_tls` runs one from Debian's ZooKeeper 3.8 with PEM
-//! files and `ssl.clientAuth` `need`, `want` or `none`, and `tests/tls.rs` gets a session from
-//! it over mutual TLS with a handshake of its own). This crate's client cannot connect there:
-//! `zookeeper-client` 0.11 speaks TLS only with its `tls` feature, which depends on rustls
-//! with rustls's default crypto provider, aws-lc-rs, a C library this workspace keeps out
-//! (every TLS client here uses `ring`). Cargo cannot take a dependency's default features
-//! away, and lists an optional dependency in `Cargo.lock` even when no build enables it, so
-//! not even an off-by-default feature of this crate can offer it. The client needs its
-//! manifest changed (its rustls and futures-rustls without default features, with `ring`: a
-//! copy so changed builds without aws-lc and gets a session over mutual TLS from the test
-//! server), upstream or as a patch of the workspace. Until then, reach the plain `clientPort`
-//! on a network you trust. What a user meets:
-//! - [`ZkConfig::tls`] set: a [`LockError::Config`] at once, before any connection ("this
-//!   build of lock-zookeeper cannot speak TLS to ZooKeeper", and why), never plain text in its
-//!   place.
-//! - A TLS port given to the plain client (a `secureClientPort` such as 2281 for the
-//!   `clientPort` 2181): ZooKeeper closes the connection at its first bytes, and the client
-//!   would try again until the session timeout, to end with "no session established" (6 s by
-//!   default). Instead, once a connect has gone 0.5 s without a session, the backend tries a
-//!   TLS handshake of its own with each server of the connect string, trusting no CA and
-//!   sending nothing of its own (no certificate, no credentials); if every one answers with a
-//!   certificate, the connect fails at once with a [`LockError::Backend`] naming the hosts:
-//!   "it speaks TLS there (a TLS handshake showed a certificate) ... use the server's plain
-//!   clientPort" (0.5 s in `tests/tls.rs`). A plain server never gets the probe unless it is
-//!   slower than that to give a session, and then takes it for a malformed request and closes
-//!   it.
+//! files and `ssl.clientAuth` `need`, `want` or `none`). Give [`ZkConfig::tls`] the CA to
+//! trust and, where the server wants one, the client's certificate and key
+//! (`lock_core::tls::TlsFiles`): every server of the connect string is then dialled over
+//! TLS (`zookeeper-client`'s `tls` feature), and must show a certificate the CA signed for the
+//! host dialled (an IP address needs an IP SAN). The CA is required, since the client trusts
+//! no system roots; a missing or unreadable file is a [`LockError::Config`] naming it before
+//! anything connects. TLS guards the wire; who may touch the lock's znodes is still the ACL's
+//! business (above), with credentials as on a plain port.
+//!
+//! The client's rustls uses ring, as every TLS client here does. `zookeeper-client`'s feature
+//! brings rustls's other provider, aws-lc-rs, into the build too (a C library, built with the
+//! C compiler Rust links with), and with two providers compiled in rustls has no default:
+//! the backend installs ring as the process's default before its first TLS connection,
+//! unless the application has installed one.
+//!
+//! What a refusal looks like. `zookeeper-client` takes a refused handshake for an outage and
+//! tries again until the connect timeout, to end with "no session". So once a connect has gone
+//! 0.5 s without a session, the backend asks each server of the connect string itself, and if
+//! every one refuses, the connect fails at once with a [`LockError::Backend`] naming each
+//! server and why (`tests/tls.rs` measures each in well under a second):
+//! - with TLS, a handshake of its own with the same files: "invalid peer certificate:
+//!   UnknownIssuer" (a CA it does not trust), "certificate not valid for name" (one for another
+//!   host), "refused this client's certificate, or its lack of one" (the server's alert), or
+//!   "closed the connection at the TLS handshake ... a plain clientPort?";
+//! - without TLS, a handshake trusting no CA and sending nothing of the backend's (no
+//!   certificate, no credentials): a server that answers with a certificate speaks TLS there,
+//!   "it speaks TLS there ... set ZkConfig::tls ... or use the server's plain clientPort".
+//!
+//! A server that is only down or slow refuses nothing: the connect goes on to its timeout as
+//! before, and a plain server slower than 0.5 s to give a session gets a ClientHello it closes
+//! as a malformed request.
 //!
 //! ## Server outages and restarts
 //! The `zookeeper-client` crate reconnects by itself within a session: while disconnected it
@@ -331,10 +337,11 @@ pub struct ZkConfig {
     /// The ACL of every znode the lock creates. Default (`None`): [`NodeAcl::Creator`] with
     /// credentials, [`NodeAcl::Open`] without.
     pub acl: Option<NodeAcl>,
-    /// TLS to the servers' `secureClientPort`: the CA to trust and the client's certificate.
-    /// **Not available in this build** (crate docs, "TLS"): set, it makes
-    /// [`ZkBackend::connect_with`] fail at once with a [`LockError::Config`] saying why, so
-    /// that no one who asked for TLS gets plain text. Default `None`.
+    /// TLS to the servers' `secureClientPort` (default `None`, plain text): the CA to trust
+    /// (required: the client trusts no system roots) and, for servers with
+    /// `ssl.clientAuth=need`, the client's certificate and key. Every server of the connect
+    /// string is then dialled over TLS, and its certificate must name the host dialled (crate
+    /// docs, "TLS").
     pub tls: Option<lock_core::tls::TlsFiles>,
     /// Whether each holder watches its own znode (default `true`): one `exists` per grant,
     /// and the holder is told `Lost` as soon as another client deletes or rewrites its znode
@@ -681,11 +688,25 @@ async fn open_session(hosts: &Arc<str>, config: &ZkConfig) -> Result<Session, Lo
         }
         None => "an unauthenticated session".into(),
     };
-    let connect = tokio::time::timeout(config.connect_timeout, connector.connect(hosts));
-    // A connect that has no session soon: is it a plain client at a TLS port (crate docs, "TLS")?
+    let secure = match &config.tls {
+        Some(files) => {
+            connector = connector.with_tls(tls::options(files)?);
+            true
+        }
+        None => false,
+    };
+    let connect = async move {
+        match secure {
+            true => connector.secure_connect(hosts).await,
+            false => connector.connect(hosts).await,
+        }
+    };
+    let connect = tokio::time::timeout(config.connect_timeout, connect);
+    // A connect that has no session soon: do the servers refuse this client's TLS, or its
+    // plain text (crate docs, "TLS")?
     let attempt = tokio::select! {
         attempt = connect => attempt,
-        refusal = tls::plain_at_tls_port(hosts) => return Err(backend_err(refusal)),
+        refusal = tls::refusal(hosts, config.tls.as_ref()) => return Err(backend_err(refusal)),
     };
     let client = match attempt {
         Ok(Ok(c)) => c,
@@ -783,9 +804,6 @@ impl ZkBackend {
             return Err(LockError::Config(
                 "ZooKeeper session and connect timeouts must be positive".into(),
             ));
-        }
-        if let Some(refused) = tls::unsupported(&config) {
-            return Err(refused);
         }
         let hosts: Arc<str> = hosts.into();
         let session = open_session(&hosts, &config).await?;

@@ -1,28 +1,22 @@
-//! TLS and ZooKeeper (crate docs, "TLS"): the test server's secure port works with a TestPki's
-//! certificates and mutual TLS (checked with a TLS handshake and a ZooKeeper session of our
-//! own, since the backend has no TLS client in this build), and each refusal the backend can
-//! meet comes back as a clear error within seconds: `ZkConfig::tls` set, and a plain client at
-//! a TLS port.
-//!
-//! Not here, because the backend cannot speak TLS to ZooKeeper without aws-lc-rs (crate docs):
-//! an untrusted server certificate, a certificate for another host, a TLS client at a plain
-//! port, a client without a certificate at a server that needs one, and the conformance suite
-//! over TLS.
+//! TLS and ZooKeeper (crate docs, "TLS"): the backend locks over mutual TLS with a TestPki's
+//! certificates, and each refusal it can meet comes back as a clear error within seconds,
+//! naming the server and what was refused: a server certificate from a CA it does not trust,
+//! one for another host, a server that needs a client certificate and gets none, a TLS client
+//! at a plain port, a plain client at a TLS port, and TLS files that cannot be used.
+//! `tests/tls_conformance.rs` runs the conformance suite over mutual TLS.
 
 mod support;
 
 use lock_core::tls::TlsFiles;
-use lock_core::LockError;
+use lock_core::{LockError, Locker};
 use lock_zookeeper::{ZkBackend, ZkConfig};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
-use test_servers::{TestPki, ZkClientAuth, ZkServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use test_servers::{TestPki, ZkClientAuth, ZkServer, ZkTls};
 use tokio::time::Instant;
 
-/// How long a refusal may take: "within seconds", never the connect timeout or a hang.
+/// How long a refusal may take: "within seconds", never the connect timeout (30 s here) or a
+/// hang.
 const PROMPTLY: Duration = Duration::from_secs(10);
 
 /// The binary's test CA, its server certificate for 127.0.0.1 and localhost.
@@ -32,130 +26,134 @@ fn pki() -> &'static TestPki {
 }
 
 /// A ZooKeeper whose client port speaks TLS only and needs a client certificate.
-fn mutual_tls_server() -> &'static ZkServer {
-    static SERVER: OnceLock<ZkServer> = OnceLock::new();
-    SERVER.get_or_init(|| ZkServer::start_tls(pki(), ZkClientAuth::Need))
-}
-
 fn server() -> &'static ZkServer {
-    tokio::task::block_in_place(mutual_tls_server)
+    tokio::task::block_in_place(|| support::shared_tls(pki(), ZkClientAuth::Need))
 }
 
-/// A rustls client trusting `pki()`'s CA, presenting `identity` if given: ring alone.
-fn client_config(identity: Option<&test_servers::CertFiles>) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(pki().ca_file()).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    match identity {
-        Some(files) => {
-            let chain = CertificateDer::pem_file_iter(&files.cert)
-                .unwrap()
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_file(&files.key).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
+/// A client of `pki()` named `user`: its CA and its own certificate.
+fn client_files(user: &str) -> TlsFiles {
+    let client = pki().client(user);
+    TlsFiles::trusting(pki().ca_file()).with_identity(&client.cert, &client.key)
+}
+
+fn config(tag: &str, tls: Option<TlsFiles>) -> ZkConfig {
+    ZkConfig {
+        session_timeout: Duration::from_secs(6),
+        // Far above PROMPTLY: a refusal must be named, not waited out.
+        connect_timeout: Duration::from_secs(30),
+        root: support::unique_root(tag),
+        tls,
+        ..ZkConfig::default()
     }
 }
 
-/// A TLS handshake with the server's secure port.
-async fn handshake(
-    identity: Option<&test_servers::CertFiles>,
-) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let tcp = tokio::net::TcpStream::connect(server().addr()).await?;
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(identity)));
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    tokio::time::timeout(PROMPTLY, connector.connect(name, tcp)).await.expect("no handshake hang")
-}
-
-/// A ZooKeeper `ConnectRequest` (protocol version 0, no last zxid, a 4 s session, no session
-/// id or password, not read-only), as a length-prefixed frame.
-fn connect_request() -> Vec<u8> {
-    let mut body = Vec::new();
-    body.extend_from_slice(&0i32.to_be_bytes()); // protocol version
-    body.extend_from_slice(&0i64.to_be_bytes()); // last zxid seen
-    body.extend_from_slice(&4000i32.to_be_bytes()); // session timeout (ms)
-    body.extend_from_slice(&0i64.to_be_bytes()); // session id
-    body.extend_from_slice(&16i32.to_be_bytes()); // password length
-    body.extend_from_slice(&[0u8; 16]); // password
-    body.push(0); // read-only
-    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    frame
+/// Connect to `hosts` with `config`, which must be refused promptly with a backend error
+/// naming `hosts`: its message.
+async fn refused(hosts: &str, config: ZkConfig) -> String {
+    let start = Instant::now();
+    let err = ZkBackend::connect_with(hosts, config).await.expect_err("the connect is refused");
+    let took = start.elapsed();
+    eprintln!("refused in {took:?}: {err}");
+    assert!(took < PROMPTLY, "refused only after {took:?}: {err}");
+    let LockError::Backend { backend: "zookeeper", message } = err else {
+        panic!("expected a backend error, got {err:?}")
+    };
+    assert!(message.contains(hosts), "names the server: {message}");
+    message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_test_server_gives_a_session_over_mutual_tls_and_refuses_a_client_without_a_certificate(
-) {
-    // With a client certificate of the CA: the handshake, then a session in ZooKeeper's own
-    // protocol over it.
-    let alice = pki().client("alice");
-    let mut tls = handshake(Some(&alice)).await.expect("a handshake with a client certificate");
-    tls.write_all(&connect_request()).await.unwrap();
-    let mut len = [0u8; 4];
-    tokio::time::timeout(PROMPTLY, tls.read_exact(&mut len)).await.unwrap().unwrap();
-    let mut answer = vec![0u8; i32::from_be_bytes(len) as usize];
-    tls.read_exact(&mut answer).await.unwrap();
-    let timeout = i32::from_be_bytes(answer[4..8].try_into().unwrap());
-    let session = i64::from_be_bytes(answer[8..16].try_into().unwrap());
-    assert!(timeout > 0 && session != 0, "a session over TLS: timeout {timeout}, id {session:#x}");
+async fn a_client_with_a_certificate_locks_over_mutual_tls() {
+    let server = server();
+    let backend =
+        ZkBackend::connect_with(&server.hosts(), config("mtls", Some(client_files("alice"))))
+            .await
+            .expect("a session over mutual TLS");
+    let locker = backend.locker("alice").unwrap();
+    let guard = locker.lock("over-tls", Some(Duration::from_secs(5))).await.expect("the lock");
+    assert!(locker.try_lock("over-tls").await.unwrap().is_none(), "held: a second ask waits");
+    guard.release().await.expect("released");
+    let again = locker.try_lock("over-tls").await.unwrap().expect("free again");
+    again.release().await.unwrap();
+}
 
-    // Without one: ZooKeeper (`ssl.clientAuth=need`) refuses in the handshake.
-    let start = Instant::now();
-    let refused = handshake(None).await.expect_err("a client without a certificate is refused");
-    let took = start.elapsed();
-    eprintln!("refused in {took:?}: {refused}");
-    assert!(took < PROMPTLY, "refused only after {took:?}");
-    assert!(refused.to_string().contains("received fatal alert"), "{refused}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_from_another_ca_is_refused_by_name() {
+    let server = server();
+    let stranger_ca = TestPki::new("lock-zookeeper-tls-other-ca");
+    let alice = pki().client("alice-other-ca");
+    let files = TlsFiles::trusting(stranger_ca.ca_file()).with_identity(&alice.cert, &alice.key);
+    let message = refused(&server.hosts(), config("other-ca", Some(files))).await;
+    assert!(message.contains("invalid peer certificate"), "{message}");
+    assert!(message.contains("UnknownIssuer"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_host_is_refused_by_name() {
+    // A server of the same CA whose certificate names another host only.
+    let other = pki().issue("other-host", "other-host", &["other.example"]);
+    let tls = ZkTls { server: other, ca: pki().ca_file().into(), client_auth: ZkClientAuth::Want };
+    let server = tokio::task::block_in_place(|| ZkServer::launch_tls(tls)).expect("a TLS server");
+    let message = refused(&server.hosts(), config("other-host", Some(client_files("bob")))).await;
+    assert!(message.contains("invalid peer certificate"), "{message}");
+    assert!(message.contains("not valid for name \"127.0.0.1\""), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_certificate_at_a_server_that_needs_one_is_told_so() {
+    let server = server();
+    let files = TlsFiles::trusting(pki().ca_file());
+    let message = refused(&server.hosts(), config("no-cert", Some(files))).await;
+    assert!(message.contains("refused this client's certificate, or its lack of one"), "{message}");
+    assert!(message.contains("TlsFiles::with_identity"), "says what to do: {message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_at_a_plain_port_is_told_it_may_be_one() {
+    let plain = tokio::task::block_in_place(support::shared);
+    let message =
+        refused(&plain.hosts(), config("tls-at-plain", Some(client_files("carol")))).await;
+    assert!(message.contains("closed the connection at the TLS handshake"), "{message}");
+    assert!(message.contains("secureClientPort"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_client_at_a_tls_port_is_told_the_port_speaks_tls_within_seconds() {
     let server = server();
-    let config = ZkConfig {
-        session_timeout: Duration::from_secs(6),
-        root: support::unique_root("plain-at-tls"),
-        ..ZkConfig::default()
-    };
-    let start = Instant::now();
-    let err = ZkBackend::connect_with(&server.hosts(), config)
-        .await
-        .expect_err("a plain client gets no session at a TLS port");
-    let took = start.elapsed();
-    eprintln!("refused in {took:?}: {err}");
-    assert!(took < PROMPTLY, "refused only after {took:?}: {err}");
-    let LockError::Backend { backend: "zookeeper", message } = &err else {
-        panic!("expected a backend error, got {err:?}")
-    };
-    assert!(message.contains(&server.hosts()), "names the server: {message}");
+    let message = refused(&server.hosts(), config("plain-at-tls", None)).await;
     assert!(message.contains("it speaks TLS there"), "{message}");
+    assert!(message.contains("set ZkConfig::tls"), "{message}");
     assert!(message.contains("use the server's plain clientPort"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_settings_are_refused_at_once_saying_this_build_has_no_tls_client() {
+async fn tls_files_that_cannot_be_used_are_refused_at_once_naming_the_file() {
     // Refused before any connection: no server is needed, and none at this port exists.
-    let alice = pki().client("alice-config");
-    let config = ZkConfig {
-        tls: Some(TlsFiles::trusting(pki().ca_file()).with_identity(&alice.cert, &alice.key)),
-        ..ZkConfig::default()
+    let at_once = |files: TlsFiles| async move {
+        let start = Instant::now();
+        let err = ZkBackend::connect_with("127.0.0.1:1", config("bad-files", Some(files)))
+            .await
+            .expect_err("refused");
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "refused after {:?}",
+            start.elapsed()
+        );
+        let LockError::Config(message) = &err else { panic!("expected a config error: {err:?}") };
+        message.clone()
     };
-    let start = Instant::now();
-    let err = ZkBackend::connect_with("127.0.0.1:1", config).await.expect_err("TLS is refused");
-    let took = start.elapsed();
-    eprintln!("refused in {took:?}: {err}");
-    assert!(took < Duration::from_millis(100), "refused only after {took:?}");
-    let LockError::Config(message) = &err else { panic!("expected a config error, got {err:?}") };
-    assert!(message.contains("cannot speak TLS to ZooKeeper"), "{message}");
-    assert!(message.contains("aws-lc-rs"), "says why: {message}");
-    let key = std::fs::read_to_string(&alice.key).unwrap();
+    let missing = at_once(TlsFiles::trusting("/nonexistent/ca.pem")).await;
+    assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
+    let alice = pki().client("alice-no-ca");
+    let no_ca = at_once(TlsFiles::default().with_identity(&alice.cert, &alice.key)).await;
+    assert!(no_ca.contains("a CA file is required"), "{no_ca}");
+    // A certificate with a key that is not its own: named, the key never shown.
+    let other = pki().client("mallory");
+    let mismatched = TlsFiles::trusting(pki().ca_file()).with_identity(&alice.cert, &other.key);
+    let mismatch = at_once(mismatched).await;
+    assert!(mismatch.contains(&alice.cert.display().to_string()), "{mismatch}");
+    assert!(mismatch.contains("KeyMismatch"), "{mismatch}");
+    let key = std::fs::read_to_string(&other.key).unwrap();
     let body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
-    assert!(!format!("{err} {err:?}").contains(&body[..24]), "shows no key: {err:?}");
+    assert!(!mismatch.contains(&body[..24]), "shows no key: {mismatch}");
 }

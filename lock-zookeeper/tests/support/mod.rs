@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};
 use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use std::collections::HashMap;
@@ -12,11 +13,23 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use test_servers::{shared_zookeeper_with, Proxy, ZkServer};
+use test_servers::{shared_zookeeper_with, Proxy, TestPki, ZkClientAuth, ZkServer};
 
 /// The test binary's ZooKeeper (from `test-servers`), warmed up before any test uses it.
 pub fn shared() -> &'static ZkServer {
     shared_zookeeper_with(|server| warm_up(&server.hosts()))
+}
+
+/// The test binary's ZooKeeper with TLS on its client port, trusting `pki`'s client
+/// certificates and asking for them as `auth` says, warmed up (through its plain probe port)
+/// before any test uses it. One per test binary: `pki` and `auth` are the first caller's.
+pub fn shared_tls(pki: &TestPki, auth: ZkClientAuth) -> &'static ZkServer {
+    static SERVER: std::sync::OnceLock<ZkServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        let server = ZkServer::start_tls(pki, auth);
+        warm_up(&server.plain_addr().to_string());
+        server
+    })
 }
 
 /// Run the lock recipe's requests a few hundred times before any test does: a fresh JVM
@@ -79,6 +92,7 @@ pub struct ZkFixture {
     session_timeout: Duration,
     proxies: Mutex<HashMap<String, Proxy>>,
     credentials: Option<Credentials>,
+    tls: Option<TlsFiles>,
 }
 
 impl ZkFixture {
@@ -90,7 +104,13 @@ impl ZkFixture {
             session_timeout,
             proxies: Mutex::default(),
             credentials: None,
+            tls: None,
         }
+    }
+
+    /// This fixture on `server`, a TLS server, every contender connecting with `files`.
+    pub fn over_tls(self, server: &ZkServer, files: TlsFiles) -> ZkFixture {
+        ZkFixture { server: server.addr(), tls: Some(files), ..self }
     }
 
     /// This fixture with every contender authenticated as `credentials`: every znode of its
@@ -111,6 +131,7 @@ impl ZkFixture {
             connect_timeout: Duration::from_secs(10),
             root: self.root.clone(),
             credentials: self.credentials.clone(),
+            tls: self.tls.clone(),
             ..ZkConfig::default()
         };
         let backend = ZkBackend::connect_with(&proxy.addr().to_string(), config)
