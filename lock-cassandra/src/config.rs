@@ -1,5 +1,6 @@
 //! How to reach the cluster and what schema to create there.
 
+use lock_core::tls::TlsFiles;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -20,6 +21,14 @@ pub const ENV_LOCAL_DC: &str = "LOCK_CASSANDRA_LOCAL_DC";
 /// The environment variable that creates the keyspace without tablets (optional; `1`/`true`/
 /// `yes` or `0`/`false`/`no`): see [`CassandraConfig::tablets_off`].
 pub const ENV_TABLETS_OFF: &str = "LOCK_CASSANDRA_TABLETS_OFF";
+/// The environment variable with the CA file (PEM) that signed the nodes' certificates:
+/// set, the client speaks TLS to every node (see [`CassandraConfig::tls`]).
+pub const ENV_CA: &str = "LOCK_CASSANDRA_CA";
+/// The environment variable with the client's certificate file (PEM), for nodes that require
+/// one (`require_client_auth`); with [`ENV_KEY`] and [`ENV_CA`].
+pub const ENV_CERT: &str = "LOCK_CASSANDRA_CERT";
+/// The environment variable with the client certificate's private key file (PEM).
+pub const ENV_KEY: &str = "LOCK_CASSANDRA_KEY";
 
 /// A configuration that cannot be used, with what is wrong in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -240,6 +249,11 @@ pub struct CassandraConfig {
     /// tablets, which its recent releases create by default. Off by default: Apache Cassandra
     /// refuses the option. An existing keyspace is kept as it is either way.
     pub tablets_off: bool,
+    /// TLS to every node (`None`: plain text): the CA that signed the nodes' certificates
+    /// (required; this build trusts no system roots), and a client certificate and key for
+    /// nodes that require one. Each node's certificate must name its IP address (crate docs,
+    /// "TLS"). Checked by [`CassandraConfig::validate`], which names a file it cannot use.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for CassandraConfig {
@@ -256,6 +270,7 @@ impl Default for CassandraConfig {
             schema_agreement_timeout: Duration::from_secs(30),
             credentials: None,
             tablets_off: false,
+            tls: None,
         }
     }
 }
@@ -275,8 +290,8 @@ impl CassandraConfig {
     }
 
     /// From the environment: [`ENV_NODES`] (required; `Ok(None)` when unset or empty),
-    /// [`ENV_KEYSPACE`], [`ENV_REPLICATION`], [`ENV_LOCAL_DC`] and [`ENV_TABLETS_OFF`]
-    /// (optional).
+    /// [`ENV_KEYSPACE`], [`ENV_REPLICATION`], [`ENV_LOCAL_DC`], [`ENV_TABLETS_OFF`], and for
+    /// TLS [`ENV_CA`], [`ENV_CERT`] and [`ENV_KEY`] (optional).
     pub fn from_env() -> Result<Option<Self>, ConfigError> {
         CassandraConfig::from_vars(|name| std::env::var(name).ok())
     }
@@ -309,6 +324,11 @@ impl CassandraConfig {
                     )))
                 }
             };
+        }
+        config.tls = tls_from_vars(&var);
+        if let Some(files) = &config.tls {
+            crate::tls::build(files)
+                .map_err(|e| ConfigError(format!("TLS ({ENV_CA}, {ENV_CERT}, {ENV_KEY}): {e}")))?;
         }
         config.validate()?;
         Ok(Some(config))
@@ -348,6 +368,12 @@ impl CassandraConfig {
     /// [`CassandraConfig::tablets_off`]).
     pub fn with_tablets_off(mut self, off: bool) -> Self {
         self.tablets_off = off;
+        self
+    }
+
+    /// Speak TLS to every node with these files (see [`CassandraConfig::tls`]).
+    pub fn with_tls(mut self, tls: TlsFiles) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -393,8 +419,18 @@ impl CassandraConfig {
                 )));
             }
         }
+        if let Some(files) = &self.tls {
+            crate::tls::client_config(files)?;
+        }
         Ok(())
     }
+}
+
+/// The TLS files named by [`ENV_CA`], [`ENV_CERT`] and [`ENV_KEY`]; `None` when none is set.
+fn tls_from_vars(var: &impl Fn(&str) -> Option<String>) -> Option<TlsFiles> {
+    let path = |name| var(name).filter(|p| !p.trim().is_empty()).map(|p| p.trim().into());
+    let files = TlsFiles { ca: path(ENV_CA), cert: path(ENV_CERT), key: path(ENV_KEY) };
+    (files != TlsFiles::default()).then_some(files)
 }
 
 /// Parse contact points `host:port[,host:port…]`: entries are trimmed, empty ones skipped, a
@@ -580,6 +616,66 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.0.contains(ENV_TABLETS_OFF) && err.0.contains("maybe"), "{err}");
+    }
+
+    #[test]
+    fn tls_comes_from_environment_variables_and_is_checked_naming_the_file() {
+        let pki = test_servers::TestPki::new("cassandra-config");
+        let me = pki.client("locker");
+        let ca = pki.ca_file().display().to_string();
+        let (cert, key) = (me.cert.display().to_string(), me.key.display().to_string());
+        let vars = |set: &[(&str, &str)]| {
+            let set: HashMap<String, String> =
+                set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            CassandraConfig::from_vars(move |k| match k {
+                ENV_NODES => Some("db".into()),
+                other => set.get(other).cloned(),
+            })
+        };
+        assert_eq!(vars(&[]).unwrap().unwrap().tls, None, "plain unless asked");
+        let trusting = vars(&[(ENV_CA, &ca)]).unwrap().unwrap();
+        assert_eq!(trusting.tls, Some(TlsFiles::trusting(pki.ca_file())));
+        let mutual = vars(&[(ENV_CA, &ca), (ENV_CERT, &cert), (ENV_KEY, &key)]).unwrap().unwrap();
+        assert_eq!(
+            mutual.tls,
+            Some(TlsFiles::trusting(pki.ca_file()).with_identity(&me.cert, &me.key))
+        );
+        // Each bad case names the variables and what is wrong, before any connection.
+        let missing = vars(&[(ENV_CA, "/nonexistent/ca.pem")]).unwrap_err().0;
+        assert!(missing.contains(ENV_CA) && missing.contains("/nonexistent/ca.pem"), "{missing}");
+        let half = vars(&[(ENV_CA, &ca), (ENV_CERT, &cert)]).unwrap_err().0;
+        assert!(half.contains(ENV_KEY) && half.contains("without its key"), "{half}");
+        let no_ca = vars(&[(ENV_CERT, &cert), (ENV_KEY, &key)]).unwrap_err().0;
+        assert!(no_ca.contains("no CA file") && no_ca.contains(ENV_CA), "{no_ca}");
+        let swapped = vars(&[(ENV_CA, &key)]).unwrap_err().0;
+        assert!(
+            swapped.contains(&key) && swapped.contains("holds no PEM CERTIFICATE"),
+            "{swapped}"
+        );
+    }
+
+    #[test]
+    fn validation_reads_the_tls_files() {
+        let pki = test_servers::TestPki::new("cassandra-validate");
+        let me = pki.client("locker");
+        let good = CassandraConfig::default()
+            .with_tls(TlsFiles::trusting(pki.ca_file()).with_identity(&me.cert, &me.key));
+        assert!(good.validate().is_ok());
+        let gone = CassandraConfig::default().with_tls(TlsFiles::trusting("/gone/ca.pem"));
+        let e = gone.validate().unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("CassandraConfig::tls: cannot read the CA file /gone/ca.pem"));
+        let no_key = TlsFiles {
+            key: None,
+            ..TlsFiles::trusting(pki.ca_file()).with_identity(&me.cert, &me.key)
+        };
+        let e = CassandraConfig::default().with_tls(no_key).validate().unwrap_err();
+        assert!(e.0.contains("a client certificate was given without its key"), "{e}");
+        let no_file = me.key.with_file_name("nope-key.pem");
+        let missing_key = TlsFiles::trusting(pki.ca_file()).with_identity(&me.cert, &no_file);
+        let e = CassandraConfig::default().with_tls(missing_key).validate().unwrap_err();
+        assert!(e.0.contains("cannot read the client key") && e.0.contains("nope-key.pem"), "{e}");
     }
 
     #[test]

@@ -269,6 +269,14 @@ fn map_pool_error(err: &ConnectionPoolError, req: &RequestInfo<'_>) -> StoreErro
         {
             req.rejected(err)
         }
+        // A node discovered after the connect (or whose certificate changed) refusing TLS:
+        // a configuration to fix, not an outage to wait out.
+        ConnectionPoolError::Broken { last_connection_error } => {
+            match tls_hint(&last_connection_error.to_string()) {
+                Some(hint) => req.rejected(format!("{err}: {hint}")),
+                None => req.unreachable(err),
+            }
+        }
         _ => req.unreachable(err),
     }
 }
@@ -343,6 +351,9 @@ pub fn map_connect_error(
     connect_timeout: Duration,
 ) -> StoreError {
     let tried = connect_attempt(nodes, connect_timeout);
+    if let Some(hint) = tls_hint(&err.to_string()) {
+        return StoreError::Rejected(format!("TLS to the cluster failed ({tried}): {err}: {hint}"));
+    }
     let refused = match err {
         NewSessionError::EmptyKnownNodesList | NewSessionError::IllegalConfig(_) => true,
         NewSessionError::MetadataError(MetadataError::ConnectionPoolError(
@@ -359,6 +370,69 @@ pub fn map_connect_error(
     } else {
         StoreError::Unreachable(format!("could not connect to the cluster ({tried}): {err}"))
     }
+}
+
+/// What rustls's words in `said` (a driver's or a probe's error text) mean, when they are a
+/// refused TLS handshake or a peer that does not speak TLS; `None` for anything else (an
+/// outage, a timeout, a server's CQL error).
+pub fn tls_hint(said: &str) -> Option<&'static str> {
+    let has = |words: &[&str]| words.iter().any(|w| said.contains(w));
+    Some(if has(&["invalid peer certificate: UnknownIssuer", "BadSignature"]) {
+        "the node's certificate is not signed by the CA the client trusts (the CA file of \
+         CassandraConfig::tls, LOCK_CASSANDRA_CA)"
+    } else if has(&["certificate not valid for name", "NotValidForName"]) {
+        "the node's certificate does not name the IP address the client dialed: the driver \
+         checks every node's certificate against its IP address (also for a contact point \
+         given by host name, and for the nodes it discovers), so each node's certificate needs \
+         its IP address as a subjectAltName (an IP SAN)"
+    } else if has(&["Expired", "expired", "NotValidYet", "not valid yet"]) {
+        "the node's certificate is not valid now (expired, or not valid yet)"
+    } else if has(&["invalid peer certificate"]) {
+        "the client refused the node's certificate"
+    } else if has(&["received fatal alert: CertificateRequired"]) {
+        "the node requires a client certificate (client_encryption_options: \
+         require_client_auth): give CassandraConfig::tls a certificate and key \
+         (TlsFiles::with_identity, LOCK_CASSANDRA_CERT and LOCK_CASSANDRA_KEY)"
+    } else if has(&[
+        "received fatal alert: BadCertificate",
+        "received fatal alert: UnknownCA",
+        "received fatal alert: CertificateUnknown",
+        "received fatal alert: DecryptError",
+        "received fatal alert: AccessDenied",
+    ]) {
+        "the node refused the client's certificate (not signed by a CA in the node's \
+         truststore, or none given where the node requires one)"
+    } else if has(&["received fatal alert: HandshakeFailure"]) {
+        "the node ended the handshake: no TLS version or cipher suite in common, or a client \
+         certificate it requires and did not get"
+    } else if has(&["received fatal alert"]) {
+        "the node ended the TLS handshake"
+    } else if has(&["received corrupt message", "peer is incompatible", "peer misbehaved"]) {
+        "the node did not answer in TLS: a plain CQL port (use the node's TLS port, e.g. \
+         ScyllaDB's native_transport_port_ssl, or leave CassandraConfig::tls unset)"
+    } else if has(&["tls handshake eof"]) {
+        "the node closed the connection during the TLS handshake: a plain CQL port closes a \
+         connection whose first bytes are no CQL frame (use the node's TLS port, or leave \
+         CassandraConfig::tls unset)"
+    } else {
+        return None;
+    })
+}
+
+/// Whether `said` (a driver's error text) is a connection the peer closed or reset: what a
+/// TLS-only port does to a plain client's first bytes.
+pub fn closed_connection(said: &str) -> bool {
+    let said = said.to_ascii_lowercase();
+    [
+        "reset by peer",
+        "broken pipe",
+        "connection closed",
+        "end of file",
+        "unexpected eof",
+        "early eof",
+    ]
+    .iter()
+    .any(|w| said.contains(w))
 }
 
 /// The error of a connect that did not finish within `deadline`.
@@ -624,6 +698,59 @@ mod tests {
         assert!(!is_refusal_kind(&ConnectionSetupRequestErrorKind::UnableToAllocStreamId));
         assert!(!is_refusal(&refused_io()));
         assert!(!is_refusal(&ConnectionError::ConnectTimeout));
+    }
+
+    /// A connection the driver lost to rustls's `refusal`, as its pool reports it.
+    fn tls_broken(refusal: rustls::Error) -> ConnectionPoolError {
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, refusal);
+        ConnectionPoolError::Broken {
+            last_connection_error: ConnectionError::IoError(Arc::new(io)),
+        }
+    }
+
+    #[test]
+    fn tls_refusals_are_put_in_words() {
+        let hint = |said: &str| tls_hint(said).unwrap_or_else(|| panic!("no hint for {said}"));
+        assert!(hint("invalid peer certificate: UnknownIssuer").contains("not signed by the CA"));
+        let name = "invalid peer certificate: certificate not valid for name \"10.0.0.1\"";
+        assert!(hint(name).contains("IP SAN"));
+        assert!(hint("received fatal alert: CertificateRequired").contains("requires a client"));
+        assert!(hint("received fatal alert: BadCertificate").contains("refused the client's"));
+        assert!(hint("received corrupt message of type InvalidContentType").contains("plain CQL"));
+        assert!(hint("tls handshake eof").contains("closed the connection"));
+        assert_eq!(tls_hint("Connection refused (os error 111)"), None);
+        assert_eq!(tls_hint("Database returned an error: Bad credentials"), None);
+        assert!(closed_connection("Failed to read the frame header: early eof"));
+        assert!(!closed_connection("Connection refused (os error 111)"));
+    }
+
+    #[test]
+    fn a_tls_refusal_is_rejected_at_connect_and_at_a_request_never_unreachable() {
+        use rustls::CertificateError::UnknownIssuer;
+        let n = nodes();
+        let refused = tls_broken(rustls::Error::InvalidCertificate(UnknownIssuer));
+        let e = NewSessionError::MetadataError(MetadataError::ConnectionPoolError(refused.clone()));
+        match map_connect_error(&e, &n, Duration::from_secs(5)) {
+            StoreError::Rejected(m) => {
+                assert!(m.starts_with("TLS to the cluster failed"), "{m}");
+                assert!(m.contains("UnknownIssuer") && m.contains("not signed by the CA"), "{m}");
+                assert!(m.contains("10.0.0.1:9042, 10.0.0.2:9042"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let request = ExecutionError::ConnectionPoolError(refused);
+        match map_execution_error(&request, &req(Operation::Write, &n)) {
+            StoreError::Rejected(m) => assert!(m.contains("not signed by the CA"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // An alert after the handshake (TLS 1.3 tells a refused client certificate only then).
+        let alert =
+            tls_broken(rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired));
+        let request = ExecutionError::ConnectionPoolError(alert);
+        match map_execution_error(&request, &req(Operation::Read, &n)) {
+            StoreError::Rejected(m) => assert!(m.contains("requires a client certificate"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     fn write_timeout(write_type: WriteType, received: i32) -> ExecutionError {

@@ -37,6 +37,15 @@ use std::time::Duration;
 
 /// The environment variable with the cluster the tests run against: `host:port[,host:port…]`.
 pub const ENV_TEST_NODES: &str = "LOCK_TEST_CASSANDRA";
+/// The environment variable with the CA file (PEM) of a test cluster that speaks TLS: set
+/// with [`ENV_TEST_NODES`], the TLS tests run the conformance suite over TLS
+/// ([`tls_test_config`]). The port [`ENV_TEST_NODES`] names must then take TLS (Cassandra's
+/// `client_encryption_options` with `optional: true` takes both on one port).
+pub const ENV_TEST_CA: &str = "LOCK_TEST_CASSANDRA_CA";
+/// The client certificate (PEM) for a test cluster that requires one (optional).
+pub const ENV_TEST_CERT: &str = "LOCK_TEST_CASSANDRA_CERT";
+/// The client certificate's key (PEM) (optional, with [`ENV_TEST_CERT`]).
+pub const ENV_TEST_KEY: &str = "LOCK_TEST_CASSANDRA_KEY";
 /// The keyspace tests use, apart from the default one.
 pub const TEST_KEYSPACE: &str = "distributed_locks_test";
 /// The lease TTL of the fixture's lockers (CQL TTLs are whole seconds).
@@ -54,6 +63,21 @@ pub fn test_config() -> Result<Option<CassandraConfig>, StoreError> {
             .map_err(|e| StoreError::Rejected(format!("{ENV_TEST_NODES}: {e}"))),
         _ => Ok(None),
     }
+}
+
+/// [`test_config`] over TLS, with the files of [`ENV_TEST_CA`], [`ENV_TEST_CERT`] and
+/// [`ENV_TEST_KEY`]; `Ok(None)` unless both [`ENV_TEST_NODES`] and [`ENV_TEST_CA`] are set.
+pub fn tls_test_config() -> Result<Option<CassandraConfig>, StoreError> {
+    let path = |name| std::env::var(name).ok().filter(|p| !p.trim().is_empty());
+    let (Some(config), Some(ca)) = (test_config()?, path(ENV_TEST_CA)) else {
+        return Ok(None);
+    };
+    let mut files = lock_core::tls::TlsFiles::trusting(ca.trim());
+    files.cert = path(ENV_TEST_CERT).map(|p| p.trim().into());
+    files.key = path(ENV_TEST_KEY).map(|p| p.trim().into());
+    let config = config.with_tls(files);
+    config.validate().map_err(|e| StoreError::Rejected(format!("{ENV_TEST_CA}: {e}")))?;
+    Ok(Some(config))
 }
 
 /// A row-key namespace unique to this process, this moment and `seed`.
@@ -141,6 +165,18 @@ impl CassandraFixture {
         build: impl Fn(CassandraClient, ClientContext) -> Arc<dyn Locker> + Send + Sync + 'static,
     ) -> Result<Option<Self>, StoreError> {
         match test_config()? {
+            Some(config) => CassandraFixture::connect(config, seed, build).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`CassandraFixture::connect`] over TLS to the cluster of [`ENV_TEST_NODES`] with the
+    /// CA of [`ENV_TEST_CA`] ([`tls_test_config`]); `Ok(None)` when either is not set.
+    pub async fn from_test_env_tls(
+        seed: u64,
+        build: impl Fn(CassandraClient, ClientContext) -> Arc<dyn Locker> + Send + Sync + 'static,
+    ) -> Result<Option<Self>, StoreError> {
+        match tls_test_config()? {
             Some(config) => CassandraFixture::connect(config, seed, build).await.map(Some),
             None => Ok(None),
         }

@@ -232,6 +232,65 @@
 //! the contact points and what was tried. A connect to unreachable nodes gives up after the
 //! connect timeout (default 5 s) plus 5 s at most.
 //!
+//! ## TLS
+//!
+//! **Configuring.** Set [`CassandraConfig::tls`] (a `lock_core::tls::TlsFiles`:
+//! `CassandraConfig::from_nodes("10.0.0.5:9142")?.with_tls(TlsFiles::trusting("ca.pem"))`,
+//! plus `.with_identity("client.pem", "client-key.pem")` for nodes that require a client
+//! certificate), or the environment read by [`CassandraConfig::from_env`]:
+//! `LOCK_CASSANDRA_CA` (the CA file; setting it turns TLS on), `LOCK_CASSANDRA_CERT` and
+//! `LOCK_CASSANDRA_KEY` (mutual TLS). A CA file is required: this build trusts no system roots.
+//! The contact points must be the nodes' TLS port: Cassandra's `native_transport_port` with
+//! `client_encryption_options: enabled: true` (`optional: true` takes plain and TLS clients on
+//! one port), ScyllaDB's `native_transport_port_ssl` (9142; the driver then also uses its
+//! shard-aware TLS port when the node advertises one). [`CassandraConfig::credentials`] work
+//! as before, inside the encrypted connection. A missing or unreadable file, a certificate
+//! without its key, a key that does not match its certificate, or a file holding no PEM
+//! certificate is a [`ConfigError`] naming the file, from [`CassandraConfig::validate`] (and
+//! so from `from_env` and [`CassandraStore::connect`]) before anything connects.
+//!
+//! **What is verified.** The driver (`scylla` 1.9, feature `rustls-023`) speaks TLS through
+//! rustls 0.23 with the configuration [`tls::client_config`] builds on the `ring` provider,
+//! explicitly (never rustls's process default: another dependency brings aws-lc-rs into the
+//! build, and with two providers `ClientConfig::builder()` panics). TLS 1.2 or 1.3. A node's
+//! certificate must chain to the CA file, be valid now, and **name the IP address the client
+//! dials**: the driver checks it against the node's IP address, never a host name, also for a
+//! contact point given by host name and for every node it discovers from `system.peers`. So
+//! each node's certificate needs its IP address as a subjectAltName (an IP SAN); one naming
+//! only DNS names is refused. There is no way to turn a check off.
+//!
+//! **Before the session.** The driver bounds only the TCP connect by its connect timeout: a
+//! node that never answers the handshake would hold the connect until its deadline (the
+//! connect timeout + 5 s), and its errors name neither the node nor what rustls's words mean.
+//! So [`CassandraStore::connect`] first probes every contact point
+//! as the driver will (TCP, the handshake against the IP address, a CQL `OPTIONS` request;
+//! nothing of the user's, no credentials), each within the connect timeout, at the cost of one
+//! connection per contact point per connect. Any refusal fails the connect, even when another
+//! contact point answered: a certificate problem is a configuration to fix, not an outage.
+//!
+//! **Refusals** (each measured by `tests/tls.rs` against TLS servers on loopback, with a 2 s
+//! connect timeout). Every message names the CA file and client certificate in use and each
+//! node (`node localhost:9142 (127.0.0.1:9142)` for a host name); a refusal is a
+//! [`StoreError::Rejected`], never retried as an outage; silence is a
+//! [`StoreError::Unreachable`].
+//!
+//! | case | what the error says | within |
+//! |---|---|---|
+//! | the node's certificate is signed by another CA | `the TLS handshake failed: invalid peer certificate: UnknownIssuer: the node's certificate is not signed by the CA the client trusts` | 1 ms |
+//! | it names another host, or only a host name | `certificate not valid for name "127.0.0.1"; certificate is only valid for DnsName("db.example.com"): … needs its IP address as a subjectAltName (an IP SAN)` | 4 ms |
+//! | the node requires a client certificate, none given | `the node ended the TLS session after the handshake: received fatal alert: CertificateRequired: the node requires a client certificate …` | 1 ms |
+//! | the node does not trust the client's certificate | `received fatal alert: UnknownCA: the node refused the client's certificate …` | 1 ms |
+//! | a TLS client at a plain CQL port | `received corrupt message of type InvalidContentType: the node did not answer in TLS: a plain CQL port …`; a port that hangs up: `the node closed the connection during the TLS handshake` | 1 ms |
+//! | a port that never answers the handshake | `no answer to the TLS handshake within 2s (the connect timeout)` (`Unreachable`) | the connect timeout |
+//! | a trusted handshake, then no CQL | `the TLS handshake succeeded, but the answer to a CQL OPTIONS request is not CQL (first byte 0x2d)`; silent: `… got no answer within 2s` (`Unreachable`) | 1 ms / the connect timeout |
+//! | a plain client at a TLS-only port | `the cluster closed every plain connection (…), and node … speaks TLS there (a handshake showed a certificate): give CassandraConfig::tls the CA …` | 1 ms |
+//!
+//! The plain client's case is found after the driver's failure, by a handshake that trusts no
+//! CA and sends nothing of the user's (at most 2 s). After the connect, a node that refuses
+//! TLS (one the driver discovered, or whose certificate changed) has its pool refilled in the
+//! background like any broken connection; requests that needed it fail with a
+//! [`StoreError::Rejected`] in the same words ([`errors::tls_hint`]).
+//!
 //! ## Node restarts and outages
 //!
 //! The `scylla` driver (1.9) recovers by itself; a [`CassandraStore`] never has to be made
@@ -331,6 +390,7 @@ pub mod errors;
 #[cfg(any(test, feature = "conformance"))]
 pub mod fixture;
 pub mod names;
+pub mod tls;
 
 pub use config::{CassandraConfig, ConfigError, Replication};
 
@@ -411,40 +471,20 @@ impl CassandraStore {
     /// Fails with [`StoreError::Unreachable`], naming every contact point and what was tried,
     /// when no node answers within [`CassandraConfig::connect_deadline`]; with
     /// [`StoreError::Rejected`] for an invalid configuration or refused credentials.
+    ///
+    /// With [`CassandraConfig::tls`], every contact point is first probed over TLS (crate
+    /// docs, "TLS"): a refused handshake, or a port that is not a CQL port over TLS, is a
+    /// [`StoreError::Rejected`] naming the node and what was refused, within the connect
+    /// timeout.
     pub async fn connect(config: CassandraConfig) -> Result<Self, StoreError> {
         config.validate().map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let local = config.local_datacenter.is_some();
-        let profile = ExecutionProfile::builder()
-            .request_timeout(Some(config.request_timeout))
-            .consistency(cql::driver_consistency(Consistency::Quorum, local))
-            .build();
-        let mut builder = SessionBuilder::new()
-            .known_nodes(&config.nodes)
-            .connection_timeout(config.connect_timeout)
-            .hostname_resolution_timeout(Some(config.connect_timeout))
-            .default_execution_profile_handle(profile.into_handle())
-            .schema_agreement_timeout(config.schema_agreement_timeout)
-            .keyspaces_to_fetch([config.keyspace.clone()]);
-        if let Some(dc) = &config.local_datacenter {
-            builder = builder.prefer_datacenter(dc.clone());
+        let mut builder = session_builder(&config);
+        if let Some(files) = &config.tls {
+            let tls = tls::client_config(files).map_err(|e| StoreError::Rejected(e.to_string()))?;
+            tls::preflight(&config.nodes, &tls, files, config.connect_timeout).await?;
+            builder = builder.tls_context(Some(tls));
         }
-        if let Some((user, password)) = &config.credentials {
-            builder = builder.user(user, password);
-        }
-        let deadline = config.connect_deadline();
-        let session = match tokio::time::timeout(deadline, builder.build()).await {
-            Err(_) => {
-                return Err(errors::connect_timed_out(
-                    &config.nodes,
-                    config.connect_timeout,
-                    deadline,
-                ))
-            }
-            Ok(Err(e)) => {
-                return Err(errors::map_connect_error(&e, &config.nodes, config.connect_timeout))
-            }
-            Ok(Ok(session)) => session,
-        };
+        let session = open_session(&config, builder).await?;
         let store = CassandraStore {
             inner: Arc::new(Inner {
                 session,
@@ -1006,6 +1046,50 @@ impl CellStore for CassandraClient {
 
     fn doorbell(&self) -> Option<Arc<dyn lock_core::doorbell::Doorbell>> {
         self.doorbell.clone()
+    }
+}
+
+/// The driver's session settings of `config`, TLS aside.
+fn session_builder(config: &CassandraConfig) -> SessionBuilder {
+    let local = config.local_datacenter.is_some();
+    let profile = ExecutionProfile::builder()
+        .request_timeout(Some(config.request_timeout))
+        .consistency(cql::driver_consistency(Consistency::Quorum, local))
+        .build();
+    let mut builder = SessionBuilder::new()
+        .known_nodes(&config.nodes)
+        .connection_timeout(config.connect_timeout)
+        .hostname_resolution_timeout(Some(config.connect_timeout))
+        .default_execution_profile_handle(profile.into_handle())
+        .schema_agreement_timeout(config.schema_agreement_timeout)
+        .keyspaces_to_fetch([config.keyspace.clone()]);
+    if let Some(dc) = &config.local_datacenter {
+        builder = builder.prefer_datacenter(dc.clone());
+    }
+    if let Some((user, password)) = &config.credentials {
+        builder = builder.user(user, password);
+    }
+    builder
+}
+
+/// Build the session within [`CassandraConfig::connect_deadline`]. A plain client whose
+/// connections were closed learns whether the nodes speak TLS there.
+async fn open_session(
+    config: &CassandraConfig,
+    builder: SessionBuilder,
+) -> Result<Session, StoreError> {
+    let deadline = config.connect_deadline();
+    match tokio::time::timeout(deadline, builder.build()).await {
+        Err(_) => Err(errors::connect_timed_out(&config.nodes, config.connect_timeout, deadline)),
+        Ok(Err(e)) => {
+            if config.tls.is_none() {
+                if let Some(why) = tls::plain_at_tls_port(&config.nodes, &e.to_string()).await {
+                    return Err(StoreError::Rejected(why));
+                }
+            }
+            Err(errors::map_connect_error(&e, &config.nodes, config.connect_timeout))
+        }
+        Ok(Ok(session)) => Ok(session),
     }
 }
 
