@@ -327,7 +327,7 @@ impl CassandraConfig {
         }
         config.tls = tls_from_vars(&var);
         if let Some(files) = &config.tls {
-            crate::tls::build(files)
+            crate::tls::client_config(files)
                 .map_err(|e| ConfigError(format!("TLS ({ENV_CA}, {ENV_CERT}, {ENV_KEY}): {e}")))?;
         }
         config.validate()?;
@@ -420,7 +420,8 @@ impl CassandraConfig {
             }
         }
         if let Some(files) = &self.tls {
-            crate::tls::client_config(files)?;
+            crate::tls::client_config(files)
+                .map_err(|e| ConfigError(format!("CassandraConfig::tls: {e}")))?;
         }
         Ok(())
     }

@@ -480,7 +480,8 @@ impl CassandraStore {
         config.validate().map_err(|e| StoreError::Rejected(e.to_string()))?;
         let mut builder = session_builder(&config);
         if let Some(files) = &config.tls {
-            let tls = tls::client_config(files).map_err(|e| StoreError::Rejected(e.to_string()))?;
+            let tls = tls::client_config(files)
+                .map_err(|e| StoreError::Rejected(format!("CassandraConfig::tls: {e}")))?;
             tls::preflight(&config.nodes, &tls, files, config.connect_timeout).await?;
             builder = builder.tls_context(Some(tls));
         }

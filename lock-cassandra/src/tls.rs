@@ -22,7 +22,6 @@
 //!   handshake trusting no CA (nothing of the user's is sent): a node that shows a
 //!   certificate speaks TLS there.
 
-use crate::config::ConfigError;
 use crate::errors;
 use lock_core::store::StoreError;
 use lock_core::tls::TlsFiles;
@@ -50,13 +49,10 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The driver's TLS configuration for `files`: their CA alone as roots, their certificate and
-/// key for mutual TLS. An error names the file at fault; a key's bytes are never in it.
-pub fn client_config(files: &TlsFiles) -> Result<Arc<ClientConfig>, ConfigError> {
-    build(files).map_err(|e| ConfigError(format!("CassandraConfig::tls: {e}")))
-}
-
-/// [`client_config`], its error without the field's name (the environment names its variables).
-pub(crate) fn build(files: &TlsFiles) -> Result<Arc<ClientConfig>, String> {
+/// key for mutual TLS. An error names the file at fault; a key's bytes are never in it. (A
+/// `String`, which [`CassandraConfig::validate`](crate::CassandraConfig::validate) turns into a
+/// [`ConfigError`](crate::ConfigError) naming the field, and the environment its variables.)
+pub fn client_config(files: &TlsFiles) -> Result<Arc<ClientConfig>, String> {
     let Some(ca) = files.read_ca()? else {
         return Err(
             "no CA file: give the CA that signed the nodes' certificates \
@@ -320,15 +316,15 @@ mod tests {
     fn a_config_needs_a_ca_and_names_every_unusable_file() {
         let dir = dir("unit");
         let no_ca = TlsFiles::default().with_identity(dir.join("c.pem"), dir.join("k.pem"));
-        assert!(client_config(&no_ca).unwrap_err().0.contains("no CA file"));
+        assert!(client_config(&no_ca).unwrap_err().contains("no CA file"));
         let missing = TlsFiles::trusting(dir.join("nope.pem"));
-        let e = client_config(&missing).unwrap_err().0;
-        assert!(e.contains("nope.pem") && e.starts_with("CassandraConfig::tls"), "{e}");
+        let e = client_config(&missing).unwrap_err();
+        assert!(e.contains("nope.pem"), "{e}");
         // A PEM block that holds no certificate.
         let junk = dir.join("junk.pem");
         std::fs::write(&junk, "-----BEGIN CERTIFICATE-----\nMII=\n-----END CERTIFICATE-----\n")
             .unwrap();
-        let e = client_config(&TlsFiles::trusting(&junk)).unwrap_err().0;
+        let e = client_config(&TlsFiles::trusting(&junk)).unwrap_err();
         assert!(e.contains("junk.pem") && e.contains("not usable"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -342,7 +338,7 @@ mod tests {
         assert!(client_config(&TlsFiles::trusting(pki.ca_file())).is_ok());
         let bob = pki.client("bob");
         let crossed = TlsFiles::trusting(pki.ca_file()).with_identity(&alice.cert, &bob.key);
-        let e = client_config(&crossed).unwrap_err().0;
+        let e = client_config(&crossed).unwrap_err();
         assert!(e.contains("client-alice.pem") && e.contains("client-bob-key.pem"), "{e}");
         assert!(!e.contains("PRIVATE KEY"), "{e}");
     }
