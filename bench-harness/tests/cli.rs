@@ -310,6 +310,51 @@ fn zookeeper_runs_in_wall_time() {
     assert!(r["store"]["ops_per_grant"].as_f64().unwrap() >= 3.0, "{r}");
 }
 
+/// A ZooKeeper whose client port speaks TLS only and needs a client certificate of `pki`.
+fn zookeeper_over_tls(pki: &test_servers::TestPki) -> test_servers::ZkServer {
+    test_servers::ZkServer::start_tls(pki, test_servers::ZkClientAuth::Need)
+}
+
+#[test]
+fn zookeeper_runs_over_mutual_tls_and_a_refused_handshake_fails_fast_naming_it() {
+    let pki = test_servers::TestPki::new("bench-harness-cli-zk-tls");
+    let server = zookeeper_over_tls(&pki);
+    let client = pki.client("bench");
+    let (ca, cert, key) = (
+        pki.ca_file().to_str().unwrap(),
+        client.cert.to_str().unwrap(),
+        client.key.to_str().unwrap(),
+    );
+    let dir = scratch("zookeeper-tls");
+    let hosts = server.hosts();
+    let base = ["--backend", "zookeeper", "--zookeeper", &hosts, "--threads", "3", "--ttl", "4s"];
+    let tls = ["--zookeeper-ca", ca, "--zookeeper-cert", cert, "--zookeeper-key", key];
+    let rest = ["--duration", "2s", "-q", "--out", dir.to_str().unwrap()];
+    let o = run(&[&base[..], &tls, &rest].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let r = &summary["results"][0];
+    assert!(r["grants"].as_u64().unwrap() > 10, "{r}");
+    assert_eq!(r["errors"]["lock_errors"], 0, "{r}");
+    let written = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    let key_body: String = client.key_pem().lines().filter(|l| !l.starts_with("-----")).collect();
+    assert!(!written.contains(&key_body[..24]), "the key itself is in summary.json");
+
+    // Without a client certificate the server refuses the handshake: exit 1, named, fast.
+    let refused = scratch("zookeeper-tls-no-cert");
+    let rest = ["--out", refused.to_str().unwrap()];
+    fails_fast(
+        &[&base[..], &["--zookeeper-ca", ca], &rest].concat(),
+        &["error: cannot reach the zookeeper backend", "refused this client's certificate"],
+    );
+    // A plain client at the TLS port is told the port speaks TLS.
+    fails_fast(&[&base[..], &rest].concat(), &["it speaks TLS there", "--zookeeper"]);
+    // A CA file that does not exist is a usage error before anything starts.
+    let o = run(&[&base[..], &["--zookeeper-ca", "/nonexistent/ca.pem"], &rest].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("/nonexistent/ca.pem"), "{}", stderr(&o));
+}
+
 #[test]
 fn help_has_examples_and_the_store_model() {
     let o = run(&["--help"]);

@@ -760,6 +760,14 @@ impl Inner {
     }
 }
 
+/// `zookeeper-client`'s TLS options for `files`, as the backend makes them for
+/// [`ZkConfig::tls`] (the CA is required; a file that cannot be used is a
+/// [`LockError::Config`] naming it), for a client of the same servers outside the lock. Installs
+/// ring as rustls's process default provider if none is (crate docs, "TLS").
+pub fn tls_options(files: &lock_core::tls::TlsFiles) -> Result<zk::TlsOptions, LockError> {
+    tls::options(files)
+}
+
 /// A ZooKeeper backend, from which lockers are made: one session at a time.
 ///
 /// All lockers of one backend share its session: if it expires, every lock they hold is

@@ -19,7 +19,10 @@
 //! [`super::server_faults`]; contender faults need a single host. `--zookeeper-user USER`,
 //! its password in `LOCK_ZOOKEEPER_PASSWORD` or `--zookeeper-password-file`, authenticates
 //! every session by digest and makes the lock's znodes creator-only; result files show the
-//! user, never the password.
+//! user, never the password. `--zookeeper-ca FILE` (with `--zookeeper-cert` and
+//! `--zookeeper-key` for mutual TLS) reaches the servers' `secureClientPort` over TLS; a
+//! refused handshake ends the run with exit 1 and what was refused (lock-zookeeper's docs,
+//! "TLS").
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
@@ -30,6 +33,7 @@ use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
 use lock_core::requests::{Request, RequestHook};
 use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
 use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use serde::{Deserialize, Serialize};
@@ -95,6 +99,16 @@ pub struct Args {
     /// A file whose first line is the password of --zookeeper-user.
     #[arg(long, value_name = "FILE", requires = "zookeeper_user")]
     pub zookeeper_password_file: Option<std::path::PathBuf>,
+    /// Speak TLS to the servers of --zookeeper (their secureClientPort), trusting the CA
+    /// certificates in this PEM file; each server's certificate must name the host dialled.
+    #[arg(long, value_name = "FILE", conflicts_with = "spawn_zookeeper")]
+    pub zookeeper_ca: Option<std::path::PathBuf>,
+    /// This client's certificate (PEM), for servers with ssl.clientAuth=need (mutual TLS).
+    #[arg(long, value_name = "FILE", requires_all = ["zookeeper_ca", "zookeeper_key"])]
+    pub zookeeper_cert: Option<std::path::PathBuf>,
+    /// The key of --zookeeper-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "zookeeper_cert")]
+    pub zookeeper_key: Option<std::path::PathBuf>,
     /// Holders do not watch their own znodes: a request less per grant, and a holder whose
     /// znode another client deletes is not told (lock-zookeeper's ZkConfig::watch_holder).
     #[arg(long)]
@@ -126,6 +140,15 @@ pub struct Options {
     /// Holders do not watch their own znodes (`--zookeeper-no-holder-watch`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_holder_watch: bool,
+    /// TLS to the servers: the CA file (`--zookeeper-ca`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<std::path::PathBuf>,
+    /// The client's certificate file, for mutual TLS (`--zookeeper-cert`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<std::path::PathBuf>,
+    /// Its key file (`--zookeeper-key`): the path only, never the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<std::path::PathBuf>,
 }
 
 impl From<Options> for EngineOptions {
@@ -137,6 +160,12 @@ impl From<Options> for EngineOptions {
 impl Options {
     fn hosts(&self) -> &str {
         self.zookeeper.as_deref().unwrap_or(DEFAULT_HOSTS)
+    }
+
+    /// TLS to the servers, when `--zookeeper-ca` is given.
+    fn tls(&self) -> Option<TlsFiles> {
+        let ca = self.ca.clone()?;
+        Some(TlsFiles { ca: Some(ca), cert: self.cert.clone(), key: self.key.clone() })
     }
 
     /// The credentials of `--zookeeper-user`, their password read now.
@@ -208,9 +237,16 @@ impl Engine for Zookeeper {
             user: a.zookeeper_user,
             password_file: a.zookeeper_password_file,
             no_holder_watch: a.zookeeper_no_holder_watch,
+            ca: a.zookeeper_ca,
+            cert: a.zookeeper_cert,
+            key: a.zookeeper_key,
         };
-        // Read once here so that a missing password is a usage error before anything starts.
+        // Read once here so that a missing password or TLS file is a usage error before
+        // anything starts.
         options.credentials()?;
+        if let Some(tls) = options.tls() {
+            tls.check().map_err(|e| format!("--zookeeper-ca/-cert/-key: {e}"))?;
+        }
         Ok(options.into())
     }
 
@@ -268,6 +304,7 @@ impl Engine for Zookeeper {
                 session_timeout: setup.settings.scaled(setup.settings.ttl),
                 credentials: options.credentials()?,
                 watch_holder: !options.no_holder_watch,
+                tls: options.tls(),
             };
             Opened::probe(connector, setup.settings, faults).await
         })
@@ -313,6 +350,8 @@ struct Connector {
     credentials: Option<Credentials>,
     /// Whether holders watch their own znodes.
     watch_holder: bool,
+    /// `--zookeeper-ca` and the client's certificate.
+    tls: Option<TlsFiles>,
 }
 
 impl Connect for Connector {
@@ -346,15 +385,25 @@ impl Connect for Connector {
 }
 
 impl Connector {
-    /// The `stranger` fault: a session with no credentials lists every lock directory of the
-    /// run and deletes the first znode of each (the holder's: the lowest sequence number, the
+    /// The `stranger` fault: a session with no credentials (and over TLS no certificate)
+    /// lists every lock directory of the run and deletes the first znode of each (the holder's: the lowest sequence number, the
     /// last ten digits of its name).
     async fn stranger_strikes(&self) -> Result<String, String> {
-        let client = zookeeper_client::Client::connector()
-            .with_session_timeout(Duration::from_secs(10))
-            .connect(&self.hosts)
-            .await
-            .map_err(|e| format!("the stranger cannot reach ZooKeeper at {}: {e}", self.hosts))?;
+        let connector =
+            zookeeper_client::Client::connector().with_session_timeout(Duration::from_secs(10));
+        // Over TLS it trusts the servers' CA but has no certificate of its own.
+        let client = match &self.tls {
+            Some(tls) => {
+                let options = lock_zookeeper::tls_options(&TlsFiles {
+                    ca: tls.ca.clone(),
+                    ..TlsFiles::default()
+                })
+                .map_err(|e| e.to_string())?;
+                connector.with_tls(options).secure_connect(&self.hosts).await
+            }
+            None => connector.connect(&self.hosts).await,
+        }
+        .map_err(|e| format!("the stranger cannot reach ZooKeeper at {}: {e}", self.hosts))?;
         let root = format!("/bench-harness/{}", self.namespace);
         let (mut deleted, mut refused) = (0, None);
         let locks = match client.list_children(&root).await {
@@ -397,6 +446,7 @@ impl Connector {
             requests,
             credentials: self.credentials.clone(),
             watch_holder: self.watch_holder,
+            tls: self.tls.clone(),
             ..ZkConfig::default()
         };
         ZkBackend::connect_with(&hosts, config)
