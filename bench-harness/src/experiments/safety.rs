@@ -51,8 +51,10 @@ pub struct SafetyArgs {
     pub no_clusters: bool,
     /// Re-run only the rows of these conditions (names as the table gives them, e.g. "lagged
     /// leader kill") and merge them into the output directory's `safety.json`, keeping every
-    /// other row as it was; the README is written again from the merged rows.
-    #[arg(long, value_name = "CONDITION,...", value_delimiter = ',')]
+    /// other row as it was; the README is written again from the merged rows. Several names
+    /// by repeating the option or in one comma-separated list; a name that holds a comma
+    /// itself ("replica stop, QUORUM") is taken whole.
+    #[arg(long, value_name = "CONDITION,...")]
     pub only: Vec<String>,
     /// Re-run only the rows of these engines (e.g. `service`; `embedded` for the simulated
     /// rows) and merge them into the output directory's `safety.json`, as `--only` does.
@@ -582,6 +584,31 @@ impl Drop for SecretFile {
     }
 }
 
+/// The conditions `--only` names: each value a known name taken whole (some hold a comma,
+/// "replica stop, QUORUM"), or else a comma-separated list of known names; an unknown one is an
+/// error naming it and the known ones.
+fn condition_names<'k>(only: &[String], known: &[&'k str]) -> Result<Vec<&'k str>, String> {
+    let find = |name: &str| known.iter().find(|k| **k == name.trim()).copied();
+    let mut names = Vec::new();
+    for value in only {
+        match find(value) {
+            Some(name) => names.push(name),
+            None => {
+                for piece in value.split(',') {
+                    names.push(find(piece).ok_or_else(|| {
+                        format!(
+                            "--only: no condition {:?} (known: {})",
+                            piece.trim(),
+                            known.join("; ")
+                        )
+                    })?);
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
 /// `bench-harness safety`.
 pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
     let embedded = engines::EngineRef::default_engine();
@@ -594,16 +621,10 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
         algorithm,
         args: args.clone(),
     };
-    let wanted = |c: &Condition| args.only.is_empty() || args.only.iter().any(|n| n == c.name);
-    let engine_wanted = |e: &EngineRef| args.engines.is_empty() || args.engines.contains(e);
     let known: Vec<&str> = CONDITIONS.iter().chain(&CLUSTER_CONDITIONS).map(|c| c.name).collect();
-    if let Some(bad) = args.only.iter().find(|n| !known.contains(&n.as_str())) {
-        return Err(crate::UsageError(format!(
-            "--only: no condition {bad:?} (known: {})",
-            known.join(", ")
-        ))
-        .into());
-    }
+    let only = condition_names(&args.only, &known).map_err(crate::UsageError)?;
+    let wanted = |c: &Condition| only.is_empty() || only.contains(&c.name);
+    let engine_wanted = |e: &EngineRef| args.engines.is_empty() || args.engines.contains(e);
     let previous = previous_rows(args)?;
     let simulated: Vec<Job> = CONDITIONS
         .iter()
@@ -674,6 +695,20 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::report::console::{widest_line, WIDTH};
+
+    #[test]
+    fn only_takes_names_with_commas_whole_and_lists_apart() {
+        let known = ["replica stop, QUORUM", "replica stop, ONE", "crash", "lagged leader kill"];
+        let names = |v: &[&str]| {
+            condition_names(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &known)
+        };
+        assert_eq!(names(&["replica stop, QUORUM"]).unwrap(), ["replica stop, QUORUM"]);
+        assert_eq!(names(&["crash,lagged leader kill"]).unwrap(), ["crash", "lagged leader kill"]);
+        assert_eq!(names(&["crash", "replica stop, ONE"]).unwrap(), ["crash", "replica stop, ONE"]);
+        let e = names(&["crash,paxos"]).unwrap_err();
+        assert!(e.contains("no condition \"paxos\"") && e.contains("replica stop, ONE"), "{e}");
+        assert!(names(&[]).unwrap().is_empty());
+    }
 
     #[test]
     fn only_replaces_its_rows_and_keeps_the_others() {
