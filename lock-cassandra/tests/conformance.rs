@@ -2,8 +2,10 @@
 //! the lightweight-transaction lock lwt), on a real Cassandra or
 //! ScyllaDB cluster. Runs only when `LOCK_TEST_CASSANDRA=host:port` names one (no server can be
 //! started here); without it each test says so and returns.
+#[macro_use]
+mod support;
+
 use lock_cassandra::fixture::{CassandraFixture, ENV_TEST_NODES};
-use lock_core::conformance::Mode;
 
 fn cluster_named() -> Result<(), String> {
     match std::env::var(ENV_TEST_NODES) {
@@ -19,66 +21,4 @@ async fn fixture(seed: u64, build: lock_cassandra::fixture::BuildLocker) -> Cass
         .expect("checked by run_if")
 }
 
-mod shadow {
-    use super::*;
-    lock_core::conformance_suite!(
-        Mode::Wall,
-        |seed| fixture(
-            seed,
-            std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                lock_shadow::ShadowLocker::new(c, ctx, Default::default()).expect("config")
-            ) as std::sync::Arc<dyn lock_core::Locker>)
-        ),
-        seeds = 2,
-        contenders = 16,
-        run_if = cluster_named()
-    );
-}
-
-mod queue {
-    use super::*;
-    lock_core::conformance_suite!(
-        Mode::Wall,
-        |seed| fixture(
-            seed,
-            std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                lock_queue::QueueLocker::new(c, ctx, Default::default()).expect("config")
-            ) as std::sync::Arc<dyn lock_core::Locker>)
-        ),
-        seeds = 2,
-        contenders = 16,
-        run_if = cluster_named()
-    );
-}
-
-mod bakery {
-    use super::*;
-    lock_core::conformance_suite!(
-        Mode::Wall,
-        |seed| fixture(
-            seed,
-            std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                lock_bakery::BakeryLocker::new(c, ctx, Default::default()).expect("config")
-            ) as std::sync::Arc<dyn lock_core::Locker>)
-        ),
-        seeds = 2,
-        contenders = 16,
-        run_if = cluster_named()
-    );
-}
-
-mod lwt {
-    use super::*;
-    lock_core::conformance_suite!(
-        Mode::Wall,
-        |seed| fixture(
-            seed,
-            std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                lock_lwt::LwtLocker::new(c, ctx, Default::default()).expect("config")
-            ) as std::sync::Arc<dyn lock_core::Locker>)
-        ),
-        seeds = 2,
-        contenders = 16,
-        run_if = cluster_named()
-    );
-}
+every_lock!(fixture, cluster_named());

@@ -17,9 +17,11 @@
 //! - With `LOCK_TEST_CASSANDRA` and `LOCK_TEST_CASSANDRA_CA`, the conformance suite runs over
 //!   TLS on that cluster (`mod over_tls`); without them each of its tests says it was not run.
 
+#[macro_use]
+mod support;
+
 use lock_cassandra::fixture::{CassandraFixture, ENV_TEST_CA, ENV_TEST_NODES};
 use lock_cassandra::{CassandraConfig, CassandraStore};
-use lock_core::conformance::Mode;
 use lock_core::store::StoreError;
 use lock_core::tls::TlsFiles;
 use rustls::pki_types::pem::PemObject;
@@ -436,72 +438,5 @@ async fn fixture(seed: u64, build: lock_cassandra::fixture::BuildLocker) -> Cass
 
 mod over_tls {
     use super::*;
-
-    mod shadow {
-        use super::*;
-        lock_core::conformance_suite!(
-            Mode::Wall,
-            |seed| fixture(
-                seed,
-                std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                    lock_shadow::ShadowLocker::new(c, ctx, Default::default()).expect("config")
-                )
-                    as std::sync::Arc<dyn lock_core::Locker>)
-            ),
-            seeds = 2,
-            contenders = 16,
-            run_if = cluster_with_ca_named()
-        );
-    }
-
-    mod queue {
-        use super::*;
-        lock_core::conformance_suite!(
-            Mode::Wall,
-            |seed| fixture(
-                seed,
-                std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                    lock_queue::QueueLocker::new(c, ctx, Default::default()).expect("config")
-                )
-                    as std::sync::Arc<dyn lock_core::Locker>)
-            ),
-            seeds = 2,
-            contenders = 16,
-            run_if = cluster_with_ca_named()
-        );
-    }
-
-    mod bakery {
-        use super::*;
-        lock_core::conformance_suite!(
-            Mode::Wall,
-            |seed| fixture(
-                seed,
-                std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                    lock_bakery::BakeryLocker::new(c, ctx, Default::default()).expect("config")
-                )
-                    as std::sync::Arc<dyn lock_core::Locker>)
-            ),
-            seeds = 2,
-            contenders = 16,
-            run_if = cluster_with_ca_named()
-        );
-    }
-
-    mod lwt {
-        use super::*;
-        lock_core::conformance_suite!(
-            Mode::Wall,
-            |seed| fixture(
-                seed,
-                std::sync::Arc::new(|c, ctx| std::sync::Arc::new(
-                    lock_lwt::LwtLocker::new(c, ctx, Default::default()).expect("config")
-                )
-                    as std::sync::Arc<dyn lock_core::Locker>)
-            ),
-            seeds = 2,
-            contenders = 16,
-            run_if = cluster_with_ca_named()
-        );
-    }
+    every_lock!(fixture, cluster_with_ca_named());
 }
