@@ -231,15 +231,9 @@ impl Conn {
                     Err(_) => break,
                 }
             }
-            // A close of our own set the flag first; otherwise the node or the network ended it.
-            let lost = !closed.swap(true, Ordering::SeqCst);
+            closed.store(true, Ordering::SeqCst);
             // Every request still waiting learns the connection is gone.
             lock(&pending).clear();
-            if lost {
-                if let Some(session) = pushes.get().and_then(Weak::upgrade) {
-                    session.dropped.notify_one();
-                }
-            }
         });
         if let Some(c) = &shared.config.credentials {
             conn.hello(shared, c).await?;
@@ -429,9 +423,6 @@ struct Session {
     waiting: Mutex<HashMap<Key, (u64, oneshot::Sender<u64>)>>,
     /// The last attempt number given to an ask.
     asks: AtomicU64,
-    /// Told when the node ends the session's connection: the keep-alive task then resumes
-    /// the session at once if it holds or waits for a lock (see [`keep_alive`]).
-    dropped: Arc<tokio::sync::Notify>,
 }
 
 impl Session {
@@ -463,7 +454,6 @@ impl Session {
             held: Mutex::default(),
             waiting: Mutex::default(),
             asks: AtomicU64::new(0),
-            dropped: Arc::default(),
         });
         let _ = session.pushes.set(Arc::downgrade(&session));
         tokio::spawn(keep_alive(Arc::downgrade(&session)));
@@ -520,16 +510,6 @@ impl Session {
                 }
             }
         }
-    }
-
-    /// Whether the session holds or waits for any lock.
-    fn has_locks(&self) -> bool {
-        !lock(&self.held).is_empty() || !lock(&self.waiting).is_empty()
-    }
-
-    /// Whether the session's connection is open.
-    async fn connected(&self) -> bool {
-        self.conn.lock().await.as_ref().is_some_and(Conn::is_open)
     }
 
     /// A new ask's attempt number.
@@ -659,15 +639,8 @@ impl Session {
 
 /// Renew `session` every TTL/3; declare it lost when a whole TTL passes from the send time
 /// of the last answered keep-alive.
-///
-/// When the node ends the connection while the session holds or waits for a lock, renew at
-/// once instead: the renewal finds the leader and resumes the session there, so a grant the
-/// new leader pushes reaches its waiter now, not at the next keep-alive (up to TTL/3 later,
-/// which after a leader's death was most of the handoff's delay). ZooKeeper's and etcd's
-/// clients reconnect at once too. An idle session reconnects at its next request.
 async fn keep_alive(session: Weak<Session>) {
-    let Some((ttl, dropped)) = session.upgrade().map(|s| (s.shared.config.ttl, s.dropped.clone()))
-    else {
+    let Some(ttl) = session.upgrade().map(|s| s.shared.config.ttl) else {
         return;
     };
     let mut next = None;
@@ -679,10 +652,7 @@ async fn keep_alive(session: Weak<Session>) {
         // a keep-alive): a keep-alive goes out only after TTL/3 without one.
         let due = next.take().unwrap_or_else(|| s.renewed_at() + ttl / 3);
         drop(s);
-        let woken = tokio::select! {
-            _ = tokio::time::sleep_until(due) => false,
-            _ = dropped.notified() => true,
-        };
+        tokio::time::sleep_until(due).await;
         let Some(s) = session.upgrade() else {
             return;
         };
@@ -690,12 +660,7 @@ async fn keep_alive(session: Weak<Session>) {
             return;
         }
         let limit = s.renewed_at() + ttl;
-        if woken {
-            if !s.has_locks() || s.connected().await {
-                next = Some(due);
-                continue;
-            }
-        } else if s.renewed_at() + ttl / 3 > Instant::now() {
+        if s.renewed_at() + ttl / 3 > Instant::now() {
             continue;
         }
         match s.call_until(Request::KeepAlive { session: s.id }, limit).await {
