@@ -5,7 +5,8 @@
 //!   answers `NotLeader` with the leader's address, which the client dials next. After a
 //!   failover (a broken connection, `NotLeader`, `Unavailable`) it finds the new leader the
 //!   same way and *resumes* its session there: the reply lists what the session holds, so a
-//!   grant pushed while it was away is not lost.
+//!   grant pushed while it was away is not lost. A session that holds or waits for a lock
+//!   does this as soon as its node drops the connection; an idle one at its next request.
 //! - **Retries are safe**: the server treats an acquire of a lock the owner already holds or
 //!   waits for as the same request, and a release of a lock it neither holds nor waits for as
 //!   done; so a request whose answer was lost is sent again (until
@@ -231,9 +232,15 @@ impl Conn {
                     Err(_) => break,
                 }
             }
-            closed.store(true, Ordering::SeqCst);
+            // A close of our own set the flag first; otherwise the node or the network ended it.
+            let lost = !closed.swap(true, Ordering::SeqCst);
             // Every request still waiting learns the connection is gone.
             lock(&pending).clear();
+            if lost {
+                if let Some(session) = pushes.get().and_then(Weak::upgrade) {
+                    session.dropped.notify_one();
+                }
+            }
         });
         if let Some(c) = &shared.config.credentials {
             conn.hello(shared, c).await?;
@@ -333,6 +340,9 @@ async fn find_leader(
     deadline: Instant,
 ) -> Result<(Conn, Reply), LockError> {
     let mut failures: Vec<String> = Vec::new();
+    // Between rounds with no leader found: 50 ms, doubling to 400 ms, so that every session
+    // of every client looking for the leader during an election does not flood the nodes.
+    let mut pause = Duration::from_millis(50);
     loop {
         let mut candidates: Vec<String> = hint.take().into_iter().collect();
         candidates.extend(lock(&shared.order).iter().cloned());
@@ -395,7 +405,8 @@ async fn find_leader(
             )));
         }
         if hint.is_none() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(Duration::from_millis(400));
         }
     }
 }
@@ -423,6 +434,9 @@ struct Session {
     waiting: Mutex<HashMap<Key, (u64, oneshot::Sender<u64>)>>,
     /// The last attempt number given to an ask.
     asks: AtomicU64,
+    /// Told when the node ends the session's connection: the keep-alive task then resumes
+    /// the session at once if it holds or waits for a lock (see [`keep_alive`]).
+    dropped: Arc<tokio::sync::Notify>,
 }
 
 impl Session {
@@ -454,6 +468,7 @@ impl Session {
             held: Mutex::default(),
             waiting: Mutex::default(),
             asks: AtomicU64::new(0),
+            dropped: Arc::default(),
         });
         let _ = session.pushes.set(Arc::downgrade(&session));
         tokio::spawn(keep_alive(Arc::downgrade(&session)));
@@ -510,6 +525,16 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Whether the session holds or waits for any lock.
+    fn has_locks(&self) -> bool {
+        !lock(&self.held).is_empty() || !lock(&self.waiting).is_empty()
+    }
+
+    /// Whether the session's connection is open.
+    async fn connected(&self) -> bool {
+        self.conn.lock().await.as_ref().is_some_and(Conn::is_open)
     }
 
     /// A new ask's attempt number.
@@ -588,6 +613,7 @@ impl Session {
                 }
                 Err(e) => {
                     self.drop_conn(&conn).await;
+                    self.shared.demote(&conn.addr);
                     e
                 }
             };
@@ -639,8 +665,15 @@ impl Session {
 
 /// Renew `session` every TTL/3; declare it lost when a whole TTL passes from the send time
 /// of the last answered keep-alive.
+///
+/// When the node ends the connection while the session holds or waits for a lock, renew at
+/// once instead: the renewal finds the leader and resumes the session there, so a grant the
+/// new leader pushes reaches its waiter now, not at the next keep-alive (up to TTL/3 later,
+/// which after a leader's death was most of the handoff's delay). ZooKeeper's and etcd's
+/// clients reconnect at once too. An idle session reconnects at its next request.
 async fn keep_alive(session: Weak<Session>) {
-    let Some(ttl) = session.upgrade().map(|s| s.shared.config.ttl) else {
+    let Some((ttl, dropped)) = session.upgrade().map(|s| (s.shared.config.ttl, s.dropped.clone()))
+    else {
         return;
     };
     let mut next = None;
@@ -652,7 +685,10 @@ async fn keep_alive(session: Weak<Session>) {
         // a keep-alive): a keep-alive goes out only after TTL/3 without one.
         let due = next.take().unwrap_or_else(|| s.renewed_at() + ttl / 3);
         drop(s);
-        tokio::time::sleep_until(due).await;
+        let woken = tokio::select! {
+            _ = tokio::time::sleep_until(due) => false,
+            _ = dropped.notified() => true,
+        };
         let Some(s) = session.upgrade() else {
             return;
         };
@@ -660,7 +696,12 @@ async fn keep_alive(session: Weak<Session>) {
             return;
         }
         let limit = s.renewed_at() + ttl;
-        if s.renewed_at() + ttl / 3 > Instant::now() {
+        if woken {
+            if !s.has_locks() || s.connected().await {
+                next = Some(due);
+                continue;
+            }
+        } else if s.renewed_at() + ttl / 3 > Instant::now() {
             continue;
         }
         match s.call_until(Request::KeepAlive { session: s.id }, limit).await {

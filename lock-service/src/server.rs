@@ -442,17 +442,9 @@ impl Node {
         }
     }
 
-    /// Confirm with a quorum that this node still leads.
-    async fn confirm_leader(&self) -> Result<(), Reply> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.refusal(e)),
-        }
-    }
-
     /// Confirm with a quorum that this node leads, by a check that started after this call
-    /// did: keep-alives that arrive together share one check (one heartbeat round), so 64
-    /// sessions do not cost 64 rounds.
+    /// did: keep-alives and resumes that arrive together share one check (one heartbeat
+    /// round), so 64 sessions do not cost 64 rounds.
     async fn confirm_lead(&self) -> Result<(), Reply> {
         let arrived = Instant::now();
         let _turn = self.confirming.lock().await;
@@ -508,7 +500,10 @@ impl Node {
             Request::Status => Reply::Status(self.status()),
             Request::Open { ttl_ms } => self.open(ttl_ms, out, who).await,
             Request::Resume { session } => {
-                if let Err(r) = self.confirm_leader().await {
+                // Shared like a keep-alive's: after a failover every session resumes at once,
+                // and one leadership check each (each a round of new peer connections)
+                // overran the heartbeat interval, failed, and was retried by all of them.
+                if let Err(r) = self.confirm_lead().await {
                     return r;
                 }
                 if let Err(r) = self.check_owner(session, who) {

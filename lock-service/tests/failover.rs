@@ -74,6 +74,45 @@ async fn a_killed_leader_loses_no_lock_and_grants_none_twice() {
     passes_on(g, &other).await;
 }
 
+/// A waiter whose connection died with the leader resumes its session on the new leader at
+/// once, not at its next keep-alive: with a 60 s TTL that keep-alive is 20 s away, so a grant
+/// within 10 s of the release can only come from the prompt resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cut_off_by_a_killed_leader_is_granted_without_waiting_for_its_keep_alive() {
+    let cluster = cluster().await;
+    let ttl = Duration::from_secs(60);
+    let holder = locker(&cluster, "holder", ttl).await;
+    let waiter = locker(&cluster, "waiter", ttl).await;
+    let g = holder.lock("resume", None).await.expect("lock");
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.lock("resume", None).await;
+        (guard, Instant::now())
+    });
+    // The waiter's ask is queued on the leader before it dies.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "granted while held");
+    let leader = on(&cluster, |c| c.wait_for_leader(Duration::from_secs(5))).await.unwrap();
+    on(&cluster, move |c| c.kill(leader)).await;
+    on(&cluster, move |c| c.wait_for_new_leader(leader, Duration::from_secs(10))).await.unwrap();
+    let token = g.token();
+    g.release().await.expect("release on the new leader");
+    let released = Instant::now();
+    let (guard, granted) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter was never granted")
+        .expect("waiter task");
+    let guard = guard.expect("lock");
+    let after = granted.saturating_duration_since(released);
+    eprintln!("granted {after:?} after the release on the new leader");
+    assert!(
+        after < Duration::from_secs(10),
+        "the waiter was granted {after:?} after the release: it waited for its keep-alive \
+         (TTL/3 = 20 s) instead of resuming when its connection dropped"
+    );
+    assert!(guard.token() > token, "token {} after {token}", guard.token());
+    guard.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_loses_no_lock_and_grants_none_twice() {
     let cluster = cluster().await;
