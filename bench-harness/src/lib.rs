@@ -7,7 +7,9 @@
 //! - **throughput** (grants per second per lock),
 //! - **handoff gap** (release to the next grant while someone waits, also in store round
 //!   trips and against the algorithm's ideal handoff),
-//! - **fairness** (Jain's index, the longest run of grants to one contender, overtakes),
+//! - **fairness** (Jain's index, the longest run of grants to one contender, overtakes by
+//!   request time, and for locks with a line, overtakes of requests already in it:
+//!   [`measure::metrics::InLine`]),
 //! - **store load** (requests per grant and per second),
 //! - **safety** (overlapping holds and fencing-token order, both must be zero).
 //!

@@ -169,21 +169,26 @@ fn wall_scale(mode: Mode, sim: usize, wall: usize) -> usize {
     }
 }
 
-/// Thesis 5.5, scenario 1: one lock id is held by one contender at a time.
+/// Thesis 5.5, scenario 1: one lock id is held by one contender at a time. A lock that says
+/// when each request's place in line was fixed ([`LockGuard::queued_at`]) must also serve
+/// first come, first served ([`check_first_come_first_served`]).
 pub async fn one_lock_one_holder<F: Fixture>(fx: Arc<F>) {
     let contenders = 8;
     let rounds = wall_scale(fx.mode(), 6, 3);
     let log = HoldLog::default();
+    let asks = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..contenders {
         let locker = fx.locker(&format!("c{i}")).await;
-        let log = log.clone();
+        let (log, asks) = (log.clone(), asks.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..rounds {
+                let requested = Instant::now();
                 let g = locker.lock("one-lock", None).await.expect("lock");
-                hold_for(&log, g, Instant::now(), Duration::from_millis(20))
-                    .await
-                    .expect("release");
+                let granted = Instant::now();
+                let ask = Ask { requested, queued: g.queued_at(), granted };
+                asks.lock().unwrap_or_else(|e| e.into_inner()).push(ask);
+                hold_for(&log, g, granted, Duration::from_millis(20)).await.expect("release");
             }
         }));
     }
@@ -191,6 +196,53 @@ pub async fn one_lock_one_holder<F: Fixture>(fx: Arc<F>) {
         t.await.expect("contender task");
     }
     assert_eq!(assert_exclusive(&log.holds()), contenders * rounds);
+    let asks = asks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Err(e) = check_first_come_first_served(&asks) {
+        panic!("{e}");
+    }
+}
+
+/// One request of one lock: when it began, when its place in line was fixed (if the lock
+/// says), when it was granted.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask {
+    /// When `lock` was called.
+    pub requested: Instant,
+    /// [`LockGuard::queued_at`].
+    pub queued: Option<Instant>,
+    /// When `lock` returned.
+    pub granted: Instant,
+}
+
+/// Lamport's first come, first served over the grants of one lock: a request whose place was
+/// fixed before another request began is granted first. Requests without a place are not
+/// judged (a lock without a line promises no order); a place must lie within its request.
+pub fn check_first_come_first_served(asks: &[Ask]) -> Result<(), String> {
+    for a in asks {
+        if let Some(q) = a.queued {
+            if q < a.requested || q > a.granted {
+                return Err(format!("a place in line fixed outside its request: {a:?}"));
+            }
+        }
+    }
+    let mut by_grant: Vec<&Ask> = asks.iter().collect();
+    by_grant.sort_by_key(|a| a.granted);
+    // In grant order, no request may have begun after a place still waiting was fixed.
+    let mut latest_request: Option<&Ask> = None;
+    for a in by_grant {
+        if let (Some(q), Some(earlier)) = (a.queued, latest_request) {
+            if earlier.requested > q && earlier.granted < a.granted {
+                return Err(format!(
+                    "not first come, first served: {earlier:?} began after {a:?} was in line \
+                     and was granted first"
+                ));
+            }
+        }
+        if latest_request.is_none_or(|l| a.requested > l.requested) {
+            latest_request = Some(a);
+        }
+    }
+    Ok(())
 }
 
 /// Thesis 5.5, scenario 2: many lock ids are held by many contenders at once, and each id
@@ -791,4 +843,26 @@ macro_rules! embedded_conformance_suite {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_come_first_served_judges_only_requests_already_in_line() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ask =
+            |r, q: Option<u64>, g| Ask { requested: at(r), queued: q.map(at), granted: at(g) };
+        // B began (at 5) before A's place was fixed (at 6) and was served first: fine.
+        assert!(check_first_come_first_served(&[ask(0, Some(6), 30), ask(5, Some(7), 20)]).is_ok());
+        // C began (at 10) after A was in line (at 6) and was served first: refused.
+        let e = check_first_come_first_served(&[ask(0, Some(6), 30), ask(10, Some(11), 20)]);
+        assert!(e.unwrap_err().contains("not first come"));
+        // A lock without a line is not judged.
+        assert!(check_first_come_first_served(&[ask(0, None, 30), ask(10, None, 20)]).is_ok());
+        // A place outside its own request is a bug of the lock.
+        assert!(check_first_come_first_served(&[ask(5, Some(4), 30)]).is_err());
+    }
 }

@@ -148,6 +148,7 @@ pub struct LockGuard {
     token: u64,
     lease: watch::Receiver<LeaseState>,
     release: Option<Box<dyn Release>>,
+    queued_at: Option<tokio::time::Instant>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -157,6 +158,7 @@ impl fmt::Debug for LockGuard {
             .field("owner", &self.owner)
             .field("token", &self.token)
             .field("lease", &*self.lease.borrow())
+            .field("queued_at", &self.queued_at)
             .finish()
     }
 }
@@ -176,7 +178,29 @@ impl LockGuard {
             token,
             lease,
             release: Some(release),
+            queued_at: None,
         }
+    }
+
+    /// Records when this acquisition's place in line was fixed: the instant its client learned
+    /// that no request made after it could be served first. A lock with a queue sets it when
+    /// its enqueue was acknowledged (the lock service's `Queued` or `Granted` answer,
+    /// ZooKeeper's sequential create, etcd's keyed put); a lock without one (a spin lock, a
+    /// lease taken by compare-and-set) leaves it unset.
+    ///
+    /// This is Lamport's first-come-first-served condition for the bakery: a request whose
+    /// doorway ended before another's began must enter first. Two requests on their way at
+    /// the same time have no order a lock could keep (they may reach it in either order), so
+    /// fairness measured by when each *began* counts reorderings on the network as unfairness;
+    /// measured from this instant it counts only what the lock itself reordered.
+    pub fn with_queued_at(mut self, at: tokio::time::Instant) -> Self {
+        self.queued_at = Some(at);
+        self
+    }
+    /// When this acquisition's place in line was fixed ([`LockGuard::with_queued_at`]); `None`
+    /// for a lock without a line.
+    pub fn queued_at(&self) -> Option<tokio::time::Instant> {
+        self.queued_at
     }
     /// The lock id (the thesis's `LockId`).
     pub fn lock_id(&self) -> &str {

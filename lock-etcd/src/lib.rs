@@ -638,6 +638,8 @@ struct Enqueued {
     revision: i64,
     /// Whether our key is the first of the prefix.
     first: bool,
+    /// When the answer came: our place in line was fixed by then.
+    queued_at: Instant,
 }
 
 /// How a wait for the predecessor's deletion ended.
@@ -682,6 +684,7 @@ impl EtcdLock {
                 return Err(e);
             }
         };
+        let queued_at = Instant::now();
         let pending = Pending { session: session.clone(), key, armed: true };
         let responses = answer.op_responses();
         let kvs = |i: usize| match responses.get(i) {
@@ -699,7 +702,7 @@ impl EtcdLock {
             return Err(e);
         }
         let first = kvs(1).first().is_none_or(|kv| kv.create_revision() == revision);
-        Ok(Enqueued { pending, revision, first })
+        Ok(Enqueued { pending, revision, first, queued_at })
     }
 
     /// Step 3: wait until no key of the prefix was created before `revision`, the lease ends,
@@ -846,9 +849,10 @@ impl Locker for EtcdLock {
         // The whole wait runs on one lease: our place in the queue is a key of it.
         let session = self.inner.session().await?;
         let prefix = self.prefix(lock_id);
-        let Enqueued { pending, revision, first } = self.enqueue(&session, &prefix).await?;
+        let Enqueued { pending, revision, first, queued_at } =
+            self.enqueue(&session, &prefix).await?;
         if first {
-            return Ok(self.grant(lock_id, pending, revision));
+            return Ok(self.grant(lock_id, pending, revision).with_queued_at(queued_at));
         }
         let our_key = pending.key.clone();
         let place_lost = |why: String| LockError::LeaseLost {
@@ -880,16 +884,17 @@ impl Locker for EtcdLock {
                 session.over().unwrap_or_else(|| "our key was deleted while we waited".into());
             return Err(place_lost(why));
         }
-        Ok(self.grant(lock_id, pending, revision))
+        Ok(self.grant(lock_id, pending, revision).with_queued_at(queued_at))
     }
 
     async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
         validate_id("lock id", lock_id)?;
         let session = self.inner.session().await?;
         let prefix = self.prefix(lock_id);
-        let Enqueued { pending, revision, first } = self.enqueue(&session, &prefix).await?;
+        let Enqueued { pending, revision, first, queued_at } =
+            self.enqueue(&session, &prefix).await?;
         if first {
-            return Ok(Some(self.grant(lock_id, pending, revision)));
+            return Ok(Some(self.grant(lock_id, pending, revision).with_queued_at(queued_at)));
         }
         pending.delete().await?;
         Ok(None)

@@ -995,6 +995,9 @@ impl ServiceLocker {
             },
             None => session.call(request).await,
         };
+        // The answer (granted or queued) says the ask is in the lock's queue: no ask made
+        // after this instant can be served before it.
+        let queued_at = Instant::now();
         let token = match reply.map_err(|e| Self::with_lock(e, lock_id))? {
             Reply::Granted { token } => token,
             Reply::Queued => {
@@ -1015,7 +1018,7 @@ impl ServiceLocker {
         let mut cancel = cancel;
         cancel.armed = false;
         session.stop_waiting(&cancel.key, attempt);
-        Ok(self.guard(session, lock_id, token, attempt))
+        Ok(self.guard(session, lock_id, token, attempt).with_queued_at(queued_at))
     }
 }
 
@@ -1060,7 +1063,9 @@ impl Locker for ServiceLocker {
             session.call(cancel.ask(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;
         cancel.armed = false;
         match reply {
-            Reply::Granted { token } => Ok(Some(self.guard(session, lock_id, token, attempt))),
+            Reply::Granted { token } => Ok(Some(
+                self.guard(session, lock_id, token, attempt).with_queued_at(Instant::now()),
+            )),
             Reply::Busy => Ok(None),
             other => Err(unexpected(lock_id, other)),
         }

@@ -172,6 +172,14 @@
 //! itself is FIFO in commit order (`state`'s tests). ZooKeeper's overtakes in the same kind
 //! of run had leads of 15 to 36 ms, and etcd's 0.3 to 1.1 ms.
 //!
+//! What the service promises is Lamport's first come, first served: once the `Queued` (or
+//! `Granted`) answer has come, no ask made after it is served first. The client records that
+//! instant in the guard (`LockGuard::queued_at`); the conformance suite checks the promise
+//! (`check_first_come_first_served`, which a LIFO queue fails), and the harness counts its
+//! breaches as "overtaken in line": 0 of every grant, at 1, 8 and 64 contenders, on one node
+//! and on three, as for ZooKeeper and etcd, whose sequential create and keyed put fix a
+//! place in the same way.
+//!
 //! ## Security
 //! A node started with `--users FILE --tls-cert CERT --tls-key KEY --tls-ca CA`:
 //! - **speaks TLS only** to clients (its certificate, which clients check against the CA in

@@ -1382,6 +1382,9 @@ impl Locker for ZkLock {
         };
         let dir = self.dir(lock_id);
         let (pending, stat) = self.create_node(&session, &dir).await?;
+        // Our sequence number is our place in line: no request made after this instant can
+        // be served first.
+        let queued_at = Instant::now();
         let ours = name_of(&pending.path).to_string();
         loop {
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -1407,7 +1410,7 @@ impl Locker for ZkLock {
             // Our immediate predecessor: the contender with the greatest sequence below ours,
             // whichever client made it.
             let Some((_, predecessor)) = place.checked_sub(1).map(|p| &queue[p]) else {
-                return Ok(self.grant(lock_id, pending, &stat));
+                return Ok(self.grant(lock_id, pending, &stat).with_queued_at(queued_at));
             };
             let pred = format!("{dir}/{predecessor}");
             let (exists, watcher) = match session
@@ -1449,9 +1452,10 @@ impl Locker for ZkLock {
             return Ok(None);
         }
         let (pending, stat) = self.create_node(&session, &dir).await?;
+        let queued_at = Instant::now();
         let queue = self.queue(&session, &dir).await?;
         if queue.first().is_some_and(|(_, name)| name == name_of(&pending.path)) {
-            Ok(Some(self.grant(lock_id, pending, &stat)))
+            Ok(Some(self.grant(lock_id, pending, &stat).with_queued_at(queued_at)))
         } else {
             pending.delete().await?;
             Ok(None)

@@ -34,6 +34,11 @@ pub struct Grant {
     /// The holder crashed while holding (`released_us` is the crash): it let go of nothing.
     #[serde(default)]
     pub crashed: bool,
+    /// When the request's place in line was fixed (`LockGuard::queued_at`), for locks that
+    /// have a line; fairness "in line" ([`Overtakes::in_line`]) is judged from it. Not in
+    /// `grants.csv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_us: Option<u64>,
 }
 
 impl Grant {
@@ -284,18 +289,41 @@ pub struct Overtakes {
     pub overtaken_grants: u64,
     /// `overtaken_grants` over all grants.
     pub overtaken_fraction: f64,
+    /// Overtakes of a request already in line: present when some grant carries the instant
+    /// its place was fixed ([`Grant::queued_us`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_line: Option<InLine>,
+}
+
+/// First come, first served as Lamport defined it for the bakery: a request whose place in
+/// line was fixed (its enqueue acknowledged) before another request *began* must be served
+/// first. Requests on their way at the same time have no order a lock could keep, since the
+/// network may deliver them either way round; [`Overtakes::overtaken_grants`] counts those
+/// too, this does not. A grant without a place ([`Grant::queued_us`] unset) is judged from
+/// its request, as there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct InLine {
+    /// Grants served after a request that began once they were already in line.
+    pub overtaken_grants: u64,
+    /// `overtaken_grants` over all grants.
+    pub overtaken_fraction: f64,
 }
 
 /// Counts overtakes per lock, in O(n log n).
 pub fn overtakes(grants: &[Grant]) -> Overtakes {
     let mut pairs = 0u64;
     let mut overtaken = 0u64;
+    let mut in_line = 0u64;
     for list in by_lock(grants).values() {
-        // In grant order, a grant is overtaken when an earlier grant was requested later.
+        // In grant order, a grant is overtaken when an earlier grant was requested later,
+        // and overtaken in line when that request began after this one's place was fixed.
         let mut max_req: Option<u64> = None;
         for g in list {
             if max_req.is_some_and(|m| m > g.requested_us) {
                 overtaken += 1;
+            }
+            if max_req.is_some_and(|m| m > g.queued_us.unwrap_or(g.requested_us)) {
+                in_line += 1;
             }
             max_req = Some(max_req.map_or(g.requested_us, |m| m.max(g.requested_us)));
         }
@@ -303,10 +331,14 @@ pub fn overtakes(grants: &[Grant]) -> Overtakes {
         pairs += count_inversions(&mut seq);
     }
     let n = grants.len() as u64;
+    let fraction = |k: u64| if n == 0 { 0.0 } else { round4(k as f64 / n as f64) };
+    let placed = grants.iter().any(|g| g.queued_us.is_some());
     Overtakes {
         pairs,
         overtaken_grants: overtaken,
-        overtaken_fraction: if n == 0 { 0.0 } else { round4(overtaken as f64 / n as f64) },
+        overtaken_fraction: fraction(overtaken),
+        in_line: placed
+            .then(|| InLine { overtaken_grants: in_line, overtaken_fraction: fraction(in_line) }),
     }
 }
 
@@ -619,6 +651,35 @@ mod tests {
         let mut xs = vec![3, 1, 2, 5, 4];
         assert_eq!(count_inversions(&mut xs), 3);
         assert_eq!(xs, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn overtakes_in_line_count_only_requests_that_began_after_a_place_was_fixed() {
+        let placed = |g: Grant, q: u64| Grant { queued_us: Some(q), ..g };
+        // Without places, no in-line figure at all.
+        assert_eq!(overtakes(&fifo()).in_line, None);
+        // 1 asked at 5 and 2 at 6; 2's ask reached the lock first (placed at 7, 1 at 8).
+        // By request time 1 was overtaken; in line it was not: 2 was placed before 1.
+        let reordered = vec![
+            placed(g(0, 0, 0, 1, 20, 1), 1),
+            placed(g(0, 2, 6, 21, 30, 2), 7),
+            placed(g(0, 1, 5, 31, 40, 3), 8),
+        ];
+        let o = overtakes(&reordered);
+        assert_eq!(o.overtaken_grants, 1);
+        assert_eq!(o.in_line, Some(InLine { overtaken_grants: 0, overtaken_fraction: 0.0 }));
+        // 3 asked at 9, after 1 was placed at 8, and was served before it: a real overtake.
+        let unfair = vec![
+            placed(g(0, 0, 0, 1, 20, 1), 1),
+            placed(g(0, 3, 9, 21, 30, 2), 10),
+            placed(g(0, 1, 5, 31, 40, 3), 8),
+        ];
+        let o = overtakes(&unfair);
+        assert_eq!(o.in_line.map(|l| l.overtaken_grants), Some(1));
+        // A grant without a place is judged by its request, as before.
+        let mixed =
+            vec![placed(g(0, 0, 0, 1, 20, 1), 1), g(0, 2, 6, 21, 30, 2), g(0, 1, 5, 31, 40, 3)];
+        assert_eq!(overtakes(&mixed).in_line.map(|l| l.overtaken_grants), Some(1));
     }
 
     #[test]

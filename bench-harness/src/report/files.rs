@@ -196,6 +196,7 @@ pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
                     token: field(name, l, &f, 6)?,
                     lease_lost: field(name, l, &f, 7)?,
                     crashed: field(name, l, &f, 8)?,
+                    queued_us: None,
                 },
             ))
         })
@@ -259,6 +260,7 @@ mod tests {
             token: 6,
             lease_lost: true,
             crashed: false,
+            queued_us: None,
         };
         csv.append("queue", &[g], grant_line).unwrap();
         csv.append("shadow", &[g, g], grant_line).unwrap();

@@ -129,6 +129,17 @@ const COLUMNS: &[Column] = &[
         cell: |r| format!("{:.1}%", r.fairness.overtakes.overtaken_fraction * 100.0),
     },
     Column {
+        header: "in line",
+        shown: Shown::WideOnly,
+        legend: "in line: grants overtaken by a request that began after they were in line (-: the lock has no line)",
+        cell: |r| {
+            r.fairness
+                .overtakes
+                .in_line
+                .map_or("-".into(), |l| format!("{:.1}%", l.overtaken_fraction * 100.0))
+        },
+    },
+    Column {
         header: "ops/grant",
         shown: Shown::Always,
         legend: "ops/grant: store requests sent in the window per grant (setup, such as sessions opened, not counted; n/a: the engine does not count them)",

@@ -390,8 +390,8 @@ enum Round {
 /// A round in progress, kept outside the round's future so that a crash can see it.
 #[derive(Default)]
 struct InProgress {
-    /// The grant being held: requested, granted, token.
-    holding: Option<(u64, u64, u64)>,
+    /// The grant being held, released and crashed still to be filled in.
+    holding: Option<Grant>,
 }
 
 async fn contender(
@@ -425,17 +425,8 @@ async fn contender(
                 break;
             }
             Round::Crashed(until) => {
-                if let Some((requested_us, granted_us, token)) = now.holding {
-                    grants.push(Grant {
-                        lock: plan.lock as u32,
-                        contender: plan.index as u32,
-                        requested_us,
-                        granted_us,
-                        released_us: plan.stamp.now_us(),
-                        token,
-                        lease_lost: false,
-                        crashed: true,
-                    });
+                if let Some(held) = now.holding {
+                    grants.push(Grant { released_us: plan.stamp.now_us(), crashed: true, ..held });
                 }
                 ctl.set_holding(false);
                 tokio::time::sleep_until(until).await;
@@ -491,7 +482,17 @@ async fn round(
     };
     out.histogram.saturating_record(latency_us);
     let token = guard.0.as_ref().map_or(0, LockGuard::token);
-    now.holding = Some((requested_us, granted_us, token));
+    let queued_us = guard.0.as_ref().and_then(LockGuard::queued_at).map(|t| plan.stamp.past(t));
+    let held = Grant {
+        lock: plan.lock as u32,
+        contender: plan.index as u32,
+        requested_us,
+        granted_us,
+        token,
+        queued_us,
+        ..Grant::default()
+    };
+    now.holding = Some(held);
     ctl.set_holding(true);
     let write = |resource: &Resource| {
         let at_us = plan.stamp.now_us();
@@ -516,16 +517,7 @@ async fn round(
     let released_us = plan.stamp.now_us();
     now.holding = None;
     ctl.set_holding(false);
-    grants.push(Grant {
-        lock: plan.lock as u32,
-        contender: plan.index as u32,
-        requested_us,
-        granted_us,
-        released_us,
-        token,
-        lease_lost,
-        crashed: false,
-    });
+    grants.push(Grant { released_us, lease_lost, ..held });
     if let Err(e) = guard.release().await {
         out.errors.release_errors += 1;
         out.errors.note(&e);

@@ -32,6 +32,18 @@ impl Stamp {
         }
     }
 
+    /// Microseconds since the run's start at tokio instant `t`, which may be past: on the
+    /// system clock, now less the time since `t`.
+    pub fn past(&self, t: Instant) -> u64 {
+        match *self {
+            Stamp::Tokio { start, scale } => us_between(scale, start, t),
+            Stamp::System { start_us } => {
+                let ago = Instant::now().saturating_duration_since(t).as_micros() as u64;
+                system_now_us().saturating_sub(start_us).saturating_sub(ago)
+            }
+        }
+    }
+
     /// Microseconds since the run's start, now.
     pub fn now_us(&self) -> u64 {
         self.at(Instant::now())

@@ -119,6 +119,7 @@ pub fn table(s: &EnginesSummary) -> String {
         "p50 ms",
         "p99 ms",
         "max ms",
+        "gap ms",
         "Jain",
         "ops/grant",
         "overlaps",
@@ -137,6 +138,7 @@ pub fn table(s: &EnginesSummary) -> String {
                 f1(r.latency.p50_ms),
                 f1(r.latency.p99_ms),
                 f1(r.latency.max_ms),
+                gap(r),
                 r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
                 ops_per_grant(r),
                 r.safety.overlapping_holds.to_string(),
@@ -174,6 +176,16 @@ fn engines_sentence(s: &EnginesSummary) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// What the two overtake columns count, and the gap.
+const FAIRNESS_SENTENCE: &str =
+    "Handoff gap: from a holder's release to the next grant of the lock. \
+     Overtaken: grants served after a request that began later. Two requests on their way at the \
+     same time can reach a server in either order (over two connections, through two proxies), so \
+     this also counts reorderings no lock could prevent. Overtaken in line: grants served after a \
+     request that began once their own place in line was fixed (the lock service's answer, \
+     ZooKeeper's sequential create, etcd's keyed put): Lamport's first come, first served, which \
+     only the lock itself can break; `-` for locks without a line.";
 
 /// Which engines count store requests, which do not.
 fn store_load_sentence(s: &EnginesSummary) -> String {
@@ -234,6 +246,7 @@ pub fn readme(s: &EnginesSummary) -> String {
         let _ = writeln!(md, "{note}\n");
     }
     let _ = writeln!(md, "{}\n", store_load_sentence(s));
+    let _ = writeln!(md, "{FAIRNESS_SENTENCE}\n");
     figures_table(&mut md, s);
     let _ = writeln!(md, "## Chart\n");
     let _ = writeln!(
@@ -249,23 +262,33 @@ pub fn readme(s: &EnginesSummary) -> String {
     md
 }
 
+/// The median handoff gap, in ms with three decimals (sub-millisecond on the servers); `-`
+/// when there was no handoff (one contender).
+fn gap(r: &AlgorithmReport) -> String {
+    if r.handoff.count == 0 {
+        "-".into()
+    } else {
+        format!("{:.3}", r.handoff.p50_ms)
+    }
+}
+
 /// The README's table: every point's figures.
 fn figures_table(md: &mut String, s: &EnginesSummary) {
     let _ = writeln!(md, "## Figures\n");
     let _ = writeln!(
         md,
-        "| engine / algorithm | contenders | grants | grants/s | p50 ms | p90 ms | p99 ms | max ms | Jain | longest run | overtaken | store ops / grant | overlapping holds | token order violations | errors | wall s |"
+        "| engine / algorithm | contenders | grants | grants/s | p50 ms | p90 ms | p99 ms | max ms | handoff gap p50 ms | Jain | longest run | overtaken | overtaken in line | store ops / grant | overlapping holds | token order violations | errors | wall s |"
     );
     let _ = writeln!(
         md,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for name in s.series() {
         for p in s.points_of(&name) {
             let r = &p.report;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} | {} | {} | {} | {} | {:.1} |",
                 name,
                 p.contenders,
                 r.grants,
@@ -274,9 +297,14 @@ fn figures_table(md: &mut String, s: &EnginesSummary) {
                 f1(r.latency.p90_ms),
                 f1(r.latency.p99_ms),
                 f1(r.latency.max_ms),
+                gap(r),
                 r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
                 r.fairness.longest_run.length,
                 r.fairness.overtakes.overtaken_fraction * 100.0,
+                r.fairness
+                    .overtakes
+                    .in_line
+                    .map_or("-".into(), |l| format!("{:.1}%", l.overtaken_fraction * 100.0)),
                 ops_per_grant(r),
                 r.safety.overlapping_holds,
                 r.safety.token_violations_text(),
