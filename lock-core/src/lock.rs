@@ -185,8 +185,9 @@ impl LockGuard {
     /// Records when this acquisition's place in line was fixed: the instant its client learned
     /// that no request made after it could be served first. A lock with a queue sets it when
     /// its enqueue was acknowledged (the lock service's `Queued` or `Granted` answer,
-    /// ZooKeeper's sequential create, etcd's keyed put); a lock without one (a spin lock, a
-    /// lease taken by compare-and-set) leaves it unset.
+    /// ZooKeeper's sequential create, etcd's keyed put, the queue locks' queue cell, the
+    /// bakery's doorway); a lock without one (a spin lock, a lease taken by compare-and-set)
+    /// leaves it unset.
     ///
     /// This is Lamport's first-come-first-served condition for the bakery: a request whose
     /// doorway ended before another's began must enter first. Two requests on their way at

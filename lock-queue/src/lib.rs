@@ -61,6 +61,9 @@
 //! - at most one holder (Theorems 1 and 3), over many seeds, simulated and wall time;
 //! - with agreeing clocks the lock is granted in queue order: no overtakes
 //!   (`tests/fairness.rs`);
+//! - first come, first served: a request whose queue cell was acknowledged before another
+//!   request began is granted first; the guard says when (`LockGuard::queued_at`) and the
+//!   suite's `one_lock_one_holder` checks it, for all three locks;
 //! - fencing tokens strictly increase; a crashed holder frees the lock after its TTL;
 //! - a timed-out or soft-lock attempt leaves no queue cell behind.
 //!

@@ -36,6 +36,9 @@ pub(crate) struct Place {
     /// The cells of the last look at the queue, kept for the next one to read into
     /// ([`CellStore::read_into`]): a waiter reads the whole queue at every poll.
     looked: std::sync::Mutex<Vec<Cell>>,
+    /// When our queue cell's write was acknowledged: a request that begins later reads a
+    /// later time and queues behind us ([`LockGuard::with_queued_at`]).
+    pub(crate) queued_at: Instant,
 }
 
 impl Place {
@@ -159,7 +162,14 @@ pub(crate) async fn join_queue<Q: Queue>(
         return Err(LockError::store(lock_id, e));
     }
     lease.add(key, value.to_vec(), started);
-    Ok(Place { id, lease, bell: None, ahead: Default::default(), looked: Default::default() })
+    Ok(Place {
+        id,
+        lease,
+        bell: None,
+        ahead: Default::default(),
+        looked: Default::default(),
+        queued_at: Instant::now(),
+    })
 }
 
 /// The head check, once: if we are first, try the main row.
@@ -213,6 +223,7 @@ async fn grant<Q: Queue>(
     main_written: Instant,
 ) -> Result<LockGuard, LockError> {
     let ctx = &q.parts().ctx;
+    let queued_at = place.queued_at;
     place.lease.add(
         CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner),
         ctx.owner.as_bytes().to_vec(),
@@ -222,6 +233,7 @@ async fn grant<Q: Queue>(
         .then(q.after_delete(lock_id))
         .into_guard(&ctx.owner)
         .await
+        .map(|guard| guard.with_queued_at(queued_at))
 }
 
 /// Listing 6, with a timeout that leaves the queue.

@@ -184,8 +184,9 @@ const FAIRNESS_SENTENCE: &str =
      same time can reach a server in either order (over two connections, through two proxies), so \
      this also counts reorderings no lock could prevent. Overtaken in line: grants served after a \
      request that began once their own place in line was fixed (the lock service's answer, \
-     ZooKeeper's sequential create, etcd's keyed put): Lamport's first come, first served, which \
-     only the lock itself can break; `-` for locks without a line.";
+     ZooKeeper's sequential create, etcd's keyed put, the queue locks' queue cell, the bakery's \
+     doorway): Lamport's first come, first served, which only the lock itself can break; `-` \
+     for locks without a line.";
 
 /// Which engines count store requests, which do not.
 fn store_load_sentence(s: &EnginesSummary) -> String {
