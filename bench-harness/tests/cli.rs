@@ -501,6 +501,30 @@ fn the_global_time_source_runs() {
     assert_eq!(summary["results"][0]["safety"]["overlapping_holds"], 0);
 }
 
+/// A finding kept as a test (lock-queue's docs, "First come, first served needs agreeing
+/// clocks"): with clocks ±100 ms apart the queue lock lets a request that began later, with an
+/// earlier clock, pass one already in line; the bakery, which orders by its Numbers row and
+/// reads no clock for it, keeps first come, first served (its overtakes by request time are
+/// requests whose doorways overlapped).
+#[test]
+fn skewed_clocks_break_first_come_first_served_for_the_queue_lock_but_not_the_bakery() {
+    let dir = scratch("skew-in-line");
+    let args = ["-a", "queue,bakery", "--threads", "16", "--duration", "30s", "--skew", "100ms"];
+    let o = run(&[&args[..], &["-q", "--out", dir.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let in_line = |i: usize| {
+        let r = &summary["results"][i];
+        let line = &r["fairness"]["overtakes"]["in_line"];
+        (r["algorithm"].as_str().unwrap().to_string(), line["overtaken_grants"].as_u64().unwrap())
+    };
+    let (queue, queue_in_line) = in_line(0);
+    let (bakery, bakery_in_line) = in_line(1);
+    assert_eq!((queue.as_str(), bakery.as_str()), ("queue", "bakery"));
+    assert!(queue_in_line > 100, "queue: {queue_in_line} grants overtaken in line");
+    assert_eq!(bakery_in_line, 0, "bakery: overtaken in line");
+}
+
 #[test]
 fn a_quick_sweep_writes_the_results_directory() {
     let dir = scratch("sweep");

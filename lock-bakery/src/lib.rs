@@ -86,7 +86,9 @@
 //!   ended before another's request began is served first. The guard says when its doorway
 //!   ended (`LockGuard::queued_at`), and the suite's `one_lock_one_holder` checks the order.
 //!   In the default scenario (64 contenders, simulated) 1.4% of grants are overtaken by
-//!   request time, all by requests whose doorways overlapped; 0 in line.
+//!   request time, all by requests whose doorways overlapped; 0 in line. The order comes from
+//!   the numbers drawn, not from a clock, so this holds at any clock skew (±10 ms to ±1 s:
+//!   0 in line), where the queue locks lose it (lock-queue's docs).
 //! - **Hunting a counterexample** (`tests/exclusion.rs`): contenders mixing mandatory locks,
 //!   mandatory locks with 1–60 ms timeouts and soft locks, ±5 s clock skew, 50 µs–3 ms round
 //!   trips (a read often finds a write on some replicas only). In the suite: 200 seeds on three

@@ -67,6 +67,29 @@
 //! - fencing tokens strictly increase; a crashed holder frees the lock after its TTL;
 //! - a timed-out or soft-lock attempt leaves no queue cell behind.
 //!
+//! ## First come, first served needs agreeing clocks
+//! A request's place is its queue time, read from the contender's clock before it writes its
+//! queue cell. With skewed clocks a request that begins *after* another's cell was
+//! acknowledged can still read an earlier time and go ahead of it: a breach of first come,
+//! first served, not a reordering of concurrent requests. The harness counts these as
+//! "overtaken in line" (`bench-harness run --threads 64 --skew S --algorithms
+//! queue,queue-bounded,queue-push,bakery --duration 120s --wide`, seed 1, simulated):
+//!
+//! | skew | queue | queue-bounded | queue-push | bakery |
+//! |---|---|---|---|---|
+//! | ±10 ms | 1.6% | 2.6% | 11.7% | 0.0% |
+//! | ±100 ms | 50.7% | 53.7% | 66.2% | 0.0% |
+//! | ±1000 ms | 82.4% | 83.1% | 83.0% | 0.0% |
+//!
+//! Nearly every overtake by request time is one in line here (at ±100 ms, 50.8% and 50.7%
+//! for the queue lock). A hybrid logical clock (`--time-source hlc`) changes nothing: it moves
+//! past what a contender has seen, and the contender takes its time before it reads the queue.
+//! The thesis's GlobalTime (`--time-source global`, its replicas skewed too) gives 47.1% and
+//! 52.3% for queue and queue-push. The bakery orders by the numbers it draws and reads no
+//! clock for that, so it keeps first come, first served at every skew. The bench-harness test
+//! `skewed_clocks_break_first_come_first_served_for_the_queue_lock_but_not_the_bakery` keeps
+//! this finding.
+//!
 //! ## Tombstones, and the bounded variant
 //! Every request writes a new queue column and deletes it afterwards. On Cassandra each
 //! deletion stays as a tombstone for `gc_grace_seconds` (10 days), before every live cell of
