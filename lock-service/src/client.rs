@@ -590,7 +590,11 @@ impl Session {
             }
             let conn = self.connection(hint.take(), deadline).await?;
             let sent = Instant::now();
-            let last = match conn.request(&self.shared, body.clone(), deadline).await {
+            // A node that keeps the connection open and answers nothing (paused, stalled) is
+            // given up on after TTL/3, not at the deadline: the session then resumes on the
+            // leader the others elected while its lease still stands.
+            let attempt = deadline.min(sent + self.shared.config.ttl / 3);
+            let last = match conn.request(&self.shared, body.clone(), attempt).await {
                 Ok(Reply::NotLeader { leader }) => {
                     hint = leader.filter(|_| self.shared.config.follow_leader_hints);
                     self.drop_conn(&conn).await;

@@ -54,6 +54,11 @@
 //!      its next keep-alive: a waiter would otherwise hear of the new leader's grant up to
 //!      TTL/3 late (with the leader killed every 8 s the lock was unavailable 40% of the
 //!      time; now 16%).
+//!    - A node that keeps the connection open and answers nothing (paused, or stalled) is
+//!      given up on after TTL/3 without an answer, and moved to the end of the client's
+//!      list: the session then resumes on the leader the others elected while its lease
+//!      still stands. Waiting on the silent node until the request's deadline lost the
+//!      session (`failover.rs`, `a_leader_silent_for_longer_than_the_ttl_loses_no_lock`).
 //!    - The leader confirms its lead for a resume with a quorum, in one check shared by
 //!      the resumes and keep-alives that arrive together: a check each, after a failover,
 //!      overran the heartbeat interval together, failed, and were all retried (the

@@ -132,6 +132,32 @@ async fn a_partitioned_leader_loses_no_lock_and_grants_none_twice() {
     passes_on(g, &other).await;
 }
 
+/// A leader that stops answering (paused, its connections open) for longer than the TTL: the
+/// holder gives up on it after TTL/3 of silence and resumes its session on the new leader, so
+/// it keeps its lock; waiting on the silent node until the TTL passed lost the session.
+/// The TTL leaves the election 4 s: the keep-alive goes out at TTL/3 and is given up on at
+/// 2·TTL/3, and a follower that still names the paused leader then sends the client back
+/// to it for up to twice the connect timeout (with a 3 s TTL that lost the session in one
+/// run of about fifteen, on a loaded machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_silent_for_longer_than_the_ttl_loses_no_lock() {
+    let cluster = cluster().await;
+    let ttl = Duration::from_secs(6);
+    let holder = locker(&cluster, "holder", ttl).await;
+    let other = locker(&cluster, "other", ttl).await;
+    let g = holder.lock("silent", None).await.expect("lock");
+    let leader = on(&cluster, |c| c.wait_for_leader(Duration::from_secs(5))).await.unwrap();
+    on(&cluster, move |c| c.pause(leader)).await.expect("pause");
+    let new = on(&cluster, move |c| c.wait_for_new_leader(leader, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    eprintln!("node {new} leads while node {leader} is paused");
+    still_held(&g, &other, ttl * 2).await;
+    on(&cluster, move |c| c.resume(leader)).await.expect("resume");
+    still_held(&g, &other, ttl).await;
+    passes_on(g, &other).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_grant_survives_every_node_crashing_at_once() {
     let cluster = cluster().await;
