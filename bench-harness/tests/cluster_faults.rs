@@ -185,7 +185,8 @@ fn an_unknown_sentinel_master_fails_fast() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("nosuchmaster") && err.contains(&sentinel), "{err}");
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
-    let dead = test_servers::free_port();
+    let closed = test_servers::ClosedPort::new();
+    let dead = closed.addr().port();
     let out = Command::new(BIN)
         .args(["--backend", "redis", "--redis-sentinel", &format!("127.0.0.1:{dead}")])
         .args(["--duration", "2s", "--quiet", "--out"])
@@ -195,4 +196,5 @@ fn an_unknown_sentinel_master_fails_fast() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("127.0.0.1:{dead}")), "{err}");
+    drop(closed);
 }

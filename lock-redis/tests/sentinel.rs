@@ -10,7 +10,7 @@ use sentinel_support::{
     backend, blocking, config, get, sentinels, until_ok, FakeSentinel, CONNECT,
 };
 use std::time::{Duration, Instant};
-use test_servers::{free_port, redis_call, shared_redis, RedisCluster, RedisServer, Reply};
+use test_servers::{redis_call, shared_redis, ClosedPort, RedisCluster, RedisServer, Reply};
 use test_servers::{SilentServer, REDIS_MASTER_NAME};
 
 /// Both locks through Sentinel: their keys land on the master the Sentinels name; a name no
@@ -58,7 +58,8 @@ async fn both_locks_work_through_sentinel() {
 /// most. An empty or malformed list is a configuration error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_sentinel_lists_fail_fast_and_say_why() {
-    let nobody = vec![format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())];
+    let closed = [ClosedPort::new(), ClosedPort::new()];
+    let nobody: Vec<String> = closed.iter().map(|p| p.addr().to_string()).collect();
     let start = Instant::now();
     let err = RedisBackend::connect_sentinel(&nobody, "m", config("x:")).await.unwrap_err();
     eprintln!("no Sentinel listening, refused in {:?}: {err}", start.elapsed());

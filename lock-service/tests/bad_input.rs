@@ -78,8 +78,9 @@ fn a_cluster_list_without_this_node_or_malformed_is_refused() {
 
 #[tokio::test]
 async fn a_client_pointed_at_no_live_node_fails_within_seconds_naming_each() {
-    let dead: Vec<String> =
-        (0..3).map(|_| format!("127.0.0.1:{}", test_servers::free_port())).collect();
+    let held: Vec<test_servers::ClosedPort> =
+        (0..3).map(|_| test_servers::ClosedPort::new()).collect();
+    let dead: Vec<String> = held.iter().map(|p| p.addr().to_string()).collect();
     let started = Instant::now();
     let config =
         ClientConfig { request_timeout: Duration::from_secs(2), ..ClientConfig::default() };
@@ -90,6 +91,7 @@ async fn a_client_pointed_at_no_live_node_fails_within_seconds_naming_each() {
     assert!(matches!(e, LockError::Backend { .. }), "{text}");
     assert!(dead.iter().all(|d| text.contains(d.as_str())), "{text}");
     assert!(text.contains("refused"), "{text}");
+    drop(held); // the ports stay held until the assertions are done
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,8 +63,8 @@ pub use etcd::{
     etcd_post, etcd_post_as, etcd_secure, etcd_token, shared_etcd, shared_etcd_with, Etcd,
     EtcdCluster, EtcdServer, EtcdTls, EtcdUser, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
 };
-pub use process::free_port;
 pub use process::Launch;
+pub use process::{free_port, ClosedPort};
 pub use proxy::{Proxy, Rewrite};
 pub use redis::{
     random_password, redis_call, redis_call_as, shared_redis, AclUser, Redis, RedisCluster,

@@ -25,6 +25,34 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback address where nothing listens, for as long as this value lives: its socket is
+/// bound but never listens, so a connection to it is refused at once, and no other server can
+/// take the port meanwhile (a port from [`free_port`] could be taken by a server of a test
+/// running beside, and a test of "nobody answers" would then reach it).
+pub struct ClosedPort {
+    socket: tokio::net::TcpSocket,
+}
+
+impl ClosedPort {
+    /// Bind an ephemeral loopback port without listening on it.
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind an ephemeral loopback port");
+        ClosedPort { socket }
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.socket.local_addr().expect("a bound socket has an address")
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        ClosedPort::new()
+    }
+}
+
 /// Remove data dirs left by test binaries that have exited (a server kept in a `static` is
 /// never dropped, so its binary cannot remove its dir itself).
 fn remove_stale_dirs() {
