@@ -214,9 +214,10 @@ pub struct Ask {
     pub granted: Instant,
 }
 
-/// Lamport's first come, first served over the grants of one lock: a request whose place was
-/// fixed before another request began is granted first. Requests without a place are not
-/// judged (a lock without a line promises no order); a place must lie within its request.
+/// Lamport's first come, first served over the grants of one lock
+/// ([`crate::order::overtaken_in_line`]): a request whose place was fixed before another
+/// request began is granted first. Requests without a place are not judged (a lock without a
+/// line promises no order); a place must lie within its request.
 pub fn check_first_come_first_served(asks: &[Ask]) -> Result<(), String> {
     for a in asks {
         if let Some(q) = a.queued {
@@ -227,22 +228,14 @@ pub fn check_first_come_first_served(asks: &[Ask]) -> Result<(), String> {
     }
     let mut by_grant: Vec<&Ask> = asks.iter().collect();
     by_grant.sort_by_key(|a| a.granted);
-    // In grant order, no request may have begun after a place still waiting was fixed.
-    let mut latest_request: Option<&Ask> = None;
-    for a in by_grant {
-        if let (Some(q), Some(earlier)) = (a.queued, latest_request) {
-            if earlier.requested > q && earlier.granted < a.granted {
-                return Err(format!(
-                    "not first come, first served: {earlier:?} began after {a:?} was in line \
-                     and was granted first"
-                ));
-            }
-        }
-        if latest_request.is_none_or(|l| a.requested > l.requested) {
-            latest_request = Some(a);
-        }
+    match crate::order::overtaken_in_line(by_grant.iter().map(|a| (a.requested, a.queued))).first()
+    {
+        Some(&(late, first)) => Err(format!(
+            "not first come, first served: {:?} began after {:?} was in line and was granted first",
+            by_grant[first], by_grant[late]
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Thesis 5.5, scenario 2: many lock ids are held by many contenders at once, and each id

@@ -19,6 +19,8 @@
 //! - [`fence`]: fencing tokens on the cell store;
 //! - [`session`]: one session at a time, renewed when it ends, for the server backends whose
 //!   locks live in a session (ZooKeeper's, an etcd lease);
+//! - [`order`]: Lamport's first come, first served over one lock's grants, as the
+//!   conformance suite checks it and the harness counts it;
 //! - [`requests`]: the hook through which the server backends report each request they send,
 //!   so that their load can be counted (the embedded store counts its own);
 //! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
@@ -61,6 +63,7 @@ pub mod embedded;
 pub mod fence;
 pub mod lease;
 pub mod lock;
+pub mod order;
 pub mod requests;
 pub mod secret;
 pub mod session;

@@ -295,6 +295,13 @@ pub struct Overtakes {
     pub in_line: Option<InLine>,
 }
 
+impl Overtakes {
+    /// The share overtaken in line for a table: a percentage, or "-" for a lock without a line.
+    pub fn in_line_text(&self) -> String {
+        self.in_line.map_or("-".into(), |l| format!("{:.1}%", l.overtaken_fraction * 100.0))
+    }
+}
+
 /// First come, first served as Lamport defined it for the bakery: a request whose place in
 /// line was fixed (its enqueue acknowledged) before another request *began* must be served
 /// first. Requests on their way at the same time have no order a lock could keep, since the
@@ -316,17 +323,12 @@ pub fn overtakes(grants: &[Grant]) -> Overtakes {
     let mut in_line = 0u64;
     for list in by_lock(grants).values() {
         // In grant order, a grant is overtaken when an earlier grant was requested later,
-        // and overtaken in line when that request began after this one's place was fixed.
-        let mut max_req: Option<u64> = None;
-        for g in list {
-            if max_req.is_some_and(|m| m > g.requested_us) {
-                overtaken += 1;
-            }
-            if max_req.is_some_and(|m| m > g.queued_us.unwrap_or(g.requested_us)) {
-                in_line += 1;
-            }
-            max_req = Some(max_req.map_or(g.requested_us, |m| m.max(g.requested_us)));
-        }
+        // and overtaken in line when that request began after this one's place was fixed
+        // (judged from its request when it has no place).
+        let began = |g: &Grant| (g.requested_us, Some(g.requested_us));
+        overtaken += lock_core::order::overtaken_in_line(list.iter().map(began)).len() as u64;
+        let placed = |g: &Grant| (g.requested_us, Some(g.queued_us.unwrap_or(g.requested_us)));
+        in_line += lock_core::order::overtaken_in_line(list.iter().map(placed)).len() as u64;
         let mut seq: Vec<u64> = list.iter().map(|g| g.requested_us).collect();
         pairs += count_inversions(&mut seq);
     }

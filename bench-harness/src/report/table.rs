@@ -132,12 +132,7 @@ const COLUMNS: &[Column] = &[
         header: "in line",
         shown: Shown::WideOnly,
         legend: "in line: grants overtaken by a request that began after they were in line (-: the lock has no line)",
-        cell: |r| {
-            r.fairness
-                .overtakes
-                .in_line
-                .map_or("-".into(), |l| format!("{:.1}%", l.overtaken_fraction * 100.0))
-        },
+        cell: |r| r.fairness.overtakes.in_line_text(),
     },
     Column {
         header: "ops/grant",
