@@ -121,6 +121,9 @@ struct Shared {
     endpoints: Vec<String>,
     /// The endpoints in the order to try them: the last leader first, failures last.
     order: Mutex<Vec<String>>,
+    /// The nodes that failed to connect or to answer since they last answered: a hint naming
+    /// one is not followed ([`find_leader`]).
+    failed: Mutex<Vec<String>>,
     config: ClientConfig,
     next_id: AtomicU64,
     /// The TLS connector, when the config asks for TLS.
@@ -129,6 +132,7 @@ struct Shared {
 
 impl Shared {
     fn promote(&self, addr: &str) {
+        lock(&self.failed).retain(|f| f != addr);
         let mut order = lock(&self.order);
         if let Some(at) = order.iter().position(|a| a == addr) {
             let a = order.remove(at);
@@ -136,7 +140,18 @@ impl Shared {
         }
     }
 
+    /// Whether to dial the node a follower at `from` names as leader next: not itself, and
+    /// not one that failed since it last answered (see [`find_leader`]).
+    fn worth_following(&self, leader: &str, from: &str) -> bool {
+        leader != from && !lock(&self.failed).iter().any(|f| f == leader)
+    }
+
     fn demote(&self, addr: &str) {
+        let mut failed = lock(&self.failed);
+        if !failed.iter().any(|f| f == addr) {
+            failed.push(addr.to_string());
+        }
+        drop(failed);
         let mut order = lock(&self.order);
         if let Some(at) = order.iter().position(|a| a == addr) {
             let a = order.remove(at);
@@ -331,7 +346,11 @@ impl Conn {
 /// Dial nodes until one that leads answers `first`: the hint first, then every endpoint, the
 /// ones that answered last time first. Each attempt gets [`ClientConfig::connect_timeout`] to
 /// connect and as long again to answer, so a dead node (or one cut off behind a proxy that
-/// still accepts) costs at most that before the next is tried.
+/// still accepts) costs at most that before the next is tried. A follower's hint naming a node
+/// that failed since it last answered is not followed: until the election ends, followers
+/// still name the old leader, and dialling a paused or cut-off leader again on each hint cost
+/// twice the connect timeout each time. Such a node is still tried in its turn (last), so one
+/// that comes back is found.
 async fn find_leader(
     shared: &Shared,
     first: &Request,
@@ -365,7 +384,7 @@ async fn find_leader(
                     conn.close();
                     failures.push(format!("{addr}: not the leader"));
                     let follow = shared.config.follow_leader_hints;
-                    if let Some(l) = leader.filter(|l| *l != addr && follow) {
+                    if let Some(l) = leader.filter(|l| follow && shared.worth_following(l, &addr)) {
                         hint = Some(l);
                         break;
                     }
@@ -596,7 +615,8 @@ impl Session {
             let attempt = deadline.min(sent + self.shared.config.ttl / 3);
             let last = match conn.request(&self.shared, body.clone(), attempt).await {
                 Ok(Reply::NotLeader { leader }) => {
-                    hint = leader.filter(|_| self.shared.config.follow_leader_hints);
+                    let follow = self.shared.config.follow_leader_hints;
+                    hint = leader.filter(|l| follow && self.shared.worth_following(l, &conn.addr));
                     self.drop_conn(&conn).await;
                     format!("{}: not the leader", conn.addr)
                 }
@@ -787,6 +807,7 @@ impl ServiceClient {
         let shared = Arc::new(Shared {
             endpoints: endpoints.to_vec(),
             order: Mutex::new(endpoints.to_vec()),
+            failed: Mutex::new(Vec::new()),
             config,
             next_id: AtomicU64::new(1),
             tls,
@@ -1073,5 +1094,35 @@ impl Locker for ServiceLocker {
             Reply::Busy => Ok(None),
             other => Err(unexpected(lock_id, other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hint_naming_a_node_that_failed_since_it_last_answered_is_not_followed() {
+        let nodes = ["a:1".to_string(), "b:1".to_string(), "c:1".to_string()];
+        let shared = Shared {
+            endpoints: nodes.to_vec(),
+            order: Mutex::new(nodes.to_vec()),
+            failed: Mutex::new(Vec::new()),
+            config: ClientConfig::default(),
+            next_id: AtomicU64::new(1),
+            tls: None,
+        };
+        let follows = |leader: &str, from: &str| shared.worth_following(leader, from);
+        assert!(follows("a:1", "b:1"));
+        assert!(!follows("b:1", "b:1"), "a node naming itself");
+        // a:1 stops answering: it goes last, and b's hint naming it is not followed...
+        shared.demote("a:1");
+        assert_eq!(*lock(&shared.order), ["b:1", "c:1", "a:1"]);
+        assert!(!follows("a:1", "b:1"));
+        assert!(follows("c:1", "b:1"));
+        // ...until it answers again.
+        shared.promote("a:1");
+        assert_eq!(*lock(&shared.order), ["a:1", "b:1", "c:1"]);
+        assert!(follows("a:1", "b:1"));
     }
 }

@@ -59,6 +59,10 @@
 //!      list: the session then resumes on the leader the others elected while its lease
 //!      still stands. Waiting on the silent node until the request's deadline lost the
 //!      session (`failover.rs`, `a_leader_silent_for_longer_than_the_ttl_loses_no_lock`).
+//!      Until the election ends the followers still name the silent node as leader; the
+//!      client does not follow such a hint to a node that failed since it last answered
+//!      (each try cost up to twice the connect timeout), but still tries it last in its
+//!      turn, so a node that comes back is found.
 //!    - The leader confirms its lead for a resume with a quorum, in one check shared by
 //!      the resumes and keep-alives that arrive together: a check each, after a failover,
 //!      overran the heartbeat interval together, failed, and were all retried (the
@@ -247,7 +251,10 @@
 //!   conformance suite on a 3-node cluster with TLS, mutual TLS between nodes and a user per
 //!   contender.
 //! - `tests/nemesis.rs`: a CI-sized Jepsen-style run, the leader killed again and again
-//!   under six contenders, every grant checked.
+//!   under six contenders, every grant checked. The full one is a command (the workspace
+//!   README's "leader killed every 8s", ten minutes per cluster); its figures, beside
+//!   ZooKeeper's and etcd's, are in `results/leader-kills`: 0 overlaps, the lock unavailable
+//!   23% of the time (ZooKeeper 25%, etcd 60%).
 
 #![deny(missing_docs)]
 
