@@ -42,6 +42,14 @@ pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result
     write_atomic(path, text.as_bytes())
 }
 
+/// What an earlier run wrote to `path`, for a `--redraw` that measures nothing.
+pub fn read_earlier<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text = fs::read_to_string(path).with_context(|| {
+        format!("cannot read {} (--redraw needs an earlier run)", path.display())
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
+}
+
 /// Writes `bytes` to `path` through a temporary file in the same directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = tmp_path(path);

@@ -267,7 +267,13 @@ fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
         .collect()
 }
 
-/// The runs of `args`: one [`RunConfig`] per engine, algorithm and contender count.
+/// The runs of `args`: one [`RunConfig`] per engine, algorithm and contender count, level by
+/// level: every engine's points at one contender count run one after the other before the
+/// next count begins. Wall-time figures drift over a run of many minutes (other programs on
+/// the disk, the machine's neighbours); measured engine after engine, a drift lands on one
+/// engine's points only, while the points a comparison puts side by side (the same contender
+/// count) run minutes apart. Level by level they run seconds apart, so a drift moves them
+/// together.
 pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)> {
     let contenders = contender_levels(args);
     let mut engines = Vec::new();
@@ -280,17 +286,18 @@ pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)>
             .collect();
         bases.extend(clusters);
     }
-    for base in bases {
-        let algorithms = base.backend.algorithm_names();
+    for base in &bases {
         engines.push(Engine {
             backend: base.backend,
             address: base.address(),
-            algorithms: algorithms.iter().map(|a| a.to_string()).collect(),
+            algorithms: base.backend.algorithm_names().iter().map(|a| a.to_string()).collect(),
             note: base.backend.comparison_note(&base.engine),
             topology: base.backend.topology(&base.engine),
         });
-        for &n in &contenders {
-            for a in &algorithms {
+    }
+    for &n in &contenders {
+        for base in &bases {
+            for a in base.backend.algorithm_names() {
                 let cfg = RunConfig { algorithms: vec![a.to_string()], threads: n, ..base.clone() };
                 cfg.validate().map_err(|e| anyhow!(e))?;
                 runs.push(cfg);
@@ -303,12 +310,7 @@ pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)>
 /// `bench-harness engines`.
 pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
     if args.redraw {
-        let path = args.out.join("engines.json");
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!("cannot read {} (--redraw needs an earlier run)", path.display())
-        })?;
-        let summary: EnginesSummary = serde_json::from_str(&text)
-            .with_context(|| format!("cannot parse {}", path.display()))?;
+        let summary: EnginesSummary = files::read_earlier(&args.out.join("engines.json"))?;
         return report::write_outputs(args, &summary, std::time::Instant::now());
     }
     let (engines, runs) = plan(args)?;
@@ -455,6 +457,11 @@ mod tests {
         let per_level: usize = engines.iter().map(|e| e.algorithms.len()).sum();
         assert_eq!(per_level, 6 + 2 + 1);
         assert_eq!(runs.len(), 2 * per_level);
+        // Level by level: every engine at 1 contender, then every engine at 8.
+        let levels: Vec<usize> = runs.iter().map(|r| r.threads).collect();
+        assert_eq!(levels, [vec![1; per_level], vec![8; per_level]].concat());
+        assert_eq!(runs[per_level - 1].backend.name(), "zookeeper");
+        assert_eq!(runs[per_level].backend.name(), "embedded");
         assert!(runs.iter().all(|r| r.clock == crate::config::ClockMode::Wall));
         let zk = EngineRef::find("zookeeper").unwrap();
         assert_eq!(series_name(zk, "", "zookeeper"), "zookeeper");

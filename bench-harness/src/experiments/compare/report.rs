@@ -192,7 +192,16 @@ const FAIRNESS_SENTENCE: &str =
 fn store_load_sentence(s: &EnginesSummary) -> String {
     let (counted, not): (Vec<&Engine>, Vec<&Engine>) =
         s.engines.iter().partition(|e| e.backend.counts_requests());
-    let names = |v: &[&Engine]| v.iter().map(|e| e.backend.name()).collect::<Vec<_>>().join(", ");
+    // An engine and its cluster are one name here.
+    let names = |v: &[&Engine]| {
+        let mut out: Vec<&str> = Vec::new();
+        for name in v.iter().map(|e| e.backend.name()) {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        out.join(", ")
+    };
     let mut text = String::from("Store load");
     if !counted.is_empty() {
         let _ = write!(text, " is counted for {} (requests sent, per grant)", names(&counted));
@@ -242,6 +251,13 @@ pub fn readme(s: &EnginesSummary) -> String {
         poll = format_duration(sc.poll_interval),
         seed = sc.seed,
     );
+    if s.points.windows(2).all(|w| w[0].contenders <= w[1].contenders) {
+        let _ = writeln!(
+            md,
+            "The points ran level by level: every engine at one contender count, one after another, \
+             before the next count, so the points compared at one count ran seconds apart.\n"
+        );
+    }
     let _ = writeln!(md, "Engines: {}.\n", engines_sentence(s));
     for note in s.engines.iter().filter_map(|e| e.note.as_deref()) {
         let _ = writeln!(md, "{note}\n");
@@ -302,10 +318,7 @@ fn figures_table(md: &mut String, s: &EnginesSummary) {
                 r.fairness.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
                 r.fairness.longest_run.length,
                 r.fairness.overtakes.overtaken_fraction * 100.0,
-                r.fairness
-                    .overtakes
-                    .in_line
-                    .map_or("-".into(), |l| format!("{:.1}%", l.overtaken_fraction * 100.0)),
+                r.fairness.overtakes.in_line_text(),
                 ops_per_grant(r),
                 r.safety.overlapping_holds,
                 r.safety.token_violations_text(),
@@ -404,5 +417,18 @@ mod tests {
         let widest = crate::report::console::widest_line(&t);
         assert!(widest <= crate::report::console::WIDTH, "{widest} columns:\n{t}");
         assert!(t.lines().count() >= 2 + summary.points.len(), "{t}");
+    }
+
+    /// An engine run on one server and on its cluster is named once.
+    #[test]
+    fn the_store_load_sentence_names_an_engine_and_its_cluster_once() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/engines/engines.json");
+        let text = std::fs::read_to_string(&path).expect("results/engines/engines.json");
+        let summary: EnginesSummary = serde_json::from_str(&text).expect("parses");
+        assert!(summary.engines.iter().any(|e| !e.topology.is_empty()), "no cluster committed");
+        let sentence = store_load_sentence(&summary);
+        for name in ["zookeeper", "etcd", "service"] {
+            assert_eq!(sentence.matches(name).count(), 1, "{sentence}");
+        }
     }
 }
