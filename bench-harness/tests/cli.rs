@@ -532,7 +532,7 @@ fn a_quick_sweep_writes_the_results_directory() {
         "sweep",
         "--quick",
         "--contenders",
-        "1,2,8",
+        "1,2,8,64",
         "--duration",
         "2s",
         "-q",
@@ -549,6 +549,10 @@ fn a_quick_sweep_writes_the_results_directory() {
         "timeline_8.png",
         "poll_interval.png",
         "clock_skew.png",
+        "| overtaken | overtaken in line |",
+        "(Lamport's first come, first served)",
+        // The bakery's overtakes by request time are not Lamport's: none is in line.
+        "of grants are overtaken, none of them by a request that began after their place",
     ] {
         assert!(readme.contains(needle), "README lacks {needle}:\n{readme}");
     }

@@ -103,6 +103,18 @@
 //! - **Cost.** With zero latency (the default) a request is served inline, without spawning,
 //!   followed by one `yield_now` so that tight loops of requests stay fair on a current-thread
 //!   runtime.
+//! - **Speed, and what bounds it.** With latency, a request is one tokio timer per replica
+//!   message that changes or reads a replica and per answer the coordinator waits for: four
+//!   wake-ups of a paused runtime for a `QUORUM` read of three replicas, five for a write. Two tasks
+//!   woken at one tick run in the order tokio's timer wheel and run queue give them, and that
+//!   order is part of the run: a read that runs first misses the write that runs second. So
+//!   the same seed gives the same run only as long as tokio orders them, and an executor of
+//!   our own, however much faster, would give other runs for the same seeds. Under tokio,
+//!   `perf record` of `bench-harness --threads 64 -a ALGORITHM --duration 300s` puts between
+//!   a third and three fifths of the wall time in tokio's scheduler, timer wheel and clock
+//!   (a third for the bakery, three fifths for lwt). That share stays whatever the store and
+//!   the locks cost: it bounds the grants per wall second of each lock at its figure divided
+//!   by the share (`benches/simulator.rs` in bench-harness measures the figure).
 //!
 //! Besides what a real cluster does differently anyway (TTLs in whole seconds, speculative
 //! retries, read repair), one thing differs in how sliced reads are served: a replica answers

@@ -145,14 +145,15 @@ fn headline_table(md: &mut String, s: &SweepSummary) {
         let _ = writeln!(md, "## Headline: {HEADLINE_CONTENDERS} contenders on one lock\n");
         let _ = writeln!(
             md,
-            "| algorithm | grants/s | p50 ms | p99 ms | max ms | handoff gap p50 ms (round trips) | gap / ideal | Jain | longest run | overtaken | store ops / grant | overlapping holds | token order violations |"
+            "| algorithm | grants/s | p50 ms | p99 ms | max ms | handoff gap p50 ms (round trips) | gap / ideal | Jain | longest run | overtaken | overtaken in line | store ops / grant | overlapping holds | token order violations |"
         );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ =
+            writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for p in &headline {
             let r = &p.report;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.1}% | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.1}% | {} | {} | {} | {} |",
                 r.algorithm,
                 f1(r.throughput.grants_per_second_per_lock),
                 f1(r.latency.p50_ms),
@@ -164,6 +165,7 @@ fn headline_table(md: &mut String, s: &SweepSummary) {
                 fopt(r.fairness.jain_index, 3),
                 r.fairness.longest_run.length,
                 r.fairness.overtakes.overtaken_fraction * 100.0,
+                r.fairness.overtakes.in_line_text(),
                 fopt(r.store.ops_per_grant, 1),
                 r.safety.overlapping_holds,
                 r.safety.token_violations_text(),
@@ -181,6 +183,12 @@ fn headline_table(md: &mut String, s: &SweepSummary) {
              The gap runs from the holder's call to release to the next holder's grant, so it also holds the release's own deletes \
              and the fencing token's read and write.\n",
             ideals.join("; ")
+        );
+        let _ = writeln!(
+            md,
+            "*overtaken*: grants that a request made later got before them. *overtaken in line*: \
+             grants overtaken by a request that began only after their place in line was fixed \
+             (Lamport's first come, first served); `-` for a lock without a line.\n"
         );
     }
 }
@@ -337,6 +345,21 @@ fn contention_findings(s: &SweepSummary) -> Vec<String> {
             line.push_str("; no grant is overtaken");
         } else {
             let _ = write!(line, "; up to {} of grants are overtaken", pct(max_over));
+            // Overtaken by request time is not unfair by itself: a request whose place in line
+            // was not fixed yet may lawfully be served after a later one.
+            let in_line: Option<Vec<f64>> = contended
+                .iter()
+                .map(|p| p.report.fairness.overtakes.in_line.map(|l| l.overtaken_fraction))
+                .collect();
+            if let Some(in_line) = in_line {
+                let max_in_line = in_line.into_iter().fold(0.0, f64::max);
+                let by = "by a request that began after their place in line was fixed";
+                if max_in_line == 0.0 {
+                    let _ = write!(line, ", none of them {by}");
+                } else {
+                    let _ = write!(line, ", up to {} {by}", pct(max_in_line));
+                }
+            }
         }
         let _ = write!(
             line,
