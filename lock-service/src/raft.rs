@@ -38,6 +38,7 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::RangeBounds;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -437,85 +438,115 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
-        Peer { net: self.clone(), target, addr: node.peer.clone(), conn: None }
+        Peer { net: self.clone(), target, addr: node.peer.clone() }
     }
 }
 
-/// A client of one peer: an idle connection of the network's, or a new one, dialled on first
-/// use and again after any failure; handed back to the network when dropped between calls.
+/// A client of one peer. Each call takes an idle connection of the network's, or dials a new
+/// one, and hands it back when its answer has come.
 pub struct Peer {
     net: Network,
     target: NodeId,
     addr: String,
-    /// The connection, while no call is under way on it.
-    conn: Option<BoxIo>,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.net.put_idle(self.target, conn);
-        }
-    }
 }
 
 /// How long dialling a peer may take.
 const DIAL_TIMEOUT: Duration = Duration::from_millis(500);
 
-impl Peer {
-    async fn dial(&self) -> std::io::Result<BoxIo> {
-        let tcp = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(&self.addr))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "dial timed out"))??;
-        tcp.set_nodelay(true)?;
-        let mut s: BoxIo = match &self.net.tls {
-            None => Box::new(tcp),
-            Some(tls) => {
-                crate::tls::connect(tls, &self.addr, tcp).await.map_err(std::io::Error::other)?
-            }
-        };
-        let hello = PeerRequest::Hello { cluster: self.net.cluster.clone(), from: self.net.me };
-        crate::proto::send(&mut s, &encode(&hello)).await?;
-        match read_frame::<PeerReply, _>(&mut s, MAX_PEER_FRAME).await? {
-            Some(PeerReply::Hello(Ok(()))) => Ok(s),
-            Some(PeerReply::Hello(Err(why))) => Err(std::io::Error::other(why)),
-            _ => Err(std::io::Error::other("the peer did not answer the hello")),
-        }
-    }
+/// How much longer than its deadline a call goes on in the background, so that its
+/// connection is kept (see [`Peer::call`]).
+const LATE: Duration = Duration::from_millis(1000);
 
-    /// Send `request` and read the answer within `ttl`; any failure drops the connection. An
-    /// idle connection that turns out dead (its peer restarted) costs one more dial.
+/// Dial the peer of `net` at `addr`: connect, shake hands (over TLS if the node has it), say
+/// hello.
+async fn dial(net: &Network, addr: &str) -> std::io::Result<BoxIo> {
+    let tcp = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "dial timed out"))??;
+    tcp.set_nodelay(true)?;
+    let mut s: BoxIo = match &net.tls {
+        None => Box::new(tcp),
+        Some(tls) => crate::tls::connect(tls, addr, tcp).await.map_err(std::io::Error::other)?,
+    };
+    let hello = PeerRequest::Hello { cluster: net.cluster.clone(), from: net.me };
+    crate::proto::send(&mut s, &encode(&hello)).await?;
+    match read_frame::<PeerReply, _>(&mut s, MAX_PEER_FRAME).await? {
+        Some(PeerReply::Hello(Ok(()))) => Ok(s),
+        Some(PeerReply::Hello(Err(why))) => Err(std::io::Error::other(why)),
+        _ => Err(std::io::Error::other("the peer did not answer the hello")),
+    }
+}
+
+async fn dial_until(
+    net: &Network,
+    addr: &str,
+    deadline: tokio::time::Instant,
+) -> Result<BoxIo, Failure> {
+    match tokio::time::timeout_at(deadline, dial(net, addr)).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(Failure::Unreachable(e)),
+        Err(_) => Err(Failure::Unreachable(timed_out())),
+    }
+}
+
+/// One call to peer `target` at `addr`, on an idle connection or a new one, by `deadline`;
+/// the connection goes back to the pool when the answer came clean. An idle connection that
+/// turns out dead (its peer restarted) costs one more dial. `connected` is set once a
+/// connection is in hand.
+async fn call_by(
+    net: &Network,
+    target: NodeId,
+    addr: &str,
+    frame: &[u8],
+    deadline: tokio::time::Instant,
+    connected: &AtomicBool,
+) -> Result<PeerReply, Failure> {
+    let pooled = net.take_idle(target);
+    let fresh = pooled.is_none();
+    let conn = match pooled {
+        Some(c) => c,
+        None => dial_until(net, addr, deadline).await?,
+    };
+    connected.store(true, Ordering::Relaxed);
+    let (conn, reply) = match exchange(conn, frame, deadline).await {
+        Ok(done) => done,
+        Err(e) if fresh => return Err(Failure::Lost(e)),
+        Err(_) => {
+            let conn = dial_until(net, addr, deadline).await?;
+            exchange(conn, frame, deadline).await.map_err(Failure::Lost)?
+        }
+    };
+    net.put_idle(target, conn);
+    Ok(reply)
+}
+
+impl Peer {
+    /// Send `request` and read the answer within `ttl`.
+    ///
+    /// The call runs in a task of its own that goes on for up to [`LATE`] past `ttl`, so a
+    /// late answer still hands its connection back to the pool. openraft gives every call
+    /// the heartbeat interval (50 ms by default), and a call cut off there used to drop its
+    /// connection: the next call then had to dial, shake hands and say hello within the same
+    /// interval, which a loaded machine missed again and again. Four lock-service test
+    /// clusters on this machine's 2 cores lost every leadership check for seconds that way
+    /// ("not enough for a quorum"), while one answer took a little longer than the interval.
     async fn call(&mut self, request: &PeerRequest, ttl: Duration) -> Result<PeerReply, Failure> {
         let deadline = tokio::time::Instant::now() + ttl;
-        let pooled = self.conn.take().or_else(|| self.net.take_idle(self.target));
-        let fresh = pooled.is_none();
-        let conn = match pooled {
-            Some(c) => c,
-            None => self.dial_until(deadline).await?,
-        };
-        match exchange(conn, request, deadline).await {
-            Ok((conn, reply)) => {
-                // Only a connection with no call under way goes back: a call cancelled midway
-                // (openraft's own timeout) drops it with this future.
-                self.conn = Some(conn);
-                Ok(reply)
-            }
-            Err(e) if fresh => Err(Failure::Lost(e)),
-            Err(_) => {
-                let conn = self.dial_until(deadline).await?;
-                let (conn, reply) =
-                    exchange(conn, request, deadline).await.map_err(Failure::Lost)?;
-                self.conn = Some(conn);
-                Ok(reply)
-            }
-        }
-    }
-
-    async fn dial_until(&self, deadline: tokio::time::Instant) -> Result<BoxIo, Failure> {
-        match tokio::time::timeout_at(deadline, self.dial()).await {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(Failure::Unreachable(e)),
-            Err(_) => Err(Failure::Unreachable(timed_out())),
+        let (net, target, addr) = (self.net.clone(), self.target, self.addr.clone());
+        let frame = encode(request);
+        let connected = Arc::new(AtomicBool::new(false));
+        let in_hand = connected.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let late = deadline + LATE;
+            let _ = tx.send(call_by(&net, target, &addr, &frame, late, &in_hand).await);
+        });
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Failure::Lost(std::io::Error::other("the call's task ended"))),
+            // No connection yet: openraft backs off an unreachable peer.
+            Err(_) if !connected.load(Ordering::Relaxed) => Err(Failure::Unreachable(timed_out())),
+            Err(_) => Err(Failure::Lost(timed_out())),
         }
     }
 
@@ -549,14 +580,15 @@ impl Peer {
     }
 }
 
-/// One request and its answer on `conn`, by `deadline`; the connection back if it is clean.
+/// One request (its encoded `frame`) and its answer on `conn`, by `deadline`; the connection
+/// back if it is clean.
 async fn exchange(
     mut conn: BoxIo,
-    request: &PeerRequest,
+    frame: &[u8],
     deadline: tokio::time::Instant,
 ) -> std::io::Result<(BoxIo, PeerReply)> {
     let attempt = async {
-        crate::proto::send(&mut conn, &encode(request)).await?;
+        crate::proto::send(&mut conn, frame).await?;
         let reply = read_frame::<PeerReply, _>(&mut conn, MAX_PEER_FRAME)
             .await?
             .ok_or_else(|| std::io::Error::other("the peer closed the connection"))?;
@@ -633,5 +665,71 @@ impl RaftNetwork<TypeConfig> for Peer {
             _ => None,
         };
         self.rpc(PeerRequest::Vote(rpc), option, pick).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::send;
+    use openraft::Vote;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::net::TcpListener;
+
+    /// A peer that says hello and answers votes, the first one `slow` late; it counts the
+    /// connections it accepts.
+    async fn slow_peer(slow: Duration) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let first = count.fetch_add(1, Ordering::SeqCst) == 0;
+                tokio::spawn(async move {
+                    let _hello = read_frame::<PeerRequest, _>(&mut s, MAX_PEER_FRAME).await;
+                    send(&mut s, &encode(&PeerReply::Hello(Ok(())))).await.unwrap();
+                    let mut late = first;
+                    while let Ok(Some(PeerRequest::Vote(v))) =
+                        read_frame::<PeerRequest, _>(&mut s, MAX_PEER_FRAME).await
+                    {
+                        if std::mem::take(&mut late) {
+                            tokio::time::sleep(slow).await;
+                        }
+                        let answer = PeerReply::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        if send(&mut s, &encode(&answer)).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// An answer that comes after the call's deadline fails the call, but the connection is
+    /// kept: the next call goes over it instead of dialling (and saying hello) again within
+    /// its own short deadline, which a loaded machine missed again and again.
+    #[tokio::test]
+    async fn a_call_past_its_deadline_keeps_its_connection_for_the_next_call() {
+        let (addr, accepted) = slow_peer(Duration::from_millis(150)).await;
+        let mut peer = Peer { net: Network::new("c", 1, None), target: 2, addr };
+        let vote = PeerRequest::Vote(VoteRequest::new(Vote::new(1, 1), None));
+        let ttl = Duration::from_millis(50);
+        assert!(matches!(peer.call(&vote, ttl).await, Err(Failure::Lost(_))));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(matches!(peer.call(&vote, ttl).await, Ok(PeerReply::Vote(Ok(_)))));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "the late call's connection was dropped");
+    }
+
+    /// A peer that never answers costs a call its deadline, not more.
+    #[tokio::test]
+    async fn a_call_to_a_silent_peer_fails_at_its_deadline() {
+        let (addr, _) = slow_peer(Duration::from_secs(60)).await;
+        let mut peer = Peer { net: Network::new("c", 1, None), target: 2, addr };
+        let vote = PeerRequest::Vote(VoteRequest::new(Vote::new(1, 1), None));
+        let started = std::time::Instant::now();
+        assert!(peer.call(&vote, Duration::from_millis(50)).await.is_err());
+        assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
     }
 }

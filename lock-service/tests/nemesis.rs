@@ -40,8 +40,10 @@ async fn every_grant_is_exclusive_while_the_leader_is_killed_again_and_again() {
             while !stop.load(Ordering::SeqCst) {
                 let g = match locker.lock("jepsen", Some(Duration::from_secs(10))).await {
                     Ok(g) => g,
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::SeqCst);
+                    Err(e) => {
+                        if errors.fetch_add(1, Ordering::SeqCst) < 5 {
+                            eprintln!("c{i}: lock: {e}");
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -58,8 +60,10 @@ async fn every_grant_is_exclusive_while_the_leader_is_killed_again_and_again() {
                     released: Instant::now(),
                     token: g.token(),
                 });
-                if g.release().await.is_err() {
-                    errors.fetch_add(1, Ordering::SeqCst);
+                if let Err(e) = g.release().await {
+                    if errors.fetch_add(1, Ordering::SeqCst) < 5 {
+                        eprintln!("c{i}: release: {e}");
+                    }
                 }
             }
         }));
