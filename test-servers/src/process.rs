@@ -179,7 +179,7 @@ impl Process {
     /// and quoting its log once it has exited.
     pub fn poll_ready(&mut self) -> Result<bool, String> {
         let Some(held) = &mut self.held else { return Ok(false) };
-        if (self.launch.ready)(self.port) {
+        if (self.launch.ready)(self.port) && listens_on(held.child.id(), self.port) {
             return Ok(true);
         }
         match held.child.try_wait() {
@@ -265,6 +265,53 @@ fn log_of(launch: &Launch, dir: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
+/// Whether the socket listening on loopback `port` is process `pid`'s (or one of its
+/// descendants'). A server that lost the race for its port (taken by another test's server
+/// between [`free_port`] and its bind) exits, but the other server answers the readiness
+/// probe meanwhile: without this check a test went on with a stranger's Redis and lost its
+/// connections ("broken pipe") when the test that owned it ended. Where `/proc/net` cannot be
+/// read, nothing can be checked and every listener counts as the server's.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let Some(inodes) = listening_inodes(port) else { return true };
+    let mut pids = vec![pid];
+    while let Some(p) = pids.pop() {
+        for fd in std::fs::read_dir(format!("/proc/{p}/fd")).into_iter().flatten().flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            let target = target.to_string_lossy();
+            let inode = target.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']'));
+            if inode.is_some_and(|i| inodes.iter().any(|l| l == i)) {
+                return true;
+            }
+        }
+        for task in std::fs::read_dir(format!("/proc/{p}/task")).into_iter().flatten().flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            pids.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    false
+}
+
+/// The inodes of the sockets listening on `port` (IPv4 and IPv6), or `None` when neither
+/// table can be read.
+fn listening_inodes(port: u16) -> Option<Vec<String>> {
+    let mut inodes = Vec::new();
+    let mut read_any = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        read_any = true;
+        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+        for fields in text.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+            let local_port = fields.get(1).and_then(|a| a.rsplit(':').next());
+            let listening = fields.get(3) == Some(&"0A");
+            if listening && local_port.and_then(|h| u16::from_str_radix(h, 16).ok()) == Some(port) {
+                inodes.extend(fields.get(9).map(|i| i.to_string()));
+            }
+        }
+    }
+    read_any.then_some(inodes)
+}
+
 /// Wait until the server `held` runs answers on `port`, it exits, or `deadline` passes (then
 /// it is killed).
 fn wait_ready(
@@ -277,7 +324,7 @@ fn wait_ready(
 ) -> Result<(), String> {
     let started = Instant::now();
     loop {
-        if (launch.ready)(port) {
+        if (launch.ready)(port) && listens_on(held.child.id(), port) {
             return Ok(());
         }
         if let Ok(Some(status)) = held.child.try_wait() {
@@ -428,4 +475,38 @@ pub(crate) fn keep<S: Send + Sync + 'static>(
             Err(p) => std::panic::resume_unwind(p),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "server" that never listens: `sleep`, ready when its port takes a connection.
+    static SLEEPER: Launch = Launch {
+        program: "sleep",
+        missing: "sleep (coreutils)",
+        name: "sleeper",
+        probe: "a connection",
+        log: "sleeper.log",
+        log_on_timeout: false,
+        ready: |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        deadline: Duration::from_secs(10),
+        poll: Duration::from_millis(20),
+    };
+
+    /// A server that lost its port to another process is not taken for ready because the
+    /// other process answers there: it fails when it exits, and the caller tries another port.
+    #[test]
+    fn another_process_answering_on_the_port_is_not_the_server() {
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = other.local_addr().unwrap().port();
+        assert!(listens_on(std::process::id(), port), "this process's own listener");
+        let sleep = || {
+            let mut c = Command::new("sleep");
+            c.arg("0.3");
+            c
+        };
+        let err = SLEEPER.spawn(sleep, temp_dir("sleeper"), port).err().expect("not ready");
+        assert!(err.starts_with("sleeper exited"), "{err}");
+    }
 }
