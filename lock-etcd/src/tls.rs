@@ -221,6 +221,11 @@ fn handshake_failed(endpoints: &str, cause: &str, tls: Option<&TlsFiles>) -> Str
         )
     } else if has(&["corrupt message", "InvalidContentType"]) {
         "the server did not answer in TLS: is it a plain http:// server?".into()
+    } else if has(&["unexpected end of file", "UnexpectedEof"]) {
+        // A plain etcd answers a ClientHello with bytes that are not TLS, or (seen on a
+        // loaded machine) closes the connection without a word.
+        "the server closed the connection during the handshake: is it a plain http:// server?"
+            .into()
     } else {
         return format!("TLS handshake with {endpoints} failed: {cause}");
     };
@@ -370,5 +375,20 @@ mod tests {
                      UnknownIssuer";
         assert_eq!(rustls_cause(words), Some("invalid peer certificate: UnknownIssuer"));
         assert_eq!(rustls_cause("transport error: connection refused"), None);
+    }
+
+    /// A plain server met with a ClientHello either answers bytes that are not TLS or closes
+    /// the connection (etcd did both on this machine); either way the message says what to
+    /// check.
+    #[test]
+    fn a_handshake_ended_by_a_plain_server_says_what_to_check() {
+        let endpoint = "https://127.0.0.1:2379";
+        for cause in
+            ["received corrupt message of type InvalidContentType", "unexpected end of file"]
+        {
+            let message = handshake_failed(endpoint, cause, None);
+            assert!(message.starts_with("TLS handshake with https://127.0.0.1:2379 failed: "));
+            assert!(message.contains("is it a plain http:// server?"), "{message}");
+        }
     }
 }
