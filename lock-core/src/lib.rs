@@ -57,6 +57,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod context;
 pub mod doorbell;
 pub mod embedded;
@@ -74,5 +75,6 @@ pub mod tls;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use backend::{BackendError, BackendErrorKind};
 pub use lock::{AttemptResult, LeaseState, LockError, LockGuard, Locker};
 pub use store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};

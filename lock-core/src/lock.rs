@@ -1,4 +1,4 @@
-//! The lock interface (SPEC section 2; thesis listing 1).
+//! The lock interface (thesis listing 1).
 //!
 //! The thesis's C# interface `IRemoteLocker { GetLock(lockId); TryGetLock(lockId, out lock) }`
 //! becomes [`Locker::lock`] (mandatory, with an optional timeout) and [`Locker::try_lock`]
@@ -6,6 +6,7 @@
 //! owner id and a fencing token, releases on [`LockGuard::release`] or on drop (the `using`
 //! block), and tells its holder when the lease under it was lost.
 
+pub use crate::backend::{BackendError, BackendErrorKind};
 use crate::store::StoreError;
 use async_trait::async_trait;
 use std::fmt;
@@ -89,13 +90,17 @@ pub enum LockError {
         #[source]
         source: StoreError,
     },
-    /// A non-Cassandra backend (Redis, ZooKeeper) failed.
-    #[error("{backend} error: {message}")]
+    /// A server other than the cell store (Redis, ZooKeeper, etcd, the lock service) or its
+    /// driver failed.
+    #[error("{backend} error: {source}")]
     Backend {
         /// Which backend.
         backend: &'static str,
-        /// What it said.
-        message: String,
+        /// What kind of failure, for a caller that branches (retry, or give up).
+        kind: BackendErrorKind,
+        /// The driver's error, or the client's own sentence where it found the fault.
+        #[source]
+        source: BackendError,
     },
     /// The configuration is impossible.
     #[error("invalid configuration: {0}")]
@@ -106,6 +111,24 @@ impl LockError {
     /// Wrap a store error for `lock_id`.
     pub fn store(lock_id: &str, source: StoreError) -> Self {
         LockError::Store { lock_id: lock_id.to_string(), source }
+    }
+
+    /// A backend's failure of `kind`: `source` is the driver's error, a
+    /// [`BackendError::context`], or a sentence.
+    pub fn backend(
+        backend: &'static str,
+        kind: BackendErrorKind,
+        source: impl Into<BackendError>,
+    ) -> Self {
+        LockError::Backend { backend, kind, source: source.into() }
+    }
+
+    /// The backend's kind of failure, for a [`LockError::Backend`].
+    pub fn backend_kind(&self) -> Option<BackendErrorKind> {
+        match self {
+            LockError::Backend { kind, .. } => Some(*kind),
+            _ => None,
+        }
     }
 }
 

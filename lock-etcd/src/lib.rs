@@ -308,7 +308,7 @@ use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
 use lock_core::tls::TlsFiles;
-use lock_core::{LockError, LockGuard, Locker};
+use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
 use rpc::Rpc;
 use session::{Session, RETRY_PAUSE};
 use std::fmt::Display;
@@ -321,7 +321,7 @@ use tokio::time::Instant;
 pub const BACKEND: &str = "etcd";
 
 fn backend_err(message: impl Display) -> LockError {
-    LockError::Backend { backend: BACKEND, message: message.to_string() }
+    LockError::backend(BACKEND, BackendErrorKind::Other, message.to_string())
 }
 
 /// How [`EtcdBackend::connect_with`] connects.

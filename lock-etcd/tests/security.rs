@@ -77,11 +77,11 @@ fn the_secured_server_wants_a_token_for_keys_and_answers_its_probes_without_one(
 }
 
 /// The message of a backend error, or a failure naming what came instead.
-fn backend_message(err: &LockError) -> &str {
+fn backend_message(err: &LockError) -> String {
     match err {
-        LockError::Backend { backend, message } => {
+        LockError::Backend { backend, source: message, .. } => {
             assert_eq!(*backend, "etcd");
-            message
+            message.to_string()
         }
         other => panic!("expected a backend error, got {other:?}"),
     }
@@ -97,7 +97,10 @@ async fn refused(server: &EtcdServer, who: Option<Credentials>) -> String {
     let took = start.elapsed();
     assert!(took < Duration::from_secs(5), "refused only after {took:?}: {err}");
     let message = backend_message(&err).to_string();
-    assert!(message.contains(&server.addr().to_string()), "names the endpoint: {message}");
+    assert!(
+        message.to_string().contains(&server.addr().to_string()),
+        "names the endpoint: {message}"
+    );
     for secret in [password(LOCKER.0), password(STRANGER.0), password("root")] {
         assert!(!format!("{err} {err:?}").contains(&secret), "shows a password: {err:?}");
     }
@@ -110,30 +113,33 @@ async fn a_wrong_password_is_refused_at_connect_naming_the_user_and_never_the_pa
     let server = secured();
     let wrong = Credentials::new(LOCKER.0, Secret::new(format!("{}-wrong", password(LOCKER.0))));
     let message = refused(server, Some(wrong)).await;
-    assert!(message.contains("refused the credentials of user 'locker'"), "{message}");
-    assert!(message.contains("authentication failed, invalid user ID or password"), "{message}");
-    assert!(!message.contains("-wrong"), "shows the wrong password: {message}");
+    assert!(message.to_string().contains("refused the credentials of user 'locker'"), "{message}");
+    assert!(
+        message.to_string().contains("authentication failed, invalid user ID or password"),
+        "{message}"
+    );
+    assert!(!message.to_string().contains("-wrong"), "shows the wrong password: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_credentials_is_refused_at_connect_saying_so() {
     let message = refused(secured(), None).await;
     assert!(
-        message.contains("has authentication enabled and no credentials were given"),
+        message.to_string().contains("has authentication enabled and no credentials were given"),
         "{message}"
     );
-    assert!(message.contains("EtcdConfig::credentials"), "says what to set: {message}");
+    assert!(message.to_string().contains("EtcdConfig::credentials"), "says what to set: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_whose_role_does_not_cover_the_lock_root_is_refused_naming_it() {
     let message = refused(secured(), Some(credentials(STRANGER))).await;
     assert!(
-        message.contains("denies user 'stranger' access to the lock root /secure/"),
+        message.to_string().contains("denies user 'stranger' access to the lock root /secure/"),
         "{message}"
     );
-    assert!(message.contains("permission denied"), "{message}");
-    assert!(message.contains("READWRITE"), "says what the role needs: {message}");
+    assert!(message.to_string().contains("permission denied"), "{message}");
+    assert!(message.to_string().contains("READWRITE"), "says what the role needs: {message}");
 }
 
 /// A holder and a waiter queued behind it on `endpoint`, as `who`: the holder's guard, its

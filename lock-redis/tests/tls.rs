@@ -91,7 +91,8 @@ async fn refused(url: &str, config: RedisConnectConfig, password: &str) -> Strin
     let start = Instant::now();
     let err = RedisBackend::connect_with(url, config).await.expect_err("refused");
     let took = start.elapsed();
-    let LockError::Backend { backend: "redis", message } = err else { panic!("{err:?}") };
+    let LockError::Backend { backend: "redis", source, .. } = err else { panic!("{err:?}") };
+    let message = source.to_string();
     eprintln!("refused after {took:?}: {message}");
     assert!(took < REFUSED_WITHIN, "refused after {took:?}: {message}");
     assert!(message.contains(url), "names the server: {message}");

@@ -25,6 +25,7 @@ use crate::proto::{
 use crate::tls::BoxIo;
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use lock_core::BackendErrorKind;
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
@@ -99,7 +100,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn backend(message: impl Into<String>) -> LockError {
-    LockError::Backend { backend: BACKEND, message: message.into() }
+    LockError::backend(BACKEND, BackendErrorKind::Other, message.into())
 }
 
 fn kind_of(request: &Request) -> &'static str {

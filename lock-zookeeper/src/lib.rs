@@ -279,7 +279,7 @@ use lock_core::lock::{validate_id, LeaseLost, LeaseState, Release};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
-use lock_core::{LockError, LockGuard, Locker};
+use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::fmt::Display;
@@ -313,7 +313,7 @@ const SEQUENCE_DIGITS: usize = 10;
 const PROTECTED_ATTEMPTS: u32 = 3;
 
 fn backend_err(message: impl Display) -> LockError {
-    LockError::Backend { backend: BACKEND, message: message.to_string() }
+    LockError::backend(BACKEND, BackendErrorKind::Other, message.to_string())
 }
 
 /// How [`ZkBackend::connect_with`] connects.

@@ -284,9 +284,9 @@ async fn unreachable_server_fails_naming_the_address() {
         ZkBackend::connect("127.0.0.1:1", SESSION).await.expect_err("nothing listens on port 1");
     let took = start.elapsed();
     match &err {
-        LockError::Backend { backend, message } => {
+        LockError::Backend { backend, source: message, .. } => {
             assert_eq!(*backend, "zookeeper");
-            assert!(message.contains("127.0.0.1:1"), "{message}");
+            assert!(message.to_string().contains("127.0.0.1:1"), "{message}");
         }
         other => panic!("expected a backend error, got {other:?}"),
     }
@@ -307,7 +307,7 @@ async fn silent_server_fails_within_the_connect_timeout() {
     let err = ZkBackend::connect_with(&addr.to_string(), config).await.expect_err("silent server");
     let took = start.elapsed();
     assert!(
-        matches!(&err, LockError::Backend { message, .. } if message.contains(&addr.to_string())),
+        matches!(&err, LockError::Backend { source: message, .. } if message.to_string().contains(&addr.to_string())),
         "{err}"
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");
