@@ -251,7 +251,7 @@
 //!   is sent to all masters at once: it costs one round trip instead of N, so less of the
 //!   validity is spent, and a dead master costs one timeout, not its place in a sequence.
 //! - **Retries**: rslock stops after 3 attempts, Redisson after a wait time; here
-//!   [`Locker::lock`]'s timeout bounds the mandatory lock and [`Locker::try_lock`] makes one
+//!   [`Locker::lock`](lock_core::Locker::lock)'s timeout bounds the mandatory lock and [`Locker::try_lock`](lock_core::Locker::try_lock) makes one
 //!   attempt.
 //! - **No answer vs. no**: an attempt answered by a majority of which fewer than a majority
 //!   granted is "not held" (`Ok(None)`); an attempt that fewer than a majority answered at all
@@ -338,7 +338,7 @@
 //! ## ACL users (issue 25)
 //!
 //! A backend connects as a Redis ACL user: [`RedisConnectConfig::credentials`] (a
-//! [`Credentials`], whose password never prints), or the URL form
+//! [`Credentials`](lock_core::secret::Credentials), whose password never prints), or the URL form
 //! `redis://user:password@host:port/` (the config's credentials win when both are given;
 //! [`RedisBackend::address`] and every message show the URL with its password redacted).
 //! Through Sentinel the credentials are the master's. The user needs:
@@ -535,7 +535,7 @@
 //!
 //! ## Requests per grant
 //! A backend reports every command it sends to [`RedisConnectConfig::requests`] (a
-//! [`RequestHook`]), named by the command's first word (`SETNX`, `EVALSHA`, `SCRIPT`), under
+//! [`RequestHook`](lock_core::requests::RequestHook)), named by the command's first word (`SETNX`, `EVALSHA`, `SCRIPT`), under
 //! the server it goes to: `redis` (one server, or the master the Sentinels name), `sentinel`,
 //! or Redlock's `master-<i>` (`src/link.rs` is the one place they pass). One command is one
 //! request: a script's `EVALSHA` is one whatever the script calls inside, and a pipeline of N

@@ -54,12 +54,11 @@ async fn refused(url: &str, config: RedisConnectConfig, password: &str) -> Strin
     let start = Instant::now();
     let err = RedisBackend::connect_with(url, config).await.expect_err("refused");
     let took = start.elapsed();
-    let LockError::Backend { backend: "redis", source: message, .. } = err else {
-        panic!("{err:?}")
-    };
+    let LockError::Backend { backend: "redis", source, .. } = err else { panic!("{err:?}") };
+    let message = source.to_string();
     eprintln!("refused after {took:?}: {message}");
     assert!(took < CONNECT + RESPONSE, "refused after {took:?}: {message}");
-    assert!(!message.to_string().contains(password), "the password leaked: {message}");
+    assert!(!message.contains(password), "the password leaked: {message}");
     message
 }
 
@@ -70,24 +69,20 @@ async fn a_wrong_password_is_refused_naming_the_server_and_the_user() {
     let wrong = format!("{}-not", s.locker.password());
     let credentials = Some(Credentials::new("locker", Secret::new(wrong.clone())));
     let message = refused(&s.server.url(), config(&prefix, credentials.clone()), &wrong).await;
-    assert!(message.to_string().contains(&s.server.url()), "names the server: {message}");
-    assert!(message.to_string().contains("as user 'locker'"), "names the user: {message}");
-    assert!(message.to_string().contains("WRONGPASS"), "says what was refused: {message}");
-    assert!(!message.to_string().contains(s.locker.password()), "{message}");
+    assert!(message.contains(&s.server.url()), "names the server: {message}");
+    assert!(message.contains("as user 'locker'"), "names the user: {message}");
+    assert!(message.contains("WRONGPASS"), "says what was refused: {message}");
+    assert!(!message.contains(s.locker.password()), "{message}");
     // Without tracking (RESP2: AUTH, whose refusal the driver words itself).
     let resp2 = RedisConnectConfig { tracking: false, ..config(&prefix, credentials) };
     let message = refused(&s.server.url(), resp2, &wrong).await;
-    assert!(message.to_string().contains("as user 'locker': authentication refused"), "{message}");
+    assert!(message.contains("as user 'locker': authentication refused"), "{message}");
 
     // The URL form: its password redacted from the address too.
     let url = s.server.url_as(&s.locker).replace(s.locker.password(), &wrong);
     let message = refused(&url, config(&prefix, None), &wrong).await;
-    assert!(message.to_string().contains("redis://***@127.0.0.1:"), "the URL redacted: {message}");
-    assert!(
-        message.to_string().contains("as user 'locker'")
-            && message.to_string().contains("WRONGPASS"),
-        "{message}"
-    );
+    assert!(message.contains("redis://***@127.0.0.1:"), "the URL redacted: {message}");
+    assert!(message.contains("as user 'locker'") && message.contains("WRONGPASS"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,13 +91,10 @@ async fn no_credentials_on_a_server_whose_default_user_is_off_is_refused() {
     for tracking in [true, false] {
         let config = RedisConnectConfig { tracking, ..config("x:", None) };
         let message = refused(&s.server.url(), config, s.locker.password()).await;
-        assert!(message.to_string().contains(&s.server.url()), "{message}");
-        assert!(message.to_string().contains("without credentials"), "{message}");
-        assert!(message.to_string().contains("NOAUTH"), "{message}");
-        assert!(
-            message.to_string().contains("RedisConnectConfig::credentials"),
-            "says what to do: {message}"
-        );
+        assert!(message.contains(&s.server.url()), "{message}");
+        assert!(message.contains("without credentials"), "{message}");
+        assert!(message.contains("NOAUTH"), "{message}");
+        assert!(message.contains("RedisConnectConfig::credentials"), "says what to do: {message}");
     }
 }
 
@@ -119,16 +111,14 @@ async fn a_user_whose_key_pattern_misses_the_locks_keys_fails_at_once_not_in_a_l
     let start = Instant::now();
     let err = lock.lock("x", Some(Duration::from_secs(10))).await.expect_err("NOPERM");
     let took = start.elapsed();
-    let LockError::Backend { source: message, .. } = err else { panic!("{err:?}") };
+    let LockError::Backend { source, .. } = err else { panic!("{err:?}") };
+    let message = source.to_string();
     eprintln!("refused after {took:?}: {message}");
     assert!(took < RESPONSE, "the mandatory lock gave up at once, not at its timeout: {took:?}");
-    assert!(message.to_string().contains("as user 'other'"), "{message}");
-    assert!(message.to_string().contains("NOPERM"), "{message}");
-    assert!(
-        message.to_string().contains(&format!("'{prefix}*'")),
-        "names the pattern needed: {message}"
-    );
-    assert!(!message.to_string().contains(s.other.password()), "{message}");
+    assert!(message.contains("as user 'other'"), "{message}");
+    assert!(message.contains("NOPERM"), "{message}");
+    assert!(message.contains(&format!("'{prefix}*'")), "names the pattern needed: {message}");
+    assert!(!message.contains(s.other.password()), "{message}");
     let jedis = backend.jedis("o", lock_redis::JedisConfig::default()).unwrap();
     let err = jedis.try_lock("x").await.expect_err("NOPERM for jedis-lock too");
     assert!(err.to_string().contains("NOPERM"), "{err}");
