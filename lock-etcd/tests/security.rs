@@ -70,7 +70,7 @@ fn the_secured_server_wants_a_token_for_keys_and_answers_its_probes_without_one(
     let read = etcd_post_as(server.addr(), "/v3/kv/range", range, &token).unwrap();
     assert!(read.contains("\"header\"") && !read.contains("error"), "{read}");
     let wrong = etcd_token(server.addr(), LOCKER.0, "wrong").unwrap_err();
-    assert!(wrong.contains("authentication failed"), "{wrong}");
+    assert!(wrong.to_string().contains("authentication failed"), "{wrong}");
     // The readiness and leader probes of test-servers need no token.
     let status = etcd_post(server.addr(), "/v3/maintenance/status", "{}").unwrap();
     assert!(status.contains("\"leader\""), "{status}");

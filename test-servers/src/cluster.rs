@@ -24,6 +24,7 @@
 use crate::origin::Origins;
 use crate::process::{free_port, temp_dir, try_with_retries, Launch, Process};
 use crate::proxy::{Link, Proxy, Rewrite};
+use crate::ServerError;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -109,7 +110,7 @@ pub trait ClusterEngine: Send + Sync + Sized + 'static {
     const FORMATION: Duration;
 
     /// What must be there before anything starts, beyond the program (ZooKeeper's jars).
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ServerError> {
         Ok(())
     }
 
@@ -122,7 +123,7 @@ pub trait ClusterEngine: Send + Sync + Sized + 'static {
         member: usize,
         dir: &Path,
         start: Start,
-    ) -> Result<Command, String>;
+    ) -> Result<Command, ServerError>;
 
     /// Remove a member's data from its directory (for [`Cluster::restart_without_data`]),
     /// keeping its configuration. Default: the directory `data`, made again empty.
@@ -138,7 +139,7 @@ pub trait ClusterEngine: Send + Sync + Sized + 'static {
     /// where the engine refuses a member that lost what it acknowledged (an etcd member's id
     /// with an empty Raft log makes etcd panic, so etcd removes the member and adds it again
     /// as a new one). Default: nothing to do.
-    fn forget(&self, cluster: &Cluster<Self>, member: usize) -> Result<(), String> {
+    fn forget(&self, cluster: &Cluster<Self>, member: usize) -> Result<(), ServerError> {
         let _ = (cluster, member);
         Ok(())
     }
@@ -152,7 +153,7 @@ pub trait ClusterEngine: Send + Sync + Sized + 'static {
 
     /// The processes that serve beside the members (Redis's Sentinels), started once every
     /// member answers. Default: none.
-    fn companions(&self, cluster: &Cluster<Self>) -> Result<Vec<Companion>, String> {
+    fn companions(&self, cluster: &Cluster<Self>) -> Result<Vec<Companion>, ServerError> {
         let _ = cluster;
         Ok(Vec::new())
     }
@@ -161,9 +162,11 @@ pub trait ClusterEngine: Send + Sync + Sized + 'static {
     /// elects, or when nothing leads.
     fn leader(&self, cluster: &Cluster<Self>) -> Option<usize>;
 
-    /// Whether the cluster has formed; otherwise what it still lacks. Default: a leader.
-    fn formed(&self, cluster: &Cluster<Self>) -> Result<(), String> {
-        self.leader(cluster).map(|_| ()).ok_or_else(|| "no leader elected".to_string())
+    /// Whether the cluster has formed; otherwise what it still lacks
+    /// ([`ServerError::NotReady`]) or what failed. Default: a leader.
+    fn formed(&self, cluster: &Cluster<Self>) -> Result<(), ServerError> {
+        let lacking = || ServerError::NotReady("no leader elected".into());
+        self.leader(cluster).map(|_| ()).ok_or_else(lacking)
     }
 }
 
@@ -264,35 +267,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether a failure was a port taken between our probe and the server's bind (worth another
-/// try on other ports).
-fn port_taken(error: &str) -> bool {
-    error.to_ascii_lowercase().contains("address already in use")
-}
-
 impl<E: ClusterEngine> Cluster<E> {
     /// Start a cluster of `engine` and wait until it formed, or return why it could not
     /// (naming the member, and what to install when a program is missing), within the
     /// options' deadline; nothing is left running on failure. A port taken by someone else
     /// meanwhile costs another try on other ports (3 in all).
-    pub fn launch(engine: E, options: &ClusterOptions) -> Result<Self, String> {
+    pub fn launch(engine: E, options: &ClusterOptions) -> Result<Self, ServerError> {
         engine.check()?;
         let engine = Arc::new(engine);
-        let mut last = String::new();
-        for _ in 0..3 {
-            match Self::try_launch(engine.clone(), options) {
-                Err(e) if port_taken(&e) => last = e,
+        let mut last = Self::try_launch(engine.clone(), options);
+        for _ in 1..3 {
+            match last {
+                Err(e) if e.is_port_taken() => last = Self::try_launch(engine.clone(), options),
                 other => return other,
             }
         }
-        Err(last)
+        last
     }
 
-    fn try_launch(engine: Arc<E>, options: &ClusterOptions) -> Result<Self, String> {
+    fn try_launch(engine: Arc<E>, options: &ClusterOptions) -> Result<Self, ServerError> {
         let n = options.members;
         let name = E::LAUNCH.name;
         if n == 0 {
-            return Err(format!("a {name} cluster needs at least one member"));
+            return Err(ServerError::Invalid(format!(
+                "a {name} cluster needs at least one member"
+            )));
         }
         let started = Instant::now();
         let deadline = started + options.deadline.unwrap_or(E::FORMATION);
@@ -301,7 +300,7 @@ impl<E: ClusterEngine> Cluster<E> {
             .thread_name(format!("{}-proxies", E::KIND))
             .enable_all()
             .build()
-            .map_err(|e| format!("start the {name} cluster's proxy runtime: {e}"))?;
+            .map_err(|e| ServerError::io(format!("start the {name} cluster's proxy runtime"), e))?;
         let root = temp_dir(E::KIND);
         let roles = E::PORTS.len();
         // The proxies' listeners first: their ports are bound, so the members' own ports,
@@ -309,7 +308,7 @@ impl<E: ClusterEngine> Cluster<E> {
         let listeners: Vec<Vec<std::net::TcpListener>> = (0..n)
             .map(|_| (0..roles).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect())
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("bind a proxy port for the {name} cluster: {e}"))?;
+            .map_err(|e| ServerError::io(format!("bind a proxy port for the {name} cluster"), e))?;
         let reach: Vec<Vec<u16>> = listeners
             .iter()
             .map(|l| l.iter().map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0)).collect())
@@ -333,7 +332,7 @@ impl<E: ClusterEngine> Cluster<E> {
                     Some(Arc::new(move |peer, local| who.of(peer, local))),
                     Some(Arc::new(move |first: &[u8]| e.rewrite(&l, role, first))),
                 )
-                .map_err(|e| format!("start a proxy of the {name} cluster: {e}"))?;
+                .map_err(|e| ServerError::io(format!("start a proxy of the {name} cluster"), e))?;
                 own.push(proxy);
             }
             proxies.push(own);
@@ -343,11 +342,13 @@ impl<E: ClusterEngine> Cluster<E> {
         let mut members = Vec::new();
         for i in 0..n {
             let dir = root.join(format!("m{i}"));
-            std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
+            let data = dir.join("data");
+            std::fs::create_dir_all(&data)
+                .map_err(|e| ServerError::io(format!("create {}", data.display()), e))?;
             let label = format!("{name} member {i}");
             let command = engine
                 .command(&layout, i, &dir, Start::New)
-                .map_err(|e| format!("{label}: {e}"))?;
+                .map_err(|e| ServerError::context(&label, e))?;
             let program = options.program.clone();
             let (cwd, port) = (dir.clone(), layout.listen(i, 0));
             let process = E::LAUNCH
@@ -357,7 +358,7 @@ impl<E: ClusterEngine> Cluster<E> {
                     dir,
                     port,
                 )
-                .map_err(|e| format!("{label}: {e}"))?;
+                .map_err(|e| ServerError::context(&label, e))?;
             origins.set(i, process.pid());
             members.push(Mutex::new(Member { process, paused: false }));
         }
@@ -373,9 +374,11 @@ impl<E: ClusterEngine> Cluster<E> {
             program: options.program.clone(),
             runtime: Some(runtime),
         };
-        let too_late = |what: String| {
-            let secs = started.elapsed().as_secs();
-            format!("the {name} cluster of {n} did not form within {secs} s: {what}")
+        let too_late = |why: ServerError| ServerError::NotFormed {
+            cluster: name,
+            members: n,
+            waited: started.elapsed(),
+            source: Box::new(why),
         };
         cluster.wait_members(started, deadline).map_err(too_late)?;
         cluster.start_companions(started, deadline).map_err(too_late)?;
@@ -389,21 +392,21 @@ impl<E: ClusterEngine> Cluster<E> {
     }
 
     /// Wait until every member answers; past `deadline`, say which do not.
-    fn wait_members(&self, started: Instant, deadline: Instant) -> Result<(), String> {
+    fn wait_members(&self, started: Instant, deadline: Instant) -> Result<(), ServerError> {
         let mut members: Vec<MutexGuard<'_, Member>> = self.members.iter().map(lock).collect();
         let mut processes: Vec<&mut Process> = members.iter_mut().map(|m| &mut m.process).collect();
         wait_all(&mut processes, started, deadline)
     }
 
     /// Start the engine's companions and wait until they answer.
-    fn start_companions(&mut self, started: Instant, deadline: Instant) -> Result<(), String> {
+    fn start_companions(&mut self, started: Instant, deadline: Instant) -> Result<(), ServerError> {
         for c in self.engine.companions(self)? {
             let (label, launch, dir) = (c.label, c.launch, c.dir);
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{label}: {e}"))?;
+            std::fs::create_dir_all(&dir).map_err(|e| ServerError::io(&label, e))?;
             let (command, cwd) = (c.command, dir.clone());
             let process = launch
                 .spawn_unready(label.clone(), move || rebuild(&command, &cwd, None), dir, c.port)
-                .map_err(|e| format!("{label}: {e}"))?;
+                .map_err(|e| ServerError::context(&label, e))?;
             self.companions.push(process);
         }
         let mut processes: Vec<&mut Process> = self.companions.iter_mut().collect();
@@ -504,13 +507,13 @@ impl<E: ClusterEngine> Cluster<E> {
 
     /// Wait until a leader is elected (polling every 50 ms) and return it, or say that none
     /// was within `timeout`.
-    pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize, String> {
+    pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize, ServerError> {
         self.wait_for_leader_where(timeout, "leader", |_| true)
     }
 
     /// Wait until a member other than `old` leads and return it (a failover's end), or say
     /// that none did within `timeout`.
-    pub fn wait_for_new_leader(&self, old: usize, timeout: Duration) -> Result<usize, String> {
+    pub fn wait_for_new_leader(&self, old: usize, timeout: Duration) -> Result<usize, ServerError> {
         self.wait_for_leader_where(timeout, &format!("leader other than member {old}"), |l| {
             l != old
         })
@@ -521,7 +524,7 @@ impl<E: ClusterEngine> Cluster<E> {
         timeout: Duration,
         what: &str,
         accept: impl Fn(usize) -> bool,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, ServerError> {
         let deadline = Instant::now() + timeout;
         loop {
             let leader = self.leader();
@@ -529,11 +532,11 @@ impl<E: ClusterEngine> Cluster<E> {
                 return Ok(l);
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "the {} cluster elected no {what} within {} ms (leader now: {leader:?})",
-                    E::LAUNCH.name,
-                    timeout.as_millis()
-                ));
+                return Err(ServerError::NoLeader {
+                    what: format!("the {} cluster elected no {what}", E::LAUNCH.name),
+                    waited: timeout,
+                    leader,
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -554,7 +557,7 @@ impl<E: ClusterEngine> Cluster<E> {
 
     /// Kill member `i` if it runs, start it again on the same ports with the same data, and
     /// wait until it answers (the engine's deadline), or say why it did not.
-    pub fn restart(&self, i: usize) -> Result<(), String> {
+    pub fn restart(&self, i: usize) -> Result<(), ServerError> {
         let mut m = lock(&self.members[i]);
         self.stop_member(&mut m, i);
         self.start_member(&mut m, i)
@@ -564,7 +567,7 @@ impl<E: ClusterEngine> Cluster<E> {
     /// on the same ports, and wait until it answers: a member that lost its disk and comes
     /// back empty, telling its peers nothing of what it had promised them (unless the engine
     /// must: see [`ClusterEngine::forget`]).
-    pub fn restart_without_data(&self, i: usize) -> Result<(), String> {
+    pub fn restart_without_data(&self, i: usize) -> Result<(), ServerError> {
         self.kill(i);
         // Not under the member's lock: the engine asks the other members.
         self.engine.forget(self, i)?;
@@ -572,7 +575,9 @@ impl<E: ClusterEngine> Cluster<E> {
         self.stop_member(&mut m, i);
         let label = m.process.label().to_string();
         let dir = m.process.dir().to_path_buf();
-        self.engine.wipe(&dir).map_err(|e| format!("wipe the data of {label}: {e}"))?;
+        self.engine
+            .wipe(&dir)
+            .map_err(|e| ServerError::io(format!("wipe the data of {label}"), e))?;
         let command = self.engine.command(&self.layout, i, &dir, Start::Rejoin)?;
         let program = self.program.clone();
         m.process.set_command(move || rebuild(&command, &dir, program.as_deref()));
@@ -582,7 +587,7 @@ impl<E: ClusterEngine> Cluster<E> {
     /// Kill every member that runs and start them all again with their data, then wait until
     /// every one answers: a whole cluster coming back after a power cut. They start together
     /// because a member may answer only once a quorum is up (etcd's health needs a leader).
-    pub fn restart_all(&self) -> Result<(), String> {
+    pub fn restart_all(&self) -> Result<(), ServerError> {
         let mut members: Vec<_> = self.members.iter().map(lock).collect();
         for (i, m) in members.iter_mut().enumerate() {
             self.stop_member(m, i);
@@ -604,7 +609,7 @@ impl<E: ClusterEngine> Cluster<E> {
         Ok(())
     }
 
-    fn start_member(&self, m: &mut Member, i: usize) -> Result<(), String> {
+    fn start_member(&self, m: &mut Member, i: usize) -> Result<(), ServerError> {
         // Spawn, record the pid at once (its first connections must be recognised), wait.
         m.process.spawn_again()?;
         self.origins.set(i, m.process.pid());
@@ -623,7 +628,7 @@ impl<E: ClusterEngine> Cluster<E> {
 
     /// Stop member `i` (`SIGSTOP`): it holds its connections and answers nothing, as a
     /// process in a long GC pause or a VM that was frozen would, until [`Cluster::resume`].
-    pub fn pause(&self, i: usize) -> Result<(), String> {
+    pub fn pause(&self, i: usize) -> Result<(), ServerError> {
         let mut m = lock(&self.members[i]);
         m.process.signal(libc::SIGSTOP)?;
         m.paused = true;
@@ -631,7 +636,7 @@ impl<E: ClusterEngine> Cluster<E> {
     }
 
     /// Let a paused member `i` run again (`SIGCONT`).
-    pub fn resume(&self, i: usize) -> Result<(), String> {
+    pub fn resume(&self, i: usize) -> Result<(), ServerError> {
         let mut m = lock(&self.members[i]);
         m.process.signal(libc::SIGCONT)?;
         m.paused = false;
@@ -697,7 +702,7 @@ fn wait_all(
     processes: &mut [&mut Process],
     started: Instant,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     loop {
         let mut waiting = Vec::new();
         for p in processes.iter_mut() {
@@ -709,7 +714,10 @@ fn wait_all(
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(waiting.join("; "));
+            return Err(match waiting.len() {
+                1 => waiting.remove(0),
+                _ => ServerError::Several(waiting),
+            });
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -786,7 +794,7 @@ impl<E: ClusterEngine + Default + Clone> Server<E> {
 
     /// [`Server::start`], returning why it could not start (what to install, when the
     /// program is missing) instead of panicking: for a benchmark binary.
-    pub fn launch() -> Result<Self, String> {
+    pub fn launch() -> Result<Self, ServerError> {
         Server::launch_engine(E::default())
     }
 }
@@ -795,17 +803,18 @@ impl<E: ClusterEngine + Clone> Server<E> {
     /// Start `engine`'s server on fresh loopback ports and wait until it answers, on the third
     /// set of ports at the latest; or say why it could not (what to install, when the program
     /// is missing).
-    pub(crate) fn launch_engine(engine: E) -> Result<Self, String> {
+    pub(crate) fn launch_engine(engine: E) -> Result<Self, ServerError> {
         engine.check()?;
         try_with_retries(E::LAUNCH.name, || Self::try_launch(engine.clone()))
     }
 
-    fn try_launch(engine: E) -> Result<Self, String> {
+    fn try_launch(engine: E) -> Result<Self, ServerError> {
         let listen = Layout::fresh_ports(1, E::PORTS.len(), &mut BTreeSet::new());
         let layout = Layout { reach: listen.clone(), listen, token: "lockbench".into() };
         let dir = temp_dir(E::KIND);
-        let command = std::fs::create_dir_all(dir.join("data"))
-            .map_err(|e| e.to_string())
+        let data = dir.join("data");
+        let command = std::fs::create_dir_all(&data)
+            .map_err(|e| ServerError::io(format!("create {}", data.display()), e))
             .and_then(|()| engine.command(&layout, 0, &dir, Start::New));
         let command = command.inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&dir);
@@ -834,9 +843,10 @@ impl<E: ClusterEngine> Server<E> {
     }
 
     /// [`Server::start_again`], returning the failure instead of panicking.
-    pub fn try_start_again(&mut self) -> Result<(), String> {
+    pub fn try_start_again(&mut self) -> Result<(), ServerError> {
         self.process.start_again().map_err(|e| {
-            format!("could not start {} again on port {}: {e}", E::LAUNCH.name, self.port)
+            let again = format!("could not start {} again on port {}", E::LAUNCH.name, self.port);
+            ServerError::context(again, e)
         })
     }
 

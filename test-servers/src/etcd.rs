@@ -23,6 +23,7 @@
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::{free_port, keep, Launch};
 use crate::tls::{CertFiles, TestPki};
+use crate::{ServerError, INSTALL_HINT};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -111,10 +112,10 @@ fn plain_ports() -> std::sync::MutexGuard<'static, BTreeMap<u16, u16>> {
 }
 
 /// Copy `from` into `dir` as `name`; the copy's path.
-fn copy_into(dir: &Path, name: &str, from: &Path) -> Result<PathBuf, String> {
+fn copy_into(dir: &Path, name: &str, from: &Path) -> Result<PathBuf, ServerError> {
     let to = dir.join(name);
     std::fs::copy(from, &to)
-        .map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))?;
+        .map_err(|e| ServerError::io(format!("copy {} to {}", from.display(), to.display()), e))?;
     Ok(to)
 }
 
@@ -131,6 +132,8 @@ impl Etcd {
 const LAUNCH: Launch = Launch {
     program: "etcd",
     missing: "etcd is not installed (not on PATH)",
+    package: Some("etcd-server"),
+    install: INSTALL_HINT,
     name: "etcd",
     probe: "GET /health",
     log: "etcd.log",
@@ -188,14 +191,19 @@ pub fn etcd_post_as(
     http_as(addr.port(), "POST", path, json, Some(token))
 }
 
-/// A token for `user` from the etcd at `addr` (`/v3/auth/authenticate`), or etcd's refusal.
-pub fn etcd_token(addr: SocketAddr, user: &str, password: &str) -> Result<String, String> {
+/// A token for `user` from the etcd at `addr` (`/v3/auth/authenticate`), or etcd's refusal
+/// ([`ServerError::Command`], with etcd's answer).
+pub fn etcd_token(addr: SocketAddr, user: &str, password: &str) -> Result<String, ServerError> {
     let body = format!(r#"{{"name":{},"password":{}}}"#, json_quote(user), json_quote(password));
-    let answer = etcd_post(addr, "/v3/auth/authenticate", &body)
-        .map_err(|e| format!("etcd at {addr} did not answer /v3/auth/authenticate: {e}"))?;
-    json_str(&answer, "token")
-        .map(str::to_string)
-        .ok_or_else(|| format!("etcd at {addr} gave user '{user}' no token: {answer}"))
+    let answer = etcd_post(addr, "/v3/auth/authenticate", &body).map_err(|e| {
+        ServerError::io(format!("etcd at {addr} did not answer /v3/auth/authenticate"), e)
+    })?;
+    match json_str(&answer, "token") {
+        Some(token) => Ok(token.to_string()),
+        None => {
+            Err(ServerError::command(format!("etcd at {addr} gave user '{user}' no token"), answer))
+        }
+    }
 }
 
 /// A user of a secured etcd ([`Server::secure`]): its name, its password, and the key prefix
@@ -238,7 +246,7 @@ pub fn etcd_secure(
     addr: SocketAddr,
     root_password: &str,
     users: &[EtcdUser],
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     let root =
         EtcdUser { name: "root".into(), password: root_password.into(), prefix: String::new() };
     add_user(addr, &root, None)?;
@@ -251,7 +259,7 @@ pub fn etcd_secure(
 }
 
 /// A user and the role of its name (granted `perm`, if any), the user in the role.
-fn add_user(addr: SocketAddr, user: &EtcdUser, perm: Option<&str>) -> Result<(), String> {
+fn add_user(addr: SocketAddr, user: &EtcdUser, perm: Option<&str>) -> Result<(), ServerError> {
     let name = json_quote(&user.name);
     gateway(addr, "/v3/auth/role/add", &format!(r#"{{"name":{name}}}"#))?;
     if let Some(perm) = perm {
@@ -263,11 +271,11 @@ fn add_user(addr: SocketAddr, user: &EtcdUser, perm: Option<&str>) -> Result<(),
 }
 
 /// POST `json` to `path` on `addr`; an error unless etcd answered with a header and no error.
-fn gateway(addr: SocketAddr, path: &str, json: &str) -> Result<(), String> {
+fn gateway(addr: SocketAddr, path: &str, json: &str) -> Result<(), ServerError> {
     match etcd_post(addr, path, json) {
         Ok(a) if a.contains("\"header\"") && !a.contains("\"error\"") => Ok(()),
-        Ok(a) => Err(format!("etcd at {addr} refused {path}: {a}")),
-        Err(e) => Err(format!("etcd at {addr} did not answer {path}: {e}")),
+        Ok(a) => Err(ServerError::command(format!("etcd at {addr} refused {path}"), a)),
+        Err(e) => Err(ServerError::io(format!("etcd at {addr} did not answer {path}"), e)),
     }
 }
 
@@ -351,7 +359,7 @@ impl ClusterEngine for Etcd {
         i: usize,
         dir: &Path,
         start: Start,
-    ) -> Result<Command, String> {
+    ) -> Result<Command, ServerError> {
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let cluster: Vec<String> =
             (0..layout.members()).map(|j| format!("m{j}={}", url(layout.reach(j, PEER)))).collect();
@@ -367,10 +375,12 @@ impl ClusterEngine for Etcd {
             }
             Some(tls) => {
                 if layout.members() != 1 {
-                    return Err("TLS on etcd's client URL is for a server of one".into());
+                    let why = "TLS on etcd's client URL is for a server of one";
+                    return Err(ServerError::Invalid(why.into()));
                 }
                 let files = dir.join("tls");
-                std::fs::create_dir_all(&files).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(&files)
+                    .map_err(|e| ServerError::io(format!("create {}", files.display()), e))?;
                 cmd.arg("--cert-file")
                     .arg(copy_into(&files, "server.pem", &tls.server.cert)?)
                     .arg("--key-file")
@@ -414,7 +424,7 @@ impl ClusterEngine for Etcd {
 
     /// Remove the member from the cluster and add it again with the same peer URL: a new
     /// member id, which may start with an empty log (`--initial-cluster-state existing`).
-    fn forget(&self, cluster: &Cluster<Self>, member: usize) -> Result<(), String> {
+    fn forget(&self, cluster: &Cluster<Self>, member: usize) -> Result<(), ServerError> {
         // A member that joins checks the others' cluster version, and one still
         // "not_decided" (a cluster formed a moment ago) makes it refuse to start ("incompatible
         // with current running cluster": CI met it once). Wait for the version first.
@@ -425,7 +435,8 @@ impl ClusterEngine for Etcd {
         let until = std::time::Instant::now() + Duration::from_secs(10);
         while !(0..cluster.len()).filter(|&j| j != member && cluster.is_up(j)).all(decided) {
             if std::time::Instant::now() >= until {
-                return Err("the etcd cluster did not decide its version within 10 s".into());
+                let why = "the etcd cluster did not decide its version within 10 s";
+                return Err(ServerError::NotReady(why.into()));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -434,18 +445,26 @@ impl ClusterEngine for Etcd {
             (0..cluster.len())
                 .filter(|&j| j != member && cluster.is_up(j))
                 .find_map(|j| etcd_post(cluster.direct_addr(j), path, body).ok())
-                .ok_or_else(|| format!("no etcd member answers {path}"))
+                .ok_or_else(|| ServerError::Command {
+                    what: format!("no etcd member answers {path}"),
+                    answer: None,
+                })
         };
         let list = ask("/v3/cluster/member/list", "{}")?;
-        let id = member_id_of(&list, &peer_url)
-            .ok_or_else(|| format!("etcd lists no member at {peer_url}: {list}"))?;
+        let id = member_id_of(&list, &peer_url).ok_or_else(|| {
+            ServerError::command(format!("etcd lists no member at {peer_url}"), &list)
+        })?;
         let removed = ask("/v3/cluster/member/remove", &format!(r#"{{"ID":"{id}"}}"#))?;
         if !removed.contains("\"members\"") {
-            return Err(format!("etcd did not remove member {member} ({id}): {removed}"));
+            let what = format!("etcd did not remove member {member} ({id})");
+            return Err(ServerError::command(what, removed));
         }
         let added = ask("/v3/cluster/member/add", &format!(r#"{{"peerURLs":["{peer_url}"]}}"#))?;
         if !added.contains("\"member\"") {
-            return Err(format!("etcd did not add member {member} again: {added}"));
+            return Err(ServerError::command(
+                format!("etcd did not add member {member} again"),
+                added,
+            ));
         }
         Ok(())
     }
@@ -478,7 +497,7 @@ impl Server<Etcd> {
 
     /// Start a server of `engine`'s configuration (e.g. [`Etcd::with_auth_token_ttl`]), as
     /// [`Server::launch`] does the default's.
-    pub fn launch_with(engine: Etcd) -> Result<Self, String> {
+    pub fn launch_with(engine: Etcd) -> Result<Self, ServerError> {
         Server::launch_engine(engine)
     }
 
@@ -494,7 +513,7 @@ impl Server<Etcd> {
 
     /// [`Server::start_tls`] with any certificate (one for another host name, to test that a
     /// client refuses it), returning why it could not start instead of panicking.
-    pub fn launch_tls(tls: EtcdTls) -> Result<Self, String> {
+    pub fn launch_tls(tls: EtcdTls) -> Result<Self, ServerError> {
         Server::launch_engine(Etcd { tls: Some(tls), ..Etcd::default() })
     }
 
@@ -516,7 +535,7 @@ impl Server<Etcd> {
     /// prefix ([`etcd_secure`], through [`Server::plain_addr`]). Once only: a second call
     /// finds the users there and fails. On a TLS server with client certificates, a client
     /// whose certificate's common name is one of `users` is that user without a password.
-    pub fn secure(&self, root_password: &str, users: &[EtcdUser]) -> Result<(), String> {
+    pub fn secure(&self, root_password: &str, users: &[EtcdUser]) -> Result<(), ServerError> {
         etcd_secure(self.plain_addr(), root_password, users)
     }
 }

@@ -21,6 +21,11 @@
 //! A missing binary or jar **fails** the test with a message naming the packages to install
 //! ([`INSTALL_HINT`]); nothing is ever skipped.
 //!
+//! Every function that can fail returns a [`ServerError`], which tells a program that is not
+//! installed from a server that did not start in time, one that lost its port to another
+//! process, and a command the server refused; its text names the server, its port and the tail
+//! of its log.
+//!
 //! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`]: one server per test binary,
 //!   started on first use and kept for the life of the process.
 //! - Cleanup: a server or a cluster is killed and its directory removed on drop; every
@@ -47,6 +52,7 @@
 
 mod cluster;
 mod contenders;
+mod error;
 mod etcd;
 mod origin;
 mod process;
@@ -59,6 +65,7 @@ mod zookeeper;
 
 pub use cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
 pub use contenders::ContenderProxies;
+pub use error::ServerError;
 pub use etcd::{
     etcd_post, etcd_post_as, etcd_secure, etcd_token, shared_etcd, shared_etcd_with, Etcd,
     EtcdCluster, EtcdServer, EtcdTls, EtcdUser, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,

@@ -3,7 +3,7 @@
 //! directory (a server restart is a fault the lock clients must survive), and the one-per-binary
 //! keeper.
 
-use crate::INSTALL_HINT;
+use crate::ServerError;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -156,7 +156,7 @@ impl Process {
 
     /// Start the server again with the command, port and data directory it had, and wait until
     /// it answers. A no-op when it runs. On failure the directory stays (the process owns it).
-    pub fn start_again(&mut self) -> Result<(), String> {
+    pub fn start_again(&mut self) -> Result<(), ServerError> {
         if self.held.is_some() {
             return Ok(());
         }
@@ -168,7 +168,7 @@ impl Process {
 
     /// Start the server again (as [`Process::start_again`]) without waiting until it answers:
     /// [`Process::poll_ready`] says when it does.
-    pub fn spawn_again(&mut self) -> Result<(), String> {
+    pub fn spawn_again(&mut self) -> Result<(), ServerError> {
         if self.held.is_none() {
             self.held = Some(self.launch.start(self.command.as_ref(), &self.dir)?);
         }
@@ -177,7 +177,7 @@ impl Process {
 
     /// Whether it answers now: `Ok(false)` while it starts (or is stopped), an error naming it
     /// and quoting its log once it has exited.
-    pub fn poll_ready(&mut self) -> Result<bool, String> {
+    pub fn poll_ready(&mut self) -> Result<bool, ServerError> {
         let Some(held) = &mut self.held else { return Ok(false) };
         if (self.launch.ready)(self.port) && listens_on(held.child.id(), self.port) {
             return Ok(true);
@@ -185,29 +185,16 @@ impl Process {
         match held.child.try_wait() {
             Ok(Some(status)) => {
                 self.held = None;
-                Err(format!(
-                    "{} exited with {status}: {}",
-                    self.label,
-                    log_of(self.launch, &self.dir)
-                ))
+                Err(ServerError::exited(&self.label, status, log_of(self.launch, &self.dir)))
             }
             _ => Ok(false),
         }
     }
 
     /// The error of a server that did not answer within `waited`, quoting its log.
-    pub fn not_ready(&self, waited: Duration) -> String {
-        let mut msg = format!(
-            "{} on port {} did not answer {} within {} s",
-            self.label,
-            self.port,
-            self.launch.probe,
-            waited.as_secs()
-        );
-        if self.launch.log_on_timeout {
-            msg = format!("{msg}: {}", log_of(self.launch, &self.dir));
-        }
-        msg
+    pub fn not_ready(&self, waited: Duration) -> ServerError {
+        let log = self.launch.log_on_timeout.then(|| log_of(self.launch, &self.dir));
+        ServerError::start_timeout(&self.label, self.port, self.launch.probe, waited, log)
     }
 
     /// Replace the command that starts it (from its next start on).
@@ -216,11 +203,13 @@ impl Process {
     }
 
     /// Send `signal` (`SIGSTOP`, `SIGCONT`) to the running server.
-    pub fn signal(&self, signal: libc::c_int) -> Result<(), String> {
-        let pid = self.pid().ok_or_else(|| format!("{} is not running", self.label))?;
+    pub fn signal(&self, signal: libc::c_int) -> Result<(), ServerError> {
+        let pid =
+            self.pid().ok_or_else(|| ServerError::NotRunning { label: self.label.clone() })?;
         // SAFETY: kill(2) on our own child's pid; the child is not reaped while we hold it.
         if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
-            return Err(format!("signal {}: {}", self.label, std::io::Error::last_os_error()));
+            let error = std::io::Error::last_os_error();
+            return Err(ServerError::io(format!("signal {}", self.label), error));
         }
         Ok(())
     }
@@ -321,27 +310,26 @@ fn wait_ready(
     dir: &Path,
     port: u16,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     let started = Instant::now();
     loop {
         if (launch.ready)(port) && listens_on(held.child.id(), port) {
             return Ok(());
         }
         if let Ok(Some(status)) = held.child.try_wait() {
-            return Err(format!("{label} exited with {status}: {}", log_of(launch, dir)));
+            return Err(ServerError::exited(label, status, log_of(launch, dir)));
         }
         if Instant::now() > deadline {
             let _ = held.child.kill();
             let _ = held.child.wait();
-            let mut msg = format!(
-                "{label} on port {port} did not answer {} within {} s",
+            let log = launch.log_on_timeout.then(|| log_of(launch, dir));
+            return Err(ServerError::start_timeout(
+                label,
+                port,
                 launch.probe,
-                started.elapsed().as_secs()
-            );
-            if launch.log_on_timeout {
-                msg = format!("{msg}: {}", log_of(launch, dir));
-            }
-            return Err(msg);
+                started.elapsed(),
+                log,
+            ));
         }
         std::thread::sleep(launch.poll);
     }
@@ -351,8 +339,12 @@ fn wait_ready(
 pub struct Launch {
     /// The program, as in "spawn {program}: {error}".
     pub program: &'static str,
-    /// What a missing program means; the failure adds [`INSTALL_HINT`].
+    /// What a missing program means, as in "{missing}: {install}".
     pub missing: &'static str,
+    /// The Debian package that provides the program, if one does.
+    pub package: Option<&'static str>,
+    /// How to get the program ([`INSTALL_HINT`](crate::INSTALL_HINT) for a packaged server).
+    pub install: &'static str,
     /// The server, as in "{name} exited with ..." and "{name} on port ... did not answer ...".
     pub name: &'static str,
     /// The readiness request, as in "did not answer {probe} within ...".
@@ -372,14 +364,14 @@ pub struct Launch {
 impl Launch {
     /// Spawn the server `command` builds (output into the log in `dir`, killed when the test
     /// binary exits) and wait until the server on `port` is ready. A failure is an `Err` (the
-    /// caller may retry on another port; a missing program's names [`INSTALL_HINT`]), with
-    /// `dir` removed.
+    /// caller may retry on another port; a missing program is
+    /// [`ServerError::NotInstalled`]), with `dir` removed.
     pub(crate) fn spawn(
         &'static self,
         command: impl Fn() -> Command + Send + Sync + 'static,
         dir: PathBuf,
         port: u16,
-    ) -> Result<Process, String> {
+    ) -> Result<Process, ServerError> {
         let mut process = self.spawn_unready(self.name.to_string(), command, dir, port)?;
         let deadline = Instant::now() + self.deadline;
         let held = process.held.as_mut().expect("just spawned");
@@ -395,7 +387,7 @@ impl Launch {
         command: impl Fn() -> Command + Send + Sync + 'static,
         dir: PathBuf,
         port: u16,
-    ) -> Result<Process, String> {
+    ) -> Result<Process, ServerError> {
         let mut process =
             Process { held: None, dir, port, launch: self, label, command: Box::new(command) };
         match self.start(process.command.as_ref(), &process.dir) {
@@ -413,41 +405,49 @@ impl Launch {
         &self,
         command: &(dyn Fn() -> Command + Send + Sync),
         dir: &Path,
-    ) -> Result<Held, String> {
+    ) -> Result<Held, ServerError> {
         let mut cmd = command();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(self.log))
-            .map_err(|e| e.to_string())?;
-        cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
+        let path = dir.join(self.log);
+        let open_log = |e| ServerError::io(format!("open the log {}", path.display()), e);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&path);
+        let log = log.map_err(open_log)?;
+        cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(open_log)?).stderr(log);
         die_with_parent(&mut cmd);
         match spawn_held(cmd) {
             Ok(h) => Ok(h),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(format!("{}: {INSTALL_HINT}", self.missing))
-            }
-            Err(e) => Err(format!("spawn {}: {e}", self.program)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.not_installed(e)),
+            Err(e) => Err(ServerError::io(format!("spawn {}", self.program), e)),
+        }
+    }
+
+    /// The error of a program that is not there.
+    pub(crate) fn not_installed(&self, source: std::io::Error) -> ServerError {
+        ServerError::NotInstalled {
+            program: self.program.to_string(),
+            package: self.package,
+            missing: self.missing.to_string(),
+            install: self.install,
+            source: Some(source),
         }
     }
 }
 
 /// Call `try_start` until it succeeds, 3 times at most, then return "could not start {name}"
-/// and the last failure.
+/// and the last failure; a missing program at once.
 pub(crate) fn try_with_retries<S>(
     name: &str,
-    mut try_start: impl FnMut() -> Result<S, String>,
-) -> Result<S, String> {
-    let mut last = String::new();
+    mut try_start: impl FnMut() -> Result<S, ServerError>,
+) -> Result<S, ServerError> {
     // A free port can be taken by someone else between our probe and the server's bind.
-    for _ in 0..3 {
-        match try_start() {
+    let mut last = try_start();
+    for _ in 1..3 {
+        match last {
             Ok(s) => return Ok(s),
-            Err(e) if e.contains(INSTALL_HINT) => return Err(e),
-            Err(e) => last = e,
+            Err(e) if e.is_not_installed() => return Err(e),
+            Err(_) => last = try_start(),
         }
     }
-    Err(format!("could not start {name}: {last}"))
+    last.map_err(|e| ServerError::context(format!("could not start {name}"), e))
 }
 
 /// One server per test binary, spawned from a thread (named `thread`) that lives as long as
@@ -485,6 +485,8 @@ mod tests {
     static SLEEPER: Launch = Launch {
         program: "sleep",
         missing: "sleep (coreutils)",
+        package: Some("coreutils"),
+        install: "install coreutils",
         name: "sleeper",
         probe: "a connection",
         log: "sleeper.log",
@@ -507,6 +509,7 @@ mod tests {
             c
         };
         let err = SLEEPER.spawn(sleep, temp_dir("sleeper"), port).err().expect("not ready");
-        assert!(err.starts_with("sleeper exited"), "{err}");
+        assert!(matches!(err, ServerError::Exited { .. }), "{err}");
+        assert!(err.to_string().starts_with("sleeper exited"), "{err}");
     }
 }

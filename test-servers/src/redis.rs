@@ -6,7 +6,7 @@
 use crate::cluster::{Cluster, ClusterEngine, ClusterOptions, Companion, Layout, Server, Start};
 use crate::process::{keep, Launch};
 use crate::tls::{CertFiles, TestPki};
-use crate::INSTALL_HINT;
+use crate::{ServerError, INSTALL_HINT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
@@ -211,6 +211,8 @@ fn probe_users() -> &'static Mutex<BTreeMap<u16, AclUser>> {
 const LAUNCH: Launch = Launch {
     program: "redis-server",
     missing: "redis-server is not installed (not on PATH)",
+    package: Some("redis-server"),
+    install: INSTALL_HINT,
     name: "redis-server",
     probe: "PING",
     log: "redis.log",
@@ -223,6 +225,8 @@ const LAUNCH: Launch = Launch {
 const SENTINEL: Launch = Launch {
     program: "redis-sentinel",
     missing: "redis-sentinel is not installed (not on PATH; package redis-sentinel)",
+    package: Some("redis-sentinel"),
+    install: INSTALL_HINT,
     name: "Sentinel",
     probe: "PING",
     log: "sentinel.log",
@@ -486,23 +490,26 @@ impl Redis {
     /// What every Sentinel must know before a failover can be relied on: the master, all its
     /// replicas and all the other Sentinels (they find each other through the master's hello
     /// channel, every 2 s); and every replica's link to the master up.
-    fn sentinels_ready(&self, cluster: &Cluster<Self>) -> Result<(), String> {
+    fn sentinels_ready(&self, cluster: &Cluster<Self>) -> Result<(), ServerError> {
         let (replicas, others) = (cluster.len() - 1, self.sentinels - 1);
         for (k, addr) in cluster.companion_addrs().into_iter().enumerate() {
             let reply = redis_call(addr, &["SENTINEL", "master", REDIS_MASTER_NAME])
-                .map_err(|e| format!("Sentinel {k}: {e}"))?;
+                .map_err(|e| ServerError::io(format!("Sentinel {k}"), e))?;
             let f = fields(&reply);
             let known = (f.get("num-slaves"), f.get("num-other-sentinels"));
             if known != (Some(&&*replicas.to_string()), Some(&&*others.to_string())) {
-                return Err(format!("Sentinel {k} knows {known:?} replicas and Sentinels"));
+                let lacking = format!("Sentinel {k} knows {known:?} replicas and Sentinels");
+                return Err(ServerError::NotReady(lacking));
             }
         }
-        let master = cluster.leader().ok_or("the Sentinels name no master")?;
+        let nobody = || ServerError::NotReady("the Sentinels name no master".into());
+        let master = cluster.leader().ok_or_else(nobody)?;
         for i in (0..cluster.len()).filter(|&i| i != master) {
             let info = redis_call(cluster.direct_addr(i), &["INFO", "replication"])
-                .map_err(|e| format!("member {i}: {e}"))?;
+                .map_err(|e| ServerError::io(format!("member {i}"), e))?;
             if !info.text().is_some_and(|t| t.contains("master_link_status:up")) {
-                return Err(format!("replica {i} has not synchronised with its master"));
+                let lacking = format!("replica {i} has not synchronised with its master");
+                return Err(ServerError::NotReady(lacking));
             }
         }
         Ok(())
@@ -529,16 +536,22 @@ impl ClusterEngine for Redis {
 
     /// A TLS server's readiness probe is `redis-cli` (Debian's `redis-tools`, which
     /// `redis-server` depends on): it must be there.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ServerError> {
         if self.tls.is_none() {
             return Ok(());
         }
         match Command::new("redis-cli").arg("--version").stdout(Stdio::null()).status() {
             Ok(_) => Ok(()),
-            Err(e) => Err(format!(
-                "redis-cli is not installed ({e}; package redis-tools, needed to probe a TLS \
-                 redis-server): {INSTALL_HINT}"
-            )),
+            Err(e) => Err(ServerError::NotInstalled {
+                program: "redis-cli".into(),
+                package: Some("redis-tools"),
+                missing: format!(
+                    "redis-cli is not installed ({e}; package redis-tools, needed to probe a TLS \
+                     redis-server)"
+                ),
+                install: INSTALL_HINT,
+                source: Some(e),
+            }),
         }
     }
 
@@ -548,14 +561,14 @@ impl ClusterEngine for Redis {
         i: usize,
         dir: &Path,
         start: Start,
-    ) -> Result<Command, String> {
+    ) -> Result<Command, ServerError> {
         let path = dir.join("redis.conf");
         // A member restarted without its data keeps its configuration, and with it the
         // `replicaof` a Sentinel gave it.
         if start == Start::New || !path.exists() {
             self.config(layout, i, dir)
                 .and_then(|config| write_private(&path, &config))
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
+                .map_err(|e| ServerError::io(format!("write {}", path.display()), e))?;
         }
         let mut cmd = Command::new("redis-server");
         cmd.arg(path);
@@ -564,15 +577,16 @@ impl ClusterEngine for Redis {
 
     /// The Sentinels, on fresh loopback ports, each in a directory of its own (a Sentinel
     /// rewrites its configuration file with what it learns).
-    fn companions(&self, cluster: &Cluster<Self>) -> Result<Vec<Companion>, String> {
+    fn companions(&self, cluster: &Cluster<Self>) -> Result<Vec<Companion>, ServerError> {
         let ports = Layout::fresh_ports(self.sentinels, 1, &mut BTreeSet::new());
         let mut out = Vec::new();
         for (k, port) in ports.into_iter().flatten().enumerate() {
             let dir = cluster.root().join(format!("s{k}"));
-            std::fs::create_dir_all(&dir).map_err(|e| format!("Sentinel {k}: {e}"))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| ServerError::io(format!("Sentinel {k}"), e))?;
             let path = dir.join("sentinel.conf");
             std::fs::write(&path, self.sentinel_config(cluster.layout(), port, &dir))
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
+                .map_err(|e| ServerError::io(format!("write {}", path.display()), e))?;
             let mut command = Command::new("redis-sentinel");
             command.arg(&path);
             out.push(Companion {
@@ -602,7 +616,7 @@ impl ClusterEngine for Redis {
         cluster.member_at(port)
     }
 
-    fn formed(&self, cluster: &Cluster<Self>) -> Result<(), String> {
+    fn formed(&self, cluster: &Cluster<Self>) -> Result<(), ServerError> {
         match self.sentinels {
             0 => Ok(()), // independent masters: every one answered
             _ => self.sentinels_ready(cluster),
@@ -627,7 +641,7 @@ impl Server<Redis> {
     /// [`RedisServer::start`] (`persistent: false`) or [`RedisServer::start_persistent`],
     /// returning why it could not start (what to install, when `redis-server` is missing)
     /// instead of panicking: for a benchmark binary.
-    pub fn launch(persistent: bool) -> Result<RedisServer, String> {
+    pub fn launch(persistent: bool) -> Result<RedisServer, ServerError> {
         Server::launch_engine(Redis::masters(persistent))
     }
 
@@ -642,15 +656,19 @@ impl Server<Redis> {
 
     /// [`RedisServer::start_secured`], returning why it could not start instead of
     /// panicking.
-    pub fn launch_secured(users: &[AclUser]) -> Result<RedisServer, String> {
+    pub fn launch_secured(users: &[AclUser]) -> Result<RedisServer, ServerError> {
         Self::launch_secured_with(false, users)
     }
 
     /// [`RedisServer::launch_secured`], with an append-only file synced on every write when
     /// `persistent` (as [`RedisServer::start_persistent`]).
-    pub fn launch_secured_with(persistent: bool, users: &[AclUser]) -> Result<RedisServer, String> {
+    pub fn launch_secured_with(
+        persistent: bool,
+        users: &[AclUser],
+    ) -> Result<RedisServer, ServerError> {
         if users.is_empty() {
-            return Err("a secured redis-server needs at least one ACL user".into());
+            let why = "a secured redis-server needs at least one ACL user";
+            return Err(ServerError::Invalid(why.into()));
         }
         Server::launch_engine(Redis { users: users.to_vec(), ..Redis::masters(persistent) })
     }
@@ -671,7 +689,7 @@ impl Server<Redis> {
         pki: &TestPki,
         auth_clients: bool,
         users: &[AclUser],
-    ) -> Result<RedisServer, String> {
+    ) -> Result<RedisServer, ServerError> {
         Self::launch_tls_as(pki, pki.server(), auth_clients, users)
     }
 
@@ -684,7 +702,7 @@ impl Server<Redis> {
         cert: &CertFiles,
         auth_clients: bool,
         users: &[AclUser],
-    ) -> Result<RedisServer, String> {
+    ) -> Result<RedisServer, ServerError> {
         let probe = pki.client("readiness-probe");
         let tls = RedisTls {
             ca: pki.ca_pem(),

@@ -9,6 +9,7 @@
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::Launch;
+use crate::ServerError;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -31,21 +32,23 @@ pub type ServiceServer = Server<LockService>;
 impl Server<LockService> {
     /// Start one node run by `engine` and wait until it leads (within
     /// [`ClusterEngine::FORMATION`]), or say why it could not.
-    pub fn launch_node(engine: LockService) -> Result<Self, String> {
+    pub fn launch_node(engine: LockService) -> Result<Self, ServerError> {
         let node = Server::launch_engine(engine)?;
         let deadline = std::time::Instant::now() + LockService::FORMATION;
+        let mut leader = None;
         while std::time::Instant::now() < deadline {
             let status = service_status(node.port).unwrap_or_default();
-            if json_u64(&status, "leader") == Some(0) {
+            leader = json_u64(&status, "leader").and_then(|l| usize::try_from(l).ok());
+            if leader == Some(0) {
                 return Ok(node);
             }
             std::thread::sleep(LAUNCH.poll);
         }
-        Err(format!(
-            "lock-server on port {} did not become leader within {:?}",
-            node.port,
-            LockService::FORMATION
-        ))
+        Err(ServerError::NoLeader {
+            what: format!("lock-server on port {} did not become leader", node.port),
+            waited: LockService::FORMATION,
+            leader,
+        })
     }
 
     /// Its client address, as the client takes it.
@@ -88,7 +91,9 @@ impl LockService {
 
 const LAUNCH: Launch = Launch {
     program: "lock-server",
-    missing: "the lock-server binary was not found (build it: cargo build -p lock-service)",
+    missing: "the lock-server binary was not found",
+    package: None,
+    install: "build it with `cargo build -p lock-service`",
     name: "lock-server",
     probe: "Status",
     log: "lock-server.log",
@@ -133,11 +138,17 @@ impl ClusterEngine for LockService {
     const PORTS: &'static [&'static str] = &["client", "peer"];
     const FORMATION: Duration = Duration::from_secs(20);
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ServerError> {
         if self.program.exists() {
             Ok(())
         } else {
-            Err(format!("{}: {}", self.program.display(), LAUNCH.missing))
+            Err(ServerError::NotInstalled {
+                program: self.program.display().to_string(),
+                package: None,
+                missing: format!("{}: {}", self.program.display(), LAUNCH.missing),
+                install: LAUNCH.install,
+                source: None,
+            })
         }
     }
 
@@ -147,7 +158,7 @@ impl ClusterEngine for LockService {
         i: usize,
         dir: &Path,
         start: Start,
-    ) -> Result<Command, String> {
+    ) -> Result<Command, ServerError> {
         let addr = |port: u16| format!("127.0.0.1:{port}");
         let cluster: Vec<String> = (0..layout.members())
             .map(|j| {

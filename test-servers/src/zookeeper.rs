@@ -29,7 +29,7 @@ use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::process::{free_port, keep, Launch};
 use crate::proxy::Rewrite;
 use crate::tls::{CertFiles, TestPki};
-use crate::INSTALL_HINT;
+use crate::{ServerError, INSTALL_HINT};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -181,16 +181,18 @@ fn ready(port: u16) -> bool {
 }
 
 /// Copy `from` into `dir` as `name`.
-fn copy_into(dir: &Path, name: &str, from: &Path) -> Result<PathBuf, String> {
+fn copy_into(dir: &Path, name: &str, from: &Path) -> Result<PathBuf, ServerError> {
     let to = dir.join(name);
     std::fs::copy(from, &to)
-        .map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))?;
+        .map_err(|e| ServerError::io(format!("copy {} to {}", from.display(), to.display()), e))?;
     Ok(to)
 }
 
 const LAUNCH: Launch = Launch {
     program: "java",
     missing: "java is not installed (not on PATH), ZooKeeper needs it",
+    package: Some("zookeeper"),
+    install: INSTALL_HINT,
     name: "ZooKeeper",
     probe: "ruok",
     log: "zookeeper.log",
@@ -279,16 +281,19 @@ impl Zk {
 
     /// Write a TLS server's key store and trust store into `dir/tls` (copies: the server does
     /// not depend on the [`TestPki`] outliving it) and return that directory.
-    fn tls_files(&self, tls: &ZkTls, dir: &Path) -> Result<PathBuf, String> {
+    fn tls_files(&self, tls: &ZkTls, dir: &Path) -> Result<PathBuf, ServerError> {
         let files = dir.join("tls");
-        std::fs::create_dir_all(&files).map_err(|e| e.to_string())?;
-        let read =
-            |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("read {}: {e}", p.display()));
+        std::fs::create_dir_all(&files)
+            .map_err(|e| ServerError::io(format!("create {}", files.display()), e))?;
+        let read = |p: &Path| {
+            std::fs::read_to_string(p)
+                .map_err(|e| ServerError::io(format!("read {}", p.display()), e))
+        };
         // ZooKeeper's PEM key store is one file: the private key, then the certificate chain.
         let store = format!("{}{}", read(&tls.server.key)?, read(&tls.server.cert)?);
         let store_path = files.join(KEY_STORE);
         std::fs::write(&store_path, store)
-            .map_err(|e| format!("write {}: {e}", store_path.display()))?;
+            .map_err(|e| ServerError::io(format!("write {}", store_path.display()), e))?;
         copy_into(&files, TRUST_STORE, &tls.ca)?;
         Ok(files)
     }
@@ -300,14 +305,26 @@ impl ClusterEngine for Zk {
     const PORTS: &'static [&'static str] = &["client", "quorum", "election"];
     const FORMATION: Duration = Duration::from_secs(60);
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ServerError> {
         match self.classpath().split(':').find(|jar| !Path::new(jar).exists()) {
-            Some(jar) => Err(format!("ZooKeeper jar {jar} is missing: {INSTALL_HINT}")),
+            Some(jar) => Err(ServerError::NotInstalled {
+                program: jar.to_string(),
+                package: Some("zookeeper"),
+                missing: format!("ZooKeeper jar {jar} is missing"),
+                install: INSTALL_HINT,
+                source: None,
+            }),
             None => Ok(()),
         }
     }
 
-    fn command(&self, layout: &Layout, i: usize, dir: &Path, _: Start) -> Result<Command, String> {
+    fn command(
+        &self,
+        layout: &Layout,
+        i: usize,
+        dir: &Path,
+        _: Start,
+    ) -> Result<Command, ServerError> {
         let data = dir.join("data");
         let cfg_path = dir.join("zoo.cfg");
         let listen = layout.listen(i, CLIENT);
@@ -317,7 +334,8 @@ impl ClusterEngine for Zk {
                 None
             }
             Some(_) if layout.members() != 1 => {
-                return Err("TLS on ZooKeeper's client port is for a standalone server".into())
+                let why = "TLS on ZooKeeper's client port is for a standalone server";
+                return Err(ServerError::Invalid(why.into()));
             }
             Some(tls) => {
                 let setup = TlsSetup {
@@ -332,7 +350,8 @@ impl ClusterEngine for Zk {
         let written = std::fs::write(&cfg_path, self.config(layout, i, &data, tls.as_ref()))
             // A wiped member gets its id again with its empty data directory.
             .and_then(|()| std::fs::write(data.join("myid"), format!("{}\n", i + 1)));
-        written.map_err(|e| format!("write the configuration in {}: {e}", dir.display()))?;
+        let context = || format!("write the configuration in {}", dir.display());
+        written.map_err(|e| ServerError::io(context(), e))?;
         let mut cmd = Command::new("java");
         cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
@@ -411,7 +430,7 @@ impl Server<Zk> {
 
     /// [`Server::start_tls`] with any certificate (one for another host name, to test that a
     /// client refuses it), returning why it could not start instead of panicking.
-    pub fn launch_tls(tls: ZkTls) -> Result<Self, String> {
+    pub fn launch_tls(tls: ZkTls) -> Result<Self, ServerError> {
         Server::launch_engine(Zk { tls: Some(tls), ..Zk::default() })
     }
 

@@ -446,7 +446,7 @@ impl server_faults::Restartable for test_servers::EtcdServer {
         test_servers::EtcdServer::stop(self);
     }
     fn start_again(&mut self) -> Result<(), String> {
-        self.try_start_again()
+        Ok(self.try_start_again()?)
     }
 }
 

@@ -373,9 +373,10 @@ async fn on_server(
                 true => test_servers::RedisServer::launch(p == Spawn::Aof),
                 false => test_servers::RedisServer::launch_secured_with(p == Spawn::Aof, &users),
             };
-            let (server, url) = Managed::start(launch, test_servers::RedisServer::url)
-                .await
-                .map_err(|e| format!("--spawn-redis: {e}"))?;
+            let (server, url) =
+                Managed::start(move || Ok(launch()?), test_servers::RedisServer::url)
+                    .await
+                    .map_err(|e| format!("--spawn-redis: {e}"))?;
             (url, Some(server))
         }
         None => (options.url().to_string(), None),

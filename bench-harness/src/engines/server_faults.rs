@@ -163,7 +163,7 @@ impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
         test_servers::Cluster::len(self)
     }
     fn restart_without_data(&self, i: usize) -> Result<(), String> {
-        test_servers::Cluster::restart_without_data(self, i)
+        Ok(test_servers::Cluster::restart_without_data(self, i)?)
     }
     fn hold_link(&self, from: usize, to: usize) {
         test_servers::Cluster::hold_link(self, from, to)
@@ -172,22 +172,22 @@ impl<E: test_servers::ClusterEngine> Members for test_servers::Cluster<E> {
         test_servers::Cluster::release_link(self, from, to)
     }
     fn wait_for_leader(&self, timeout: Duration) -> Result<usize, String> {
-        test_servers::Cluster::wait_for_leader(self, timeout)
+        Ok(test_servers::Cluster::wait_for_leader(self, timeout)?)
     }
     fn kill(&self, i: usize) {
         test_servers::Cluster::kill(self, i)
     }
     fn restart(&self, i: usize) -> Result<(), String> {
-        test_servers::Cluster::restart(self, i)
+        Ok(test_servers::Cluster::restart(self, i)?)
     }
     fn restart_all(&self) -> Result<(), String> {
-        test_servers::Cluster::restart_all(self)
+        Ok(test_servers::Cluster::restart_all(self)?)
     }
     fn pause(&self, i: usize) -> Result<(), String> {
-        test_servers::Cluster::pause(self, i)
+        Ok(test_servers::Cluster::pause(self, i)?)
     }
     fn resume(&self, i: usize) -> Result<(), String> {
-        test_servers::Cluster::resume(self, i)
+        Ok(test_servers::Cluster::resume(self, i)?)
     }
     fn cut_off(&self, i: usize) {
         test_servers::Cluster::cut_off(self, i)
@@ -259,7 +259,7 @@ impl Restartable for RedisServer {
         RedisServer::stop(self);
     }
     fn start_again(&mut self) -> Result<(), String> {
-        self.try_start_again()
+        Ok(self.try_start_again()?)
     }
 }
 
@@ -268,7 +268,7 @@ impl Restartable for ZkServer {
         ZkServer::stop(self);
     }
     fn start_again(&mut self) -> Result<(), String> {
-        self.try_start_again()
+        Ok(self.try_start_again()?)
     }
 }
 

@@ -391,7 +391,7 @@ impl server_faults::Restartable for SingleNode {
         self.0.stop();
     }
     fn start_again(&mut self) -> Result<(), String> {
-        self.0.try_start_again()
+        Ok(self.0.try_start_again()?)
     }
 }
 

@@ -329,7 +329,7 @@ async fn on_server(
 ) -> Result<(String, ServerFaults), String> {
     let (hosts, server) = if options.spawn {
         let (server, hosts) =
-            Managed::start(test_servers::ZkServer::launch, test_servers::ZkServer::hosts)
+            Managed::start(|| Ok(test_servers::ZkServer::launch()?), test_servers::ZkServer::hosts)
                 .await
                 .map_err(|e| format!("--spawn-zookeeper: {e}"))?;
         (hosts, Some(server))
