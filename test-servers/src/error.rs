@@ -65,7 +65,10 @@ pub enum ServerError {
     /// A cluster did not form (every member answering, and the engine's own condition: a
     /// leader, Sentinels that know everyone) within its deadline; `source` says what failed or
     /// what it still lacked.
-    #[error("the {cluster} cluster of {members} did not form within {} s: {source}", waited.as_secs())]
+    #[error(
+        "the {cluster} cluster of {members} did not form within {} s: {source}",
+        waited.as_secs()
+    )]
     NotFormed {
         /// The engine's server ("etcd", "ZooKeeper").
         cluster: &'static str,
