@@ -384,14 +384,17 @@
 //! `QueueLocker::new(store.client(owner), ctx, QueueConfig::default())`.
 #![deny(missing_docs)]
 
+mod client;
 pub mod config;
 pub mod cql;
 pub mod errors;
 #[cfg(any(test, feature = "conformance"))]
 pub mod fixture;
 pub mod names;
+mod session;
 pub mod tls;
 
+pub use client::CassandraClient;
 pub use config::{CassandraConfig, ConfigError, Replication};
 
 use async_trait::async_trait;
@@ -401,16 +404,15 @@ use lock_core::store::{
     CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
     Slice, StoreError,
 };
-use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
 use scylla::response::query_result::QueryResult;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::Statement;
+use session::{open_session, session_builder};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 
@@ -902,195 +904,6 @@ impl CellStore for CassandraStore {
         serial: SerialConsistency,
     ) -> Result<Vec<Cell>, StoreError> {
         self.do_read_serial(table, row, &slice, serial).await
-    }
-}
-
-/// One contender's handle on a [`CassandraStore`]: the same session and statements, plus a
-/// switch that cuts this handle off (every request then fails at once with
-/// [`StoreError::Unreachable`] and nothing is sent), as a crash or a partition would, and an
-/// optional prefix put before every row key (to keep test runs apart on a shared cluster).
-/// Cheap to clone; clones share the switch.
-#[derive(Clone)]
-pub struct CassandraClient {
-    store: CassandraStore,
-    id: Arc<str>,
-    row_prefix: Arc<str>,
-    cut_off: Arc<AtomicBool>,
-    doorbell: Option<Arc<dyn lock_core::doorbell::Doorbell>>,
-}
-
-impl fmt::Debug for CassandraClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CassandraClient")
-            .field("id", &self.id)
-            .field("row_prefix", &self.row_prefix)
-            .field("cut_off", &self.is_cut_off())
-            .finish()
-    }
-}
-
-impl CassandraClient {
-    /// The contender id this handle was made for.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The store this handle is on.
-    pub fn store(&self) -> &CassandraStore {
-        &self.store
-    }
-
-    /// Put `prefix` before every row key this handle reads or writes.
-    pub fn with_row_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.row_prefix = Arc::from(prefix.into());
-        self
-    }
-
-    /// The same client with `doorbell`: the process's doorbells for locks that wake each
-    /// other (queue-push; e.g. a [`lock_core::doorbell::UdpDoorbells`] bound to this host's
-    /// address on the cluster's network). Cassandra itself cannot push.
-    pub fn with_doorbell(mut self, doorbell: Arc<dyn lock_core::doorbell::Doorbell>) -> Self {
-        self.doorbell = Some(doorbell);
-        self
-    }
-
-    /// The row-key prefix (empty by default).
-    pub fn row_prefix(&self) -> &str {
-        &self.row_prefix
-    }
-
-    /// Cut this handle off from the cluster (`true`) or reconnect it (`false`).
-    pub fn cut_off(&self, cut: bool) {
-        self.cut_off.store(cut, Ordering::Release);
-    }
-
-    /// True while cut off.
-    pub fn is_cut_off(&self) -> bool {
-        self.cut_off.load(Ordering::Acquire)
-    }
-
-    fn check(&self) -> Result<(), StoreError> {
-        if self.is_cut_off() {
-            return Err(StoreError::Unreachable(format!(
-                "client '{}' is cut off from the cluster ({}): simulated partition, nothing was sent",
-                self.id,
-                self.store.inner.config.nodes.join(", ")
-            )));
-        }
-        Ok(())
-    }
-
-    /// The row key as stored: the prefix, then `row`.
-    pub fn stored_row(&self, row: &str) -> String {
-        format!("{}{row}", self.row_prefix)
-    }
-}
-
-#[async_trait]
-impl CellStore for CassandraClient {
-    async fn write(
-        &self,
-        table: &str,
-        row: &str,
-        cells: &[CellWrite],
-        c: Consistency,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.store.do_write(table, &self.stored_row(row), cells, c).await
-    }
-
-    async fn delete(
-        &self,
-        table: &str,
-        row: &str,
-        column: &str,
-        ts: Micros,
-        c: Consistency,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.store.do_delete(table, &self.stored_row(row), column, ts, c).await
-    }
-
-    async fn read(
-        &self,
-        table: &str,
-        row: &str,
-        slice: Slice,
-        c: Consistency,
-    ) -> Result<Vec<Cell>, StoreError> {
-        self.check()?;
-        self.store.do_read(table, &self.stored_row(row), &slice, c).await
-    }
-
-    async fn cas(
-        &self,
-        table: &str,
-        row: &str,
-        request: &CasRequest,
-        serial: SerialConsistency,
-        commit: Consistency,
-    ) -> Result<CasResult, StoreError> {
-        self.check()?;
-        self.store.do_cas(table, &self.stored_row(row), request, serial, commit).await
-    }
-
-    async fn read_serial(
-        &self,
-        table: &str,
-        row: &str,
-        slice: Slice,
-        serial: SerialConsistency,
-    ) -> Result<Vec<Cell>, StoreError> {
-        self.check()?;
-        self.store.do_read_serial(table, &self.stored_row(row), &slice, serial).await
-    }
-
-    fn doorbell(&self) -> Option<Arc<dyn lock_core::doorbell::Doorbell>> {
-        self.doorbell.clone()
-    }
-}
-
-/// The driver's session settings of `config`, TLS aside.
-fn session_builder(config: &CassandraConfig) -> SessionBuilder {
-    let local = config.local_datacenter.is_some();
-    let profile = ExecutionProfile::builder()
-        .request_timeout(Some(config.request_timeout))
-        .consistency(cql::driver_consistency(Consistency::Quorum, local))
-        .build();
-    let mut builder = SessionBuilder::new()
-        .known_nodes(&config.nodes)
-        .connection_timeout(config.connect_timeout)
-        .hostname_resolution_timeout(Some(config.connect_timeout))
-        .default_execution_profile_handle(profile.into_handle())
-        .schema_agreement_timeout(config.schema_agreement_timeout)
-        .keyspaces_to_fetch([config.keyspace.clone()]);
-    if let Some(dc) = &config.local_datacenter {
-        builder = builder.prefer_datacenter(dc.clone());
-    }
-    if let Some((user, password)) = &config.credentials {
-        builder = builder.user(user, password);
-    }
-    builder
-}
-
-/// Build the session within [`CassandraConfig::connect_deadline`]. A plain client whose
-/// connections were closed learns whether the nodes speak TLS there.
-async fn open_session(
-    config: &CassandraConfig,
-    builder: SessionBuilder,
-) -> Result<Session, StoreError> {
-    let deadline = config.connect_deadline();
-    match tokio::time::timeout(deadline, builder.build()).await {
-        Err(_) => Err(errors::connect_timed_out(&config.nodes, config.connect_timeout, deadline)),
-        Ok(Err(e)) => {
-            if config.tls.is_none() {
-                if let Some(why) = tls::plain_at_tls_port(&config.nodes, &e.to_string()).await {
-                    return Err(StoreError::Rejected(why));
-                }
-            }
-            Err(errors::map_connect_error(&e, &config.nodes, config.connect_timeout))
-        }
-        Ok(Ok(session)) => Ok(session),
     }
 }
 
