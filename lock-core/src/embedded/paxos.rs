@@ -65,7 +65,13 @@
 //! commits to a stopped replica: it learns a missed commit when a later prepare finds it
 //! behind (step 2), or not at all.
 
-use super::{lock, merge, timeline, Answer, Caller, Inner, OpKind, RawAnswer, Replica, RowPolicy};
+use super::coordinator::{timeline, Caller};
+use super::counters::OpKind;
+use super::handles::Inner;
+use super::lock;
+use super::merge::merge;
+use super::read::Answer;
+use super::replica::{Mutation, RawAnswer, Replica, RowPolicy, SharedWrite};
 use crate::store::{
     CasChange, CasRequest, CasResult, CasTimeoutKind, Cell, Consistency, Micros, SerialConsistency,
     Slice, StoreError,
@@ -206,7 +212,7 @@ impl Replica {
                 for change in p.changes.iter() {
                     let applied = match change {
                         CasChange::Set { column, value, ttl } => {
-                            let cell = super::SharedWrite {
+                            let cell = SharedWrite {
                                 column: Arc::from(column.as_str()),
                                 value: Arc::from(value.as_slice()),
                                 timestamp: p.ballot.micros,
@@ -215,7 +221,7 @@ impl Replica {
                             self.apply(
                                 table,
                                 row,
-                                super::Mutation::Write(std::slice::from_ref(&cell)),
+                                Mutation::Write(std::slice::from_ref(&cell)),
                                 now,
                                 policy,
                             )
@@ -223,7 +229,7 @@ impl Replica {
                         CasChange::Delete { column } => self.apply(
                             table,
                             row,
-                            super::Mutation::Delete {
+                            Mutation::Delete {
                                 column: &Arc::from(column.as_str()),
                                 timestamp: p.ballot.micros,
                             },
