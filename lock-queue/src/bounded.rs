@@ -3,10 +3,12 @@
 //! The thesis's queue lock ([`crate::QueueLocker`]) writes a new queue column for every request
 //! (time + thread id) and deletes it afterwards. On Cassandra every deletion stays as a
 //! tombstone for `gc_grace_seconds` (10 days), and all of them sort before the live cells, so
-//! every read of the queue head scans every request made since: ~7,000 tombstones after three
-//! minutes of eight contenders on a real node, a third fewer grants, and after ~100,000
-//! requests every read fails (`TombstoneOverwhelmingException`; issue 11). This lock keeps the
-//! thesis's protocol and order and changes only *where* a waiter's place is written.
+//! every read of the queue head scans every request made since: grants slow down as the run
+//! goes on, and once the row holds more tombstones than Cassandra's failure threshold
+//! (`tombstone_failure_threshold`, 100,000 by default) every read fails
+//! (`TombstoneOverwhelmingException`; `results/longrun/README.md` has a real node's run and
+//! the embedded store's). This lock keeps the thesis's protocol and order and changes only
+//! *where* a waiter's place is written.
 //!
 //! ## Protocol
 //!

@@ -51,11 +51,11 @@
 //!   still returned (the lock is held, so returning it is the useful answer).
 //!
 //! ## Leases and fencing
-//! Every cell carries the context's TTL. The queue cell is kept by the [`LeaseKeeper`](lock_core::lease::LeaseKeeper) from the
-//! moment it is written — a waiter's place would otherwise expire — and the main cell from the
-//! grant. Release, timeout and failure stop the keeper and delete the cells. A waiter whose
-//! lease is lost stops waiting with [`LockError::LeaseLost`]. The fencing token comes from
-//! [`lock_core::fence`].
+//! Every cell carries the context's TTL. The queue cell is kept by the
+//! [`LeaseKeeper`](lock_core::lease::LeaseKeeper) from the moment it is written — a waiter's
+//! place would otherwise expire — and the main cell from the grant. Release, timeout and
+//! failure stop the keeper and delete the cells. A waiter whose lease is lost stops waiting
+//! with [`LockError::LeaseLost`]. The fencing token comes from [`lock_core::fence`].
 //!
 //! ## Invariants the tests check
 //! - at most one holder (Theorems 1 and 3), over many seeds, simulated and wall time;
@@ -71,31 +71,27 @@
 //! A request's place is its queue time, read from the contender's clock before it writes its
 //! queue cell. With skewed clocks a request that begins *after* another's cell was
 //! acknowledged can still read an earlier time and go ahead of it: a breach of first come,
-//! first served, not a reordering of concurrent requests. The harness counts these as
-//! "overtaken in line" (`bench-harness run --threads 64 --skew S --algorithms
-//! queue,queue-bounded,queue-push,bakery --duration 120s --wide`, seed 1, simulated):
-//!
-//! | skew | queue | queue-bounded | queue-push | bakery |
-//! |---|---|---|---|---|
-//! | ±10 ms | 1.6% | 2.6% | 11.7% | 0.0% |
-//! | ±100 ms | 50.7% | 53.7% | 66.2% | 0.0% |
-//! | ±1000 ms | 82.4% | 83.1% | 83.0% | 0.0% |
-//!
-//! Nearly every overtake by request time is one in line here (at ±100 ms, 50.8% and 50.7%
-//! for the queue lock). A hybrid logical clock (`--time-source hlc`) changes nothing: it moves
-//! past what a contender has seen, and the contender takes its time before it reads the queue.
-//! The thesis's GlobalTime (`--time-source global`, its replicas skewed too) gives 47.1% and
-//! 52.3% for queue and queue-push. The bakery orders by the numbers it draws and reads no
-//! clock for that, so it keeps first come, first served at every skew. The bench-harness test
-//! `skewed_clocks_break_first_come_first_served_for_the_queue_lock_but_not_the_bakery` keeps
-//! this finding.
+//! first served, not a reordering of concurrent requests (the harness counts these as
+//! "overtaken in line"). So with skewed clocks the queue locks (this one, the bounded and the
+//! push variants) break first come, first served, and the more the clocks disagree, the more
+//! grants go to a request that came later. A hybrid logical clock (`--time-source hlc`) does
+//! not help: it moves past what a contender has seen, and the contender takes its time before
+//! it reads the queue; nor does the thesis's GlobalTime once its replicas' clocks are skewed
+//! too. The bakery lock orders by the numbers it draws and reads no clock for that, so it
+//! keeps first come, first served whatever the skew. The bench-harness test
+//! `skewed_clocks_break_first_come_first_served_for_the_queue_lock_but_not_the_bakery`
+//! (`bench-harness/tests/cli.rs`) shows both: with clocks skewed by ±100 ms the queue lock's
+//! grants are overtaken in line, the bakery's never. The queue locks' figures against skew, for
+//! each time source, are in the sweep's "Clock skew" section (`results/README.md`).
 //!
 //! ## Tombstones, and the bounded variant
 //! Every request writes a new queue column and deletes it afterwards. On Cassandra each
 //! deletion stays as a tombstone for `gc_grace_seconds` (10 days), before every live cell of
 //! the queue row, so every head read scans one tombstone per request made since: reads grow
-//! slower for the whole run and fail past 100,000 tombstones (issue 11; the embedded store
-//! models this, see `lock_core::embedded`). The lock stays as the thesis wrote it;
+//! slower for the whole run and fail once the row holds more tombstones than the store's
+//! failure threshold (Cassandra's `tombstone_failure_threshold`, 100,000 by default; the
+//! embedded store models this, see `lock_core::embedded`; a real node's and the model's runs
+//! are in `results/longrun/README.md`). The lock stays as the thesis wrote it;
 //! [`bounded::BoundedQueueLocker`] keeps its protocol and order with one reused queue column
 //! per thread, so its reads scan at most one tombstone per thread. [`push::PushQueueLocker`]
 //! (`queue-push`) is the bounded lock with doorbells: whoever releases rings the next waiter

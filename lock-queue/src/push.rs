@@ -52,8 +52,8 @@
 //! - **Fallback poll**: 1 s by default for the head, longer behind it: a waiter with k others
 //!   ahead polls after `fallback × (1 + k/8)`, at most 8 s. It bounds the latency a lost ring
 //!   costs the head (the only waiter a ring is for), and keeps the store load of N waiters
-//!   near `8·ln(1 + N/8)` reads a second: at 256 waiters about 40, half a request per grant
-//!   beside the ~10 a grant costs, so requests per grant stay flat as contenders grow.
+//!   near `8·ln(1 + N/8)` reads a second (at the default fallback), which grows far slower
+//!   than N: requests per grant stay flat as contenders grow.
 //! - **Whole-row reads** of the queue by the releaser: at most one cell per thread (the
 //!   bounded layout), so reading the head costs K cells and at most K tombstones.
 //! - **Every leave rings** the head, whether or not the leaver was first: a spurious ring costs

@@ -108,7 +108,7 @@ fn tombstones_per_read_stay_under_the_bound_while_the_thesis_queue_grows() {
     assert_eq!(overtakes(&bounded_grants), 0);
 }
 
-/// The finding of issue 11, kept as a test: the thesis's queue lock stops working once its
+/// What tombstones do to the thesis's queue lock on a long run: it stops working once its
 /// queue row holds more tombstones than the failure threshold (100,000 on Cassandra; 200
 /// here), and the error says why; the bounded lock goes on.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
