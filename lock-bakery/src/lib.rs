@@ -47,8 +47,9 @@
 //! ## Leases and fencing
 //! Both cells carry the context's TTL and are kept by one [`LeaseKeeper`] from the moment they
 //! are written: a waiter's number would otherwise expire under a long wait, and others would
-//! take it for gone (SPEC 3.3). A cell joins the lease before its write goes out, so a write
-//! that failed — but may have landed — is deleted with the rest on any failure or timeout.
+//! take it for gone and enter ahead of it. A cell joins the lease before its write goes out, so
+//! a write that failed — but may have landed — is deleted with the rest on any failure or
+//! timeout.
 //! Step 5 goes out only while the lease still holds (`Choosing[me] = true` must not have
 //! expired mid-choice: others would have taken us for not choosing before our number was
 //! there); the grant checks the lease again after the fencing token ([`lock_core::fence`]), as
@@ -59,9 +60,9 @@
 //! The bakery compares no clocks: write timestamps only order one client's writes to its own
 //! cells, so clock skew between clients cannot break it (tested up to ±1 h). Each contender
 //! reuses its two cells, so rows stay as small as the set of contenders (no tombstone build-up
-//! as in the queue lock's row: a read scans at most K − 1 tombstones for K contenders, and a
-//! real node's throughput stayed flat over 180 s, issue 11); numbers grow while the row never empties, and start again at 1
-//! when it does.
+//! as in the queue lock's row: a read scans at most K − 1 tombstones for K contenders, so
+//! throughput does not decay over a long run; `results/longrun/README.md` has the runs);
+//! numbers grow while the row never empties, and start again at 1 when it does.
 //!
 //! ## Why it holds at QUORUM
 //! Suppose `i` and `j` both hold the lock, with `(n_i, i) < (n_j, j)`. `j`'s last step-7 read
@@ -85,26 +86,30 @@
 //! - **First come, first served** as Lamport defined it: a contender whose doorway (steps 2–5)
 //!   ended before another's request began is served first. The guard says when its doorway
 //!   ended (`LockGuard::queued_at`), and the suite's `one_lock_one_holder` checks the order.
-//!   In the default scenario (64 contenders, simulated) 1.4% of grants are overtaken by
-//!   request time, all by requests whose doorways overlapped; 0 in line. The order comes from
-//!   the numbers drawn, not from a clock, so this holds at any clock skew (±10 ms to ±1 s:
-//!   0 in line), where the queue locks lose it (lock-queue's docs).
+//!   A grant can still be overtaken by request time, but only by a request whose doorway
+//!   overlapped its own: none is overtaken in line. The order comes from the numbers drawn,
+//!   not from a clock, so this holds at any clock skew, where the queue locks lose it
+//!   (lock-queue's docs; the bench-harness test
+//!   `skewed_clocks_break_first_come_first_served_for_the_queue_lock_but_not_the_bakery`
+//!   checks both at ±100 ms).
 //! - **Hunting a counterexample** (`tests/exclusion.rs`): contenders mixing mandatory locks,
 //!   mandatory locks with 1–60 ms timeouts and soft locks, ±5 s clock skew, 50 µs–3 ms round
 //!   trips (a read often finds a write on some replicas only). In the suite: 200 seeds on three
 //!   replicas, 20 with ±1 h skew, 20 on five replicas, 50 with rolling replica restarts, and a
 //!   wall-time run: no overlap, tokens always rising, every mandatory round granted, no cell
-//!   left behind. Larger sweeps (`cargo run --release -p lock-bakery --example explore -- sweep`): 1000 seeds × 48 holds (48 000 holds),
-//!   300 seeds × 32 contenders (28 800 holds), 1000 seeds with rolling restarts (41 588
-//!   holds): no overlap.
-//! - **At ONE it breaks.** Traced (seed 28 of `consistency_one_with_stale_replicas_admits_two_holders`):
-//!   `p04` draws 1 while a replica is down; that replica comes back without `p04`'s cells (no
-//!   hinted handoff). 100 ms later `p00`, holding 8, reads `Numbers` at ONE from that replica
-//!   alone, finds no smaller pair and enters; `p04`, whose reads reach replicas that have its
-//!   cell, enters too. Both even read an empty fence row and hold token 1.
-//!   `tests/scenarios.rs` scripts the same case deterministically, and shows that QUORUM
-//!   refuses it. With latency jitter alone (no stale replica), 1000 seeds at ONE with 3 ms and
-//!   1000 with 10 ms of jitter found no overlap: the window is a fraction of a round trip.
+//!   left behind. Larger sweeps, with more seeds, more contenders and rolling restarts, run
+//!   with `cargo run --release -p lock-bakery --example explore -- sweep` (the docs of
+//!   `tests/exclusion.rs` say how to choose them).
+//! - **At ONE it breaks.** Traced (seed 28 of
+//!   `consistency_one_with_stale_replicas_admits_two_holders`, which checks that it still
+//!   reproduces; `explore -- trace` prints its store requests): a contender draws a number
+//!   while a replica is down; that replica comes back without its cells (no hinted handoff).
+//!   Later another contender, holding a greater number, reads `Numbers` at ONE from that
+//!   replica alone, finds no smaller pair and enters; the first, whose reads reach replicas
+//!   that have its cell, enters too. `tests/scenarios.rs` scripts the same case
+//!   deterministically, and shows that QUORUM refuses it. Latency jitter alone (no stale
+//!   replica, the explorer's `EXPLORE=one-jitter`) found no overlap at ONE: the window is a
+//!   fraction of a round trip.
 //! - **Why step 2 matters** (`tests/scenarios.rs`): a contender that skips it and writes its
 //!   number late enters beside the holder; with it, the holder waits at step 6.
 //! - **Costs**: a contender that crashes mid-choice blocks everyone at step 1 until its
