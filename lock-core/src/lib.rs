@@ -2,12 +2,12 @@
 //!
 //! The foundation every lock algorithm of this workspace stands on:
 //!
-//! - [`lock`]: the lock interface of SPEC section 2 (thesis listing 1): a mandatory lock with an
-//!   optional timeout, a soft lock, a guard with lock id, owner id and fencing token that
-//!   releases on [`LockGuard::release`] or drop, a signal when the lease is lost, the three
-//!   attempt states of the 2012 algorithm, and typed errors;
-//! - [`store`]: the Cassandra cell model of SPEC section 1, as the [`CellStore`] trait the
-//!   Cassandra algorithms are generic over;
+//! - [`lock`]: the lock interface (thesis listing 1): a mandatory lock with an optional
+//!   timeout, a soft lock, a guard with lock id, owner id and fencing token that releases on
+//!   [`LockGuard::release`] or drop, a signal when the lease is lost, the three attempt states
+//!   of the 2012 algorithm, and typed errors;
+//! - [`store`]: the Cassandra cell model, as the [`CellStore`] trait the Cassandra algorithms
+//!   are generic over;
 //! - [`embedded`]: the default backend, an in-process store with exactly those semantics, a
 //!   latency model, replication with per-operation consistency, replicas that can be stopped,
 //!   per-client clock skew and isolation, and operation counters; it runs in simulated time on
@@ -34,7 +34,7 @@
 //! |---|---|---|
 //! | shadow lock: main, shadow | thread id | yes: one cell per thread; a new cell replaces the thread's own tombstone |
 //! | queue lock: main | thread id | yes, likewise |
-//! | queue lock (thesis): queue | time + thread id, new per request | **no**: one tombstone per request, all before the live cells; reads fail past 100,000 (issue 11) |
+//! | queue lock (thesis): queue | time + thread id, new per request | **no**: one tombstone per request, all before the live cells; reads fail past 100,000 (Cassandra's failure threshold; `results/longrun/README.md` shows the growth) |
 //! | queue-bounded: queue, main | thread id (ticket in the value) | yes: at most K tombstones per read for K threads |
 //! | bakery: `Choosing`, `Numbers` | thread id | yes: one cell per thread |
 //! | fencing tokens ([`fence`]) | `MAX − token` | live cells: the newest [`fence::KEEP_TOKENS`] (plus one per crashed holder); its tombstones sort after the live cells, so the `first(1)` read scans none; they are purged by compaction |

@@ -1,4 +1,4 @@
-//! The Cassandra data model the lock algorithms are written against (SPEC section 1).
+//! The Cassandra data model the lock algorithms are written against.
 //!
 //! The algorithms never see CQL: they see tables of rows of cells, and this trait. The same
 //! algorithm then runs on the [embedded store](crate::embedded) in simulated time and on a

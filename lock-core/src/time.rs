@@ -1,5 +1,5 @@
 //! Time: the clocks clients read, the write-timestamp generator, and the time sources that
-//! order the queue lock (SPEC section 3.4).
+//! order the queue lock.
 //!
 //! Nothing here reads a global clock directly. [`PhysicalClock::Tokio`] reads tokio's
 //! [`Instant`], so under a paused runtime (`start_paused`) time is simulated and reproducible;

@@ -1,4 +1,4 @@
-//! The cell-store rules of SPEC section 1, checked on the embedded store in simulated time.
+//! The cell-store rules of [`lock_core::store`], checked on the embedded store in simulated time.
 
 use lock_core::embedded::{EmbeddedConfig, EmbeddedStore, LatencyModel, OpCounts};
 use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};

@@ -1,5 +1,5 @@
-//! Time sources (SPEC 3.4): the thesis's GlobalTime service, its known freeze, the hybrid
-//! clock and the write-timestamp generator. All in simulated time.
+//! Time sources that order the queue lock: the thesis's GlobalTime service, its known freeze,
+//! the hybrid clock and the write-timestamp generator. All in simulated time.
 use lock_core::embedded::{EmbeddedConfig, EmbeddedStore, LatencyModel};
 use lock_core::store::Consistency;
 use lock_core::time::{

@@ -1,4 +1,4 @@
-//! "Tombstones stay" (SPEC section 1): dead cells stay until a compaction after gc_grace, every
+//! "Tombstones stay", as in Cassandra: dead cells stay until a compaction after gc_grace, every
 //! read scans and pays for the ones before its live cells, and past the thresholds it warns and
 //! fails, on the embedded store in simulated time.
 
@@ -190,7 +190,7 @@ fn the_histogram_keeps_three_percent() {
     assert_eq!(h.quantile(0.0), 0);
 }
 
-/// The brief's measure: 150,000 tombstones at the head of a row, 100,000 `first(1)` reads.
+/// A long run's scale: 150,000 tombstones at the head of a row, 100,000 `first(1)` reads.
 /// Counting must not walk the tombstones (~300 chunk lengths per rank instead).
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn counting_150k_tombstones_for_100k_reads_is_cheap() {
