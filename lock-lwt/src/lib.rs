@@ -60,18 +60,18 @@
 //!   the default) and the CAS only when no owner shows. Waiters are not ordered: whoever tries
 //!   first after a release wins, and when several try at once their Paxos rounds duel (each
 //!   loser sleeps 0–100 ms inside the store and retries). Shorter waits make more duels, not
-//!   faster handoffs: with 32 contenders (hold 5 ms, think 5 ms, 20 s simulated, Paxos v1,
-//!   `tests/round_trips.rs`, before the fence fix below) a 5–50 ms backoff gave 185 grants,
-//!   10–200 ms 292, 10–1000 ms 489; with the default and the fix, 636 grants at 25.3 round
-//!   trips per grant. Retrying the CAS instead of reading ([`WaitProbe::Cas`], what the
-//!   simplest LWT locks do) puts every waiter into the holder's Paxos rounds: 463 grants at
-//!   37.3 round trips per grant, and at 64 contenders with 10–200 ms the holders' releases
-//!   lost their rounds for longer than the store's 1 s CAS contention timeout (which is why a
-//!   release is retried, step 5).
+//!   faster handoffs: waiters that try again sooner collide more often. Retrying
+//!   the CAS instead of reading ([`WaitProbe::Cas`], what the simplest LWT locks do) puts
+//!   every waiter into the holder's Paxos rounds: fewer grants, and more round trips per
+//!   grant (`tests/round_trips.rs` runs both with 32 contenders, checks that reading wins on
+//!   both counts and prints the figures); with many such waiters a holder's release can lose
+//!   its rounds for longer than the store's 1 s CAS contention timeout, which is why a
+//!   release is retried (step 5).
 //! - **The fence after a grant is the grant's token**: an applied answer shows the row as it
 //!   was, so the locker remembers its own token, not the answer's fence (taking the answer's
-//!   made every next acquire fail once on a stale fence: 3 lightweight transactions per grant
-//!   instead of 2, found by the benchmark at 1 contender).
+//!   would make every next acquire fail once on a stale fence, a third lightweight
+//!   transaction per grant; `tests/round_trips.rs` checks that a locker's next acquire is
+//!   one).
 //! - **A leftover owner cell of ours** (an acquire that applied after we gave up resolving it,
 //!   or a release whose outcome stayed unknown): we hold no guard for it (a locker is not
 //!   reentrant), so the acquire deletes it with `DELETE owner IF owner = <that value>` and
