@@ -7,11 +7,11 @@ use crate::sentinel::Sentinels;
 use crate::tls::Transport;
 use crate::tracking::Tracker;
 use crate::wire::Wire;
-use crate::{backend_err, JedisConfig, JedisLock, TokenConfig, TokenLock};
+use crate::{backend_err, said, JedisConfig, JedisLock, TokenConfig, TokenLock};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
-use lock_core::{LockError, Locker};
+use lock_core::{BackendErrorKind, LockError, Locker};
 use redis::{IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, RedisError};
 use std::fmt::Display;
 use std::sync::Arc;
@@ -274,24 +274,36 @@ impl RedisBackend {
         self.link.tracker()
     }
 
-    /// The error of `what` on `key`: a refusal by the server's ACL names the user and what
-    /// the user must be allowed.
+    /// The error of `what` on `key`, the driver's error `e` kept as its source: a refusal by
+    /// the server's ACL names the user and what the user must be allowed.
     pub(crate) fn err(&self, what: &str, key: &str, e: RedisError) -> LockError {
         match attempt::refusal(&e, "it") {
-            Some(why) => backend_err(format!(
-                "{what} {key} at {} {}: {why}; the user's key pattern must cover '{}*' and its \
-                 commands include lock_redis::ACL_COMMANDS",
-                self.addr,
-                self.link.who(),
-                self.prefix
-            )),
-            None => self.err_text(what, key, e),
+            Some(why) => said(
+                BackendErrorKind::Refused,
+                format!(
+                    "{what} {key} at {} {}: {why}; the user's key pattern must cover '{}*' and \
+                     its commands include lock_redis::ACL_COMMANDS",
+                    self.addr,
+                    self.link.who(),
+                    self.prefix
+                ),
+                Some(e),
+            ),
+            None => {
+                said(attempt::kind_of(&e), format!("{what} {key} at {}: {e}", self.addr), Some(e))
+            }
         }
     }
 
-    /// The error of `what` on `key`, said by `e`.
-    pub(crate) fn err_text(&self, what: &str, key: &str, e: impl Display) -> LockError {
-        backend_err(format!("{what} {key} at {}: {e}", self.addr))
+    /// The error of `what` on `key`, said by `e`: the client's own finding, of `kind`.
+    pub(crate) fn err_text(
+        &self,
+        kind: BackendErrorKind,
+        what: &str,
+        key: &str,
+        e: impl Display,
+    ) -> LockError {
+        backend_err(kind, format!("{what} {key} at {}: {e}", self.addr))
     }
 }
 

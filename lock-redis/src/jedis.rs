@@ -5,7 +5,7 @@ use crate::link::Conn;
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
 use lock_core::time::{LocalClock, PhysicalClock};
-use lock_core::{LockError, LockGuard, Locker};
+use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
 use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -150,6 +150,7 @@ impl JedisLock {
         };
         let current_ms: i64 = current.parse().map_err(|_| {
             self.backend.err_text(
+                BackendErrorKind::Protocol,
                 "reading",
                 &key,
                 format!("it holds {current:?}, not a jedis-lock expiry timestamp"),

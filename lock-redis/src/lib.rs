@@ -12,7 +12,7 @@
 //! token-lock holder is told at once when another client changes or deletes its key (below,
 //! "Told Lost at once").
 //!
-//! ## The jedis-lock protocol (seed 001, SPEC 3.6)
+//! ## The jedis-lock protocol (seed 001)
 //!
 //! The seed (a Czech blog post by the author of `jedis-lock`) gives the acquisition as four
 //! steps, with `lock timeout` the lock's expiry and the value a Unix timestamp:
@@ -51,7 +51,7 @@
 //! - **a fencing token** from `INCR <key>/fence` right after the grant (a separate counter key,
 //!   so the acquisition's commands are untouched).
 //!
-//! ## The token lock (the modern comparison, SPEC 3.6)
+//! ## The token lock (the modern comparison)
 //!
 //! 1. Acquire: one Lua script runs `SET key <token> NX PX <ttl>` and, only if that set the key,
 //!    `INCR <key>/fence`; the token is the owner id plus 64 random bits, unique per
@@ -101,9 +101,9 @@
 //! request on a connection that broke while idle fails too ("broken pipe": it is what
 //! discovers the break); a tracking connection (RESP3) is reported closed by the driver, and
 //! the next request reconnects at once instead.
-//! `tests/restart.rs` measures it: with four contenders and a 1 s outage, grants resumed about
-//! 0.6 s after the server answered again (the backoff had reached 800 ms), each backend on a
-//! connection of its own making, and no failed request took more than about 0.2 s.
+//! `tests/restart.rs` shows it with four contenders and an outage of a second: they are granted
+//! again on the same backends once the server answers, each on a connection of its own making,
+//! and every request during the outage fails within its timeouts rather than hanging.
 //!
 //! What a **holder** sees during an outage: its renewals fail and are retried every retry
 //! interval; if none succeeds before its lease runs out (one TTL after the last successful
@@ -130,7 +130,7 @@
 //!   the restarted server and keeps the lock; nobody else gets it. With a laxer fsync
 //!   (`everysec`) the last second of grants and renewals may be lost, with the effects above.
 //!
-//! ## Through Redis Sentinel (issue 21, item 4)
+//! ## Through Redis Sentinel
 //!
 //! [`RedisBackend::connect_sentinel`] takes the Sentinels' addresses and the master's name
 //! instead of a server's URL; everything above the connection (both locks, their keys, their
@@ -174,44 +174,41 @@
 //!   without credentials.
 //!
 //! ### Findings (`tests/sentinel_failover.rs`, `tests/sentinel_safety.rs`; a master, 2
-//! replicas, 3 Sentinels, down-after 2 s; figures of one run, those of ten others within
-//! 0.2 s but where said)
-//! - **A killed master is followed**: requests failed for 3.9 s (71 of them, each within
-//!   70 ms: refused or broken, never a hang) and then the same backend was granted on the
-//!   promoted replica, on a connection of its own making.
-//! - **A paused master is left**: requests timed out (1 s each, the response timeout) for 4.4 s
-//!   (3.4 s in one run), dropping their connections, until the Sentinels named the promoted
-//!   replica. One of them, timed out, sat in the paused master's socket buffer and ran when it
-//!   resumed: a grant nobody was told of, on a master about to be demoted (its data is replaced
-//!   by the resync).
+//! replicas, 3 Sentinels, down-after 2 s)
+//! - **A killed master is followed**: requests fail quickly (refused or broken, never a hang)
+//!   until the Sentinels promote a replica, and then the same backend is granted on it, on a
+//!   connection of its own making.
+//! - **A paused master is left**: requests time out (each after the response timeout),
+//!   dropping their connections, until the Sentinels name the promoted replica. A request that
+//!   timed out may sit in the paused master's socket buffer and run when it resumes: a grant
+//!   nobody was told of, on a master about to be demoted (its data is replaced by the resync).
 //! - **A resumed, deposed master grants beside the new one** (asserted as a finding): a backend
 //!   that sent nothing during the pause keeps its connection to the old master, which, resumed,
-//!   still calls itself master; it granted a lock another client held on the new master, at
-//!   once. Sentinel demoted it 10.0 s after the resume (it waits for a resumed instance to stay
-//!   up 8 s); its `CLIENT KILL` moved the backend to the new master, and the deposed grant was
-//!   told `Lost` at its first renewal there, 15 s after the resume (10 s in two runs of seven:
-//!   its renewal every 5 s fell just after the demotion, not just before): two holders for 10
-//!   to 15 s with a 10 s TTL. `min-replicas-to-write` on the masters would shorten the window
+//!   still calls itself master; it grants a lock another client holds on the new master, at
+//!   once. Sentinel demotes it only once it has stayed up for a while after resuming; its
+//!   `CLIENT KILL` moves the backend to the new master, and the deposed grant is told `Lost` at
+//!   its first renewal there: two holders from the resume until that renewal, which can be
+//!   longer than the TTL. `min-replicas-to-write` on the masters would shorten the window
 //!   (a master without its replicas refuses writes after `min-replicas-max-lag`); nothing in
 //!   the client can: the deposed master says `master` to `ROLE` until it is demoted.
 //! - **A grant not yet replicated is lost in the failover** (Kleppmann's case for Redis with
 //!   async replication; asserted as a finding). Both replicas' replication links held, A is
-//!   granted `x` (TTL 20 s) on the master alone, with token 4 (the counter stood at 3 on every
-//!   member); the master is killed; the promoted replica never had the grant nor the
-//!   increment, and grants `x` to B 3.8 s after A, **with token 4 again**, while A holds it by
-//!   its own reckoning. Equal tokens do not fence: a resource that refuses only tokens below
-//!   the highest it accepted (so that a holder can write more than once) takes both holders'
-//!   writes. A is told `Lost` at its first renewal, 10.07 s after its grant (`ttl / 2`): two
-//!   holders for 6.3 s. The overlap is the renewal interval minus the failover; a failover
-//!   longer than the interval makes A's renewal race B's grant to the new master.
-//! - **The control**: the same kill once A's grant had reached the replicas; B was refused on
-//!   the promoted replica, and A's next renewal extended its key there (19 s left of 20).
+//!   granted `x` on the master alone, with the next fencing token; the master is killed; the
+//!   promoted replica never had the grant nor the increment, and grants `x` to B **with A's
+//!   token again**, while A holds it by its own reckoning. Equal tokens do not fence: a
+//!   resource that refuses only tokens below the highest it accepted (so that a holder can
+//!   write more than once) takes both holders' writes. A is told `Lost` at its first renewal
+//!   (`ttl / 2` after its grant): two holders from B's grant until then. The overlap is the
+//!   renewal interval minus the failover; a failover longer than the interval makes A's
+//!   renewal race B's grant to the new master.
+//! - **The control**: the same kill once A's grant had reached the replicas; B is refused on
+//!   the promoted replica, and A's next renewal extends its key there.
 //!   Redis's `WAIT` would make a grant wait for its replicas' acknowledgement, which narrows
 //!   the case; its documentation says it does not make Redis strongly consistent (a failover
 //!   can still lose an acknowledged write). Only a store whose writes go through consensus
 //!   closes it.
 //!
-//! ## Redlock (issue 21; the Redis documentation, "Distributed locks with Redis")
+//! ## Redlock (the Redis documentation, "Distributed locks with Redis")
 //!
 //! [`Redlock`] runs on N independent masters ([`RedisMasters`]: no replication between them, no
 //! Sentinel); a majority is `N / 2 + 1`, 3 of the documentation's 5. Its steps, as this crate
@@ -310,11 +307,11 @@
 //!   masters costs votes, not safety, as the documentation and the literature say.
 //! - **A master restarted without its data within the lock's validity lets a second client
 //!   in** (Kleppmann's scenario; the test asserts it). A is granted by exactly masters 0, 1, 2
-//!   (3 and 4 are cut off from it); master 2 is killed and restarted empty (about 65 ms); B,
-//!   reaching all five, is granted by 2, 3, 4 about 130 ms after A. A still holds by its own
-//!   reckoning, and goes on holding: its extensions reach 2 of 5 (0 and 1 still hold its value,
-//!   so it cannot tell it lost), and it is told `Lost` only when its validity ends, about 2.8 s
-//!   of the 3 s TTL later. The lost-lease signal bounds the overlap by one validity; it cannot
+//!   (3 and 4 are cut off from it); master 2 is killed and restarted empty; B, reaching all
+//!   five, is granted by 2, 3, 4 well within A's validity. A still holds by its own reckoning,
+//!   and goes on holding: its extensions reach 2 of 5 (0 and 1 still hold its value, so it
+//!   cannot tell it lost), and it is told `Lost` only when its validity ends. The lost-lease
+//!   signal bounds the overlap by one validity; it cannot
 //!   close it. The same restart **with** the data (append-only file, `appendfsync always`)
 //!   keeps B out. The documentation's remedies are those: `fsync` always, or *delayed restarts*
 //!   (keep a crashed master out of service for one TTL).
@@ -335,7 +332,7 @@
 //!   (asserted, as a finding).
 //! - Keys: `<prefix><lock id>` and `<prefix><lock id>/fence` on every master.
 //!
-//! ## ACL users (issue 25)
+//! ## ACL users
 //!
 //! A backend connects as a Redis ACL user: [`RedisConnectConfig::credentials`] (a
 //! [`Credentials`](lock_core::secret::Credentials), whose password never prints), or the URL form
@@ -381,7 +378,7 @@
 //! and anyone who can read the password. On a plain `redis://` connection passwords, tokens
 //! and keys travel in clear, and anyone on the path can read or change them: use TLS (below).
 //!
-//! ## TLS (issue 25)
+//! ## TLS
 //!
 //! A `rediss://` URL connects over TLS (rustls, its crypto from `ring`; `src/tls.rs`), for the
 //! token lock, jedis-lock and each of Redlock's masters alike; through Sentinel, the Sentinels
@@ -414,31 +411,30 @@
 //! that names the server, the user and what was refused, never a password or a key. Each is
 //! a refusal, not an outage (as under "ACL users"): a reconnect that meets one waits the
 //! longest reconnect delay before the next. The messages, with what they mean
-//! (`tests/tls.rs` asserts each; its times are of one run on loopback):
+//! (`tests/tls.rs` asserts each):
 //!
 //! - `TLS handshake with 127.0.0.1:6380 failed: invalid peer certificate: UnknownIssuer: the
 //!   server's certificate is not signed by a CA the client trusts`: the server's certificate
-//!   comes from another CA than `tls`'s (or, without it, than the system's roots). About 4 ms.
+//!   comes from another CA than `tls`'s (or, without it, than the system's roots).
 //! - `... invalid peer certificate: certificate not valid for name "127.0.0.1"; certificate
 //!   is only valid for ...: the server's certificate is not valid for the host the client
-//!   connected to`: the URL names the server by a host its certificate does not list. About
-//!   4 ms.
+//!   connected to`: the URL names the server by a host its certificate does not list.
 //! - `... received fatal alert: CertificateRequired: the server requires a client
-//!   certificate`: `tls-auth-clients yes` and `tls` gives no certificate and key. About 3 ms.
+//!   certificate`: `tls-auth-clients yes` and `tls` gives no certificate and key.
 //! - `... received fatal alert: UnknownCA: the server refused the client's certificate`: the
 //!   client's certificate is not signed by the server's `tls-ca-cert-file` (or the server
-//!   finds it invalid: `BadCertificate`, `CertificateUnknown`, `DecryptError`). About 4 ms.
+//!   finds it invalid: `BadCertificate`, `CertificateUnknown`, `DecryptError`).
 //! - `... failed: no answer (timed out), and the port answers a plain PING: the server does
 //!   not speak TLS on this port`: a `rediss://` URL at a plain port. Redis takes the TLS
 //!   ClientHello for an inline command that never ends and says nothing, so this one comes
-//!   after the connect timeout (5 s by default; 1.0 s in the test); the attempt then sends
+//!   after the connect timeout (5 s by default); the attempt then sends
 //!   the port a plain `PING` (no credentials) to tell it from an outage.
 //! - `127.0.0.1:6380 closed a plain connection (Connection reset by peer ...) and answers a TLS
 //!   handshake: the server speaks only TLS on this port; use a rediss:// URL`: a `redis://`
 //!   URL at a TLS-only port (whose server resets the connection at the first bytes that are
 //!   not TLS; note that the `HELLO` or `AUTH` carrying the password was sent in clear before
 //!   the reset). The attempt tells it from an outage with a TLS handshake of its own at the
-//!   same port that trusts no CA and sends nothing of the backend's. About 1 ms.
+//!   same port that trusts no CA and sends nothing of the backend's.
 //!
 //! Anything else that breaks a TLS connection (a reset, a timeout, a server going away) is an
 //! outage, handled as under "Server outages and restarts". The two probes are not reported to
@@ -451,7 +447,7 @@
 //! unless the process chose one already (then that one is used, `aws-lc-rs` included). A
 //! process that needs another default must install it before its first Redis connection.
 //!
-//! ## Told Lost at once (tracking; issue 25)
+//! ## Told Lost at once (tracking)
 //!
 //! Without help a token-lock holder learns that another client deleted or overwrote its key
 //! only at its next renewal, up to `ttl / 2` later. Redis can say so at once: client-side
@@ -488,10 +484,10 @@
 //! 7. Release stops the keeper first and deletes the key on the same connection: `NOLOOP` keeps
 //!    it silent, and nobody listens any more.
 //!
-//! `tests/security.rs` measures it: a stranger's `DEL` or `SET` of a key held with a 30 s TTL
-//! was reported to the holder 0.13 to 0.51 ms after the stranger's reply (nine runs), its next
-//! renewal being 15 s away; the waiter was granted at once (`DEL`) or when the stranger's own
-//! key expired.
+//! `tests/security.rs` shows it: a stranger's `DEL` or `SET` of a key held with a 30 s TTL
+//! is reported to the holder long before its next renewal (a round trip after the stranger's
+//! reply, on loopback); the waiter is granted at once (`DEL`) or when the stranger's own key
+//! expires.
 //!
 //! **Reconnects.** A new connection tracks nothing. The link announces each connection it
 //! installs to the tracker, and every holder whose key was granted or last announced on an
@@ -504,7 +500,7 @@
 //! *because* its connection closed: during an outage that renewal would only fail, and after a
 //! restart without persistence or a failover it would tell the holder earlier only when it
 //! happened to reconnect before the second grant, a change to what the findings above and
-//! `tests/restart.rs` measure that this issue leaves alone.
+//! `tests/restart.rs` measure, which tracking leaves as it was.
 //!
 //! **Why RESP3 pushes, not RESP2's `REDIRECT`.** RESP2 cannot carry pushes on a connection that
 //! also answers commands, so tracking there redirects them to a second connection subscribed
@@ -699,15 +695,51 @@ pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCI
 pub use token::{TokenConfig, TokenLock};
 
 use lock_core::lock::validate_id;
-use lock_core::{BackendErrorKind, LockError};
+use lock_core::{BackendError, BackendErrorKind, LockError};
+use redis::RedisError;
 use std::fmt::Display;
 use std::time::Duration;
 
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "redis";
 
-pub(crate) fn backend_err(message: impl Display) -> LockError {
-    LockError::backend(BACKEND, BackendErrorKind::Other, message.to_string())
+/// The backend's error of `kind`, in the client's own words (no driver error to keep).
+pub(crate) fn backend_err(kind: BackendErrorKind, message: impl Display) -> LockError {
+    LockError::backend(BACKEND, kind, message.to_string())
+}
+
+/// The backend's error of `kind` reading `text`, which quotes the driver's error `driver`,
+/// kept as the source: when `text` ends with `": {driver}"`, as
+/// [`BackendError::context`], which [`BackendError::downcast_ref`] sees through; otherwise
+/// (a refusal that explains the driver's words) as the source of a sentence.
+pub(crate) fn said(kind: BackendErrorKind, text: String, driver: Option<RedisError>) -> LockError {
+    let Some(driver) = driver else { return backend_err(kind, text) };
+    let quoted = driver.to_string();
+    let source = match text.strip_suffix(&quoted).and_then(|t| t.strip_suffix(": ")) {
+        Some(what) => BackendError::context(what, driver),
+        None => BackendError::new(Quoting { text, driver }),
+    };
+    LockError::backend(BACKEND, kind, source)
+}
+
+/// A sentence that quotes the driver's error inside it: reads as the sentence, and its source
+/// is the driver's error.
+#[derive(Debug)]
+struct Quoting {
+    text: String,
+    driver: RedisError,
+}
+
+impl Display for Quoting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Quoting {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.driver)
+    }
 }
 
 pub(crate) fn check_owner(owner: &str) -> Result<(), LockError> {

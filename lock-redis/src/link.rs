@@ -64,13 +64,13 @@
 //! connection (which carries the credentials), or on RESP2 the `AUTH` credentials ask for, and
 //! the `SELECT` of a database number.
 
-use crate::attempt::{attempt_error, AttemptError};
+use crate::attempt::{attempt_error, AttemptError, Said};
 use crate::sentinel::Sentinels;
 use crate::tls::connect_error;
 use crate::tracking::Tracker;
 use crate::wire::Wire;
 use crate::{backend_err, RedisConnectConfig};
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, PushInfo, PushKind, RedisError};
 use redis::{RedisFuture, ServerErrorKind, Value};
@@ -92,8 +92,9 @@ struct State {
     retry_at: Option<Instant>,
     /// The wait after the next failed attempt.
     backoff: Duration,
-    /// Why the last attempt or connection failed.
+    /// Why the last attempt or connection failed, and its kind.
     last_error: String,
+    last_kind: BackendErrorKind,
     /// Whether the last attempt was refused (credentials, ACL) rather than unanswered.
     refused: bool,
 }
@@ -161,7 +162,7 @@ impl Link {
             Err(e @ AttemptError::UnknownMaster(_)) => {
                 Err(LockError::Config(format!("cannot connect to Redis at {}: {e}", link.addr)))
             }
-            Err(e) => Err(link.failed("cannot connect to Redis", &e)),
+            Err(e) => Err(link.failed("cannot connect to Redis", e)),
         }
     }
 
@@ -193,6 +194,7 @@ impl Link {
                 retry_at: None,
                 backoff: FIRST_RETRY,
                 last_error: String::new(),
+                last_kind: BackendErrorKind::Unavailable,
                 refused: false,
             }),
             connecting: tokio::sync::Mutex::new(()),
@@ -201,17 +203,15 @@ impl Link {
         })
     }
 
-    fn fail(&self, what: &str, e: &dyn Display) -> LockError {
-        backend_err(format!("{what} at {}: {e}", self.addr))
-    }
-
-    /// The error of a failed attempt: a refusal names the user it refused.
-    fn failed(&self, what: &str, e: &AttemptError) -> LockError {
+    /// The error of a failed attempt, the driver's error kept: a refusal names the user it
+    /// refused.
+    fn failed(&self, what: &str, e: AttemptError) -> LockError {
         match e {
-            AttemptError::Refused(_) => {
-                backend_err(format!("{what} at {} {}: {e}", self.addr, self.who))
+            AttemptError::Refused(s) => s.error(&format!("{what} at {} {}", self.addr, self.who)),
+            AttemptError::Failed(s) => s.error(&format!("{what} at {}", self.addr)),
+            AttemptError::UnknownMaster(m) => {
+                backend_err(BackendErrorKind::Other, format!("{what} at {}: {m}", self.addr))
             }
-            _ => self.fail(what, e),
         }
     }
 
@@ -272,9 +272,10 @@ impl Link {
             };
             self.arm(conn).await
         };
-        tokio::time::timeout(bound, attempt)
-            .await
-            .map_err(|_| AttemptError::Failed(format!("no answer within {bound:?}")))?
+        tokio::time::timeout(bound, attempt).await.map_err(|_| {
+            let no_answer = format!("no answer within {bound:?}");
+            AttemptError::Failed(Said::own(BackendErrorKind::Timeout, no_answer))
+        })?
     }
 
     fn sentinels(&self) -> usize {
@@ -304,7 +305,8 @@ impl Link {
             Err(e) => return Err(refused(e, "PING").await),
         };
         if pong != "PONG" {
-            return Err(AttemptError::Failed(format!("PING answered {pong:?}")));
+            let odd = format!("PING answered {pong:?}");
+            return Err(AttemptError::Failed(Said::own(BackendErrorKind::Protocol, odd)));
         }
         Ok(conn)
     }
@@ -355,13 +357,20 @@ impl Link {
             Some(at) if Instant::now() < at => {
                 let wait = at.saturating_duration_since(Instant::now());
                 Err(match s.refused {
-                    true => backend_err(format!(
-                        "Redis at {} refused the backend {}: {} (next attempt in {wait:?})",
-                        self.addr, self.who, s.last_error
-                    )),
-                    false => self.fail(
-                        "Redis unreachable",
-                        &format!("{} (reconnecting; next attempt in {wait:?})", s.last_error),
+                    true => backend_err(
+                        BackendErrorKind::Refused,
+                        format!(
+                            "Redis at {} refused the backend {}: {} (next attempt in {wait:?})",
+                            self.addr, self.who, s.last_error
+                        ),
+                    ),
+                    false => backend_err(
+                        s.last_kind,
+                        format!(
+                            "Redis unreachable at {}: {} (reconnecting; next attempt in \
+                             {wait:?})",
+                            self.addr, s.last_error
+                        ),
                     ),
                 })
             }
@@ -395,7 +404,12 @@ impl Link {
                 s.backoff = (wait * 2).min(self.max_backoff);
                 s.refused = refused;
                 s.last_error = e.to_string();
-                Err(self.failed("cannot reconnect to Redis", &e))
+                s.last_kind = match &e {
+                    AttemptError::Refused(said) | AttemptError::Failed(said) => said.kind,
+                    AttemptError::UnknownMaster(_) => BackendErrorKind::Other,
+                };
+                drop(s);
+                Err(self.failed("cannot reconnect to Redis", e))
             }
         }
     }

@@ -14,10 +14,10 @@
 //! timeouts and retries of its own, where the link needs every attempt bounded by the
 //! configured timeouts and followed by its own backoff.
 
-use crate::attempt::AttemptError;
+use crate::attempt::{AttemptError, Said};
 use crate::tls::{connect_error, Transport};
 use crate::wire::{quiet, Wire};
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo};
 use redis::{RedisError, Value};
@@ -175,7 +175,7 @@ impl Sentinels {
     ) -> Result<(Addr, Addr), AttemptError> {
         let order = self.order.lock().unwrap().clone();
         let mut failures = Vec::new();
-        let (mut unknown, mut refused) = (0, 0);
+        let (mut unknown, mut refused, mut timed_out) = (0, 0, 0);
         for sentinel in order {
             let ask = self.ask(&sentinel, config, wire, timeout);
             let answer = tokio::time::timeout(timeout, ask).await;
@@ -190,9 +190,15 @@ impl Sentinels {
                 }
                 Ok(Err(e)) => {
                     refused += matches!(e, AttemptError::Refused(_)) as usize;
+                    let timeout = BackendErrorKind::Timeout;
+                    timed_out +=
+                        matches!(&e, AttemptError::Failed(s) if s.kind == timeout) as usize;
                     failures.push(format!("{sentinel}: {e}"));
                 }
-                Err(_) => failures.push(format!("{sentinel}: no answer within {timeout:?}")),
+                Err(_) => {
+                    timed_out += 1;
+                    failures.push(format!("{sentinel}: no answer within {timeout:?}"));
+                }
             }
         }
         if unknown == failures.len() {
@@ -207,10 +213,14 @@ impl Sentinels {
             failures.join("; ")
         );
         // Every Sentinel refused the handshake: nothing changes by asking again soon.
-        match refused == failures.len() {
-            true => Err(AttemptError::Refused(message)),
-            false => Err(AttemptError::Failed(message)),
+        if refused == failures.len() {
+            return Err(AttemptError::Refused(Said::own(BackendErrorKind::Refused, message)));
         }
+        let kind = match timed_out == failures.len() {
+            true => BackendErrorKind::Timeout,
+            false => BackendErrorKind::Unavailable,
+        };
+        Err(AttemptError::Failed(Said::own(kind, message)))
     }
 
     /// One Sentinel's `SENTINEL get-master-addr-by-name`, on a connection of its own (a
@@ -271,8 +281,8 @@ impl Sentinels {
         let refused =
             async |e: RedisError, step: &str| match connect_error(&e, step, &client, timeout).await
             {
-                AttemptError::Refused(why) => AttemptError::Refused(named(&why)),
-                _ => AttemptError::Failed(named(&e)),
+                AttemptError::Refused(why) => AttemptError::Refused(why.map(|w| named(&w))),
+                _ => AttemptError::Failed(Said::driver(&e).map(|w| named(&w))),
             };
         let conn = client.get_multiplexed_async_connection_with_config(master).await;
         let mut conn = match conn {
@@ -288,7 +298,10 @@ impl Sentinels {
         match role.into_iter().next().map(redis::from_redis_value::<String>) {
             Some(Ok(r)) if r == "master" => Ok(conn),
             Some(Ok(r)) => Err(named(&format!("its ROLE is '{r}', not master")).into()),
-            _ => Err(named(&"ROLE answered no role").into()),
+            _ => {
+                let odd = named(&"ROLE answered no role");
+                Err(AttemptError::Failed(Said::own(BackendErrorKind::Protocol, odd)))
+            }
         }
     }
 }

@@ -1,4 +1,4 @@
-//! TLS (`rediss://`, issue 25): the one place the crate makes the driver's clients, so that
+//! TLS (`rediss://`): the one place the crate makes the driver's clients, so that
 //! every connection (one server, each Redlock master, the Sentinels and the master they name)
 //! speaks TLS the same way, and what a failed handshake means in words a user can act on.
 //!
@@ -35,7 +35,7 @@
 //!   attempt sends the port a plain `PING`, and a RESP answer (`+PONG`, `-NOAUTH`) means it
 //!   speaks plain Redis there ([`speaks_plain`]).
 
-use crate::attempt::{attempt_error, AttemptError};
+use crate::attempt::{attempt_error, refused, AttemptError};
 use crate::RedisConnectConfig;
 use lock_core::LockError;
 use redis::{ClientTlsConfig, ConnectionAddr, ConnectionInfo, RedisError, TlsCertificates};
@@ -166,7 +166,7 @@ pub(crate) async fn connect_error(
     bound: Duration,
 ) -> AttemptError {
     match refused_by_tls(e, client.get_connection_info().addr(), bound).await {
-        Some(why) => AttemptError::Refused(why),
+        Some(why) => AttemptError::Refused(refused(why, e)),
         None => attempt_error(e, step),
     }
 }

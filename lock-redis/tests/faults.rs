@@ -4,7 +4,7 @@
 mod support;
 
 use lock_core::time::{LocalClock, PhysicalClock};
-use lock_core::{LeaseState, LockError, Locker};
+use lock_core::{BackendErrorKind, LeaseState, LockError, Locker};
 use lock_redis::{JedisConfig, RedisBackend, RedisConnectConfig, TokenConfig};
 use std::time::{Duration, Instant};
 use support::RedisFixture;
@@ -232,6 +232,23 @@ async fn unreachable_server_fails_fast_naming_the_address() {
 }
 
 #[tokio::test]
+async fn an_unreachable_address_is_unavailable_and_keeps_the_drivers_error() {
+    let closed = test_servers::ClosedPort::new();
+    let url = format!("redis://{}/", closed.addr());
+    let err = RedisBackend::connect(&url).await.expect_err("nothing listens there");
+    let LockError::Backend { backend: "redis", kind, source } = &err else { panic!("{err:?}") };
+    assert!(
+        matches!(kind, BackendErrorKind::Unavailable | BackendErrorKind::Timeout),
+        "an outage, not a refusal: {kind} {err}"
+    );
+    assert!(kind.is_transient(), "{err}");
+    assert!(source.to_string().contains(&closed.addr().to_string()), "names the address: {err}");
+    let driver = source.downcast_ref::<redis::RedisError>().expect("the driver's error");
+    assert!(driver.is_connection_refusal() || driver.is_io_error(), "{driver:?}");
+    assert!(source.to_string().ends_with(&driver.to_string()), "{err}");
+}
+
+#[tokio::test]
 async fn silent_server_fails_within_the_timeouts() {
     // Accepts connections and never answers, like a hung server.
     let silent = test_servers::SilentServer::start().await;
@@ -250,6 +267,7 @@ async fn silent_server_fails_within_the_timeouts() {
         matches!(&err, LockError::Backend { source: message, .. } if message.to_string().contains(&addr.to_string())),
         "{err}"
     );
+    assert_eq!(err.backend_kind(), Some(BackendErrorKind::Timeout), "{err}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 

@@ -1,4 +1,4 @@
-//! A Redis server that restarts under its clients (issue 10, item 5): contenders keep going on
+//! A Redis server that restarts under its clients: contenders keep going on
 //! the same backends once it is back, a holder is told its lease is lost, and what a restart
 //! without persistence does to locks and fencing tokens, shown rather than hidden.
 //!

@@ -1,4 +1,4 @@
-//! Locks a production Redis can run (issue 25): ACL users, and a holder told at once when
+//! Locks a production Redis can run: ACL users, and a holder told at once when
 //! another client changes its key.
 //!
 //! - On a secured server (default user off; `locker` may run the locks' commands on its key
@@ -16,8 +16,9 @@
 mod support;
 
 use lock_core::secret::{Credentials, Secret};
-use lock_core::{LeaseState, LockError, LockGuard, Locker};
+use lock_core::{BackendError, BackendErrorKind, LeaseState, LockError, LockGuard, Locker};
 use lock_redis::{RedisBackend, RedisConnectConfig, TokenConfig, TokenLock};
+use redis::RedisError;
 use std::time::{Duration, Instant};
 use support::{secured_redis, unique_prefix, Secured, SECURE_TAG};
 use test_servers::{redis_call, redis_call_as, shared_redis, Proxy, Reply};
@@ -48,15 +49,34 @@ async fn secured() -> &'static Secured {
     tokio::task::spawn_blocking(secured_redis).await.expect("a secured redis-server")
 }
 
+/// The driver's error of type `E` behind `source`: the source itself, the error inside its
+/// context, or one further down its chain of sources.
+fn driver_error<E: std::error::Error + 'static>(source: &BackendError) -> Option<&E> {
+    if let Some(e) = source.downcast_ref::<E>() {
+        return Some(e);
+    }
+    let mut next = std::error::Error::source(source);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<E>() {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
+}
+
 /// Connect to `url` expecting a refusal: its message, checked to come in time and to name the
 /// server and never `password`.
 async fn refused(url: &str, config: RedisConnectConfig, password: &str) -> String {
     let start = Instant::now();
     let err = RedisBackend::connect_with(url, config).await.expect_err("refused");
     let took = start.elapsed();
-    let LockError::Backend { backend: "redis", source, .. } = err else { panic!("{err:?}") };
+    let LockError::Backend { backend: "redis", kind, source } = err else { panic!("{err:?}") };
     let message = source.to_string();
     eprintln!("refused after {took:?}: {message}");
+    assert_eq!(kind, BackendErrorKind::Refused, "a refusal, not an outage: {message}");
+    assert!(!kind.is_transient(), "{message}");
+    assert!(driver_error::<RedisError>(&source).is_some(), "keeps the driver's error: {message}");
     assert!(took < CONNECT + RESPONSE, "refused after {took:?}: {message}");
     assert!(!message.contains(password), "the password leaked: {message}");
     message
@@ -111,9 +131,12 @@ async fn a_user_whose_key_pattern_misses_the_locks_keys_fails_at_once_not_in_a_l
     let start = Instant::now();
     let err = lock.lock("x", Some(Duration::from_secs(10))).await.expect_err("NOPERM");
     let took = start.elapsed();
-    let LockError::Backend { source, .. } = err else { panic!("{err:?}") };
+    let LockError::Backend { kind, source, .. } = err else { panic!("{err:?}") };
     let message = source.to_string();
     eprintln!("refused after {took:?}: {message}");
+    assert_eq!(kind, BackendErrorKind::Refused, "{message}");
+    let driver = driver_error::<RedisError>(&source).expect("keeps the driver's error");
+    assert_eq!(driver.code(), Some("NOPERM"), "{message}");
     assert!(took < RESPONSE, "the mandatory lock gave up at once, not at its timeout: {took:?}");
     assert!(message.contains("as user 'other'"), "{message}");
     assert!(message.contains("NOPERM"), "{message}");

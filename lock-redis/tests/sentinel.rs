@@ -1,4 +1,4 @@
-//! The locks through Redis Sentinel (issue 21, item 4): a backend that asks the Sentinels for
+//! The locks through Redis Sentinel: a backend that asks the Sentinels for
 //! the master, both single-server locks on it, and bad input refused fast with clear errors.
 //! Failovers are `tests/sentinel_failover.rs`; the safety finding `tests/sentinel_safety.rs`.
 

@@ -1,5 +1,5 @@
 //! The shared conformance suite for both single-master Redis locks through Redis Sentinel
-//! (issue 21: the suite passes for the locks on each cluster): the token lock (`SET NX PX` +
+//! (the suite passes for the locks on each cluster): the token lock (`SET NX PX` +
 //! Lua) in `token::`, the jedis-lock algorithm (seed 001) in `jedis::`, each as the
 //! single-server suites run it (`token_conformance.rs`, `jedis_conformance.rs`: TTL 2 s,
 //! renewal every 1 s), on a master with two replicas watched by three Sentinels. Every

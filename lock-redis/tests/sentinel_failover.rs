@@ -1,4 +1,4 @@
-//! A backend through Redis Sentinel follows a failover (issue 21, item 4): requests fail with
+//! A backend through Redis Sentinel follows a failover: requests fail with
 //! `LockError::Backend` while the master is gone, within the timeouts, and succeed on the
 //! promoted replica once the Sentinels name it. Each test has a cluster of its own (a master,
 //! 2 replicas, 3 Sentinels; Sentinel deems a master down after 2 s). Run with `--nocapture`

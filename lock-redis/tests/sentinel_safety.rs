@@ -1,4 +1,4 @@
-//! What a Sentinel failover does to the token lock's safety (issue 21, item 4), asserted as
+//! What a Sentinel failover does to the token lock's safety, asserted as
 //! findings: Redis replicates asynchronously, so a grant the master acknowledged before its
 //! replicas had it is lost with the master, and the promoted replica grants the lock again
 //! while its first holder still holds it (Kleppmann, "How to do distributed locking", 2016).

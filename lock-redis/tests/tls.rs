@@ -1,4 +1,4 @@
-//! TLS (issue 25): the locks over `rediss://` on `redis-server`s that speak only TLS
+//! TLS: the locks over `rediss://` on `redis-server`s that speak only TLS
 //! (`tls-port`, `port 0`), with certificates made at test time (`test_servers::TestPki`).
 //!
 //! - The shared conformance suite for the token lock passes on a TLS server secured by ACL
@@ -16,7 +16,7 @@ mod support;
 
 use lock_core::secret::{Credentials, Secret};
 use lock_core::tls::TlsFiles;
-use lock_core::{LockError, Locker};
+use lock_core::{BackendErrorKind, LockError, Locker};
 use lock_redis::{
     JedisConfig, RedisBackend, RedisConnectConfig, RedisMasters, RedlockConfig, TokenConfig,
     Variant,
@@ -91,9 +91,10 @@ async fn refused(url: &str, config: RedisConnectConfig, password: &str) -> Strin
     let start = Instant::now();
     let err = RedisBackend::connect_with(url, config).await.expect_err("refused");
     let took = start.elapsed();
-    let LockError::Backend { backend: "redis", source, .. } = err else { panic!("{err:?}") };
+    let LockError::Backend { backend: "redis", kind, source } = err else { panic!("{err:?}") };
     let message = source.to_string();
     eprintln!("refused after {took:?}: {message}");
+    assert_eq!(kind, BackendErrorKind::Refused, "a refusal, not an outage: {message}");
     assert!(took < REFUSED_WITHIN, "refused after {took:?}: {message}");
     assert!(message.contains(url), "names the server: {message}");
     assert!(!message.contains(password), "the password leaked: {message}");

@@ -1,7 +1,7 @@
 //! The independent masters of Redlock, and one request sent to all of them at once.
 
-use crate::{backend_err, RedisBackend, RedisConnectConfig};
-use lock_core::LockError;
+use crate::{backend_err, RedisBackend, RedisConnectConfig, BACKEND};
+use lock_core::{BackendError, BackendErrorKind, LockError};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,11 +48,13 @@ impl RedisMasters {
         }
         let up = urls.len() - failed.len();
         match failed.into_iter().next() {
-            Some(first) if up < urls.len() / 2 + 1 => Err(crate::backend_err(format!(
-                "Redlock: only {up} of {} masters answered, a majority is needed; \
-                 first error: {first}",
-                urls.len()
-            ))),
+            Some(first) if up < urls.len() / 2 + 1 => Err(first_error(
+                format!(
+                    "Redlock: only {up} of {} masters answered, a majority is needed; first error",
+                    urls.len()
+                ),
+                first,
+            )),
             _ => Self::from_backends(masters),
         }
     }
@@ -106,7 +108,8 @@ impl RedisMasters {
             let addr = master.address().to_string();
             set.spawn(async move {
                 let answer = tokio::time::timeout(timeout, request).await.unwrap_or_else(|_| {
-                    Err(backend_err(format!("no answer from {addr} within {timeout:?}")))
+                    let no_answer = format!("no answer from {addr} within {timeout:?}");
+                    Err(backend_err(BackendErrorKind::Timeout, no_answer))
                 });
                 (i, answer)
             });
@@ -120,7 +123,11 @@ impl RedisMasters {
         }
         answers
             .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(backend_err("a request task panicked"))))
+            .map(|a| {
+                a.unwrap_or_else(|| {
+                    Err(backend_err(BackendErrorKind::Other, "a request task panicked"))
+                })
+            })
             .collect()
     }
 }
@@ -158,13 +165,22 @@ impl Tally {
 
     /// A [`LockError::Backend`] saying that fewer than `quorum` of `n` masters answered.
     pub(crate) fn too_few_answers(&self, what: &str, quorum: usize, n: usize) -> LockError {
-        let why =
-            self.first_error.as_ref().map_or(String::new(), |e| format!("; first error: {e}"));
-        backend_err(format!(
-            "Redlock {what}: only {} of {n} masters answered, {quorum} needed{why}",
+        let said = format!(
+            "Redlock {what}: only {} of {n} masters answered, {quorum} needed",
             self.answered()
-        ))
+        );
+        match &self.first_error {
+            Some(first) => first_error(format!("{said}; first error"), first.clone()),
+            None => backend_err(BackendErrorKind::Unavailable, said),
+        }
     }
+}
+
+/// Too few masters: `"{what}: {first}"`, of `first`'s kind (unavailable if it has none),
+/// `first` kept as the source.
+fn first_error(what: String, first: LockError) -> LockError {
+    let kind = first.backend_kind().unwrap_or(BackendErrorKind::Unavailable);
+    LockError::backend(BACKEND, kind, BackendError::context(what, first))
 }
 
 #[cfg(test)]
@@ -175,13 +191,15 @@ mod tests {
     fn a_tally_counts_yes_no_and_keeps_the_first_error() {
         let t = Tally::of(vec![
             Ok(true),
-            Err(backend_err("first")),
+            Err(backend_err(BackendErrorKind::Timeout, "first")),
             Ok(false),
             Ok(true),
-            Err(backend_err("second")),
+            Err(backend_err(BackendErrorKind::Other, "second")),
         ]);
         assert_eq!((t.yes, t.no, t.answered()), (2, 1, 3));
         let e = t.too_few_answers("acquire", 4, 5).to_string();
         assert!(e.contains("only 3 of 5") && e.contains("first"), "{e}");
+        let e = t.too_few_answers("acquire", 4, 5);
+        assert_eq!(e.backend_kind(), Some(BackendErrorKind::Timeout), "the first error's kind");
     }
 }

@@ -11,7 +11,7 @@ use crate::token::RENEW_IF_TOKEN;
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, Release};
-use lock_core::{LockError, LockGuard, Locker};
+use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
 use masters::Tally;
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
@@ -382,10 +382,13 @@ impl Renew for Lease {
         // Too few answers to know: retried while the validity lasts, then the lease is lost.
         Err(match tally.answered() < quorum {
             true => tally.too_few_answers("extension", quorum, n),
-            false => crate::backend_err(format!(
-                "Redlock extension: {} of {n} masters extended, {quorum} needed",
-                tally.yes
-            )),
+            false => crate::backend_err(
+                BackendErrorKind::Other,
+                format!(
+                    "Redlock extension: {} of {n} masters extended, {quorum} needed",
+                    tally.yes
+                ),
+            ),
         })
     }
 }
