@@ -268,22 +268,22 @@
 //! connection per contact point per connect. Any refusal fails the connect, even when another
 //! contact point answered: a certificate problem is a configuration to fix, not an outage.
 //!
-//! **Refusals** (each measured by `tests/tls.rs` against TLS servers on loopback, with a 2 s
-//! connect timeout). Every message names the CA file and client certificate in use and each
+//! **Refusals** (each asserted by `tests/tls.rs` against TLS servers on loopback, with a 2 s
+//! connect timeout; "at once" is a round trip or two). Every message names the CA file and client certificate in use and each
 //! node (`node localhost:9142 (127.0.0.1:9142)` for a host name); a refusal is a
 //! [`StoreError::Rejected`], never retried as an outage; silence is a
 //! [`StoreError::Unreachable`].
 //!
 //! | case | what the error says | within |
 //! |---|---|---|
-//! | the node's certificate is signed by another CA | `the TLS handshake failed: invalid peer certificate: UnknownIssuer: the node's certificate is not signed by the CA the client trusts` | 1 ms |
-//! | it names another host, or only a host name | `certificate not valid for name "127.0.0.1"; certificate is only valid for DnsName("db.example.com"): … needs its IP address as a subjectAltName (an IP SAN)` | 4 ms |
-//! | the node requires a client certificate, none given | `the node ended the TLS session after the handshake: received fatal alert: CertificateRequired: the node requires a client certificate …` | 1 ms |
-//! | the node does not trust the client's certificate | `received fatal alert: UnknownCA: the node refused the client's certificate …` | 1 ms |
-//! | a TLS client at a plain CQL port | `received corrupt message of type InvalidContentType: the node did not answer in TLS: a plain CQL port …`; a port that hangs up: `the node closed the connection during the TLS handshake` | 1 ms |
+//! | the node's certificate is signed by another CA | `the TLS handshake failed: invalid peer certificate: UnknownIssuer: the node's certificate is not signed by the CA the client trusts` | at once |
+//! | it names another host, or only a host name | `certificate not valid for name "127.0.0.1"; certificate is only valid for DnsName("db.example.com"): … needs its IP address as a subjectAltName (an IP SAN)` | at once |
+//! | the node requires a client certificate, none given | `the node ended the TLS session after the handshake: received fatal alert: CertificateRequired: the node requires a client certificate …` | at once |
+//! | the node does not trust the client's certificate | `received fatal alert: UnknownCA: the node refused the client's certificate …` | at once |
+//! | a TLS client at a plain CQL port | `received corrupt message of type InvalidContentType: the node did not answer in TLS: a plain CQL port …`; a port that hangs up: `the node closed the connection during the TLS handshake` | at once |
 //! | a port that never answers the handshake | `no answer to the TLS handshake within 2s (the connect timeout)` (`Unreachable`) | the connect timeout |
-//! | a trusted handshake, then no CQL | `the TLS handshake succeeded, but the answer to a CQL OPTIONS request is not CQL (first byte 0x2d)`; silent: `… got no answer within 2s` (`Unreachable`) | 1 ms / the connect timeout |
-//! | a plain client at a TLS-only port | `the cluster closed every plain connection (…), and node … speaks TLS there (a handshake showed a certificate): give CassandraConfig::tls the CA …` | 1 ms |
+//! | a trusted handshake, then no CQL | `the TLS handshake succeeded, but the answer to a CQL OPTIONS request is not CQL (first byte 0x2d)`; silent: `… got no answer within 2s` (`Unreachable`) | at once / the connect timeout |
+//! | a plain client at a TLS-only port | `the cluster closed every plain connection (…), and node … speaks TLS there (a handshake showed a certificate): give CassandraConfig::tls the CA …` | at once |
 //!
 //! The plain client's case is found after the driver's failure, by a handshake that trusts no
 //! CA and sends nothing of the user's (at most 2 s). After the connect, a node that refuses

@@ -8,9 +8,9 @@
 //!   `ClientConfig::builder()` then panics.
 //! - **Why a probe.** The driver (scylla 1.9, `rustls-023`) bounds only the TCP connect by
 //!   its connect timeout, not the handshake: a node that never answers the handshake, or a
-//!   TLS server that says nothing to CQL, holds the session's making (measured: the driver
-//!   alone had not given up after 12 s; our deadline ends it at the connect timeout + 5 s,
-//!   as an unexplained timeout). Its other errors carry rustls's words but not the node, nor
+//!   TLS server that says nothing to CQL, holds the session's making (the driver alone
+//!   does not give up at its connect timeout; our deadline ends it at the connect timeout +
+//!   5 s, as an unexplained timeout). Its other errors carry rustls's words but not the node, nor
 //!   what they mean (a TLS server that is not a CQL port: "Received frame marked as coming
 //!   from a client"). So before building the session, `preflight` does what the driver will
 //!   do with each contact point (TCP, the handshake against the node's IP address, a CQL

@@ -1,4 +1,4 @@
-//! TLS to Cassandra (issue 25), without a Cassandra: every refusal against real TLS servers on
+//! TLS to Cassandra, without a Cassandra: every refusal against real TLS servers on
 //! loopback, with certificates made at test time (`test_servers::TestPki`), and the shared
 //! conformance suite over TLS when a cluster and its CA are named.
 //!

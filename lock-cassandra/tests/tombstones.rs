@@ -5,7 +5,7 @@
 //!
 //! Runs only when `LOCK_TEST_CASSANDRA=host:port[,…]` names a cluster; without it the test says
 //! so and returns. `LOCK_TEST_SOAK_SECS` sets how long each lock runs (default 60 s; an hour
-//! shows what issue 11 saw):
+//! shows how the thesis's queue lock slows as its tombstones pile up):
 //!
 //! ```sh
 //! LOCK_TEST_CASSANDRA=127.0.0.1:9042 LOCK_TEST_SOAK_SECS=3600 \
