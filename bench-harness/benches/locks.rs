@@ -27,14 +27,13 @@ fn uncontended(c: &mut Criterion) {
         clock: ClockMode::Wall,
         // Tombstones go at the next scan: otherwise every queue-head read scans the tombstones
         // of the last second's iterations, and the bench measures that instead of the lock.
-        engine: Options {
+        engine: bench_harness::engines::EngineOptions::of(&Options {
             latency: Latency::ZERO,
             replicas: 1,
             gc_grace: std::time::Duration::ZERO,
             tombstone_cost: std::time::Duration::ZERO,
             ..Options::default()
-        }
-        .into(),
+        }),
         threads: 1,
         ..RunConfig::default()
     };

@@ -257,6 +257,7 @@ impl RunConfig {
     /// What the engine allows: simulated time in this process only, worker processes on a
     /// shared server only.
     fn validate_engine(&self) -> Result<(), String> {
+        self.backend.check_options(&self.engine).map_err(|e| e.to_string())?;
         let in_process: Vec<&str> =
             crate::engines::ENGINES.iter().filter(|e| e.in_process()).map(|e| e.name()).collect();
         if self.clock == ClockMode::Simulated && !self.backend.in_process() {

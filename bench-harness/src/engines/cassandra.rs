@@ -19,8 +19,8 @@ use super::algorithm::{AlgorithmSettings, Entry};
 use super::counting::{CountingStore, RequestCounter};
 use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
-    cell_model, given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
-    EngineSetup, Injection, OpenEngine,
+    cell_model, given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Describe, EngineSetup,
+    Injection, Open, OpenEngine, Opening, ParseOptions,
 };
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
@@ -67,7 +67,7 @@ pub struct Args {
 
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// Contact points, `host:port` each (empty: [`DEFAULT_NODES`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -86,11 +86,7 @@ pub struct Options {
     pub doorbell_bind: Option<std::net::SocketAddr>,
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
-    }
-}
+impl super::Options for Options {}
 
 impl Options {
     fn nodes(&self) -> Vec<String> {
@@ -120,7 +116,7 @@ pub fn driver_config(o: &Options) -> Result<CassandraConfig, String> {
     from_env.ok_or_else(|| "no Cassandra contact points (--nodes)".to_string())
 }
 
-impl Engine for Cassandra {
+impl Describe for Cassandra {
     fn name(&self) -> &'static str {
         "cassandra"
     }
@@ -138,13 +134,13 @@ impl Engine for Cassandra {
       64 contenders spread over 4 worker processes of this program, one merged result"
     }
 
-    fn in_process(&self) -> bool {
-        false
-    }
-
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
+}
+
+impl ParseOptions for Cassandra {
+    type Options = Options;
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
         Args::augment_args(cmd)
@@ -154,7 +150,7 @@ impl Engine for Cassandra {
         given(m, "nodes")
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         let nodes = match a.nodes.as_deref().filter(|n| !n.trim().is_empty()) {
             Some(n) => lock_cassandra::config::parse_nodes(n)
@@ -169,43 +165,31 @@ impl Engine for Cassandra {
             doorbell_bind: a.doorbell_bind,
         };
         driver_config(&o)?;
-        Ok(o.into())
+        Ok(o)
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
+    fn address(&self, o: &Options) -> String {
+        o.nodes().join(",")
     }
 
-    fn address(&self, options: &EngineOptions) -> String {
-        options.get::<Options>().nodes().join(",")
-    }
-
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        let o: Options = options.get();
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
         format!(
             "cassandra at {} (keyspace {}), reads and writes at {}, TTL {}",
             o.nodes().join(","),
-            driver_config(&o).map(|c| c.keyspace).unwrap_or_else(|_| "?".into()),
+            driver_config(o).map(|c| c.keyspace).unwrap_or_else(|_| "?".into()),
             s.consistency,
             crate::dist::format_duration(s.ttl),
         )
     }
 
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        let o: Options = options.get();
+    fn fault_kinds(&self, o: &Options) -> &'static [FaultKind] {
         server_faults::kinds_without_proxies(o.node_stop.is_some() && o.node_start.is_some())
     }
+}
 
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Cassandra {
+    fn open<'a>(&'a self, o: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let o: Options = setup.options.get();
             let address = o.nodes().join(",");
             let store = CassandraStore::connect(driver_config(&o)?)
                 .await
@@ -321,7 +305,7 @@ mod tests {
         ])
         .unwrap();
         let cfg = cli.run.to_config().unwrap();
-        let o: Options = cfg.engine.get();
+        let o: Options = cfg.engine.decode("cassandra").unwrap();
         assert_eq!(o.nodes, ["10.0.0.1:9042", "10.0.0.2:9042"]);
         assert_eq!(o.keyspace.as_deref(), Some("bench"));
         let json = serde_json::to_string(&cfg).unwrap();
@@ -367,7 +351,7 @@ mod tests {
         assert!(parse(&["--node-stop", "true"]).is_err(), "--node-stop alone");
         let cfg =
             parse(&["--node-stop", "nodetool stopdaemon", "--node-start", "start-node"]).unwrap();
-        assert!(Cassandra.fault_kinds(&cfg.engine).contains(&FaultKind::ServerRestart));
+        assert!(cfg.backend.fault_kinds(&cfg.engine).contains(&FaultKind::ServerRestart));
     }
 
     #[test]

@@ -13,8 +13,8 @@
 
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::{
-    cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Engine, EngineOptions,
-    EngineSetup, Injection, OpenEngine,
+    cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Describe, EngineSetup,
+    Injection, Open, OpenEngine, Opening, ParseOptions,
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
@@ -65,7 +65,7 @@ pub struct Args {
 
 /// Its options, as result files show them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// Round trip to one store replica.
     pub latency: Latency,
@@ -93,13 +93,9 @@ impl Default for Options {
     }
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
-    }
-}
+impl super::Options for Options {}
 
-impl Engine for Embedded {
+impl Describe for Embedded {
     fn name(&self) -> &'static str {
         "embedded"
     }
@@ -126,6 +122,10 @@ impl Engine for Embedded {
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
+}
+
+impl ParseOptions for Embedded {
+    type Options = Options;
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
         Args::augment_args(cmd)
@@ -135,7 +135,7 @@ impl Engine for Embedded {
         true
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         Ok(Options {
             latency: a.latency,
@@ -143,20 +143,14 @@ impl Engine for Embedded {
             gc_grace: a.gc_grace,
             tombstone_cost: a.tombstone_cost,
             paxos: a.paxos,
-        }
-        .into())
+        })
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
-    }
-
-    fn address(&self, _options: &EngineOptions) -> String {
+    fn address(&self, _o: &Options) -> String {
         "in this process".into()
     }
 
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        let o: Options = options.get();
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
         format!(
             "embedded store: {} replica{} at {}, round trip {} (mean {}), tombstones kept {} and {} each to scan, Paxos {}",
             o.replicas,
@@ -170,17 +164,13 @@ impl Engine for Embedded {
         )
     }
 
-    fn modelled_round_trip(&self, options: &EngineOptions) -> Option<Duration> {
-        Some(options.get::<Options>().latency.mean_round_trip())
-    }
-
-    fn counts_requests(&self) -> bool {
-        true
+    fn modelled_round_trip(&self, o: &Options) -> Option<Duration> {
+        Some(o.latency.mean_round_trip())
     }
 
     /// Every contender fault, both replica faults, and lost or late doorbell rings: the store
     /// has a switch for each.
-    fn fault_kinds(&self, _options: &EngineOptions) -> &'static [FaultKind] {
+    fn fault_kinds(&self, _o: &Options) -> &'static [FaultKind] {
         &[
             FaultKind::Pause,
             FaultKind::Crash,
@@ -195,23 +185,18 @@ impl Engine for Embedded {
     /// One replica, and a round trip of 500 µs + up to 500 µs: with the calibrated tombstone
     /// cost this reproduces issue 11's run on a real single node on loopback (see
     /// `lock_core::embedded`'s calibration).
-    fn single_node(&self, options: &EngineOptions) -> Option<EngineOptions> {
-        let o: Options = options.get();
-        Some(
-            Options {
-                replicas: 1,
-                latency: Latency {
-                    fixed: Duration::from_micros(500),
-                    jitter: Duration::from_micros(500),
-                },
-                ..o
-            }
-            .into(),
-        )
+    fn single_node(&self, o: &Options) -> Option<Options> {
+        Some(Options {
+            replicas: 1,
+            latency: Latency {
+                fixed: Duration::from_micros(500),
+                jitter: Duration::from_micros(500),
+            },
+            ..o.clone()
+        })
     }
 
-    fn comparison_note(&self, options: &EngineOptions) -> Option<String> {
-        let o: Options = options.get();
+    fn comparison_note(&self, o: &Options) -> Option<String> {
         Some(format!(
             "The embedded store keeps its model ({} replicas, round trip {}) but runs on real timers here, \
              which round every delay up to the next millisecond: its latencies are those of the model with \
@@ -219,13 +204,11 @@ impl Engine for Embedded {
             o.replicas, o.latency
         ))
     }
+}
 
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Embedded {
+    fn open<'a>(&'a self, o: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let o: Options = setup.options.get();
             let s = setup.settings;
             let store = open_store(&o, setup.seed, &s);
             let scale = s.time_scale as i64;
@@ -387,6 +370,7 @@ impl<'de> Deserialize<'de> for Latency {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::EngineOptions;
 
     #[test]
     fn latency_parses_and_has_a_mean() {
@@ -404,7 +388,7 @@ mod tests {
         assert_eq!(o.gc_grace, Duration::from_secs(10 * 24 * 3600));
         assert_eq!(o.tombstone_cost, Duration::from_nanos(1200));
         let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(["bench-harness"]).unwrap();
-        assert_eq!(cli.run.to_config().unwrap().engine.get::<Options>(), o);
+        assert_eq!(cli.run.to_config().unwrap().engine.decode::<Options>("embedded").unwrap(), o);
     }
 
     #[test]
@@ -416,8 +400,8 @@ mod tests {
             tombstone_cost: Duration::ZERO,
             paxos: PaxosVariant::V2,
         };
-        let erased: EngineOptions = o.clone().into();
-        assert_eq!(erased.get::<Options>(), o);
+        let erased = EngineOptions::of(&o);
+        assert_eq!(erased.decode::<Options>("embedded").unwrap(), o);
         let json = serde_json::to_string(&erased).unwrap();
         assert_eq!(
             json,

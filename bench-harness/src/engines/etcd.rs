@@ -28,8 +28,12 @@
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
+use super::options::Spawn;
+use super::server::{LoginFlags, ServerFlags};
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
+use super::{
+    given, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
+};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
@@ -41,10 +45,6 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The user of the secured server the safety table's "stranger (secured)" rows run on
-/// ([`Engine::secured`]).
-const SECURED_USER: &str = "bench-harness";
 
 /// The engine.
 pub struct Etcd;
@@ -63,7 +63,7 @@ pub static MUTEX: Algorithm = Algorithm::new(
 /// The algorithms on etcd.
 static ALGORITHMS: [Entry<EtcdBackend>; 1] = [Entry { algorithm: &MUTEX, build: build_mutex }];
 
-/// Its command-line options.
+/// Its command-line options besides the shared ones ([`FLAGS`]).
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "etcd-options")]
 #[command(next_help_heading = "etcd (--backend etcd)")]
@@ -76,58 +76,49 @@ pub struct Args {
         conflicts_with = "spawn_etcd"
     )]
     pub etcd: Option<String>,
-    /// Start an etcd of the harness's own for each run (Debian's `etcd-server` package), on
-    /// free loopback ports, and stop it afterwards: one member (`--spawn-etcd`; needed for
-    /// `--faults server-restart:…`, and it keeps its keys and leases across a restart) or a
-    /// cluster of MEMBERS (`--spawn-etcd=3`; needed for the leader faults `leader-kill`,
-    /// `leader-pause`, `leader-cut`), each member behind proxies of its own.
-    #[arg(
-        long,
-        value_name = "MEMBERS",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "1",
-        value_parser = clap::value_parser!(u16).range(1..=9)
-    )]
-    pub spawn_etcd: Option<u16>,
-    /// Authenticate every client as this etcd user, its password from the environment variable
-    /// LOCK_ETCD_PASSWORD or from --etcd-password-file (never on the command line). With
-    /// --spawn-etcd, the harness enables auth on the server it starts, the user's role covering
-    /// the harness's keys only, so that a client without credentials is refused.
-    #[arg(long, value_name = "USER")]
-    pub etcd_user: Option<String>,
-    /// A file whose first line is the password of --etcd-user.
-    #[arg(long, value_name = "FILE", requires = "etcd_user")]
-    pub etcd_password_file: Option<std::path::PathBuf>,
 }
 
 /// The environment variable that holds the password of `--etcd-user`.
 pub const PASSWORD_VAR: &str = "LOCK_ETCD_PASSWORD";
 
+/// `--spawn-etcd[=N]`, `--etcd-user` and `--etcd-password-file`.
+pub static FLAGS: ServerFlags = ServerFlags {
+    login: LoginFlags {
+        secret: SecretNames { name: "etcd", secret: "password", var: PASSWORD_VAR },
+        heading: "etcd (--backend etcd)",
+        user_help:
+            "Authenticate every client as this etcd user, its password from the environment \
+                variable LOCK_ETCD_PASSWORD or from --etcd-password-file (never on the command \
+                line). With --spawn-etcd, the harness enables auth on the server it starts, the \
+                user's role covering the harness's keys only, so that a client without \
+                credentials is refused.",
+    },
+    members: "MEMBERS",
+    spawn_help: "Start an etcd of the harness's own for each run (Debian's `etcd-server` \
+                 package), on free loopback ports, and stop it afterwards: one member \
+                 (`--spawn-etcd`; needed for `--faults server-restart:…`, and it keeps its keys \
+                 and leases across a restart) or a cluster of MEMBERS (`--spawn-etcd=3`; needed \
+                 for the leader faults `leader-kill`, `leader-pause`, `leader-cut`), each member \
+                 behind proxies of its own.",
+    cluster: |n| format!("an etcd cluster of {n} members started by the harness"),
+    one: "an etcd server",
+};
+
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// The endpoints (none: [`DEFAULT_ENDPOINTS`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd: Option<String>,
-    /// A server the harness starts for each run (`--spawn-etcd`), instead of `etcd`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub spawn: bool,
-    /// The started cluster's members, when more than one (`--spawn-etcd=3`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub members: Option<u16>,
-    /// The user every client authenticates as (`--etcd-user`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Where its password is read from, when not from [`PASSWORD_VAR`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_file: Option<std::path::PathBuf>,
+    /// A server or cluster the harness starts, and the user.
+    #[serde(flatten)]
+    pub server: Spawn,
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
+impl super::Options for Options {
+    fn server_mut(&mut self) -> Option<&mut Spawn> {
+        Some(&mut self.server)
     }
 }
 
@@ -138,8 +129,7 @@ impl Options {
 
     /// The credentials of `--etcd-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
-        let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
-        super::credentials("etcd", "password", user, file, PASSWORD_VAR)
+        self.server.credentials(&FLAGS.login.secret)
     }
 }
 
@@ -148,7 +138,7 @@ pub fn lease_ttl(ttl: Duration) -> Duration {
     Duration::from_secs(ttl.as_secs_f64().ceil().max(1.0) as u64)
 }
 
-impl Engine for Etcd {
+impl Describe for Etcd {
     fn name(&self) -> &'static str {
         "etcd"
     }
@@ -164,45 +154,23 @@ impl Engine for Etcd {
       (--ttl: the lease TTL, rounded up to whole seconds)"
     }
 
-    fn in_process(&self) -> bool {
-        false
-    }
-
-    fn spawns_server(&self, options: &EngineOptions) -> bool {
-        options.get::<Options>().spawn
-    }
-
-    fn spawned(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: true, ..Default::default() }.into())
-    }
-
-    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
-        let mut o: Options = self.spawned()?.get();
-        (o.user, o.password_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
-        Some(o.into())
-    }
-
-    fn topology(&self, options: &EngineOptions) -> String {
-        options.get::<Options>().members.map_or_else(String::new, |n| format!("×{n}"))
-    }
-
-    fn clustered(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: true, members: Some(3), ..Default::default() }.into())
-    }
-
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
+}
+
+impl ParseOptions for Etcd {
+    type Options = Options;
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
+        FLAGS.augment(Args::augment_args(cmd))
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "etcd") || given(m, "spawn_etcd")
+        given(m, "etcd") || FLAGS.spawn_given(m)
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         let etcd = a.etcd.filter(|e| !e.trim().is_empty());
         if let Some(list) = &etcd {
@@ -218,67 +186,35 @@ impl Engine for Etcd {
                 }
             }
         }
-        let members = a.spawn_etcd.filter(|n| *n > 1);
-        if members.is_some() && a.etcd_user.is_some() {
+        let options = Options { etcd, server: FLAGS.read(m) };
+        if options.server.members.is_some() && options.server.user.is_some() {
             return Err("--etcd-user with --spawn-etcd=N: only a single server the harness \
                         starts can be secured by it (give --etcd for a secured cluster of yours)"
                 .into());
         }
-        let options = Options {
-            etcd,
-            spawn: a.spawn_etcd.is_some(),
-            members,
-            user: a.etcd_user,
-            password_file: a.etcd_password_file,
-        };
         // Read once here so that a missing password is a usage error before anything starts.
         options.credentials()?;
-        Ok(options.into())
+        Ok(options)
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
+    fn address(&self, o: &Options) -> String {
+        FLAGS.started(&o.server).unwrap_or_else(|| o.endpoints().to_string())
     }
 
-    fn address(&self, options: &EngineOptions) -> String {
-        let o = options.get::<Options>();
-        if let Some(n) = o.members {
-            format!("an etcd cluster of {n} members started by the harness")
-        } else if o.spawn {
-            "an etcd server started by the harness".to_string()
-        } else {
-            o.endpoints().to_string()
-        }
-    }
-
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        let user = options.get::<Options>().user;
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
         format!(
             "etcd at {}, lease TTL {}{}",
-            self.address(options),
+            self.address(o),
             crate::dist::format_duration(lease_ttl(s.ttl)),
-            user.map_or_else(String::new, |u| format!(", as user '{u}'"))
+            o.server.user.as_ref().map_or_else(String::new, |u| format!(", as user '{u}'"))
         )
     }
+}
 
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        if options.get::<Options>().members.is_some() {
-            return server_faults::cluster_kinds();
-        }
-        server_faults::kinds_with_stranger(self.spawns_server(options))
-    }
-
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Etcd {
+    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let options: Options = setup.options.get();
-            let (endpoints, faults) = match options.members {
+            let (endpoints, faults) = match options.server.members {
                 Some(n) => on_cluster(n).await?,
                 None => on_server(&options, &setup.fault_kinds).await?,
             };
@@ -311,7 +247,7 @@ async fn on_server(
     options: &Options,
     kinds: &[FaultKind],
 ) -> Result<(String, ServerFaults), String> {
-    let (endpoints, server) = if options.spawn {
+    let (endpoints, server) = if options.server.spawn {
         let user = options.credentials()?;
         let launch = move || {
             let server = test_servers::EtcdServer::launch()?;

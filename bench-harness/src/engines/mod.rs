@@ -19,7 +19,9 @@
 //! [`cell_model`] holds what the two Cassandra-model engines share: the algorithms written
 //! against `lock_core::store::CellStore`, the GlobalTime service, the lock tables.
 //!
-//! **Adding an engine** is a module implementing [`Engine`] and one line in [`ENGINES`].
+//! **Adding an engine** is a module implementing [`Describe`], [`ParseOptions`] (its typed
+//! [`Options`]; a server engine's shared flags and spawned servers come from [`server`]) and
+//! [`Open`], which make it an [`Engine`], and one line in [`ENGINES`].
 //! **Adding an algorithm** to an engine is one [`Entry`] in that engine's list (and its
 //! [`Algorithm`] description, shared by every engine it runs on). See the crate's README for
 //! both, with examples that compile.
@@ -31,21 +33,25 @@ pub mod counting;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod options;
 pub mod redis;
 pub mod redlock;
+pub mod server;
 pub mod server_faults;
 pub mod service;
+pub mod typed;
 pub mod zookeeper;
 
 pub use algorithm::{
     Algorithm, AlgorithmSettings, BackoffPreset, BuildFuture, Entry, TimeSourceKind,
 };
+pub use options::{credentials, EngineOptions, Login, Options, OptionsError, SecretNames, Spawn};
+pub use typed::{Describe, Open, Opening, ParseOptions};
 
 use crate::faults::FaultKind;
 use clap::ArgMatches;
 use lock_core::embedded::StoreCounters;
 use lock_core::Locker;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::future::Future;
@@ -153,6 +159,13 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Its options when none are given.
     fn default_options(&self) -> EngineOptions;
+
+    /// Whether `options` are this engine's, every field known and every value good: an error
+    /// names the field.
+    fn check_options(&self, options: &EngineOptions) -> Result<(), OptionsError> {
+        let _ = options;
+        Ok(())
+    }
 
     /// Where it is, for messages: contact points, URL, hosts (passwords redacted).
     fn address(&self, options: &EngineOptions) -> String;
@@ -445,36 +458,6 @@ pub fn parse_engine(s: &str) -> Result<EngineRef, String> {
     })
 }
 
-/// An engine's options, type-erased: each engine serializes its own options struct into it
-/// and reads it back ([`EngineOptions::of`], [`EngineOptions::get`]). In result files they
-/// stand beside the run's other settings (the field is flattened), so a file says exactly
-/// what produced it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct EngineOptions(serde_json::Map<String, serde_json::Value>);
-
-impl EngineOptions {
-    /// The options `value` (an engine's own serde struct).
-    pub fn of<T: Serialize>(value: &T) -> EngineOptions {
-        match serde_json::to_value(value) {
-            Ok(serde_json::Value::Object(map)) => EngineOptions(map),
-            _ => EngineOptions::default(),
-        }
-    }
-
-    /// The options as the engine's own struct; fields missing take their serde defaults.
-    pub fn get<T: DeserializeOwned + Default>(&self) -> T {
-        serde_json::from_value(serde_json::Value::Object(self.0.clone())).unwrap_or_default()
-    }
-
-    /// The options with `value` merged over them (tests and experiments that change one
-    /// engine setting).
-    pub fn with<T: Serialize>(mut self, value: &T) -> EngineOptions {
-        self.0.extend(EngineOptions::of(value).0);
-        self
-    }
-}
-
 /// Every engine's command-line options, flattened into a command: each engine adds its own
 /// flags ([`Engine::add_args`]); the matches are kept so that only the chosen engine's
 /// options are read and checked ([`EngineArgs::options`]).
@@ -514,28 +497,6 @@ impl clap::Args for EngineArgs {
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
     }
-}
-
-/// The credentials of engine `name`'s `--<name>-user USER`, its `secret` ("password",
-/// "token") read now: from `file` when given (`--<name>-<secret>-file`), else from the
-/// environment variable `var` (never from the command line); an error saying where it may come
-/// from when there is none. `None` without a user.
-pub fn credentials(
-    name: &str,
-    secret: &str,
-    user: Option<&str>,
-    file: Option<&std::path::Path>,
-    var: &str,
-) -> Result<Option<lock_core::secret::Credentials>, String> {
-    use lock_core::secret::{Credentials, Secret};
-    let Some(user) = user else { return Ok(None) };
-    let password = match file {
-        Some(file) => Secret::from_file(file)?,
-        None => Secret::from_env(var)?.ok_or_else(|| {
-            format!("--{name}-user {user}: no {secret} (set {var}, or give --{name}-{secret}-file)")
-        })?,
-    };
-    Ok(Some(Credentials::new(user, password)))
 }
 
 /// True when option `id` was given on the command line or in the environment (not left at a

@@ -34,9 +34,11 @@
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
+use super::server::LoginFlags;
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
 use super::{
-    given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine,
+    given, redact_url, Algorithm, BoxFuture, Describe, EngineSetup, Login, Open, Opening,
+    ParseOptions, SecretNames,
 };
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
@@ -47,10 +49,6 @@ use lock_redis::{RedisBackend, RedisConnectConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Duration;
-
-/// The user of the secured server the safety table's "stranger (secured)" rows run on
-/// ([`Engine::secured`]).
-const SECURED_USER: &str = "bench-harness";
 
 /// The engine.
 pub struct Redis;
@@ -77,7 +75,7 @@ static ALGORITHMS: [Entry<RedisBackend>; 2] = [
     Entry { algorithm: &REDIS_TOKEN, build: build_token },
 ];
 
-/// Its command-line options.
+/// Its command-line options besides the user's ([`LOGIN`]).
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "redis-options")]
 #[command(next_help_heading = "Redis (--backend redis)")]
@@ -111,20 +109,21 @@ pub struct Args {
     /// The master's name the Sentinels know it by (`sentinel monitor NAME ...`).
     #[arg(long, value_name = "NAME", default_value = "mymaster", requires = "redis_sentinel")]
     pub redis_master_name: String,
-    /// Connect as this ACL user, its password from the environment variable
-    /// LOCK_REDIS_PASSWORD or from --redis-password-file (never on the command line; it takes
-    /// the place of a user and password in --redis). With --spawn-redis (one server), the
-    /// harness starts it with the default user off and this user allowed the harness's keys
-    /// and the locks' commands only (lock_redis::ACL_COMMANDS).
-    #[arg(long, value_name = "USER")]
-    pub redis_user: Option<String>,
-    /// A file whose first line is the password of --redis-user.
-    #[arg(long, value_name = "FILE", requires = "redis_user")]
-    pub redis_password_file: Option<std::path::PathBuf>,
 }
 
 /// The environment variable that holds the password of `--redis-user`.
 pub const PASSWORD_VAR: &str = "LOCK_REDIS_PASSWORD";
+
+/// `--redis-user` and `--redis-password-file`.
+pub static LOGIN: LoginFlags = LoginFlags {
+    secret: SecretNames { name: "redis", secret: "password", var: PASSWORD_VAR },
+    heading: "Redis (--backend redis)",
+    user_help: "Connect as this ACL user, its password from the environment variable \
+                LOCK_REDIS_PASSWORD or from --redis-password-file (never on the command line; \
+                it takes the place of a user and password in --redis). With --spawn-redis (one \
+                server), the harness starts it with the default user off and this user allowed \
+                the harness's keys and the locks' commands only (lock_redis::ACL_COMMANDS).",
+};
 
 /// What Redis the harness starts for each run (`--spawn-redis`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +140,7 @@ pub enum Spawn {
 
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// The server's URL (none: [`DEFAULT_URL`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -157,16 +156,13 @@ pub struct Options {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master_name: Option<String>,
     /// The ACL user every connection authenticates as (`--redis-user`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Where its password is read from, when not from [`PASSWORD_VAR`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_file: Option<std::path::PathBuf>,
+    #[serde(flatten)]
+    pub login: Login,
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
+impl super::Options for Options {
+    fn login_mut(&mut self) -> Option<&mut Login> {
+        Some(&mut self.login)
     }
 }
 
@@ -182,12 +178,11 @@ impl Options {
 
     /// The credentials of `--redis-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
-        let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
-        super::credentials("redis", "password", user, file, PASSWORD_VAR)
+        self.login.credentials(&LOGIN.secret)
     }
 }
 
-impl Engine for Redis {
+impl Describe for Redis {
     fn name(&self) -> &'static str {
         "redis"
     }
@@ -206,27 +201,24 @@ impl Engine for Redis {
       the same through Sentinel, the master killed while its replication is held back"
     }
 
-    fn in_process(&self) -> bool {
-        false
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
     }
+}
 
-    fn spawns_server(&self, options: &EngineOptions) -> bool {
-        options.get::<Options>().spawn.is_some()
+impl ParseOptions for Redis {
+    type Options = Options;
+
+    fn spawns_server(&self, o: &Options) -> bool {
+        o.spawn.is_some()
     }
 
     /// With its append-only file synced on every write, so that a restart keeps the keys.
-    fn spawned(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: Some(Spawn::Aof), ..Default::default() }.into())
+    fn spawned(&self) -> Option<Options> {
+        Some(Options { spawn: Some(Spawn::Aof), ..Default::default() })
     }
 
-    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
-        let mut o: Options = self.spawned()?.get();
-        (o.user, o.password_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
-        Some(o.into())
-    }
-
-    fn topology(&self, options: &EngineOptions) -> String {
-        let o: Options = options.get();
+    fn topology(&self, o: &Options) -> String {
         if o.through_sentinel() {
             "sentinel".into()
         } else {
@@ -234,23 +226,19 @@ impl Engine for Redis {
         }
     }
 
-    fn clustered(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: Some(Spawn::Sentinel), ..Default::default() }.into())
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
+    fn clustered(&self) -> Option<Options> {
+        Some(Options { spawn: Some(Spawn::Sentinel), ..Default::default() })
     }
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
+        LOGIN.augment(Args::augment_args(cmd))
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
         given(m, "redis") || given(m, "spawn_redis") || given(m, "redis_sentinel")
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         let sentinels = a.redis_sentinel.filter(|s| !s.trim().is_empty());
         if let Some(list) = &sentinels {
@@ -260,7 +248,8 @@ impl Engine for Redis {
         if master_name.as_deref() == Some("") {
             return Err("--redis-master-name: empty".into());
         }
-        if a.redis_user.is_some() && a.spawn_redis == Some(Spawn::Sentinel) {
+        let login = LOGIN.read(m);
+        if login.user.is_some() && a.spawn_redis == Some(Spawn::Sentinel) {
             return Err("--redis-user with --spawn-redis=sentinel: only a single server the \
                         harness starts can be secured by it"
                 .into());
@@ -270,20 +259,14 @@ impl Engine for Redis {
             spawn: a.spawn_redis,
             sentinels,
             master_name,
-            user: a.redis_user,
-            password_file: a.redis_password_file,
+            login,
         };
         // Read once here so that a missing password is a usage error before anything starts.
         options.credentials()?;
-        Ok(options.into())
+        Ok(options)
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
-    }
-
-    fn address(&self, options: &EngineOptions) -> String {
-        let o = options.get::<Options>();
+    fn address(&self, o: &Options) -> String {
         match (o.spawn, &o.sentinels) {
             (Some(Spawn::Sentinel), _) => {
                 "a Redis master, 2 replicas and 3 Sentinels started by the harness".into()
@@ -299,16 +282,11 @@ impl Engine for Redis {
         }
     }
 
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        format!("redis at {}, TTL {}", self.address(options), crate::dist::format_duration(s.ttl))
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
+        format!("redis at {}, TTL {}", self.address(o), crate::dist::format_duration(s.ttl))
     }
 
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        let o: Options = options.get();
+    fn fault_kinds(&self, o: &Options) -> &'static [FaultKind] {
         match (o.spawn, o.sentinels.is_some()) {
             (Some(Spawn::Sentinel), _) => server_faults::sentinel_kinds(),
             (None, true) => server_faults::kinds_without_proxies(false),
@@ -316,18 +294,16 @@ impl Engine for Redis {
         }
     }
 
-    fn redacted(&self, options: &EngineOptions) -> EngineOptions {
-        let mut o: Options = options.get();
+    fn redacted(&self, o: &Options) -> Options {
+        let mut o = o.clone();
         o.redis = o.redis.as_deref().map(redact_url);
-        o.into()
+        o
     }
+}
 
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Redis {
+    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let options: Options = setup.options.get();
             let namespace = setup.namespace.to_string();
             let (target, faults) = if options.spawn == Some(Spawn::Sentinel) {
                 on_sentinel_cluster().await?
@@ -586,16 +562,20 @@ fn build_token(backend: RedisBackend, ctx: ClientContext, s: &AlgorithmSettings)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::EngineOptions;
 
     #[test]
     fn passwords_are_redacted_in_result_files() {
         let cfg = crate::config::RunConfig {
-            engine: Options { redis: Some("redis://:pw@h:1/".into()), ..Default::default() }.into(),
+            engine: EngineOptions::of(&Options {
+                redis: Some("redis://:pw@h:1/".into()),
+                ..Default::default()
+            }),
             ..crate::config::RunConfig::on(super::super::EngineRef::find("redis").unwrap())
         };
         let json = serde_json::to_string(&cfg.redacted()).unwrap();
         assert!(json.contains("redis://***@h:1/") && !json.contains("pw"), "{json}");
-        assert_eq!(Redis.address(&cfg.engine), "redis://***@h:1/");
+        assert_eq!(cfg.address(), "redis://***@h:1/");
     }
 
     #[test]

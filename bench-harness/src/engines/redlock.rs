@@ -30,7 +30,7 @@ use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
 use super::server_faults::{self, Connect, Opened, ServerFaults};
 use super::{
-    given, redact_url, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine,
+    given, redact_url, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions,
 };
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
@@ -99,7 +99,7 @@ pub struct Args {
 
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// The user's masters' URLs, comma-separated.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,11 +109,7 @@ pub struct Options {
     pub spawn: Option<u16>,
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
-    }
-}
+impl super::Options for Options {}
 
 /// The URLs of a `--redlock` list, each checked.
 fn urls(list: &str) -> Result<Vec<String>, String> {
@@ -129,7 +125,7 @@ fn urls(list: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-impl Engine for Redlock {
+impl Describe for Redlock {
     fn name(&self) -> &'static str {
         "redlock"
     }
@@ -146,16 +142,19 @@ impl Engine for Redlock {
       Redlock on 5 masters the harness starts, one restarted without its data every 5 s"
     }
 
-    fn in_process(&self) -> bool {
-        false
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Entry::algorithms(&ALGORITHMS)
+    }
+}
+
+impl ParseOptions for Redlock {
+    type Options = Options;
+
+    fn spawns_server(&self, o: &Options) -> bool {
+        o.spawn.is_some()
     }
 
-    fn spawns_server(&self, options: &EngineOptions) -> bool {
-        options.get::<Options>().spawn.is_some()
-    }
-
-    fn topology(&self, options: &EngineOptions) -> String {
-        let o: Options = options.get();
+    fn topology(&self, o: &Options) -> String {
         match (o.spawn, &o.redlock) {
             (Some(n), _) => format!("×{n}"),
             (None, Some(list)) => format!("×{}", list.split(',').count()),
@@ -163,12 +162,8 @@ impl Engine for Redlock {
         }
     }
 
-    fn clustered(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: Some(DEFAULT_MASTERS), ..Default::default() }.into())
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
+    fn clustered(&self) -> Option<Options> {
+        Some(Options { spawn: Some(DEFAULT_MASTERS), ..Default::default() })
     }
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
@@ -179,21 +174,16 @@ impl Engine for Redlock {
         given(m, "redlock") || given(m, "spawn_redlock")
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         let redlock = a.redlock.filter(|u| !u.trim().is_empty());
         if let Some(list) = &redlock {
             urls(list)?;
         }
-        Ok(Options { redlock, spawn: a.spawn_redlock }.into())
+        Ok(Options { redlock, spawn: a.spawn_redlock })
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
-    }
-
-    fn address(&self, options: &EngineOptions) -> String {
-        let o: Options = options.get();
+    fn address(&self, o: &Options) -> String {
         match (o.spawn, &o.redlock) {
             (Some(n), _) => format!("{n} independent redis-servers started by the harness"),
             (None, Some(list)) => list.split(',').map(redact_url).collect::<Vec<_>>().join(","),
@@ -201,35 +191,29 @@ impl Engine for Redlock {
         }
     }
 
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        format!("redlock on {}, TTL {}", self.address(options), crate::dist::format_duration(s.ttl))
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
+        format!("redlock on {}, TTL {}", self.address(o), crate::dist::format_duration(s.ttl))
     }
 
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        if self.spawns_server(options) {
+    fn fault_kinds(&self, o: &Options) -> &'static [FaultKind] {
+        if o.spawn.is_some() {
             server_faults::masters_kinds()
         } else {
             &[]
         }
     }
 
-    fn redacted(&self, options: &EngineOptions) -> EngineOptions {
-        let mut o: Options = options.get();
+    fn redacted(&self, o: &Options) -> Options {
+        let mut o = o.clone();
         o.redlock =
             o.redlock.map(|list| list.split(',').map(redact_url).collect::<Vec<_>>().join(","));
-        o.into()
+        o
     }
+}
 
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Redlock {
+    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let options: Options = setup.options.get();
             let (urls, faults) =
                 match (options.spawn, &options.redlock) {
                     (Some(n), _) => on_masters(n).await?,
@@ -314,8 +298,7 @@ mod tests {
         assert_eq!(urls("redis://a:1/, redis://b:2/").unwrap(), ["redis://a:1/", "redis://b:2/"]);
         let err = urls("redis://:secret@a:1/,b:2").unwrap_err();
         assert!(err.contains("\"b:2\"") && !err.contains("secret"), "{err}");
-        let o: EngineOptions =
-            Options { redlock: Some("redis://:pw@a:1/,redis://b:2/".into()), spawn: None }.into();
+        let o = Options { redlock: Some("redis://:pw@a:1/,redis://b:2/".into()), spawn: None };
         let shown = Redlock.address(&Redlock.redacted(&o));
         assert_eq!(shown, "redis://***@a:1/,redis://b:2/");
     }

@@ -25,8 +25,12 @@
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
+use super::options::Spawn;
+use super::server::{LoginFlags, ServerFlags};
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
+use super::{
+    given, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
+};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
@@ -40,10 +44,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use test_servers::{LockService, ServiceServer, TestPki};
-
-/// The user of the secured service the safety table's "stranger (secured)" rows run on
-/// ([`Engine::secured`]).
-const SECURED_USER: &str = "bench-harness";
 
 /// The environment variable that holds the token of `--service-user`.
 pub const TOKEN_VAR: &str = "LOCK_SERVICE_TOKEN";
@@ -63,7 +63,7 @@ pub static SERVICE: Algorithm = Algorithm::new(
 /// The algorithms on the service.
 static ALGORITHMS: [Entry<ServiceClient>; 1] = [Entry { algorithm: &SERVICE, build: build_lock }];
 
-/// Its command-line options.
+/// Its command-line options besides the shared ones ([`FLAGS`]).
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "service-options")]
 #[command(next_help_heading = "lock service (--backend service)")]
@@ -77,70 +77,58 @@ pub struct Args {
         conflicts_with = "spawn_service"
     )]
     pub service: Option<String>,
-    /// Start a lock service of the harness's own for each run, on free loopback ports, and
-    /// stop it afterwards: one node (`--spawn-service`; it keeps its locks and sessions
-    /// across `--faults server-restart:…`) or a cluster of NODES (`--spawn-service=3`; the
-    /// leader faults `leader-kill`, `leader-pause`, `leader-cut`), each node behind proxies
-    /// of its own.
-    #[arg(
-        long,
-        value_name = "NODES",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "1",
-        value_parser = clap::value_parser!(u16).range(1..=9)
-    )]
-    pub spawn_service: Option<u16>,
-    /// Authenticate every client as this user of the service, its token from the environment
-    /// variable LOCK_SERVICE_TOKEN or from --service-token-file (never on the command line).
-    /// With --spawn-service, the harness starts the nodes secured: TLS with certificates of
-    /// its own, mutual TLS between nodes, and a users file holding this user.
-    #[arg(long, value_name = "USER")]
-    pub service_user: Option<String>,
-    /// A file whose first line is the token of --service-user.
-    #[arg(long, value_name = "FILE", requires = "service_user")]
-    pub service_token_file: Option<std::path::PathBuf>,
     /// Speak TLS to --service, trusting the CA in this PEM file (the one that signed the
     /// nodes' certificates).
     #[arg(long, value_name = "FILE", conflicts_with = "spawn_service")]
     pub service_ca: Option<std::path::PathBuf>,
 }
 
+/// `--spawn-service[=N]`, `--service-user` and `--service-token-file`.
+pub static FLAGS: ServerFlags = ServerFlags {
+    login: LoginFlags {
+        secret: SecretNames { name: "service", secret: "token", var: TOKEN_VAR },
+        heading: "lock service (--backend service)",
+        user_help: "Authenticate every client as this user of the service, its token from the \
+                environment variable LOCK_SERVICE_TOKEN or from --service-token-file (never on \
+                the command line). With --spawn-service, the harness starts the nodes secured: \
+                TLS with certificates of its own, mutual TLS between nodes, and a users file \
+                holding this user.",
+    },
+    members: "NODES",
+    spawn_help: "Start a lock service of the harness's own for each run, on free loopback ports, \
+                 and stop it afterwards: one node (`--spawn-service`; it keeps its locks and \
+                 sessions across `--faults server-restart:…`) or a cluster of NODES \
+                 (`--spawn-service=3`; the leader faults `leader-kill`, `leader-pause`, \
+                 `leader-cut`), each node behind proxies of its own.",
+    cluster: |n| format!("a lock-service cluster of {n} nodes started by the harness"),
+    one: "a lock-service node",
+};
+
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// The endpoints of a running service.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
-    /// A service the harness starts for each run (`--spawn-service`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub spawn: bool,
-    /// The started cluster's nodes, when more than one (`--spawn-service=3`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub members: Option<u16>,
-    /// The user every client authenticates as (`--service-user`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Where its token is read from, when not from [`TOKEN_VAR`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub token_file: Option<std::path::PathBuf>,
+    /// A service the harness starts, and the user (its token's file as `password_file`).
+    #[serde(flatten)]
+    pub server: Spawn,
     /// The CA of a user's service (`--service-ca`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca: Option<std::path::PathBuf>,
 }
 
-impl Options {
-    /// The credentials of `--service-user`, their token read now.
-    fn credentials(&self) -> Result<Option<Credentials>, String> {
-        let (user, file) = (self.user.as_deref(), self.token_file.as_deref());
-        super::credentials("service", "token", user, file, TOKEN_VAR)
+impl super::Options for Options {
+    fn server_mut(&mut self) -> Option<&mut Spawn> {
+        Some(&mut self.server)
     }
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
+impl Options {
+    /// The credentials of `--service-user`, their token read now.
+    fn credentials(&self) -> Result<Option<Credentials>, String> {
+        self.server.credentials(&FLAGS.login.secret)
     }
 }
 
@@ -149,7 +137,7 @@ pub fn session_ttl(ttl: Duration) -> Duration {
     ttl.clamp(lock_service::server::MIN_TTL, lock_service::server::MAX_TTL)
 }
 
-impl Engine for Service {
+impl Describe for Service {
     fn name(&self) -> &'static str {
         "service"
     }
@@ -165,45 +153,23 @@ impl Engine for Service {
       session of its own (--ttl: the session TTL)"
     }
 
-    fn in_process(&self) -> bool {
-        false
-    }
-
-    fn spawns_server(&self, options: &EngineOptions) -> bool {
-        options.get::<Options>().spawn
-    }
-
-    fn spawned(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: true, ..Default::default() }.into())
-    }
-
-    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
-        let mut o: Options = self.spawned()?.get();
-        (o.user, o.token_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
-        Some(o.into())
-    }
-
-    fn topology(&self, options: &EngineOptions) -> String {
-        options.get::<Options>().members.map_or_else(String::new, |n| format!("×{n}"))
-    }
-
-    fn clustered(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: true, members: Some(3), ..Default::default() }.into())
-    }
-
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
+}
+
+impl ParseOptions for Service {
+    type Options = Options;
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
+        FLAGS.augment(Args::augment_args(cmd))
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "service") || given(m, "spawn_service")
+        given(m, "service") || FLAGS.spawn_given(m)
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         let service = a.service.filter(|e| !e.trim().is_empty());
         if let Some(list) = &service {
@@ -215,67 +181,39 @@ impl Engine for Service {
                 }
             }
         }
-        let members = a.spawn_service.filter(|n| *n > 1);
-        let options = Options {
-            service,
-            spawn: a.spawn_service.is_some(),
-            members,
-            user: a.service_user,
-            token_file: a.service_token_file,
-            ca: a.service_ca,
-        };
+        let options = Options { service, server: FLAGS.read(m), ca: a.service_ca };
         // Read once here so that a missing token or CA is a usage error before anything starts.
         options.credentials()?;
         if let Some(ca) = &options.ca {
             TlsFiles::trusting(ca).check().map_err(|e| format!("--service-ca: {e}"))?;
         }
-        Ok(options.into())
+        Ok(options)
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
+    fn address(&self, o: &Options) -> String {
+        FLAGS
+            .started(&o.server)
+            .unwrap_or_else(|| o.service.clone().unwrap_or_else(|| "(no --service given)".into()))
     }
 
-    fn address(&self, options: &EngineOptions) -> String {
-        let o = options.get::<Options>();
-        if let Some(n) = o.members {
-            format!("a lock-service cluster of {n} nodes started by the harness")
-        } else if o.spawn {
-            "a lock-service node started by the harness".to_string()
-        } else {
-            o.service.unwrap_or_else(|| "(no --service given)".into())
-        }
-    }
-
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        let user = options.get::<Options>().user;
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
         format!(
             "lock service at {}, session TTL {}{}",
-            self.address(options),
+            self.address(o),
             crate::dist::format_duration(session_ttl(s.ttl)),
-            user.map_or_else(String::new, |u| format!(", as user '{u}' over TLS"))
+            o.server
+                .user
+                .as_ref()
+                .map_or_else(String::new, |u| format!(", as user '{u}' over TLS"))
         )
     }
+}
 
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        if options.get::<Options>().members.is_some() {
-            return server_faults::cluster_kinds();
-        }
-        server_faults::kinds_with_stranger(self.spawns_server(options))
-    }
-
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Service {
+    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let options: Options = setup.options.get();
             let credentials = options.credentials()?;
-            let secured = match (&credentials, options.spawn) {
+            let secured = match (&credentials, options.server.spawn) {
                 (Some(c), true) => Some(Arc::new(SecuredNodes::make(c)?)),
                 _ => None,
             };
@@ -287,7 +225,7 @@ impl Engine for Service {
                 Some(s) => Some(TlsFiles::trusting(s.pki.ca_file())),
                 None => options.ca.clone().map(TlsFiles::trusting),
             };
-            let (endpoints, faults) = match (options.members, options.spawn) {
+            let (endpoints, faults) = match (options.server.members, options.server.spawn) {
                 (Some(n), _) => on_cluster(program, n).await?,
                 (None, true) => on_node(program, &setup.fault_kinds).await?,
                 (None, false) => {

@@ -26,8 +26,12 @@
 
 use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 use super::counting::Kind;
+use super::options::Spawn;
+use super::server::{LoginFlags, ServerFlags};
 use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{given, Algorithm, BoxFuture, Engine, EngineOptions, EngineSetup, OpenEngine};
+use super::{
+    given, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
+};
 use crate::faults::FaultKind;
 use clap::{ArgMatches, Args as _, FromArgMatches as _};
 use lock_core::context::ClientContext;
@@ -40,10 +44,6 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The user of the secured server the safety table's "stranger (secured)" rows run on
-/// ([`Engine::secured`]).
-const SECURED_USER: &str = "bench-harness";
 
 /// The engine.
 pub struct Zookeeper;
@@ -62,7 +62,7 @@ pub static RECIPE: Algorithm = Algorithm::new(
 /// The algorithms on ZooKeeper.
 static ALGORITHMS: [Entry<ZkBackend>; 1] = [Entry { algorithm: &RECIPE, build: build_recipe }];
 
-/// Its command-line options.
+/// Its command-line options besides the shared ones ([`FLAGS`]).
 #[derive(clap::Args, Debug, Clone)]
 #[group(id = "zookeeper-options")]
 #[command(next_help_heading = "ZooKeeper (--backend zookeeper)")]
@@ -75,30 +75,6 @@ pub struct Args {
         conflicts_with = "spawn_zookeeper"
     )]
     pub zookeeper: Option<String>,
-    /// Start ZooKeeper of the harness's own for each run (Debian's `zookeeper` package, on
-    /// `java`), on free loopback ports, and stop it afterwards: one server
-    /// (`--spawn-zookeeper`; needed for `--faults server-restart:…`, and it keeps its znodes
-    /// and sessions across a restart) or an ensemble of MEMBERS (`--spawn-zookeeper=3`;
-    /// needed for the leader faults `leader-kill`, `leader-pause`, `leader-cut`), each server
-    /// behind proxies of its own.
-    #[arg(
-        long,
-        value_name = "MEMBERS",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "1",
-        value_parser = clap::value_parser!(u16).range(1..=9)
-    )]
-    pub spawn_zookeeper: Option<u16>,
-    /// Authenticate every session as this digest user, its password from the environment
-    /// variable LOCK_ZOOKEEPER_PASSWORD or from --zookeeper-password-file (never on the command
-    /// line). The lock's znodes are then creator-only: no client of another identity can list,
-    /// delete or rewrite them (lock-zookeeper's docs, "Credentials and ACLs").
-    #[arg(long, value_name = "USER")]
-    pub zookeeper_user: Option<String>,
-    /// A file whose first line is the password of --zookeeper-user.
-    #[arg(long, value_name = "FILE", requires = "zookeeper_user")]
-    pub zookeeper_password_file: Option<std::path::PathBuf>,
     /// Speak TLS to the servers of --zookeeper (their secureClientPort), trusting the CA
     /// certificates in this PEM file; each server's certificate must name the host dialled.
     #[arg(long, value_name = "FILE", conflicts_with = "spawn_zookeeper")]
@@ -118,25 +94,38 @@ pub struct Args {
 /// The environment variable that holds the password of `--zookeeper-user`.
 pub const PASSWORD_VAR: &str = "LOCK_ZOOKEEPER_PASSWORD";
 
+/// `--spawn-zookeeper[=N]`, `--zookeeper-user` and `--zookeeper-password-file`.
+pub static FLAGS: ServerFlags = ServerFlags {
+    login: LoginFlags {
+        secret: SecretNames { name: "zookeeper", secret: "password", var: PASSWORD_VAR },
+        heading: "ZooKeeper (--backend zookeeper)",
+        user_help: "Authenticate every session as this digest user, its password from the \
+                environment variable LOCK_ZOOKEEPER_PASSWORD or from --zookeeper-password-file \
+                (never on the command line). The lock's znodes are then creator-only: no client \
+                of another identity can list, delete or rewrite them (lock-zookeeper's docs, \
+                \"Credentials and ACLs\").",
+    },
+    members: "MEMBERS",
+    spawn_help: "Start ZooKeeper of the harness's own for each run (Debian's `zookeeper` \
+                 package, on `java`), on free loopback ports, and stop it afterwards: one server \
+                 (`--spawn-zookeeper`; needed for `--faults server-restart:…`, and it keeps its \
+                 znodes and sessions across a restart) or an ensemble of MEMBERS \
+                 (`--spawn-zookeeper=3`; needed for the leader faults `leader-kill`, \
+                 `leader-pause`, `leader-cut`), each server behind proxies of its own.",
+    cluster: |n| format!("a ZooKeeper ensemble of {n} servers started by the harness"),
+    one: "a ZooKeeper server",
+};
+
 /// Its options, as result files show them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// The connect string (none: [`DEFAULT_HOSTS`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zookeeper: Option<String>,
-    /// A server the harness starts for each run (`--spawn-zookeeper`), instead of `zookeeper`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub spawn: bool,
-    /// The started ensemble's servers, when more than one (`--spawn-zookeeper=3`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub members: Option<u16>,
-    /// The digest user every session authenticates as (`--zookeeper-user`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Where its password is read from, when not from [`PASSWORD_VAR`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_file: Option<std::path::PathBuf>,
+    /// A server or ensemble the harness starts, and the digest user.
+    #[serde(flatten)]
+    pub server: Spawn,
     /// Holders do not watch their own znodes (`--zookeeper-no-holder-watch`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_holder_watch: bool,
@@ -151,9 +140,9 @@ pub struct Options {
     pub key: Option<std::path::PathBuf>,
 }
 
-impl From<Options> for EngineOptions {
-    fn from(o: Options) -> EngineOptions {
-        EngineOptions::of(&o)
+impl super::Options for Options {
+    fn server_mut(&mut self) -> Option<&mut Spawn> {
+        Some(&mut self.server)
     }
 }
 
@@ -170,12 +159,11 @@ impl Options {
 
     /// The credentials of `--zookeeper-user`, their password read now.
     fn credentials(&self) -> Result<Option<Credentials>, String> {
-        let (user, file) = (self.user.as_deref(), self.password_file.as_deref());
-        super::credentials("zookeeper", "password", user, file, PASSWORD_VAR)
+        self.server.credentials(&FLAGS.login.secret)
     }
 }
 
-impl Engine for Zookeeper {
+impl Describe for Zookeeper {
     fn name(&self) -> &'static str {
         "zookeeper"
     }
@@ -190,52 +178,27 @@ impl Engine for Zookeeper {
       the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)"
     }
 
-    fn in_process(&self) -> bool {
-        false
-    }
-
-    fn spawns_server(&self, options: &EngineOptions) -> bool {
-        options.get::<Options>().spawn
-    }
-
-    fn spawned(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: true, ..Default::default() }.into())
-    }
-
-    fn secured(&self, password_file: &std::path::Path) -> Option<EngineOptions> {
-        let mut o: Options = self.spawned()?.get();
-        (o.user, o.password_file) = (Some(SECURED_USER.into()), Some(password_file.into()));
-        Some(o.into())
-    }
-
-    fn topology(&self, options: &EngineOptions) -> String {
-        options.get::<Options>().members.map_or_else(String::new, |n| format!("×{n}"))
-    }
-
-    fn clustered(&self) -> Option<EngineOptions> {
-        Some(Options { spawn: true, members: Some(3), ..Default::default() }.into())
-    }
-
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(&ALGORITHMS)
     }
+}
+
+impl ParseOptions for Zookeeper {
+    type Options = Options;
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
+        FLAGS.augment(Args::augment_args(cmd))
     }
 
     fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "zookeeper") || given(m, "spawn_zookeeper")
+        given(m, "zookeeper") || FLAGS.spawn_given(m)
     }
 
-    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
         let options = Options {
             zookeeper: a.zookeeper.filter(|h| !h.trim().is_empty()),
-            spawn: a.spawn_zookeeper.is_some(),
-            members: a.spawn_zookeeper.filter(|n| *n > 1),
-            user: a.zookeeper_user,
-            password_file: a.zookeeper_password_file,
+            server: FLAGS.read(m),
             no_holder_watch: a.zookeeper_no_holder_watch,
             ca: a.zookeeper_ca,
             cert: a.zookeeper_cert,
@@ -247,54 +210,29 @@ impl Engine for Zookeeper {
         if let Some(tls) = options.tls() {
             tls.check().map_err(|e| format!("--zookeeper-ca/-cert/-key: {e}"))?;
         }
-        Ok(options.into())
+        Ok(options)
     }
 
-    fn default_options(&self) -> EngineOptions {
-        Options::default().into()
+    fn address(&self, o: &Options) -> String {
+        FLAGS.started(&o.server).unwrap_or_else(|| o.hosts().to_string())
     }
 
-    fn address(&self, options: &EngineOptions) -> String {
-        let o = options.get::<Options>();
-        if let Some(n) = o.members {
-            format!("a ZooKeeper ensemble of {n} servers started by the harness")
-        } else if o.spawn {
-            "a ZooKeeper server started by the harness".to_string()
-        } else {
-            o.hosts().to_string()
-        }
-    }
-
-    fn describe(&self, options: &EngineOptions, s: &AlgorithmSettings) -> String {
-        let user = options.get::<Options>().user;
+    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
         format!(
             "zookeeper at {}, session timeout {}{}",
-            self.address(options),
+            self.address(o),
             crate::dist::format_duration(s.ttl),
-            user.map_or_else(String::new, |u| format!(
+            o.server.user.as_ref().map_or_else(String::new, |u| format!(
                 ", as digest user '{u}' (creator-only ACLs)"
             ))
         )
     }
+}
 
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
-        if options.get::<Options>().members.is_some() {
-            return server_faults::cluster_kinds();
-        }
-        server_faults::kinds_with_stranger(self.spawns_server(options))
-    }
-
-    fn open<'a>(
-        &'a self,
-        setup: EngineSetup<'a>,
-    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+impl Open for Zookeeper {
+    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
         Box::pin(async move {
-            let options: Options = setup.options.get();
-            let (hosts, faults) = match options.members {
+            let (hosts, faults) = match options.server.members {
                 Some(n) => on_cluster(n).await?,
                 None => on_server(&options, &setup.fault_kinds).await?,
             };
@@ -327,7 +265,7 @@ async fn on_server(
     options: &Options,
     kinds: &[FaultKind],
 ) -> Result<(String, ServerFaults), String> {
-    let (hosts, server) = if options.spawn {
+    let (hosts, server) = if options.server.spawn {
         let (server, hosts) =
             Managed::start(|| Ok(test_servers::ZkServer::launch()?), test_servers::ZkServer::hosts)
                 .await

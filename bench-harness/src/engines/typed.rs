@@ -1,0 +1,228 @@
+//! How an engine is written: three traits on its typed options, which make it an [`Engine`].
+//!
+//! - [`Describe`]: what it is (name, help, algorithms, in this process or a server);
+//! - [`ParseOptions`]: its options, one typed struct ([`Options`]): its flags, what they read
+//!   into, and what the options say (address, the scenario line, topology, faults); a server
+//!   engine's spawned, secured and clustered servers come from the shared shape in
+//!   [`super::server`];
+//! - [`Open`]: opening it for one algorithm's run.
+//!
+//! Every type with the three is an [`Engine`] (the object-safe trait the rest of the harness
+//! asks), which decodes the type-erased [`EngineOptions`] strictly before any of them sees
+//! them.
+
+use super::options::{EngineOptions, Options, OptionsError};
+use super::{server, Algorithm, AlgorithmSettings, BoxFuture, Engine, EngineSetup, OpenEngine};
+use crate::faults::FaultKind;
+use clap::ArgMatches;
+use std::path::Path;
+use std::time::Duration;
+
+/// What describes an engine: its name and help, its algorithms, where it runs.
+pub trait Describe: Send + Sync + 'static {
+    /// The name `--backend` takes and result files carry.
+    fn name(&self) -> &'static str;
+
+    /// One line for `bench-harness list`: what it is and how to point at it.
+    fn about(&self) -> String;
+
+    /// Example command lines for `--help` (see [`Engine::help_examples`]).
+    fn help_examples(&self) -> &'static str {
+        ""
+    }
+
+    /// A paragraph for `--help` on what the engine is and how it behaves ("" for none).
+    fn help_notes(&self) -> &'static str {
+        ""
+    }
+
+    /// True for an engine inside this process (see [`Engine::in_process`]); a server is not.
+    fn in_process(&self) -> bool {
+        false
+    }
+
+    /// The algorithms that run on it, in the order they run and appear in tables.
+    fn algorithms(&self) -> Vec<&'static Algorithm>;
+
+    /// True when it counts the requests its contenders send (store load per grant), as every
+    /// engine here does.
+    fn counts_requests(&self) -> bool {
+        true
+    }
+}
+
+/// What parses an engine's options and reads them.
+pub trait ParseOptions: Describe {
+    /// Its options, as result files show them.
+    type Options: Options;
+
+    /// Adds its command-line options to `cmd`.
+    fn add_args(&self, cmd: clap::Command) -> clap::Command;
+
+    /// True when the command line or the environment points at this engine.
+    fn is_configured(&self, m: &ArgMatches) -> bool;
+
+    /// Its options as given on the command line, checked: an invalid address or setting is a
+    /// usage error naming the option.
+    fn parse(&self, m: &ArgMatches) -> Result<Self::Options, String>;
+
+    /// Where it is, for messages (passwords redacted).
+    fn address(&self, o: &Self::Options) -> String;
+
+    /// The store and its settings, for the line that describes a run.
+    fn describe(&self, o: &Self::Options, s: &AlgorithmSettings) -> String;
+
+    /// True when the harness starts the server itself for each run.
+    fn spawns_server(&self, o: &Self::Options) -> bool {
+        o.server().is_some_and(|s| s.spawn)
+    }
+
+    /// Its options with one server the harness starts itself (see [`Engine::spawned`]).
+    fn spawned(&self) -> Option<Self::Options> {
+        server::spawned()
+    }
+
+    /// [`ParseOptions::spawned`], secured (see [`Engine::secured`]).
+    fn secured(&self, password_file: &Path) -> Option<Self::Options> {
+        server::secured(self.spawned()?, password_file)
+    }
+
+    /// Its options with a cluster the harness starts itself (see [`Engine::clustered`]).
+    fn clustered(&self) -> Option<Self::Options> {
+        server::clustered()
+    }
+
+    /// The shape of the cluster the options start ("×3", "sentinel"; "" for one server).
+    fn topology(&self, o: &Self::Options) -> String {
+        server::topology(o)
+    }
+
+    /// The fault kinds its opened engine can inject.
+    fn fault_kinds(&self, o: &Self::Options) -> &'static [FaultKind] {
+        server::fault_kinds(o)
+    }
+
+    /// The mean round trip of its latency model, when it is a model.
+    fn modelled_round_trip(&self, _o: &Self::Options) -> Option<Duration> {
+        None
+    }
+
+    /// Its options modelling one Cassandra node on loopback, when it is a model.
+    fn single_node(&self, _o: &Self::Options) -> Option<Self::Options> {
+        None
+    }
+
+    /// The options as they may be written into result files.
+    fn redacted(&self, o: &Self::Options) -> Self::Options {
+        o.clone()
+    }
+
+    /// A caveat for the engines comparison's README, if its wall-time figures need one.
+    fn comparison_note(&self, _o: &Self::Options) -> Option<String> {
+        None
+    }
+}
+
+/// An engine being opened: its opened engine, or why it cannot be opened.
+pub type Opening<'a> = BoxFuture<'a, Result<Box<dyn OpenEngine>, String>>;
+
+/// What opens an engine for one algorithm's run.
+pub trait Open: ParseOptions {
+    /// Opens it with `options` (see [`Engine::open`]).
+    fn open<'a>(&'a self, options: Self::Options, setup: EngineSetup<'a>) -> Opening<'a>;
+}
+
+/// The options of `engine`, decoded. Every [`EngineOptions`] that reaches an engine was made by
+/// it or checked ([`Engine::check_options`], which [`crate::config::RunConfig::validate`]
+/// calls), so a failure here is a bug, said loudly rather than run on defaults.
+fn typed<E: ParseOptions>(engine: &E, options: &EngineOptions) -> E::Options {
+    options.decode(engine.name()).unwrap_or_else(|e| panic!("unchecked engine options: {e}"))
+}
+
+fn erased<O: Options>(o: Option<O>) -> Option<EngineOptions> {
+    o.map(|o| EngineOptions::of(&o))
+}
+
+impl<E: Open> Engine for E {
+    fn name(&self) -> &'static str {
+        Describe::name(self)
+    }
+    fn about(&self) -> String {
+        Describe::about(self)
+    }
+    fn help_examples(&self) -> &'static str {
+        Describe::help_examples(self)
+    }
+    fn help_notes(&self) -> &'static str {
+        Describe::help_notes(self)
+    }
+    fn in_process(&self) -> bool {
+        Describe::in_process(self)
+    }
+    fn algorithms(&self) -> Vec<&'static Algorithm> {
+        Describe::algorithms(self)
+    }
+    fn counts_requests(&self) -> bool {
+        Describe::counts_requests(self)
+    }
+    fn check_options(&self, options: &EngineOptions) -> Result<(), OptionsError> {
+        options.decode::<E::Options>(Describe::name(self)).map(drop)
+    }
+    fn spawns_server(&self, options: &EngineOptions) -> bool {
+        ParseOptions::spawns_server(self, &typed(self, options))
+    }
+    fn spawned(&self) -> Option<EngineOptions> {
+        erased(ParseOptions::spawned(self))
+    }
+    fn topology(&self, options: &EngineOptions) -> String {
+        ParseOptions::topology(self, &typed(self, options))
+    }
+    fn secured(&self, password_file: &Path) -> Option<EngineOptions> {
+        erased(ParseOptions::secured(self, password_file))
+    }
+    fn clustered(&self) -> Option<EngineOptions> {
+        erased(ParseOptions::clustered(self))
+    }
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        ParseOptions::add_args(self, cmd)
+    }
+    fn is_configured(&self, m: &ArgMatches) -> bool {
+        ParseOptions::is_configured(self, m)
+    }
+    fn options(&self, m: &ArgMatches) -> Result<EngineOptions, String> {
+        self.parse(m).map(|o| EngineOptions::of(&o))
+    }
+    fn default_options(&self) -> EngineOptions {
+        EngineOptions::of(&E::Options::default())
+    }
+    fn address(&self, options: &EngineOptions) -> String {
+        ParseOptions::address(self, &typed(self, options))
+    }
+    fn describe(&self, options: &EngineOptions, settings: &AlgorithmSettings) -> String {
+        ParseOptions::describe(self, &typed(self, options), settings)
+    }
+    fn modelled_round_trip(&self, options: &EngineOptions) -> Option<Duration> {
+        ParseOptions::modelled_round_trip(self, &typed(self, options))
+    }
+    fn single_node(&self, options: &EngineOptions) -> Option<EngineOptions> {
+        erased(ParseOptions::single_node(self, &typed(self, options)))
+    }
+    fn fault_kinds(&self, options: &EngineOptions) -> &'static [FaultKind] {
+        ParseOptions::fault_kinds(self, &typed(self, options))
+    }
+    fn redacted(&self, options: &EngineOptions) -> EngineOptions {
+        EngineOptions::of(&ParseOptions::redacted(self, &typed(self, options)))
+    }
+    fn comparison_note(&self, options: &EngineOptions) -> Option<String> {
+        ParseOptions::comparison_note(self, &typed(self, options))
+    }
+    fn open<'a>(
+        &'a self,
+        setup: EngineSetup<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
+        match setup.options.decode(Describe::name(self)) {
+            Ok(options) => Open::open(self, options, setup),
+            Err(e) => Box::pin(async move { Err(e.to_string()) }),
+        }
+    }
+}
