@@ -1,0 +1,231 @@
+//! The [`Locker`] on a client's session: an acquisition, its cancellation when abandoned,
+//! and the release behind each guard.
+
+use super::session::{Key, Session};
+use super::{backend, lock, ServiceClient, ALGORITHM};
+use crate::proto::{ErrorKind, Reply, Request};
+use async_trait::async_trait;
+use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+/// A [`Locker`] on a [`ServiceClient`]'s session.
+pub struct ServiceLocker {
+    pub(super) client: ServiceClient,
+    pub(super) owner: String,
+}
+
+/// Leaves the queue (or releases a grant that raced in) if an acquisition is abandoned. The
+/// release names the ask, so it gives up that ask only, even if it arrives after a new ask of
+/// the same owner for the same lock (see [`crate::state`]).
+pub(super) struct Cancel {
+    pub(super) session: Arc<Session>,
+    pub(super) key: Key,
+    pub(super) attempt: u64,
+    pub(super) armed: bool,
+}
+
+impl Cancel {
+    /// The ask this guards (`wait`: the mandatory lock, else the soft one).
+    pub(super) fn ask(&self, wait: bool) -> Request {
+        Request::Acquire {
+            session: self.session.id,
+            lock: self.key.0.clone(),
+            owner: self.key.1.clone(),
+            wait,
+            attempt: self.attempt,
+        }
+    }
+
+    /// The release that gives the ask up.
+    pub(super) fn request(&self) -> Request {
+        Request::Release {
+            session: self.session.id,
+            lock: self.key.0.clone(),
+            owner: self.key.1.clone(),
+            attempt: self.attempt,
+        }
+    }
+
+    pub(super) async fn now(mut self) {
+        self.armed = false;
+        self.session.stop_waiting(&self.key, self.attempt);
+        let _ = self.session.call(self.request()).await;
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.session.stop_waiting(&self.key, self.attempt);
+        let (session, request) = (self.session.clone(), self.request());
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = session.call(request).await;
+            });
+        }
+    }
+}
+
+pub(super) struct ServiceRelease {
+    pub(super) session: Arc<Session>,
+    pub(super) key: Key,
+    pub(super) attempt: u64,
+}
+
+#[async_trait]
+impl Release for ServiceRelease {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        if let Some(tx) = lock(&self.session.held).remove(&self.key) {
+            tx.send_replace(LeaseState::Released);
+        }
+        if self.session.lost_reason().is_some() {
+            return Ok(());
+        }
+        let request = Request::Release {
+            session: self.session.id,
+            lock: self.key.0.clone(),
+            owner: self.key.1.clone(),
+            attempt: self.attempt,
+        };
+        match self.session.call(request).await {
+            Ok(_) | Err(LockError::LeaseLost { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ServiceLocker {
+    pub(super) fn guard(
+        &self,
+        session: Arc<Session>,
+        lock_id: &str,
+        token: u64,
+        attempt: u64,
+    ) -> LockGuard {
+        let key = (lock_id.to_string(), self.owner.clone());
+        let (tx, rx) = watch::channel(LeaseState::Held);
+        lock(&session.held).insert(key.clone(), tx);
+        if let Some(reason) = session.lost_reason() {
+            if let Some(tx) = lock(&session.held).remove(&key) {
+                tx.send_replace(LeaseState::Lost(LeaseLost { reason }));
+            }
+        }
+        let release = ServiceRelease { session, key, attempt };
+        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(release))
+    }
+
+    pub(super) fn with_lock(e: LockError, lock_id: &str) -> LockError {
+        match e {
+            LockError::LeaseLost { reason, .. } => {
+                LockError::LeaseLost { lock_id: lock_id.to_string(), reason }
+            }
+            other => other,
+        }
+    }
+
+    pub(super) async fn acquire(
+        &self,
+        lock_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<LockGuard, LockError> {
+        let start = Instant::now();
+        let session = self.client.live_session().await?;
+        let key = (lock_id.to_string(), self.owner.clone());
+        let (tx, rx) = oneshot::channel();
+        let attempt = session.next_ask();
+        lock(&session.waiting).insert(key.clone(), (attempt, tx));
+        let cancel = Cancel { session: session.clone(), key, attempt, armed: true };
+        let request = cancel.ask(true);
+        let timed_out = |cancel: Cancel| async move {
+            cancel.now().await;
+            LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() }
+        };
+        let deadline = timeout.map(|t| start + t);
+        let reply = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, session.call(request)).await {
+                Ok(r) => r,
+                Err(_) => return Err(timed_out(cancel).await),
+            },
+            None => session.call(request).await,
+        };
+        // The answer (granted or queued) says the ask is in the lock's queue: no ask made
+        // after this instant can be served before it.
+        let queued_at = Instant::now();
+        let token = match reply.map_err(|e| Self::with_lock(e, lock_id))? {
+            Reply::Granted { token } => token,
+            Reply::Queued => {
+                let granted = match deadline {
+                    Some(d) => match tokio::time::timeout_at(d, rx).await {
+                        Ok(r) => r,
+                        Err(_) => return Err(timed_out(cancel).await),
+                    },
+                    None => rx.await,
+                };
+                granted.map_err(|_| LockError::LeaseLost {
+                    lock_id: lock_id.to_string(),
+                    reason: session.lost_reason().unwrap_or_else(|| "the session ended".into()),
+                })?
+            }
+            other => return Err(unexpected(lock_id, other)),
+        };
+        let mut cancel = cancel;
+        cancel.armed = false;
+        session.stop_waiting(&cancel.key, attempt);
+        Ok(self.guard(session, lock_id, token, attempt).with_queued_at(queued_at))
+    }
+}
+
+pub(super) fn unexpected(lock_id: &str, reply: Reply) -> LockError {
+    match reply {
+        Reply::Error { kind: ErrorKind::BadRequest, message } => LockError::InvalidId {
+            what: "lock id",
+            id: lock_id.chars().take(64).collect(),
+            reason: message,
+        },
+        Reply::Error { kind, message } => {
+            backend(format!("lock {lock_id:?}: the service refused ({kind:?}): {message}"))
+        }
+        other => backend(format!("unexpected answer for lock {lock_id:?}: {other:?}")),
+    }
+}
+
+#[async_trait]
+impl Locker for ServiceLocker {
+    fn algorithm(&self) -> &str {
+        ALGORITHM
+    }
+
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        validate_id("lock id", lock_id)?;
+        self.acquire(lock_id, timeout).await
+    }
+
+    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
+        validate_id("lock id", lock_id)?;
+        let session = self.client.live_session().await?;
+        let attempt = session.next_ask();
+        // Dropped before the answer (or failed), the ask may still have been granted: give it
+        // back, as an abandoned `lock` does.
+        let key = (lock_id.to_string(), self.owner.clone());
+        let mut cancel = Cancel { session: session.clone(), key, attempt, armed: true };
+        let reply =
+            session.call(cancel.ask(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;
+        cancel.armed = false;
+        match reply {
+            Reply::Granted { token } => Ok(Some(
+                self.guard(session, lock_id, token, attempt).with_queued_at(Instant::now()),
+            )),
+            Reply::Busy => Ok(None),
+            other => Err(unexpected(lock_id, other)),
+        }
+    }
+}

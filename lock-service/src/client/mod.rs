@@ -1,0 +1,261 @@
+//! The client: a [`ServiceClient`] holds one session (one connection to the leader, kept
+//! alive every TTL/3), and hands out [`ServiceLocker`]s that implement
+//! [`Locker`](lock_core::lock::Locker) on it.
+//!
+//! - **Finding the leader.** The client dials the nodes it was given in turn; a follower
+//!   answers `NotLeader` with the leader's address, which the client dials next. After a
+//!   failover (a broken connection, `NotLeader`, `Unavailable`) it finds the new leader the
+//!   same way and *resumes* its session there: the reply lists what the session holds, so a
+//!   grant pushed while it was away is not lost. A session that holds or waits for a lock
+//!   does this as soon as its node drops the connection; an idle one at its next request.
+//! - **Retries are safe**: the server treats an acquire of a lock the owner already holds or
+//!   waits for as the same request, and a release of a lock it neither holds nor waits for as
+//!   done; so a request whose answer was lost is sent again (until
+//!   [`ClientConfig::request_timeout`]).
+//! - **The lost-session signal.** The server counts a keep-alive, or a command it committed,
+//!   from when it receives it, so the client knows its session stands until the *send* time
+//!   of the last such request answered, plus the TTL. A session busy with commands sends no
+//!   keep-alive; an idle one sends one every TTL/3. When that moment passes without a fresh
+//!   answer, or the server says the session ended, every guard of the session is told
+//!   [`LeaseState::Lost`](lock_core::lock::LeaseState::Lost), every waiter fails with
+//!   [`LockError::LeaseLost`], and the next request opens a new session.
+//!
+//! One concept a file: `connection` (one connection to one node), `leader` (which node
+//! to dial, and finding the leader), `session` (the session, its keep-alive and its
+//! resumption), `locker` (the `Locker` on a session).
+
+mod connection;
+mod leader;
+mod locker;
+mod session;
+
+pub use locker::ServiceLocker;
+
+use crate::proto::{Reply, Request, SessionId};
+use leader::Shared;
+use lock_core::lock::{validate_id, LockError};
+use lock_core::requests::RequestHook;
+use lock_core::secret::Credentials;
+use lock_core::tls::TlsFiles;
+use lock_core::BackendErrorKind;
+use locker::unexpected;
+use session::Session;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The algorithm's name in results.
+pub const ALGORITHM: &str = "service";
+pub(crate) const BACKEND: &str = "lock-service";
+
+/// How a client talks to the service.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// The session's TTL: a holder that cannot renew for this long loses its locks.
+    pub ttl: Duration,
+    /// How long dialling one node may take.
+    pub connect_timeout: Duration,
+    /// How long one request may take, across reconnects and failovers.
+    pub request_timeout: Duration,
+    /// Told of every request sent, as `service` and the request's name (`Acquire`,
+    /// `Release`, `KeepAlive`, `Open`, `Resume`, `Close`, `Status`): the load a lock puts on
+    /// the service. One grant costs an `Acquire` and a `Release`, plus a `KeepAlive` per
+    /// session every TTL/3.
+    pub requests: RequestHook,
+    /// Dial the leader a follower names (its advertised client address). Off, the client
+    /// dials only the endpoints it was given, in turn: for a client that must reach the
+    /// service through addresses of its own (a proxy, a tunnel).
+    pub follow_leader_hints: bool,
+    /// Who this client is, on a service that authenticates its clients (`lock-server
+    /// --users`): the user's name and its token. A refusal fails at once, naming the user.
+    pub credentials: Option<Credentials>,
+    /// Speak TLS, trusting the CA in `ca` (required) and presenting `cert`/`key` if given;
+    /// the nodes' certificates must name the host or IP address the client dials.
+    pub tls: Option<TlsFiles>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            ttl: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+            requests: RequestHook::none(),
+            follow_leader_hints: true,
+            credentials: None,
+            tls: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("ttl", &self.ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("credentials", &self.credentials)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn backend(message: impl Into<String>) -> LockError {
+    LockError::backend(BACKEND, BackendErrorKind::Other, message.into())
+}
+
+pub(crate) fn kind_of(request: &Request) -> &'static str {
+    match request {
+        Request::Open { .. } => "Open",
+        Request::Resume { .. } => "Resume",
+        Request::KeepAlive { .. } => "KeepAlive",
+        Request::Acquire { .. } => "Acquire",
+        Request::Release { .. } => "Release",
+        Request::Close { .. } => "Close",
+        Request::Status => "Status",
+        Request::Hello { .. } => "Hello",
+        Request::ForceRelease { .. } => "ForceRelease",
+    }
+}
+
+/// A connection to the lock service: one session, shared by the lockers it hands out. When
+/// the client and its lockers are all dropped and no guard of the session is alive, the
+/// session is closed in the background (with a guard alive, it is kept alive with it).
+#[derive(Clone)]
+pub struct ServiceClient {
+    shared: Arc<Shared>,
+    session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>>,
+    sessions_made: Arc<AtomicU64>,
+    _closer: Arc<Closer>,
+}
+
+/// Closes the session when the last clone of its client goes.
+struct Closer {
+    session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>>,
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let Ok(mut slot) = self.session.try_lock() else {
+            return;
+        };
+        let Some(s) = slot.take() else {
+            return;
+        };
+        if !lock(&s.held).is_empty() || s.lost_reason().is_some() {
+            return;
+        }
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = s.call(Request::Close { session: s.id }).await;
+                s.lose("the session was closed by its client".into());
+            });
+        }
+    }
+}
+
+impl ServiceClient {
+    /// Connect to the service at `endpoints` (`host:port` of any of its nodes' client ports)
+    /// and open a session; fails within [`ClientConfig::request_timeout`] if no leader
+    /// answers, naming what each node said.
+    pub async fn connect(endpoints: &[String], config: ClientConfig) -> Result<Self, LockError> {
+        if endpoints.is_empty() {
+            return Err(LockError::Config("no lock-service endpoint given".into()));
+        }
+        if !(crate::server::MIN_TTL..=crate::server::MAX_TTL).contains(&config.ttl) {
+            return Err(LockError::Config(format!(
+                "session TTL {:?} is out of range: {:?} to {:?}",
+                config.ttl,
+                crate::server::MIN_TTL,
+                crate::server::MAX_TTL
+            )));
+        }
+        let tls = config
+            .tls
+            .as_ref()
+            .map(crate::tls::client_connector)
+            .transpose()
+            .map_err(|e| LockError::Config(format!("lock-service TLS: {e}")))?;
+        let shared = Arc::new(Shared {
+            endpoints: endpoints.to_vec(),
+            order: Mutex::new(endpoints.to_vec()),
+            failed: Mutex::new(Vec::new()),
+            config,
+            next_id: AtomicU64::new(1),
+            tls,
+        });
+        let session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>> = Arc::default();
+        let client = ServiceClient {
+            shared,
+            session: session.clone(),
+            sessions_made: Arc::default(),
+            _closer: Arc::new(Closer { session }),
+        };
+        client.live_session().await?;
+        Ok(client)
+    }
+
+    /// `host:port,host:port,...` as [`ServiceClient::connect`] takes it.
+    pub fn parse_endpoints(list: &str) -> Vec<String> {
+        list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    }
+
+    /// The session now, or a new one if the last was lost.
+    async fn live_session(&self) -> Result<Arc<Session>, LockError> {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.as_ref().filter(|s| s.lost_reason().is_none()) {
+            return Ok(s.clone());
+        }
+        let s = Session::open(self.shared.clone()).await?;
+        self.sessions_made.fetch_add(1, Ordering::Relaxed);
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    /// The current session's id (0 before one is open).
+    pub async fn session_id(&self) -> SessionId {
+        self.session.lock().await.as_ref().map_or(0, |s| s.id)
+    }
+
+    /// How many sessions this client has opened (one more after each lost one).
+    pub fn sessions_made(&self) -> u64 {
+        self.sessions_made.load(Ordering::Relaxed)
+    }
+
+    /// A locker for `owner` on this client's session.
+    pub fn locker(&self, owner: &str) -> Result<ServiceLocker, LockError> {
+        validate_id("owner id", owner)?;
+        Ok(ServiceLocker { client: self.clone(), owner: owner.to_string() })
+    }
+
+    /// Take `lock_id` from whoever holds it, as an administrator: the holder's guard is told
+    /// `Lost`, the lock goes to its next waiter, and the service logs and counts it.
+    /// `Ok(true)` if it was held. Refused unless this client's identity is an admin (or the
+    /// service authenticates no one, when anyone may).
+    pub async fn force_release(&self, lock_id: &str) -> Result<bool, LockError> {
+        validate_id("lock id", lock_id)?;
+        let session = self.live_session().await?;
+        match session.call(Request::ForceRelease { lock: lock_id.to_string() }).await? {
+            Reply::Released => Ok(true),
+            Reply::NotHeld => Ok(false),
+            Reply::Error { kind, message } => {
+                Err(backend(format!("force-release of {lock_id:?} refused ({kind:?}): {message}")))
+            }
+            other => Err(unexpected(lock_id, other)),
+        }
+    }
+
+    /// End the session: every lock it holds goes to the next waiter at once.
+    pub async fn close(&self) -> Result<(), LockError> {
+        let Some(s) = self.session.lock().await.take() else {
+            return Ok(());
+        };
+        let result = s.call(Request::Close { session: s.id }).await;
+        s.lose("the session was closed by its client".into());
+        result.map(|_| ())
+    }
+}

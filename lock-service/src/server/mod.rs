@@ -1,0 +1,294 @@
+//! A node of the service: its command line, its Raft, its two listeners (clients and peers),
+//! the hub that pushes grants down the waiters' connections, and the leader's session clock.
+//!
+//! **Sessions are kept by the leader's monotonic clock.** A keep-alive is answered only after
+//! the leader confirmed with a quorum that it still leads (openraft's `is_leader`, one
+//! heartbeat round); the leader then notes the time it *received* the keep-alive. When a
+//! session's last keep-alive is a whole TTL old, the leader proposes
+//! [`Command::Expire`](crate::state::Command::Expire), and the session ends when that entry
+//! commits: every replica ends it at the same log position, and no wall clock is read
+//! anywhere. A leader that has just taken over counts every session from the moment it saw
+//! itself lead (Chubby's rule; the argument is in the crate docs).
+//!
+//! One concept a file: `args` (the command line), `hub` (pushes to the sessions'
+//! connections), `listener` (binding and accepting), `handler` (one client connection),
+//! `peer` (one peer connection), `requests` (what the node does with a client's
+//! request), `sessions` (the leader's session clock).
+
+mod args;
+mod handler;
+mod hub;
+mod listener;
+mod peer;
+mod requests;
+mod sessions;
+
+pub use args::{parse_cluster, ClusterSpec, ServerArgs};
+
+use crate::auth::Users;
+use crate::log::LogStore;
+use crate::proto::Status;
+use crate::raft::{Network, NodeId, OpenError, Raft, StateMachine, Store};
+use crate::tls::NodeTls;
+use hub::Hub;
+use listener::{bind, listen_addr, listen_err, Listener};
+use openraft::SnapshotPolicy;
+use sessions::Leadership;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The shortest session TTL a server accepts.
+pub const MIN_TTL: Duration = Duration::from_millis(200);
+/// The longest session TTL a server accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+
+/// Why a node cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The command line is inconsistent.
+    #[error("{0}")]
+    Config(String),
+    /// The data directory cannot be used.
+    #[error(transparent)]
+    Data(#[from] OpenError),
+    /// A listener cannot be bound.
+    #[error("cannot listen for {what} on {addr}: {source}")]
+    Listen {
+        /// "clients" or "peers".
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Raft failed to start.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What one identity or session may take (see [`ServerArgs`]).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    sessions_per_identity: usize,
+    asks_per_session: usize,
+    inflight: usize,
+}
+
+/// A running node.
+pub struct Node {
+    id: NodeId,
+    raft: Raft,
+    log: LogStore,
+    sm: StateMachine,
+    hub: Arc<Hub>,
+    lead: Mutex<Leadership>,
+    client_addr: SocketAddr,
+    peer_addr: SocketAddr,
+    token: String,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// One leadership check at a time; the others wait for it (see [`Node::confirm_lead`]).
+    confirming: tokio::sync::Mutex<()>,
+    /// When the last leadership check that succeeded started.
+    confirmed: Mutex<Option<Instant>>,
+    /// The identities clients must prove, if any.
+    users: Option<Users>,
+    /// TLS for clients (and peers), if any.
+    tls: Option<NodeTls>,
+    limits: Limits,
+}
+
+impl Node {
+    /// Start a node as `args` say: open its data directory, bind its listeners, bootstrap
+    /// the cluster if asked and new, and serve until [`Node::shutdown`].
+    pub async fn start(args: &ServerArgs) -> Result<Arc<Node>, ServerError> {
+        let me = args.cluster.get(&args.id).ok_or_else(|| {
+            ServerError::Config(format!(
+                "--cluster lists no node with id {} (it lists {:?})",
+                args.id,
+                args.cluster.keys().collect::<Vec<_>>()
+            ))
+        })?;
+        let client_listen = listen_addr(args.listen_client, &me.client, "clients")?;
+        let peer_listen = listen_addr(args.listen_peer, &me.peer, "peers")?;
+        let clients = bind(client_listen, "clients").await?;
+        let peers = bind(peer_listen, "peers").await?;
+        let users =
+            args.users.as_deref().map(Users::load).transpose().map_err(ServerError::Config)?;
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                NodeTls::load(cert, key, args.tls_ca.as_deref()).map_err(ServerError::Config)?,
+            ),
+            _ => None,
+        };
+        if users.is_some() && tls.is_none() {
+            tracing::warn!(
+                "--users without --tls-cert: clients' tokens cross the network in plain text"
+            );
+        }
+        let store = Store::open(&args.data_dir, &args.cluster_token, args.id)?;
+        let hub = Arc::new(Hub::default());
+        let sink_hub = hub.clone();
+        let sm = StateMachine::open(store.clone(), Arc::new(move |e| sink_hub.deliver(e)))?;
+        let config = openraft::Config {
+            cluster_name: args.cluster_token.clone(),
+            heartbeat_interval: args.heartbeat_ms,
+            election_timeout_min: args.election_ms,
+            election_timeout_max: args.election_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| ServerError::Config(format!("raft timings: {e}")))?;
+        let peer_tls = tls.as_ref().and_then(|t| t.dial_peers.clone());
+        let network = Network::new(&args.cluster_token, args.id, peer_tls);
+        let log = LogStore::open(store.clone(), &args.data_dir)
+            .map_err(|reason| OpenError::Io { dir: args.data_dir.display().to_string(), reason })?;
+        let raft = Raft::new(args.id, Arc::new(config), network, log.clone(), sm.clone())
+            .await
+            .map_err(|e| ServerError::Raft(e.to_string()))?;
+        if args.init
+            && !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?
+        {
+            // Every node of a new cluster may do this with the same list: the first
+            // membership entry is the same everywhere.
+            if let Err(e) = raft.initialize(args.cluster.clone()).await {
+                tracing::warn!("bootstrap: {e}");
+            }
+        }
+        let node = Arc::new(Node {
+            id: args.id,
+            raft,
+            log,
+            sm,
+            hub,
+            lead: Mutex::default(),
+            client_addr: clients
+                .local_addr()
+                .map_err(|e| listen_err("clients", client_listen, e))?,
+            peer_addr: peers.local_addr().map_err(|e| listen_err("peers", peer_listen, e))?,
+            token: args.cluster_token.clone(),
+            tasks: Mutex::default(),
+            confirming: tokio::sync::Mutex::new(()),
+            confirmed: Mutex::new(None),
+            users,
+            tls,
+            limits: Limits {
+                sessions_per_identity: args.max_sessions_per_identity,
+                asks_per_session: args.max_asks_per_session,
+                inflight: args.max_inflight as usize,
+            },
+        });
+        let tasks = vec![
+            tokio::spawn(
+                Listener {
+                    node: node.clone(),
+                    listener: clients,
+                    what: "client",
+                    serve: handler::serve_client,
+                }
+                .run(),
+            ),
+            tokio::spawn(
+                Listener {
+                    node: node.clone(),
+                    listener: peers,
+                    what: "peer",
+                    serve: peer::serve_peer,
+                }
+                .run(),
+            ),
+            tokio::spawn(sessions::keep_sessions(node.clone())),
+        ];
+        *lock(&node.tasks) = tasks;
+        tracing::info!(
+            "node {} serving clients on {} and peers on {}",
+            node.id,
+            node.client_addr,
+            node.peer_addr
+        );
+        Ok(node)
+    }
+
+    /// Where this node listens for clients.
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    /// Where this node listens for its peers.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+
+    /// Stop serving and shut Raft down.
+    pub async fn shutdown(&self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        let _ = self.raft.shutdown().await;
+        self.log.stop();
+    }
+
+    /// This node's view of the cluster.
+    pub fn status(&self) -> Status {
+        let m = self.raft.metrics().borrow().clone();
+        let leader_addr = m
+            .current_leader
+            .and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.client.clone()));
+        Status {
+            id: self.id,
+            leader: m.current_leader,
+            leader_addr,
+            term: m.current_term,
+            applied: m.last_applied.map(|l| l.index),
+            sessions: self.sm.read(|a| a.table.session_count()),
+            forced_releases: self.sm.read(|a| a.table.forced_releases()),
+        }
+    }
+}
+
+/// `lock-server`'s whole life: logs to standard error (`RUST_LOG` filters them), a runtime,
+/// and [`run`] until SIGINT or SIGTERM; an error when the node cannot start, saying why.
+pub fn serve(args: ServerArgs) -> Result<(), ServerError> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,lock_service=info".into()),
+        )
+        .try_init();
+    let mut runtime = match args.threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut multi = tokio::runtime::Builder::new_multi_thread();
+            multi.worker_threads(n.into());
+            multi
+        }
+    };
+    runtime
+        .enable_all()
+        .build()
+        .map_err(|e| ServerError::Config(format!("cannot start a runtime: {e}")))?
+        .block_on(run(args))
+}
+
+/// Run a node until SIGINT or SIGTERM.
+pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
+    let node = Node::start(&args).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ServerError::Config(format!("cannot watch SIGTERM: {e}")))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("node {} shutting down", node.id);
+    node.shutdown().await;
+    Ok(())
+}

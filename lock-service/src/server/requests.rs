@@ -1,0 +1,302 @@
+//! What a node does with a client's request: the checks (ids, identity, limits), the
+//! leadership check a keep-alive or a resume needs, and the command it commits.
+
+use super::hub::Outbox;
+use super::{lock, Node, MAX_TTL, MIN_TTL};
+use crate::auth::{Identity, Role};
+use crate::proto::{ErrorKind, Reply, Request, SessionId};
+use crate::raft::{NodeId, NodeInfo};
+use crate::state::{Command, Outcome};
+use std::time::Duration;
+use tokio::time::Instant;
+
+impl Node {
+    /// The answer to a request this node cannot serve because it does not lead.
+    pub(super) fn not_leader(&self, hint: Option<&NodeInfo>) -> Reply {
+        let leader = hint.map(|n| n.client.clone()).or_else(|| self.status().leader_addr);
+        Reply::NotLeader { leader }
+    }
+
+    /// The answer to a request Raft refused: where the leader is, or that it cannot serve now.
+    pub(super) fn refusal<E>(&self, e: openraft::error::RaftError<NodeId, E>) -> Reply
+    where
+        E: std::error::Error
+            + openraft::TryAsRef<openraft::error::ForwardToLeader<NodeId, NodeInfo>>,
+    {
+        match e.forward_to_leader() {
+            Some(f) => self.not_leader(f.leader_node.as_ref()),
+            None => unavailable(e),
+        }
+    }
+
+    /// Commit `command` and return what applying it did.
+    pub(super) async fn write(&self, command: Command) -> Result<Outcome, Reply> {
+        match self.raft.client_write(command).await {
+            Ok(r) => Ok(r.data),
+            Err(e) => Err(self.refusal(e)),
+        }
+    }
+
+    /// Confirm with a quorum that this node leads, by a check that started after this call
+    /// did: keep-alives and resumes that arrive together share one check (one heartbeat
+    /// round), so 64 sessions do not cost 64 rounds.
+    pub(super) async fn confirm_lead(&self) -> Result<(), Reply> {
+        let arrived = Instant::now();
+        let _turn = self.confirming.lock().await;
+        if lock(&self.confirmed).is_some_and(|at| at >= arrived) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => {
+                *lock(&self.confirmed) = Some(started);
+                Ok(())
+            }
+            Err(e) => Err(self.refusal(e)),
+        }
+    }
+
+    /// Note that `session` was heard from now (on the leader).
+    pub(super) fn touch(&self, session: SessionId) {
+        let mut lead = lock(&self.lead);
+        if lead.term.is_some() {
+            lead.seen.insert(session, Instant::now());
+        }
+    }
+
+    /// Whether `who` may act for `session`, read from the applied state (a session's identity
+    /// never changes): `Err` with the answer when it is gone or another identity's.
+    pub(super) fn check_owner(&self, session: SessionId, who: &Identity) -> Result<(), Reply> {
+        match self.sm.read(|a| a.table.identity_of(session).map(|i| i.map(str::to_string))) {
+            None => Err(session_gone(session)),
+            Some(Some(owner)) if who.name.as_deref() != Some(owner.as_str()) => Err(forbidden(
+                format!("session {session} belongs to another identity than {}", who.label()),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// [`Node::check_owner`] before a commit: a session this node has not applied yet (a new
+    /// leader catching up) is left to the state machine, which checks the identity again.
+    /// So a refused request commits nothing, and one that slips past is refused in the log.
+    pub(super) fn check_owner_known(
+        &self,
+        session: SessionId,
+        who: &Identity,
+    ) -> Result<(), Reply> {
+        match self.check_owner(session, who) {
+            Err(Reply::Error { kind: ErrorKind::SessionGone, .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    pub(super) async fn handle(&self, request: Request, out: &Outbox, who: &Identity) -> Reply {
+        let by = who.name.clone();
+        match request {
+            Request::Hello { .. } => {
+                bad_request("this connection has already said who it is".into())
+            }
+            Request::Status => Reply::Status(self.status()),
+            Request::Open { ttl_ms } => self.open(ttl_ms, out, who).await,
+            Request::Resume { session } => {
+                // Shared like a keep-alive's: after a failover every session resumes at once,
+                // and one leadership check each (each a round of new peer connections)
+                // overran the heartbeat interval, failed, and was retried by all of them.
+                if let Err(r) = self.confirm_lead().await {
+                    return r;
+                }
+                if let Err(r) = self.check_owner(session, who) {
+                    return r;
+                }
+                // Attach before reading what it holds: a grant applied in between is then
+                // pushed as well as listed, never lost.
+                self.hub.attach(session, out);
+                if !self.sm.read(|a| a.table.has_session(session)) {
+                    return session_gone(session);
+                }
+                self.touch(session);
+                Reply::Resumed { held: self.sm.read(|a| a.table.held_by(session)) }
+            }
+            Request::KeepAlive { session } => {
+                if let Err(r) = self.confirm_lead().await {
+                    return r;
+                }
+                if let Err(r) = self.check_owner(session, who) {
+                    return r;
+                }
+                self.touch(session);
+                Reply::Alive
+            }
+            Request::Acquire { session, lock, owner, wait, attempt } => {
+                if let Err(r) = check_ids(&lock, &owner) {
+                    return r;
+                }
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                if let Err(r) = self.check_asks(session, &lock, &owner) {
+                    return r;
+                }
+                self.commit(Command::Acquire { session, lock, owner, wait, attempt, by }).await
+            }
+            Request::Release { session, lock, owner, attempt } => {
+                if let Err(r) = check_ids(&lock, &owner) {
+                    return r;
+                }
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                self.commit(Command::Release { session, lock, owner, attempt, by }).await
+            }
+            Request::Close { session } => {
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                match self.commit(Command::Close { session, by }).await {
+                    Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,
+                    r => r,
+                }
+            }
+            Request::ForceRelease { lock } => self.force_release(lock, who).await,
+        }
+    }
+
+    /// Refuse a new ask of a session that has as many as it may.
+    pub(super) fn check_asks(
+        &self,
+        session: SessionId,
+        lock: &str,
+        owner: &str,
+    ) -> Result<(), Reply> {
+        let limit = self.limits.asks_per_session;
+        let (asks, again) =
+            self.sm.read(|a| (a.table.asks_of(session), a.table.is_asking(session, lock, owner)));
+        if asks >= limit && !again {
+            return Err(limit_reached(format!(
+                "session {session} already holds or waits for {asks} locks, the most a \
+                 session may (--max-asks-per-session {limit})"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn force_release(&self, lock: String, who: &Identity) -> Reply {
+        if who.role != Role::Admin {
+            return forbidden(format!(
+                "{} may not force-release locks: only an admin identity may",
+                who.label()
+            ));
+        }
+        if let Err(r) = check_ids(&lock, "admin") {
+            return r;
+        }
+        let by = who.label().to_string();
+        match self.write(Command::ForceRelease { lock: lock.clone(), by: by.clone() }).await {
+            Ok(Outcome::Released) => {
+                tracing::warn!("lock {lock:?} force-released by {by}");
+                Reply::Released
+            }
+            Ok(Outcome::NotHeld) => Reply::NotHeld,
+            Ok(other) => unexpected(other),
+            Err(r) => r,
+        }
+    }
+
+    pub(super) async fn open(&self, ttl_ms: u64, out: &Outbox, who: &Identity) -> Reply {
+        let ttl = Duration::from_millis(ttl_ms);
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return bad_request(format!(
+                "session TTL {ttl:?} is out of range: {MIN_TTL:?} to {MAX_TTL:?}"
+            ));
+        }
+        let identity = who.name.clone();
+        let limit = self.limits.sessions_per_identity;
+        let open = self.sm.read(|a| a.table.sessions_of(identity.as_deref()));
+        if open >= limit {
+            return limit_reached(format!(
+                "{} already has {open} sessions open, the most one identity may \
+                 (--max-sessions-per-identity {limit})",
+                who.label()
+            ));
+        }
+        match self.write(Command::Open { ttl_ms, identity }).await {
+            Ok(Outcome::Opened(session)) => {
+                self.hub.attach(session, out);
+                self.touch(session);
+                Reply::Opened { session }
+            }
+            Ok(other) => unexpected(other),
+            Err(r) => r,
+        }
+    }
+
+    pub(super) async fn commit(&self, command: Command) -> Reply {
+        let session = match &command {
+            Command::Acquire { session, .. }
+            | Command::Release { session, .. }
+            | Command::Close { session, .. }
+            | Command::Expire { session } => *session,
+            Command::Open { .. } | Command::ForceRelease { .. } => 0,
+        };
+        let outcome = self.write(command).await;
+        if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
+            | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld))
+        {
+            // A commit by this leader proves, like a keep-alive's quorum check, that it led
+            // after the request arrived: a busy session needs no keep-alives.
+            self.touch(session);
+        }
+        match outcome {
+            Ok(Outcome::Granted(token)) => Reply::Granted { token },
+            Ok(Outcome::Queued) => Reply::Queued,
+            Ok(Outcome::Busy) => Reply::Busy,
+            Ok(Outcome::Released) => Reply::Released,
+            Ok(Outcome::Cancelled) => Reply::Cancelled,
+            Ok(Outcome::NotHeld) => Reply::NotHeld,
+            Ok(Outcome::Ended) => Reply::Closed,
+            Ok(Outcome::SessionGone) => session_gone(session),
+            Ok(Outcome::Forbidden) => {
+                forbidden(format!("session {session} belongs to another identity"))
+            }
+            Ok(other) => unexpected(other),
+            Err(r) => r,
+        }
+    }
+}
+
+pub(super) fn bad_request(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::BadRequest, message }
+}
+
+pub(super) fn forbidden(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::Forbidden, message }
+}
+
+pub(super) fn limit_reached(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::LimitReached, message }
+}
+
+pub(super) fn unauthenticated(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::Unauthenticated, message }
+}
+
+pub(super) fn session_gone(session: SessionId) -> Reply {
+    Reply::Error {
+        kind: ErrorKind::SessionGone,
+        message: format!("session {session} expired or was closed"),
+    }
+}
+
+pub(super) fn unavailable(e: impl std::fmt::Display) -> Reply {
+    Reply::Error { kind: ErrorKind::Unavailable, message: e.to_string() }
+}
+
+pub(super) fn unexpected(o: Outcome) -> Reply {
+    unavailable(format!("unexpected outcome {o:?}"))
+}
+
+pub(super) fn check_ids(lock: &str, owner: &str) -> Result<(), Reply> {
+    lock_core::lock::validate_id("lock id", lock)
+        .and_then(|_| lock_core::lock::validate_id("owner id", owner))
+        .map_err(|e| bad_request(e.to_string()))
+}
