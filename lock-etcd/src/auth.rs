@@ -15,12 +15,12 @@
 //! more: what Go's client does in its retry interceptor.
 
 use crate::rpc::Rpc;
-use crate::{backend_err, EtcdConfig};
+use crate::{backend_err, kind_of, said, EtcdConfig};
 use etcd_client::{Client, GetOptions};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,19 +95,25 @@ impl Auth {
         match self.authenticate().await {
             Ok(()) => Ok(()),
             Err(e) if etcd_says(&e, "authentication is not enabled") => Ok(()),
-            Err(e) if etcd_says(&e, "authentication failed") => Err(backend_err(format!(
-                "etcd at {} refused the credentials of user '{user}': {}",
-                self.endpoints,
-                etcd_message(&e).unwrap_or_default()
-            ))),
-            Err(e) => Err(backend_err(match self.refusal(&e, within).await {
-                Some(refusal) => refusal,
-                None => format!(
-                    "cannot authenticate user '{user}' on etcd at {}: {}",
+            Err(e) if etcd_says(&e, "authentication failed") => {
+                let text = format!(
+                    "etcd at {} refused the credentials of user '{user}': {}",
                     self.endpoints,
-                    self.describe(&e)
-                ),
-            })),
+                    etcd_message(&e).unwrap_or_default()
+                );
+                Err(said(BackendErrorKind::Refused, text, e))
+            }
+            Err(e) => Err(match self.refusal(&e, within).await {
+                Some((kind, refusal)) => said(kind, refusal, e),
+                None => {
+                    let text = format!(
+                        "cannot authenticate user '{user}' on etcd at {}: {}",
+                        self.endpoints,
+                        self.describe(&e)
+                    );
+                    said(kind_of(&e), text, e)
+                }
+            }),
         }
     }
 
@@ -195,9 +201,7 @@ impl Auth {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        self.send(rpc, within, request)
-            .await
-            .map_err(|f| self.err(rpc.what(), key, self.explain(&f)))
+        self.send(rpc, within, request).await.map_err(|f| self.failed(rpc.what(), key, f))
     }
 
     /// A failure in words.
@@ -234,13 +238,34 @@ impl Auth {
     /// If `e`, the failure of a connection's first request, is a refused or broken connection
     /// (a refused TLS handshake, a server that speaks the other protocol) rather than etcd's
     /// answer: what was refused, naming the endpoints ([`crate::tls::refusal`]).
-    async fn refusal(&self, e: &etcd_client::Error, within: Duration) -> Option<String> {
+    async fn refusal(
+        &self,
+        e: &etcd_client::Error,
+        within: Duration,
+    ) -> Option<(BackendErrorKind, String)> {
         crate::tls::refusal(e, &self.endpoints, self.tls.as_ref(), within).await
     }
 
-    /// A backend error for `what` on `key`.
-    pub fn err(&self, what: &str, key: &str, e: impl Display) -> LockError {
-        backend_err(format!("{what} {key} on etcd at {}: {e}", self.endpoints))
+    /// A backend error of `kind` for `what` on `key`, in the client's own words `e`.
+    pub fn err(&self, kind: BackendErrorKind, what: &str, key: &str, e: impl Display) -> LockError {
+        backend_err(kind, format!("{what} {key} on etcd at {}: {e}", self.endpoints))
+    }
+
+    /// A backend error for `what` on `key` that `failure` ended, etcd's or the driver's error
+    /// kept as the source.
+    pub fn failed(&self, what: &str, key: &str, failure: Failure) -> LockError {
+        let text =
+            format!("{what} {key} on etcd at {}: {}", self.endpoints, self.explain(&failure));
+        match failure {
+            Failure::Etcd(e) | Failure::Reauth(e, _) => said(kind_of(&e), text, e),
+            Failure::TimedOut(_) => backend_err(BackendErrorKind::Timeout, text),
+        }
+    }
+
+    /// A backend error for `what` on `key` that the driver's `e` ended, kept as the source.
+    pub fn driver_err(&self, what: &str, key: &str, e: etcd_client::Error) -> LockError {
+        let text = format!("{what} {key} on etcd at {}: {e}", self.endpoints);
+        said(kind_of(&e), text, e)
     }
 }
 
@@ -292,11 +317,18 @@ pub(crate) async fn check_root(auth: &Auth, root: &str, within: Duration) -> Res
         Failure::TimedOut(_) => None,
     };
     if let Failure::Etcd(e) | Failure::Reauth(e, _) = &failure {
-        if let Some(connection) = auth.refusal(e, within).await {
-            return Err(backend_err(connection));
+        if let Some((kind, connection)) = auth.refusal(e, within).await {
+            return Err(match failure {
+                Failure::Etcd(e) | Failure::Reauth(e, _) => said(kind, connection, e),
+                Failure::TimedOut(_) => backend_err(kind, connection),
+            });
         }
     }
-    Err(backend_err(match refusal {
+    let kind = match &failure {
+        Failure::Etcd(e) | Failure::Reauth(e, _) => kind_of(e),
+        Failure::TimedOut(_) => BackendErrorKind::Timeout,
+    };
+    let text = match refusal {
         Some("user name is empty")
             if auth.credentials.is_none() && auth.client_cert().is_some() =>
         {
@@ -323,7 +355,11 @@ pub(crate) async fn check_root(auth: &Auth, root: &str, within: Duration) -> Res
             "cannot read the lock root {prefix} on etcd at {ep}: {}",
             auth.explain(&failure)
         ),
-    }))
+    };
+    Err(match failure {
+        Failure::Etcd(e) | Failure::Reauth(e, _) => said(kind, text, e),
+        Failure::TimedOut(_) => backend_err(kind, text),
+    })
 }
 
 #[cfg(test)]

@@ -96,7 +96,8 @@
 //! over TLS a client certificate can be the identity instead (see "TLS" below).
 //! Connecting authenticates (`Authenticate`, a token every key-value and watch request then
 //! carries) and reads one key name under `<root>/` before granting a lease, so that within the
-//! connect timeout a refusal is a [`LockError::Backend`] that says what is wrong:
+//! connect timeout a refusal is a [`LockError::Backend`] of kind
+//! [`Refused`](lock_core::BackendErrorKind::Refused) that says what is wrong:
 //! - a wrong user or password: "etcd at … refused the credentials of user 'locker':
 //!   authentication failed, invalid user ID or password";
 //! - no credentials, on a server with authentication on: "etcd at … has authentication
@@ -178,9 +179,10 @@
 //! file; a file that cannot be read, or holds no PEM certificate (or key) (the error names the
 //! file); a certificate without its key, or a key without its certificate.
 //!
-//! **Refusals at connect**, each a [`LockError::Backend`] naming the endpoint, within
-//! milliseconds on a LAN (`tests/tls.rs` checks each, and that it takes under 5 s); rustls's
-//! own words, then what they mean:
+//! **Refusals at connect**, each a [`LockError::Backend`] of kind
+//! [`Refused`](lock_core::BackendErrorKind::Refused) naming the endpoint, at once rather than
+//! at a timeout (`tests/tls.rs` checks each, and that it takes under 5 s); rustls's own words,
+//! then what they mean:
 //!
 //! | what is wrong | the error says |
 //! |---|---|
@@ -291,6 +293,7 @@
 #![deny(missing_docs)]
 
 mod auth;
+mod errors;
 mod holder;
 mod rpc;
 mod session;
@@ -298,6 +301,7 @@ mod tls;
 
 use async_trait::async_trait;
 use auth::{check_root, Auth};
+use errors::{backend_err, kind_of, said};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
     SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
@@ -311,7 +315,6 @@ use lock_core::tls::TlsFiles;
 use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
 use rpc::Rpc;
 use session::{Session, RETRY_PAUSE};
-use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -319,10 +322,6 @@ use tokio::time::Instant;
 
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "etcd";
-
-fn backend_err(message: impl Display) -> LockError {
-    LockError::backend(BACKEND, BackendErrorKind::Other, message.to_string())
-}
 
 /// How [`EtcdBackend::connect_with`] connects.
 #[derive(Debug, Clone)]
@@ -388,10 +387,10 @@ impl Inner {
     async fn session(&self) -> Result<Arc<Session>, LockError> {
         let open = || Session::open(&self.auth, &self.config, self.config.request_timeout);
         let refused = |last: &str, wait: Duration| {
-            backend_err(format!(
-                "no etcd lease at {}: {last} (next attempt in {wait:?})",
-                self.endpoints
-            ))
+            backend_err(
+                BackendErrorKind::Unavailable,
+                format!("no etcd lease at {}: {last} (next attempt in {wait:?})", self.endpoints),
+            )
         };
         self.slot.get(open, refused).await
     }
@@ -438,13 +437,17 @@ async fn connect_client(
     tokio::time::timeout(config.connect_timeout, Client::connect(list, Some(options)))
         .await
         .map_err(|_| {
-            backend_err(format!(
-                "cannot connect to etcd at {endpoints}: no connection within {:?}",
-                config.connect_timeout
-            ))
+            backend_err(
+                BackendErrorKind::Timeout,
+                format!(
+                    "cannot connect to etcd at {endpoints}: no connection within {:?}",
+                    config.connect_timeout
+                ),
+            )
         })?
         .map_err(|e| {
-            backend_err(format!("cannot connect to etcd at {endpoints}: {}", tls::chain(&e)))
+            let text = format!("cannot connect to etcd at {endpoints}: {}", tls::chain(&e));
+            said(kind_of(&e), text, e)
         })
 }
 
@@ -501,10 +504,13 @@ impl EtcdBackend {
         let client = connect_client(&list, &endpoints, &config).await?;
         let auth = Arc::new(Auth::new(client.clone(), &config, endpoints.clone()));
         tokio::time::timeout_at(deadline, auth.sign_in(left(deadline))).await.map_err(|_| {
-            backend_err(format!(
-                "cannot reach etcd at {endpoints}: no answer to Authenticate within {:?}",
-                config.connect_timeout
-            ))
+            backend_err(
+                BackendErrorKind::Timeout,
+                format!(
+                    "cannot reach etcd at {endpoints}: no answer to Authenticate within {:?}",
+                    config.connect_timeout
+                ),
+            )
         })??;
         check_root(&auth, &config.root, left(deadline)).await?;
         let session = Session::open(&auth, &config, left(deadline)).await?;
@@ -697,7 +703,8 @@ impl EtcdLock {
             kvs(0).first().map_or(0, |kv| kv.create_revision())
         };
         if revision <= 0 {
-            let e = session.err("create", &pending.key, "the transaction's answer has no revision");
+            let no_revision = "the transaction's answer has no revision";
+            let e = session.err(BackendErrorKind::Protocol, "create", &pending.key, no_revision);
             drop(pending);
             return Err(e);
         }
@@ -788,9 +795,10 @@ async fn watch_deletion(
     };
     let mut stream = session.call(Rpc::Watch, &name, open).await?;
     loop {
-        let answer = stream.message().await.map_err(|e| session.err("watch", &name, e))?;
+        let answer = stream.message().await.map_err(|e| session.driver_err("watch", &name, e))?;
         let Some(answer) = answer else {
-            return Err(session.err("watch", &name, "the watch stream ended"));
+            let ended = "the watch stream ended";
+            return Err(session.err(BackendErrorKind::Unavailable, "watch", &name, ended));
         };
         if answer.canceled() || answer.compact_revision() > 0 {
             return Ok(());

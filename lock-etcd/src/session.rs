@@ -16,10 +16,10 @@
 
 use crate::auth::Auth;
 use crate::rpc::Rpc;
-use crate::{backend_err, EtcdConfig};
+use crate::{backend_err, kind_of, said, EtcdConfig};
 use etcd_client::Client;
 use lock_core::requests::RequestHook;
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,22 +73,27 @@ impl Session {
         let granted = match tokio::time::timeout(within, leases.grant(ttl_secs, None)).await {
             Ok(Ok(g)) => g,
             Ok(Err(e)) => {
-                return Err(backend_err(format!(
+                let text = format!(
                     "cannot grant a lease on etcd at {endpoints}: {}",
                     crate::tls::words(&e)
-                )))
+                );
+                return Err(said(kind_of(&e), text, e));
             }
             Err(_) => {
-                return Err(backend_err(format!(
-                    "cannot reach etcd at {endpoints}: no answer to a lease grant within {within:?}"
-                )))
+                return Err(backend_err(
+                    BackendErrorKind::Timeout,
+                    format!(
+                        "cannot reach etcd at {endpoints}: no answer to a lease grant within \
+                         {within:?}"
+                    ),
+                ))
             }
         };
         if !granted.error().is_empty() {
-            return Err(backend_err(format!(
-                "etcd at {endpoints} refused a lease: {}",
-                granted.error()
-            )));
+            return Err(backend_err(
+                BackendErrorKind::Other,
+                format!("etcd at {endpoints} refused a lease: {}", granted.error()),
+            ));
         }
         let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         let (tx, state) = watch::channel(Lease::Alive);
@@ -154,9 +159,20 @@ impl Session {
         self.auth.call(rpc, key, self.request_timeout, request).await
     }
 
-    /// A backend error for `what` on `key`.
-    pub fn err(&self, what: &str, key: &str, e: impl std::fmt::Display) -> LockError {
-        self.auth.err(what, key, e)
+    /// A backend error of `kind` for `what` on `key`, in the client's own words `e`.
+    pub fn err(
+        &self,
+        kind: BackendErrorKind,
+        what: &str,
+        key: &str,
+        e: impl std::fmt::Display,
+    ) -> LockError {
+        self.auth.err(kind, what, key, e)
+    }
+
+    /// A backend error for `what` on `key` that the driver's `e` ended, kept as the source.
+    pub fn driver_err(&self, what: &str, key: &str, e: etcd_client::Error) -> LockError {
+        self.auth.driver_err(what, key, e)
     }
 }
 

@@ -10,7 +10,7 @@
 use crate::EtcdConfig;
 use etcd_client::ConnectOptions;
 use lock_core::tls::TlsFiles;
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use std::error::Error as StdError;
 
 /// `options` with the TLS of `config`, checked against the endpoints of `list`: `https://`
@@ -130,7 +130,7 @@ pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
 
 /// If `e`, the failure of the first request of a connection, is a refused or broken connection
 /// rather than etcd's answer: what was refused, in words, naming the endpoints and the file to
-/// change. `None` for anything else. A dropped connection is diagnosed by a handshake of our
+/// change, and its kind (refused, or a server not reached). `None` for anything else. A dropped connection is diagnosed by a handshake of our
 /// own ([`probe`]), within `within`: over TLS, because a server that refuses the client's
 /// certificate, or its lack of one, says so in an alert that tonic never reads (it is writing
 /// by then, and meets a broken pipe); over plain text, to learn whether the server speaks TLS.
@@ -139,13 +139,14 @@ pub(crate) async fn refusal(
     endpoints: &str,
     tls: Option<&TlsFiles>,
     within: std::time::Duration,
-) -> Option<String> {
+) -> Option<(BackendErrorKind, String)> {
+    let refused = |why: String| Some((BackendErrorKind::Refused, why));
     let words = words(e);
     if let Some(cause) = rustls_cause(&words) {
-        return Some(handshake_failed(endpoints, cause, tls));
+        return refused(handshake_failed(endpoints, cause, tls));
     }
     if words.contains("tls handshake eof") {
-        return Some(format!(
+        return refused(format!(
             "TLS handshake with {endpoints} failed: the server closed the connection during the \
              handshake (tls handshake eof): is it a plain http:// server?"
         ));
@@ -158,10 +159,10 @@ pub(crate) async fn refusal(
         Some(tls) if dropped => {
             for endpoint in endpoints.split(',') {
                 if let Some(cause) = diagnose(endpoint, Some(tls), within).await {
-                    return Some(handshake_failed(endpoint, &cause, Some(tls)));
+                    return refused(handshake_failed(endpoint, &cause, Some(tls)));
                 }
             }
-            Some(format!(
+            refused(format!(
                 "etcd at {endpoints} closed the TLS connection right after the handshake ({words})"
             ))
         }
@@ -171,20 +172,21 @@ pub(crate) async fn refusal(
                 let said = diagnose(endpoint, None, within).await.unwrap_or_default();
                 if said.contains("invalid peer certificate") {
                     let host_port = endpoint.trim().trim_start_matches("http://");
-                    return Some(format!(
+                    return refused(format!(
                         "etcd at {endpoints} closed the plain-text connection ({words}): \
                          {endpoint} speaks TLS (its handshake showed a certificate): use \
                          https://{host_port} and EtcdConfig::tls"
                     ));
                 }
             }
-            Some(format!(
+            refused(format!(
                 "etcd at {endpoints} closed the plain-text connection ({words}): if it is a TLS \
                  server, use an https:// endpoint and EtcdConfig::tls"
             ))
         }
         _ if lower.contains("transport error") || lower.contains("error trying to connect") => {
-            Some(format!("cannot connect to etcd at {endpoints}: {words}"))
+            // Not a refusal: the server was not reached.
+            Some((crate::kind_of(e), format!("cannot connect to etcd at {endpoints}: {words}")))
         }
         _ => None,
     }

@@ -1,4 +1,4 @@
-//! The shared conformance suite for etcd's Mutex on a 3-member etcd cluster (issue 21: the
+//! The shared conformance suite for etcd's Mutex on a 3-member etcd cluster (the
 //! suite passes for the locks on each cluster): lease TTL 2 s, each contender on its own
 //! backend (client and lease) whose client is given the endpoints of all three members.
 //!

@@ -6,7 +6,7 @@
 mod support;
 
 use etcd_client::{Client, GetOptions};
-use lock_core::{LeaseState, LockError, Locker};
+use lock_core::{BackendErrorKind, LeaseState, LockError, Locker};
 use lock_etcd::{EtcdBackend, EtcdConfig};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -214,6 +214,24 @@ async fn unreachable_server_fails_naming_the_address() {
     }
     assert!(took < Duration::from_secs(15), "took {took:?}");
     eprintln!("unreachable: {err} ({took:?})");
+}
+
+#[tokio::test]
+async fn an_unreachable_address_is_unavailable_and_keeps_the_drivers_error() {
+    let closed = test_servers::ClosedPort::new();
+    let err = EtcdBackend::connect(&format!("http://{}", closed.addr()), TTL)
+        .await
+        .expect_err("nothing listens there");
+    let LockError::Backend { backend: "etcd", kind, source } = &err else { panic!("{err:?}") };
+    assert!(
+        matches!(kind, BackendErrorKind::Unavailable | BackendErrorKind::Timeout),
+        "an outage, not a refusal: {kind} {err}"
+    );
+    assert!(kind.is_transient(), "{err}");
+    assert!(source.to_string().contains(&closed.addr().to_string()), "names the address: {err}");
+    // The driver's error: the source of the sentence that spells out its causes.
+    let driver = std::error::Error::source(source).expect("a source");
+    assert!(driver.downcast_ref::<etcd_client::Error>().is_some(), "{driver:?}");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ mod support;
 use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget};
 use lock_core::requests::RequestTally;
 use lock_core::secret::{Credentials, Secret};
-use lock_core::{LeaseState, LockError, LockGuard, Locker};
+use lock_core::{BackendError, BackendErrorKind, LeaseState, LockError, LockGuard, Locker};
 use lock_etcd::{EtcdBackend, EtcdConfig};
 
 use std::time::{Duration, Instant};
@@ -76,6 +76,22 @@ fn the_secured_server_wants_a_token_for_keys_and_answers_its_probes_without_one(
     assert!(status.contains("\"leader\""), "{status}");
 }
 
+/// The driver's error of type `E` behind `source`: the source itself, the error inside its
+/// context, or one further down its chain of sources.
+fn driver_error<E: std::error::Error + 'static>(source: &BackendError) -> Option<&E> {
+    if let Some(e) = source.downcast_ref::<E>() {
+        return Some(e);
+    }
+    let mut next = std::error::Error::source(source);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<E>() {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
+}
+
 /// The message of a backend error, or a failure naming what came instead.
 fn backend_message(err: &LockError) -> String {
     match err {
@@ -96,6 +112,7 @@ async fn refused(server: &EtcdServer, who: Option<Credentials>) -> String {
         .expect_err("etcd must refuse this client");
     let took = start.elapsed();
     assert!(took < Duration::from_secs(5), "refused only after {took:?}: {err}");
+    assert_eq!(err.backend_kind(), Some(BackendErrorKind::Refused), "not an outage: {err}");
     let message = backend_message(&err).to_string();
     assert!(
         message.to_string().contains(&server.addr().to_string()),
@@ -112,8 +129,14 @@ async fn refused(server: &EtcdServer, who: Option<Credentials>) -> String {
 async fn a_wrong_password_is_refused_at_connect_naming_the_user_and_never_the_password() {
     let server = secured();
     let wrong = Credentials::new(LOCKER.0, Secret::new(format!("{}-wrong", password(LOCKER.0))));
-    let message = refused(server, Some(wrong)).await;
+    let message = refused(server, Some(wrong.clone())).await;
     assert!(message.to_string().contains("refused the credentials of user 'locker'"), "{message}");
+    let config = config(&secured_root("refused"), LONG_TTL, Some(wrong));
+    let err = EtcdBackend::connect_with(&server.endpoint(), config).await.expect_err("refused");
+    let LockError::Backend { source, .. } = &err else { panic!("{err:?}") };
+    let driver = driver_error::<etcd_client::Error>(source).expect("etcd's own error is kept");
+    let etcd_client::Error::GRpcStatus(status) = driver else { panic!("{driver:?}") };
+    assert!(status.message().contains("authentication failed"), "{status:?}");
     assert!(
         message.to_string().contains("authentication failed, invalid user ID or password"),
         "{message}"
