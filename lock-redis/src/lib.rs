@@ -347,9 +347,12 @@
 //!   below). `tests/security.rs` and `tests/secured_conformance.rs` run on a user with exactly
 //!   these.
 //!
-//! **A refusal is not an outage** (`src/link.rs`). It fails with a [`LockError::Backend`] that
-//! names the server, the user (`as user 'locker'`, `without credentials`) and what was refused,
-//! with Redis's own words, never the password, within the connect and response timeouts:
+//! **A refusal is not an outage** (`src/link.rs`). It fails with a [`LockError::Backend`] of
+//! kind [`Refused`](lock_core::BackendErrorKind::Refused) (an outage's is `Unavailable` or
+//! `Timeout`, which [`is_transient`](lock_core::BackendErrorKind::is_transient) tells apart;
+//! Redis's own error is kept as its source) that names the server, the user (`as user
+//! 'locker'`, `without credentials`) and what was refused, with Redis's own words, never the
+//! password, within the connect and response timeouts:
 //! - a wrong password, or a user that does not exist or is off: `authentication refused
 //!   (WRONGPASS ...)`, at `connect`;
 //! - no credentials on a server whose default user is off or has a password: `the server asks
