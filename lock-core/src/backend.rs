@@ -71,14 +71,18 @@ impl BackendError {
         BackendError::new(Context { what: what.into(), source: source.into() })
     }
 
-    /// The driver's error as its own type, when it is one: looks through
-    /// [`BackendError::context`]'s wrapper.
+    /// The first error of type `E` in the chain: this error, then each [`Error::source`]
+    /// below it (through [`BackendError::context`]'s wrapper and any sentence that keeps the
+    /// driver's error as its source).
     pub fn downcast_ref<E: Error + 'static>(&self) -> Option<&E> {
-        let inner: &(dyn Error + 'static) = &*self.0;
-        if let Some(e) = inner.downcast_ref::<E>() {
-            return Some(e);
+        let mut next: Option<&(dyn Error + 'static)> = Some(&*self.0);
+        while let Some(e) = next {
+            if let Some(found) = e.downcast_ref::<E>() {
+                return Some(found);
+            }
+            next = e.source();
         }
-        inner.downcast_ref::<Context>().and_then(|c| c.source.downcast_ref::<E>())
+        None
     }
 }
 
@@ -166,6 +170,20 @@ mod tests {
         assert_eq!(e.to_string(), "cannot reach 127.0.0.1:1: driver error 7");
         assert_eq!(e.downcast_ref::<DriverError>(), Some(&DriverError(7)));
         assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("driver error 7"));
+        #[derive(Debug)]
+        struct Sentence(DriverError);
+        impl fmt::Display for Sentence {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("the server said no")
+            }
+        }
+        impl Error for Sentence {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let deeper = BackendError::context("connecting", Sentence(DriverError(9)));
+        assert_eq!(deeper.downcast_ref::<DriverError>(), Some(&DriverError(9)));
         let plain = BackendError::new(DriverError(8));
         assert_eq!(plain.downcast_ref::<DriverError>(), Some(&DriverError(8)));
         assert!(BackendError::new("a sentence").downcast_ref::<DriverError>().is_none());
