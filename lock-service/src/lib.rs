@@ -270,10 +270,14 @@
 
 pub mod auth;
 pub mod client;
+#[cfg(feature = "server")]
 pub mod log;
 pub mod proto;
+#[cfg(feature = "server")]
 pub mod raft;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod state;
 pub mod tls;
+#[cfg(feature = "server")]
 pub mod wal;

@@ -15,11 +15,17 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// A session's id: the Raft log index of the entry that opened it, so unique in the cluster's
 /// history and never reused.
 pub type SessionId = u64;
+
+/// The shortest session TTL a server accepts.
+pub const MIN_TTL: Duration = Duration::from_millis(200);
+/// The longest session TTL a server accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
 
 /// The longest frame a server reads from a client, in bytes: a request names one lock id of at
 /// most 200 bytes, so 64 KiB is generous and bounds what a hostile client can make it buffer.

@@ -166,12 +166,12 @@ impl ServiceClient {
         if endpoints.is_empty() {
             return Err(LockError::Config("no lock-service endpoint given".into()));
         }
-        if !(crate::server::MIN_TTL..=crate::server::MAX_TTL).contains(&config.ttl) {
+        if !(crate::proto::MIN_TTL..=crate::proto::MAX_TTL).contains(&config.ttl) {
             return Err(LockError::Config(format!(
                 "session TTL {:?} is out of range: {:?} to {:?}",
                 config.ttl,
-                crate::server::MIN_TTL,
-                crate::server::MAX_TTL
+                crate::proto::MIN_TTL,
+                crate::proto::MAX_TTL
             )));
         }
         let tls = config

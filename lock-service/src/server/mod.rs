@@ -36,14 +36,10 @@ use openraft::SnapshotPolicy;
 use sessions::Leadership;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// The shortest session TTL a server accepts.
-pub const MIN_TTL: Duration = Duration::from_millis(200);
-/// The longest session TTL a server accepts.
-pub const MAX_TTL: Duration = Duration::from_secs(3600);
+pub use crate::proto::{MAX_TTL, MIN_TTL};
 
 /// Why a node cannot start.
 #[derive(Debug, thiserror::Error)]
