@@ -417,6 +417,12 @@ fn checked(mut config: EtcdConfig) -> Result<EtcdConfig, LockError> {
     Ok(config)
 }
 
+/// How often the client pings an idle connection: above etcd's default minimum (5 s), as
+/// etcd's own client does.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a ping may go unanswered before the connection counts as dead.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The client of `list`. It has no user: [`Auth::sign_in`] authenticates afterwards, so that
 /// a server with authentication disabled is no error (`ConnectOptions::with_user` would make
 /// it one) and so that a later token can be bought the same way.
@@ -429,8 +435,11 @@ async fn connect_client(
         // The TCP connect (the TLS handshake has a timeout of its own, see `tls::apply`).
         .with_connect_timeout(config.connect_timeout)
         // HTTP/2 pings find a dead connection (a stalled network, a killed server) so that
-        // the channel connects again instead of waiting on it.
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+        // the channel connects again instead of waiting on it. etcd closes a connection that
+        // pings more often than its `--grpc-keepalive-min-time` (5 s by default) with
+        // `too_many_pings`, breaking every stream on it; etcd's own Go client never pings more
+        // often than every 10 s. A request meanwhile has its own deadline.
+        .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
         // In a cluster without a leader, fail requests instead of holding them.
         .with_require_leader(true);
     let options = tls::apply(list, config, options)?;

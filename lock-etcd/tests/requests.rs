@@ -168,3 +168,39 @@ async fn the_server_received_every_rpc_the_hooks_reported_and_no_other() {
     assert_eq!(since(), ours(), "server (left) and hooks (right)");
     assert_eq!(tally.of("lease", "LeaseRevoke"), 2, "both leases revoked: {:?}", ours());
 }
+
+/// etcd's default keep-alive enforcement (`--grpc-keepalive-min-time` 5 s, the server of
+/// `test-servers` keeps the default) closes a connection whose client pings more often than
+/// that, answering `too_many_pings`: every stream on it breaks, so a holder's keep-alive
+/// stream and a waiter's watch are opened again. Held idle for well past the minimum, a
+/// holder and a waiter keep their streams: the only keep-alive is the holder's one renewal
+/// (one every TTL/3 = 10 s) and nobody watches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_holder_and_waiter_keep_their_streams_under_etcds_ping_policy() {
+    let root = support::unique_root("requests-pings");
+    let (holder, held) = counted(&root).await;
+    let (waiter, waits) = counted(&root).await;
+    let guard = holder.locker("holder").unwrap().lock("k", None).await.unwrap();
+    let queued = tokio::spawn(async move {
+        let locker = waiter.locker("waiter").unwrap();
+        let guard = locker.lock("k", Some(Duration::from_secs(60))).await;
+        (guard.map(|g| g.token()), locker, waiter)
+    });
+    wait_until(|| waits.of("watch", "Watch") == 1, "the waiter's watch").await;
+    held.reset();
+    waits.reset();
+
+    tokio::time::sleep(Duration::from_secs(12)).await;
+
+    assert!(!guard.is_lost(), "the holder's lease was lost: {:?}", guard.lease_state());
+    assert!(!queued.is_finished(), "the waiter stopped waiting");
+    assert!(held.of("lease", "LeaseKeepAlive") <= 1, "holder: {:?}", held.counts());
+    assert_eq!(lock_requests(&held), (0, 0, 0, 0), "holder: {:?}", held.counts());
+    assert!(waits.of("lease", "LeaseKeepAlive") <= 1, "waiter: {:?}", waits.counts());
+    assert_eq!(lock_requests(&waits), (0, 0, 0, 0), "waiter: {:?}", waits.counts());
+
+    let token = guard.token();
+    guard.release().await.unwrap();
+    let (granted, _locker, _waiter) = queued.await.unwrap();
+    assert!(granted.unwrap() > token);
+}
