@@ -2,9 +2,10 @@
 //! [`find_leader`], which dials until the leader answers.
 
 use super::connection::{Conn, DialError, PushSink};
-use super::{backend, lock, ClientConfig};
+use super::{backend_of, lock, ClientConfig};
 use crate::proto::{ErrorKind, Reply, Request};
 use lock_core::lock::LockError;
+use lock_core::BackendErrorKind;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -84,7 +85,9 @@ pub(super) async fn find_leader(
             let attempt = deadline.min(Instant::now() + shared.config.connect_timeout * 2);
             let conn = match Conn::dial(&addr, shared, pushes.clone()).await {
                 Ok(c) => c,
-                Err(DialError::Refused(why)) => return Err(backend(why)),
+                Err(DialError::Refused(why)) => {
+                    return Err(backend_of(BackendErrorKind::Refused, why))
+                }
                 Err(DialError::Retry(e)) => {
                     shared.demote(&addr);
                     failures.push(e);
@@ -107,9 +110,10 @@ pub(super) async fn find_leader(
                 }
                 Ok(Reply::Error { kind: ErrorKind::Unauthenticated, message }) => {
                     conn.close();
-                    return Err(backend(format!(
-                        "{addr}: {message} (give the client credentials)"
-                    )));
+                    return Err(backend_of(
+                        BackendErrorKind::Refused,
+                        format!("{addr}: {message} (give the client credentials)"),
+                    ));
                 }
                 Ok(reply) => {
                     shared.promote(&addr);
@@ -118,7 +122,10 @@ pub(super) async fn find_leader(
                 Err(e) => {
                     conn.close();
                     if let Some(why) = conn.refused() {
-                        return Err(backend(format!("{addr}: {why}")));
+                        return Err(backend_of(
+                            BackendErrorKind::Refused,
+                            format!("{addr}: {why}"),
+                        ));
                     }
                     shared.demote(&addr);
                     failures.push(e);
@@ -128,12 +135,15 @@ pub(super) async fn find_leader(
         if Instant::now() >= deadline {
             failures.dedup();
             let tail: Vec<_> = failures.iter().rev().take(6).rev().cloned().collect();
-            return Err(backend(format!(
-                "no leader among {:?} answered within {:?}: {}",
-                shared.endpoints,
-                shared.config.request_timeout,
-                tail.join("; ")
-            )));
+            return Err(backend_of(
+                BackendErrorKind::Unavailable,
+                format!(
+                    "no leader among {:?} answered within {:?}: {}",
+                    shared.endpoints,
+                    shared.config.request_timeout,
+                    tail.join("; ")
+                ),
+            ));
         }
         if hint.is_none() {
             tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;

@@ -2,10 +2,11 @@
 //! and the release behind each guard.
 
 use super::session::{Key, Session};
-use super::{backend, lock, ServiceClient, ALGORITHM};
+use super::{backend_of, lock, refusal_kind, ServiceClient, ALGORITHM};
 use crate::proto::{ErrorKind, Reply, Request};
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use lock_core::BackendErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -187,10 +188,14 @@ pub(super) fn unexpected(lock_id: &str, reply: Reply) -> LockError {
             id: lock_id.chars().take(64).collect(),
             reason: message,
         },
-        Reply::Error { kind, message } => {
-            backend(format!("lock {lock_id:?}: the service refused ({kind:?}): {message}"))
-        }
-        other => backend(format!("unexpected answer for lock {lock_id:?}: {other:?}")),
+        Reply::Error { kind, message } => backend_of(
+            refusal_kind(kind),
+            format!("lock {lock_id:?}: the service refused ({kind:?}): {message}"),
+        ),
+        other => backend_of(
+            BackendErrorKind::Protocol,
+            format!("unexpected answer for lock {lock_id:?}: {other:?}"),
+        ),
     }
 }
 

@@ -104,8 +104,20 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub(crate) fn backend(message: impl Into<String>) -> LockError {
-    LockError::backend(BACKEND, BackendErrorKind::Other, message.into())
+/// A fault the client found itself (there is no driver error to keep as the source).
+pub(crate) fn backend_of(kind: BackendErrorKind, message: impl Into<String>) -> LockError {
+    LockError::backend(BACKEND, kind, message.into())
+}
+
+/// The kind of the service's refusal `kind`.
+pub(crate) fn refusal_kind(kind: crate::proto::ErrorKind) -> BackendErrorKind {
+    use crate::proto::ErrorKind as K;
+    match kind {
+        K::Unauthenticated | K::Forbidden => BackendErrorKind::Refused,
+        K::Unavailable => BackendErrorKind::Unavailable,
+        K::BadRequest => BackendErrorKind::Protocol,
+        K::SessionGone | K::LimitReached => BackendErrorKind::Other,
+    }
 }
 
 pub(crate) fn kind_of(request: &Request) -> &'static str {
@@ -242,9 +254,10 @@ impl ServiceClient {
         match session.call(Request::ForceRelease { lock: lock_id.to_string() }).await? {
             Reply::Released => Ok(true),
             Reply::NotHeld => Ok(false),
-            Reply::Error { kind, message } => {
-                Err(backend(format!("force-release of {lock_id:?} refused ({kind:?}): {message}")))
-            }
+            Reply::Error { kind, message } => Err(backend_of(
+                refusal_kind(kind),
+                format!("force-release of {lock_id:?} refused ({kind:?}): {message}"),
+            )),
             other => Err(unexpected(lock_id, other)),
         }
     }

@@ -3,9 +3,10 @@
 
 use super::connection::{Conn, PushSink};
 use super::leader::{find_leader, Shared};
-use super::{backend, lock};
+use super::{backend_of, lock, refusal_kind};
 use crate::proto::{ErrorKind, Held, Push, Reply, Request, SessionId};
 use lock_core::lock::{LeaseLost, LeaseState, LockError};
+use lock_core::BackendErrorKind;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -56,9 +57,17 @@ impl Session {
                 return Err(LockError::Config(message))
             }
             Reply::Error { kind, message } => {
-                return Err(backend(format!("the service refused a session ({kind:?}): {message}")))
+                return Err(backend_of(
+                    refusal_kind(kind),
+                    format!("the service refused a session ({kind:?}): {message}"),
+                ))
             }
-            other => return Err(backend(format!("unexpected answer to open: {other:?}"))),
+            other => {
+                return Err(backend_of(
+                    BackendErrorKind::Protocol,
+                    format!("unexpected answer to open: {other:?}"),
+                ))
+            }
         };
         let session = Arc::new(Session {
             id,
@@ -229,10 +238,13 @@ impl Session {
                 }
             };
             if Instant::now() >= deadline {
-                return Err(backend(format!(
-                    "request not answered within {:?}: {last}",
-                    self.shared.config.request_timeout
-                )));
+                return Err(backend_of(
+                    BackendErrorKind::Timeout,
+                    format!(
+                        "request not answered within {:?}: {last}",
+                        self.shared.config.request_timeout
+                    ),
+                ));
             }
         }
     }
@@ -272,7 +284,10 @@ impl Session {
             }
             other => {
                 conn.close();
-                Err(backend(format!("unexpected answer to resume: {other:?}")))
+                Err(backend_of(
+                    BackendErrorKind::Protocol,
+                    format!("unexpected answer to resume: {other:?}"),
+                ))
             }
         }
     }
