@@ -53,6 +53,16 @@ step "cargo test --workspace --benches (each benchmark once)"
 cargo test --workspace --benches "${features[@]}"
 step "cargo clippy --profile test --workspace --all-targets -- -D warnings"
 cargo clippy --profile test --workspace --all-targets "${features[@]}" -- -D warnings
+# A program that only locks builds lock-service's client alone, without openraft, redb or
+# clap (its `server` feature is on by default): check that build still compiles and still
+# pulls none of them in.
+step "cargo check --profile test -p lock-service --no-default-features (the client alone)"
+cargo check --profile test -p lock-service --no-default-features
+if cargo tree -p lock-service --no-default-features -e normal --prefix none \
+    | grep -E '^(openraft|redb|clap) '; then
+  echo "test.sh: lock-service's client-only build depends on the crates above" >&2
+  exit 1
+fi
 step "cargo doc --profile test --no-deps --workspace (RUSTDOCFLAGS=-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --profile test --no-deps --workspace "${features[@]}"
 
