@@ -19,11 +19,11 @@ use super::algorithm::{AlgorithmSettings, Entry};
 use super::counting::{CountingStore, RequestCounter};
 use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
-    cell_model, given, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Describe, EngineSetup,
+    cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Describe, EngineSetup,
     Injection, Open, OpenEngine, Opening, ParseOptions,
 };
 use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use clap::{ArgMatches, FromArgMatches as _};
 use lock_cassandra::{CassandraClient, CassandraConfig, CassandraStore};
 use lock_core::time::{GlobalTimeService, LocalClock, PhysicalClock};
 use lock_core::Locker;
@@ -117,38 +117,22 @@ pub fn driver_config(o: &Options) -> Result<CassandraConfig, String> {
 }
 
 impl Describe for Cassandra {
-    fn name(&self) -> &'static str {
-        "cassandra"
-    }
-
-    fn about(&self) -> String {
-        format!("--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default {DEFAULT_NODES}), --keyspace; wall time")
-    }
-
-    fn help_examples(&self) -> &'static str {
-        "
+    const NAME: &'static str = "cassandra";
+    const ABOUT: &'static str = "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default 127.0.0.1:9042), --keyspace; wall time";
+    const HELP_EXAMPLES: &'static str = "
   bench-harness --backend cassandra --nodes 10.0.0.1:9042,10.0.0.2:9042 --threads 16
       shadow, queue and bakery on a real Cassandra/ScyllaDB cluster (wall time;
       keyspace distributed_locks, created if missing; LOCK_CASSANDRA_NODES works too)
   bench-harness --backend cassandra --nodes 127.0.0.1:9042 --processes 4 --threads 64
-      64 contenders spread over 4 worker processes of this program, one merged result"
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+      64 contenders spread over 4 worker processes of this program, one merged result";
+    type Client = Client;
+    const ENTRIES: &'static [Entry<Client>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Cassandra {
     type Options = Options;
-
-    fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
-    }
-
-    fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "nodes")
-    }
+    type Args = Args;
+    const CONFIGURED_BY: &'static [&'static str] = &["nodes"];
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;

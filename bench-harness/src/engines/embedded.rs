@@ -18,7 +18,7 @@ use super::{
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
+use clap::{ArgMatches, FromArgMatches as _};
 use lock_core::embedded::{
     EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant,
 };
@@ -96,44 +96,24 @@ impl Default for Options {
 impl super::Options for Options {}
 
 impl Describe for Embedded {
-    fn name(&self) -> &'static str {
-        "embedded"
-    }
-
-    fn about(&self) -> String {
-        "in this process; simulated time (default) or --clock wall".into()
-    }
-
-    fn help_notes(&self) -> &'static str {
-        "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
+    const NAME: &'static str = "embedded";
+    const ABOUT: &'static str = "in this process; simulated time (default) or --clock wall";
+    const HELP_NOTES: &'static str = "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
          writes at QUORUM, and a round trip to one replica of 800us plus a uniform 0-400us of jitter\n\
          (--latency 800us+400us, mean 1 ms), drawn per replica and request; a QUORUM request completes\n\
          when 2 replicas answered. As in Cassandra, deletions and expired cells stay as tombstones\n\
          for --gc-grace (10 days) and every read pays --tombstone-cost (1.2 us, calibrated against a\n\
          real node) for each one it scans; a read past 100,000 fails as Cassandra's does. In\n\
          simulated time (the default) every delay is a tokio sleep on a paused clock: a 60 s run\n\
-         takes seconds and the same --seed gives byte-identical results."
-    }
-
-    fn in_process(&self) -> bool {
-        true
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+         takes seconds and the same --seed gives byte-identical results.";
+    const IN_PROCESS: bool = true;
+    type Client = EmbeddedClient;
+    const ENTRIES: &'static [Entry<EmbeddedClient>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Embedded {
     type Options = Options;
-
-    fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
-    }
-
-    fn is_configured(&self, _m: &ArgMatches) -> bool {
-        true
-    }
+    type Args = Args;
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;

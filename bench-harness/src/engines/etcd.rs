@@ -26,25 +26,9 @@
 //! the etcd client runs `protoc` when it is built and the default build needs nothing
 //! installed.
 
-use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::counting::Kind;
-use super::options::Spawn;
-use super::server::{LoginFlags, ServerFlags};
-use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{
-    given, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
-};
-use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::context::ClientContext;
-use lock_core::requests::{Request, RequestHook};
-use lock_core::secret::Credentials;
-use lock_core::Locker;
+use super::prelude::*;
+use clap::FromArgMatches as _;
 use lock_etcd::{EtcdBackend, EtcdConfig};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The engine.
 pub struct Etcd;
@@ -139,36 +123,22 @@ pub fn lease_ttl(ttl: Duration) -> Duration {
 }
 
 impl Describe for Etcd {
-    fn name(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn about(&self) -> String {
-        format!("--etcd http://host:port[,...] (default {DEFAULT_ENDPOINTS}); wall time")
-    }
-
-    fn help_examples(&self) -> &'static str {
-        "
+    const NAME: &'static str = "etcd";
+    const ABOUT: &'static str =
+        "--etcd http://host:port[,...] (default http://127.0.0.1:2379); wall time";
+    const HELP_EXAMPLES: &'static str = "
   bench-harness --backend etcd --spawn-etcd --threads 8
       etcd's Mutex on an etcd the harness starts, each contender on its own lease
-      (--ttl: the lease TTL, rounded up to whole seconds)"
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+      (--ttl: the lease TTL, rounded up to whole seconds)";
+    type Client = EtcdBackend;
+    const ENTRIES: &'static [Entry<EtcdBackend>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Etcd {
     type Options = Options;
-
-    fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        FLAGS.augment(Args::augment_args(cmd))
-    }
-
-    fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "etcd") || FLAGS.spawn_given(m)
-    }
+    type Args = Args;
+    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(&FLAGS);
+    const CONFIGURED_BY: &'static [&'static str] = &["etcd", "spawn_etcd"];
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
@@ -281,19 +251,11 @@ struct Connector {
 }
 
 impl Connect for Connector {
-    type Client = EtcdBackend;
-
-    fn entries() -> &'static [Entry<EtcdBackend>] {
-        &ALGORITHMS
-    }
+    type Engine = Etcd;
 
     /// A client and lease on the server, or through `via` (a contender's proxy). The Mutex
     /// reads no clock of its own, so a clock jump changes nothing.
-    fn connect(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> BoxFuture<'_, Result<EtcdBackend, String>> {
+    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
         Box::pin(self.connect_to(via, requests))
     }
 

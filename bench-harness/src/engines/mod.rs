@@ -34,6 +34,7 @@ pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod options;
+mod prelude;
 pub mod redis;
 pub mod redlock;
 pub mod server;

@@ -32,23 +32,10 @@
 //! Faults: [`super::server_faults`]; `stranger` deletes the run's lock keys as a client with no
 //! credentials.
 
-use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::counting::Kind;
-use super::server::LoginFlags;
-use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{
-    given, redact_url, Algorithm, BoxFuture, Describe, EngineSetup, Login, Open, Opening,
-    ParseOptions, SecretNames,
-};
-use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::context::ClientContext;
-use lock_core::requests::{Request, RequestHook};
-use lock_core::secret::Credentials;
+use super::prelude::*;
+use super::{redact_url, Login};
+use clap::{Args as _, FromArgMatches as _};
 use lock_redis::{RedisBackend, RedisConnectConfig};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::time::Duration;
 
 /// The engine.
 pub struct Redis;
@@ -183,31 +170,21 @@ impl Options {
 }
 
 impl Describe for Redis {
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-
-    fn about(&self) -> String {
-        format!(
-            "--redis URL (default {DEFAULT_URL}), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time"
-        )
-    }
-
-    fn help_examples(&self) -> &'static str {
-        "
+    const NAME: &'static str = "redis";
+    const ABOUT: &'static str = "--redis URL (default redis://127.0.0.1:6379/), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time";
+    const HELP_EXAMPLES: &'static str = "
   bench-harness --backend redis --redis redis://127.0.0.1:6379/ --threads 8
       jedis and redis-token on a real redis-server (--ttl is the lock's expiry)
   bench-harness --backend redis --spawn-redis=sentinel --faults lagged-leader-kill:10s@20s
-      the same through Sentinel, the master killed while its replication is held back"
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+      the same through Sentinel, the master killed while its replication is held back";
+    type Client = RedisBackend;
+    const ENTRIES: &'static [Entry<RedisBackend>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Redis {
     type Options = Options;
+    type Args = Args;
+    const CONFIGURED_BY: &'static [&'static str] = &["redis", "spawn_redis", "redis_sentinel"];
 
     fn spawns_server(&self, o: &Options) -> bool {
         o.spawn.is_some()
@@ -232,10 +209,6 @@ impl ParseOptions for Redis {
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
         LOGIN.augment(Args::augment_args(cmd))
-    }
-
-    fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "redis") || given(m, "spawn_redis") || given(m, "redis_sentinel")
     }
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
@@ -411,22 +384,14 @@ struct Connector {
 }
 
 impl Connect for Connector {
-    type Client = RedisBackend;
+    type Engine = Redis;
 
     fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
         Box::pin(self.stranger_strikes())
     }
 
-    fn entries() -> &'static [Entry<RedisBackend>] {
-        &ALGORITHMS
-    }
-
     /// A connection to the server, or through `via` (a contender's proxy).
-    fn connect(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> BoxFuture<'_, Result<RedisBackend, String>> {
+    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
         Box::pin(self.connect_to(via, requests))
     }
 

@@ -26,20 +26,10 @@
 //! columns; `redlock-fenced` derives one on a majority (`lock_redis`'s crate docs give the
 //! argument and where it fails).
 
-use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::counting::Kind;
-use super::server_faults::{self, Connect, Opened, ServerFaults};
-use super::{
-    given, redact_url, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions,
-};
-use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::context::ClientContext;
-use lock_core::requests::{Request, RequestHook};
+use super::prelude::*;
+use super::redact_url;
+use clap::FromArgMatches as _;
 use lock_redis::{RedisConnectConfig, RedisMasters, RedlockConfig, RedlockVariant};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::time::Duration;
 
 /// The engine.
 pub struct Redlock;
@@ -126,29 +116,20 @@ fn urls(list: &str) -> Result<Vec<String>, String> {
 }
 
 impl Describe for Redlock {
-    fn name(&self) -> &'static str {
-        "redlock"
-    }
-
-    fn about(&self) -> String {
-        format!(
-            "--redlock redis://host:port/,... or --spawn-redlock[={DEFAULT_MASTERS}]; wall time"
-        )
-    }
-
-    fn help_examples(&self) -> &'static str {
-        "
+    const NAME: &'static str = "redlock";
+    const ABOUT: &'static str =
+        "--redlock redis://host:port/,... or --spawn-redlock[=5]; wall time";
+    const HELP_EXAMPLES: &'static str = "
   bench-harness --backend redlock --spawn-redlock --threads 8 --faults master-wipe:200ms@5s
-      Redlock on 5 masters the harness starts, one restarted without its data every 5 s"
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+      Redlock on 5 masters the harness starts, one restarted without its data every 5 s";
+    type Client = RedisMasters;
+    const ENTRIES: &'static [Entry<RedisMasters>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Redlock {
     type Options = Options;
+    type Args = Args;
+    const CONFIGURED_BY: &'static [&'static str] = &["redlock", "spawn_redlock"];
 
     fn spawns_server(&self, o: &Options) -> bool {
         o.spawn.is_some()
@@ -164,14 +145,6 @@ impl ParseOptions for Redlock {
 
     fn clustered(&self) -> Option<Options> {
         Some(Options { spawn: Some(DEFAULT_MASTERS), ..Default::default() })
-    }
-
-    fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        Args::augment_args(cmd)
-    }
-
-    fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "redlock") || given(m, "spawn_redlock")
     }
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
@@ -244,18 +217,10 @@ struct Connector {
 }
 
 impl Connect for Connector {
-    type Client = RedisMasters;
-
-    fn entries() -> &'static [Entry<RedisMasters>] {
-        &ALGORITHMS
-    }
+    type Engine = Redlock;
 
     /// Connections to every master (`via` is always `None`: no contender faults here).
-    fn connect(
-        &self,
-        _via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> BoxFuture<'_, Result<RedisMasters, String>> {
+    fn connect(&self, _via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
         Box::pin(async move {
             let config = RedisConnectConfig {
                 connect_timeout: CONNECT_TIMEOUT,

@@ -34,7 +34,7 @@
 //! of the contenders' clients ([`super::counting`]).
 
 use super::counting::{Kind, RequestCounter};
-use super::{BoxFuture, Injection};
+use super::{BoxFuture, Describe, Injection};
 use crate::faults::FaultKind;
 use lock_core::requests::{Request, RequestHook};
 use lock_core::time::ClockJump;
@@ -514,21 +514,19 @@ impl ServerFaults {
     }
 }
 
+/// A client of `C`'s engine being connected, or why it could not be.
+pub type Connecting<'a, C> =
+    BoxFuture<'a, Result<<<C as Connect>::Engine as Describe>::Client, String>>;
+
 /// How a server engine connects one contender: straight to the server (`via` is `None`) or
 /// through its proxy, with the run's settings, reporting its requests to a hook; and the
 /// algorithms that run on that client.
 pub trait Connect: Send + Sync + 'static {
-    /// A contender's client (connection, session, lease).
-    type Client: Send + 'static;
-    /// The engine's algorithms on that client.
-    fn entries() -> &'static [super::algorithm::Entry<Self::Client>];
+    /// The engine: its client (connection, session, lease) and the algorithms on that client.
+    type Engine: Describe;
     /// A new client whose lock crate reports each request it sends to `requests`, or an error
     /// naming the server and what was tried.
-    fn connect(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> BoxFuture<'_, Result<Self::Client, String>>;
+    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self>;
     /// The kind a request of its lock crate is counted as (its command mapped onto reads,
     /// writes, deletes and conditional writes).
     fn kind(request: &Request<'_>) -> Kind;
@@ -593,7 +591,7 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
         spec: super::ContenderSpec,
     ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>> {
         let requests = self.counter.hook(C::kind);
-        self.faults.contender(C::entries(), algorithm, spec, &self.settings, move |via| {
+        self.faults.contender(C::Engine::ENTRIES, algorithm, spec, &self.settings, move |via| {
             self.connector.connect(via, requests)
         })
     }

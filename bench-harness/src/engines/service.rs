@@ -23,26 +23,10 @@
 //! connects with no credentials and force-releases every lock of the run: on an open service
 //! anyone may, and the holder is told `Revoked`; on a secured one the stranger is refused.
 
-use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::counting::Kind;
-use super::options::Spawn;
-use super::server::{LoginFlags, ServerFlags};
-use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{
-    given, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
-};
-use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::context::ClientContext;
-use lock_core::requests::{Request, RequestHook};
-use lock_core::secret::Credentials;
+use super::prelude::*;
+use clap::FromArgMatches as _;
 use lock_core::tls::TlsFiles;
-use lock_core::Locker;
 use lock_service::client::{ClientConfig, ServiceClient};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 use test_servers::{LockService, ServiceServer, TestPki};
 
 /// The environment variable that holds the token of `--service-user`.
@@ -138,36 +122,21 @@ pub fn session_ttl(ttl: Duration) -> Duration {
 }
 
 impl Describe for Service {
-    fn name(&self) -> &'static str {
-        "service"
-    }
-
-    fn about(&self) -> String {
-        "--service host:port[,...] or --spawn-service[=N]; wall time".to_string()
-    }
-
-    fn help_examples(&self) -> &'static str {
-        "
+    const NAME: &'static str = "service";
+    const ABOUT: &'static str = "--service host:port[,...] or --spawn-service[=N]; wall time";
+    const HELP_EXAMPLES: &'static str = "
   bench-harness --backend service --spawn-service=3 --threads 64
       the lock service on a 3-node cluster the harness starts, each contender on a
-      session of its own (--ttl: the session TTL)"
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+      session of its own (--ttl: the session TTL)";
+    type Client = ServiceClient;
+    const ENTRIES: &'static [Entry<ServiceClient>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Service {
     type Options = Options;
-
-    fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        FLAGS.augment(Args::augment_args(cmd))
-    }
-
-    fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "service") || FLAGS.spawn_given(m)
-    }
+    type Args = Args;
+    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(&FLAGS);
+    const CONFIGURED_BY: &'static [&'static str] = &["service", "spawn_service"];
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
@@ -348,20 +317,12 @@ struct Connector {
 }
 
 impl Connect for Connector {
-    type Client = ServiceClient;
-
-    fn entries() -> &'static [Entry<ServiceClient>] {
-        &ALGORITHMS
-    }
+    type Engine = Service;
 
     /// A client on the service, or through `via` (a contender's proxy, which it then never
     /// leaves: a follower's hint would lead it around the proxy). The service reads no
     /// client's clock, so a clock jump changes nothing.
-    fn connect(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> BoxFuture<'_, Result<ServiceClient, String>> {
+    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
         Box::pin(async move {
             let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| vec![a.to_string()]);
             let config = ClientConfig {

@@ -1,6 +1,6 @@
 //! How an engine is written: three traits on its typed options, which make it an [`Engine`].
 //!
-//! - [`Describe`]: what it is (name, help, algorithms, in this process or a server);
+//! - [`Describe`]: what it is, as data (name, help, algorithms, in this process or a server);
 //! - [`ParseOptions`]: its options, one typed struct ([`Options`]): its flags, what they read
 //!   into, and what the options say (address, the scenario line, topology, faults); a server
 //!   engine's spawned, secured and clustered servers come from the shared shape in
@@ -11,44 +11,40 @@
 //! asks), which decodes the type-erased [`EngineOptions`] strictly before any of them sees
 //! them.
 
+use super::algorithm::Entry;
 use super::options::{EngineOptions, Options, OptionsError};
-use super::{server, Algorithm, AlgorithmSettings, BoxFuture, Engine, EngineSetup, OpenEngine};
+use super::server::ServerFlags;
+use super::{
+    given, server, Algorithm, AlgorithmSettings, BoxFuture, Engine, EngineSetup, OpenEngine,
+};
 use crate::faults::FaultKind;
 use clap::ArgMatches;
 use std::path::Path;
 use std::time::Duration;
 
-/// What describes an engine: its name and help, its algorithms, where it runs.
+/// What describes an engine, as data: its name and help, where it runs, and its algorithms
+/// (each with how to build a contender's locker on the engine's client).
 pub trait Describe: Send + Sync + 'static {
     /// The name `--backend` takes and result files carry.
-    fn name(&self) -> &'static str;
+    const NAME: &'static str;
 
     /// One line for `bench-harness list`: what it is and how to point at it.
-    fn about(&self) -> String;
+    const ABOUT: &'static str;
 
     /// Example command lines for `--help` (see [`Engine::help_examples`]).
-    fn help_examples(&self) -> &'static str {
-        ""
-    }
+    const HELP_EXAMPLES: &'static str = "";
 
     /// A paragraph for `--help` on what the engine is and how it behaves ("" for none).
-    fn help_notes(&self) -> &'static str {
-        ""
-    }
+    const HELP_NOTES: &'static str = "";
 
     /// True for an engine inside this process (see [`Engine::in_process`]); a server is not.
-    fn in_process(&self) -> bool {
-        false
-    }
+    const IN_PROCESS: bool = false;
 
-    /// The algorithms that run on it, in the order they run and appear in tables.
-    fn algorithms(&self) -> Vec<&'static Algorithm>;
+    /// A contender's client of the engine.
+    type Client: Send + 'static;
 
-    /// True when it counts the requests its contenders send (store load per grant), as every
-    /// engine here does.
-    fn counts_requests(&self) -> bool {
-        true
-    }
+    /// Its algorithms, in the order they run and appear in tables.
+    const ENTRIES: &'static [Entry<Self::Client>];
 }
 
 /// What parses an engine's options and reads them.
@@ -56,11 +52,29 @@ pub trait ParseOptions: Describe {
     /// Its options, as result files show them.
     type Options: Options;
 
+    /// Its own command-line options, besides a server engine's shared ones.
+    type Args: clap::Args;
+
+    /// A server engine's shared flags (`--spawn-X[=N]`, its user and secret).
+    const SERVER_FLAGS: Option<&'static ServerFlags> = None;
+
+    /// The ids of the flags that point at this engine (an address, a server to start); none:
+    /// it is always there.
+    const CONFIGURED_BY: &'static [&'static str] = &[];
+
     /// Adds its command-line options to `cmd`.
-    fn add_args(&self, cmd: clap::Command) -> clap::Command;
+    fn add_args(&self, cmd: clap::Command) -> clap::Command {
+        let cmd = <Self::Args as clap::Args>::augment_args(cmd);
+        match Self::SERVER_FLAGS {
+            Some(flags) => flags.augment(cmd),
+            None => cmd,
+        }
+    }
 
     /// True when the command line or the environment points at this engine.
-    fn is_configured(&self, m: &ArgMatches) -> bool;
+    fn is_configured(&self, m: &ArgMatches) -> bool {
+        Self::CONFIGURED_BY.is_empty() || Self::CONFIGURED_BY.iter().any(|id| given(m, id))
+    }
 
     /// Its options as given on the command line, checked: an invalid address or setting is a
     /// usage error naming the option.
@@ -135,8 +149,8 @@ pub trait Open: ParseOptions {
 /// The options of `engine`, decoded. Every [`EngineOptions`] that reaches an engine was made by
 /// it or checked ([`Engine::check_options`], which [`crate::config::RunConfig::validate`]
 /// calls), so a failure here is a bug, said loudly rather than run on defaults.
-fn typed<E: ParseOptions>(engine: &E, options: &EngineOptions) -> E::Options {
-    options.decode(engine.name()).unwrap_or_else(|e| panic!("unchecked engine options: {e}"))
+fn typed<E: ParseOptions>(_engine: &E, options: &EngineOptions) -> E::Options {
+    options.decode(E::NAME).unwrap_or_else(|e| panic!("unchecked engine options: {e}"))
 }
 
 fn erased<O: Options>(o: Option<O>) -> Option<EngineOptions> {
@@ -145,28 +159,29 @@ fn erased<O: Options>(o: Option<O>) -> Option<EngineOptions> {
 
 impl<E: Open> Engine for E {
     fn name(&self) -> &'static str {
-        Describe::name(self)
+        E::NAME
     }
     fn about(&self) -> String {
-        Describe::about(self)
+        E::ABOUT.to_string()
     }
     fn help_examples(&self) -> &'static str {
-        Describe::help_examples(self)
+        E::HELP_EXAMPLES
     }
     fn help_notes(&self) -> &'static str {
-        Describe::help_notes(self)
+        E::HELP_NOTES
     }
     fn in_process(&self) -> bool {
-        Describe::in_process(self)
+        E::IN_PROCESS
     }
     fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Describe::algorithms(self)
+        Entry::algorithms(E::ENTRIES)
     }
+    /// Every engine here counts the requests its contenders send (store load per grant).
     fn counts_requests(&self) -> bool {
-        Describe::counts_requests(self)
+        true
     }
     fn check_options(&self, options: &EngineOptions) -> Result<(), OptionsError> {
-        options.decode::<E::Options>(Describe::name(self)).map(drop)
+        options.decode::<E::Options>(E::NAME).map(drop)
     }
     fn spawns_server(&self, options: &EngineOptions) -> bool {
         ParseOptions::spawns_server(self, &typed(self, options))
@@ -220,7 +235,7 @@ impl<E: Open> Engine for E {
         &'a self,
         setup: EngineSetup<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
-        match setup.options.decode(Describe::name(self)) {
+        match setup.options.decode(E::NAME) {
             Ok(options) => Open::open(self, options, setup),
             Err(e) => Box::pin(async move { Err(e.to_string()) }),
         }

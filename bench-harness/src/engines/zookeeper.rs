@@ -24,26 +24,10 @@
 //! refused handshake ends the run with exit 1 and what was refused (lock-zookeeper's docs,
 //! "TLS").
 
-use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
-use super::counting::Kind;
-use super::options::Spawn;
-use super::server::{LoginFlags, ServerFlags};
-use super::server_faults::{self, Connect, Managed, Opened, ServerFaults};
-use super::{
-    given, Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
-};
-use crate::faults::FaultKind;
-use clap::{ArgMatches, Args as _, FromArgMatches as _};
-use lock_core::context::ClientContext;
-use lock_core::requests::{Request, RequestHook};
-use lock_core::secret::Credentials;
+use super::prelude::*;
+use clap::FromArgMatches as _;
 use lock_core::tls::TlsFiles;
-use lock_core::Locker;
 use lock_zookeeper::{ZkBackend, ZkConfig};
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The engine.
 pub struct Zookeeper;
@@ -164,35 +148,20 @@ impl Options {
 }
 
 impl Describe for Zookeeper {
-    fn name(&self) -> &'static str {
-        "zookeeper"
-    }
-
-    fn about(&self) -> String {
-        format!("--zookeeper host:port[,...] (default {DEFAULT_HOSTS}); wall time")
-    }
-
-    fn help_examples(&self) -> &'static str {
-        "
+    const NAME: &'static str = "zookeeper";
+    const ABOUT: &'static str = "--zookeeper host:port[,...] (default 127.0.0.1:2181); wall time";
+    const HELP_EXAMPLES: &'static str = "
   bench-harness --backend zookeeper --zookeeper 127.0.0.1:2181 --threads 8
-      the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)"
-    }
-
-    fn algorithms(&self) -> Vec<&'static Algorithm> {
-        Entry::algorithms(&ALGORITHMS)
-    }
+      the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)";
+    type Client = ZkBackend;
+    const ENTRIES: &'static [Entry<ZkBackend>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Zookeeper {
     type Options = Options;
-
-    fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        FLAGS.augment(Args::augment_args(cmd))
-    }
-
-    fn is_configured(&self, m: &ArgMatches) -> bool {
-        given(m, "zookeeper") || FLAGS.spawn_given(m)
-    }
+    type Args = Args;
+    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(&FLAGS);
+    const CONFIGURED_BY: &'static [&'static str] = &["zookeeper", "spawn_zookeeper"];
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
         let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
@@ -293,19 +262,11 @@ struct Connector {
 }
 
 impl Connect for Connector {
-    type Client = ZkBackend;
-
-    fn entries() -> &'static [Entry<ZkBackend>] {
-        &ALGORITHMS
-    }
+    type Engine = Zookeeper;
 
     /// A session on the server, or through `via` (a contender's proxy). The recipe reads no
     /// clock, so a clock jump changes nothing.
-    fn connect(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> BoxFuture<'_, Result<ZkBackend, String>> {
+    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
         Box::pin(self.connect_to(via, requests))
     }
 

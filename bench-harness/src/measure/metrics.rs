@@ -438,6 +438,19 @@ pub struct OpCount {
     pub total: u64,
 }
 
+impl From<&lock_core::embedded::OpCounts> for OpCount {
+    fn from(c: &lock_core::embedded::OpCounts) -> Self {
+        OpCount {
+            reads: c.reads,
+            writes: c.writes,
+            deletes: c.deletes,
+            cas: c.cas,
+            serial_reads: c.serial_reads,
+            total: c.total(),
+        }
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -532,18 +545,10 @@ pub fn store_load(
     grants: usize,
     duration_us: u64,
 ) -> StoreLoad {
-    let conv = |c: &lock_core::embedded::OpCounts| OpCount {
-        reads: c.reads,
-        writes: c.writes,
-        deletes: c.deletes,
-        cas: c.cas,
-        serial_reads: c.serial_reads,
-        total: c.total(),
-    };
     let all = counters.total();
     // Paxos phases are counted only by a store that runs them (the embedded one).
     let round_trips_known = all.cas + all.serial_reads == 0 || all.paxos_round_trips > 0;
-    let ops = conv(&all);
+    let ops = OpCount::from(&all);
     let (tombstones, tombstones_per_table) = tombstone_counts(counters);
     StoreLoad {
         tombstones,
@@ -556,8 +561,30 @@ pub fn store_load(
         } else {
             round4(ops.total as f64 / (duration_us as f64 / 1e6))
         }),
-        per_table: counters.per_table.iter().map(|(t, c)| (t.clone(), conv(c))).collect(),
+        per_table: counters.per_table.iter().map(|(t, c)| (t.clone(), c.into())).collect(),
         ops: Some(ops),
+    }
+}
+
+/// A grant of `lock` to `contender`, requested, granted and released at these times with
+/// this token, for tests.
+#[cfg(test)]
+pub(crate) fn test_grant(
+    lock: u32,
+    contender: u32,
+    req: u64,
+    granted: u64,
+    released: u64,
+    token: u64,
+) -> Grant {
+    Grant {
+        lock,
+        contender,
+        requested_us: req,
+        granted_us: granted,
+        released_us: released,
+        token,
+        ..Grant::default()
     }
 }
 
@@ -565,17 +592,7 @@ pub fn store_load(
 mod tests {
     use super::*;
 
-    fn g(lock: u32, contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
-        Grant {
-            lock,
-            contender,
-            requested_us: req,
-            granted_us: granted,
-            released_us: released,
-            token,
-            ..Grant::default()
-        }
-    }
+    use super::test_grant as g;
 
     /// Three contenders on one lock, handed over in request order.
     fn fifo() -> Vec<Grant> {

@@ -286,15 +286,7 @@ mod tests {
     use crate::measure::metrics::overlaps;
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
-        Grant {
-            lock: 0,
-            contender,
-            requested_us: req,
-            granted_us: granted,
-            released_us: released,
-            token,
-            ..Grant::default()
-        }
+        crate::measure::metrics::test_grant(0, contender, req, granted, released, token)
     }
 
     fn w(contender: u32, token: u64, at_us: u64, accepted: bool) -> ResourceWrite {

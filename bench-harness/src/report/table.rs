@@ -52,6 +52,18 @@ fn opt(x: Option<f64>, digits: usize) -> String {
 
 const LATENCY: &str = "pNN/max ms: latency, request to grant";
 
+/// A latency percentile's column: `latency!("p50 ms", Always, p50_ms)`, to a tenth of a ms.
+macro_rules! latency {
+    ($header:literal, $shown:ident, $field:ident) => {
+        Column {
+            header: $header,
+            shown: Shown::$shown,
+            legend: LATENCY,
+            cell: |r| format!("{:.1}", r.latency.$field),
+        }
+    };
+}
+
 /// Every column, in the order both views print them.
 const COLUMNS: &[Column] = &[
     Column { header: "algorithm", shown: Shown::Always, legend: "", cell: |r| r.algorithm.clone() },
@@ -68,30 +80,10 @@ const COLUMNS: &[Column] = &[
                  are drained, which may take another duration, and are not counted)",
         cell: |r| format!("{:.1}", r.throughput.grants_per_second_per_lock),
     },
-    Column {
-        header: "p50 ms",
-        shown: Shown::Always,
-        legend: LATENCY,
-        cell: |r| format!("{:.1}", r.latency.p50_ms),
-    },
-    Column {
-        header: "p90 ms",
-        shown: Shown::WideOnly,
-        legend: LATENCY,
-        cell: |r| format!("{:.1}", r.latency.p90_ms),
-    },
-    Column {
-        header: "p99 ms",
-        shown: Shown::Always,
-        legend: LATENCY,
-        cell: |r| format!("{:.1}", r.latency.p99_ms),
-    },
-    Column {
-        header: "max ms",
-        shown: Shown::WideOnly,
-        legend: LATENCY,
-        cell: |r| format!("{:.1}", r.latency.max_ms),
-    },
+    latency!("p50 ms", Always, p50_ms),
+    latency!("p90 ms", WideOnly, p90_ms),
+    latency!("p99 ms", Always, p99_ms),
+    latency!("max ms", WideOnly, max_ms),
     Column {
         header: "gap p50 ms",
         shown: Shown::Always,
@@ -341,9 +333,8 @@ mod tests {
     use super::*;
     use crate::config::RunConfig;
 
-    #[test]
-    fn errors_have_a_column_and_the_first_one_is_named_under_the_table() {
-        let cfg = RunConfig { algorithms: vec!["queue".into()], ..RunConfig::default() };
+    /// The report of a queue run of 1 µs that granted nothing and saw nothing.
+    fn quiet_queue_report(cfg: &RunConfig) -> crate::measure::summary::AlgorithmReport {
         let run = crate::measure::log::RunOutcome {
             algorithm: "queue",
             grants: Vec::new(),
@@ -357,7 +348,13 @@ mod tests {
             faults: Vec::new(),
         };
         let algorithm = cfg.backend.algorithm("queue").unwrap();
-        let mut report = crate::measure::summary::analyze(&cfg, algorithm, &run);
+        crate::measure::summary::analyze(cfg, algorithm, &run)
+    }
+
+    #[test]
+    fn errors_have_a_column_and_the_first_one_is_named_under_the_table() {
+        let cfg = RunConfig { algorithms: vec!["queue".into()], ..RunConfig::default() };
+        let mut report = quiet_queue_report(&cfg);
         let mut summary = Summary::new(&cfg);
         summary.results.push(report.clone());
         let clean = table(&summary, View::Wide);
@@ -382,20 +379,7 @@ mod tests {
         let cfg = RunConfig::default();
         let mut summary = Summary::new(&cfg);
         for name in ["shadow", "queue", "bakery", "queue-bounded", "queue-push", "lwt"] {
-            let run = crate::measure::log::RunOutcome {
-                algorithm: "queue",
-                grants: Vec::new(),
-                contenders: Vec::new(),
-                counters: None,
-                samples: Vec::new(),
-                duration_us: 1,
-                finished_us: 1,
-                wall_time: std::time::Duration::ZERO,
-                resource: Vec::new(),
-                faults: Vec::new(),
-            };
-            let algorithm = cfg.backend.algorithm("queue").unwrap();
-            let mut r = crate::measure::summary::analyze(&cfg, algorithm, &run);
+            let mut r = quiet_queue_report(&cfg);
             r.algorithm = name.into();
             r.grants = 1_234_567;
             r.throughput.grants_per_second_per_lock = 12_345.6;

@@ -263,17 +263,6 @@ fn add_counts(per_table: &mut BTreeMap<String, OpCounts>, counts: BTreeMap<Strin
     }
 }
 
-fn to_op_count(c: &OpCounts) -> OpCount {
-    OpCount {
-        reads: c.reads,
-        writes: c.writes,
-        deletes: c.deletes,
-        cas: c.cas,
-        serial_reads: c.serial_reads,
-        total: c.total(),
-    }
-}
-
 /// A started worker and the threads reading its output.
 struct Running {
     worker: usize,
@@ -676,7 +665,7 @@ fn report(out: &mut impl Write, worker: usize, driven: &runner::Driven) -> anyho
     }
     if let Some(counters) = &driven.counters {
         let per_table =
-            counters.per_table.iter().map(|(t, c)| (t.clone(), to_op_count(c))).collect();
+            counters.per_table.iter().map(|(t, c)| (t.clone(), OpCount::from(c))).collect();
         emit(out, &WorkerLine::Counters { per_table })?;
     }
     emit(out, &WorkerLine::Done { worker, finished_us: driven.finished_us })
@@ -687,15 +676,7 @@ mod tests {
     use super::*;
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
-        Grant {
-            lock: 0,
-            contender,
-            requested_us: req,
-            granted_us: granted,
-            released_us: released,
-            token,
-            ..Grant::default()
-        }
+        crate::measure::metrics::test_grant(0, contender, req, granted, released, token)
     }
 
     fn record(contender: u32) -> ContenderRecord {

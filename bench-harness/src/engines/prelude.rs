@@ -1,0 +1,22 @@
+//! What a server engine's module names: the traits it implements, the shared server shape and
+//! faults, and the lock-core, serde and std types their signatures take. Each engine imports
+//! it whole (`use super::prelude::*`) and adds its own client crate.
+
+pub(super) use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+pub(super) use super::counting::Kind;
+pub(super) use super::options::Spawn;
+pub(super) use super::server::{LoginFlags, ServerFlags};
+pub(super) use super::server_faults::{self, Connect, Connecting, Managed, Opened, ServerFaults};
+pub(super) use super::{
+    Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
+};
+pub(super) use crate::faults::FaultKind;
+pub(super) use clap::ArgMatches;
+pub(super) use lock_core::context::ClientContext;
+pub(super) use lock_core::requests::{Request, RequestHook};
+pub(super) use lock_core::secret::Credentials;
+pub(super) use lock_core::Locker;
+pub(super) use serde::{Deserialize, Serialize};
+pub(super) use std::net::SocketAddr;
+pub(super) use std::sync::Arc;
+pub(super) use std::time::Duration;
