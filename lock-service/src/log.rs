@@ -15,8 +15,9 @@
 //! **Group commit.** The writer takes every operation queued meanwhile: the log's records
 //! (appends and truncations, in the order they were queued) with one sync of the segments,
 //! answered at once, then the vote and purge point in one redb transaction, with the
-//! committed index (which alone is written at most every 100 ms). A purge deletes segments only after its purge point is on disk. One thread does it all,
-//! so a truncation or a purge can never be overtaken by an append made after it.
+//! committed index (which alone is written at most every 100 ms). A purge deletes segments
+//! only after its purge point is on disk. One thread does it all, so a truncation or a purge
+//! can never be overtaken by an append made after it.
 //!
 //! **Failure.** A write that fails fails every operation after it (a later append would leave
 //! a hole in the log): the node stops acknowledging, and its peers carry on without it.

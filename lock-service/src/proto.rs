@@ -360,7 +360,7 @@ mod tests {
     }
 
     mod fuzz {
-        //! The decoder against arbitrary input (issue 25: a hostile client's frames): bytes
+        //! The decoder against arbitrary input (a hostile client's frames): bytes
         //! of every kind, valid frames cut short or with a byte changed, and length prefixes
         //! of every size. Decoding returns a frame or an error; it never panics, and no frame
         //! over the limit is buffered. A bounded number of cases, so it runs in CI.

@@ -525,11 +525,11 @@ impl Peer {
     ///
     /// The call runs in a task of its own that goes on for up to [`LATE`] past `ttl`, so a
     /// late answer still hands its connection back to the pool. openraft gives every call
-    /// the heartbeat interval (50 ms by default), and a call cut off there used to drop its
-    /// connection: the next call then had to dial, shake hands and say hello within the same
-    /// interval, which a loaded machine missed again and again. Four lock-service test
-    /// clusters on this machine's 2 cores lost every leadership check for seconds that way
-    /// ("not enough for a quorum"), while one answer took a little longer than the interval.
+    /// the heartbeat interval (50 ms by default), and a call cut off there would drop its
+    /// connection: the next call would then have to dial, shake hands and say hello within
+    /// the same interval, which a loaded machine misses again and again, so leadership
+    /// checks fail for seconds ("not enough for a quorum") though each answer is only a
+    /// little late.
     async fn call(&mut self, request: &PeerRequest, ttl: Duration) -> Result<PeerReply, Failure> {
         let deadline = tokio::time::Instant::now() + ttl;
         let (net, target, addr) = (self.net.clone(), self.target, self.addr.clone());

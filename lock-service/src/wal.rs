@@ -1,11 +1,10 @@
 //! The log's file format: segments of records, zero-filled before use, overwritten in place
 //! and synced with `fdatasync`, the way etcd's WAL and ZooKeeper's transaction log keep theirs.
 //!
-//! **Why not redb for the entries.** The fsync is most of a commit: with three nodes on one
-//! disk, a redb commit of one entry took about 0.36 ms at the median and an overwrite of a
-//! zero-filled file 0.14 ms (`fdatasync`, three writers at once, this machine). redb writes
-//! several pages of its B-tree and its header per commit; an overwrite in a file whose blocks
-//! and size are already on disk writes one block and no metadata. redb keeps the rest (vote,
+//! **Why not redb for the entries.** The fsync is most of a commit, and what it costs grows
+//! with what it must write. redb writes several pages of its B-tree and its header per
+//! commit; an overwrite in a file whose blocks and size are already on disk writes one block
+//! and no metadata. redb keeps the rest (vote,
 //! committed index, purge point, snapshot): they change rarely.
 //!
 //! **Format.** A segment `wal-<seq>.log` is a run of records `[len: u32][crc32: u32][body]`,

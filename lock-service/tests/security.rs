@@ -1,4 +1,4 @@
-//! The service's security (issue 25, part 4): clients say who they are over TLS, a session
+//! The service's security: clients say who they are over TLS, a session
 //! belongs to the identity that opened it, only an admin may force-release a lock, a hostile
 //! client meets limits, and every refusal is a clear error within seconds that changes
 //! nothing. Nodes run in this process ([`Node::start`]) on free loopback ports; the

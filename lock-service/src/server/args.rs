@@ -51,8 +51,8 @@ pub struct ServerArgs {
     pub listen_peer: Option<SocketAddr>,
     /// The leader's heartbeat interval, in milliseconds. openraft also gives every call to a
     /// peer this long to be answered (an append, a leadership check): keep it above the round
-    /// trip between nodes at their busiest, or calls keep failing and nothing commits (on
-    /// this 2-core machine, six 3-node test clusters at once, unoptimised, went past 50 ms).
+    /// trip between nodes at their busiest, or calls keep failing and nothing commits (a
+    /// machine whose cores are shared with other busy work can go past the default).
     #[arg(long, default_value_t = 50)]
     pub heartbeat_ms: u64,
     /// The shortest election timeout, in milliseconds (the longest is twice this): how long
@@ -64,9 +64,9 @@ pub struct ServerArgs {
     pub snapshot_every: u64,
     /// Threads that run the node's tasks. 1 (the default) runs them all on one thread, where
     /// handing a message from one task to the next costs no wake-up of another thread: a
-    /// commit passes through a dozen such hand-offs, and on one thread it took about a sixth
-    /// less time (this machine). More threads help only when a node serves more requests
-    /// than a core can. The log's writes have a thread of their own either way.
+    /// commit passes through a dozen such hand-offs, each cheaper on one thread. More threads
+    /// help only when a node serves more requests than a core can. The log's writes have a
+    /// thread of their own either way.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
     /// Authenticate clients against this file: one `NAME ROLE SHA256-OF-TOKEN` line per

@@ -145,7 +145,7 @@ impl lock_core::conformance::Fixture for ServiceFixture {
     }
     fn notice_slack(&self) -> std::time::Duration {
         // The leader checks its sessions every 20 ms and a grant is pushed in the commit that
-        // frees the lock; the rest is margin for a loaded 2-core machine.
+        // frees the lock; the rest is margin for a loaded machine.
         std::time::Duration::from_millis(1000)
     }
 }
