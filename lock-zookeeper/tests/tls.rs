@@ -58,7 +58,8 @@ async fn refused(hosts: &str, config: ZkConfig) -> String {
     let LockError::Backend { backend: "zookeeper", source: message, .. } = err else {
         panic!("expected a backend error, got {err:?}")
     };
-    assert!(message.to_string().contains(hosts), "names the server: {message}");
+    let message = message.to_string();
+    assert!(message.contains(hosts), "names the server: {message}");
     message
 }
 
@@ -84,8 +85,8 @@ async fn a_server_certificate_from_another_ca_is_refused_by_name() {
     let alice = pki().client("alice-other-ca");
     let files = TlsFiles::trusting(stranger_ca.ca_file()).with_identity(&alice.cert, &alice.key);
     let message = refused(&server.hosts(), config("other-ca", Some(files))).await;
-    assert!(message.to_string().contains("invalid peer certificate"), "{message}");
-    assert!(message.to_string().contains("UnknownIssuer"), "{message}");
+    assert!(message.contains("invalid peer certificate"), "{message}");
+    assert!(message.contains("UnknownIssuer"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,8 +96,8 @@ async fn a_certificate_for_another_host_is_refused_by_name() {
     let tls = ZkTls { server: other, ca: pki().ca_file().into(), client_auth: ZkClientAuth::Want };
     let server = tokio::task::block_in_place(|| ZkServer::launch_tls(tls)).expect("a TLS server");
     let message = refused(&server.hosts(), config("other-host", Some(client_files("bob")))).await;
-    assert!(message.to_string().contains("invalid peer certificate"), "{message}");
-    assert!(message.to_string().contains("not valid for name \"127.0.0.1\""), "{message}");
+    assert!(message.contains("invalid peer certificate"), "{message}");
+    assert!(message.contains("not valid for name \"127.0.0.1\""), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,11 +105,8 @@ async fn a_client_without_a_certificate_at_a_server_that_needs_one_is_told_so() 
     let server = server();
     let files = TlsFiles::trusting(pki().ca_file());
     let message = refused(&server.hosts(), config("no-cert", Some(files))).await;
-    assert!(
-        message.to_string().contains("refused this client's certificate, or its lack of one"),
-        "{message}"
-    );
-    assert!(message.to_string().contains("TlsFiles::with_identity"), "says what to do: {message}");
+    assert!(message.contains("refused this client's certificate, or its lack of one"), "{message}");
+    assert!(message.contains("TlsFiles::with_identity"), "says what to do: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,20 +114,17 @@ async fn a_tls_client_at_a_plain_port_is_told_it_may_be_one() {
     let plain = tokio::task::block_in_place(support::shared);
     let message =
         refused(&plain.hosts(), config("tls-at-plain", Some(client_files("carol")))).await;
-    assert!(
-        message.to_string().contains("closed the connection at the TLS handshake"),
-        "{message}"
-    );
-    assert!(message.to_string().contains("secureClientPort"), "{message}");
+    assert!(message.contains("closed the connection at the TLS handshake"), "{message}");
+    assert!(message.contains("secureClientPort"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_client_at_a_tls_port_is_told_the_port_speaks_tls_within_seconds() {
     let server = server();
     let message = refused(&server.hosts(), config("plain-at-tls", None)).await;
-    assert!(message.to_string().contains("it speaks TLS there"), "{message}");
-    assert!(message.to_string().contains("set ZkConfig::tls"), "{message}");
-    assert!(message.to_string().contains("use the server's plain clientPort"), "{message}");
+    assert!(message.contains("it speaks TLS there"), "{message}");
+    assert!(message.contains("set ZkConfig::tls"), "{message}");
+    assert!(message.contains("use the server's plain clientPort"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

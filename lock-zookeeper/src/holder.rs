@@ -1,0 +1,157 @@
+//! What a holder is told: a task per guard that follows the session's state and the holder's
+//! own znode, and the release.
+
+use crate::op::{Op, ZNODES};
+use crate::session::Session;
+use crate::znode::{delete_node, delete_until_done, Pending};
+use crate::ZkLock;
+use async_trait::async_trait;
+use lock_core::lock::{LeaseLost, LeaseState, Release};
+use lock_core::{LockError, LockGuard};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::watch;
+use zookeeper_client as zk;
+
+impl ZkLock {
+    /// The lock is ours: a guard that follows both the session ([`lost_reason`]) and our own
+    /// znode ([`watch_own_node`]), and publishes `Lost` at the first sign of either.
+    pub(crate) fn grant(&self, lock_id: &str, pending: Pending, stat: &zk::Stat) -> LockGuard {
+        let session = pending.session.clone();
+        let (tx, rx) = watch::channel(LeaseState::Held);
+        let tx = Arc::new(tx);
+        let states = session.client.state_watcher();
+        let own: OwnNode = if session.watch_holder {
+            watch_own_node(&session, &pending.path)
+        } else {
+            Box::pin(std::future::pending())
+        };
+        tokio::spawn(follow(states, own, tx.clone(), session.hosts.clone()));
+        let path = pending.path.clone();
+        pending.keep();
+        let release = ZkRelease { session, path, state: tx };
+        LockGuard::new(lock_id, &self.owner, stat.czxid as u64, rx, Box::new(release))
+    }
+}
+
+/// Watch the session's state and our own znode until either says the lock is no longer ours;
+/// then publish `Lost` with why (once: a guard already released stays released).
+async fn follow(
+    mut states: zk::StateWatcher,
+    own: OwnNode,
+    tx: Arc<watch::Sender<LeaseState>>,
+    hosts: Arc<str>,
+) {
+    // Checked after subscribing, so a change in between is not missed.
+    let mut state = states.peek_state();
+    let session_ends = async {
+        loop {
+            if let Some(reason) = lost_reason(state, &hosts) {
+                return reason;
+            }
+            state = states.changed().await;
+        }
+    };
+    let reason = tokio::select! {
+        reason = session_ends => reason,
+        reason = own => reason,
+    };
+    tx.send_if_modified(|s| {
+        if *s == LeaseState::Held {
+            *s = LeaseState::Lost(LeaseLost { reason });
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// What ends a holder's znode while it holds, as the reason its guard is told.
+type OwnNode = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// Set a watch on the holder's own znode (`exists` with a watch), and return what it reports:
+/// a future that ends with a reason when the znode is deleted or rewritten by anyone but this
+/// guard's release (which stops the guard's monitor before it deletes), and never otherwise.
+///
+/// Whatever the ACLs, this is how a holder learns that another client deleted its znode, which
+/// hands the lock to the next waiter: without it the session stays healthy and nothing tells
+/// the holder (issue 25's measurement: still `Held` 2 s later). A session that ends fires the
+/// watch too, but the session's state says that first and better; a failed `exists` (the
+/// connection broke) is left to the state too, since a disconnection already makes the guard
+/// `Lost`.
+///
+/// The request leaves before the guard is returned (the future is polled once here), so the
+/// grant waits for no extra round trip and every grant sends exactly one `exists`, counted as
+/// `Op::Guard`.
+fn watch_own_node(session: &Arc<Session>, path: &str) -> OwnNode {
+    session.requests.sent(ZNODES, Op::Guard.request());
+    let (session, path) = (session.clone(), path.to_string());
+    let mut own: OwnNode = Box::pin(async move {
+        let watcher = match session.client.check_and_watch_stat(&path).await {
+            Ok((Some(_), watcher)) => watcher,
+            Ok((None, _)) => {
+                return format!(
+                    "its znode {path} was gone when the holder set its watch: another client \
+                     deleted it, and the next waiter may hold the lock now"
+                )
+            }
+            Err(_) => return std::future::pending().await,
+        };
+        match watcher.changed().await.event_type {
+            zk::EventType::NodeDeleted => format!(
+                "its znode {path} was deleted by another client while held (not by this guard's \
+                 release): the next waiter may hold the lock now"
+            ),
+            zk::EventType::NodeDataChanged => format!(
+                "its znode {path} was rewritten by another client while held: the lock can no \
+                 longer be trusted to be this holder's alone"
+            ),
+            _ => std::future::pending().await,
+        }
+    });
+    // The first poll sends the request (the client queues it synchronously) and parks on its
+    // answer; the monitor task polls it from then on, with its own waker.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match own.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(reason) => Box::pin(std::future::ready(reason)),
+        std::task::Poll::Pending => own,
+    }
+}
+
+fn lost_reason(state: zk::SessionState, hosts: &str) -> Option<String> {
+    use zk::SessionState::*;
+    match state {
+        SyncConnected | ConnectedReadOnly => None,
+        Disconnected => Some(format!(
+            "disconnected from ZooKeeper at {hosts}: the server may expire the session, and delete the lock's znode, at any moment"
+        )),
+        Expired => Some("ZooKeeper session expired: its ephemeral znode, and with it the lock, is gone".into()),
+        Closed => Some("ZooKeeper session closed: its ephemeral znode, and with it the lock, is gone".into()),
+        AuthFailed => Some("ZooKeeper authentication failed: the session is unusable".into()),
+    }
+}
+
+struct ZkRelease {
+    session: Arc<Session>,
+    path: String,
+    state: Arc<watch::Sender<LeaseState>>,
+}
+
+#[async_trait]
+impl Release for ZkRelease {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        // Released first, so that the monitor, which sees our own delete fire the watch on our
+        // znode, does not take it for a stranger's. The monitor is left to end by itself on
+        // that event: stopped early, its dropped watch would make the client send a
+        // `removeWatches` request, one more per grant.
+        self.state.send_replace(LeaseState::Released);
+        let result = delete_node(&self.session, &self.path).await;
+        if result.is_err() {
+            // The session may outlive the outage that failed the delete, and with it the znode
+            // that holds the lock: keep deleting in the background until one of them is gone.
+            tokio::spawn(delete_until_done(self.session.clone(), self.path.clone()));
+        }
+        result
+    }
+}

@@ -1,0 +1,163 @@
+//! How our znodes are named, and how every contender's znode is recognised, whichever client made it.
+
+#[cfg(doc)]
+use crate::{ZkBackend, ZkLock};
+use lock_core::LockError;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+/// The name our lock znodes end in before the sequence number the server appends: the lock name
+/// of Curator's `InterProcessMutex` and of the seed's recipe.
+pub(crate) const NODE_NAME: &str = "lock-";
+
+/// The start of a name made in Curator's protected form, `_c_<uuid>-`.
+const PROTECTED_PREFIX: &str = "_c_";
+
+/// The fewest digits of the sequence number ZooKeeper appends (`%010d` of the directory's
+/// child counter).
+const SEQUENCE_DIGITS: usize = 10;
+
+/// How a [`ZkLock`] names the znodes it creates. Either way it recognises every contender's
+/// znode, whichever client made it, by the sequence number the name ends in (crate docs, "Other
+/// clients on the same path").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeNaming {
+    /// Curator's protected form, `_c_<uuid>-lock-<sequence>` (the default): what Curator's
+    /// `InterProcessMutex` creates, so that a create whose answer was lost is found again by its
+    /// GUID instead of being made twice. kazoo recognises it when told
+    /// `extra_lock_patterns=["lock-"]`.
+    #[default]
+    Protected,
+    /// The seed's form, `lock-<sequence>`, for a path shared with users of the seed's recipe
+    /// (or earlier versions of this crate) that only recognise that form. A create whose answer
+    /// was lost then fails, and the znode it may have made is deleted in the background.
+    Plain,
+}
+
+/// Where the GUIDs of protected names come from: a generator with a seed, so that a run can be
+/// repeated (a test's names are then the same every time). [`Guids::from_os`] seeds it from the
+/// operating system's randomness, which is what [`ZkBackend::locker`] does.
+///
+/// Clones share one generator, so lockers given clones never make the same GUID. Two
+/// generators given the same seed make the same GUIDs: lockers of one backend must not have
+/// such twins, since after a lost answer a request could take its twin's znode for its own
+/// (share a clone instead). Lockers of different backends may: a znode of another session is
+/// never taken.
+#[derive(Clone)]
+pub struct Guids(Arc<std::sync::Mutex<StdRng>>);
+
+impl Guids {
+    /// A generator seeded with `seed`.
+    pub fn seeded(seed: u64) -> Guids {
+        Guids(Arc::new(std::sync::Mutex::new(StdRng::seed_from_u64(seed))))
+    }
+
+    /// A generator seeded from the operating system's randomness; fails only if the operating
+    /// system has none to give.
+    pub fn from_os() -> Result<Guids, LockError> {
+        let rng = StdRng::try_from_rng(&mut rand::rngs::SysRng).map_err(|e| {
+            LockError::Config(format!(
+                "no randomness from the operating system to seed the GUIDs of protected znode \
+                 names ({e}): give a seed with Guids::seeded"
+            ))
+        })?;
+        Ok(Guids(Arc::new(std::sync::Mutex::new(rng))))
+    }
+
+    /// The next GUID: a random (version 4) UUID, the kind Curator makes.
+    fn next(&self) -> uuid::Uuid {
+        let mut bytes = [0u8; 16];
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).fill_bytes(&mut bytes);
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    }
+
+    /// The start of a protected name with the next GUID: `_c_<uuid>-`, as Curator's
+    /// `ProtectedUtils` writes it.
+    pub(crate) fn protected_tag(&self) -> String {
+        format!("{PROTECTED_PREFIX}{}-", self.next())
+    }
+}
+
+impl std::fmt::Debug for Guids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guids(..)")
+    }
+}
+
+/// Settings of one locker ([`ZkBackend::locker_with`]).
+#[derive(Debug, Clone)]
+pub struct ZkLockOptions {
+    /// How the locker names its znodes (default [`NodeNaming::Protected`]).
+    pub naming: NodeNaming,
+    /// Where the GUIDs of protected names come from.
+    pub guids: Guids,
+}
+
+impl ZkLockOptions {
+    /// Protected names, their GUIDs from `guids`.
+    pub fn new(guids: Guids) -> ZkLockOptions {
+        ZkLockOptions { naming: NodeNaming::default(), guids }
+    }
+
+    /// These options with `naming`.
+    pub fn with_naming(self, naming: NodeNaming) -> ZkLockOptions {
+        ZkLockOptions { naming, ..self }
+    }
+}
+
+/// The sequence number ZooKeeper appended to a child's name: the trailing run of at least
+/// [`SEQUENCE_DIGITS`] ASCII digits, whatever the client that made it put before it (`lock-`,
+/// Curator's `_c_<uuid>-lock-`, kazoo's `<uuid>__lock__`). `None` for a name that does not end
+/// in one, which no sequential create makes.
+pub(crate) fn sequence_of(name: &str) -> Option<i64> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits < SEQUENCE_DIGITS {
+        return None;
+    }
+    name[name.len() - digits..].parse().ok()
+}
+
+/// The last component of a znode's path.
+pub(crate) fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_clients_names_are_ordered_by_the_sequence_they_end_in() {
+        let names = [
+            ("lock-0000000007", Some(7)),
+            ("_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-lock-0000000003", Some(3)),
+            ("8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__lock__0000000012", Some(12)),
+            // Curator's read-write lock and kazoo's read lock: contenders too (an exclusive lock
+            // excludes them all).
+            ("_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-__READ__0000000004", Some(4)),
+            ("8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__rlock__0000000005", Some(5)),
+            // A 64-bit sequence, as ZOOKEEPER-4706 proposes (19 digits).
+            ("lock-0000000004294967296", Some(4_294_967_296)),
+            // Not made by a sequential create: no place in the queue.
+            ("lock-", None),
+            ("lock-123456789", None),
+            ("config", None),
+            ("", None),
+        ];
+        for (name, seq) in names {
+            assert_eq!(sequence_of(name), seq, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_protected_form_is_curators() {
+        // Curator's ProtectedUtils: "_c_", a UUID's canonical text (36 characters), "-".
+        let tag = Guids::seeded(1).protected_tag();
+        assert_eq!(tag.len(), 3 + 36 + 1);
+        assert!(tag.starts_with("_c_") && tag.ends_with('-'), "{tag}");
+        let name = format!("{tag}{NODE_NAME}0000000042");
+        assert_eq!(sequence_of(&name), Some(42));
+        assert_eq!(name_of(&format!("/locks/x/{name}")), name);
+    }
+}

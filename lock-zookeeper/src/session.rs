@@ -1,0 +1,202 @@
+//! One ZooKeeper session: its client, how every request goes through it, and how it is made.
+
+use crate::acl::node_acl;
+use crate::op::{Op, SESSIONS, ZNODES};
+use crate::{backend_err, tls, NodeAcl, ZkConfig};
+use lock_core::requests::RequestHook;
+use lock_core::LockError;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use zookeeper_client as zk;
+
+/// One ZooKeeper session: its client and what the server granted.
+pub(crate) struct Session {
+    pub(crate) client: zk::Client,
+    /// The session timeout the server granted.
+    pub(crate) timeout: Duration,
+    pub(crate) hosts: Arc<str>,
+    /// The znodes this session created and has not deleted yet, as far as the backend knows:
+    /// what an orphan sweep ([`sweep_orphans`]) must leave alone.
+    pub(crate) known: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Where each request is reported.
+    pub(crate) requests: RequestHook,
+    /// The ACL of the znodes it creates.
+    pub(crate) acl: Arc<NodeAcl>,
+    /// Whom it authenticated as, for refusals (`digest user 'u'`, or `no credentials`).
+    pub(crate) identity: Arc<str>,
+    /// Whether holders watch their own znodes ([`ZkConfig::watch_holder`]).
+    pub(crate) watch_holder: bool,
+}
+
+impl Session {
+    pub(crate) fn err(&self, what: &str, path: &str, e: impl Display) -> LockError {
+        backend_err(format!("{what} {path} on ZooKeeper at {}: {e}", self.hosts))
+    }
+
+    /// The error of a request that failed with `e`: a refusal by an ACL says whose it was,
+    /// since that is what the user must change.
+    pub(crate) fn refused(&self, what: &str, path: &str, e: zk::Error) -> LockError {
+        if e == zk::Error::NoAuth {
+            return self.err(
+                what,
+                path,
+                format!(
+                    "not authorised (NoAuth): the ACL of {} does not allow this to {}",
+                    if matches!(what, "create" | "mkdir" | "delete") { "its parent" } else { "it" },
+                    self.identity
+                ),
+            );
+        }
+        self.err(what, path, e)
+    }
+
+    /// Run one request, `op` on `path`, which the client sent as `fut` was made: report it to
+    /// the backend's hook (every request on a znode passes here), and bound it by the session
+    /// timeout: while disconnected the client holds requests until it reconnects or the
+    /// session expires, and a caller must not hang that long unannounced.
+    pub(crate) async fn op<T>(
+        &self,
+        op: Op,
+        path: &str,
+        fut: impl Future<Output = Result<T, zk::Error>>,
+    ) -> Result<Result<T, zk::Error>, LockError> {
+        self.requests.sent(ZNODES, op.request());
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
+            let why = format!("no answer within the session timeout {:?}", self.timeout);
+            self.err(op.what(), path, why)
+        })
+    }
+
+    /// [`Session::op`] for a read that can be repeated (a list, a watch): one whose answer was
+    /// lost with the connection is sent again once the client has reconnected within the
+    /// session, so that a waiter keeps its place across a short outage even with a request on
+    /// its way. A session that ends meanwhile answers `SessionExpired`.
+    pub(crate) async fn read<T, F, Fut>(
+        &self,
+        op: Op,
+        path: &str,
+        request: F,
+    ) -> Result<Result<T, zk::Error>, LockError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, zk::Error>>,
+    {
+        loop {
+            match self.op(op, path, request()).await? {
+                Err(zk::Error::ConnectionLoss) => {
+                    if !connected(self).await {
+                        return Ok(Err(zk::Error::SessionExpired));
+                    }
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// Whether the session can never be used again (expired, closed, or refused).
+    pub(crate) fn is_over(&self) -> bool {
+        self.client.state().is_terminated()
+    }
+}
+
+impl lock_core::session::Ending for Session {
+    fn is_over(&self) -> bool {
+        Session::is_over(self)
+    }
+}
+
+impl Drop for Session {
+    /// The last user of the session is gone: the client, dropped with it, closes the session
+    /// (a `closeSession` request), which deletes its znodes at once.
+    fn drop(&mut self) {
+        if !self.is_over() {
+            self.requests.sent(SESSIONS, "closeSession");
+        }
+    }
+}
+
+/// The pause before a failed delete or list is tried again while connected.
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Establish a session with `hosts`, or say why not within the connect timeout.
+pub(crate) async fn open_session(
+    hosts: &Arc<str>,
+    config: &ZkConfig,
+) -> Result<Session, LockError> {
+    let acl = Arc::new(node_acl(config)?);
+    let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    let identity: Arc<str> = match &config.credentials {
+        Some(c) => {
+            let pair = format!("{}:{}", c.user, c.password.expose());
+            connector = connector.with_auth("digest", pair.as_bytes());
+            format!("digest user '{}'", c.user).into()
+        }
+        None => "an unauthenticated session".into(),
+    };
+    let secure = match &config.tls {
+        Some(files) => {
+            connector = connector.with_tls(tls::options(files)?);
+            true
+        }
+        None => false,
+    };
+    let connect = async move {
+        match secure {
+            true => connector.secure_connect(hosts).await,
+            false => connector.connect(hosts).await,
+        }
+    };
+    let connect = tokio::time::timeout(config.connect_timeout, connect);
+    // A connect that has no session soon: do the servers refuse this client's TLS, or its
+    // plain text (crate docs, "TLS")?
+    let attempt = tokio::select! {
+        attempt = connect => attempt,
+        refusal = tls::refusal(hosts, config.tls.as_ref()) => return Err(backend_err(refusal)),
+    };
+    let client = match attempt {
+        Ok(Ok(c)) => c,
+        Ok(Err(zk::Error::Timeout)) => {
+            return Err(backend_err(format!(
+                "cannot connect to ZooKeeper at {hosts}: no session established within the session timeout {:?}",
+                config.session_timeout
+            )))
+        }
+        Ok(Err(e)) => return Err(backend_err(format!("cannot connect to ZooKeeper at {hosts}: {e}"))),
+        Err(_) => {
+            return Err(backend_err(format!(
+                "cannot connect to ZooKeeper at {hosts}: no session within {:?}",
+                config.connect_timeout
+            )))
+        }
+    };
+    // The client's connect request, counted once the session is established: attempts that
+    // reach no server send none.
+    config.requests.sent(SESSIONS, "connect");
+    let timeout = client.session_timeout();
+    let requests = config.requests.clone();
+    Ok(Session {
+        client,
+        timeout,
+        hosts: hosts.clone(),
+        known: Default::default(),
+        requests,
+        acl,
+        identity,
+        watch_holder: config.watch_holder,
+    })
+}
+
+/// Wait until `session` is connected; false if it ended instead.
+pub(crate) async fn connected(session: &Session) -> bool {
+    let mut states = session.client.state_watcher();
+    let mut state = states.peek_state();
+    while state != zk::SessionState::SyncConnected {
+        if state.is_terminated() {
+            return false;
+        }
+        state = states.changed().await;
+    }
+    true
+}
