@@ -19,14 +19,13 @@ use super::algorithm::{AlgorithmSettings, Entry};
 use super::counting::{CountingStore, RequestCounter};
 use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
-    cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Describe, EngineSetup,
-    Injection, Open, OpenEngine, Opening, ParseOptions,
+    cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
+    EngineSetup, Injection, Open, OpenEngine, Opening, ParseOptions,
 };
 use crate::faults::FaultKind;
 use clap::{ArgMatches, FromArgMatches as _};
 use lock_cassandra::{CassandraClient, CassandraConfig, CassandraStore};
 use lock_core::time::{GlobalTimeService, LocalClock, PhysicalClock};
-use lock_core::Locker;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -236,11 +235,7 @@ struct Opened {
 }
 
 impl OpenEngine for Opened {
-    fn contender<'a>(
-        &'a self,
-        algorithm: &'static Algorithm,
-        spec: ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
+    fn contender(&self, algorithm: &'static Algorithm, spec: ContenderSpec) -> Contending<'_> {
         let client = CountingStore::new(
             self.store
                 .client(spec.owner.clone())

@@ -13,8 +13,8 @@
 
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::{
-    cell_model, Algorithm, BoxFuture, ContenderSpec, CounterHandle, Describe, EngineSetup,
-    Injection, Open, OpenEngine, Opening, ParseOptions,
+    cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
+    EngineSetup, Injection, Open, OpenEngine, Opening, ParseOptions,
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
@@ -23,7 +23,6 @@ use lock_core::embedded::{
     EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant,
 };
 use lock_core::time::GlobalTimeService;
-use lock_core::Locker;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
@@ -229,11 +228,7 @@ struct Opened {
 }
 
 impl OpenEngine for Opened {
-    fn contender<'a>(
-        &'a self,
-        algorithm: &'static Algorithm,
-        spec: ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>> {
+    fn contender(&self, algorithm: &'static Algorithm, spec: ContenderSpec) -> Contending<'_> {
         let s = &self.settings;
         let client =
             self.store.client(spec.owner.clone()).with_skew(spec.skew_us * s.time_scale as i64);

@@ -217,15 +217,14 @@ pub trait Engine: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>>;
 }
 
+/// A contender's locker being built, or why it could not be.
+pub type Contending<'a> = BoxFuture<'a, Result<Arc<dyn Locker>, String>>;
+
 /// An engine opened for one algorithm's run.
 pub trait OpenEngine: Send + Sync {
     /// Builds contender `spec`'s locker of `algorithm` (connecting its own connection or
     /// session where the engine gives each contender one).
-    fn contender<'a>(
-        &'a self,
-        algorithm: &'static Algorithm,
-        spec: ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn Locker>, String>>;
+    fn contender(&self, algorithm: &'static Algorithm, spec: ContenderSpec) -> Contending<'_>;
 
     /// Reads the request counters later (from another task), when the engine counts.
     fn counters(&self) -> Option<CounterHandle>;

@@ -585,11 +585,11 @@ impl<C: Connect> Opened<C> {
 }
 
 impl<C: Connect> super::OpenEngine for Opened<C> {
-    fn contender<'a>(
-        &'a self,
+    fn contender(
+        &self,
         algorithm: &'static super::Algorithm,
         spec: super::ContenderSpec,
-    ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>> {
+    ) -> super::Contending<'_> {
         let requests = self.counter.hook(C::kind);
         self.faults.contender(C::Engine::ENTRIES, algorithm, spec, &self.settings, move |via| {
             self.connector.connect(via, requests)
