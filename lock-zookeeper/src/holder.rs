@@ -76,7 +76,7 @@ type OwnNode = Pin<Box<dyn Future<Output = String> + Send>>;
 ///
 /// Whatever the ACLs, this is how a holder learns that another client deleted its znode, which
 /// hands the lock to the next waiter: without it the session stays healthy and nothing tells
-/// the holder (issue 25's measurement: still `Held` 2 s later). A session that ends fires the
+/// the holder, whose guard would still say `Held` while another holds the lock. A session that ends fires the
 /// watch too, but the session's state says that first and better; a failed `exists` (the
 /// connection broke) is left to the state too, since a disconnection already makes the guard
 /// `Lost`.

@@ -1,4 +1,4 @@
-//! TLS and ZooKeeper (issue 25; crate docs, "TLS"): the client's TLS options from the user's
+//! TLS and ZooKeeper (crate docs, "TLS"): the client's TLS options from the user's
 //! PEM files, and why a connect that gets no session was refused.
 //!
 //! - **TLS client.** `zookeeper-client`'s `tls` feature: [`options`] turns

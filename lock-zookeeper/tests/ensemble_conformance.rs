@@ -1,7 +1,6 @@
 //! The shared conformance suite for the ZooKeeper recipe (seed 004) on a 3-server ZooKeeper
-//! ensemble (issue 21: the suite passes for the locks on each cluster): session timeout 2 s
-//! (the "TTL"), each contender on its own session, with a connect string of all three
-//! servers.
+//! ensemble: session timeout 2 s (the "TTL"), each contender on its own session, with a
+//! connect string of all three servers.
 //!
 //! Every contender reaches every server through a proxy of its own, in front of the server's
 //! client proxy, and its connect string names those three (the client picks one at random,

@@ -1,4 +1,4 @@
-//! Interoperability with a ZooKeeper lock no one here wrote (issue 23): kazoo's `Lock`, from
+//! Interoperability with a ZooKeeper lock no one here wrote: kazoo's `Lock`, from
 //! the Python client kazoo, given `extra_lock_patterns=["lock-"]` (its documented way of
 //! recognising other clients' znodes), contends with ours for one lock path on the test
 //! binary's ZooKeeper. Both sides must see each other's znodes: at most one holder at a time,

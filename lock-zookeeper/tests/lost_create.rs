@@ -1,4 +1,4 @@
-//! A create whose answer is lost with the connection (issue 23): with protected names the
+//! A create whose answer is lost with the connection: with protected names the
 //! request finds its znode by its GUID once reconnected and takes it instead of creating a
 //! second one; a create that never reached the server is made again; with plain names the
 //! request fails and the znode it left is swept.

@@ -1,4 +1,4 @@
-//! A ZooKeeper server that restarts under its clients (issue 10, item 5): contenders go on
+//! A ZooKeeper server that restarts under its clients: contenders go on
 //! once it is back, a holder is told its lease is lost, and after an outage that outlasts the
 //! session a waiter fails with `LeaseLost` and the same backend goes on with a new session.
 //!
