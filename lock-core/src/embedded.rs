@@ -116,11 +116,13 @@
 //! - `counters`: the request counters ([`OpCounts`], [`StoreCounters`]) and the tombstone
 //!   statistics ([`TombstoneStats`], [`TombstoneHistogram`]);
 //! - `row`: one row on one replica, live and dead cells apart;
-//! - `replica`: one replica's data and the mutations it applies;
 //! - `handles`: [`EmbeddedStore`] and [`EmbeddedClient`], the handles callers hold;
-//! - `coordinator`: how a request reaches the replicas (timelines, writes in flight);
 //! - `read`: the read path, rounds and tombstone scans; `merge`: how replicas' answers merge;
-//! - `paxos`: lightweight transactions.
+//! - `paxos`: lightweight transactions;
+//! - this module itself: the coordinator (how a request reaches the replicas: timelines,
+//!   writes in flight) and the replicas (their data and the mutations they apply). Every
+//!   module above uses them, and they use `handles` and `read`: kept here, below no sibling,
+//!   the modules import in one direction.
 //!
 //! [`reconcile`]: crate::store::reconcile
 //! [`StoreError::Unavailable`]: crate::store::StoreError::Unavailable
@@ -128,16 +130,24 @@
 //! [`StoreError::Unreachable`]: crate::store::StoreError::Unreachable
 //! [`StoreError::TombstoneOverwhelming`]: crate::store::StoreError::TombstoneOverwhelming
 
-use std::sync::{Mutex, MutexGuard};
+use crate::store::{Cell, CellWrite, Consistency, Micros, Slice, StoreError};
+use counters::OpKind;
+use handles::{ClientState, Inner};
+use rand::RngExt;
+use read::ReadScan;
+use row::{DeadCell, DeadCells, Incoming, LiveCell, LiveSlice, Row};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::Instant;
 
 mod config;
-mod coordinator;
 mod counters;
 mod handles;
 mod merge;
 mod paxos;
 mod read;
-mod replica;
 mod row;
 
 pub use config::{EmbeddedConfig, LatencyModel};
@@ -149,4 +159,541 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere while holding a lock must not take the whole store down with it:
     // every critical section leaves the data consistent between statements.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// The coordinator: how a request reaches the replicas.
+// The coordinator: how a request reaches the replicas. Each request gets a timeline of
+// messages (a replica acts half-way through its round trip, its answer arrives at the end),
+// which the request walks with tokio sleeps; a write still due to some replicas when the
+// request ends goes on in the background.
+
+impl Inner {
+    fn count_table(&self, table: &str, kind: OpKind) {
+        let mut tables = lock(&self.table_counts);
+        match tables.get_mut(table) {
+            Some(counts) => counts.bump(kind),
+            None => {
+                let mut counts = OpCounts::default();
+                counts.bump(kind);
+                tables.insert(table.to_owned(), counts);
+            }
+        }
+    }
+
+    fn deadline(&self, start: Instant) -> Instant {
+        // A timeout too large for the clock means "never"; ~30 years is never for any run.
+        start
+            .checked_add(self.config.request_timeout)
+            .or_else(|| start.checked_add(Duration::from_secs(30 * 365 * 86_400)))
+            .unwrap_or(start)
+    }
+
+    fn record_tombstones(&self, scan: &ReadScan<'_>, failed: bool) {
+        let warn = self.config.tombstone_warn_threshold;
+        let mut tables = lock(&self.tombstones);
+        match tables.get_mut(scan.table) {
+            Some(stats) => stats.record(scan.most, warn, failed),
+            None => {
+                let mut stats = TombstoneStats::default();
+                stats.record(scan.most, warn, failed);
+                tables.insert(scan.table.to_owned(), stats);
+            }
+        }
+    }
+
+    fn running(&self) -> Vec<usize> {
+        (0..self.replicas.len()).filter(|&i| self.replicas[i].is_running()).collect()
+    }
+
+    /// A mutation reaches replica `replica` at `now`: an overloaded replica may drop it
+    /// ([`EmbeddedStore::lag_replica`]). True when applied (it will be acknowledged).
+    fn deliver(
+        &self,
+        replica: usize,
+        table: &str,
+        row: &str,
+        m: Mutation<'_>,
+        now: Instant,
+    ) -> bool {
+        let Some(r) = self.replicas.get(replica) else { return false };
+        let drop_ppm = r.drop_ppm.load(Ordering::Acquire);
+        if drop_ppm > 0
+            && r.is_running()
+            && lock(&self.rng).random_range(0..1_000_000u32) < drop_ppm
+        {
+            return false;
+        }
+        r.apply(table, row, m, now, self.config.row_policy())
+    }
+
+    /// True when no replica lags: requests may then be served inline without latency.
+    fn none_lagging(&self) -> bool {
+        !self.replicas.iter().any(Replica::is_lagging)
+    }
+}
+
+/// One scheduled step of a request: a replica applies or reads (`reply == false`, half-way
+/// through its round trip) or its answer reaches the coordinator (`reply == true`).
+#[derive(Clone, Copy)]
+struct Event {
+    at: Instant,
+    /// Index into the replicas (writes) or into the chosen replicas (reads).
+    slot: usize,
+    reply: bool,
+}
+
+/// Builds the timeline of one request to `slots` replicas, sorted by time; a stable sort so
+/// that simultaneous events keep a fixed order (each replica's apply before its reply). For a
+/// mutation (`slots` are replica indices) an overloaded replica's lag delays both its apply
+/// and its acknowledgement.
+fn timeline(
+    inner: &Inner,
+    start: Instant,
+    slots: impl Iterator<Item = usize>,
+    mutation: bool,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    {
+        let mut rng = lock(&inner.rng);
+        for slot in slots {
+            let lag = match inner.replicas.get(slot) {
+                Some(r) if mutation => r.lag(),
+                _ => Duration::ZERO,
+            };
+            let rt = inner.config.latency.sample(&mut rng);
+            // An instant beyond the clock's range is never reached: that message is lost.
+            if let Some(at) = start.checked_add(rt / 2 + lag) {
+                events.push(Event { at, slot, reply: false });
+            }
+            if let Some(at) = start.checked_add(rt + lag) {
+                events.push(Event { at, slot, reply: true });
+            }
+        }
+    }
+    events.sort_by_key(|e| e.at);
+    events
+}
+
+/// A write in flight. Whatever applies are still due when it is dropped (the request
+/// completed, timed out, or the caller gave up on it) go on in a background task: the
+/// messages were sent and the replicas will act on them.
+struct InFlight<'a> {
+    inner: &'a Arc<Inner>,
+    table: &'a str,
+    row: &'a str,
+    mutation: Mutation<'a>,
+    events: Vec<Event>,
+    next: usize,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let pending: Vec<(Instant, usize)> = self
+            .events
+            .get(self.next..)
+            .unwrap_or(&[])
+            .iter()
+            .filter(|e| !e.reply)
+            .map(|e| (e.at, e.slot))
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let inner = Arc::clone(self.inner);
+        let table = self.table.to_owned();
+        let row = self.row.to_owned();
+        let mutation = self.mutation.to_owned_mutation();
+        handle.spawn(async move {
+            for (at, replica) in pending {
+                tokio::time::sleep_until(at).await;
+                inner.deliver(replica, &table, &row, mutation.as_mutation(), Instant::now());
+            }
+        });
+    }
+}
+
+/// Who is asking: the store, its client handles, and the state the request is counted under.
+struct Caller<'a> {
+    inner: &'a Arc<Inner>,
+    state: &'a ClientState,
+    id: &'a str,
+}
+
+impl Caller<'_> {
+    fn count(&self, table: &str, kind: OpKind) {
+        self.state.bump(kind);
+        self.inner.count_table(table, kind);
+    }
+
+    /// Returns `Err(Unreachable)` after the request timeout when the client is isolated.
+    async fn check_reachable(&self) -> Result<(), StoreError> {
+        if !self.state.isolated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        tokio::time::sleep_until(self.inner.deadline(Instant::now())).await;
+        Err(StoreError::Unreachable(format!(
+            "client '{}' is cut off from the embedded store (simulated partition)",
+            self.id
+        )))
+    }
+
+    async fn mutate(
+        &self,
+        table: &str,
+        row: &str,
+        m: Mutation<'_>,
+        c: Consistency,
+    ) -> Result<(), StoreError> {
+        self.count(table, m.kind());
+        self.check_reachable().await?;
+        let inner = self.inner;
+        let start = Instant::now();
+        let required = c.required(inner.replicas.len());
+
+        if inner.config.latency.is_zero() && inner.none_lagging() {
+            let alive = inner.replicas.iter().filter(|r| r.is_running()).count();
+            if alive < required {
+                tokio::task::yield_now().await;
+                return Err(StoreError::Unavailable { consistency: c, required, alive });
+            }
+            let policy = inner.config.row_policy();
+            let acks =
+                inner.replicas.iter().filter(|r| r.apply(table, row, m, start, policy)).count();
+            tokio::task::yield_now().await;
+            if acks >= required {
+                return Ok(());
+            }
+            // Only when a replica stopped between the check and the apply (another thread).
+            tokio::time::sleep_until(inner.deadline(start)).await;
+            return Err(StoreError::WriteTimeout { consistency: c, received: acks, required });
+        }
+
+        let live = inner.running();
+        if live.len() < required {
+            tokio::task::yield_now().await;
+            return Err(StoreError::Unavailable { consistency: c, required, alive: live.len() });
+        }
+        let deadline = inner.deadline(start);
+        let events = timeline(inner, start, live.iter().copied(), true);
+        let mut flight = InFlight { inner, table, row, mutation: m, events, next: 0 };
+        let mut applied = vec![false; inner.replicas.len()];
+        let mut acks = 0usize;
+        let mut slept = false;
+        // The clock moves only while the request sleeps (a paused clock not even then but by
+        // the runtime's advance), so it is read again only after a sleep: every read of a
+        // tokio instant takes a lock of the runtime's clock.
+        let mut now = start;
+        while let Some(&ev) = flight.events.get(flight.next) {
+            if ev.at > deadline {
+                break;
+            }
+            if ev.at > now {
+                tokio::time::sleep_until(ev.at).await;
+                slept = true;
+                now = Instant::now();
+            }
+            flight.next += 1;
+            if ev.reply {
+                if applied.get(ev.slot).copied().unwrap_or(false) {
+                    acks += 1;
+                    if acks >= required {
+                        break;
+                    }
+                }
+            } else {
+                let ok = inner.deliver(ev.slot, table, row, m, now);
+                if let Some(a) = applied.get_mut(ev.slot) {
+                    *a = ok;
+                }
+            }
+        }
+        if !slept {
+            tokio::task::yield_now().await;
+        }
+        if acks >= required {
+            return Ok(());
+        }
+        // Every event left is after the deadline, so waiting for it skips none of them.
+        tokio::time::sleep_until(deadline).await;
+        Err(StoreError::WriteTimeout { consistency: c, received: acks, required })
+    }
+}
+
+// One replica.
+// One replica: its rows, its fault state (running, lagging, dropping), the mutations it
+// applies and the reads it answers, each at the instant the coordinator's timeline says.
+
+type Tables = BTreeMap<String, BTreeMap<String, Row>>;
+
+/// What one replica answers to a read that will be merged with other replicas' answers: its
+/// live cells up to the limit, and its dead cells as they were at its read instant.
+struct RawAnswer {
+    live: LiveSlice,
+    dead: DeadCells,
+    /// The replica stopped at its limit: cells after its last live one are unknown.
+    truncated: bool,
+}
+
+/// How a replica stores and purges: the parts of the config its rows need.
+#[derive(Clone, Copy)]
+struct RowPolicy {
+    grace: Duration,
+    compaction_interval: Duration,
+}
+
+struct Replica {
+    running: AtomicBool,
+    /// Extra delay of every mutation, in nanoseconds ([`EmbeddedStore::lag_replica`]).
+    lag_nanos: AtomicU64,
+    /// Mutations dropped, per million.
+    drop_ppm: AtomicU32,
+    tables: Mutex<Tables>,
+    /// The Paxos state of every row a lightweight transaction touched (Cassandra's
+    /// `system.paxos`): promised ballot, accepted proposal, most recent commit.
+    paxos: Mutex<BTreeMap<(String, String), paxos::PaxosState>>,
+}
+
+impl Replica {
+    fn new() -> Self {
+        Replica {
+            running: AtomicBool::new(true),
+            lag_nanos: AtomicU64::new(0),
+            drop_ppm: AtomicU32::new(0),
+            tables: Mutex::new(BTreeMap::new()),
+            paxos: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The extra delay of a mutation sent to this replica now.
+    fn lag(&self) -> Duration {
+        Duration::from_nanos(self.lag_nanos.load(Ordering::Acquire))
+    }
+
+    fn is_lagging(&self) -> bool {
+        self.lag_nanos.load(Ordering::Acquire) > 0 || self.drop_ppm.load(Ordering::Acquire) > 0
+    }
+
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Applies a mutation at `now`; false when the replica is stopped (no acknowledgement).
+    fn apply(
+        &self,
+        table: &str,
+        row: &str,
+        m: Mutation<'_>,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> bool {
+        if !self.is_running() {
+            return false;
+        }
+        let mut tables = lock(&self.tables);
+        // Look up before inserting so that the common case allocates no key strings.
+        if !tables.contains_key(table) {
+            tables.insert(table.to_owned(), BTreeMap::new());
+        }
+        let Some(rows) = tables.get_mut(table) else { return true };
+        if !rows.contains_key(row) {
+            rows.insert(row.to_owned(), Row::new(now, policy.compaction_interval));
+        }
+        let Some(cells) = rows.get_mut(row) else { return true };
+        cells.advance(now, policy.grace, policy.compaction_interval);
+        match m {
+            Mutation::Write(writes) => {
+                for w in writes {
+                    let expires_at = w.ttl.and_then(|ttl| now.checked_add(ttl));
+                    let value = Arc::clone(&w.value);
+                    let cell = LiveCell { timestamp: w.timestamp, value, expires_at };
+                    cells.merge(&w.column, Incoming::Live(cell), now);
+                }
+            }
+            Mutation::Delete { column, timestamp } => {
+                cells.merge(column, Incoming::Dead(DeadCell { timestamp, dead_at: now }), now);
+            }
+        }
+        true
+    }
+
+    /// Brings the row to `now` (expiries, a due compaction) and hands it to `read`; `None` when
+    /// the replica is stopped (no answer). A row emptied by compaction is dropped.
+    fn with_row<T>(
+        &self,
+        table: &str,
+        row: &str,
+        now: Instant,
+        policy: RowPolicy,
+        read: impl FnOnce(Option<&Row>) -> T,
+    ) -> Option<T> {
+        if !self.is_running() {
+            return None;
+        }
+        let mut tables = lock(&self.tables);
+        let Some(cells) = tables.get_mut(table).and_then(|rows| rows.get_mut(row)) else {
+            return Some(read(None));
+        };
+        cells.advance(now, policy.grace, policy.compaction_interval);
+        if cells.is_empty() {
+            if let Some(rows) = tables.get_mut(table) {
+                rows.remove(row);
+                if rows.is_empty() {
+                    tables.remove(table);
+                }
+            }
+            return Some(read(None));
+        }
+        Some(read(Some(cells)))
+    }
+
+    /// The live cells of a slice as a snapshot, and the tombstones scanned: what a lone
+    /// replica answers. Nothing is copied until the coordinator builds its answer.
+    fn read_live(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> Option<(LiveSlice, u64)> {
+        let limit = slice.limit.unwrap_or(usize::MAX);
+        self.with_row(table, row, now, policy, |r| {
+            let Some(r) = r else { return (LiveSlice::default(), 0) };
+            let scan = r.scan(slice.start.as_deref(), limit);
+            (scan.live, scan.tombstones)
+        })
+    }
+
+    /// The live cells from `start` up to `limit` with a snapshot of the dead cells, for a
+    /// merging coordinator, and the tombstones scanned.
+    fn read_raw(
+        &self,
+        table: &str,
+        row: &str,
+        start: Option<&str>,
+        limit: Option<usize>,
+        now: Instant,
+        policy: RowPolicy,
+    ) -> Option<(RawAnswer, u64)> {
+        let limit = limit.unwrap_or(usize::MAX);
+        self.with_row(table, row, now, policy, |r| {
+            let Some(r) = r else {
+                return (
+                    RawAnswer {
+                        live: LiveSlice::default(),
+                        dead: DeadCells::default(),
+                        truncated: false,
+                    },
+                    0,
+                );
+            };
+            let scan = r.scan(start, limit);
+            (
+                RawAnswer { live: scan.live, dead: r.dead.clone(), truncated: scan.truncated },
+                scan.tombstones,
+            )
+        })
+    }
+
+    /// The live cells of a whole row, bypassing the request path.
+    fn snapshot(&self, table: &str, row: &str, now: Instant, policy: RowPolicy) -> Vec<Cell> {
+        self.with_row(table, row, now, policy, |r| {
+            r.map(|r| {
+                r.live
+                    .iter()
+                    .map(|(k, c)| Cell {
+                        column: String::from(&**k),
+                        value: c.value.to_vec(),
+                        timestamp: c.timestamp,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+        })
+        .unwrap_or_default()
+    }
+
+    /// The number of dead cells of a row (tombstones and expired cells not yet compacted
+    /// away), bypassing the request path.
+    fn tombstones(&self, table: &str, row: &str, now: Instant, policy: RowPolicy) -> usize {
+        self.with_row(table, row, now, policy, |r| r.map_or(0, |r| r.dead.len())).unwrap_or(0)
+    }
+}
+
+/// One cell of a write as the replicas receive it: its column and value are made once per
+/// request and shared by every replica's copy. Replicas' rows then hold the same
+/// allocations, and a coordinator merging their answers tells equal columns and values
+/// apart by address before it compares bytes.
+#[derive(Clone)]
+struct SharedWrite {
+    column: Arc<str>,
+    value: Arc<[u8]>,
+    timestamp: Micros,
+    ttl: Option<Duration>,
+}
+
+impl SharedWrite {
+    /// The cells of one write request.
+    fn batch(cells: &[CellWrite]) -> Vec<SharedWrite> {
+        cells
+            .iter()
+            .map(|c| SharedWrite {
+                column: Arc::from(c.column.as_str()),
+                value: Arc::from(c.value.as_slice()),
+                timestamp: c.timestamp,
+                ttl: c.ttl,
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Mutation<'a> {
+    Write(&'a [SharedWrite]),
+    Delete { column: &'a Arc<str>, timestamp: Micros },
+}
+
+enum OwnedMutation {
+    Write(Vec<SharedWrite>),
+    Delete { column: Arc<str>, timestamp: Micros },
+}
+
+impl Mutation<'_> {
+    fn kind(&self) -> OpKind {
+        match self {
+            Mutation::Write(_) => OpKind::Write,
+            Mutation::Delete { .. } => OpKind::Delete,
+        }
+    }
+
+    fn to_owned_mutation(self) -> OwnedMutation {
+        match self {
+            Mutation::Write(cells) => OwnedMutation::Write(cells.to_vec()),
+            Mutation::Delete { column, timestamp } => {
+                OwnedMutation::Delete { column: Arc::clone(column), timestamp }
+            }
+        }
+    }
+}
+
+impl OwnedMutation {
+    fn as_mutation(&self) -> Mutation<'_> {
+        match self {
+            OwnedMutation::Write(cells) => Mutation::Write(cells),
+            OwnedMutation::Delete { column, timestamp } => {
+                Mutation::Delete { column, timestamp: *timestamp }
+            }
+        }
+    }
+}
+
+/// A replica's answer to a read.
+enum Answer {
+    /// Live cells, already sliced: the lone answer of a read that needs no merge.
+    Live(LiveSlice),
+    /// Live cells and a snapshot of the dead ones, for merging.
+    Raw(RawAnswer),
+    /// The replica aborted its scan after this many tombstones (the failure threshold).
+    Overwhelmed(u64),
 }

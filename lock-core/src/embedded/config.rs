@@ -1,7 +1,7 @@
 //! How an embedded store behaves: its configuration and the latency model of a round trip.
 
-use super::replica::RowPolicy;
 use super::PaxosVariant;
+use super::RowPolicy;
 use rand::rngs::StdRng;
 use rand::RngExt;
 use std::time::Duration;

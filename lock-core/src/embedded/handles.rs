@@ -2,10 +2,10 @@
 //! counters, and [`EmbeddedClient`], one client's view of it, with the per-client state the
 //! handles of one id share. Both hand their requests to the coordinator.
 
-use super::coordinator::Caller;
 use super::counters::{OpCounts, OpKind, StoreCounters, TombstoneStats};
-use super::replica::{Mutation, Replica, SharedWrite};
+use super::Caller;
 use super::{lock, EmbeddedConfig};
+use super::{Mutation, Replica, SharedWrite};
 use crate::store::{
     CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
     Slice, StoreError,

@@ -1,9 +1,9 @@
 //! How a coordinator merges several replicas' answers to a read: per column, by the cell
 //! reconciliation rules, before it drops dead cells and applies the slice's limit.
 
-use super::read::Answer;
-use super::replica::RawAnswer;
 use super::row::{self, LiveCell};
+use super::Answer;
+use super::RawAnswer;
 use crate::store::{reconcile_weighed, Cell, Micros, Weighed};
 use std::cmp::Ordering as CmpOrdering;
 use std::iter::Peekable;

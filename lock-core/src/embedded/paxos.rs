@@ -65,13 +65,13 @@
 //! commits to a stopped replica: it learns a missed commit when a later prepare finds it
 //! behind (step 2), or not at all.
 
-use super::coordinator::{timeline, Caller};
 use super::counters::OpKind;
 use super::handles::Inner;
 use super::lock;
 use super::merge::merge;
-use super::read::Answer;
-use super::replica::{Mutation, RawAnswer, Replica, RowPolicy, SharedWrite};
+use super::Answer;
+use super::{timeline, Caller};
+use super::{Mutation, RawAnswer, Replica, RowPolicy, SharedWrite};
 use crate::store::{
     CasChange, CasRequest, CasResult, CasTimeoutKind, Cell, Consistency, Micros, SerialConsistency,
     Slice, StoreError,

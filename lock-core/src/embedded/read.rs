@@ -3,26 +3,15 @@
 //! scanned, and fails past the failure threshold.
 
 use super::config::EmbeddedConfig;
-use super::coordinator::{timeline, Caller, Event};
 use super::counters::OpKind;
 use super::lock;
 use super::merge::{merge_into, Filler};
-use super::replica::RawAnswer;
-use super::row::LiveSlice;
+use super::Answer;
+use super::{timeline, Caller, Event};
 use crate::store::{Cell, Consistency, Slice, StoreError};
 use rand::RngExt;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// A replica's answer to a read.
-pub(super) enum Answer {
-    /// Live cells, already sliced: the lone answer of a read that needs no merge.
-    Live(LiveSlice),
-    /// Live cells and a snapshot of the dead ones, for merging.
-    Raw(RawAnswer),
-    /// The replica aborted its scan after this many tombstones (the failure threshold).
-    Overwhelmed(u64),
-}
 
 impl Caller<'_> {
     pub(super) async fn read(

@@ -1,9 +1,7 @@
 //! One connection to one node: the dial (TCP, TLS, the credentials' `Hello`), the reader
 //! task that routes replies and pushes, and a request's round trip.
 
-use super::leader::Shared;
-use super::session::Session;
-use super::{kind_of, lock};
+use super::{kind_of, lock, PushSink, Shared};
 use crate::proto::{
     decode, encode, read_bytes, ClientFrame, ErrorKind, Reply, Request, ServerFrame,
     MAX_SERVER_FRAME,
@@ -12,15 +10,11 @@ use crate::tls::BoxIo;
 use lock_core::secret::Credentials;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use tokio::io::WriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::{timeout_at, Instant};
-
-/// Where a connection's reader hands the pushes: the session, once it exists (a push comes
-/// only for a session's locks, so none arrives before the session is opened).
-pub(super) type PushSink = Arc<OnceLock<Weak<Session>>>;
 
 /// One connection to one node: its write half, written by whoever sends, and a reader task
 /// that routes replies by id and hands pushes to the session. Neither goes through another

@@ -1,60 +1,13 @@
 //! Which node to dial: the endpoints in the order to try them, the nodes that failed, and
 //! [`find_leader`], which dials until the leader answers.
 
-use super::connection::{Conn, DialError, PushSink};
-use super::{backend_of, lock, ClientConfig};
+use super::connection::{Conn, DialError};
+use super::{backend_of, lock, PushSink, Shared};
 use crate::proto::{ErrorKind, Reply, Request};
 use lock_core::lock::LockError;
 use lock_core::BackendErrorKind;
-use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
-use tokio_rustls::TlsConnector;
-
-/// What every session of a client shares.
-pub(super) struct Shared {
-    pub(super) endpoints: Vec<String>,
-    /// The endpoints in the order to try them: the last leader first, failures last.
-    pub(super) order: Mutex<Vec<String>>,
-    /// The nodes that failed to connect or to answer since they last answered: a hint naming
-    /// one is not followed ([`find_leader`]).
-    pub(super) failed: Mutex<Vec<String>>,
-    pub(super) config: ClientConfig,
-    pub(super) next_id: AtomicU64,
-    /// The TLS connector, when the config asks for TLS.
-    pub(super) tls: Option<TlsConnector>,
-}
-
-impl Shared {
-    pub(super) fn promote(&self, addr: &str) {
-        lock(&self.failed).retain(|f| f != addr);
-        let mut order = lock(&self.order);
-        if let Some(at) = order.iter().position(|a| a == addr) {
-            let a = order.remove(at);
-            order.insert(0, a);
-        }
-    }
-
-    /// Whether to dial the node a follower at `from` names as leader next: not itself, and
-    /// not one that failed since it last answered (see [`find_leader`]).
-    pub(super) fn worth_following(&self, leader: &str, from: &str) -> bool {
-        leader != from && !lock(&self.failed).iter().any(|f| f == leader)
-    }
-
-    pub(super) fn demote(&self, addr: &str) {
-        let mut failed = lock(&self.failed);
-        if !failed.iter().any(|f| f == addr) {
-            failed.push(addr.to_string());
-        }
-        drop(failed);
-        let mut order = lock(&self.order);
-        if let Some(at) = order.iter().position(|a| a == addr) {
-            let a = order.remove(at);
-            order.push(a);
-        }
-    }
-}
 
 /// Dial nodes until one that leads answers `first`: the hint first, then every endpoint, the
 /// ones that answered last time first. Each attempt gets [`ClientConfig::connect_timeout`] to
@@ -155,6 +108,9 @@ pub(super) async fn find_leader(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::ClientConfig;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
 
     #[test]
     fn a_hint_naming_a_node_that_failed_since_it_last_answered_is_not_followed() {

@@ -32,7 +32,6 @@ mod session;
 pub use locker::ServiceLocker;
 
 use crate::proto::{Reply, Request, SessionId};
-use leader::Shared;
 use lock_core::lock::{validate_id, LockError};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
@@ -41,8 +40,9 @@ use lock_core::BackendErrorKind;
 use locker::unexpected;
 use session::Session;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
+use tokio_rustls::TlsConnector;
 
 /// The algorithm's name in results.
 pub const ALGORITHM: &str = "service";
@@ -97,6 +97,54 @@ impl std::fmt::Debug for ClientConfig {
             .field("credentials", &self.credentials)
             .field("tls", &self.tls)
             .finish()
+    }
+}
+
+/// Where a connection's reader hands the pushes: the session, once it exists (a push comes
+/// only for a session's locks, so none arrives before the session is opened).
+type PushSink = Arc<OnceLock<Weak<Session>>>;
+
+/// What every session of a client shares.
+struct Shared {
+    pub(super) endpoints: Vec<String>,
+    /// The endpoints in the order to try them: the last leader first, failures last.
+    pub(super) order: Mutex<Vec<String>>,
+    /// The nodes that failed to connect or to answer since they last answered: a hint naming
+    /// one is not followed ([`find_leader`]).
+    pub(super) failed: Mutex<Vec<String>>,
+    pub(super) config: ClientConfig,
+    pub(super) next_id: AtomicU64,
+    /// The TLS connector, when the config asks for TLS.
+    pub(super) tls: Option<TlsConnector>,
+}
+
+impl Shared {
+    pub(super) fn promote(&self, addr: &str) {
+        lock(&self.failed).retain(|f| f != addr);
+        let mut order = lock(&self.order);
+        if let Some(at) = order.iter().position(|a| a == addr) {
+            let a = order.remove(at);
+            order.insert(0, a);
+        }
+    }
+
+    /// Whether to dial the node a follower at `from` names as leader next: not itself, and
+    /// not one that failed since it last answered (see [`find_leader`]).
+    pub(super) fn worth_following(&self, leader: &str, from: &str) -> bool {
+        leader != from && !lock(&self.failed).iter().any(|f| f == leader)
+    }
+
+    pub(super) fn demote(&self, addr: &str) {
+        let mut failed = lock(&self.failed);
+        if !failed.iter().any(|f| f == addr) {
+            failed.push(addr.to_string());
+        }
+        drop(failed);
+        let mut order = lock(&self.order);
+        if let Some(at) = order.iter().position(|a| a == addr) {
+            let a = order.remove(at);
+            order.push(a);
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The session: its connection to the leader, its holders and waiters, its resumption after
 //! a failover, and the keep-alive that renews it or declares it lost.
 
-use super::connection::{Conn, PushSink};
-use super::leader::{find_leader, Shared};
+use super::connection::Conn;
+use super::leader::find_leader;
 use super::{backend_of, lock, refusal_kind};
+use super::{PushSink, Shared};
 use crate::proto::{ErrorKind, Held, Push, Reply, Request, SessionId};
 use lock_core::lock::{LeaseLost, LeaseState, LockError};
 use lock_core::BackendErrorKind;
