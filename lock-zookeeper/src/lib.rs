@@ -196,6 +196,17 @@
 //!   long for the lock. After a short outage grants resume on the old sessions once the
 //!   server answers again (`tests/restart.rs` checks both cases).
 //!
+//! ## What a failure says
+//! Every [`LockError::Backend`] names what was being done, on which path, and carries a kind
+//! (`lock_core::BackendErrorKind`) and, where the driver failed, `zookeeper-client`'s error as
+//! its source (`BackendError::downcast_ref` reaches it). A lost connection, an ended session,
+//! no reachable server or a throttled request are `Unavailable`; no answer in time is
+//! `Timeout`: both may pass if asked again. An ACL's `NoAuth`, failed authentication and a TLS
+//! handshake the servers refuse are `Refused`; an answer the recipe cannot use (a znode in a
+//! state it did not leave it in, a quota, an unreadable reply, a GUID znode of another
+//! session) is `Protocol`. A request refused during the backoff after a failed attempt at a
+//! session has that attempt's kind.
+//!
 //! ## Fencing token
 //! The znode's `czxid` (the zxid of the transaction that created it). Grants follow sequence
 //! order, sequence order is creation order, and zxids increase with every transaction of the
@@ -273,6 +284,7 @@
 
 mod acl;
 mod config;
+mod error;
 mod holder;
 mod naming;
 mod op;
@@ -289,11 +301,10 @@ use lock_core::lock::validate_id;
 #[cfg(doc)]
 use lock_core::requests::RequestHook;
 use lock_core::session::SessionSlot;
-use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
+use lock_core::{BackendError, BackendErrorKind, LockError, LockGuard, Locker};
 use naming::{name_of, sequence_of};
 use op::Op;
 use session::{open_session, Session};
-use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -303,16 +314,15 @@ use zookeeper_client as zk;
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "zookeeper";
 
-fn backend_err(message: impl Display) -> LockError {
-    LockError::backend(BACKEND, BackendErrorKind::Other, message.to_string())
-}
-
 struct Inner {
     hosts: Arc<str>,
     root: String,
     config: ZkConfig,
     /// The session new requests use; a new one once it is over.
     slot: SessionSlot<Session>,
+    /// The kind and source of the last failed attempt at a session, for the requests refused
+    /// during the backoff that follows it (the slot keeps its text only).
+    last_failure: std::sync::Mutex<Option<(BackendErrorKind, BackendError)>>,
 }
 
 impl Inner {
@@ -325,12 +335,24 @@ impl Inner {
     /// once: [`SessionSlot`]).
     async fn session(&self) -> Result<Arc<Session>, LockError> {
         let refused = |last: &str, wait: Duration| {
-            backend_err(format!(
+            let sentence = format!(
                 "no ZooKeeper session at {}: {last} (next attempt at a new session in {wait:?})",
                 self.hosts
-            ))
+            );
+            match self.last_failure.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                Some((kind, source)) => error::caused(kind, sentence, source),
+                None => error::backend_err(BackendErrorKind::Other, sentence),
+            }
         };
-        self.slot.get(|| open_session(&self.hosts, &self.config), refused).await
+        let open = || async {
+            let opened = open_session(&self.hosts, &self.config).await;
+            if let Err(LockError::Backend { kind, source, .. }) = &opened {
+                let failure = Some((*kind, source.clone()));
+                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = failure;
+            }
+            opened
+        };
+        self.slot.get(open, refused).await
     }
 }
 
@@ -390,7 +412,13 @@ impl ZkBackend {
         let hosts: Arc<str> = hosts.into();
         let session = open_session(&hosts, &config).await?;
         Ok(ZkBackend {
-            inner: Arc::new(Inner { hosts, root, config, slot: SessionSlot::new(session) }),
+            inner: Arc::new(Inner {
+                hosts,
+                root,
+                config,
+                slot: SessionSlot::new(session),
+                last_failure: Default::default(),
+            }),
         })
     }
 

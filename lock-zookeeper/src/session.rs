@@ -1,10 +1,11 @@
 //! One ZooKeeper session: its client, how every request goes through it, and how it is made.
 
 use crate::acl::node_acl;
+use crate::error::{backend_err, caused, driver_err, kind_of};
 use crate::op::{Op, SESSIONS, ZNODES};
-use crate::{backend_err, tls, NodeAcl, ZkConfig};
+use crate::{tls, NodeAcl, ZkConfig};
 use lock_core::requests::RequestHook;
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
@@ -31,25 +32,47 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn err(&self, what: &str, path: &str, e: impl Display) -> LockError {
-        backend_err(format!("{what} {path} on ZooKeeper at {}: {e}", self.hosts))
+    /// A failure of `what` on `path` that the backend found itself, of `kind`.
+    pub(crate) fn err(
+        &self,
+        what: &str,
+        path: &str,
+        kind: BackendErrorKind,
+        why: impl Display,
+    ) -> LockError {
+        backend_err(kind, self.sentence(what, path, why))
     }
 
-    /// The error of a request that failed with `e`: a refusal by an ACL says whose it was,
-    /// since that is what the user must change.
+    /// A failure of `what` on `path` the backend tells in its own words `why`, which the
+    /// driver's error `e` caused: of `e`'s kind, with `e` as its source.
+    pub(crate) fn err_from(
+        &self,
+        what: &str,
+        path: &str,
+        why: impl Display,
+        e: zk::Error,
+    ) -> LockError {
+        caused(kind_of(&e), self.sentence(what, path, why), e)
+    }
+
+    /// `{what} {path} on ZooKeeper at {hosts}: {why}`.
+    fn sentence(&self, what: &str, path: &str, why: impl Display) -> String {
+        format!("{what} {path} on ZooKeeper at {}: {why}", self.hosts)
+    }
+
+    /// The error of a request that failed with `e`, the driver's error kept as its source and
+    /// its kind from `e` ([`kind_of`]): a refusal by an ACL says whose it was, since that is
+    /// what the user must change.
     pub(crate) fn refused(&self, what: &str, path: &str, e: zk::Error) -> LockError {
         if e == zk::Error::NoAuth {
-            return self.err(
-                what,
-                path,
-                format!(
-                    "not authorised (NoAuth): the ACL of {} does not allow this to {}",
-                    if matches!(what, "create" | "mkdir" | "delete") { "its parent" } else { "it" },
-                    self.identity
-                ),
+            let why = format!(
+                "not authorised (NoAuth): the ACL of {} does not allow this to {}",
+                if matches!(what, "create" | "mkdir" | "delete") { "its parent" } else { "it" },
+                self.identity
             );
+            return self.err_from(what, path, why, e);
         }
-        self.err(what, path, e)
+        driver_err(self.sentence(what, path, &e), e)
     }
 
     /// Run one request, `op` on `path`, which the client sent as `fut` was made: report it to
@@ -65,7 +88,7 @@ impl Session {
         self.requests.sent(ZNODES, op.request());
         tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
             let why = format!("no answer within the session timeout {:?}", self.timeout);
-            self.err(op.what(), path, why)
+            self.err(op.what(), path, BackendErrorKind::Timeout, why)
         })
     }
 
@@ -153,19 +176,23 @@ pub(crate) async fn open_session(
     // plain text (crate docs, "TLS")?
     let attempt = tokio::select! {
         attempt = connect => attempt,
-        refusal = tls::refusal(hosts, config.tls.as_ref()) => return Err(backend_err(refusal)),
+        refusal = tls::refusal(hosts, config.tls.as_ref()) => {
+            return Err(backend_err(BackendErrorKind::Refused, refusal))
+        }
     };
     let client = match attempt {
         Ok(Ok(c)) => c,
-        Ok(Err(zk::Error::Timeout)) => {
-            return Err(backend_err(format!(
+        Ok(Err(e @ zk::Error::Timeout)) => {
+            return Err(driver_err(format!(
                 "cannot connect to ZooKeeper at {hosts}: no session established within the session timeout {:?}",
                 config.session_timeout
-            )))
+            ), e))
         }
-        Ok(Err(e)) => return Err(backend_err(format!("cannot connect to ZooKeeper at {hosts}: {e}"))),
+        Ok(Err(e)) => {
+            return Err(driver_err(format!("cannot connect to ZooKeeper at {hosts}: {e}"), e))
+        }
         Err(_) => {
-            return Err(backend_err(format!(
+            return Err(backend_err(BackendErrorKind::Timeout, format!(
                 "cannot connect to ZooKeeper at {hosts}: no session within {:?}",
                 config.connect_timeout
             )))

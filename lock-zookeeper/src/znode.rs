@@ -5,7 +5,7 @@ use crate::naming::{NodeNaming, NODE_NAME};
 use crate::op::Op;
 use crate::session::{connected, Session, RETRY_PAUSE};
 use crate::ZkLock;
-use lock_core::LockError;
+use lock_core::{BackendErrorKind, LockError};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
@@ -226,7 +226,8 @@ impl ZkLock {
                 Ok(None) if lost < PROTECTED_ATTEMPTS => {}
                 Ok(None) => {
                     let why = format!("the connection broke under {lost} creates in a row");
-                    return (Err(session.err("create", &prefix, why)), lost);
+                    let e = zk::Error::ConnectionLoss;
+                    return (Err(session.err_from("create", &prefix, why, e)), lost);
                 }
                 Err(e) => return (Err(e), lost),
             }
@@ -288,11 +289,12 @@ impl ZkLock {
             Ok(Some(_)) => Err(session.err(
                 "create",
                 &path,
+                BackendErrorKind::Protocol,
                 "the znode with this request's GUID belongs to another session",
             )),
             // Deleted since the list (by hand): not there, so create again.
             Ok(None) => Ok(None),
-            Err(e) => Err(session.err("stat", &path, e)),
+            Err(e) => Err(session.err_from("stat", &path, e.to_string(), e)),
         }
     }
 }

@@ -278,15 +278,17 @@ async fn timed_out_and_cancelled_waiters_leave_no_znode() {
 }
 
 #[tokio::test]
-async fn unreachable_server_fails_naming_the_address() {
+async fn unreachable_server_fails_naming_the_address_with_a_transient_kind() {
+    let closed = test_servers::ClosedPort::new();
+    let addr = closed.addr().to_string();
     let start = Instant::now();
-    let err =
-        ZkBackend::connect("127.0.0.1:1", SESSION).await.expect_err("nothing listens on port 1");
+    let err = ZkBackend::connect(&addr, SESSION).await.expect_err("nothing listens there");
     let took = start.elapsed();
     match &err {
-        LockError::Backend { backend, source: message, .. } => {
+        LockError::Backend { backend, kind, source: message } => {
             assert_eq!(*backend, "zookeeper");
-            assert!(message.to_string().contains("127.0.0.1:1"), "{message}");
+            assert!(message.to_string().contains(&addr), "{message}");
+            assert!(kind.is_transient(), "{kind}: {message}");
         }
         other => panic!("expected a backend error, got {other:?}"),
     }

@@ -7,7 +7,7 @@
 mod support;
 
 use lock_core::secret::{Credentials, Secret};
-use lock_core::{LeaseState, LockError, LockGuard, Locker};
+use lock_core::{BackendErrorKind, LeaseState, LockError, LockGuard, Locker};
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -165,9 +165,11 @@ async fn a_contender_with_the_wrong_password_or_none_is_refused_clearly() {
         let b = backend(&root, credentials).await;
         let start = Instant::now();
         let e = b.locker("intruder").unwrap().lock("k", Some(Duration::from_secs(5))).await;
-        let Err(LockError::Backend { source: message, .. }) = e else {
+        let Err(LockError::Backend { kind, source: message, .. }) = e else {
             panic!("{whose}: expected a refusal, got {e:?}");
         };
+        assert_eq!(kind, BackendErrorKind::Refused, "{whose}: {message}");
+        assert_eq!(message.downcast_ref::<zk::Error>(), Some(&zk::Error::NoAuth), "{message}");
         assert!(start.elapsed() < Duration::from_secs(2), "{whose}: {:?}", start.elapsed());
         assert!(message.to_string().contains("not authorised (NoAuth)"), "{message}");
         assert!(message.to_string().contains(whose), "{message}");
@@ -175,6 +177,7 @@ async fn a_contender_with_the_wrong_password_or_none_is_refused_clearly() {
         assert!(!message.to_string().contains("password-"), "a password in {message}");
         let e = b.locker("intruder").unwrap().try_lock("k").await.unwrap_err();
         assert!(e.to_string().contains("NoAuth"), "{e}");
+        assert_eq!(e.backend_kind(), Some(BackendErrorKind::Refused), "{e}");
     }
 }
 

@@ -55,10 +55,11 @@ async fn refused(hosts: &str, config: ZkConfig) -> String {
     let took = start.elapsed();
     eprintln!("refused in {took:?}: {err}");
     assert!(took < PROMPTLY, "refused only after {took:?}: {err}");
-    let LockError::Backend { backend: "zookeeper", source: message, .. } = err else {
+    let LockError::Backend { backend: "zookeeper", kind, source: message } = err else {
         panic!("expected a backend error, got {err:?}")
     };
     let message = message.to_string();
+    assert_eq!(kind, lock_core::BackendErrorKind::Refused, "{message}");
     assert!(message.contains(hosts), "names the server: {message}");
     message
 }
