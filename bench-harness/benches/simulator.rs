@@ -1,5 +1,5 @@
-//! The simulator's own speed: grants per wall second per algorithm, the figure issue 23 is
-//! about. Each iteration is one whole run as `bench-harness --threads 64 -a ALGORITHM` makes
+//! The simulator's own speed: grants per wall second per algorithm, the figure that
+//! bounds how long every simulated experiment takes. Each iteration is one whole run as `bench-harness --threads 64 -a ALGORITHM` makes
 //! it (a fresh embedded store, 64 contenders on one lock, simulated time, seed 1), shortened
 //! to [`SIMULATED`] so that an iteration takes a fraction of a second; criterion reports its
 //! throughput in grants (elements) per second of wall time.

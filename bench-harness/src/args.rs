@@ -93,7 +93,7 @@ pub struct ScenarioArgs {
     pub backend: EngineRef,
     /// Faults to inject: KIND:DURATION@PERIOD, comma-separated, e.g. pause:5s@20s or
     /// replica-stop:5s@15s,replica-lag:5s@15s/lag=1s/drop=0.1 (see "Faults" below).
-    #[arg(long, value_name = "SPEC", default_value = "none")]
+    #[arg(long, value_name = "FAULTS", default_value = "none")]
     pub faults: FaultPlan,
     /// Every engine's own options (address, latency model, ...).
     #[command(flatten)]

@@ -1,6 +1,6 @@
 //! # bench-harness
 //!
-//! The workspace's benchmark (SPEC section 5): N contenders on every registered lock
+//! The workspace's benchmark: N contenders on every registered lock
 //! algorithm, each looping request → hold → release → think, measured on
 //!
 //! - **acquisition latency** (HDR histograms: p50, p90, p99, p99.9, max),

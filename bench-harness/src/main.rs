@@ -5,7 +5,7 @@ use clap::{CommandFactory, Parser};
 use std::process::ExitCode;
 
 /// mimalloc rather than the system's malloc: the simulator's store requests allocate and free
-/// many small buffers, and glibc's malloc spent a quarter of a run on them (issue 23).
+/// many small buffers, and glibc's malloc spent a quarter of a run on them.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,6 +1,6 @@
 //! The simulator's results do not move: the default scenario (`bench-harness --threads 64
 //! --seed S -q -o DIR`, every embedded algorithm, 60 s of simulated time) writes byte for byte
-//! the `summary.json` and `grants.csv` it wrote before the simulator was made faster (issue 23).
+//! the `summary.json` and `grants.csv` it wrote before the simulator was made faster.
 //!
 //! The digests below were taken from the outputs of the code before that work (commit
 //! 3704288), whose MD5 sums were, for the record: seed 1 summary

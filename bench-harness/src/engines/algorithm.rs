@@ -127,7 +127,7 @@ macro_rules! named {
 }
 pub(crate) use named;
 
-/// What orders the queue lock's entries (SPEC 3.4).
+/// What orders the queue lock's entries: the time source of its stamps.
 #[derive(
     Debug,
     Clone,

@@ -162,7 +162,7 @@ impl ParseOptions for Embedded {
     }
 
     /// One replica, and a round trip of 500 µs + up to 500 µs: with the calibrated tombstone
-    /// cost this reproduces issue 11's run on a real single node on loopback (see
+    /// cost this reproduces the run on a real single node on loopback (see
     /// `lock_core::embedded`'s calibration).
     fn single_node(&self, o: &Options) -> Option<Options> {
         Some(Options {

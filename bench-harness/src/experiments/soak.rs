@@ -46,7 +46,7 @@ pub struct SoakArgs {
     #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
     pub run_length: Duration,
     /// The fault schedule.
-    #[arg(long, value_name = "SPEC", default_value = DEFAULT_FAULTS)]
+    #[arg(long, value_name = "FAULTS", default_value = DEFAULT_FAULTS)]
     pub faults: FaultPlan,
     /// Seed of the first run (run k uses SEED + k).
     #[arg(long, default_value_t = 1)]

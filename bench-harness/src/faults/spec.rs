@@ -1,6 +1,6 @@
-//! `--faults SPEC`: what to break, for how long, how often.
+//! `--faults FAULTS`: what to break, for how long, how often.
 //!
-//! SPEC is a comma-separated list of `KIND:DURATION@PERIOD[/key=value...]`: a fault of KIND
+//! FAULTS is a comma-separated list of `KIND:DURATION@PERIOD[/key=value...]`: a fault of KIND
 //! lasts DURATION and starts every PERIOD, the first time at an offset drawn from the run's
 //! seed in `[0, PERIOD)`. Two kinds take options after a `/`:
 //!
