@@ -113,11 +113,8 @@ async fn refused(server: &EtcdServer, who: Option<Credentials>) -> String {
     let took = start.elapsed();
     assert!(took < Duration::from_secs(5), "refused only after {took:?}: {err}");
     assert_eq!(err.backend_kind(), Some(BackendErrorKind::Refused), "not an outage: {err}");
-    let message = backend_message(&err).to_string();
-    assert!(
-        message.to_string().contains(&server.addr().to_string()),
-        "names the endpoint: {message}"
-    );
+    let message = backend_message(&err);
+    assert!(message.contains(&server.addr().to_string()), "names the endpoint: {message}");
     for secret in [password(LOCKER.0), password(STRANGER.0), password("root")] {
         assert!(!format!("{err} {err:?}").contains(&secret), "shows a password: {err:?}");
     }
@@ -130,39 +127,36 @@ async fn a_wrong_password_is_refused_at_connect_naming_the_user_and_never_the_pa
     let server = secured();
     let wrong = Credentials::new(LOCKER.0, Secret::new(format!("{}-wrong", password(LOCKER.0))));
     let message = refused(server, Some(wrong.clone())).await;
-    assert!(message.to_string().contains("refused the credentials of user 'locker'"), "{message}");
+    assert!(message.contains("refused the credentials of user 'locker'"), "{message}");
     let config = config(&secured_root("refused"), LONG_TTL, Some(wrong));
     let err = EtcdBackend::connect_with(&server.endpoint(), config).await.expect_err("refused");
     let LockError::Backend { source, .. } = &err else { panic!("{err:?}") };
     let driver = driver_error::<etcd_client::Error>(source).expect("etcd's own error is kept");
     let etcd_client::Error::GRpcStatus(status) = driver else { panic!("{driver:?}") };
     assert!(status.message().contains("authentication failed"), "{status:?}");
-    assert!(
-        message.to_string().contains("authentication failed, invalid user ID or password"),
-        "{message}"
-    );
-    assert!(!message.to_string().contains("-wrong"), "shows the wrong password: {message}");
+    assert!(message.contains("authentication failed, invalid user ID or password"), "{message}");
+    assert!(!message.contains("-wrong"), "shows the wrong password: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_credentials_is_refused_at_connect_saying_so() {
     let message = refused(secured(), None).await;
     assert!(
-        message.to_string().contains("has authentication enabled and no credentials were given"),
+        message.contains("has authentication enabled and no credentials were given"),
         "{message}"
     );
-    assert!(message.to_string().contains("EtcdConfig::credentials"), "says what to set: {message}");
+    assert!(message.contains("EtcdConfig::credentials"), "says what to set: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_whose_role_does_not_cover_the_lock_root_is_refused_naming_it() {
     let message = refused(secured(), Some(credentials(STRANGER))).await;
     assert!(
-        message.to_string().contains("denies user 'stranger' access to the lock root /secure/"),
+        message.contains("denies user 'stranger' access to the lock root /secure/"),
         "{message}"
     );
-    assert!(message.to_string().contains("permission denied"), "{message}");
-    assert!(message.to_string().contains("READWRITE"), "says what the role needs: {message}");
+    assert!(message.contains("permission denied"), "{message}");
+    assert!(message.contains("READWRITE"), "says what the role needs: {message}");
 }
 
 /// A holder and a waiter queued behind it on `endpoint`, as `who`: the holder's guard, its

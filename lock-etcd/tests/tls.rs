@@ -197,8 +197,8 @@ async fn refused(endpoint: &str, config: EtcdConfig) -> String {
         .expect_err("the connection must be refused");
     let took = start.elapsed();
     assert!(took < PROMPTLY, "refused only after {took:?}: {err}");
-    let message = backend_message(&err).to_string();
-    assert!(message.to_string().contains(endpoint), "names the endpoint {endpoint}: {message}");
+    let message = backend_message(&err);
+    assert!(message.contains(endpoint), "names the endpoint {endpoint}: {message}");
     let shown = format!("{err} {err:?}");
     for secret in [password(LOCKER.0), password(STRANGER.0), password("root")] {
         assert!(!shown.contains(&secret), "shows a password: {shown}");
@@ -221,11 +221,8 @@ async fn a_server_certificate_from_another_ca_is_refused_as_an_unknown_issuer() 
     let message = refused(&server.endpoint(), config).await;
     let expected = format!("TLS handshake with {} failed", server.endpoint());
     assert!(message.starts_with(&expected), "{message}");
-    assert!(message.to_string().contains("invalid peer certificate: UnknownIssuer"), "{message}");
-    assert!(
-        message.to_string().contains(&other.ca_file().display().to_string()),
-        "names the CA: {message}"
-    );
+    assert!(message.contains("invalid peer certificate: UnknownIssuer"), "{message}");
+    assert!(message.contains(&other.ca_file().display().to_string()), "names the CA: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,9 +236,9 @@ async fn a_server_certificate_for_another_host_name_is_refused_naming_the_host()
     let message = refused(&server.endpoint(), config).await;
     let expected = format!("TLS handshake with {} failed", server.endpoint());
     assert!(message.starts_with(&expected), "{message}");
-    assert!(message.to_string().contains("invalid peer certificate"), "{message}");
-    assert!(message.to_string().contains("not valid for name"), "{message}");
-    assert!(message.to_string().contains("127.0.0.1"), "names the host: {message}");
+    assert!(message.contains("invalid peer certificate"), "{message}");
+    assert!(message.contains("not valid for name"), "{message}");
+    assert!(message.contains("127.0.0.1"), "names the host: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +250,7 @@ async fn an_https_client_against_a_plain_server_is_refused_saying_the_server_is_
     let message = refused(&endpoint, config).await;
     let expected = format!("TLS handshake with {endpoint} failed");
     assert!(message.starts_with(&expected), "{message}");
-    assert!(message.to_string().contains("is it a plain http:// server?"), "{message}");
+    assert!(message.contains("is it a plain http:// server?"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,9 +262,9 @@ async fn a_plain_client_against_a_tls_server_is_refused_saying_the_server_wants_
         ..support::config(&secured_root("plain-tls"), Duration::from_secs(5))
     };
     let message = refused(&endpoint, config).await;
-    assert!(message.to_string().contains(&format!("{endpoint} speaks TLS")), "{message}");
+    assert!(message.contains(&format!("{endpoint} speaks TLS")), "{message}");
     let https = format!("use https://{} and EtcdConfig::tls", server.addr());
-    assert!(message.to_string().contains(&https), "says what to use: {message}");
+    assert!(message.contains(&https), "says what to use: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,8 +279,8 @@ async fn a_client_without_a_certificate_is_refused_by_a_server_that_requires_one
     let message = refused(&server.endpoint(), config).await;
     let expected = format!("TLS handshake with {} failed", server.endpoint());
     assert!(message.starts_with(&expected), "{message}");
-    assert!(message.to_string().contains("requires a client certificate"), "{message}");
-    assert!(message.to_string().contains("TlsFiles::with_identity"), "says what to set: {message}");
+    assert!(message.contains("requires a client certificate"), "{message}");
+    assert!(message.contains("TlsFiles::with_identity"), "says what to set: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,12 +290,9 @@ async fn a_certificate_whose_user_has_no_role_on_the_root_is_refused_naming_the_
     let cert = tls.cert.clone().unwrap();
     let config = config(&secured_root("stranger-cert"), Duration::from_secs(5), None, tls);
     let message = refused(&server.endpoint(), config).await;
-    assert!(message.to_string().contains("permission denied"), "{message}");
-    assert!(
-        message.to_string().contains(&cert.display().to_string()),
-        "names the certificate: {message}"
-    );
-    assert!(message.to_string().contains("READWRITE"), "says what the role needs: {message}");
+    assert!(message.contains("permission denied"), "{message}");
+    assert!(message.contains(&cert.display().to_string()), "names the certificate: {message}");
+    assert!(message.contains("READWRITE"), "says what the role needs: {message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,9 +329,9 @@ async fn a_client_certificate_from_another_ca_is_refused_naming_it() {
     let message = refused(&server.endpoint(), config).await;
     let expected = format!("TLS handshake with {} failed", server.endpoint());
     assert!(message.starts_with(&expected), "{message}");
-    assert!(message.to_string().contains("received fatal alert"), "{message}");
+    assert!(message.contains("received fatal alert"), "{message}");
     let named = format!("refused the client certificate {}", foreign.cert.display());
-    assert!(message.to_string().contains(&named), "{message}");
+    assert!(message.contains(&named), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,7 +343,7 @@ async fn a_server_that_never_answers_the_handshake_fails_within_the_handshake_ti
         ..config(&support::unique_root("silent"), Duration::from_secs(5), None, trusting())
     };
     let message = refused(&endpoint, config).await;
-    assert!(message.to_string().contains("TLS handshake timeout"), "{message}");
+    assert!(message.contains("TLS handshake timeout"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,7 +354,7 @@ async fn a_certificate_is_no_user_on_a_server_without_client_cert_auth_and_the_e
     let config =
         config(&secured_root("cert-no-cca"), Duration::from_secs(5), None, client_cert(LOCKER.0));
     let message = refused(&server.endpoint(), config).await;
-    assert!(message.to_string().contains("took no user from the client certificate"), "{message}");
-    assert!(message.to_string().contains("--client-cert-auth"), "{message}");
-    assert!(message.to_string().contains("EtcdConfig::credentials"), "{message}");
+    assert!(message.contains("took no user from the client certificate"), "{message}");
+    assert!(message.contains("--client-cert-auth"), "{message}");
+    assert!(message.contains("EtcdConfig::credentials"), "{message}");
 }
