@@ -147,16 +147,19 @@
 //! - **JSON frames over TCP**, not gRPC: no protobuf compiler and no generated code; a frame
 //!   is small beside a disk sync. Frames from clients are capped at 64 KiB; a malformed one
 //!   is answered with an error and the connection goes on.
-//! - **Retries are idempotent**: acquiring a lock the owner already holds (or waits for)
-//!   answers the same grant (or queue place). So a client resends after a lost answer or a
-//!   failover without taking two places.
-//! - **Asks are told apart by their attempt.** An ask the caller gives up on (its future
-//!   dropped, or failed across a failover) leaves the queue by a release the client sends on
-//!   its own, later. A new ask of the same owner takes over the old one's grant or queue
-//!   place (the same token: nobody was told of it), a release gives up only the ask it
-//!   names, and the client hands a pushed or resumed grant only to the ask it names. So a
-//!   late release of an old ask never cancels a new one, and a grant never reaches an ask
-//!   that was given up. A `try_lock` given up on gives its grant back the same way.
+//! - **Retries are idempotent**: an ask sent again (the same attempt) for a lock the owner
+//!   already holds (or waits for) is answered the same grant (or queue place). So a client
+//!   resends after a lost answer or a failover without taking two places.
+//! - **Asks are told apart by their attempt** ([`state`] has the rules and why). An ask the
+//!   caller gives up on (its future dropped, or failed across a failover) leaves the queue
+//!   by a release the client sends on its own, later. A new ask of the same owner takes
+//!   over the old one's queue place; if the old one holds, its grant is given up in the new
+//!   ask's entry and the new ask is served as new, so it is never answered the old grant
+//!   and its token. A release gives up only the ask it names, and the client hands a pushed
+//!   or resumed grant only to the ask it names. So a late release of an old ask never
+//!   cancels a new one, a grant never reaches an ask that was given up, and one grant is
+//!   never seen as two acquisitions. A `try_lock` given up on gives its grant back the same
+//!   way.
 //! - **One thread per node by default** (`--threads`): a commit passes through a dozen
 //!   hand-offs between openraft's tasks, and on one thread none of them wakes another
 //!   thread. A node that must serve more than a core's worth of requests can take more.
@@ -209,8 +212,9 @@
 //!
 //! ## What the tests check
 //! - `state`'s unit tests: FIFO handoff in the releasing entry, increasing tokens, idempotent
-//!   retries, a new ask taking an abandoned one's place, and an ended session freeing its
-//!   locks and queue places.
+//!   retries, a new ask taking an abandoned one's queue place, a new ask of a holder given a
+//!   token of its own, a property test that a grant answers one ask only, and an ended
+//!   session freeing its locks and queue places.
 //! - `tests/abandoned.rs`: asks given up on and made again at once, on a real node: the new
 //!   ask is neither cancelled by the old one's release nor handed its grant.
 //! - `tests/conformance.rs`: the workspace's conformance suite on a 3-node cluster.

@@ -202,6 +202,9 @@ pub enum ErrorKind {
     Forbidden,
     /// A limit per identity or per session was reached (sessions, asks): nothing was changed.
     LimitReached,
+    /// An ask arrived after a newer ask of the same owner for the same lock, which holds or
+    /// waits: the older ask changed nothing (see [`crate::state`]).
+    Superseded,
 }
 
 /// Unasked news for a client.

@@ -2,9 +2,39 @@
 //! function, [`LockTable::apply`], that every node runs on every committed [`Command`] in log
 //! order. It reads no clock and no randomness: given the same log, every replica holds the
 //! same table, and a grant's fencing token is the log index of the entry that made it.
+//!
+//! ## Asks, told apart by their attempt
+//! An owner's asks for a lock carry an *attempt* number, unique within the session: a retry
+//! of an ask (after a lost answer or a failover) repeats it, a new ask takes a greater one.
+//! A release names the ask whose grant or queue place it gives up. When an ask of an owner
+//! arrives while another ask of the same owner holds or waits for the same lock:
+//! - **the same attempt** is answered what it was answered before (the same grant, the same
+//!   queue place), so a retry never takes two places;
+//! - **an older attempt** arrived late and changes nothing ([`Outcome::Superseded`]);
+//! - **a newer attempt while the older one waits** takes its place in the queue: a queued
+//!   ask was told nothing it could have acted on. A newer soft ask (no `wait`) takes the
+//!   older one out of the queue instead, and is answered busy;
+//! - **a newer attempt while the older one holds** first gives the older grant up, in the
+//!   same entry and exactly as that ask's release would (the lock goes to the next waiter),
+//!   and is then served as any new ask: granted with a new, greater token if the lock is
+//!   free, queued behind the waiters, or busy.
+//!
+//! The table cannot tell whether the older grant's answer reached its caller: an ask given
+//! up on may have been granted unseen, but a caller whose release failed with an unknown
+//! outcome (a timeout, a lost connection, no leader) has held that grant and used its token.
+//! Answering the newer ask with the old grant would show that caller one grant as two
+//! acquisitions, under one token. Giving the old grant up and serving the new ask as new
+//! keeps every grant answering one ask only, keeps tokens rising in grant order, and needs
+//! no round trip: the caller is asking for the lock, so it no longer counts on the old grant.
+//! Refusing the new ask until the old grant's release commits was the other choice; it
+//! would fail every ask made again before a background release lands, for no safety gained.
+//! The cost: such an ask joins the back of the queue, behind asks that came after its
+//! older grant. The client also sends such releases again until their outcome is known
+//! ([`crate::client`]), so this rule is seldom what frees the older grant.
 
 use crate::proto::{Held, SessionId};
 use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A change to the table: the payload of a Raft log entry.
@@ -98,6 +128,9 @@ pub enum Outcome {
     SessionGone,
     /// The session belongs to another identity: nothing was changed.
     Forbidden,
+    /// A newer ask of the same owner for the same lock holds or waits: this older ask
+    /// arrived late and changed nothing.
+    Superseded,
     /// The entry was not a command (a new leader's blank entry, a membership change).
     Nothing,
 }
@@ -239,6 +272,7 @@ impl LockTable {
                 Asker { session: *session, owner, attempt: *attempt },
                 lock,
                 *wait,
+                events,
             ),
             Command::Release { session, lock, owner, attempt, .. } => self.release(
                 index,
@@ -297,22 +331,53 @@ impl LockTable {
         Outcome::Released
     }
 
-    fn acquire(&mut self, index: u64, who: Asker<'_>, lock: &str, wait: bool) -> Outcome {
+    fn acquire(
+        &mut self,
+        index: u64,
+        who: Asker<'_>,
+        lock: &str,
+        wait: bool,
+        events: &mut Vec<Event>,
+    ) -> Outcome {
+        if !self.sessions.contains_key(&who.session) {
+            return Outcome::SessionGone;
+        }
+        if let Some(entry) = self.locks.get_mut(lock) {
+            if let Some(h) = entry.holder.as_ref().filter(|h| who.is(h.session, &h.owner)) {
+                match who.attempt.cmp(&h.attempt) {
+                    // The same ask again (a retry after a lost answer): the same grant.
+                    Ordering::Equal => return Outcome::Granted(h.token),
+                    Ordering::Less => return Outcome::Superseded,
+                    // A newer ask: the older one's grant may have been answered and its token
+                    // used, so it is given up first, as its release would give it up (to the
+                    // next waiter, in this entry), and this ask is served as a new one.
+                    Ordering::Greater => {
+                        let older = Asker { attempt: h.attempt, ..who };
+                        self.release(index, older, lock, events);
+                    }
+                }
+            } else if let Some(w) = entry.queue.iter_mut().find(|w| who.is(w.session, &w.owner)) {
+                match who.attempt.cmp(&w.attempt) {
+                    Ordering::Equal => return Outcome::Queued,
+                    Ordering::Less => return Outcome::Superseded,
+                    // A newer ask that waits takes the older one's place: that one was never
+                    // granted, so it was told nothing it could have used.
+                    Ordering::Greater if wait => {
+                        w.attempt = who.attempt;
+                        return Outcome::Queued;
+                    }
+                    // A newer soft ask cannot wait: the older one leaves the queue.
+                    Ordering::Greater => {
+                        let older = Asker { attempt: w.attempt, ..who };
+                        self.release(index, older, lock, events);
+                    }
+                }
+            }
+        }
         let Some(s) = self.sessions.get_mut(&who.session) else {
             return Outcome::SessionGone;
         };
         let entry = self.locks.entry(lock.to_string()).or_default();
-        if let Some(h) = entry.holder.as_mut().filter(|h| who.is(h.session, &h.owner)) {
-            // Asked again: a retry after a lost answer, or a new ask after one given up on
-            // whose release has not come yet. Either way the grant is this ask's now, and the
-            // older ask's release will find nothing to give up.
-            h.attempt = who.attempt;
-            return Outcome::Granted(h.token);
-        }
-        if let Some(w) = entry.queue.iter_mut().find(|w| who.is(w.session, &w.owner)) {
-            w.attempt = who.attempt;
-            return Outcome::Queued;
-        }
         match &entry.holder {
             None => {
                 entry.holder = Some(who.waiter().granted(index));
@@ -600,7 +665,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_ask_takes_the_place_of_one_given_up_on_and_its_late_release_changes_nothing() {
+    fn a_new_ask_takes_the_queue_place_of_one_given_up_on_and_its_late_release_changes_nothing() {
         let mut t = two_sessions();
         let mut ev = Vec::new();
         t.apply(3, &acquire(1, "a", true), &mut ev);
@@ -610,13 +675,84 @@ mod tests {
         assert_eq!(t.apply(6, &give_up(2, "b", 1), &mut ev), Outcome::NotHeld, "late release");
         assert_eq!(t.apply(7, &release(1, "a"), &mut ev), Outcome::Released);
         assert_eq!(ev, vec![granted(2, "b", 7, 2)], "the grant answers the second ask");
-        // Granted to an ask given up on: the new ask gets that grant; the old release is stale.
-        ev.clear();
-        assert_eq!(t.apply(8, &ask(2, "b", true, 3), &mut ev), Outcome::Granted(7));
-        assert_eq!(t.apply(9, &give_up(2, "b", 2), &mut ev), Outcome::NotHeld);
-        assert_eq!(t.held_by(2), vec![("l".into(), "b".into(), 7, 3)]);
-        assert_eq!(t.apply(10, &give_up(2, "b", 3), &mut ev), Outcome::Released);
+        assert_eq!(t.apply(8, &give_up(2, "b", 2), &mut ev), Outcome::Released);
         assert_eq!(t.lock_count(), 0);
+    }
+
+    #[test]
+    fn a_newer_ask_of_a_holder_gives_the_old_grant_up_and_gets_a_token_of_its_own() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        assert_eq!(t.apply(3, &ask(1, "a", true, 1), &mut ev), Outcome::Granted(3));
+        assert_eq!(t.apply(4, &ask(2, "b", true, 1), &mut ev), Outcome::Queued);
+        // a's release of token 3 had an unknown outcome (it never committed) and a asks again:
+        // token 3 goes to b, the next waiter, and a queues behind it.
+        assert_eq!(t.apply(5, &ask(1, "a", true, 2), &mut ev), Outcome::Queued);
+        assert_eq!(ev, vec![granted(2, "b", 5, 1)]);
+        assert_eq!(t.held_by(1), vec![]);
+        assert_eq!(t.apply(6, &ask(1, "a", true, 2), &mut ev), Outcome::Queued, "retry");
+        // The first ask, arriving late again, changes nothing.
+        let before = t.clone();
+        assert_eq!(t.apply(7, &ask(1, "a", true, 1), &mut ev), Outcome::Superseded);
+        assert_eq!(t, before);
+        ev.clear();
+        assert_eq!(t.apply(8, &give_up(2, "b", 1), &mut ev), Outcome::Released);
+        assert_eq!(ev, vec![granted(1, "a", 8, 2)]);
+        // With nobody waiting, a newer ask (a soft one here) is granted at once, in the entry
+        // that gives the older grant up: a greater token, never the old one again.
+        ev.clear();
+        assert_eq!(t.apply(9, &ask(1, "a", false, 3), &mut ev), Outcome::Granted(9));
+        assert!(ev.is_empty(), "nobody else to grant: {ev:?}");
+        assert_eq!(t.apply(10, &ask(1, "a", false, 3), &mut ev), Outcome::Granted(9), "retry");
+        assert_eq!(t.apply(11, &give_up(1, "a", 2), &mut ev), Outcome::NotHeld, "late release");
+        assert_eq!(t.held_by(1), vec![("l".into(), "a".into(), 9, 3)]);
+        assert_eq!(t.apply(12, &ask(1, "a", true, 2), &mut ev), Outcome::Superseded);
+        // A newer soft ask cannot wait: an older waiting ask of its owner leaves the queue.
+        assert_eq!(t.apply(13, &ask(2, "b", true, 2), &mut ev), Outcome::Queued);
+        assert_eq!(t.apply(14, &ask(2, "b", false, 3), &mut ev), Outcome::Busy);
+        assert_eq!(t.asks_of(2), 0);
+        assert_eq!(t.apply(15, &give_up(1, "a", 3), &mut ev), Outcome::Released);
+        assert_eq!(t.lock_count(), 0);
+    }
+
+    proptest::proptest! {
+        /// Whatever the order in which asks, retries and releases of two owners' asks commit,
+        /// a grant (its token) answers one ask only, and tokens rise in grant order.
+        #[test]
+        fn a_grant_answers_one_ask_only(
+            steps in proptest::collection::vec((0..4usize, 1..5u64, 0..3u8), 1..60)
+        ) {
+            let mut t = two_sessions();
+            let mut answered: BTreeMap<u64, (SessionId, String, u64)> = BTreeMap::new();
+            let mut last = 0;
+            for (i, (who, attempt, what)) in steps.into_iter().enumerate() {
+                let index = 3 + i as u64;
+                let (session, owner) = [(1, "a"), (1, "b"), (2, "a"), (2, "c")][who];
+                let command = match what {
+                    0 => ask(session, owner, true, attempt),
+                    1 => ask(session, owner, false, attempt),
+                    _ => give_up(session, owner, attempt),
+                };
+                let mut ev = Vec::new();
+                let mut grants = Vec::new();
+                if let Outcome::Granted(token) = t.apply(index, &command, &mut ev) {
+                    grants.push((token, (session, owner.to_string(), attempt)));
+                }
+                for e in ev {
+                    if let Event::Granted { session, owner, token, attempt, .. } = e {
+                        grants.push((token, (session, owner, attempt)));
+                    }
+                }
+                for (token, ask) in grants {
+                    let first = answered.entry(token).or_insert_with(|| ask.clone());
+                    proptest::prop_assert_eq!(&*first, &ask, "token {} answered twice", token);
+                    if token > last {
+                        proptest::prop_assert_eq!(token, index, "a new grant's token");
+                        last = token;
+                    }
+                }
+            }
+        }
     }
 
     #[test]

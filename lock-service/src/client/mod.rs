@@ -164,7 +164,7 @@ pub(crate) fn refusal_kind(kind: crate::proto::ErrorKind) -> BackendErrorKind {
         K::Unauthenticated | K::Forbidden => BackendErrorKind::Refused,
         K::Unavailable => BackendErrorKind::Unavailable,
         K::BadRequest => BackendErrorKind::Protocol,
-        K::SessionGone | K::LimitReached => BackendErrorKind::Other,
+        K::SessionGone | K::LimitReached | K::Superseded => BackendErrorKind::Other,
     }
 }
 

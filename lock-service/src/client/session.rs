@@ -124,9 +124,9 @@ impl Session {
     }
 
     /// Hand grants to the asks they answer. A grant for an ask nobody waits for any more was
-    /// given up on: that ask's release gives it back, or a newer ask of the same owner takes
-    /// it over on the server, which then answers that ask itself. So a grant goes only to
-    /// the very ask it names, never to a later one of the same owner.
+    /// given up on: that ask's release gives it back, or a newer ask of the same owner gives
+    /// it up on the server before being served itself. So a grant goes only to the very ask
+    /// it names, never to a later one of the same owner.
     pub(super) fn granted(&self, held: &[Held]) {
         let mut waiting = lock(&self.waiting);
         for (lock, owner, token, attempt) in held {

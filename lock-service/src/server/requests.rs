@@ -240,7 +240,8 @@ impl Node {
         };
         let outcome = self.write(command).await;
         if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
-            | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld))
+            | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld
+            | Outcome::Superseded))
         {
             // A commit by this leader proves, like a keep-alive's quorum check, that it led
             // after the request arrived: a busy session needs no keep-alives.
@@ -258,6 +259,13 @@ impl Node {
             Ok(Outcome::Forbidden) => {
                 forbidden(format!("session {session} belongs to another identity"))
             }
+            Ok(Outcome::Superseded) => Reply::Error {
+                kind: ErrorKind::Superseded,
+                message: format!(
+                    "a newer ask of the same owner in session {session} holds or waits for \
+                     the lock: this older one changed nothing"
+                ),
+            },
             Ok(other) => unexpected(other),
             Err(r) => r,
         }
