@@ -79,6 +79,14 @@
 //!   client does not follow a leader hint to a node that failed since it last answered, but
 //!   still tries it last in its turn, so a node that comes back is found.
 //! - Between rounds that find no leader the client waits 50 ms, doubling to 400 ms.
+//! - **A release is sent until its outcome is known**, as Curator's and etcd's clients do: a
+//!   guard's release is sent again for up to a session TTL, so
+//!   [`LockGuard::release`](lock_core::LockGuard::release) returns `Ok` once the lock is
+//!   released or the session that held it is over, and an error only when the outcome is
+//!   still unknown with the session alive. Such a release is sent again after each
+//!   keep-alive, and before the owner's next ask for that lock on the session, which waits
+//!   for it. Whatever the client does, the owner's next ask is never answered the old grant:
+//!   the server gives it up first and grants anew, with a greater token ([`state`]).
 //! - **What it costs:** no grant is made while there is no leader, so a lost leader costs
 //!   every client an election (the election timeout, `--election-ms`, plus a vote) and a
 //!   reconnect. Locks stay held meanwhile; a session outlives a failover only if its TTL is
@@ -217,6 +225,11 @@
 //!   session freeing its locks and queue places.
 //! - `tests/abandoned.rs`: asks given up on and made again at once, on a real node: the new
 //!   ask is neither cancelled by the old one's release nor handed its grant.
+//! - `tests/unknown_release.rs`: a release sent while the client is cut off, or while the
+//!   leader is stopped, is answered once the fault ends; the lock is then free for others
+//!   and the owner's next grant has a greater token. Against a leader that refuses every
+//!   release, the release is given up on with an error saying so, and sent again (and
+//!   answered) before the owner's next ask is sent.
 //! - `tests/conformance.rs`: the workspace's conformance suite on a 3-node cluster.
 //! - `tests/failover.rs`: a killed leader, a partitioned leader, a leader silent for longer
 //!   than the TTL, and every node crashing at once. The holder keeps its lock, nobody else

@@ -1,5 +1,18 @@
 //! The [`Locker`] on a client's session: an acquisition, its cancellation when abandoned,
 //! and the release behind each guard.
+//!
+//! **A release is sent until its outcome is known** ([`Session::give_up`]): a guard's
+//! release goes to the leader again across reconnects and failovers for up to a session TTL
+//! (at least the request timeout), since within a TTL without an answered request the
+//! client counts its session lost and the server's expiry frees its locks anyway. So
+//! [`LockGuard::release`] returns `Ok` once the lock is released, or once the session that
+//! held it is over; an error means the outcome is still unknown after that long with the
+//! session alive. Such a release, and an abandoned ask's release that failed alike, stays
+//! unsettled: it is sent again after each answered keep-alive, and before the next ask of
+//! the same lock and owner on the session, which is not sent until the release's outcome is
+//! known. The server keeps the last line of defence: a newer ask of an owner whose older ask
+//! still holds gives that grant up first, so it is never answered the old grant as new
+//! ([`crate::state`]).
 
 use super::session::{Key, Session};
 use super::{backend_of, lock, refusal_kind, ServiceClient, ALGORITHM};
@@ -40,20 +53,11 @@ impl Cancel {
         }
     }
 
-    /// The release that gives the ask up.
-    pub(super) fn request(&self) -> Request {
-        Request::Release {
-            session: self.session.id,
-            lock: self.key.0.clone(),
-            owner: self.key.1.clone(),
-            attempt: self.attempt,
-        }
-    }
-
     pub(super) async fn now(mut self) {
         self.armed = false;
         self.session.stop_waiting(&self.key, self.attempt);
-        let _ = self.session.call(self.request()).await;
+        let deadline = Instant::now() + self.session.shared.config.request_timeout;
+        let _ = self.session.give_up(&self.key, self.attempt, deadline).await;
     }
 }
 
@@ -63,10 +67,11 @@ impl Drop for Cancel {
             return;
         }
         self.session.stop_waiting(&self.key, self.attempt);
-        let (session, request) = (self.session.clone(), self.request());
+        let (session, key, attempt) = (self.session.clone(), self.key.clone(), self.attempt);
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             h.spawn(async move {
-                let _ = session.call(request).await;
+                let deadline = Instant::now() + session.shared.config.request_timeout;
+                let _ = session.give_up(&key, attempt, deadline).await;
             });
         }
     }
@@ -87,16 +92,9 @@ impl Release for ServiceRelease {
         if self.session.lost_reason().is_some() {
             return Ok(());
         }
-        let request = Request::Release {
-            session: self.session.id,
-            lock: self.key.0.clone(),
-            owner: self.key.1.clone(),
-            attempt: self.attempt,
-        };
-        match self.session.call(request).await {
-            Ok(_) | Err(LockError::LeaseLost { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        let config = &self.session.shared.config;
+        let deadline = Instant::now() + config.request_timeout.max(config.ttl);
+        self.session.give_up(&self.key, self.attempt, deadline).await
     }
 }
 
@@ -137,6 +135,17 @@ impl ServiceLocker {
         let start = Instant::now();
         let session = self.client.live_session().await?;
         let key = (lock_id.to_string(), self.owner.clone());
+        let deadline = timeout.map(|t| start + t);
+        let by = Instant::now() + self.client.shared.config.request_timeout;
+        let settled = session.settle(Some(&key), deadline.map_or(by, |d| d.min(by)));
+        if let Err(e) = settled.await {
+            return Err(match deadline {
+                Some(d) if Instant::now() >= d => {
+                    LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() }
+                }
+                _ => Self::with_lock(e, lock_id),
+            });
+        }
         let (tx, rx) = oneshot::channel();
         let attempt = session.next_ask();
         lock(&session.waiting).insert(key.clone(), (attempt, tx));
@@ -146,7 +155,6 @@ impl ServiceLocker {
             cancel.now().await;
             LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() }
         };
-        let deadline = timeout.map(|t| start + t);
         let reply = match deadline {
             Some(d) => match tokio::time::timeout_at(d, session.call(request)).await {
                 Ok(r) => r,
@@ -217,10 +225,12 @@ impl Locker for ServiceLocker {
     async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
         validate_id("lock id", lock_id)?;
         let session = self.client.live_session().await?;
+        let key = (lock_id.to_string(), self.owner.clone());
+        let by = Instant::now() + self.client.shared.config.request_timeout;
+        session.settle(Some(&key), by).await.map_err(|e| Self::with_lock(e, lock_id))?;
         let attempt = session.next_ask();
         // Dropped before the answer (or failed), the ask may still have been granted: give it
         // back, as an abandoned `lock` does.
-        let key = (lock_id.to_string(), self.owner.clone());
         let mut cancel = Cancel { session: session.clone(), key, attempt, armed: true };
         let reply =
             session.call(cancel.ask(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;

@@ -12,6 +12,9 @@
 //!   waits for as the same request, and a release of a lock it neither holds nor waits for as
 //!   done; so a request whose answer was lost is sent again (until
 //!   [`ClientConfig::request_timeout`]).
+//! - **A release is sent until its outcome is known**: a guard's release for up to a session
+//!   TTL, after which the session is over if nothing was answered; one still unknown is sent
+//!   again after each keep-alive and before the owner's next ask for the lock (`locker`).
 //! - **The lost-session signal.** The server counts a keep-alive, or a command it committed,
 //!   from when it receives it, so the client knows its session stands until the *send* time
 //!   of the last such request answered, plus the TTL. A session busy with commands sends no

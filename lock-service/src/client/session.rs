@@ -7,8 +7,8 @@ use super::{backend_of, lock, refusal_kind};
 use super::{PushSink, Shared};
 use crate::proto::{ErrorKind, Held, Push, Reply, Request, SessionId};
 use lock_core::lock::{LeaseLost, LeaseState, LockError};
-use lock_core::BackendErrorKind;
-use std::collections::HashMap;
+use lock_core::{BackendError, BackendErrorKind};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -38,6 +38,9 @@ pub(super) struct Session {
     pub(super) waiting: Mutex<HashMap<Key, (u64, oneshot::Sender<u64>)>>,
     /// The last attempt number given to an ask.
     pub(super) asks: AtomicU64,
+    /// The asks whose release has an unknown outcome (see [`Session::give_up`]), by lock and
+    /// owner and attempt.
+    pub(super) unsettled: Mutex<BTreeSet<(Key, u64)>>,
     /// Told when the node ends the session's connection: the keep-alive task then resumes
     /// the session at once if it holds or waits for a lock (see [`keep_alive`]).
     pub(super) dropped: Arc<tokio::sync::Notify>,
@@ -80,6 +83,7 @@ impl Session {
             held: Mutex::default(),
             waiting: Mutex::default(),
             asks: AtomicU64::new(0),
+            unsettled: Mutex::default(),
             dropped: Arc::default(),
         });
         let _ = session.pushes.set(Arc::downgrade(&session));
@@ -250,6 +254,88 @@ impl Session {
         }
     }
 
+    /// Give up the ask `attempt` of `key` (its grant or its queue place) and learn the
+    /// outcome, sending the release again across reconnects and failovers until `deadline`.
+    /// The outcome is known when the release is answered (released, left the queue, or not
+    /// held: an earlier copy committed) or when the session is over: the server ended it, or
+    /// no request was answered for a whole TTL, after which the client counts it lost (as
+    /// the keep-alive does) and the server's expiry frees its locks. Otherwise the release
+    /// stays *unsettled*: it is sent again after each answered keep-alive and before this
+    /// key's next ask on the session ([`Session::settle`]), and the error says so.
+    pub(super) async fn give_up(
+        &self,
+        key: &Key,
+        attempt: u64,
+        deadline: Instant,
+    ) -> Result<(), LockError> {
+        let request = Request::Release {
+            session: self.id,
+            lock: key.0.clone(),
+            owner: key.1.clone(),
+            attempt,
+        };
+        let unknown = match self.call_until(request, deadline).await {
+            Ok(Reply::Released | Reply::Cancelled | Reply::NotHeld)
+            | Err(LockError::LeaseLost { .. }) => None,
+            Ok(Reply::Error { kind, message }) => {
+                // Refused before anything was committed; sending it again is refused alike.
+                lock(&self.unsettled).remove(&(key.clone(), attempt));
+                return Err(backend_of(
+                    refusal_kind(kind),
+                    format!("the release of lock {:?} was refused ({kind:?}): {message}", key.0),
+                ));
+            }
+            Ok(other) => Some(backend_of(
+                BackendErrorKind::Protocol,
+                format!("unexpected answer to the release of lock {:?}: {other:?}", key.0),
+            )),
+            Err(e) => Some(e),
+        };
+        let Some(e) = unknown else {
+            lock(&self.unsettled).remove(&(key.clone(), attempt));
+            return Ok(());
+        };
+        let ttl = self.shared.config.ttl;
+        if Instant::now() >= self.renewed_at() + ttl {
+            self.lose(format!(
+                "no request answered within the session TTL ({ttl:?}): the service may \
+                 have expired the session"
+            ));
+            lock(&self.unsettled).remove(&(key.clone(), attempt));
+            return Ok(());
+        }
+        lock(&self.unsettled).insert((key.clone(), attempt));
+        let kind = e.backend_kind().unwrap_or(BackendErrorKind::Unavailable);
+        Err(LockError::backend(
+            super::BACKEND,
+            kind,
+            BackendError::context(
+                format!(
+                    "the release of lock {:?} has an unknown outcome: it is sent again \
+                     before this owner's next ask for the lock (the lock is freed when the \
+                     session ends)",
+                    key.0
+                ),
+                e,
+            ),
+        ))
+    }
+
+    /// Send the unsettled releases of `key` (every key: `None`) again, oldest ask first,
+    /// each until the client's request timeout or `by`: `Ok` once none of them is left.
+    pub(super) async fn settle(&self, key: Option<&Key>, by: Instant) -> Result<(), LockError> {
+        let due: Vec<(Key, u64)> = lock(&self.unsettled)
+            .iter()
+            .filter(|(k, _)| key.is_none_or(|key| k == key))
+            .cloned()
+            .collect();
+        for (k, attempt) in due {
+            let deadline = by.min(Instant::now() + self.shared.config.request_timeout);
+            self.give_up(&k, attempt, deadline).await?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn drop_conn(&self, conn: &Conn) {
         conn.close();
         let mut c = self.conn.lock().await;
@@ -336,7 +422,14 @@ pub(super) async fn keep_alive(session: Weak<Session>) {
             continue;
         }
         match s.call_until(Request::KeepAlive { session: s.id }, limit).await {
-            Ok(Reply::Alive) => {}
+            Ok(Reply::Alive) => {
+                // A release whose outcome was unknown has a leader to go to now: the lock
+                // must not stay held until its owner asks for it again.
+                // Bounded by when the next keep-alive is due.
+                if let Err(e) = s.settle(None, s.renewed_at() + ttl / 3).await {
+                    tracing::debug!("session {}: {e}", s.id);
+                }
+            }
             Err(LockError::LeaseLost { .. }) => return,
             other => {
                 tracing::debug!("session {}: keep-alive {other:?}", s.id);
