@@ -50,6 +50,25 @@ impl Identity {
     }
 }
 
+/// Why a users file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UsersError {
+    /// The file cannot be read.
+    #[error("cannot read it: {0}")]
+    Read(#[source] std::io::Error),
+    /// A line is malformed.
+    #[error("line {line}: {reason}")]
+    Line {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The file lists nobody, so nobody could connect.
+    #[error("it lists no user")]
+    Empty,
+}
+
 /// The identities a node accepts.
 #[derive(Clone, Default)]
 pub struct Users {
@@ -70,22 +89,20 @@ pub fn token_hash(token: &str) -> String {
 }
 
 impl Users {
-    /// Read a users file; an error names the file and the line.
-    pub fn load(path: &Path) -> Result<Users, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the users file {}: {e}", path.display()))?;
-        Users::parse(&text).map_err(|e| format!("the users file {}: {e}", path.display()))
+    /// Read a users file; an error names the line (the caller knows the file).
+    pub fn load(path: &Path) -> Result<Users, UsersError> {
+        Users::parse(&std::fs::read_to_string(path).map_err(UsersError::Read)?)
     }
 
     /// Parse a users file's text.
-    pub fn parse(text: &str) -> Result<Users, String> {
+    pub fn parse(text: &str) -> Result<Users, UsersError> {
         let mut by_name = HashMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
-            let at = |what: String| format!("line {}: {what}", n + 1);
+            let at = |reason: String| UsersError::Line { line: n + 1, reason };
             let fields: Vec<&str> = line.split_whitespace().collect();
             let [name, role, hash] = fields[..] else {
                 return Err(at(format!(
@@ -107,7 +124,7 @@ impl Users {
             }
         }
         if by_name.is_empty() {
-            return Err("it lists no user".into());
+            return Err(UsersError::Empty);
         }
         Ok(Users { by_name })
     }
@@ -183,8 +200,11 @@ mod tests {
             (format!("a client {hash}\na admin {hash}\n"), "line 2: a is listed twice"),
             ("# nobody\n".to_string(), "lists no user"),
         ] {
-            let e = Users::parse(&text).unwrap_err();
+            let e = Users::parse(&text).unwrap_err().to_string();
             assert!(e.contains(says), "{e:?} should contain {says:?}");
         }
+        let second = format!("a client {hash}\nb writer {hash}\n");
+        assert!(matches!(Users::parse(&second), Err(UsersError::Line { line: 2, .. })));
+        assert!(matches!(Users::parse("# nobody\n"), Err(UsersError::Empty)));
     }
 }

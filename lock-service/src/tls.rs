@@ -19,7 +19,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -39,29 +39,86 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Why TLS cannot be set up from the files given. Each names the file or the option at
+/// fault (`what`), never a key's contents.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file cannot be read, or holds no item of the kind wanted.
+    #[error("cannot read {what} {}: {source}", path.display())]
+    Read {
+        /// Which file ("the node's certificate (--tls-cert)").
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// The reader's error.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A certificate file holds no certificate.
+    #[error("{what} {} holds no PEM certificate", path.display())]
+    NoCertificate {
+        /// Which file.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// rustls refused a certificate, a key or a CA.
+    #[error("{what}: {source}")]
+    Refused {
+        /// The file or the options at fault.
+        what: String,
+        /// rustls's error.
+        #[source]
+        source: rustls::Error,
+    },
+    /// No verifier of certificates can be made from a CA.
+    #[error("{what}: {source}")]
+    Verifier {
+        /// The option or file of the CA.
+        what: &'static str,
+        /// rustls's error.
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    /// The files given do not make a whole (no CA, a certificate without its key).
+    #[error("{0}")]
+    Incomplete(&'static str),
+}
+
 /// Certificates from a PEM file, or an error naming the file.
-pub fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Vec<_> = CertificateDer::pem_file_iter(path)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
+        .map_err(|source| TlsError::Read { what, path: path.to_path_buf(), source })?;
     if certs.is_empty() {
-        return Err(format!("{what} {} holds no PEM certificate", path.display()));
+        return Err(TlsError::NoCertificate { what, path: path.to_path_buf() });
     }
     Ok(certs)
 }
 
 /// A private key from a PEM file, or an error naming the file (never its contents).
-pub fn key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))
+pub fn key(path: &Path, what: &'static str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|source| TlsError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
-fn roots(ca: &Path, what: &str) -> Result<Arc<RootCertStore>, String> {
+fn roots(ca: &Path, what: &'static str) -> Result<Arc<RootCertStore>, TlsError> {
     let mut store = RootCertStore::empty();
     for cert in certs(ca, what)? {
-        store.add(cert).map_err(|e| format!("{what} {}: {e}", ca.display()))?;
+        store.add(cert).map_err(|source| TlsError::Refused {
+            what: format!("{what} {}", ca.display()),
+            source,
+        })?;
     }
     Ok(Arc::new(store))
+}
+
+/// rustls's `source`, refusing `what`.
+fn refused(what: &str) -> impl FnOnce(rustls::Error) -> TlsError + '_ {
+    move |source| TlsError::Refused { what: what.to_string(), source }
 }
 
 /// What a node needs for TLS.
@@ -77,16 +134,17 @@ pub struct NodeTls {
 
 impl NodeTls {
     /// Load a node's certificate and key, and the CA of its peers if given.
-    pub fn load(cert: &Path, key_file: &Path, ca: Option<&Path>) -> Result<NodeTls, String> {
+    pub fn load(cert: &Path, key_file: &Path, ca: Option<&Path>) -> Result<NodeTls, TlsError> {
         let chain = certs(cert, "the node's certificate (--tls-cert)")?;
         let private = key(key_file, "the node's key (--tls-key)")?;
         let versions = |b: rustls::ConfigBuilder<ServerConfig, rustls::WantsVersions>| {
-            b.with_safe_default_protocol_versions().map_err(|e| e.to_string())
+            b.with_safe_default_protocol_versions().map_err(refused("TLS protocol versions"))
         };
+        let pair = "--tls-cert / --tls-key";
         let clients = versions(ServerConfig::builder_with_provider(provider()))?
             .with_no_client_auth()
             .with_single_cert(chain.clone(), private.clone_key())
-            .map_err(|e| format!("--tls-cert / --tls-key: {e}"))?;
+            .map_err(refused(pair))?;
         let (peers, dial_peers) = match ca {
             None => (None, None),
             Some(ca) => {
@@ -94,14 +152,14 @@ impl NodeTls {
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
                         .build()
-                        .map_err(|e| format!("--tls-ca: {e}"))?;
+                        .map_err(|source| TlsError::Verifier { what: "--tls-ca", source })?;
                 let accept = versions(ServerConfig::builder_with_provider(provider()))?
                     .with_client_cert_verifier(verifier)
                     .with_single_cert(chain.clone(), private.clone_key())
-                    .map_err(|e| format!("--tls-cert / --tls-key: {e}"))?;
-                let dial = client_builder(roots)?
+                    .map_err(refused(pair))?;
+                let dial = client_builder(roots, "--tls-ca")?
                     .with_client_auth_cert(chain, private)
-                    .map_err(|e| format!("--tls-cert / --tls-key: {e}"))?;
+                    .map_err(refused(pair))?;
                 (
                     Some(TlsAcceptor::from(Arc::new(accept))),
                     Some(TlsConnector::from(Arc::new(dial))),
@@ -112,32 +170,38 @@ impl NodeTls {
     }
 }
 
+/// A client's configuration trusting `roots` (the CA named `what`).
 fn client_builder(
     roots: Arc<RootCertStore>,
-) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, String> {
+    what: &'static str,
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, TlsError> {
     let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| TlsError::Verifier { what, source })?;
     Ok(ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(refused("TLS protocol versions"))?
         .dangerous()
         .with_custom_certificate_verifier(verifier))
 }
 
 /// A client's TLS connector from its files: the CA it trusts (required: the service has no
 /// public certificates) and its own certificate and key, if given.
-pub fn client_connector(files: &lock_core::tls::TlsFiles) -> Result<TlsConnector, String> {
-    let ca = files.ca.as_deref().ok_or(
+pub fn client_connector(files: &lock_core::tls::TlsFiles) -> Result<TlsConnector, TlsError> {
+    let ca = files.ca.as_deref().ok_or(TlsError::Incomplete(
         "TLS to the lock service needs the CA that signed its nodes' certificates (TlsFiles::ca)",
-    )?;
-    let builder = client_builder(roots(ca, "the CA file")?)?;
+    ))?;
+    let builder = client_builder(roots(ca, "the CA file")?, "the CA file")?;
     let config = match (&files.cert, &files.key) {
         (Some(c), Some(k)) => builder
             .with_client_auth_cert(certs(c, "the client certificate")?, key(k, "the client key")?)
-            .map_err(|e| format!("the client certificate and key: {e}"))?,
+            .map_err(refused("the client certificate and key"))?,
         (None, None) => builder.with_no_client_auth(),
-        _ => return Err("a client certificate needs its key, and a key its certificate".into()),
+        _ => {
+            return Err(TlsError::Incomplete(
+                "a client certificate needs its key, and a key its certificate",
+            ))
+        }
     };
     Ok(TlsConnector::from(Arc::new(config)))
 }

@@ -5,9 +5,11 @@ mod support;
 
 use clap::Parser;
 use lock_core::{LockError, Locker};
+use lock_service::auth::UsersError;
 use lock_service::client::{ClientConfig, ServiceClient};
 use lock_service::proto::{self, ClientFrame, Reply, Request, ServerFrame};
 use lock_service::server::{Node, ServerArgs, ServerError};
+use lock_service::tls::TlsError;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -33,6 +35,46 @@ async fn an_unwritable_data_directory_is_a_clear_error() {
     std::fs::write(&file, b"x").unwrap();
     let e = Node::start(&args(&file.join("data"), "t", &[])).await.err().expect("must fail");
     assert!(e.to_string().contains("cannot use data directory"), "{e}");
+}
+
+#[tokio::test]
+async fn a_missing_or_malformed_users_file_is_a_users_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-users");
+    let data = dir.path().join("data");
+    let users = |file: &std::path::Path| args(&data, "t", &["--users", file.to_str().unwrap()]);
+    let e = Node::start(&users(&missing)).await.err().expect("must refuse");
+    let text = e.to_string();
+    match &e {
+        ServerError::Users { path, source: UsersError::Read(io) } => {
+            assert_eq!(path, &missing);
+            assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("not a users file error: {other:?}"),
+    }
+    assert!(text.contains(missing.to_str().unwrap()), "{text}");
+    let malformed = dir.path().join("users");
+    std::fs::write(&malformed, "alice client 1234\n").unwrap();
+    let e = Node::start(&users(&malformed)).await.err().expect("must refuse");
+    assert!(
+        matches!(&e, ServerError::Users { path, source: UsersError::Line { line: 1, .. } }
+            if path == &malformed),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_certificate_is_a_tls_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("no-such-cert.pem");
+    let key = dir.path().join("no-such-key.pem");
+    let extra = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
+    let e = Node::start(&args(&dir.path().join("data"), "t", &extra)).await.err().expect("refuse");
+    assert!(
+        matches!(&e, ServerError::Tls { source: TlsError::Read { path, .. } } if path == &cert),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains(cert.to_str().unwrap()), "{e}");
 }
 
 #[test]

@@ -371,7 +371,10 @@ async fn peer_hello(node: &Node, tls: Option<TlsFiles>) -> Result<(), String> {
     let tcp = TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
     let mut io: BoxIo = match tls {
         None => Box::new(tcp),
-        Some(files) => connect(&client_connector(&files)?, &addr, tcp).await?,
+        Some(files) => {
+            let tls = client_connector(&files).map_err(|e| e.to_string())?;
+            connect(&tls, &addr, tcp).await?
+        }
     };
     let hello = PeerRequest::Hello { cluster: "secured".into(), from: 7 };
     let exchange = async {

@@ -25,28 +25,47 @@ mod sessions;
 
 pub use args::{parse_cluster, ClusterSpec, ServerArgs};
 
-use crate::auth::Users;
+use crate::auth::{Users, UsersError};
 use crate::log::LogStore;
 use crate::proto::Status;
 use crate::raft::{Network, NodeId, OpenError, Raft, StateMachine, Store};
-use crate::tls::NodeTls;
+use crate::tls::{NodeTls, TlsError};
 use hub::Hub;
 use listener::{bind, listen_addr, listen_err, Listener};
 use openraft::SnapshotPolicy;
 use sessions::Leadership;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use crate::proto::{MAX_TTL, MIN_TTL};
 
-/// Why a node cannot start.
+/// Why a node cannot start. Each variant keeps the error it met as its source; its text
+/// says what was being done, and with which file or address.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// The command line is inconsistent.
+    /// The command line is inconsistent (for a person to read and fix).
     #[error("{0}")]
     Config(String),
+    /// The users file (`--users`) cannot be read or is malformed.
+    #[error("the users file {}: {source}", path.display())]
+    Users {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: UsersError,
+    },
+    /// The node's certificate, key or CA (`--tls-cert`, `--tls-key`, `--tls-ca`) cannot be
+    /// used.
+    #[error("TLS: {source}")]
+    Tls {
+        /// What is wrong with them.
+        #[source]
+        source: TlsError,
+    },
     /// The data directory cannot be used.
     #[error(transparent)]
     Data(#[from] OpenError),
@@ -62,7 +81,19 @@ pub enum ServerError {
     },
     /// Raft failed to start.
     #[error("raft: {0}")]
-    Raft(String),
+    Raft(#[source] Box<openraft::error::Fatal<NodeId>>),
+    /// The runtime the node runs on cannot be built.
+    #[error("cannot start a runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The node cannot watch for SIGTERM.
+    #[error("cannot watch SIGTERM: {0}")]
+    Signal(#[source] std::io::Error),
+}
+
+impl From<openraft::error::Fatal<NodeId>> for ServerError {
+    fn from(e: openraft::error::Fatal<NodeId>) -> Self {
+        ServerError::Raft(Box::new(e))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -115,11 +146,17 @@ impl Node {
         let peer_listen = listen_addr(args.listen_peer, &me.peer, "peers")?;
         let clients = bind(client_listen, "clients").await?;
         let peers = bind(peer_listen, "peers").await?;
-        let users =
-            args.users.as_deref().map(Users::load).transpose().map_err(ServerError::Config)?;
+        let users = match &args.users {
+            Some(path) => Some(
+                Users::load(path)
+                    .map_err(|source| ServerError::Users { path: path.clone(), source })?,
+            ),
+            None => None,
+        };
         let tls = match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => Some(
-                NodeTls::load(cert, key, args.tls_ca.as_deref()).map_err(ServerError::Config)?,
+                NodeTls::load(cert, key, args.tls_ca.as_deref())
+                    .map_err(|source| ServerError::Tls { source })?,
             ),
             _ => None,
         };
@@ -147,12 +184,8 @@ impl Node {
         let network = Network::new(&args.cluster_token, args.id, peer_tls);
         let log = LogStore::open(store.clone(), &args.data_dir)
             .map_err(|reason| OpenError::Io { dir: args.data_dir.display().to_string(), reason })?;
-        let raft = Raft::new(args.id, Arc::new(config), network, log.clone(), sm.clone())
-            .await
-            .map_err(|e| ServerError::Raft(e.to_string()))?;
-        if args.init
-            && !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?
-        {
+        let raft = Raft::new(args.id, Arc::new(config), network, log.clone(), sm.clone()).await?;
+        if args.init && !raft.is_initialized().await? {
             // Every node of a new cluster may do this with the same list: the first
             // membership entry is the same everywhere.
             if let Err(e) = raft.initialize(args.cluster.clone()).await {
@@ -268,18 +301,14 @@ pub fn serve(args: ServerArgs) -> Result<(), ServerError> {
             multi
         }
     };
-    runtime
-        .enable_all()
-        .build()
-        .map_err(|e| ServerError::Config(format!("cannot start a runtime: {e}")))?
-        .block_on(run(args))
+    runtime.enable_all().build().map_err(ServerError::Runtime)?.block_on(run(args))
 }
 
 /// Run a node until SIGINT or SIGTERM.
 pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let node = Node::start(&args).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| ServerError::Config(format!("cannot watch SIGTERM: {e}")))?;
+        .map_err(ServerError::Signal)?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
