@@ -20,7 +20,7 @@ use super::counting::{CountingStore, RequestCounter};
 use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
     cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
-    EngineSetup, Injection, Open, OpenEngine, Opening, ParseOptions,
+    EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions,
 };
 use crate::faults::FaultKind;
 use clap::{ArgMatches, FromArgMatches as _};
@@ -40,47 +40,32 @@ type Client = CountingStore<CassandraClient>;
 /// The algorithms on Cassandra.
 static ALGORITHMS: [Entry<Client>; 6] = cell_model::entries();
 
-/// Its command-line options.
-#[derive(clap::Args, Debug, Clone)]
+/// Its options: its command-line flags, and what result files show.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[group(id = "cassandra-options")]
 #[command(next_help_heading = "Cassandra (--backend cassandra)")]
-pub struct Args {
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
     /// Cassandra/ScyllaDB contact points, host:port[,host:port...] [default: 127.0.0.1:9042].
-    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_CASSANDRA_NODES")]
-    pub nodes: Option<String>,
+    #[arg(long, value_name = "HOST:PORT,...", env = "LOCK_CASSANDRA_NODES", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
     /// Cassandra keyspace of the lock tables (created if missing) [default: distributed_locks].
     #[arg(long, env = "LOCK_CASSANDRA_KEYSPACE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub keyspace: Option<String>,
     /// A shell command that stops a node of the cluster (for `--faults server-restart:…`),
     /// e.g. 'nodetool -h 10.0.0.3 stopdaemon' or 'systemctl stop cassandra'; needs --node-start.
     #[arg(long, value_name = "CMD", requires = "node_start")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub node_stop: Option<String>,
     /// A shell command that starts the stopped node again and returns once it answers.
     #[arg(long, value_name = "CMD", requires = "node_stop")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub node_start: Option<String>,
     /// Where this process listens for queue-push's doorbell rings (UDP), host:port: an address
     /// the other processes of the run can reach [default: 127.0.0.1:0, any free loopback port].
     #[arg(long, value_name = "HOST:PORT")]
-    pub doorbell_bind: Option<std::net::SocketAddr>,
-}
-
-/// Its options, as result files show them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Options {
-    /// Contact points, `host:port` each (empty: [`DEFAULT_NODES`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<String>,
-    /// The keyspace of the lock tables (none: lock-cassandra's default).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub keyspace: Option<String>,
-    /// How to stop a node (`--node-stop`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node_stop: Option<String>,
-    /// How to start it again (`--node-start`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node_start: Option<String>,
-    /// queue-push's doorbell address (`--doorbell-bind`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub doorbell_bind: Option<std::net::SocketAddr>,
 }
@@ -116,6 +101,8 @@ pub fn driver_config(o: &Options) -> Result<CassandraConfig, String> {
 }
 
 impl Describe for Cassandra {
+    type Client = Client;
+    const ENTRIES: &'static [Entry<Client>] = &ALGORITHMS;
     const NAME: &'static str = "cassandra";
     const ABOUT: &'static str = "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default 127.0.0.1:9042), --keyspace; wall time";
     const HELP_EXAMPLES: &'static str = "
@@ -124,29 +111,23 @@ impl Describe for Cassandra {
       keyspace distributed_locks, created if missing; LOCK_CASSANDRA_NODES works too)
   bench-harness --backend cassandra --nodes 127.0.0.1:9042 --processes 4 --threads 64
       64 contenders spread over 4 worker processes of this program, one merged result";
-    type Client = Client;
-    const ENTRIES: &'static [Entry<Client>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Cassandra {
     type Options = Options;
-    type Args = Args;
+    type Args = Options;
     const CONFIGURED_BY: &'static [&'static str] = &["nodes"];
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
-        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        let nodes = match a.nodes.as_deref().filter(|n| !n.trim().is_empty()) {
-            Some(n) => lock_cassandra::config::parse_nodes(n)
+        let mut o = Options::from_arg_matches(m).map_err(|e| e.to_string())?;
+        let given = o.nodes.iter().map(|n| n.trim()).filter(|n| !n.is_empty());
+        let list = given.collect::<Vec<_>>().join(",");
+        o.nodes = match list.as_str() {
+            "" => Vec::new(),
+            n => lock_cassandra::config::parse_nodes(n)
                 .map_err(|e| format!("--nodes {n}: {}", e.0))?,
-            None => Vec::new(),
         };
-        let o = Options {
-            nodes,
-            keyspace: a.keyspace.filter(|k| !k.trim().is_empty()),
-            node_stop: a.node_stop,
-            node_start: a.node_start,
-            doorbell_bind: a.doorbell_bind,
-        };
+        o.keyspace = o.keyspace.filter(|k| !k.trim().is_empty());
         driver_config(&o)?;
         Ok(o)
     }
@@ -171,56 +152,52 @@ impl ParseOptions for Cassandra {
 }
 
 impl Open for Cassandra {
-    fn open<'a>(&'a self, o: Options, setup: EngineSetup<'a>) -> Opening<'a> {
-        Box::pin(async move {
-            let address = o.nodes().join(",");
-            let store = CassandraStore::connect(driver_config(&o)?)
-                .await
-                .map_err(|e| format!("cannot reach the cassandra backend at {address}: {e}"))?;
-            store.ensure_tables(&cell_model::TABLES).await.map_err(|e| {
-                format!("cannot create the lock tables on the cassandra backend at {address}: {e}")
+    async fn open<'a>(&'a self, o: Options, setup: EngineSetup<'a>) -> OpenResult {
+        let address = o.nodes().join(",");
+        let store = CassandraStore::connect(driver_config(&o)?)
+            .await
+            .map_err(|e| format!("cannot reach the cassandra backend at {address}: {e}"))?;
+        store.ensure_tables(&cell_model::TABLES).await.map_err(|e| {
+            format!("cannot create the lock tables on the cassandra backend at {address}: {e}")
+        })?;
+        let counter = Arc::new(RequestCounter::default());
+        let prefix = format!("{}/", setup.namespace);
+        // One doorbell socket per process, for queue-push: its address goes into the
+        // queue cells, so every process of the run can ring this one's waiters.
+        let bind =
+            o.doorbell_bind.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        let bells: Arc<dyn lock_core::doorbell::Doorbell> =
+            lock_core::doorbell::UdpDoorbells::bind(bind).await.map_err(|e| {
+                format!("cannot bind queue-push's doorbell socket at {bind} (--doorbell-bind): {e}")
             })?;
-            let counter = Arc::new(RequestCounter::default());
-            let prefix = format!("{}/", setup.namespace);
-            // One doorbell socket per process, for queue-push: its address goes into the
-            // queue cells, so every process of the run can ring this one's waiters.
-            let bind =
-                o.doorbell_bind.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-            let bells: Arc<dyn lock_core::doorbell::Doorbell> =
-                lock_core::doorbell::UdpDoorbells::bind(bind).await.map_err(|e| {
-                    format!(
-                        "cannot bind queue-push's doorbell socket at {bind} (--doorbell-bind): {e}"
-                    )
-                })?;
-            let client = |id: String| {
-                CountingStore::new(
-                    store.client(id).with_row_prefix(prefix.clone()).with_doorbell(bells.clone()),
-                    counter.clone(),
-                )
-            };
-            let s = setup.settings;
-            let probe = client("time-service-probe".into());
-            let service =
-                cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
-                    let c = client(format!("time-service-{i}"));
-                    (c, LocalClock::new(PhysicalClock::System, skew))
-                })
-                .await?;
-            counter.reset();
-            let restart = match (o.node_stop, o.node_start) {
-                (Some(stop), Some(start)) => Some(Managed::commanded(Commanded { stop, start })),
-                _ => None,
-            };
-            Ok(Box::new(Opened {
-                store,
-                counter,
-                prefix,
-                settings: s,
-                _time_service: service,
-                faults: ServerFaults::new(None, restart),
-                bells,
-            }) as Box<dyn OpenEngine>)
-        })
+        let client = |id: String| {
+            CountingStore::new(
+                store.client(id).with_row_prefix(prefix.clone()).with_doorbell(bells.clone()),
+                counter.clone(),
+            )
+        };
+        let s = setup.settings;
+        let probe = client("time-service-probe".into());
+        let service =
+            cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
+                let c = client(format!("time-service-{i}"));
+                (c, LocalClock::new(PhysicalClock::System, skew))
+            })
+            .await?;
+        counter.reset();
+        let restart = match (o.node_stop, o.node_start) {
+            (Some(stop), Some(start)) => Some(Managed::commanded(Commanded { stop, start })),
+            _ => None,
+        };
+        Ok(Box::new(Opened {
+            store,
+            counter,
+            prefix,
+            settings: s,
+            _time_service: service,
+            faults: ServerFaults::new(None, restart),
+            bells,
+        }) as Box<dyn OpenEngine>)
     }
 }
 

@@ -14,7 +14,7 @@
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::{
     cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
-    EngineSetup, Injection, Open, OpenEngine, Opening, ParseOptions,
+    EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions,
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
@@ -95,6 +95,8 @@ impl Default for Options {
 impl super::Options for Options {}
 
 impl Describe for Embedded {
+    type Client = EmbeddedClient;
+    const ENTRIES: &'static [Entry<EmbeddedClient>] = &ALGORITHMS;
     const NAME: &'static str = "embedded";
     const ABOUT: &'static str = "in this process; simulated time (default) or --clock wall";
     const HELP_NOTES: &'static str = "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
@@ -106,8 +108,6 @@ impl Describe for Embedded {
          simulated time (the default) every delay is a tokio sleep on a paused clock: a 60 s run\n\
          takes seconds and the same --seed gives byte-identical results.";
     const IN_PROCESS: bool = true;
-    type Client = EmbeddedClient;
-    const ENTRIES: &'static [Entry<EmbeddedClient>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Embedded {
@@ -186,23 +186,20 @@ impl ParseOptions for Embedded {
 }
 
 impl Open for Embedded {
-    fn open<'a>(&'a self, o: Options, setup: EngineSetup<'a>) -> Opening<'a> {
-        Box::pin(async move {
-            let s = setup.settings;
-            let store = open_store(&o, setup.seed, &s);
-            let scale = s.time_scale as i64;
-            let probe = store.client("time-service-probe");
-            let service =
-                cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
-                    let client = store.client(format!("time-service-{i}")).with_skew(skew * scale);
-                    let clock = client.clock();
-                    (client, clock)
-                })
-                .await?;
-            store.reset_counters();
-            Ok(Box::new(Opened { store, settings: s, _time_service: service })
-                as Box<dyn OpenEngine>)
-        })
+    async fn open<'a>(&'a self, o: Options, setup: EngineSetup<'a>) -> OpenResult {
+        let s = setup.settings;
+        let store = open_store(&o, setup.seed, &s);
+        let scale = s.time_scale as i64;
+        let probe = store.client("time-service-probe");
+        let service =
+            cell_model::start_time_service(&s, &setup.service_skews, &probe, |i, skew| {
+                let client = store.client(format!("time-service-{i}")).with_skew(skew * scale);
+                let clock = client.clock();
+                (client, clock)
+            })
+            .await?;
+        store.reset_counters();
+        Ok(Box::new(Opened { store, settings: s, _time_service: service }) as Box<dyn OpenEngine>)
     }
 }
 

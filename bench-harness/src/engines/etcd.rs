@@ -27,48 +27,32 @@
 //! installed.
 
 use super::prelude::*;
-use clap::FromArgMatches as _;
 use lock_etcd::{EtcdBackend, EtcdConfig};
 
 /// The engine.
 pub struct Etcd;
 
-/// Default endpoint.
-pub const DEFAULT_ENDPOINTS: &str = "http://127.0.0.1:2379";
-/// How long connecting (the first lease grant) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
-
-/// etcd's Mutex.
-pub static MUTEX: Algorithm = Algorithm::new(
-    "etcd",
-    "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
-);
-
-/// The algorithms on etcd.
-static ALGORITHMS: [Entry<EtcdBackend>; 1] = [Entry { algorithm: &MUTEX, build: build_mutex }];
-
-/// Its command-line options besides the shared ones ([`FLAGS`]).
-#[derive(clap::Args, Debug, Clone)]
-#[group(id = "etcd-options")]
-#[command(next_help_heading = "etcd (--backend etcd)")]
-pub struct Args {
-    /// etcd endpoints, http://host:port[,http://host:port...] [default: http://127.0.0.1:2379].
-    #[arg(
-        long,
-        value_name = "URL,...",
-        env = "LOCK_ETCD_ENDPOINTS",
-        conflicts_with = "spawn_etcd"
-    )]
-    pub etcd: Option<String>,
-}
-
-/// The environment variable that holds the password of `--etcd-user`.
-pub const PASSWORD_VAR: &str = "LOCK_ETCD_PASSWORD";
-
-/// `--spawn-etcd[=N]`, `--etcd-user` and `--etcd-password-file`.
+/// `--etcd`, `--spawn-etcd[=N]`, `--etcd-user` and `--etcd-password-file`.
 pub static FLAGS: ServerFlags = ServerFlags {
+    address: AddressFlag::new(
+        "URL,...",
+        "LOCK_ETCD_ENDPOINTS",
+        "etcd endpoints, \
+        http://host:port[,http://host:port...] [default: http://127.0.0.1:2379].",
+    )
+    .or("http://127.0.0.1:2379")
+    .each(Endpoint {
+        valid: |e| {
+            let authority = e.strip_prefix("http://").unwrap_or(e);
+            !e.starts_with("https://") && authority.contains(':') && !authority.contains('/')
+        },
+        like: "an endpoint like http://127.0.0.1:2379 (plain http; host and port)",
+    }),
+    tls: None,
+    secures_clusters: false,
+    run_line: RunLine { what: "etcd", ttl: "lease TTL", ttl_of: lease_ttl, user: "as user '{u}'" },
     login: LoginFlags {
-        secret: SecretNames { name: "etcd", secret: "password", var: PASSWORD_VAR },
+        secret: SecretNames { name: "etcd", secret: "password", var: "LOCK_ETCD_PASSWORD" },
         heading: "etcd (--backend etcd)",
         user_help:
             "Authenticate every client as this etcd user, its password from the environment \
@@ -88,33 +72,8 @@ pub static FLAGS: ServerFlags = ServerFlags {
     one: "an etcd server",
 };
 
-/// Its options, as result files show them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Options {
-    /// The endpoints (none: [`DEFAULT_ENDPOINTS`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub etcd: Option<String>,
-    /// A server or cluster the harness starts, and the user.
-    #[serde(flatten)]
-    pub server: Spawn,
-}
-
-impl super::Options for Options {
-    fn server_mut(&mut self) -> Option<&mut Spawn> {
-        Some(&mut self.server)
-    }
-}
-
-impl Options {
-    fn endpoints(&self) -> &str {
-        self.etcd.as_deref().unwrap_or(DEFAULT_ENDPOINTS)
-    }
-
-    /// The credentials of `--etcd-user`, their password read now.
-    fn credentials(&self) -> Result<Option<Credentials>, String> {
-        self.server.credentials(&FLAGS.login.secret)
-    }
+impl ServerEngine for Etcd {
+    const FLAGS: &'static ServerFlags = &FLAGS;
 }
 
 /// The lease TTL for a run's TTL: whole seconds (etcd grants no less), at least 1.
@@ -123,131 +82,66 @@ pub fn lease_ttl(ttl: Duration) -> Duration {
 }
 
 impl Describe for Etcd {
+    type Client = EtcdBackend;
+    const ENTRIES: &'static [Entry<EtcdBackend>] =
+        &[Entry { algorithm: &MUTEX, build: build_mutex }];
     const NAME: &'static str = "etcd";
-    const ABOUT: &'static str =
-        "--etcd http://host:port[,...] (default http://127.0.0.1:2379); wall time";
     const HELP_EXAMPLES: &'static str = "
   bench-harness --backend etcd --spawn-etcd --threads 8
       etcd's Mutex on an etcd the harness starts, each contender on its own lease
       (--ttl: the lease TTL, rounded up to whole seconds)";
-    type Client = EtcdBackend;
-    const ENTRIES: &'static [Entry<EtcdBackend>] = &ALGORITHMS;
-}
-
-impl ParseOptions for Etcd {
-    type Options = Options;
-    type Args = Args;
-    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(&FLAGS);
-    const CONFIGURED_BY: &'static [&'static str] = &["etcd", "spawn_etcd"];
-
-    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
-        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        let etcd = a.etcd.filter(|e| !e.trim().is_empty());
-        if let Some(list) = &etcd {
-            for endpoint in list.split(',').map(str::trim) {
-                let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
-                if endpoint.starts_with("https://")
-                    || !authority.contains(':')
-                    || authority.contains('/')
-                {
-                    return Err(format!(
-                        "--etcd: {endpoint:?} is not an endpoint like http://127.0.0.1:2379 (plain http; host and port)"
-                    ));
-                }
-            }
-        }
-        let options = Options { etcd, server: FLAGS.read(m) };
-        if options.server.members.is_some() && options.server.user.is_some() {
-            return Err("--etcd-user with --spawn-etcd=N: only a single server the harness \
-                        starts can be secured by it (give --etcd for a secured cluster of yours)"
-                .into());
-        }
-        // Read once here so that a missing password is a usage error before anything starts.
-        options.credentials()?;
-        Ok(options)
-    }
-
-    fn address(&self, o: &Options) -> String {
-        FLAGS.started(&o.server).unwrap_or_else(|| o.endpoints().to_string())
-    }
-
-    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
-        format!(
-            "etcd at {}, lease TTL {}{}",
-            self.address(o),
-            crate::dist::format_duration(lease_ttl(s.ttl)),
-            o.server.user.as_ref().map_or_else(String::new, |u| format!(", as user '{u}'"))
-        )
-    }
 }
 
 impl Open for Etcd {
-    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
-        Box::pin(async move {
-            let (endpoints, faults) = match options.server.members {
-                Some(n) => on_cluster(n).await?,
-                None => on_server(&options, &setup.fault_kinds).await?,
-            };
-            let connector = Connector {
-                endpoints,
-                namespace: setup.namespace.to_string(),
-                lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
-                credentials: options.credentials()?,
-            };
-            Opened::probe(connector, setup.settings, faults).await
-        })
+    async fn open<'a>(&'a self, options: ServerOnly, setup: EngineSetup<'a>) -> OpenResult {
+        let (endpoints, faults) = on_server(&options, &setup.fault_kinds).await?;
+        let config = EtcdConfig {
+            lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
+            connect_timeout: CONNECT_TIMEOUT,
+            root: format!("/bench-harness/{}", setup.namespace),
+            credentials: FLAGS.credentials(&options.server)?,
+            ..EtcdConfig::default()
+        };
+        let connector = Connector { endpoints, config };
+        Opened::probe(connector, setup.settings, faults).await
     }
 }
 
-/// A cluster of `n` members the harness starts (`--spawn-etcd=N`): its client endpoints, and
-/// its faults (the leader faults among them).
-async fn on_cluster(n: u16) -> Result<(String, ServerFaults), String> {
-    server_faults::start_cluster(
-        &format!("--spawn-etcd={n}"),
-        test_servers::Etcd::default(),
-        n.into(),
-        |c| c.endpoints().join(","),
-    )
-    .await
-}
-
-/// The user's etcd (`--etcd`) or one server the harness starts (`--spawn-etcd`), with a proxy
-/// per contender when `kinds` need them.
+/// The user's etcd (`--etcd`), or one server or a cluster the harness starts
+/// (`--spawn-etcd[=N]`, the single server secured when a user is given).
 async fn on_server(
-    options: &Options,
+    options: &ServerOnly,
     kinds: &[FaultKind],
 ) -> Result<(String, ServerFaults), String> {
-    let (endpoints, server) = if options.server.spawn {
-        let user = options.credentials()?;
-        let launch = move || {
-            let server = test_servers::EtcdServer::launch()?;
-            if let Some(c) = &user {
-                let root = test_servers::random_password();
-                let users =
-                    [test_servers::EtcdUser::new(&c.user, c.password.expose(), "/bench-harness/")];
-                server.secure(&root, &users)?;
-            }
-            Ok(server)
-        };
-        let (server, endpoint) = Managed::start(launch, test_servers::EtcdServer::endpoint)
-            .await
-            .map_err(|e| format!("--spawn-etcd: {e}"))?;
-        (endpoint, Some(server))
-    } else {
-        (options.endpoints().to_string(), None)
+    let user = FLAGS.credentials(&options.server)?;
+    let one = move || {
+        let server = test_servers::EtcdServer::launch()?;
+        if let Some(c) = &user {
+            let root = test_servers::random_password();
+            let users =
+                [test_servers::EtcdUser::new(&c.user, c.password.expose(), "/bench-harness/")];
+            server.secure(&root, &users)?;
+        }
+        Ok(server)
     };
-    let faults = server_faults::on_one_server(&endpoints, server, kinds).await?;
-    Ok((endpoints, faults))
+    let starts = Starts {
+        cluster: test_servers::Etcd::default(),
+        cluster_address: |c| c.endpoints().join(","),
+        one,
+        one_address: test_servers::EtcdServer::endpoint,
+    };
+    server::locate(&FLAGS, &options.server, kinds, starts).await
 }
+
+/// How long connecting (the first lease grant) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// A contender's client and lease on the server, keys under the run's root.
 struct Connector {
     /// The endpoints.
     endpoints: String,
-    namespace: String,
-    lease_ttl: Duration,
-    /// `--etcd-user` and its password.
-    credentials: Option<Credentials>,
+    /// Every contender's client: the lease TTL, the keys' root, `--etcd-user` and its password.
+    config: EtcdConfig,
 }
 
 impl Connect for Connector {
@@ -255,8 +149,14 @@ impl Connect for Connector {
 
     /// A client and lease on the server, or through `via` (a contender's proxy). The Mutex
     /// reads no clock of its own, so a clock jump changes nothing.
-    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
-        Box::pin(self.connect_to(via, requests))
+    async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
+        let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| format!("http://{a}"));
+        let config = EtcdConfig { requests, ..self.config.clone() };
+        EtcdBackend::connect_with(&endpoints, config).await.map_err(|e| {
+            format!(
+                "cannot reach the etcd backend at {endpoints} (--etcd; tried to grant a lease within {CONNECT_TIMEOUT:?}): {e}",
+            )
+        })
     }
 
     fn kind(request: &Request<'_>) -> Kind {
@@ -269,21 +169,15 @@ impl Connect for Connector {
         }
     }
 
-    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(self.stranger_strikes())
-    }
-}
-
-impl Connector {
     /// The `stranger` fault: a client with no credentials reads every key under the run's root
     /// by create revision and deletes the first of each lock (the holder's).
-    async fn stranger_strikes(&self) -> Result<String, String> {
+    async fn stranger(&self) -> Result<String, String> {
         use etcd_client::{GetOptions, SortOrder, SortTarget};
         let list: Vec<&str> = self.endpoints.split(',').map(str::trim).collect();
         let mut client = etcd_client::Client::connect(&list, None)
             .await
             .map_err(|e| format!("the stranger cannot reach etcd at {}: {e}", self.endpoints))?;
-        let root = format!("/bench-harness/{}/", self.namespace);
+        let root = format!("{}/", self.config.root);
         let first = GetOptions::new()
             .with_prefix()
             .with_keys_only()
@@ -310,28 +204,11 @@ impl Connector {
     }
 }
 
-impl Connector {
-    async fn connect_to(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> Result<EtcdBackend, String> {
-        let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| format!("http://{a}"));
-        let config = EtcdConfig {
-            lease_ttl: self.lease_ttl,
-            connect_timeout: CONNECT_TIMEOUT,
-            root: format!("/bench-harness/{}", self.namespace),
-            requests,
-            credentials: self.credentials.clone(),
-            ..EtcdConfig::default()
-        };
-        EtcdBackend::connect_with(&endpoints, config).await.map_err(|e| {
-            format!(
-                "cannot reach the etcd backend at {endpoints} (--etcd; tried to grant a lease within {CONNECT_TIMEOUT:?}): {e}",
-            )
-        })
-    }
-}
+/// etcd's Mutex.
+pub static MUTEX: Algorithm = Algorithm::new(
+    "etcd",
+    "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
+);
 
 /// The Mutex on the contender's own backend (whose lease TTL is the run's).
 fn build_mutex(backend: EtcdBackend, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {

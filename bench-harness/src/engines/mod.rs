@@ -47,7 +47,7 @@ pub use algorithm::{
     Algorithm, AlgorithmSettings, BackoffPreset, BuildFuture, Entry, TimeSourceKind,
 };
 pub use options::{credentials, EngineOptions, Login, Options, OptionsError, SecretNames, Spawn};
-pub use typed::{Describe, Open, Opening, ParseOptions};
+pub use typed::{Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine};
 
 use crate::faults::FaultKind;
 use clap::ArgMatches;

@@ -117,12 +117,16 @@ pub struct Login {
     pub password_file: Option<PathBuf>,
 }
 
-/// A server or cluster the harness starts for each run, and the user its clients are. Its fields
-/// are flat (no nested [`Login`]): serde checks a flattened struct's fields for strangers only
-/// when it reads them by name.
+/// Where a server engine's server is (the user's address, or a server or cluster the harness
+/// starts for each run), how its clients reach it (TLS) and who they are. Its fields are flat
+/// (no nested [`Login`]): serde checks a flattened struct's fields for strangers only when it
+/// reads them by name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Spawn {
+    /// The user's server or servers (`--X HOST:PORT,...`); none: the engine's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// A server the harness starts for each run (`--spawn-X`), instead of the user's.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub spawn: bool,
@@ -135,6 +139,15 @@ pub struct Spawn {
     /// Where its secret is read from, when not from the environment (`--X-<secret>-file`).
     #[serde(skip_serializing_if = "Option::is_none", alias = "token_file")]
     pub password_file: Option<PathBuf>,
+    /// TLS to the user's server: the CA certificates to trust (`--X-ca`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// The client's certificate, for mutual TLS (`--X-cert`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// Its key (`--X-key`): the path only, never the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
 }
 
 impl Spawn {
@@ -142,6 +155,31 @@ impl Spawn {
     pub fn credentials(&self, names: &SecretNames) -> Result<Option<Credentials>, String> {
         let login = Login { user: self.user.clone(), password_file: self.password_file.clone() };
         login.credentials(names)
+    }
+
+    /// TLS to the user's server, when a CA is given.
+    pub fn tls(&self) -> Option<lock_core::tls::TlsFiles> {
+        let ca = self.ca.clone()?;
+        Some(lock_core::tls::TlsFiles {
+            ca: Some(ca),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        })
+    }
+}
+
+/// The options of a server engine that has no others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerOnly {
+    /// Where the server is and who the clients are.
+    #[serde(flatten)]
+    pub server: Spawn,
+}
+
+impl Options for ServerOnly {
+    fn server_mut(&mut self) -> Option<&mut Spawn> {
+        Some(&mut self.server)
     }
 }
 

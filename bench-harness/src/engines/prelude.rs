@@ -5,10 +5,15 @@
 pub(super) use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
 pub(super) use super::counting::Kind;
 pub(super) use super::options::Spawn;
-pub(super) use super::server::{LoginFlags, ServerFlags};
-pub(super) use super::server_faults::{self, Connect, Connecting, Managed, Opened, ServerFaults};
+pub(super) use super::server::{
+    self, AddressFlag, Endpoint, LoginFlags, RunLine, ServerFlags, ServerOnly, Starts, TlsFlags,
+};
+pub(super) use super::server_faults::{
+    self, Connect, Connected, Managed, Opened, ServerFaults, Via,
+};
+pub(super) use super::typed::ServerEngine;
 pub(super) use super::{
-    Algorithm, BoxFuture, Describe, EngineSetup, Open, Opening, ParseOptions, SecretNames,
+    Algorithm, Describe, EngineSetup, Open, OpenResult, ParseOptions, SecretNames,
 };
 pub(super) use crate::faults::FaultKind;
 pub(super) use clap::ArgMatches;
@@ -17,6 +22,5 @@ pub(super) use lock_core::requests::{Request, RequestHook};
 pub(super) use lock_core::secret::Credentials;
 pub(super) use lock_core::Locker;
 pub(super) use serde::{Deserialize, Serialize};
-pub(super) use std::net::SocketAddr;
 pub(super) use std::sync::Arc;
 pub(super) use std::time::Duration;

@@ -56,54 +56,9 @@ pub static REDIS_TOKEN: Algorithm = Algorithm::new(
     "token lock: SET NX PX + token-checked Lua release, retry every 50 ms",
 );
 
-/// The algorithms on Redis.
-static ALGORITHMS: [Entry<RedisBackend>; 2] = [
-    Entry { algorithm: &JEDIS, build: build_jedis },
-    Entry { algorithm: &REDIS_TOKEN, build: build_token },
-];
-
-/// Its command-line options besides the user's ([`LOGIN`]).
-#[derive(clap::Args, Debug, Clone)]
-#[group(id = "redis-options")]
-#[command(next_help_heading = "Redis (--backend redis)")]
-pub struct Args {
-    /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "LOCK_REDIS_URL",
-        conflicts_with_all = ["spawn_redis", "redis_sentinel"]
-    )]
-    pub redis: Option<String>,
-    /// Start Redis of the harness's own for each run, on free loopback ports, and stop it
-    /// afterwards. `aof` (the default) is one redis-server that syncs an append-only file on
-    /// every write, so a restart keeps the lock keys; `memory` keeps them in memory only, so a
-    /// restart forgets them (both allow `--faults server-restart:…`). `sentinel` is a master, 2
-    /// replicas and 3 Sentinels (each member with its append-only file): the contenders find
-    /// the master through Sentinel and follow its failovers, and the leader faults
-    /// (`leader-kill`, `leader-pause`, `leader-cut`, `lagged-leader-kill`) hit the master.
-    #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "aof")]
-    pub spawn_redis: Option<Spawn>,
-    /// Your Sentinels, HOST:PORT[,HOST:PORT...] (or `LOCK_REDIS_SENTINELS`): every contender
-    /// asks them for the master named by --redis-master-name and follows its failovers.
-    #[arg(
-        long,
-        value_name = "HOST:PORT,...",
-        env = "LOCK_REDIS_SENTINELS",
-        conflicts_with = "spawn_redis"
-    )]
-    pub redis_sentinel: Option<String>,
-    /// The master's name the Sentinels know it by (`sentinel monitor NAME ...`).
-    #[arg(long, value_name = "NAME", default_value = "mymaster", requires = "redis_sentinel")]
-    pub redis_master_name: String,
-}
-
-/// The environment variable that holds the password of `--redis-user`.
-pub const PASSWORD_VAR: &str = "LOCK_REDIS_PASSWORD";
-
 /// `--redis-user` and `--redis-password-file`.
 pub static LOGIN: LoginFlags = LoginFlags {
-    secret: SecretNames { name: "redis", secret: "password", var: PASSWORD_VAR },
+    secret: SecretNames { name: "redis", secret: "password", var: "LOCK_REDIS_PASSWORD" },
     heading: "Redis (--backend redis)",
     user_help: "Connect as this ACL user, its password from the environment variable \
                 LOCK_REDIS_PASSWORD or from --redis-password-file (never on the command line; \
@@ -125,24 +80,42 @@ pub enum Spawn {
     Sentinel,
 }
 
-/// Its options, as result files show them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Its options: its command-line flags besides the user's ([`LOGIN`]), and what result files
+/// show.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[group(id = "redis-options")]
+#[command(next_help_heading = "Redis (--backend redis)")]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
-    /// The server's URL (none: [`DEFAULT_URL`]).
+    /// Redis server URL, redis://host:port/ or redis://host:port/DB [default: redis://127.0.0.1:6379/].
+    #[arg(long, value_name = "URL", env = "LOCK_REDIS_URL")]
+    #[arg(conflicts_with_all = ["spawn_redis", "redis_sentinel"])]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis: Option<String>,
-    /// A server or cluster the harness starts for each run (`--spawn-redis`), instead of
-    /// `redis`.
+    /// Start Redis of the harness's own for each run, on free loopback ports, and stop it
+    /// afterwards. `aof` (the default) is one redis-server that syncs an append-only file on
+    /// every write, so a restart keeps the lock keys; `memory` keeps them in memory only, so a
+    /// restart forgets them (both allow `--faults server-restart:…`). `sentinel` is a master, 2
+    /// replicas and 3 Sentinels (each member with its append-only file): the contenders find
+    /// the master through Sentinel and follow its failovers, and the leader faults
+    /// (`leader-kill`, `leader-pause`, `leader-cut`, `lagged-leader-kill`) hit the master.
+    #[arg(long = "spawn-redis", id = "spawn_redis", value_name = "KIND")]
+    #[arg(num_args = 0..=1, default_missing_value = "aof")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spawn: Option<Spawn>,
-    /// The user's Sentinels (`--redis-sentinel`), instead of `redis`.
+    /// Your Sentinels, HOST:PORT[,HOST:PORT...] (or `LOCK_REDIS_SENTINELS`): every contender
+    /// asks them for the master named by --redis-master-name and follows its failovers.
+    #[arg(long = "redis-sentinel", id = "redis_sentinel", value_name = "HOST:PORT,...")]
+    #[arg(env = "LOCK_REDIS_SENTINELS", conflicts_with = "spawn_redis")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels: Option<String>,
-    /// The master's name at those Sentinels.
+    /// The master's name the Sentinels know it by (`sentinel monitor NAME ...`) [default:
+    /// mymaster].
+    #[arg(long = "redis-master-name", value_name = "NAME", requires = "redis_sentinel")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master_name: Option<String>,
     /// The ACL user every connection authenticates as (`--redis-user`).
+    #[arg(skip)]
     #[serde(flatten)]
     pub login: Login,
 }
@@ -170,6 +143,11 @@ impl Options {
 }
 
 impl Describe for Redis {
+    type Client = RedisBackend;
+    const ENTRIES: &'static [Entry<RedisBackend>] = &[
+        Entry { algorithm: &JEDIS, build: build_jedis },
+        Entry { algorithm: &REDIS_TOKEN, build: build_token },
+    ];
     const NAME: &'static str = "redis";
     const ABOUT: &'static str = "--redis URL (default redis://127.0.0.1:6379/), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time";
     const HELP_EXAMPLES: &'static str = "
@@ -177,13 +155,11 @@ impl Describe for Redis {
       jedis and redis-token on a real redis-server (--ttl is the lock's expiry)
   bench-harness --backend redis --spawn-redis=sentinel --faults lagged-leader-kill:10s@20s
       the same through Sentinel, the master killed while its replication is held back";
-    type Client = RedisBackend;
-    const ENTRIES: &'static [Entry<RedisBackend>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Redis {
     type Options = Options;
-    type Args = Args;
+    type Args = Options;
     const CONFIGURED_BY: &'static [&'static str] = &["redis", "spawn_redis", "redis_sentinel"];
 
     fn spawns_server(&self, o: &Options) -> bool {
@@ -208,32 +184,27 @@ impl ParseOptions for Redis {
     }
 
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
-        LOGIN.augment(Args::augment_args(cmd))
+        LOGIN.augment(Options::augment_args(cmd))
     }
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
-        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        let sentinels = a.redis_sentinel.filter(|s| !s.trim().is_empty());
-        if let Some(list) = &sentinels {
+        let mut options = Options::from_arg_matches(m).map_err(|e| e.to_string())?;
+        options.redis = options.redis.filter(|u| !u.trim().is_empty());
+        options.sentinels = options.sentinels.filter(|s| !s.trim().is_empty());
+        if let Some(list) = &options.sentinels {
             sentinel_list(list)?;
         }
-        let master_name = sentinels.as_ref().map(|_| a.redis_master_name.trim().to_string());
-        if master_name.as_deref() == Some("") {
+        let name = options.master_name.take().unwrap_or_else(|| "mymaster".into());
+        options.master_name = options.sentinels.as_ref().map(|_| name.trim().to_string());
+        if options.master_name.as_deref() == Some("") {
             return Err("--redis-master-name: empty".into());
         }
-        let login = LOGIN.read(m);
-        if login.user.is_some() && a.spawn_redis == Some(Spawn::Sentinel) {
+        options.login = LOGIN.read(m);
+        if options.login.user.is_some() && options.spawn == Some(Spawn::Sentinel) {
             return Err("--redis-user with --spawn-redis=sentinel: only a single server the \
                         harness starts can be secured by it"
                 .into());
         }
-        let options = Options {
-            redis: a.redis.filter(|u| !u.trim().is_empty()),
-            spawn: a.spawn_redis,
-            sentinels,
-            master_name,
-            login,
-        };
         // Read once here so that a missing password is a usage error before anything starts.
         options.credentials()?;
         Ok(options)
@@ -275,24 +246,21 @@ impl ParseOptions for Redis {
 }
 
 impl Open for Redis {
-    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
-        Box::pin(async move {
-            let namespace = setup.namespace.to_string();
-            let (target, faults) = if options.spawn == Some(Spawn::Sentinel) {
-                on_sentinel_cluster().await?
-            } else if let Some(sentinels) = &options.sentinels {
-                let name = options.master_name.clone().unwrap_or_default();
-                (
-                    Target::Sentinel { sentinels: sentinel_list(sentinels)?, name },
-                    ServerFaults::new(None, None),
-                )
-            } else {
-                on_server(&options, &setup.fault_kinds).await?
-            };
-            let credentials = options.credentials()?;
-            Opened::probe(Connector { target, namespace, credentials }, setup.settings, faults)
-                .await
-        })
+    async fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> OpenResult {
+        let namespace = setup.namespace.to_string();
+        let (target, faults) = if options.spawn == Some(Spawn::Sentinel) {
+            on_sentinel_cluster().await?
+        } else if let Some(sentinels) = &options.sentinels {
+            let name = options.master_name.clone().unwrap_or_default();
+            (
+                Target::Sentinel { sentinels: sentinel_list(sentinels)?, name },
+                ServerFaults::new(None, None),
+            )
+        } else {
+            on_server(&options, &setup.fault_kinds).await?
+        };
+        let credentials = options.credentials()?;
+        Opened::probe(Connector { target, namespace, credentials }, setup.settings, faults).await
     }
 }
 
@@ -386,40 +354,10 @@ struct Connector {
 impl Connect for Connector {
     type Engine = Redis;
 
-    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(self.stranger_strikes())
-    }
-
-    /// A connection to the server, or through `via` (a contender's proxy).
-    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
-        Box::pin(self.connect_to(via, requests))
-    }
-
-    fn kind(request: &Request<'_>) -> Kind {
-        command_kind(request)
-    }
-}
-
-/// The kind a Redis command is counted as, here and on Redlock's masters: a conditional write
-/// (`SETNX`, `SET`, which this workspace only sends with `NX`, and the scripts, each of which
-/// compares before it acts) as a compare-and-set; `DEL` as a delete; `INCR`, `GETSET` and the
-/// driver's `SCRIPT LOAD` as writes; `GET` and a connection's `PING`, `ROLE`, `SENTINEL`
-/// query, `AUTH` and `SELECT` as reads.
-pub fn command_kind(request: &Request<'_>) -> Kind {
-    match request.command {
-        "SETNX" | "SET" | "EVALSHA" | "EVAL" => Kind::Cas,
-        "DEL" => Kind::Delete,
-        // CLIENT: the connection's `CLIENT TRACKING`, set up with HELLO on each connection.
-        "GET" | "PING" | "ROLE" | "SENTINEL" | "AUTH" | "HELLO" | "SELECT" | "CLIENT" => Kind::Read,
-        _ => Kind::Write,
-    }
-}
-
-impl Connector {
     /// The `stranger` fault: a connection with no credentials finds the run's lock keys (SCAN,
     /// leaving the fencing counters) and deletes them: the token lock's holder loses its key,
     /// and the next attempt's `SET NX` takes the lock.
-    async fn stranger_strikes(&self) -> Result<String, String> {
+    async fn stranger(&self) -> Result<String, String> {
         let Target::Url(url) = &self.target else {
             return Err("the stranger needs one Redis server (--redis or --spawn-redis)".into());
         };
@@ -456,11 +394,8 @@ impl Connector {
         Ok(server_faults::stranger_outcome(deleted, None))
     }
 
-    async fn connect_to(
-        &self,
-        via: Option<SocketAddr>,
-        requests: RequestHook,
-    ) -> Result<RedisBackend, String> {
+    /// A connection to the server, or through `via` (a contender's proxy).
+    async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
         let config = RedisConnectConfig {
             connect_timeout: CONNECT_TIMEOUT,
             key_prefix: format!("bench-harness:{}:", self.namespace),
@@ -488,6 +423,25 @@ impl Connector {
         RedisBackend::connect_with(&url, config).await.map_err(|e| {
             format!("cannot reach the redis backend at {} (--redis): {e}", redact_url(&url))
         })
+    }
+
+    fn kind(request: &Request<'_>) -> Kind {
+        command_kind(request)
+    }
+}
+
+/// The kind a Redis command is counted as, here and on Redlock's masters: a conditional write
+/// (`SETNX`, `SET`, which this workspace only sends with `NX`, and the scripts, each of which
+/// compares before it acts) as a compare-and-set; `DEL` as a delete; `INCR`, `GETSET` and the
+/// driver's `SCRIPT LOAD` as writes; `GET` and a connection's `PING`, `ROLE`, `SENTINEL`
+/// query, `AUTH` and `SELECT` as reads.
+pub fn command_kind(request: &Request<'_>) -> Kind {
+    match request.command {
+        "SETNX" | "SET" | "EVALSHA" | "EVAL" => Kind::Cas,
+        "DEL" => Kind::Delete,
+        // CLIENT: the connection's `CLIENT TRACKING`, set up with HELLO on each connection.
+        "GET" | "PING" | "ROLE" | "SENTINEL" | "AUTH" | "HELLO" | "SELECT" | "CLIENT" => Kind::Read,
+        _ => Kind::Write,
     }
 }
 

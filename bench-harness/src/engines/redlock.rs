@@ -53,48 +53,24 @@ pub static REDLOCK_FENCED: Algorithm = Algorithm::new(
     "Redlock plus a fencing token: max-register read and raised on a majority after the grant",
 );
 
-/// The algorithms on independent masters.
-static ALGORITHMS: [Entry<RedisMasters>; 2] = [
-    Entry { algorithm: &REDLOCK, build: build_plain },
-    Entry { algorithm: &REDLOCK_FENCED, build: build_fenced },
-];
-
-/// Its command-line options.
-#[derive(clap::Args, Debug, Clone)]
+/// Its options: its command-line flags, and what result files show.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[group(id = "redlock-options")]
 #[command(next_help_heading = "Redlock (--backend redlock)")]
-pub struct Args {
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
     /// Your independent Redis masters, redis://host:port/[,redis://host:port/...] (no
     /// replication between them; Redlock's N, of which a majority must grant).
-    #[arg(
-        long,
-        value_name = "URL,...",
-        env = "LOCK_REDLOCK_URLS",
-        conflicts_with = "spawn_redlock"
-    )]
+    #[arg(long, value_name = "URL,...", env = "LOCK_REDLOCK_URLS")]
+    #[arg(conflicts_with = "spawn_redlock")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub redlock: Option<String>,
     /// Start MASTERS independent redis-servers of the harness's own for each run (default 5),
     /// each behind a proxy and with an append-only file synced on every write; needed for the
     /// master faults `master-kill` and `master-wipe`.
-    #[arg(
-        long,
-        value_name = "MASTERS",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "5",
-        value_parser = clap::value_parser!(u16).range(1..=9)
-    )]
-    pub spawn_redlock: Option<u16>,
-}
-
-/// Its options, as result files show them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Options {
-    /// The user's masters' URLs, comma-separated.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub redlock: Option<String>,
-    /// How many masters the harness starts for each run (`--spawn-redlock`), instead.
+    #[arg(long = "spawn-redlock", id = "spawn_redlock", value_name = "MASTERS")]
+    #[arg(num_args = 0..=1, require_equals = true, default_missing_value = "5")]
+    #[arg(value_parser = clap::value_parser!(u16).range(1..=9))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spawn: Option<u16>,
 }
@@ -116,19 +92,22 @@ fn urls(list: &str) -> Result<Vec<String>, String> {
 }
 
 impl Describe for Redlock {
+    type Client = RedisMasters;
+    const ENTRIES: &'static [Entry<RedisMasters>] = &[
+        Entry { algorithm: &REDLOCK, build: build_plain },
+        Entry { algorithm: &REDLOCK_FENCED, build: build_fenced },
+    ];
     const NAME: &'static str = "redlock";
     const ABOUT: &'static str =
         "--redlock redis://host:port/,... or --spawn-redlock[=5]; wall time";
     const HELP_EXAMPLES: &'static str = "
   bench-harness --backend redlock --spawn-redlock --threads 8 --faults master-wipe:200ms@5s
       Redlock on 5 masters the harness starts, one restarted without its data every 5 s";
-    type Client = RedisMasters;
-    const ENTRIES: &'static [Entry<RedisMasters>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Redlock {
     type Options = Options;
-    type Args = Args;
+    type Args = Options;
     const CONFIGURED_BY: &'static [&'static str] = &["redlock", "spawn_redlock"];
 
     fn spawns_server(&self, o: &Options) -> bool {
@@ -148,12 +127,12 @@ impl ParseOptions for Redlock {
     }
 
     fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
-        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        let redlock = a.redlock.filter(|u| !u.trim().is_empty());
-        if let Some(list) = &redlock {
+        let mut o = Options::from_arg_matches(m).map_err(|e| e.to_string())?;
+        o.redlock = o.redlock.filter(|u| !u.trim().is_empty());
+        if let Some(list) = &o.redlock {
             urls(list)?;
         }
-        Ok(Options { redlock, spawn: a.spawn_redlock })
+        Ok(o)
     }
 
     fn address(&self, o: &Options) -> String {
@@ -185,20 +164,19 @@ impl ParseOptions for Redlock {
 }
 
 impl Open for Redlock {
-    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
-        Box::pin(async move {
-            let (urls, faults) =
-                match (options.spawn, &options.redlock) {
-                    (Some(n), _) => on_masters(n).await?,
-                    (None, Some(list)) => (urls(list)?, ServerFaults::new(None, None)),
-                    (None, None) => return Err(
-                        "the redlock backend needs masters: --redlock URL,... or --spawn-redlock"
-                            .into(),
-                    ),
-                };
-            let connector = Connector { urls, namespace: setup.namespace.to_string() };
-            Opened::probe(connector, setup.settings, faults).await
-        })
+    async fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> OpenResult {
+        let (urls, faults) = match (options.spawn, &options.redlock) {
+            (Some(n), _) => on_masters(n).await?,
+            (None, Some(list)) => (urls(list)?, ServerFaults::new(None, None)),
+            (None, None) => {
+                return Err(
+                    "the redlock backend needs masters: --redlock URL,... or --spawn-redlock"
+                        .into(),
+                )
+            }
+        };
+        let connector = Connector { urls, namespace: setup.namespace.to_string() };
+        Opened::probe(connector, setup.settings, faults).await
     }
 }
 
@@ -220,18 +198,16 @@ impl Connect for Connector {
     type Engine = Redlock;
 
     /// Connections to every master (`via` is always `None`: no contender faults here).
-    fn connect(&self, _via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
-        Box::pin(async move {
-            let config = RedisConnectConfig {
-                connect_timeout: CONNECT_TIMEOUT,
-                key_prefix: format!("bench-harness:{}:", self.namespace),
-                requests,
-                ..RedisConnectConfig::default()
-            };
-            RedisMasters::connect_with(&self.urls, config)
-                .await
-                .map_err(|e| format!("cannot reach the Redlock masters (--redlock): {e}"))
-        })
+    async fn connect(&self, _via: Via, requests: RequestHook) -> Connected<Self> {
+        let config = RedisConnectConfig {
+            connect_timeout: CONNECT_TIMEOUT,
+            key_prefix: format!("bench-harness:{}:", self.namespace),
+            requests,
+            ..RedisConnectConfig::default()
+        };
+        RedisMasters::connect_with(&self.urls, config)
+            .await
+            .map_err(|e| format!("cannot reach the Redlock masters (--redlock): {e}"))
     }
 
     fn kind(request: &Request<'_>) -> Kind {

@@ -1,18 +1,23 @@
-//! The shape every server engine the harness can start shares: `--spawn-X[=N]` (one server, or a
-//! cluster of N members whose leader the cluster finds, `test_servers::ClusterEngine`), and the
-//! user its clients authenticate as (`--X-user`, its secret in the environment or
-//! `--X-<secret>-file`).
+//! The shape every server engine the harness can start shares: the user's server (`--X
+//! HOST:PORT,...`, or its environment variable; `--X-ca` and, for mutual TLS, `--X-cert` and
+//! `--X-key`), or `--spawn-X[=N]` (one server, or a cluster of N members whose leader the
+//! cluster finds, `test_servers::ClusterEngine`), and the user its clients authenticate as
+//! (`--X-user`, its secret in the environment or `--X-<secret>-file`).
 //!
 //! An engine describes these once in a [`ServerFlags`]; its options struct holds a [`Spawn`]
-//! (flattened, so result files show `spawn`, `members`, `user` and `password_file` beside its
-//! own fields) and says so in [`super::Options::server_mut`]. From that alone come its flags,
-//! what they read into, the options of the server the safety table starts, secures and
-//! clusters, its topology, its address while the harness runs the server, and its fault kinds.
+//! (flattened, so result files show `address`, `spawn`, `members`, `user`, `password_file` and
+//! the TLS files beside its own fields; [`ServerOnly`] when it has no others) and says so in
+//! [`super::Options::server_mut`]. From that alone come its flags, what they read into and the
+//! checks on them, whether the command line points at it, its address for messages, the
+//! options of the server the safety table starts, secures and clusters, its topology and its
+//! fault kinds.
 
+pub use super::options::ServerOnly;
 use super::options::{Login, Options, SecretNames, Spawn};
-use super::server_faults;
+use super::server_faults::{self, Managed, Restartable, ServerFaults};
 use crate::faults::FaultKind;
 use clap::{Arg, ArgAction, ArgMatches, Command};
+use lock_core::secret::Credentials;
 use std::path::{Path, PathBuf};
 
 /// The user of the secured server the safety table's "stranger (secured)" rows run on.
@@ -32,11 +37,86 @@ pub struct LoginFlags {
     pub user_help: &'static str,
 }
 
+/// How the line that describes a run on a server engine reads: "etcd at ADDRESS, lease TTL
+/// 2s, as user 'u'".
+#[derive(Debug, Clone, Copy)]
+pub struct RunLine {
+    /// The engine: "etcd".
+    pub what: &'static str,
+    /// What the run's TTL is to it: "lease TTL".
+    pub ttl: &'static str,
+    /// The TTL it uses for the run's: etcd's whole seconds, the service's range.
+    pub ttl_of: fn(std::time::Duration) -> std::time::Duration,
+    /// How its user is named, "{u}" standing for the user: "as user '{u}'".
+    pub user: &'static str,
+}
+
+/// How an engine names the user's server: `--<name> VALUE` (or the environment variable).
+#[derive(Debug, Clone, Copy)]
+pub struct AddressFlag {
+    /// What the flag takes: "URL,...", "HOST:PORT,...".
+    pub value_name: &'static str,
+    /// The environment variable that may give it instead.
+    pub env: &'static str,
+    /// Where the engine looks without it; `None`: it must be given.
+    pub default: Option<&'static str>,
+    /// Its help.
+    pub help: &'static str,
+    /// What each of its comma-separated endpoints must be, when the engine checks them.
+    pub endpoint: Option<Endpoint>,
+}
+
+impl AddressFlag {
+    /// `--<name> VALUE` or the environment variable `env`, which must be given.
+    pub const fn new(value_name: &'static str, env: &'static str, help: &'static str) -> Self {
+        AddressFlag { value_name, env, default: None, help, endpoint: None }
+    }
+
+    /// The flag, with the address the engine looks at without it.
+    pub const fn or(self, default: &'static str) -> Self {
+        AddressFlag { default: Some(default), ..self }
+    }
+
+    /// The flag, each of its endpoints checked.
+    pub const fn each(self, endpoint: Endpoint) -> Self {
+        AddressFlag { endpoint: Some(endpoint), ..self }
+    }
+}
+
+/// What an endpoint of `--<name>` must be.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint {
+    /// True when `endpoint` (trimmed, not empty) is one.
+    pub valid: fn(&str) -> bool,
+    /// What one is, for the error: "HOST:PORT (a node's client port, no scheme)".
+    pub like: &'static str,
+}
+
+/// Whether the engine's clients can speak TLS to the user's server: `--<name>-ca FILE`, and
+/// with `mutual`, `--<name>-cert FILE` and `--<name>-key FILE`.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsFlags {
+    /// Help of `--<name>-ca`.
+    pub ca_help: &'static str,
+    /// Whether the client can present a certificate of its own.
+    pub mutual: bool,
+}
+
 /// What a server engine calls its shared flags and its servers.
 #[derive(Debug, Clone, Copy)]
 pub struct ServerFlags {
-    /// `--<name>-user` and `--<name>-<secret>-file`; `--spawn-<name>` takes the same name.
+    /// `--<name>-user` and `--<name>-<secret>-file`; `--<name>` and `--spawn-<name>` take the
+    /// same name.
     pub login: LoginFlags,
+    /// `--<name>`: the user's server.
+    pub address: AddressFlag,
+    /// `--<name>-ca` (and the client's certificate), when its clients can speak TLS.
+    pub tls: Option<TlsFlags>,
+    /// Whether a cluster the harness starts can be secured by `--<name>-user` (else only one
+    /// server it starts can, and the user's own cluster).
+    pub secures_clusters: bool,
+    /// How the line that describes a run names the engine, its TTL and its user.
+    pub run_line: RunLine,
     /// What `--spawn-<name>=N` counts: "MEMBERS", "NODES".
     pub members: &'static str,
     /// Help of `--spawn-<name>`.
@@ -89,21 +169,76 @@ impl LoginFlags {
 }
 
 impl ServerFlags {
-    fn spawn_id(&self) -> String {
-        format!("spawn_{}", self.login.secret.name)
+    fn name(&self) -> &'static str {
+        self.login.secret.name
     }
 
-    /// Adds `--spawn-<name>[=N]`, `--<name>-user` and `--<name>-<secret>-file` to `cmd`.
+    fn spawn_id(&self) -> String {
+        format!("spawn_{}", self.name())
+    }
+
+    fn tls_id(&self, what: &str) -> String {
+        format!("{}_{what}", self.name())
+    }
+
+    /// Adds `--<name>`, its TLS files, `--spawn-<name>[=N]`, `--<name>-user` and
+    /// `--<name>-<secret>-file` to `cmd`.
     pub fn augment(&self, cmd: Command) -> Command {
-        let spawn = Arg::new(leak(self.spawn_id()))
-            .long(leak(format!("spawn-{}", self.login.secret.name)))
+        let (name, heading) = (self.name(), self.login.heading);
+        let spawn_id = leak(self.spawn_id());
+        let a = &self.address;
+        let address = Arg::new(name)
+            .long(name)
+            .value_name(a.value_name)
+            .env(a.env)
+            .action(ArgAction::Set)
+            .conflicts_with(spawn_id)
+            .help(a.help);
+        let spawn = Arg::new(spawn_id)
+            .long(leak(format!("spawn-{name}")))
             .value_name(self.members)
             .num_args(0..=1)
             .require_equals(true)
             .default_missing_value("1")
             .value_parser(clap::value_parser!(u16).range(1..=9))
             .help(self.spawn_help);
-        self.login.augment(cmd.arg(spawn.help_heading(self.login.heading)))
+        let mut cmd = cmd.arg(address.help_heading(heading)).arg(spawn.help_heading(heading));
+        if let Some(tls) = &self.tls {
+            cmd =
+                cmd.args(self.tls_args(tls, spawn_id).into_iter().map(|a| a.help_heading(heading)));
+        }
+        self.login.augment(cmd)
+    }
+
+    /// `--<name>-ca`, and `--<name>-cert` and `--<name>-key` for mutual TLS.
+    fn tls_args(&self, tls: &TlsFlags, spawn_id: &'static str) -> Vec<Arg> {
+        let name = self.name();
+        let file = |what: &str| {
+            Arg::new(leak(self.tls_id(what)))
+                .long(leak(format!("{name}-{what}")))
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(PathBuf))
+                .action(ArgAction::Set)
+        };
+        let ca = file("ca").conflicts_with(spawn_id).help(tls.ca_help);
+        if !tls.mutual {
+            return vec![ca];
+        }
+        let (ca_id, key_id, cert_id) = (self.tls_id("ca"), self.tls_id("key"), self.tls_id("cert"));
+        let cert = file("cert")
+            .requires(leak(ca_id))
+            .requires(leak(key_id))
+            .help("This client's certificate (PEM), for servers that ask for one (mutual TLS).");
+        let key = file("key")
+            .requires(leak(cert_id))
+            .help(leak(format!("The key of --{name}-cert (PEM).")));
+        vec![ca, cert, key]
+    }
+
+    /// True when the command line or the environment points at the engine (`--<name>` or
+    /// `--spawn-<name>`).
+    pub fn given(&self, m: &ArgMatches) -> bool {
+        super::given(m, self.name()) || self.spawn_given(m)
     }
 
     /// True when `--spawn-<name>` was given.
@@ -111,11 +246,47 @@ impl ServerFlags {
         super::given(m, &self.spawn_id())
     }
 
-    /// What `--spawn-<name>[=N]` and the user's flags say.
-    pub fn read(&self, m: &ArgMatches) -> Spawn {
+    /// What the shared flags say, checked: a missing secret or an unreadable TLS file is a usage
+    /// error naming the flag, before anything starts.
+    pub fn read(&self, m: &ArgMatches) -> Result<Spawn, String> {
+        let path =
+            |what: &str| m.try_get_one::<PathBuf>(&self.tls_id(what)).ok().flatten().cloned();
         let members = m.try_get_one::<u16>(&self.spawn_id()).ok().flatten().copied();
+        let address = m.try_get_one::<String>(self.name()).ok().flatten();
         let Login { user, password_file } = self.login.read(m);
-        Spawn { spawn: members.is_some(), members: members.filter(|n| *n > 1), user, password_file }
+        let server = Spawn {
+            address: address.filter(|a| !a.trim().is_empty()).cloned(),
+            spawn: members.is_some(),
+            members: members.filter(|n| *n > 1),
+            user,
+            password_file,
+            ca: path("ca"),
+            cert: path("cert"),
+            key: path("key"),
+        };
+        let name = self.name();
+        if server.members.is_some() && server.user.is_some() && !self.secures_clusters {
+            return Err(format!(
+                "--{name}-user with --spawn-{name}=N: only a single server the harness starts can \
+                 be secured by it (give --{name} for a secured cluster of yours)"
+            ));
+        }
+        if let (Some(list), Some(endpoint)) = (&server.address, &self.address.endpoint) {
+            let endpoints = list.split(',').map(str::trim).filter(|e| !e.is_empty());
+            if let Some(bad) = endpoints.into_iter().find(|e| !(endpoint.valid)(e)) {
+                return Err(format!("--{name}: {bad:?} is not {}", endpoint.like));
+            }
+        }
+        self.credentials(&server)?;
+        if let Some(tls) = server.tls() {
+            tls.check().map_err(|e| format!("--{name}-ca/-cert/-key: {e}"))?;
+        }
+        Ok(server)
+    }
+
+    /// The credentials of `--<name>-user`, their secret read now.
+    pub fn credentials(&self, server: &Spawn) -> Result<Option<Credentials>, String> {
+        server.credentials(&self.login.secret)
     }
 
     /// Where `server` is when the harness starts it; `None` for the user's own.
@@ -126,6 +297,97 @@ impl ServerFlags {
             (None, false) => None,
         }
     }
+
+    /// The user's server: `--<name>`, else the engine's default; `None` when neither is.
+    pub fn users(&self, server: &Spawn) -> Option<String> {
+        server.address.clone().or_else(|| self.address.default.map(str::to_string))
+    }
+
+    /// How to point at the engine, for `bench-harness list`: "--etcd URL,... (default
+    /// http://127.0.0.1:2379) or --spawn-etcd[=MEMBERS]; wall time".
+    pub fn about(&self) -> String {
+        let (name, a) = (self.name(), &self.address);
+        let default = a.default.map(|d| format!(" (default {d})")).unwrap_or_default();
+        let spawn = format!("--spawn-{name}[={}]", self.members);
+        format!("--{name} {}{default} or {spawn}; wall time", a.value_name)
+    }
+
+    /// The line that describes a run on `server` with TTL `ttl`.
+    pub fn describe(&self, server: &Spawn, ttl: std::time::Duration) -> String {
+        let RunLine { what, ttl: ttl_is, ttl_of, user } = self.run_line;
+        let ttl = crate::dist::format_duration(ttl_of(ttl));
+        let user = server.user.as_ref().map(|u| format!(", {}", user.replace("{u}", u)));
+        format!("{what} at {}, {ttl_is} {ttl}{}", self.address(server), user.unwrap_or_default())
+    }
+
+    /// Where `server` is, for messages.
+    pub fn address(&self, server: &Spawn) -> String {
+        self.started(server)
+            .or_else(|| self.users(server))
+            .unwrap_or_else(|| format!("(no --{} given)", self.name()))
+    }
+}
+
+/// How a server engine starts its servers for a run: a cluster of its [`ClusterEngine`], and
+/// one server (which `--faults server-restart` restarts).
+///
+/// [`ClusterEngine`]: test_servers::ClusterEngine
+pub struct Starts<E: test_servers::ClusterEngine, S, L> {
+    /// The cluster's engine (`--spawn-X=N`).
+    pub cluster: E,
+    /// The client addresses of a cluster, as the engine's clients take them.
+    pub cluster_address: fn(&test_servers::Cluster<E>) -> String,
+    /// Starts one server (`--spawn-X`); blocking, so it runs off the runtime's threads.
+    pub one: L,
+    /// The client address of one server.
+    pub one_address: fn(&S) -> String,
+}
+
+/// Where the run's server is, and the faults on it: a cluster the harness starts, one server
+/// it starts (with a proxy per contender when `kinds` need them), or the user's (`--X`).
+/// Errors name the option that asked for the server.
+pub async fn locate<E, S, L>(
+    flags: &ServerFlags,
+    server: &Spawn,
+    kinds: &[FaultKind],
+    starts: Starts<E, S, L>,
+) -> Result<(String, ServerFaults), String>
+where
+    E: test_servers::ClusterEngine,
+    S: Restartable + 'static,
+    L: FnOnce() -> Result<S, String> + Send + 'static,
+{
+    let name = flags.name();
+    let option = match server.members {
+        Some(n) => format!("--spawn-{name}={n}"),
+        None => format!("--spawn-{name}"),
+    };
+    let (at, started) = match (server.members, server.spawn) {
+        (Some(n), _) => {
+            let members = n.into();
+            return server_faults::start_cluster(
+                &option,
+                starts.cluster,
+                members,
+                starts.cluster_address,
+            )
+            .await;
+        }
+        (None, true) => {
+            let (managed, at) = Managed::start(starts.one, starts.one_address)
+                .await
+                .map_err(|e| format!("{option}: {e}"))?;
+            (at, Some(managed))
+        }
+        (None, false) => {
+            let at = flags.users(server).ok_or_else(|| {
+                format!("--backend {name} needs --{name} {} or {option}", flags.address.value_name)
+            })?;
+            (at, None)
+        }
+    };
+    let faults = server_faults::on_one_server(&at, started, kinds).await?;
+    Ok((at, faults))
 }
 
 /// The options of one server the harness starts, when the engine can start one.

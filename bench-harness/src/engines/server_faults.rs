@@ -514,9 +514,11 @@ impl ServerFaults {
     }
 }
 
-/// A client of `C`'s engine being connected, or why it could not be.
-pub type Connecting<'a, C> =
-    BoxFuture<'a, Result<<<C as Connect>::Engine as Describe>::Client, String>>;
+/// A client of `C`'s engine, or why it could not be connected.
+pub type Connected<C> = Result<<<C as Connect>::Engine as Describe>::Client, String>;
+
+/// Where a contender connects: through its proxy (`Some`), or straight to the server.
+pub type Via = Option<SocketAddr>;
 
 /// How a server engine connects one contender: straight to the server (`via` is `None`) or
 /// through its proxy, with the run's settings, reporting its requests to a hook; and the
@@ -526,14 +528,18 @@ pub trait Connect: Send + Sync + 'static {
     type Engine: Describe;
     /// A new client whose lock crate reports each request it sends to `requests`, or an error
     /// naming the server and what was tried.
-    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self>;
+    fn connect(
+        &self,
+        via: Via,
+        requests: RequestHook,
+    ) -> impl std::future::Future<Output = Connected<Self>> + Send + '_;
     /// The kind a request of its lock crate is counted as (its command mapped onto reads,
     /// writes, deletes and conditional writes).
     fn kind(request: &Request<'_>) -> Kind;
     /// The `stranger` fault ([`super::OpenEngine::stranger`]): a client of its own with no
     /// credentials deletes the holder's key or znode of every lock under the run's root.
-    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(async { Err("this engine has no stranger (--faults stranger)".to_string()) })
+    fn stranger(&self) -> impl std::future::Future<Output = Result<String, String>> + Send + '_ {
+        async { Err("this engine has no stranger (--faults stranger)".to_string()) }
     }
 }
 
@@ -606,7 +612,7 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
     }
 
     fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
-        self.connector.stranger()
+        Box::pin(self.connector.stranger())
     }
 }
 

@@ -24,13 +24,9 @@
 //! anyone may, and the holder is told `Revoked`; on a secured one the stranger is refused.
 
 use super::prelude::*;
-use clap::FromArgMatches as _;
 use lock_core::tls::TlsFiles;
 use lock_service::client::{ClientConfig, ServiceClient};
 use test_servers::{LockService, ServiceServer, TestPki};
-
-/// The environment variable that holds the token of `--service-user`.
-pub const TOKEN_VAR: &str = "LOCK_SERVICE_TOKEN";
 
 /// The engine.
 pub struct Service;
@@ -38,39 +34,34 @@ pub struct Service;
 /// The hidden subcommand that runs one node (`bench-harness lock-server --id …`).
 pub const NODE_SUBCOMMAND: &str = "lock-server";
 
-/// The lock service's lock.
-pub static SERVICE: Algorithm = Algorithm::new(
-    "service",
-    "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
-);
-
-/// The algorithms on the service.
-static ALGORITHMS: [Entry<ServiceClient>; 1] = [Entry { algorithm: &SERVICE, build: build_lock }];
-
-/// Its command-line options besides the shared ones ([`FLAGS`]).
-#[derive(clap::Args, Debug, Clone)]
-#[group(id = "service-options")]
-#[command(next_help_heading = "lock service (--backend service)")]
-pub struct Args {
-    /// The lock service's nodes, HOST:PORT[,HOST:PORT...] (their client ports); the client
-    /// finds the leader among them.
-    #[arg(
-        long,
-        value_name = "HOST:PORT,...",
-        env = "LOCK_SERVICE_ENDPOINTS",
-        conflicts_with = "spawn_service"
-    )]
-    pub service: Option<String>,
-    /// Speak TLS to --service, trusting the CA in this PEM file (the one that signed the
-    /// nodes' certificates).
-    #[arg(long, value_name = "FILE", conflicts_with = "spawn_service")]
-    pub service_ca: Option<std::path::PathBuf>,
-}
-
-/// `--spawn-service[=N]`, `--service-user` and `--service-token-file`.
+/// `--service`, `--service-ca`, `--spawn-service[=N]`, `--service-user` and
+/// `--service-token-file`.
 pub static FLAGS: ServerFlags = ServerFlags {
+    address: AddressFlag::new(
+        "HOST:PORT,...",
+        "LOCK_SERVICE_ENDPOINTS",
+        "The lock service's \
+        nodes, HOST:PORT[,HOST:PORT...] (their client ports); the client finds the leader \
+        among them.",
+    )
+    .each(Endpoint {
+        valid: |e| !e.contains("://") && e.contains(':'),
+        like: "HOST:PORT (a node's client port, no scheme)",
+    }),
+    tls: Some(TlsFlags {
+        ca_help: "Speak TLS to --service, trusting the CA in this PEM file (the one that signed \
+                  the nodes' certificates).",
+        mutual: false,
+    }),
+    secures_clusters: true,
+    run_line: RunLine {
+        what: "lock service",
+        ttl: "session TTL",
+        ttl_of: session_ttl,
+        user: "as user '{u}' over TLS",
+    },
     login: LoginFlags {
-        secret: SecretNames { name: "service", secret: "token", var: TOKEN_VAR },
+        secret: SecretNames { name: "service", secret: "token", var: "LOCK_SERVICE_TOKEN" },
         heading: "lock service (--backend service)",
         user_help: "Authenticate every client as this user of the service, its token from the \
                 environment variable LOCK_SERVICE_TOKEN or from --service-token-file (never on \
@@ -88,32 +79,8 @@ pub static FLAGS: ServerFlags = ServerFlags {
     one: "a lock-service node",
 };
 
-/// Its options, as result files show them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Options {
-    /// The endpoints of a running service.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service: Option<String>,
-    /// A service the harness starts, and the user (its token's file as `password_file`).
-    #[serde(flatten)]
-    pub server: Spawn,
-    /// The CA of a user's service (`--service-ca`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca: Option<std::path::PathBuf>,
-}
-
-impl super::Options for Options {
-    fn server_mut(&mut self) -> Option<&mut Spawn> {
-        Some(&mut self.server)
-    }
-}
-
-impl Options {
-    /// The credentials of `--service-user`, their token read now.
-    fn credentials(&self) -> Result<Option<Credentials>, String> {
-        self.server.credentials(&FLAGS.login.secret)
-    }
+impl ServerEngine for Service {
+    const FLAGS: &'static ServerFlags = &FLAGS;
 }
 
 /// The session TTL for a run's TTL: at least the service's minimum.
@@ -122,101 +89,48 @@ pub fn session_ttl(ttl: Duration) -> Duration {
 }
 
 impl Describe for Service {
+    type Client = ServiceClient;
+    const ENTRIES: &'static [Entry<ServiceClient>] =
+        &[Entry { algorithm: &SERVICE, build: build_lock }];
     const NAME: &'static str = "service";
-    const ABOUT: &'static str = "--service host:port[,...] or --spawn-service[=N]; wall time";
     const HELP_EXAMPLES: &'static str = "
   bench-harness --backend service --spawn-service=3 --threads 64
       the lock service on a 3-node cluster the harness starts, each contender on a
       session of its own (--ttl: the session TTL)";
-    type Client = ServiceClient;
-    const ENTRIES: &'static [Entry<ServiceClient>] = &ALGORITHMS;
-}
-
-impl ParseOptions for Service {
-    type Options = Options;
-    type Args = Args;
-    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(&FLAGS);
-    const CONFIGURED_BY: &'static [&'static str] = &["service", "spawn_service"];
-
-    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
-        let a = Args::from_arg_matches(m).map_err(|e| e.to_string())?;
-        let service = a.service.filter(|e| !e.trim().is_empty());
-        if let Some(list) = &service {
-            for endpoint in ServiceClient::parse_endpoints(list) {
-                if endpoint.contains("://") || !endpoint.contains(':') {
-                    return Err(format!(
-                        "--service: {endpoint:?} is not HOST:PORT (a node's client port, no scheme)"
-                    ));
-                }
-            }
-        }
-        let options = Options { service, server: FLAGS.read(m), ca: a.service_ca };
-        // Read once here so that a missing token or CA is a usage error before anything starts.
-        options.credentials()?;
-        if let Some(ca) = &options.ca {
-            TlsFiles::trusting(ca).check().map_err(|e| format!("--service-ca: {e}"))?;
-        }
-        Ok(options)
-    }
-
-    fn address(&self, o: &Options) -> String {
-        FLAGS
-            .started(&o.server)
-            .unwrap_or_else(|| o.service.clone().unwrap_or_else(|| "(no --service given)".into()))
-    }
-
-    fn describe(&self, o: &Options, s: &AlgorithmSettings) -> String {
-        format!(
-            "lock service at {}, session TTL {}{}",
-            self.address(o),
-            crate::dist::format_duration(session_ttl(s.ttl)),
-            o.server
-                .user
-                .as_ref()
-                .map_or_else(String::new, |u| format!(", as user '{u}' over TLS"))
-        )
-    }
 }
 
 impl Open for Service {
-    fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> Opening<'a> {
-        Box::pin(async move {
-            let credentials = options.credentials()?;
-            let secured = match (&credentials, options.server.spawn) {
-                (Some(c), true) => Some(Arc::new(SecuredNodes::make(c)?)),
-                _ => None,
-            };
-            let program = match &secured {
-                Some(s) => node_program()?.with_args(&s.args()),
-                None => node_program()?,
-            };
-            let tls = match &secured {
-                Some(s) => Some(TlsFiles::trusting(s.pki.ca_file())),
-                None => options.ca.clone().map(TlsFiles::trusting),
-            };
-            let (endpoints, faults) = match (options.server.members, options.server.spawn) {
-                (Some(n), _) => on_cluster(program, n).await?,
-                (None, true) => on_node(program, &setup.fault_kinds).await?,
-                (None, false) => {
-                    let endpoints = options.service.clone().ok_or_else(|| {
-                        "--backend service needs --service HOST:PORT,... or --spawn-service"
-                            .to_string()
-                    })?;
-                    let faults =
-                        server_faults::on_one_server(&endpoints, None, &setup.fault_kinds).await?;
-                    (endpoints, faults)
-                }
-            };
-            let connector = Connector {
-                endpoints: ServiceClient::parse_endpoints(&endpoints),
-                ttl: session_ttl(setup.settings.scaled(setup.settings.ttl)),
-                credentials,
-                tls,
-                lock_ids: setup.lock_ids.clone(),
-                _secured: secured,
-            };
-            Opened::probe(connector, setup.settings, faults).await
-        })
+    async fn open<'a>(&'a self, options: ServerOnly, setup: EngineSetup<'a>) -> OpenResult {
+        let credentials = FLAGS.credentials(&options.server)?;
+        let secured = match (&credentials, options.server.spawn) {
+            (Some(c), true) => Some(Arc::new(SecuredNodes::make(c)?)),
+            _ => None,
+        };
+        let program = match &secured {
+            Some(s) => node_program()?.with_args(&s.args()),
+            None => node_program()?,
+        };
+        let tls = match &secured {
+            Some(s) => Some(TlsFiles::trusting(s.pki.ca_file())),
+            None => options.server.tls(),
+        };
+        let starts = Starts {
+            cluster: program.clone(),
+            cluster_address: |c| c.endpoints().join(","),
+            one: move || Ok(SingleNode(ServiceServer::launch_node(program)?)),
+            one_address: |n: &SingleNode| n.0.endpoint(),
+        };
+        let (endpoints, faults) =
+            server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
+        let connector = Connector {
+            endpoints: ServiceClient::parse_endpoints(&endpoints),
+            ttl: session_ttl(setup.settings.scaled(setup.settings.ttl)),
+            credentials,
+            tls,
+            lock_ids: setup.lock_ids.clone(),
+            _secured: secured,
+        };
+        Opened::probe(connector, setup.settings, faults).await
     }
 }
 
@@ -264,31 +178,8 @@ impl SecuredNodes {
     }
 }
 
-/// A cluster of `n` nodes the harness starts (`--spawn-service=N`).
-async fn on_cluster(program: LockService, n: u16) -> Result<(String, ServerFaults), String> {
-    server_faults::start_cluster(&format!("--spawn-service={n}"), program, n.into(), |c| {
-        c.endpoints().join(",")
-    })
-    .await
-}
-
-/// One node the harness starts (`--spawn-service`), restartable, with a proxy per contender
-/// when `kinds` need them. Reached straight at its port, as the single ZooKeeper and etcd
-/// servers are: a cluster of one would put a proxy hop in front of every request and push.
-async fn on_node(
-    engine: LockService,
-    kinds: &[FaultKind],
-) -> Result<(String, ServerFaults), String> {
-    let launch = move || {
-        ServiceServer::launch_node(engine)
-            .map(SingleNode)
-            .map_err(|e| format!("--spawn-service: {e}"))
-    };
-    let (server, endpoint) = Managed::start(launch, |n| n.0.endpoint()).await?;
-    let faults = server_faults::on_one_server(&endpoint, Some(server), kinds).await?;
-    Ok((endpoint, faults))
-}
-
+/// One node the harness starts is reached straight at its port, as the single ZooKeeper and
+/// etcd servers are: a cluster of one would put a proxy hop in front of every request and push.
 /// A one-node service, which `--faults server-restart` kills and starts again (its client
 /// port's proxy stays, so clients reconnect to the same address).
 struct SingleNode(ServiceServer);
@@ -322,20 +213,18 @@ impl Connect for Connector {
     /// A client on the service, or through `via` (a contender's proxy, which it then never
     /// leaves: a follower's hint would lead it around the proxy). The service reads no
     /// client's clock, so a clock jump changes nothing.
-    fn connect(&self, via: Option<SocketAddr>, requests: RequestHook) -> Connecting<'_, Self> {
-        Box::pin(async move {
-            let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| vec![a.to_string()]);
-            let config = ClientConfig {
-                ttl: self.ttl,
-                follow_leader_hints: via.is_none(),
-                requests,
-                credentials: self.credentials.clone(),
-                tls: self.tls.clone(),
-                ..ClientConfig::default()
-            };
-            ServiceClient::connect(&endpoints, config).await.map_err(|e| {
-                format!("cannot reach the lock service at {} (--service): {e}", endpoints.join(","))
-            })
+    async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
+        let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| vec![a.to_string()]);
+        let config = ClientConfig {
+            ttl: self.ttl,
+            follow_leader_hints: via.is_none(),
+            requests,
+            credentials: self.credentials.clone(),
+            tls: self.tls.clone(),
+            ..ClientConfig::default()
+        };
+        ServiceClient::connect(&endpoints, config).await.map_err(|e| {
+            format!("cannot reach the lock service at {} (--service): {e}", endpoints.join(","))
         })
     }
 
@@ -351,16 +240,10 @@ impl Connect for Connector {
         }
     }
 
-    fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(self.stranger_strikes())
-    }
-}
-
-impl Connector {
     /// The `stranger` fault: a client with no credentials (over TLS when the service speaks
     /// it: the stranger is on the network, not outside it) force-releases every lock of the
     /// run. An open service lets anyone; a secured one refuses the stranger at its hello.
-    async fn stranger_strikes(&self) -> Result<String, String> {
+    async fn stranger(&self) -> Result<String, String> {
         let config = ClientConfig { tls: self.tls.clone(), ..ClientConfig::default() };
         let client = match ServiceClient::connect(&self.endpoints, config).await {
             Ok(c) => c,
@@ -378,6 +261,12 @@ impl Connector {
         Ok(server_faults::stranger_outcome(taken, refused))
     }
 }
+
+/// The lock service's lock.
+pub static SERVICE: Algorithm = Algorithm::new(
+    "service",
+    "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
+);
 
 /// The service's lock on the contender's own client.
 fn build_lock(client: ServiceClient, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {

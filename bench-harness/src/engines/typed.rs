@@ -13,7 +13,7 @@
 
 use super::algorithm::Entry;
 use super::options::{EngineOptions, Options, OptionsError};
-use super::server::ServerFlags;
+use super::server::{ServerFlags, ServerOnly};
 use super::{
     given, server, Algorithm, AlgorithmSettings, BoxFuture, Engine, EngineSetup, OpenEngine,
 };
@@ -28,8 +28,9 @@ pub trait Describe: Send + Sync + 'static {
     /// The name `--backend` takes and result files carry.
     const NAME: &'static str;
 
-    /// One line for `bench-harness list`: what it is and how to point at it.
-    const ABOUT: &'static str;
+    /// One line for `bench-harness list`: what it is and how to point at it ("": a server
+    /// engine's, from its shared flags).
+    const ABOUT: &'static str = "";
 
     /// Example command lines for `--help` (see [`Engine::help_examples`]).
     const HELP_EXAMPLES: &'static str = "";
@@ -47,6 +48,30 @@ pub trait Describe: Send + Sync + 'static {
     const ENTRIES: &'static [Entry<Self::Client>];
 }
 
+/// The command-line options of an engine that has none besides a server engine's shared ones:
+/// it adds nothing to the command (not even an argument group, whose name two such engines
+/// would share).
+#[derive(Debug, Clone)]
+pub struct NoArgs;
+
+impl clap::FromArgMatches for NoArgs {
+    fn from_arg_matches(_: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(NoArgs)
+    }
+    fn update_from_arg_matches(&mut self, _: &ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+impl clap::Args for NoArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+}
+
 /// What parses an engine's options and reads them.
 pub trait ParseOptions: Describe {
     /// Its options, as result files show them.
@@ -58,8 +83,8 @@ pub trait ParseOptions: Describe {
     /// A server engine's shared flags (`--spawn-X[=N]`, its user and secret).
     const SERVER_FLAGS: Option<&'static ServerFlags> = None;
 
-    /// The ids of the flags that point at this engine (an address, a server to start); none:
-    /// it is always there.
+    /// The ids of the flags that point at this engine (an address, a server to start) besides
+    /// a server engine's shared ones; none, on an engine without those: it is always there.
     const CONFIGURED_BY: &'static [&'static str] = &[];
 
     /// Adds its command-line options to `cmd`.
@@ -73,18 +98,39 @@ pub trait ParseOptions: Describe {
 
     /// True when the command line or the environment points at this engine.
     fn is_configured(&self, m: &ArgMatches) -> bool {
+        if let Some(flags) = Self::SERVER_FLAGS {
+            return flags.given(m) || Self::CONFIGURED_BY.iter().any(|id| given(m, id));
+        }
         Self::CONFIGURED_BY.is_empty() || Self::CONFIGURED_BY.iter().any(|id| given(m, id))
     }
 
     /// Its options as given on the command line, checked: an invalid address or setting is a
-    /// usage error naming the option.
-    fn parse(&self, m: &ArgMatches) -> Result<Self::Options, String>;
+    /// usage error naming the option. Without flags of its own, a server engine's options are
+    /// its shared ones.
+    fn parse(&self, m: &ArgMatches) -> Result<Self::Options, String> {
+        let mut options = Self::Options::default();
+        if let (Some(flags), Some(server)) = (Self::SERVER_FLAGS, options.server_mut()) {
+            *server = flags.read(m)?;
+        }
+        Ok(options)
+    }
 
-    /// Where it is, for messages (passwords redacted).
-    fn address(&self, o: &Self::Options) -> String;
+    /// Where it is, for messages (passwords redacted); a server engine's from its shared flags.
+    fn address(&self, o: &Self::Options) -> String {
+        match (Self::SERVER_FLAGS, o.server()) {
+            (Some(flags), Some(server)) => flags.address(&server),
+            _ => Self::NAME.to_string(),
+        }
+    }
 
-    /// The store and its settings, for the line that describes a run.
-    fn describe(&self, o: &Self::Options, s: &AlgorithmSettings) -> String;
+    /// The store and its settings, for the line that describes a run; a server engine's from
+    /// its shared flags.
+    fn describe(&self, o: &Self::Options, s: &AlgorithmSettings) -> String {
+        match (Self::SERVER_FLAGS, o.server()) {
+            (Some(flags), Some(server)) => flags.describe(&server, s.ttl),
+            _ => Self::NAME.to_string(),
+        }
+    }
 
     /// True when the harness starts the server itself for each run.
     fn spawns_server(&self, o: &Self::Options) -> bool {
@@ -137,13 +183,30 @@ pub trait ParseOptions: Describe {
     }
 }
 
-/// An engine being opened: its opened engine, or why it cannot be opened.
-pub type Opening<'a> = BoxFuture<'a, Result<Box<dyn OpenEngine>, String>>;
+/// A server engine whose options are the shared server shape only ([`ServerOnly`]): it says
+/// which flags are its own, and its options are parsed, checked and read from them.
+pub trait ServerEngine: Describe {
+    /// Its shared flags.
+    const FLAGS: &'static ServerFlags;
+}
+
+impl<E: ServerEngine> ParseOptions for E {
+    type Options = ServerOnly;
+    type Args = NoArgs;
+    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(E::FLAGS);
+}
+
+/// An engine opened for a run, or why it cannot be.
+pub type OpenResult = Result<Box<dyn OpenEngine>, String>;
 
 /// What opens an engine for one algorithm's run.
 pub trait Open: ParseOptions {
     /// Opens it with `options` (see [`Engine::open`]).
-    fn open<'a>(&'a self, options: Self::Options, setup: EngineSetup<'a>) -> Opening<'a>;
+    fn open<'a>(
+        &'a self,
+        options: Self::Options,
+        setup: EngineSetup<'a>,
+    ) -> impl std::future::Future<Output = OpenResult> + Send + 'a;
 }
 
 /// The options of `engine`, decoded. Every [`EngineOptions`] that reaches an engine was made by
@@ -162,7 +225,10 @@ impl<E: Open> Engine for E {
         E::NAME
     }
     fn about(&self) -> String {
-        E::ABOUT.to_string()
+        match E::SERVER_FLAGS {
+            Some(flags) if E::ABOUT.is_empty() => flags.about(),
+            _ => E::ABOUT.to_string(),
+        }
     }
     fn help_examples(&self) -> &'static str {
         E::HELP_EXAMPLES
@@ -236,7 +302,7 @@ impl<E: Open> Engine for E {
         setup: EngineSetup<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
         match setup.options.decode(E::NAME) {
-            Ok(options) => Open::open(self, options, setup),
+            Ok(options) => Box::pin(Open::open(self, options, setup)),
             Err(e) => Box::pin(async move { Err(e.to_string()) }),
         }
     }
