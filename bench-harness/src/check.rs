@@ -35,16 +35,9 @@ pub struct CheckArgs {
 }
 
 /// The checker found a violation: the binary exits with 3.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Unsafe(pub String);
-
-impl std::fmt::Display for Unsafe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unsafe {}
 
 /// One algorithm's logs as read back.
 #[derive(Debug, Default)]

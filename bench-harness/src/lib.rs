@@ -83,16 +83,55 @@ use std::path::Path;
 
 /// A usage error found after parsing (a combination of settings, an algorithm that does not
 /// run on the chosen backend): the binary exits with 2, as for clap's own usage errors.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct UsageError(pub String);
 
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// What a failed command means to a script that runs it: its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A usage error (exit 2): nothing ran.
+    Usage,
+    /// The checker found a run unsafe (exit 3).
+    Unsafe,
+    /// Anything else (exit 1): a server that cannot be reached or started, a file that
+    /// cannot be written.
+    Failed,
 }
 
-impl std::error::Error for UsageError {}
+impl Failure {
+    /// What `error` (from [`run()`]) means: a [`UsageError`] or a [`check::Unsafe`] anywhere in
+    /// its chain, else a failure.
+    pub fn of(error: &anyhow::Error) -> Failure {
+        if error.chain().any(|e| e.is::<UsageError>()) {
+            Failure::Usage
+        } else if error.chain().any(|e| e.is::<check::Unsafe>()) {
+            Failure::Unsafe
+        } else {
+            Failure::Failed
+        }
+    }
+
+    /// What to tell the user: the usage error's or the violation's own text, else the whole
+    /// chain of `error`.
+    pub fn message(self, error: &anyhow::Error) -> String {
+        let own = |e: &&(dyn std::error::Error + 'static)| match self {
+            Failure::Usage => e.is::<UsageError>(),
+            Failure::Unsafe => e.is::<check::Unsafe>(),
+            Failure::Failed => false,
+        };
+        error.chain().find(own).map_or_else(|| format!("{error:#}"), |e| e.to_string())
+    }
+
+    /// The process's exit code.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Failure::Failed => 1,
+            Failure::Usage => 2,
+            Failure::Unsafe => 3,
+        }
+    }
+}
 
 /// Runs what the command line asks for.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
