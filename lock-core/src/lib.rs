@@ -66,6 +66,7 @@ pub mod lease;
 pub mod lock;
 pub mod order;
 pub mod requests;
+pub mod retry;
 pub mod secret;
 pub mod session;
 pub mod store;

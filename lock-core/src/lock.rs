@@ -130,6 +130,13 @@ impl LockError {
             _ => None,
         }
     }
+
+    /// True when trying again may succeed: the backend did not answer in time or could not
+    /// be reached ([`BackendErrorKind::is_transient`]). A lock call retries these within its
+    /// deadline ([`crate::retry`]); every other error is final.
+    pub fn is_transient(&self) -> bool {
+        self.backend_kind().is_some_and(BackendErrorKind::is_transient)
+    }
 }
 
 /// Check a lock id or owner id: non-empty, at most [`MAX_ID_LEN`] bytes, no control characters
