@@ -111,9 +111,15 @@
 //! [`LeaseState::Lost`](lock_core::LeaseState::Lost), "no renewal succeeded before the lease
 //! ran out", with the last error. Releasing during the outage fails with
 //! [`LockError::Backend`]; the key, if the server still has it, expires by its TTL (token) or
-//! its expiry (jedis). A **waiter** (a mandatory lock in its retry loop) fails with the first
-//! [`LockError::Backend`] rather than waiting out the outage; the caller decides whether to
-//! retry.
+//! its expiry (jedis). A **waiter** (a mandatory lock in its retry loop) rides out an outage
+//! within its own deadline: a transient failure (a timeout, a lost connection) counts as one
+//! more failed attempt, retried after a backoff ([`lock_core::retry`]: 50 ms doubling to 1 s;
+//! without a deadline, 30 s of consecutive failures), and the call fails only when its
+//! deadline passes while the server still fails, with the server's last error rather than
+//! [`LockError::Timeout`] (`tests/faults.rs`, `a_lock_call_retries_a_stall_within_its_deadline`).
+//! A token-lock attempt whose answer was lost deletes its own key (if the script ran) in the
+//! background, so the retry does not wait out a key no guard holds. `try_lock` makes one
+//! attempt and reports its error.
 //!
 //! What happens **after** the restart depends on the server's persistence:
 //! - **Without persistence** (Redis's default for a bare `redis-server`, and `save ""`), the
@@ -749,10 +755,12 @@ pub(crate) fn check_owner(owner: &str) -> Result<(), LockError> {
     validate_id("owner id", owner)
 }
 
-/// The mandatory-lock loop every lock of the crate shares: `attempt` until it wins, sleeping
-/// `retry()` between attempts (a fixed interval, or Redlock's random delay), and give up with
-/// [`LockError::Timeout`] once `timeout` has passed. A last attempt is made at the deadline
-/// itself, so a lock freed just before it is not missed.
+/// `attempt` until it wins: again after `retry()` while the lock is taken, and after a
+/// backoff while the server fails transiently (a timeout, a lost connection:
+/// [`lock_core::retry`]), until `timeout` passes. A last attempt is made at the deadline
+/// itself, so a lock freed just before it is not missed. Then it reports
+/// [`LockError::Timeout`] if the last attempt was answered, or the server's last error if it
+/// was not; a final error (refused, invalid) ends it at once.
 pub(crate) async fn poll_until<F, Fut, T>(
     lock_id: &str,
     timeout: Option<Duration>,
@@ -765,10 +773,16 @@ where
 {
     let start = tokio::time::Instant::now();
     let deadline = timeout.map(|t| start + t);
+    let mut retries = lock_core::retry::Retries::new(Default::default(), deadline);
     loop {
-        if let Some(won) = attempt().await? {
-            return Ok(won);
-        }
+        let wait = match attempt().await {
+            Ok(Some(won)) => return Ok(won),
+            Ok(None) => {
+                retries.answered();
+                retry()
+            }
+            Err(e) => retries.failed(e, tokio::time::Instant::now())?,
+        };
         let now = tokio::time::Instant::now();
         let wake = match deadline {
             Some(d) if now >= d => {
@@ -777,8 +791,8 @@ where
                     waited: start.elapsed(),
                 })
             }
-            Some(d) => (now + retry()).min(d),
-            None => now + retry(),
+            Some(d) => (now + wait).min(d),
+            None => now + wait,
         };
         tokio::time::sleep_until(wake).await;
     }

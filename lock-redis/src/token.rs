@@ -2,7 +2,7 @@
 //! tracking backend its holder is told at once when another client changes its key
 //! ([`crate::tracking`]).
 
-use crate::keeper::{Cause, Keeper, RedisRelease, Renew, Renewal, Undo};
+use crate::keeper::{Cause, Keeper, RedisRelease, Renew, Renewal, Undo, RELEASE_IF_TOKEN};
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
 use lock_core::{LockError, LockGuard};
@@ -132,14 +132,29 @@ impl TokenLock {
         // The server's TTL starts after this moment, so the lease is certainly valid until
         // `sent + ttl`.
         let sent = Instant::now();
-        let fence: i64 = ACQUIRE
+        let fence: i64 = match ACQUIRE
             .key(&key)
             .key(self.backend.fence_key(lock_id))
             .arg(&token)
             .arg(self.ttl_ms())
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.backend.err("acquire script on", &key, e))?;
+        {
+            Ok(fence) => fence,
+            Err(e) => {
+                // The script may have run with its answer lost: the key would then hold this
+                // attempt's token, which no guard has, until its TTL ends. Delete it (only if
+                // it holds that token) without holding up the caller's next attempt.
+                let (backend, key2) = (self.backend.clone(), key.clone());
+                tokio::spawn(async move {
+                    if let Ok(mut conn) = backend.conn().await {
+                        let mut undo = RELEASE_IF_TOKEN.key(&key2);
+                        let _ = undo.arg(&token).invoke_async::<i64>(&mut conn).await;
+                    }
+                });
+                return Err(self.backend.err("acquire script on", &key, e));
+            }
+        };
         if fence == 0 {
             return Ok(None);
         }

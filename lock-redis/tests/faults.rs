@@ -3,6 +3,7 @@
 
 mod support;
 
+use lock_core::conformance::Fixture as _;
 use lock_core::time::{LocalClock, PhysicalClock};
 use lock_core::{BackendErrorKind, LeaseState, LockError, Locker};
 use lock_redis::{JedisConfig, RedisBackend, RedisConnectConfig, TokenConfig};
@@ -309,4 +310,45 @@ async fn jedis_acquire_uses_the_configured_acquire_timeout() {
     assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1500), "{took:?}");
     g.release().await.unwrap();
     b.acquire("acq").await.unwrap().release().await.unwrap();
+}
+
+/// A server that stops answering for longer than the response timeout, then answers again:
+/// the lock call rides it out within its own deadline (the failed attempts are retried after a
+/// backoff) instead of failing at the first timeout; its token is a fresh grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_call_retries_a_stall_within_its_deadline() {
+    let fx =
+        RedisFixture::new("stall", lock_redis::Variant::Token(TokenConfig::new(EXPIRY)), EXPIRY)
+            .await;
+    let a = fx.locker("a").await;
+    let b = fx.locker("b").await;
+    fx.with_proxy("a", |p| p.pause());
+    let started = Instant::now();
+    let asking = tokio::spawn(async move { a.lock("stall", Some(Duration::from_secs(20))).await });
+    // Past the 2 s response timeout: at least one attempt has failed transiently.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!asking.is_finished(), "the call is still retrying, not failed");
+    fx.with_proxy("a", |p| p.resume());
+    let guard = asking.await.unwrap().expect("granted once the server answers again");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert!(b.try_lock("stall").await.expect("b asks").is_none(), "a holds it");
+    guard.release().await.expect("release");
+    assert!(b.try_lock("stall").await.expect("b asks").is_some(), "released");
+}
+
+/// The same stall past the call's deadline: the call reports the server's error (transient,
+/// naming what did not answer), not a plain timeout, so the caller learns why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_past_the_deadline_reports_the_servers_error() {
+    let fx = RedisFixture::new(
+        "stall-out",
+        lock_redis::Variant::Token(TokenConfig::new(EXPIRY)),
+        EXPIRY,
+    )
+    .await;
+    let a = fx.locker("a").await;
+    fx.with_proxy("a", |p| p.pause());
+    let err = a.lock("stall-out", Some(Duration::from_secs(3))).await.expect_err("stalled");
+    assert!(err.is_transient(), "the server's own error: {err}");
+    fx.with_proxy("a", |p| p.resume());
 }

@@ -38,6 +38,8 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 /// How long after a restart requests may still fail: the longest reconnect delay (1 s by
 /// default), one connect attempt, and margin for a loaded machine.
 const RECOVERY: Duration = Duration::from_secs(5);
+/// How long each lock call may wait (it rides out the outage until then).
+const WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct Tally {
@@ -45,8 +47,10 @@ struct Tally {
     errors: AtomicU64,
     /// Errors that were not `LockError::Backend`.
     wrong: Mutex<Vec<String>>,
-    /// The longest time a failed request took.
+    /// The longest time a failed release took.
     slowest_failure: Mutex<Duration>,
+    /// The longest time a failed lock call took (it retries the outage within its deadline).
+    slowest_lock_failure: Mutex<Duration>,
     /// When the first grant after the restart happened.
     first_grant_after: Mutex<Option<Instant>>,
     restarted: AtomicBool,
@@ -59,6 +63,12 @@ impl Tally {
             self.wrong.lock().unwrap().push(e.to_string());
         }
         let mut slowest = self.slowest_failure.lock().unwrap();
+        *slowest = (*slowest).max(took);
+    }
+
+    fn lock_failed(&self, e: &LockError, took: Duration) {
+        self.failed(e, Duration::ZERO);
+        let mut slowest = self.slowest_lock_failure.lock().unwrap();
         *slowest = (*slowest).max(took);
     }
 }
@@ -84,7 +94,7 @@ async fn contenders_survive_a_restart(variant: Variant, name: &str) {
             tokio::spawn(async move {
                 while !stop.load(Ordering::SeqCst) {
                     let start = Instant::now();
-                    match locker.lock("restart", Some(Duration::from_secs(5))).await {
+                    match locker.lock("restart", Some(WAIT)).await {
                         Ok(guard) => {
                             tally.grants.fetch_add(1, Ordering::SeqCst);
                             if tally.restarted.load(Ordering::SeqCst) {
@@ -103,7 +113,7 @@ async fn contenders_survive_a_restart(variant: Variant, name: &str) {
                         }
                         Err(LockError::Timeout { .. }) => {}
                         Err(e) => {
-                            tally.failed(&e, start.elapsed());
+                            tally.lock_failed(&e, start.elapsed());
                             failed_once.store(true, Ordering::SeqCst);
                             // As a client would: do not spin on a dead server.
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -163,10 +173,16 @@ async fn contenders_survive_a_restart(variant: Variant, name: &str) {
     let wrong = tally.wrong.lock().unwrap();
     assert!(wrong.is_empty(), "errors other than LockError::Backend: {wrong:?}");
     assert!(errors >= CONTENDERS as u64);
-    // Bounded by one connect attempt plus one response, with margin for a loaded machine.
+    // A release: bounded by one connect attempt plus one response; a lock call: by its own
+    // deadline plus its last attempt; with margin for a loaded machine.
     assert!(
         slowest < CONNECT + RESPONSE + Duration::from_secs(2),
-        "a request during the outage took {slowest:?}"
+        "a release during the outage took {slowest:?}"
+    );
+    let slowest_lock = *tally.slowest_lock_failure.lock().unwrap();
+    assert!(
+        slowest_lock < WAIT + CONNECT + RESPONSE + Duration::from_secs(2),
+        "a lock call during the outage took {slowest_lock:?}"
     );
     for b in &backends {
         assert!(
