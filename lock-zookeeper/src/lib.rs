@@ -190,6 +190,11 @@
 //!   once reconnected within the session). If its session ends while it waits, it fails with
 //!   [`LockError::LeaseLost`] (its place in the queue was a znode of that session); it is not
 //!   re-queued, since a new znode would go to the back of the queue: the caller decides.
+//!   While the session lives, a transient failure of one of its steps (a create, a list, a
+//!   watch without an answer in time) is retried after a backoff within the call's deadline
+//!   ([`lock_core::retry`]), keeping its znode and so its place; the call reports the last
+//!   error only once its deadline passes (or, without one, after 30 s of failures). A plain
+//!   create ([`NodeNaming::Plain`]) whose answer was lost is not retried: the request fails.
 //! - After an outage **longer** than 1.4 session timeouts the client has given the session up,
 //!   but the restarted server has restored it: its znodes, the old holder's lock included, stay
 //!   until the server expires it one session timeout after the restart. New sessions wait that
@@ -300,6 +305,7 @@ use async_trait::async_trait;
 use lock_core::lock::validate_id;
 #[cfg(doc)]
 use lock_core::requests::RequestHook;
+use lock_core::retry::{Backoff, Retries};
 use lock_core::session::SessionSlot;
 use lock_core::{BackendError, BackendErrorKind, LockError, LockGuard, Locker};
 use naming::{name_of, sequence_of};
@@ -533,7 +539,21 @@ impl Locker for ZkLock {
         }
         };
         let dir = self.dir(lock_id);
-        let (pending, stat) = self.create_node(&session, &dir).await?;
+        // A transient failure (no answer in time, a lost connection) while the session lives
+        // is one more failed step, retried within the deadline. A protected create whose
+        // answer was lost and not found again is swept by its request's own sweep, so a retry
+        // makes a new znode under a new GUID; a plain create is not retried (its orphan, ahead
+        // of the retry in the queue, would hold it up until swept): the request fails.
+        let mut retries = Retries::new(Backoff::default(), deadline);
+        let plain = matches!(self.options.naming, NodeNaming::Plain);
+        let (pending, stat) = loop {
+            match self.create_node(&session, &dir).await {
+                Ok(created) => break created,
+                Err(e) if session.is_over() || plain => return Err(e),
+                Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
+            }
+        };
+        retries.answered();
         // Our sequence number is our place in line: no request made after this instant can
         // be served first.
         let queued_at = Instant::now();
@@ -548,8 +568,13 @@ impl Locker for ZkLock {
             let queue = match self.queue(&session, &dir).await {
                 Ok(q) => q,
                 Err(_) if session.is_over() => return Err(place_lost(&pending)),
-                Err(e) => return Err(e),
+                // Our znode stays while we retry: it keeps our place in the queue.
+                Err(e) => {
+                    tokio::time::sleep(retries.failed(e, Instant::now())?).await;
+                    continue;
+                }
             };
+            retries.answered();
             let Some(place) = queue.iter().position(|(_, name)| *name == ours) else {
                 return Err(LockError::LeaseLost {
                     lock_id: lock_id.to_string(),
@@ -572,7 +597,10 @@ impl Locker for ZkLock {
                 Ok(Ok(answer)) => answer,
                 _ if session.is_over() => return Err(place_lost(&pending)),
                 Ok(Err(e)) => return Err(session.refused("watch", &pred, e)),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    tokio::time::sleep(retries.failed(e, Instant::now())?).await;
+                    continue;
+                }
             };
             if exists.is_none() {
                 continue;
