@@ -70,6 +70,7 @@ pub mod dist;
 pub mod engines;
 pub mod experiments;
 pub mod faults;
+pub mod keys;
 pub mod measure;
 pub mod report;
 pub mod run;
