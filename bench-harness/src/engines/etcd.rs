@@ -70,6 +70,10 @@ pub static FLAGS: ServerFlags = ServerFlags {
                  behind proxies of its own.",
     cluster: |n| format!("an etcd cluster of {n} members started by the harness"),
     one: "an etcd server",
+    examples: "
+  bench-harness --backend etcd --spawn-etcd --threads 8
+      etcd's Mutex on an etcd the harness starts, each contender on its own lease
+      (--ttl: the lease TTL, rounded up to whole seconds)",
 };
 
 impl ServerEngine for Etcd {
@@ -86,10 +90,6 @@ impl Describe for Etcd {
     const ENTRIES: &'static [Entry<EtcdBackend>] =
         &[Entry { algorithm: &MUTEX, build: build_mutex }];
     const NAME: &'static str = "etcd";
-    const HELP_EXAMPLES: &'static str = "
-  bench-harness --backend etcd --spawn-etcd --threads 8
-      etcd's Mutex on an etcd the harness starts, each contender on its own lease
-      (--ttl: the lease TTL, rounded up to whole seconds)";
 }
 
 impl Open for Etcd {

@@ -144,10 +144,7 @@ impl Options {
 
 impl Describe for Redis {
     type Client = RedisBackend;
-    const ENTRIES: &'static [Entry<RedisBackend>] = &[
-        Entry { algorithm: &JEDIS, build: build_jedis },
-        Entry { algorithm: &REDIS_TOKEN, build: build_token },
-    ];
+    const ENTRIES: &'static [Entry<RedisBackend>] = &ALGORITHMS;
     const NAME: &'static str = "redis";
     const ABOUT: &'static str = "--redis URL (default redis://127.0.0.1:6379/), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time";
     const HELP_EXAMPLES: &'static str = "
@@ -464,6 +461,12 @@ fn with_authority(url: &str, host_port: &str) -> Result<String, String> {
         .ok_or_else(|| format!("no host:port in the redis URL {}", redact_url(url)))?;
     Ok(format!("{}{host_port}{}", &url[..at], &url[at + old.len()..]))
 }
+
+/// The algorithms on Redis, in the order they run.
+static ALGORITHMS: [Entry<RedisBackend>; 2] = [
+    Entry { algorithm: &JEDIS, build: build_jedis },
+    Entry { algorithm: &REDIS_TOKEN, build: build_token },
+];
 
 /// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and
 /// the contender's (possibly skewed) clock: expiries are judged by client clocks.

@@ -93,10 +93,7 @@ fn urls(list: &str) -> Result<Vec<String>, String> {
 
 impl Describe for Redlock {
     type Client = RedisMasters;
-    const ENTRIES: &'static [Entry<RedisMasters>] = &[
-        Entry { algorithm: &REDLOCK, build: build_plain },
-        Entry { algorithm: &REDLOCK_FENCED, build: build_fenced },
-    ];
+    const ENTRIES: &'static [Entry<RedisMasters>] = &ALGORITHMS;
     const NAME: &'static str = "redlock";
     const ABOUT: &'static str =
         "--redlock redis://host:port/,... or --spawn-redlock[=5]; wall time";
@@ -219,6 +216,12 @@ impl Connect for Connector {
 fn config(ctx: &ClientContext, s: &AlgorithmSettings) -> RedlockConfig {
     RedlockConfig::new(s.scaled(s.ttl), ctx.seed)
 }
+
+/// The algorithms on independent masters, in the order they run.
+static ALGORITHMS: [Entry<RedisMasters>; 2] = [
+    Entry { algorithm: &REDLOCK, build: build_plain },
+    Entry { algorithm: &REDLOCK_FENCED, build: build_fenced },
+];
 
 fn build_plain(masters: RedisMasters, ctx: ClientContext, s: &AlgorithmSettings) -> BuildFuture {
     let variant = RedlockVariant::Plain(config(&ctx, s));

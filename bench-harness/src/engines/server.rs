@@ -126,6 +126,8 @@ pub struct ServerFlags {
     pub cluster: fn(u16) -> String,
     /// One server it starts, for messages: "an etcd server".
     pub one: &'static str,
+    /// Example command lines for `--help`, each with a line on what it does.
+    pub examples: &'static str,
 }
 
 /// `s`, for clap, which keeps argument names for the life of the command.

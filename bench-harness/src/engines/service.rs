@@ -77,6 +77,10 @@ pub static FLAGS: ServerFlags = ServerFlags {
                  `leader-cut`), each node behind proxies of its own.",
     cluster: |n| format!("a lock-service cluster of {n} nodes started by the harness"),
     one: "a lock-service node",
+    examples: "
+  bench-harness --backend service --spawn-service=3 --threads 64
+      the lock service on a 3-node cluster the harness starts, each contender on a
+      session of its own (--ttl: the session TTL)",
 };
 
 impl ServerEngine for Service {
@@ -93,10 +97,6 @@ impl Describe for Service {
     const ENTRIES: &'static [Entry<ServiceClient>] =
         &[Entry { algorithm: &SERVICE, build: build_lock }];
     const NAME: &'static str = "service";
-    const HELP_EXAMPLES: &'static str = "
-  bench-harness --backend service --spawn-service=3 --threads 64
-      the lock service on a 3-node cluster the harness starts, each contender on a
-      session of its own (--ttl: the session TTL)";
 }
 
 impl Open for Service {

@@ -32,7 +32,8 @@ pub trait Describe: Send + Sync + 'static {
     /// engine's, from its shared flags).
     const ABOUT: &'static str = "";
 
-    /// Example command lines for `--help` (see [`Engine::help_examples`]).
+    /// Example command lines for `--help` (see [`Engine::help_examples`]; "": a server
+    /// engine's, from its shared flags).
     const HELP_EXAMPLES: &'static str = "";
 
     /// A paragraph for `--help` on what the engine is and how it behaves ("" for none).
@@ -231,7 +232,10 @@ impl<E: Open> Engine for E {
         }
     }
     fn help_examples(&self) -> &'static str {
-        E::HELP_EXAMPLES
+        match E::SERVER_FLAGS {
+            Some(flags) if E::HELP_EXAMPLES.is_empty() => flags.examples,
+            _ => E::HELP_EXAMPLES,
+        }
     }
     fn help_notes(&self) -> &'static str {
         E::HELP_NOTES

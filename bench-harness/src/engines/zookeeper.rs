@@ -77,6 +77,9 @@ pub static FLAGS: ServerFlags = ServerFlags {
                  `leader-pause`, `leader-cut`), each server behind proxies of its own.",
     cluster: |n| format!("a ZooKeeper ensemble of {n} servers started by the harness"),
     one: "a ZooKeeper server",
+    examples: "
+  bench-harness --backend zookeeper --zookeeper 127.0.0.1:2181 --threads 8
+      the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)",
 };
 
 /// Its options: its command-line flags besides the shared ones ([`FLAGS`]), and what result
@@ -109,9 +112,6 @@ impl Describe for Zookeeper {
     const ENTRIES: &'static [Entry<ZkBackend>] =
         &[Entry { algorithm: &RECIPE, build: build_recipe }];
     const NAME: &'static str = "zookeeper";
-    const HELP_EXAMPLES: &'static str = "
-  bench-harness --backend zookeeper --zookeeper 127.0.0.1:2181 --threads 8
-      the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)";
 }
 
 impl ParseOptions for Zookeeper {
