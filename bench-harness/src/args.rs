@@ -8,6 +8,7 @@ use crate::config::{ClockMode, RunConfig};
 use crate::dist::{parse_duration, parse_positive_duration, Dist};
 use crate::engines::{self, BackoffPreset, EngineArgs, EngineRef, TimeSourceKind};
 use crate::faults::FaultPlan;
+use crate::keys::KeyDist;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use lock_core::store::Consistency;
@@ -64,9 +65,9 @@ pub struct ScenarioArgs {
     /// Algorithms to run, comma-separated (default: every algorithm registered for the backend).
     #[arg(short, long, value_delimiter = ',', value_parser = algorithm_name)]
     pub algorithms: Vec<String>,
-    /// Lock ids; contender i asks for lock i % K.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
-    pub locks: u32,
+    /// The locks and how each acquire picks one.
+    #[command(flatten)]
+    pub keys: LockArgs,
     /// Hold and think times.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -98,6 +99,29 @@ pub struct ScenarioArgs {
     /// Every engine's own options (address, latency model, ...).
     #[command(flatten)]
     pub engines: EngineArgs,
+}
+
+/// The locks the contenders ask for, and how each acquire picks one (a run, a sweep and
+/// `engines` alike).
+#[derive(Args, Debug, Clone)]
+pub struct LockArgs {
+    /// Lock ids: lock-0 to lock-(K-1).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    pub locks: u32,
+    /// Which lock each acquire asks for: fixed (contender i always asks for lock i mod K), uniform
+    /// (each acquire draws one of the K uniformly) or zipf:S (each acquire draws lock r-1 with
+    /// probability proportional to 1/r^S, S > 0: lock-0 is the hottest; zipf:0.99 is the
+    /// usual skewed workload). Draws come from each contender's seeded RNG.
+    #[arg(long, value_name = "DIST", default_value = "fixed")]
+    pub key_dist: KeyDist,
+}
+
+impl LockArgs {
+    /// Sets the locks of `cfg`.
+    pub fn apply(&self, cfg: &mut RunConfig) {
+        cfg.locks = self.locks as usize;
+        cfg.key_dist = self.key_dist;
+    }
 }
 
 /// What each contender does around its holds: the hold and think time distributions (a run,
@@ -144,7 +168,7 @@ impl ScenarioArgs {
         cfg.backend = self.backend;
         cfg.engine = self.engines.options(self.backend)?;
         cfg.algorithms = self.algorithms.clone();
-        cfg.locks = self.locks as usize;
+        self.keys.apply(cfg);
         cfg.hold = self.workload.hold;
         cfg.think = self.workload.think;
         cfg.consistency = self.consistency;

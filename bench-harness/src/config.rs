@@ -10,6 +10,7 @@ use crate::engines::{
     AlgorithmSettings, BackoffPreset, EngineOptions, EngineRef, EngineSetup, TimeSourceKind,
 };
 use crate::faults::FaultPlan;
+use crate::keys::{KeyDist, Keys};
 use lock_core::store::Consistency;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -44,8 +45,12 @@ pub struct RunConfig {
     pub algorithms: Vec<String>,
     /// Contenders (the thesis's threads).
     pub threads: usize,
-    /// Lock ids; contender `i` asks for lock `i % locks`.
+    /// Lock ids; with [`KeyDist::Fixed`] contender `i` asks for lock `i % locks`.
     pub locks: usize,
+    /// How each acquire picks its lock among the `locks` ([`crate::keys`]); `fixed` (the
+    /// default) is left out of result files.
+    #[serde(default, skip_serializing_if = "KeyDist::is_fixed")]
+    pub key_dist: KeyDist,
     /// How long a contender holds the lock.
     pub hold: Dist,
     /// How long a contender waits between a release and its next request.
@@ -153,7 +158,7 @@ impl RunConfig {
             settings: self.settings(),
             service_skews: self.service_skews(crate::engines::cell_model::TIME_SERVICE_REPLICAS),
             fault_kinds: self.faults.kinds().collect(),
-            lock_ids: (0..self.locks.max(1)).map(RunConfig::lock_id).collect(),
+            lock_ids: self.lock_ids(),
         }
     }
 
@@ -199,9 +204,31 @@ impl RunConfig {
         }
     }
 
-    /// The lock index contender `index` asks for.
+    /// The lock contender `index` asks for under [`KeyDist::Fixed`] (its own lock).
     pub fn lock_of(&self, contender: usize) -> usize {
         contender % self.locks.max(1)
+    }
+
+    /// How many locks the run may ask for: every one of [`RunConfig::locks`] when each acquire
+    /// draws its lock, the contenders' own ones under [`KeyDist::Fixed`] (fewer when there
+    /// are more locks than contenders).
+    pub fn locks_asked(&self) -> usize {
+        let locks = self.locks.max(1);
+        match self.key_dist {
+            KeyDist::Fixed => locks.min(self.threads.max(1)),
+            _ => locks,
+        }
+    }
+
+    /// The ids of the locks the run may ask for ([`RunConfig::locks_asked`]), in index order:
+    /// what the engine is told and what the contenders name.
+    pub fn lock_ids(&self) -> Vec<String> {
+        (0..self.locks_asked()).map(RunConfig::lock_id).collect()
+    }
+
+    /// The run's locks and how each acquire picks one (built once, shared by the contenders).
+    pub fn keys(&self) -> Keys {
+        Keys::new(self.key_dist, self.locks.max(1), self.lock_ids())
     }
 
     /// Each contender's clock skew in microseconds, drawn uniformly in `±skew` from the seed
@@ -368,6 +395,7 @@ impl Default for RunConfig {
             backoff: BackoffPreset::Thesis,
             seed: 1,
             processes: 1,
+            key_dist: KeyDist::Fixed,
             faults: FaultPlan::default(),
             sample_every: None,
         }
@@ -382,9 +410,13 @@ impl fmt::Display for RunConfig {
         } else {
             format!(", skew ±{}", format_duration(self.skew))
         };
+        let keys = match self.key_dist {
+            KeyDist::Fixed => String::new(),
+            drawn => format!(" (each acquire draws one, {drawn})"),
+        };
         write!(
             f,
-            "{} contenders on {} lock{}, hold {}, think {}, {} {} time",
+            "{} contenders on {} lock{}{keys}, hold {}, think {}, {} {} time",
             self.threads,
             self.locks,
             if self.locks == 1 { "" } else { "s" },

@@ -70,8 +70,9 @@ impl ErrorCounts {
 pub struct ContenderOutcome {
     /// Contender index.
     pub index: u32,
-    /// The lock it asked for.
-    pub lock: u32,
+    /// The lock it asked for; `None` when each acquire drew its lock
+    /// ([`crate::keys::KeyDist`]).
+    pub lock: Option<u32>,
     /// Its clock skew.
     pub skew_us: i64,
     /// Its acquisition latencies, in microseconds.

@@ -126,8 +126,9 @@ impl Safety {
 pub struct ContenderReport {
     /// Contender index.
     pub contender: u32,
-    /// Its lock.
-    pub lock: u32,
+    /// Its lock; left out when each acquire drew its lock ([`crate::keys::KeyDist`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<u32>,
     /// Its clock skew.
     pub skew_us: i64,
     /// Grants it got.

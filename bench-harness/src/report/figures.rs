@@ -1,9 +1,10 @@
 //! The charts of one run, drawn from its [`Summary`] and grant logs into the output directory:
 //!
 //! - `latency_cdf.png` / `.svg`: the acquisition latency CDF of every algorithm;
-//! - `timeline.png`: who held lock 0 when, one panel per algorithm (the shadow lock's bursts
-//!   against the queue lock's turn-taking); with `--faults`, around the first fault, with the
-//!   fault windows shaded and labelled (kind and target);
+//! - `timeline.png`: who held lock 0 when (under `--key-dist zipf:S`, the hottest lock), one
+//!   panel per algorithm (the shadow lock's bursts against the queue lock's turn-taking); with
+//!   `--faults`, around the first fault, with the fault windows shaded and labelled (kind and
+//!   target);
 //! - `grants_per_contender.png`: grants per contender, sorted, per algorithm (a flat line is
 //!   a fair lock).
 
@@ -114,10 +115,14 @@ pub fn draw_run(
                     )
                 })
                 .collect(),
-            title: format!(
-                "{name}: holders of lock 0 ({} contenders)",
-                cfg.threads.div_ceil(cfg.locks)
-            ),
+            title: if cfg.key_dist.is_fixed() {
+                format!(
+                    "{name}: holders of lock 0 ({} contenders)",
+                    cfg.threads.div_ceil(cfg.locks)
+                )
+            } else {
+                format!("{name}: holders of lock 0 of {} (keys {})", cfg.locks, cfg.key_dist)
+            },
             color: algorithm_color(name),
             contenders: cfg.threads,
             holds: holds_of_lock0(grants),

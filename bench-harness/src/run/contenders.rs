@@ -25,6 +25,7 @@ use super::stamp::{us_between, Stamp};
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
+use crate::keys::Keys;
 use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
 };
@@ -72,10 +73,16 @@ pub fn run_in_process(
 
 struct Plan {
     index: usize,
-    lock: usize,
-    lock_id: String,
+    /// Its own lock: the one it always asks for under `fixed`.
+    home: usize,
+    /// The run's locks and how an acquire picks one.
+    keys: Keys,
     skew_us: i64,
+    /// Seed of its hold and think draws.
     seed: u64,
+    /// Seed of its lock draws: a stream apart from the hold and think draws, so that the key
+    /// distribution leaves those unchanged.
+    key_seed: u64,
     hold: Dist,
     think: Dist,
     scale: u32,
@@ -172,15 +179,16 @@ pub async fn drive(
     let base = rig.counters.as_ref().map(|read| read()).unwrap_or_default();
     let controls: Vec<Arc<Control>> =
         lockers.iter().map(|(i, _)| Arc::new(Control::new(*i))).collect();
+    let keys = cfg.keys();
     let mut tasks = Vec::with_capacity(lockers.len());
     for ((index, locker), control) in lockers.into_iter().zip(&controls) {
-        let lock = cfg.lock_of(index);
         let plan = Plan {
             index,
-            lock,
-            lock_id: RunConfig::lock_id(lock),
+            home: cfg.lock_of(index),
+            keys: keys.clone(),
             skew_us: skews.get(index).copied().unwrap_or(0),
             seed: cfg.contender_seed(index) ^ 0xC0DE_C0DE,
+            key_seed: cfg.contender_seed(index) ^ 0x4B45_5953,
             hold: cfg.hold,
             think: cfg.think,
             scale,
@@ -400,10 +408,11 @@ async fn contender(
     shared: Shared,
 ) -> (Vec<Grant>, ContenderOutcome) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
+    let mut key_rng = StdRng::seed_from_u64(plan.key_seed);
     let mut grants = Vec::new();
     let mut out = ContenderOutcome {
         index: plan.index as u32,
-        lock: plan.lock as u32,
+        lock: plan.keys.is_fixed().then_some(plan.home as u32),
         skew_us: plan.skew_us,
         histogram: new_histogram(),
         unfinished_since_us: None,
@@ -416,7 +425,7 @@ async fn contender(
         let ended = tokio::select! {
             biased;
             until = ctl.crashed(), if can_crash => Round::Crashed(until),
-            ended = round(locker.as_ref(), &plan, &shared, &mut rng, &mut now, &mut grants, &mut out) => ended,
+            ended = round(locker.as_ref(), &plan, &shared, (&mut rng, &mut key_rng), &mut now, &mut grants, &mut out) => ended,
         };
         match ended {
             Round::Done => {}
@@ -448,20 +457,22 @@ async fn contender(
     (grants, out)
 }
 
-/// One request → hold → release → think round.
+/// One request → hold → release → think round, on the lock `keys` picks: `rngs` are the hold
+/// and think draws', then the lock draws'.
 async fn round(
     locker: &dyn Locker,
     plan: &Plan,
     shared: &Shared,
-    rng: &mut StdRng,
+    (rng, key_rng): (&mut StdRng, &mut StdRng),
     now: &mut InProgress,
     grants: &mut Vec<Grant>,
     out: &mut ContenderOutcome,
 ) -> Round {
     let ctl = &shared.control;
+    let lock = plan.keys.next(plan.home, key_rng);
     let requested = Instant::now();
     let requested_us = plan.stamp.at(requested);
-    let guard = match locker.lock(&plan.lock_id, Some(plan.drain_end - requested)).await {
+    let guard = match locker.lock(plan.keys.id(lock), Some(plan.drain_end - requested)).await {
         Ok(guard) => Held(Some(guard)),
         Err(LockError::Timeout { .. }) => return Round::GaveUp(requested_us),
         Err(e) => {
@@ -484,7 +495,7 @@ async fn round(
     let token = guard.0.as_ref().map_or(0, LockGuard::token);
     let queued_us = guard.0.as_ref().and_then(LockGuard::queued_at).map(|t| plan.stamp.past(t));
     let held = Grant {
-        lock: plan.lock as u32,
+        lock: lock as u32,
         contender: plan.index as u32,
         requested_us,
         granted_us,
@@ -497,7 +508,7 @@ async fn round(
     let write = |resource: &Resource| {
         let at_us = plan.stamp.now_us();
         let resource = resource.clone();
-        async move { resource.write(plan.lock as u32, plan.index as u32, token, at_us).await }
+        async move { resource.write(lock as u32, plan.index as u32, token, at_us).await }
     };
     if let Some(r) = &shared.resource {
         write(r).await;

@@ -82,8 +82,9 @@ pub struct Go {
 pub struct ContenderRecord {
     /// Global contender index.
     pub contender: u32,
-    /// Its lock.
-    pub lock: u32,
+    /// Its lock; none when each acquire drew its lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<u32>,
     /// Its clock skew.
     pub skew_us: i64,
     /// Its request still waiting at the end, if any: since when.
@@ -682,7 +683,7 @@ mod tests {
     fn record(contender: u32) -> ContenderRecord {
         ContenderRecord {
             contender,
-            lock: 0,
+            lock: Some(0),
             skew_us: 0,
             unfinished_since_us: None,
             errors: ErrorCounts::default(),
