@@ -6,8 +6,8 @@
 //! port. Everyone reaches a member only at its proxies' ports, the [`Layout`]'s `reach`
 //! ports: clients, and the other members, whose configurations name the proxies (etcd's
 //! advertised peer URLs, ZooKeeper's `server.N` lines, Redis's `replicaof` and announced
-//! ports). Each proxy knows which member opened each of its connections (the kernel's socket
-//! tables, [`crate::origin`]), so that:
+//! ports). Each proxy can tell which member opened each of its connections (the kernel's socket
+//! tables, [`crate::origin`]; asked only while a fault depends on it), so that:
 //!
 //! - [`Cluster::cut_off`] closes, and refuses, every connection to the member's proxies and
 //!   every connection the member opens to the others': it is cut off from its peers and its
@@ -323,13 +323,12 @@ impl<E: ClusterEngine> Cluster<E> {
             let mut own = Vec::new();
             for (role, listener) in member.into_iter().enumerate() {
                 let upstream = SocketAddr::from(([127, 0, 0, 1], layout.listen(i, role)));
-                let who = origins.clone();
                 let (e, l) = (engine.clone(), layout.clone());
                 let proxy = Proxy::spawn(
                     runtime.handle(),
                     listener,
                     upstream,
-                    Some(Arc::new(move |peer, local| who.of(peer, local))),
+                    Some(origins.clone()),
                     Some(Arc::new(move |first: &[u8]| e.rewrite(&l, role, first))),
                 )
                 .map_err(|e| ServerError::io(format!("start a proxy of the {name} cluster"), e))?;
@@ -678,14 +677,35 @@ impl<E: ClusterEngine> Cluster<E> {
         self.apply(&faults);
     }
 
+    /// Give every proxy its links; the connections whose origin now matters and is not
+    /// known yet, on all the proxies, are named by one scan of the socket tables.
     fn apply(&self, faults: &Faults) {
         let n = self.len();
+        let mut waiting = Vec::new();
         for (to, proxies) in self.proxies.iter().enumerate() {
             let links = faults.links_to(to, n);
             for p in proxies {
-                p.set_links(links.clone());
+                waiting.extend(p.set_links(links.clone()).into_iter().map(|w| (p, w)));
             }
         }
+        if waiting.is_empty() {
+            return;
+        }
+        let ends: Vec<_> = waiting.iter().map(|(_, (_, ends))| *ends).collect();
+        let found = self.origins.identify(&ends);
+        for ((p, (id, _)), member) in waiting.into_iter().zip(found) {
+            p.identified([(id, member)]);
+        }
+    }
+
+    /// How many times the proxies have read the kernel's socket tables (and the members'
+    /// open files) to tell the members' connections from the clients': never while no link
+    /// is cut or held, then once when a fault makes a member's links differ (for every
+    /// connection open then), and once per batch of connections accepted while it lasts (a
+    /// burst of them costs a few scans, not one each). Each scan costs milliseconds of
+    /// blocking reads with thousands of connections open.
+    pub fn origin_scans(&self) -> usize {
+        self.origins.scans()
     }
 
     /// The connections that run straight between two members' processes, bypassing the

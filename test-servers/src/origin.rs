@@ -9,36 +9,139 @@
 //! in `/proc/net/tcp` (or `tcp6`, for a JVM's dual-stack sockets) with its inode, and the inode
 //! is in the `/proc/<pid>/fd` of the process that holds it. The members are our children, so
 //! their `fd` directories are readable.
+//!
+//! **Cost, and when it is paid.** Telling the members' connections apart costs a read of the
+//! kernel's socket tables (every TCP socket of the host) and of each member's `fd` directory:
+//! milliseconds with thousands of connections open, and blocking file reads. A proxy pays it
+//! only while the origin of a connection decides its fate (some member's link is cut or held,
+//! see [`crate::proxy`]), and then once for a batch of connections, never once per
+//! connection: [`Origins::identify`] answers any number of them with one scan, and
+//! [`Origins::of`] gathers the connections accepted meanwhile into the next scan, with at most
+//! one scan under way at a time. [`Origins::scans`] counts them.
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
 
-/// The process ids of a cluster's members, by member index (`None` while one is not running).
+/// One accepted connection, as a proxy sees it: the peer's address (the connecting socket)
+/// and the proxy's own address.
+pub(crate) type Ends = (SocketAddr, SocketAddr);
+
+/// The process ids of a cluster's members, by member index (`None` while one is not running),
+/// and the connections waiting for the next scan.
 #[derive(Default)]
 pub(crate) struct Origins {
     pids: Mutex<Vec<Option<u32>>>,
+    /// How many scans of the socket tables [`Origins::identify`] has made.
+    scans: AtomicUsize,
+    batch: Mutex<Batch>,
+}
+
+/// The connections [`Origins::of`] was asked about since the last scan began.
+#[derive(Default)]
+struct Batch {
+    waiting: Vec<(Ends, oneshot::Sender<Option<usize>>)>,
+    /// Whether a task is scanning (it takes the next batch when its scan is done).
+    scanning: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Origins {
     /// Record that member `i` runs as `pid` (or, with `None`, no longer runs).
     pub fn set(&self, i: usize, pid: Option<u32>) {
-        let mut pids = self.pids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pids = lock(&self.pids);
         if pids.len() <= i {
             pids.resize(i + 1, None);
         }
         pids[i] = pid;
     }
 
-    /// The member whose process holds the other end of the loopback connection that a proxy
-    /// listening on `local` accepted from `peer`; `None` for anyone else (a client, a
-    /// Sentinel, a connection already closed).
-    pub fn of(&self, peer: SocketAddr, local: SocketAddr) -> Option<usize> {
-        let inode = sockets()
-            .into_iter()
-            .find(|s| s.local == peer.port() && s.remote == local.port() && s.inode != 0)?
-            .inode;
-        let pids = self.pids.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        pids.iter().position(|pid| pid.is_some_and(|pid| socket_inodes(pid).contains(&inode)))
+    /// How many times the socket tables have been scanned.
+    pub fn scans(&self) -> usize {
+        self.scans.load(Ordering::Relaxed)
+    }
+
+    /// For each connection, the member whose process holds its connecting end; `None` for
+    /// anyone else (a client, a Sentinel, a connection already closed). One scan, whatever
+    /// the number of connections: the socket tables are read once, and each member's `fd`
+    /// directory once (none when no connection is still open). Blocks on file reads.
+    pub fn identify(&self, conns: &[Ends]) -> Vec<Option<usize>> {
+        if conns.is_empty() {
+            return Vec::new();
+        }
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        // The connecting socket: its local port is the peer's, its remote port the proxy's.
+        let wanted: HashSet<(u16, u16)> =
+            conns.iter().map(|(peer, local)| (peer.port(), local.port())).collect();
+        let mut inodes: HashMap<(u16, u16), u64> = HashMap::new();
+        for s in sockets() {
+            if s.inode != 0 && wanted.contains(&(s.local, s.remote)) {
+                inodes.insert((s.local, s.remote), s.inode);
+            }
+        }
+        let mut owner: HashMap<u64, usize> = HashMap::new();
+        if !inodes.is_empty() {
+            let sought: HashSet<u64> = inodes.values().copied().collect();
+            let pids = lock(&self.pids).clone();
+            for (i, pid) in pids.iter().enumerate() {
+                let Some(pid) = *pid else { continue };
+                for inode in socket_inodes(pid).into_iter().filter(|i| sought.contains(i)) {
+                    owner.insert(inode, i);
+                }
+            }
+        }
+        conns
+            .iter()
+            .map(|(peer, local)| {
+                let inode = inodes.get(&(peer.port(), local.port()))?;
+                owner.get(inode).copied()
+            })
+            .collect()
+    }
+
+    /// [`Origins::identify`] for one connection, in the batch of every connection asked
+    /// about while the scan before it runs: a burst of connections costs two scans, not one
+    /// each. The scan runs on the runtime's blocking pool, one at a time.
+    pub async fn of(self: &Arc<Self>, conn: Ends) -> Option<usize> {
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut batch = lock(&self.batch);
+            batch.waiting.push((conn, tx));
+            !std::mem::replace(&mut batch.scanning, true)
+        };
+        if start {
+            tokio::spawn(self.clone().scan_batches());
+        }
+        rx.await.unwrap_or(None)
+    }
+
+    /// Scan for the waiting connections, batch after batch, until none waits.
+    async fn scan_batches(self: Arc<Self>) {
+        // Let the connections accepted in the same turn of the runtime join the first batch.
+        tokio::task::yield_now().await;
+        loop {
+            let waiting = {
+                let mut batch = lock(&self.batch);
+                if batch.waiting.is_empty() {
+                    batch.scanning = false;
+                    return;
+                }
+                std::mem::take(&mut batch.waiting)
+            };
+            let conns: Vec<Ends> = waiting.iter().map(|(c, _)| *c).collect();
+            let me = self.clone();
+            let found =
+                tokio::task::spawn_blocking(move || me.identify(&conns)).await.unwrap_or_default();
+            let found = found.into_iter().chain(std::iter::repeat(None));
+            for ((_, tx), origin) in waiting.into_iter().zip(found) {
+                let _ = tx.send(origin);
+            }
+        }
     }
 
     /// The connections that run straight from one member's process to another's, bypassing
@@ -46,7 +149,7 @@ impl Origins {
     /// the kernel, so each such connection appears once per direction of ownership). A
     /// cluster whose traffic all goes through its proxies has none.
     pub fn direct_links(&self) -> Vec<(usize, usize)> {
-        let pids = self.pids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let pids = lock(&self.pids).clone();
         let owned: Vec<Vec<u64>> =
             pids.iter().map(|pid| pid.map(socket_inodes).unwrap_or_default()).collect();
         let owner = |inode: u64| owned.iter().position(|inodes| inodes.contains(&inode));
@@ -83,13 +186,13 @@ fn sockets() -> Vec<Socket> {
         let Ok(text) = std::fs::read_to_string(table) else { continue };
         // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
         for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
+            let mut fields = line.split_whitespace();
             let port =
                 |f: &str| f.rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
             let (Some(local), Some(remote), Some(inode)) = (
-                fields.get(1).and_then(|f| port(f)),
-                fields.get(2).and_then(|f| port(f)),
-                fields.get(9).and_then(|f| f.parse().ok()),
+                fields.nth(1).and_then(port),
+                fields.next().and_then(port),
+                fields.nth(6).and_then(|f| f.parse().ok()),
             ) else {
                 continue;
             };
@@ -127,9 +230,16 @@ mod tests {
         let origins = Origins::default();
         origins.set(0, Some(12345678)); // no such process
         origins.set(2, Some(std::process::id()));
-        assert_eq!(origins.of(peer, listener.local_addr().unwrap()), Some(2));
+        let local = listener.local_addr().unwrap();
+        let other = TcpStream::connect(local).unwrap();
+        let (_other, other_peer) = listener.accept().unwrap();
+        drop(other); // closed: nobody's
+        assert_eq!(origins.identify(&[(peer, local), (other_peer, local)]), [Some(2), None]);
+        assert_eq!(origins.scans(), 1, "one scan for the batch");
         origins.set(2, None);
-        assert_eq!(origins.of(peer, listener.local_addr().unwrap()), None);
+        assert_eq!(origins.identify(&[(peer, local)]), [None]);
+        assert_eq!(origins.identify(&[]), []);
+        assert_eq!(origins.scans(), 2, "nothing to scan for: no scan");
     }
 
     #[test]
