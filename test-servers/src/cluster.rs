@@ -259,7 +259,7 @@ pub struct Cluster<E: ClusterEngine> {
     root: PathBuf,
     /// The members' program, when not the engine's ([`ClusterOptions::program`]).
     program: Option<PathBuf>,
-    /// Runs the proxies (one worker thread); shut down after the members are dead.
+    /// Runs the proxies (a worker thread per core); shut down after the members are dead.
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -295,8 +295,12 @@ impl<E: ClusterEngine> Cluster<E> {
         }
         let started = Instant::now();
         let deadline = started + options.deadline.unwrap_or(E::FORMATION);
+        // Forwarding for hundreds of clients wants every core; the blocking pool only ever
+        // runs one scan of the socket tables at a time (see `crate::origin`).
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(workers)
+            .max_blocking_threads(2)
             .thread_name(format!("{}-proxies", E::KIND))
             .enable_all()
             .build()
