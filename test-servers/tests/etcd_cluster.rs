@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use test_servers::{etcd_post, Cluster, ClusterOptions, Etcd, EtcdCluster, INSTALL_HINT};
 
@@ -49,10 +51,59 @@ fn a_killed_leader_is_replaced_and_comes_back_as_a_follower() {
     eprintln!("etcd kill test took {:?}", started.elapsed());
 }
 
+/// One `GET /health` on an open HTTP/1.1 connection: the status line, once the whole answer
+/// (headers and `Content-Length` bytes of body) is read.
+fn health(conn: &mut TcpStream) -> std::io::Result<String> {
+    conn.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase().strip_prefix("content-length:").map(str::to_owned)
+                })
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return Ok(text.lines().next().unwrap_or_default().to_string());
+            }
+        }
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
 #[test]
 fn a_leader_cut_off_from_peers_and_clients_loses_the_lead() {
     let cluster = EtcdCluster::start(3);
+    // A client connection open to every member before the fault, each forwarded once.
+    let mut open: Vec<TcpStream> = (0..3)
+        .map(|i| {
+            let mut conn = TcpStream::connect(cluster.client_addr(i)).unwrap();
+            conn.set_read_timeout(Some(ELECTION)).unwrap();
+            let status = health(&mut conn).unwrap();
+            assert!(status.starts_with("HTTP/1.1 "), "member {i}: {status}");
+            conn
+        })
+        .collect();
+    assert_eq!(cluster.origin_scans(), 0, "no fault: no connection's origin is looked up");
     let (old, new) = support::cut_off_leader(&cluster, ELECTION);
+    assert!(cluster.origin_scans() >= 1, "the cut needs the members' connections named");
+    for (i, conn) in open.iter_mut().enumerate() {
+        let status = health(conn);
+        if i == old {
+            assert!(status.is_err(), "the cut-off member's client is cut: {status:?}");
+        } else {
+            let status = status.unwrap();
+            assert!(status.starts_with("HTTP/1.1 "), "member {i}'s client stays: {status}");
+        }
+    }
     // The proxy accepts and closes at once: an error, or an empty answer.
     let answer = put(&cluster, old, "k", "v");
     assert!(answer.as_ref().map_or(true, String::is_empty), "its clients are cut: {answer:?}");
