@@ -41,7 +41,10 @@
 //! - **Waiting across outages.** A read or watch that fails while waiting (a broken connection,
 //!   a restarting server) is tried again after a pause for as long as the lease stands and the
 //!   timeout allows: a waiter keeps its place, which is its key, across a short outage. A watch
-//!   the server cancels (compaction) is set again from a fresh read.
+//!   the server cancels (compaction) is set again from a fresh read. The create that queues
+//!   the waiter and the read that confirms the grant are retried the same way when they fail
+//!   transiently ([`lock_core::retry`]): a create whose answer was lost is swept, and the retry
+//!   creates a new key. The call reports the last error once its deadline passes.
 //! - **Every request is bounded** by [`EtcdConfig::request_timeout`] (default 5 s), and
 //!   connecting (authenticating, checking the lock root, granting the first lease) by
 //!   [`EtcdConfig::connect_timeout`] (default 10 s): an unreachable server is a
@@ -309,6 +312,7 @@ use etcd_client::{
 use holder::Holder;
 use lock_core::lock::{validate_id, LeaseState, Release};
 use lock_core::requests::RequestHook;
+use lock_core::retry::{Backoff, Retries};
 use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
 use lock_core::tls::TlsFiles;
@@ -866,8 +870,18 @@ impl Locker for EtcdLock {
         // The whole wait runs on one lease: our place in the queue is a key of it.
         let session = self.inner.session().await?;
         let prefix = self.prefix(lock_id);
-        let Enqueued { pending, revision, first, queued_at } =
-            self.enqueue(&session, &prefix).await?;
+        // A transient failure while the lease stands is one more failed step, retried within
+        // the deadline: a create whose answer was lost is swept by its own sweep, and the
+        // retry makes a new key (each create names one of its own).
+        let mut retries = Retries::new(Backoff::default(), deadline);
+        let Enqueued { pending, revision, first, queued_at } = loop {
+            match self.enqueue(&session, &prefix).await {
+                Ok(enqueued) => break enqueued,
+                Err(e) if session.over().is_some() => return Err(e),
+                Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
+            }
+        };
+        retries.answered();
         if first {
             return Ok(self.grant(lock_id, pending, revision).with_queued_at(queued_at));
         }
@@ -895,7 +909,13 @@ impl Locker for EtcdLock {
             let (mut kv, key) = (session.client.kv_client(), pending.key.clone());
             async move { kv.get(key, None).await }
         };
-        let ours = session.call(Rpc::Range, &pending.key, read).await?;
+        let ours = loop {
+            match session.call(Rpc::Range, &pending.key, read).await {
+                Ok(answer) => break answer,
+                Err(e) if session.over().is_some() => return Err(e),
+                Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
+            }
+        };
         if ours.kvs().is_empty() {
             let why =
                 session.over().unwrap_or_else(|| "our key was deleted while we waited".into());

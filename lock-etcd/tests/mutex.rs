@@ -270,3 +270,32 @@ async fn bad_settings_are_config_errors() {
         Err(LockError::InvalidId { .. })
     ));
 }
+
+/// A stall longer than the request timeout (3 s here) while a lock call creates its key: the
+/// call retries within its own deadline instead of failing at the first timeout, and is granted
+/// once the server answers again; the create whose answer was lost leaves no key behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_call_retries_a_stalled_create_within_its_deadline() {
+    let fx = EtcdFixture::new("stall-create", Duration::from_secs(15)).await;
+    let locker = fx.backend("a").await.locker("a").unwrap();
+    fx.with_proxy("a", |p| p.pause());
+    let asking = tokio::spawn(async move { locker.lock("c", Some(Duration::from_secs(30))).await });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!asking.is_finished(), "the call is still retrying, not failed");
+    fx.with_proxy("a", |p| p.resume());
+    let guard = asking.await.unwrap().expect("granted once the server answers again");
+    // Only the granted key is left under the lock's prefix, once the lost create is swept.
+    let mut client = Client::connect([support::shared().endpoint()], None).await.unwrap();
+    let prefix = format!("{}/c/", fx.root());
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let keys = client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())).await;
+        let n = keys.unwrap().kvs().len();
+        if n == 1 {
+            break;
+        }
+        assert!(Instant::now() < until, "{n} keys under the lock: the lost create was not swept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    guard.release().await.unwrap();
+}
