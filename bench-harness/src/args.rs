@@ -40,6 +40,9 @@ pub struct RunArgs {
     /// grant logs are merged before the metrics.
     #[arg(short = 'P', long, value_name = "P", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
     pub processes: u32,
+    /// Clients of the engine the contenders share.
+    #[command(flatten)]
+    pub sessions: SessionArgs,
     /// Output directory.
     #[arg(short, long, value_name = "DIR", default_value = "out")]
     pub out: PathBuf,
@@ -124,6 +127,27 @@ impl LockArgs {
     }
 }
 
+/// How the contenders reach the engine: a client each, or N shared ones (a run and `engines`
+/// alike).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SessionArgs {
+    /// Share N clients of the engine among the contenders: contender i locks through client
+    /// i mod N, still under its own owner id, as in a service with one session per process and
+    /// many threads locking [default: a client of its own per contender]. A shared client is
+    /// one session (lease, connection): when it is lost, every owner on it loses its locks at
+    /// once. Real servers only, one process, no pause, crash or partition faults; what each
+    /// engine shares: "Shared sessions" below.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_hyphen_values = true)]
+    pub sessions: Option<u32>,
+}
+
+impl SessionArgs {
+    /// Sets the shared clients of `cfg`.
+    pub fn apply(&self, cfg: &mut RunConfig) {
+        cfg.sessions = self.sessions.map(|n| n as usize);
+    }
+}
+
 /// What each contender does around its holds: the hold and think time distributions (a run,
 /// a sweep and `engines` alike).
 #[derive(Args, Debug, Clone)]
@@ -190,6 +214,7 @@ impl RunArgs {
         self.scenario.apply(&mut cfg)?;
         cfg.threads = self.threads as usize;
         cfg.processes = self.processes as usize;
+        self.sessions.apply(&mut cfg);
         if let Some(clock) = self.clock {
             cfg.clock = clock;
         }

@@ -21,6 +21,8 @@ Examples:
       prints the comparison and writes out/summary.json, out/grants.csv and charts
   bench-harness -a queue --poll-interval 5ms --hold uniform:1ms..10ms
   bench-harness --threads 16 --locks 4 --think exp:20ms --skew 5ms --time-source hlc
+  bench-harness --threads 64 --locks 1000 --key-dist zipf:0.99
+      each acquire draws one of 1000 locks, lock-0 the hottest: contention where it falls
   bench-harness --latency 0 --replicas 1          a store without latency
   bench-harness --clock wall --duration 10s --threads 8";
 
@@ -36,6 +38,13 @@ const ABOUT_RUNS: &str = "\
 Each contender loops: request the lock, hold it, release it, think, until the duration ends.
 Durations: 800us, 5ms, 1.5s, 2m. Distributions (--hold, --think): 5ms (fixed),
 uniform:1ms..10ms, exp:5ms (exponential with that mean).
+
+Locks (--locks K, --key-dist): fixed (the default): contender i always asks for lock i mod K,
+so with K at least the contenders each lock has one and nothing contends; uniform: each acquire
+draws one of the K locks uniformly; zipf:S (S > 0): each acquire draws lock-(r-1) with
+probability proportional to 1/r^S, lock-0 the hottest, as a service locking many ids sees
+(zipf:0.99 is the usual skewed workload). Draws come from each contender's own RNG, seeded
+from --seed: a simulated run is reproducible. Throughput is per lock over all K.
 
 Servers (every backend but the in-process ones) run in wall time (the default for them;
 --clock simulated is refused) on the system clock. Each run uses a namespace of its own on the
@@ -76,8 +85,33 @@ Exit status: 0 success, 1 the run failed (e.g. the output directory cannot be wr
 server cannot be reached), 2 usage error, 3 --check (or check) found an overlap or an accepted
 stale write.";
 
+const ABOUT_SESSIONS: &str = "\
+Shared sessions (--sessions N): contender i locks through client i mod N of the engine, under
+its own owner id, as the threads of a service with one session per process do: one session's
+requests, keep-alives and server state serve every owner on it, and when it is lost (expired,
+revoked, cut off) every owner on it loses its locks at once, a correlated failure that a
+session per contender never shows. summary.json counts the sessions opened
+(store.sessions_opened, where the engine has sessions). What one shared client is:";
+
+/// The `--sessions` paragraph: what one shared client is on each engine, or why it refuses.
+fn about_sessions() -> String {
+    let mut text = String::from(ABOUT_SESSIONS);
+    for e in engines::ENGINES {
+        let line = match e.sessions() {
+            engines::Sharing::Shared(what) => format!("{}: {what}.", e.name()),
+            engines::Sharing::Refused(why) => format!("{}: refused; {why}.", e.name()),
+        };
+        let wrapped = crate::report::console::wrap(&line, 90);
+        for (i, l) in wrapped.lines().enumerate() {
+            text.push_str(if i == 0 { "\n  " } else { "\n    " });
+            text.push_str(l);
+        }
+    }
+    text
+}
+
 /// The text after `--help`'s options: examples, how runs work and what each engine is (each
-/// engine adds its own examples and paragraph), output and exit status.
+/// engine adds its own examples and paragraph), shared sessions, output and exit status.
 fn after_help() -> String {
     let mut text = String::from(EXAMPLES);
     for e in engines::ENGINES {
@@ -93,6 +127,8 @@ fn after_help() -> String {
             text.push_str(e.help_notes());
         }
     }
+    text.push_str("\n\n");
+    text.push_str(&about_sessions());
     text.push_str("\n\n");
     text.push_str(ABOUT_OUTPUT);
     text
@@ -201,6 +237,9 @@ mod tests {
             &["bench-harness", "--hold", "gauss:1ms"],
             &["bench-harness", "--consistency", "TWO"],
             &["bench-harness", "--backend", "mongo"],
+            &["bench-harness", "--key-dist", "zipf:0"],
+            &["bench-harness", "--key-dist", "pareto"],
+            &["bench-harness", "--sessions", "0"],
         ] {
             let e = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
@@ -254,6 +293,28 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn locks_key_dist_and_sessions_reach_the_config() {
+        let cfg = config(&["--locks", "100", "--key-dist", "zipf:0.99"]).unwrap();
+        assert_eq!((cfg.locks, cfg.key_dist), (100, crate::keys::KeyDist::Zipf { s: 0.99 }));
+        assert_eq!(cfg.sessions, None);
+        assert!(config(&[]).unwrap().key_dist.is_fixed());
+        let server = EngineRef::all()
+            .find(|e| matches!(e.sessions(), engines::Sharing::Shared(_)))
+            .expect("an engine that shares clients");
+        let cfg = config(&["--backend", server.name(), "--sessions", "2"]).unwrap();
+        assert_eq!(cfg.sessions, Some(2));
+        let help = Cli::command().render_long_help().to_string();
+        for e in EngineRef::all() {
+            let said = match e.sessions() {
+                engines::Sharing::Shared(what) | engines::Sharing::Refused(what) => what,
+            };
+            let first_words: String = said.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+            assert!(help.contains(&format!("{}: ", e.name())), "{e} missing from Shared sessions");
+            assert!(help.contains(&first_words), "{e}'s sharing missing from --help: {said}");
         }
     }
 

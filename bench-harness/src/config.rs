@@ -83,6 +83,11 @@ pub struct RunConfig {
     /// this process.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub processes: usize,
+    /// Clients of the engine the contenders share (`--sessions N`): contender `i` locks
+    /// through client `i % N` under its own owner id. `None` (the default, left out of result
+    /// files): a client of its own per contender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<usize>,
     /// Faults injected during the run (`--faults`); none by default.
     #[serde(default, skip_serializing_if = "FaultPlan::is_empty")]
     pub faults: FaultPlan,
@@ -231,6 +236,11 @@ impl RunConfig {
         Keys::new(self.key_dist, self.locks.max(1), self.lock_ids())
     }
 
+    /// The shared client contender `index` locks through, with `--sessions N`: `index % N`.
+    pub fn session_of(&self, index: usize) -> Option<usize> {
+        self.sessions.map(|n| index % n.max(1))
+    }
+
     /// Each contender's clock skew in microseconds, drawn uniformly in `±skew` from the seed
     /// (the same for every algorithm of the run).
     pub fn contender_skews(&self) -> Vec<i64> {
@@ -306,6 +316,7 @@ impl RunConfig {
                 self.processes
             ));
         }
+        self.validate_sessions()?;
         self.validate_faults()?;
         if self.processes > self.threads {
             return Err(format!(
@@ -318,6 +329,38 @@ impl RunConfig {
 }
 
 impl RunConfig {
+    /// `--sessions`: an engine whose clients can serve several owners, one process, and no
+    /// fault that hits one contender's own connection.
+    fn validate_sessions(&self) -> Result<(), String> {
+        let Some(n) = self.sessions else { return Ok(()) };
+        if n == 0 {
+            return Err("--sessions must be at least 1".into());
+        }
+        if let crate::engines::Sharing::Refused(why) = self.backend.sessions() {
+            return Err(format!(
+                "--sessions: the {} backend's contenders cannot share clients: {why}",
+                self.backend
+            ));
+        }
+        if self.processes > 1 {
+            return Err(format!(
+                "--sessions {n} with --processes {}: a client lives in one process, and contender i's is i mod {n} across every process; drop one of the two",
+                self.processes
+            ));
+        }
+        let one_contender = [
+            crate::faults::FaultKind::Pause,
+            crate::faults::FaultKind::Crash,
+            crate::faults::FaultKind::Partition,
+        ];
+        if let Some(kind) = self.faults.kinds().find(|k| one_contender.contains(k)) {
+            return Err(format!(
+                "--sessions {n} with {kind} faults: {kind} hits one contender through a connection of its own (its proxy), and with --sessions contenders share theirs; drop --sessions or the fault"
+            ));
+        }
+        Ok(())
+    }
+
     /// Faults the engine can inject, in this process.
     fn validate_faults(&self) -> Result<(), String> {
         if self.faults.is_empty() {
@@ -395,6 +438,7 @@ impl Default for RunConfig {
             backoff: BackoffPreset::Thesis,
             seed: 1,
             processes: 1,
+            sessions: None,
             key_dist: KeyDist::Fixed,
             faults: FaultPlan::default(),
             sample_every: None,
@@ -427,6 +471,9 @@ impl fmt::Display for RunConfig {
         )?;
         if self.processes > 1 {
             write!(f, " in {} worker processes", self.processes)?;
+        }
+        if let Some(n) = self.sessions {
+            write!(f, " sharing {n} session{}", if n == 1 { "" } else { "s" })?;
         }
         write!(
             f,
@@ -547,9 +594,70 @@ mod tests {
     }
 
     #[test]
+    fn sessions_need_an_engine_that_shares_one_process_and_no_contender_fault() {
+        let sharing = EngineRef::all()
+            .find(|e| matches!(e.sessions(), crate::engines::Sharing::Shared(_)))
+            .expect("an engine that shares clients");
+        let ok = RunConfig {
+            algorithms: vec![sharing.algorithm_names()[0].into()],
+            threads: 8,
+            sessions: Some(3),
+            ..RunConfig::on(sharing)
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!((0..8).map(|i| ok.session_of(i)).collect::<Vec<_>>(), {
+            [0, 1, 2, 0, 1, 2, 0, 1].map(Some).to_vec()
+        });
+        assert_eq!(RunConfig::default().session_of(5), None);
+        for e in EngineRef::all() {
+            let cfg = RunConfig {
+                algorithms: vec![e.algorithm_names()[0].into()],
+                sessions: Some(2),
+                ..RunConfig::on(e)
+            };
+            match e.sessions() {
+                crate::engines::Sharing::Shared(_) => assert_eq!(cfg.validate(), Ok(()), "{e}"),
+                crate::engines::Sharing::Refused(why) => {
+                    let err = cfg.validate().unwrap_err();
+                    assert!(err.contains("--sessions") && err.contains(e.name()), "{err}");
+                    assert!(err.contains(why), "{err}");
+                }
+            }
+        }
+        let e = RunConfig { processes: 2, ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("--sessions") && e.contains("--processes"), "{e}");
+        for fault in ["pause:1s@5s", "crash:1s@5s", "partition:1s@5s"] {
+            let faults = fault.parse().unwrap();
+            let e = RunConfig { faults, ..ok.clone() }.validate().unwrap_err();
+            assert!(e.contains("--sessions") && e.contains(&fault[..4]), "{e}");
+        }
+        let jumps = RunConfig { faults: "clock-jump:1s@5s".parse().unwrap(), ..ok.clone() };
+        assert_eq!(jumps.validate(), Ok(()), "a clock jump hits the contender's own clock");
+        let e = RunConfig { sessions: Some(0), ..ok }.validate().unwrap_err();
+        assert!(e.contains("at least 1"), "{e}");
+    }
+
+    #[test]
+    fn the_locks_asked_are_the_contenders_own_under_fixed_and_all_k_when_drawn() {
+        let cfg = RunConfig { threads: 4, locks: 10, ..RunConfig::default() };
+        assert_eq!(cfg.lock_ids(), ["lock-0", "lock-1", "lock-2", "lock-3"]);
+        assert_eq!(cfg.engine_setup("ns").lock_ids, cfg.lock_ids());
+        let drawn = RunConfig { key_dist: KeyDist::Zipf { s: 0.99 }, ..cfg.clone() };
+        assert_eq!(drawn.locks_asked(), 10);
+        assert_eq!(drawn.lock_ids().last().map(String::as_str), Some("lock-9"));
+        let few = RunConfig { threads: 8, locks: 3, ..RunConfig::default() };
+        assert_eq!(few.locks_asked(), 3);
+        assert_eq!((0..8).map(|i| few.lock_of(i)).max(), Some(2));
+        let json = serde_json::to_string(&drawn).unwrap();
+        assert!(json.contains("\"key_dist\":\"zipf:0.99\""), "{json}");
+        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), drawn);
+    }
+
+    #[test]
     fn default_configs_serialize_only_their_engines_fields() {
         let json = serde_json::to_string(&RunConfig::default()).unwrap();
-        for key in ["nodes", "keyspace", "redis", "zookeeper", "processes"] {
+        for key in ["nodes", "keyspace", "redis", "zookeeper", "processes", "sessions", "key_dist"]
+        {
             assert!(!json.contains(&format!("\"{key}\"")), "{key} in {json}");
         }
     }

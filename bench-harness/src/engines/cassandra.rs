@@ -20,7 +20,7 @@ use super::counting::{CountingStore, RequestCounter};
 use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
     cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
-    EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions,
+    EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions, Sharing,
 };
 use crate::faults::FaultKind;
 use clap::{ArgMatches, FromArgMatches as _};
@@ -104,6 +104,9 @@ impl Describe for Cassandra {
     type Client = Client;
     const ENTRIES: &'static [Entry<Client>] = &ALGORITHMS;
     const NAME: &'static str = "cassandra";
+    const SESSIONS: Sharing = Sharing::Refused(
+        "every contender already shares the process's one driver session (a client is a handle on it with a cut-off switch of its own), so there is no session per contender to share",
+    );
     const ABOUT: &'static str = "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default 127.0.0.1:9042), --keyspace; wall time";
     const HELP_EXAMPLES: &'static str = "
   bench-harness --backend cassandra --nodes 10.0.0.1:9042,10.0.0.2:9042 --threads 16

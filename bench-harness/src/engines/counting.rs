@@ -20,12 +20,15 @@ use lock_core::store::{
     Slice, StoreError,
 };
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Request counters shared by every [`CountingStore`] of a run.
+/// Request counters shared by every [`CountingStore`] of a run, and the sessions the hooked
+/// clients opened.
 #[derive(Debug, Default)]
 pub struct RequestCounter {
     per_table: Mutex<BTreeMap<String, OpCounts>>,
+    sessions: AtomicU64,
 }
 
 /// The kind a request is filed under, as the embedded store's counters have them.
@@ -61,10 +64,25 @@ impl RequestCounter {
     }
 
     /// A hook for a server engine's lock crate: each request it reports is counted under its
-    /// target as the table, and under the kind `kind` gives its command.
-    pub fn hook(self: &Arc<Self>, kind: fn(&Request<'_>) -> Kind) -> RequestHook {
+    /// target as the table, and under the kind `kind` gives its command; a request whose
+    /// command is `opens` (the one that opens a session) also counts a session.
+    pub fn hook(
+        self: &Arc<Self>,
+        kind: fn(&Request<'_>) -> Kind,
+        opens: Option<&'static str>,
+    ) -> RequestHook {
         let me = Arc::clone(self);
-        RequestHook::new(move |r| me.bump(r.target, kind(&r)))
+        RequestHook::new(move |r| {
+            if opens == Some(r.command) {
+                me.sessions.fetch_add(1, Ordering::Relaxed);
+            }
+            me.bump(r.target, kind(&r))
+        })
+    }
+
+    /// The sessions opened so far (requests of the command the hooks were told opens one).
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Ordering::Relaxed)
     }
 
     /// The counts so far, in the embedded store's shape (no per-client split).
@@ -78,6 +96,7 @@ impl RequestCounter {
     /// Forget every count (after the setup, before the contenders start).
     pub fn reset(&self) {
         self.per_table.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.sessions.store(0, Ordering::Relaxed);
     }
 }
 
@@ -218,10 +237,11 @@ mod tests {
     fn a_hook_files_requests_under_their_target_and_the_kind_of_their_command() {
         let counter = Arc::new(RequestCounter::default());
         let kind = |r: &Request<'_>| if r.command == "get" { Kind::Read } else { Kind::Cas };
-        let hook = counter.hook(kind);
+        let hook = counter.hook(kind, Some("grant"));
         hook.sent("kv", "get");
         hook.sent("kv", "txn");
         hook.sent("lease", "grant");
+        assert_eq!(counter.sessions(), 1, "a grant opened a session, nothing else did");
         let counts = counter.snapshot();
         let kv = &counts.per_table["kv"];
         assert_eq!((kv.reads, kv.cas, kv.writes), (1, 1, 0));

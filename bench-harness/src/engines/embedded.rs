@@ -14,7 +14,7 @@
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::{
     cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
-    EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions,
+    EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions, Sharing,
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
 use crate::faults::FaultKind;
@@ -98,6 +98,9 @@ impl Describe for Embedded {
     type Client = EmbeddedClient;
     const ENTRIES: &'static [Entry<EmbeddedClient>] = &ALGORITHMS;
     const NAME: &'static str = "embedded";
+    const SESSIONS: Sharing = Sharing::Refused(
+        "its clients hold no session (the Cassandra model sends each request on its own), so sharing one would change nothing but the name its requests are counted under",
+    );
     const ABOUT: &'static str = "in this process; simulated time (default) or --clock wall";
     const HELP_NOTES: &'static str = "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
          writes at QUORUM, and a round trip to one replica of 800us plus a uniform 0-400us of jitter\n\

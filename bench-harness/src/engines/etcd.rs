@@ -90,6 +90,9 @@ impl Describe for Etcd {
     const ENTRIES: &'static [Entry<EtcdBackend>] =
         &[Entry { algorithm: &MUTEX, build: build_mutex }];
     const NAME: &'static str = "etcd";
+    const SESSIONS: Sharing = Sharing::Shared(
+        "one client and one lease: when the lease ends, every owner on it loses its locks at once",
+    );
 }
 
 impl Open for Etcd {
@@ -158,6 +161,8 @@ impl Connect for Connector {
             )
         })
     }
+
+    const OPENS_SESSION: Option<&'static str> = Some("LeaseGrant");
 
     fn kind(request: &Request<'_>) -> Kind {
         match request.command {

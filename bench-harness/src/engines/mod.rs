@@ -47,7 +47,7 @@ pub use algorithm::{
     Algorithm, AlgorithmSettings, BackoffPreset, BuildFuture, Entry, TimeSourceKind,
 };
 pub use options::{credentials, EngineOptions, Login, Options, OptionsError, SecretNames, Spawn};
-pub use typed::{Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine};
+pub use typed::{Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine, Sharing};
 
 use crate::faults::FaultKind;
 use clap::ArgMatches;
@@ -108,6 +108,10 @@ pub trait Engine: Send + Sync + 'static {
     /// wall time, and cannot be shared by worker processes. Servers outside the process run
     /// in wall time only and can be shared (`--processes`).
     fn in_process(&self) -> bool;
+
+    /// Whether contenders may share its clients (`--sessions N`: contender `i` on client
+    /// `i % N`, each under its own owner id), and what one shared client is.
+    fn sessions(&self) -> Sharing;
 
     /// True when its options make the harness start the server itself for each run
     /// (`--spawn-redis`, `--spawn-zookeeper`).
@@ -228,6 +232,13 @@ pub trait OpenEngine: Send + Sync {
 
     /// Reads the request counters later (from another task), when the engine counts.
     fn counters(&self) -> Option<CounterHandle>;
+
+    /// Reads how many sessions (leases, server sessions) the contenders' clients have opened
+    /// so far, counted from the requests that open one; `None` when the engine has no
+    /// sessions to count.
+    fn sessions_opened(&self) -> Option<SessionCount> {
+        None
+    }
 
     /// Breaks (or heals) something, for the nemesis ([`crate::faults`]). Only the kinds of
     /// [`Engine::fault_kinds`] are asked for.
@@ -355,10 +366,16 @@ pub struct ContenderSpec {
     pub seed: u64,
     /// Its clock skew in model microseconds.
     pub skew_us: i64,
+    /// The shared client it locks through (`--sessions N`: its index modulo N), or `None`: a
+    /// client of its own.
+    pub session: Option<usize>,
 }
 
 /// Reads an engine's request counters.
 pub type CounterHandle = Arc<dyn Fn() -> StoreCounters + Send + Sync>;
+
+/// Reads how many sessions an engine's contenders have opened.
+pub type SessionCount = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// A reference to a registered engine: `Copy`, compared by name, written as its name in
 /// result files and read back by looking the name up in [`ENGINES`].

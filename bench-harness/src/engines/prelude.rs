@@ -11,7 +11,7 @@ pub(super) use super::server::{
 pub(super) use super::server_faults::{
     self, Connect, Connected, Managed, Opened, ServerFaults, Via,
 };
-pub(super) use super::typed::ServerEngine;
+pub(super) use super::typed::{ServerEngine, Sharing};
 pub(super) use super::{
     Algorithm, Describe, EngineSetup, Open, OpenResult, ParseOptions, SecretNames,
 };

@@ -146,6 +146,9 @@ impl Describe for Redis {
     type Client = RedisBackend;
     const ENTRIES: &'static [Entry<RedisBackend>] = &ALGORITHMS;
     const NAME: &'static str = "redis";
+    const SESSIONS: Sharing = Sharing::Shared(
+        "one multiplexed connection (Redis has no session: an expiry per key); a token-lock holder whose key another owner on the same connection takes over learns it at its next renewal, not at once (CLIENT TRACKING NOLOOP sends no push for the connection's own writes)",
+    );
     const ABOUT: &'static str = "--redis URL (default redis://127.0.0.1:6379/), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time";
     const HELP_EXAMPLES: &'static str = "
   bench-harness --backend redis --redis redis://127.0.0.1:6379/ --threads 8

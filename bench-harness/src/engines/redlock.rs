@@ -95,6 +95,8 @@ impl Describe for Redlock {
     type Client = RedisMasters;
     const ENTRIES: &'static [Entry<RedisMasters>] = &ALGORITHMS;
     const NAME: &'static str = "redlock";
+    const SESSIONS: Sharing =
+        Sharing::Shared("one connection to each master (no session: an expiry per key on each)");
     const ABOUT: &'static str =
         "--redlock redis://host:port/,... or --spawn-redlock[=5]; wall time";
     const HELP_EXAMPLES: &'static str = "

@@ -536,6 +536,10 @@ pub trait Connect: Send + Sync + 'static {
     /// The kind a request of its lock crate is counted as (its command mapped onto reads,
     /// writes, deletes and conditional writes).
     fn kind(request: &Request<'_>) -> Kind;
+    /// The command, as its lock crate reports it, that opens a session on the server (a
+    /// ZooKeeper session's `connect`, an etcd `LeaseGrant`, a lock-service `Open`): each one
+    /// counts as a session the run opened; `None` for an engine without sessions to count.
+    const OPENS_SESSION: Option<&'static str> = None;
     /// The `stranger` fault ([`super::OpenEngine::stranger`]): a client of its own with no
     /// credentials deletes the holder's key or znode of every lock under the run's root.
     fn stranger(&self) -> impl std::future::Future<Output = Result<String, String>> + Send + '_ {
@@ -566,14 +570,20 @@ fn short_reason(why: &str) -> String {
 }
 
 /// A server engine opened for one run: every contender gets a client of its own from `C`,
-/// through a proxy of its own when the run has contender faults, its requests counted;
-/// faults go to [`ServerFaults`].
-pub struct Opened<C> {
+/// through a proxy of its own when the run has contender faults, or with `--sessions N` a
+/// clone of shared client `i % N` (connected once, straight to the server: a run with shared
+/// clients has no per-contender proxies); its requests counted; faults go to [`ServerFaults`].
+pub struct Opened<C: Connect> {
     connector: C,
     settings: super::AlgorithmSettings,
     faults: ServerFaults,
     counter: Arc<RequestCounter>,
+    /// The shared clients made so far, by session index.
+    shared: tokio::sync::Mutex<BTreeMap<usize, Client<C>>>,
 }
+
+/// The client type of `C`'s engine.
+type Client<C> = <<C as Connect>::Engine as Describe>::Client;
 
 impl<C: Connect> Opened<C> {
     /// Opens the engine after one probe connection, whose requests are not counted: an
@@ -586,7 +596,19 @@ impl<C: Connect> Opened<C> {
     ) -> Result<Box<dyn super::OpenEngine>, String> {
         connector.connect(None, RequestHook::none()).await?;
         let counter = Arc::new(RequestCounter::default());
-        Ok(Box::new(Opened { connector, settings, faults, counter }))
+        Ok(Box::new(Opened { connector, settings, faults, counter, shared: Default::default() }))
+    }
+
+    /// Shared client `session`, connected (through `via`, which is the server itself in a run
+    /// with shared clients) the first time a contender asks for it.
+    async fn shared_client(&self, session: usize, via: Via, requests: RequestHook) -> Connected<C> {
+        let mut shared = self.shared.lock().await;
+        if let Some(client) = shared.get(&session) {
+            return Ok(client.clone());
+        }
+        let client = self.connector.connect(via, requests).await?;
+        shared.insert(session, client.clone());
+        Ok(client)
     }
 }
 
@@ -596,15 +618,28 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
         algorithm: &'static super::Algorithm,
         spec: super::ContenderSpec,
     ) -> super::Contending<'_> {
-        let requests = self.counter.hook(C::kind);
-        self.faults.contender(C::Engine::ENTRIES, algorithm, spec, &self.settings, move |via| {
-            self.connector.connect(via, requests)
-        })
+        let requests = self.counter.hook(C::kind, C::OPENS_SESSION);
+        let entries = C::Engine::ENTRIES;
+        match spec.session {
+            None => self.faults.contender(entries, algorithm, spec, &self.settings, move |via| {
+                self.connector.connect(via, requests)
+            }),
+            Some(session) => {
+                self.faults.contender(entries, algorithm, spec, &self.settings, move |via| {
+                    self.shared_client(session, via, requests)
+                })
+            }
+        }
     }
 
     fn counters(&self) -> Option<super::CounterHandle> {
         let counter = self.counter.clone();
         Some(Arc::new(move || counter.snapshot()))
+    }
+
+    fn sessions_opened(&self) -> Option<super::SessionCount> {
+        let counter = self.counter.clone();
+        C::OPENS_SESSION.map(|_| Arc::new(move || counter.sessions()) as super::SessionCount)
     }
 
     fn inject<'a>(&'a self, injection: Injection<'a>) -> BoxFuture<'a, Result<(), String>> {

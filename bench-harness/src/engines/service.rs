@@ -97,6 +97,9 @@ impl Describe for Service {
     const ENTRIES: &'static [Entry<ServiceClient>] =
         &[Entry { algorithm: &SERVICE, build: build_lock }];
     const NAME: &'static str = "service";
+    const SESSIONS: Sharing = Sharing::Shared(
+        "one connection and one service session: when the session is lost, every owner on it loses its locks at once",
+    );
 }
 
 impl Open for Service {
@@ -231,6 +234,8 @@ impl Connect for Connector {
     /// An acquire is a conditional write (it grants, queues or refuses), a release and a
     /// close delete, a keep-alive, an open and a resume write (the first two confirm the
     /// leader's lease with a quorum, the others commit).
+    const OPENS_SESSION: Option<&'static str> = Some("Open");
+
     fn kind(request: &Request<'_>) -> Kind {
         match request.command {
             "Acquire" => Kind::Cas,

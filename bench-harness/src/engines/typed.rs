@@ -42,11 +42,28 @@ pub trait Describe: Send + Sync + 'static {
     /// True for an engine inside this process (see [`Engine::in_process`]); a server is not.
     const IN_PROCESS: bool = false;
 
-    /// A contender's client of the engine.
-    type Client: Send + 'static;
+    /// A contender's client of the engine (cloned for each contender that shares it, with
+    /// `--sessions`: a handle on one connection or session).
+    type Client: Clone + Send + 'static;
+
+    /// Whether contenders may share its clients (`--sessions N`), and what one shared client
+    /// is; by default refused, as a client that keeps per-owner state cannot serve many.
+    const SESSIONS: Sharing =
+        Sharing::Refused("its clients are not known to serve several owners at once");
 
     /// Its algorithms, in the order they run and appear in tables.
     const ENTRIES: &'static [Entry<Self::Client>];
+}
+
+/// What the contenders sharing one client of an engine share (`--sessions N`, [`Engine::sessions`]),
+/// or why its clients cannot be shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// Each of the N clients serves the contenders on it, each under its own owner id: what
+    /// one client is, and what its contenders share by it (for `--help`).
+    Shared(&'static str),
+    /// `--sessions` is a usage error on this engine, for this reason.
+    Refused(&'static str),
 }
 
 /// The command-line options of an engine that has none besides a server engine's shared ones:
@@ -242,6 +259,9 @@ impl<E: Open> Engine for E {
     }
     fn in_process(&self) -> bool {
         E::IN_PROCESS
+    }
+    fn sessions(&self) -> Sharing {
+        E::SESSIONS
     }
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(E::ENTRIES)

@@ -112,6 +112,9 @@ impl Describe for Zookeeper {
     const ENTRIES: &'static [Entry<ZkBackend>] =
         &[Entry { algorithm: &RECIPE, build: build_recipe }];
     const NAME: &'static str = "zookeeper";
+    const SESSIONS: Sharing = Sharing::Shared(
+        "one ZooKeeper session: when it expires, every owner on it loses its locks (its znodes) at once",
+    );
 }
 
 impl ParseOptions for Zookeeper {
@@ -177,6 +180,8 @@ impl Connect for Connector {
                 )
             })
     }
+
+    const OPENS_SESSION: Option<&'static str> = Some("connect");
 
     fn kind(request: &Request<'_>) -> Kind {
         match request.command {

@@ -95,6 +95,9 @@ pub struct RunOutcome {
     /// The store's request counters at the end of the run's window (before the drain), when
     /// the backend counts.
     pub counters: Option<StoreCounters>,
+    /// The sessions (leases, server sessions) the contenders' clients had opened by the end of
+    /// the window, setup included, when the engine counts them.
+    pub sessions_opened: Option<u64>,
     /// The counters read during the window when the run asked for samples
     /// ([`crate::config::RunConfig::sample_every`]), in time order.
     pub samples: Vec<CounterSample>,

@@ -473,6 +473,11 @@ pub struct StoreLoad {
     pub round_trips_per_grant: Option<f64>,
     /// Requests per table.
     pub per_table: BTreeMap<String, OpCount>,
+    /// Sessions (leases, server sessions) the contenders' clients opened, setup included, by
+    /// the window's end: one per contender, or N with `--sessions N`, plus any opened again
+    /// after one was lost; left out where the engine has no sessions to count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions_opened: Option<u64>,
     /// Tombstones the run's reads scanned, when the engine knows (the embedded store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tombstones: Option<TombstoneCounts>,
@@ -562,6 +567,7 @@ pub fn store_load(
             round4(ops.total as f64 / (duration_us as f64 / 1e6))
         }),
         per_table: counters.per_table.iter().map(|(t, c)| (t.clone(), c.into())).collect(),
+        sessions_opened: None,
         ops: Some(ops),
     }
 }

@@ -219,6 +219,7 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
             )
         })
         .unwrap_or_default();
+    let store = metrics::StoreLoad { sessions_opened: run.sessions_opened, ..store };
     let contenders = run
         .contenders
         .iter()

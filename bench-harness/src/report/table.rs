@@ -340,6 +340,7 @@ mod tests {
             grants: Vec::new(),
             contenders: Vec::new(),
             counters: None,
+            sessions_opened: None,
             samples: Vec::new(),
             duration_us: 1,
             finished_us: 1,

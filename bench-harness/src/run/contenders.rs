@@ -24,7 +24,7 @@ use super::resource::{FencedResource, Resource};
 use super::stamp::{us_between, Stamp};
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
-use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine};
+use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine, SessionCount};
 use crate::keys::Keys;
 use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
@@ -99,6 +99,7 @@ fn contender_spec(cfg: &RunConfig, index: usize, owner: String, skews: &[i64]) -
         owner,
         seed: cfg.contender_seed(index),
         skew_us: skews.get(index).copied().unwrap_or(0),
+        session: cfg.session_of(index),
     }
 }
 
@@ -131,6 +132,8 @@ pub struct Driven {
     pub contenders: Vec<ContenderOutcome>,
     /// The counters when the window ended.
     pub counters: Option<StoreCounters>,
+    /// The sessions the contenders' clients had opened when the window ended.
+    pub sessions_opened: Option<u64>,
     /// The counters read during the window ([`RunConfig::sample_every`]).
     pub samples: Vec<CounterSample>,
     /// When the last contender finished, in microseconds since the start.
@@ -153,6 +156,8 @@ pub struct Rig {
     pub resource: Option<Resource>,
     /// The counters, when the engine counts.
     pub counters: Option<CounterHandle>,
+    /// The sessions opened, when the engine counts them.
+    pub sessions: Option<SessionCount>,
 }
 
 /// Runs `lockers` from `start` (a tokio instant, now or soon) for the run's duration and the
@@ -224,6 +229,12 @@ pub async fn drive(
     };
     let ticker = progress_ticker(cfg, progress, start);
     let snapshot = counter_snapshots(cfg, rig.counters, base, start, end, stamp);
+    let sessions = rig.sessions.map(|read| {
+        tokio::spawn(async move {
+            tokio::time::sleep_until(end).await;
+            read()
+        })
+    });
 
     let mut grants = Vec::new();
     let mut contenders = Vec::with_capacity(tasks.len());
@@ -247,10 +258,15 @@ pub async fn drive(
         None => Vec::new(),
     };
     let (samples, counters) = snapshot.await.context("the counter snapshot task panicked")?;
+    let sessions_opened = match sessions {
+        Some(task) => Some(task.await.context("the session count task panicked")?),
+        None => None,
+    };
     Ok(Driven {
         grants,
         contenders,
         counters,
+        sessions_opened,
         samples,
         finished_us,
         resource: rig.resource.map(|r| r.take_log()).unwrap_or_default(),
@@ -338,6 +354,7 @@ pub async fn run_async(
     let stamp = Stamp::Tokio { start, scale: cfg.time_scale() };
     let rig = Rig {
         counters: engine.counters(),
+        sessions: engine.sessions_opened(),
         engine: Some(engine),
         algorithm,
         resource: Some(Resource::Local(Arc::new(FencedResource::new()))),
@@ -350,6 +367,7 @@ pub async fn run_async(
         grants,
         contenders: driven.contenders,
         counters: driven.counters,
+        sessions_opened: driven.sessions_opened,
         samples: driven.samples,
         duration_us: cfg.duration.as_micros() as u64,
         finished_us: driven.finished_us,

@@ -110,6 +110,9 @@ pub enum WorkerLine {
     Counters {
         /// Requests per table.
         per_table: BTreeMap<String, OpCount>,
+        /// The sessions its contenders' clients had opened (engines that count them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sessions: Option<u64>,
     },
     /// The last line.
     Done {
@@ -131,6 +134,8 @@ pub struct WorkerReport {
     pub contenders: Vec<ContenderRecord>,
     /// Its request counters, if the backend counts.
     pub counters: Option<BTreeMap<String, OpCount>>,
+    /// The sessions its contenders opened, if the backend counts them.
+    pub sessions: Option<u64>,
     /// When its last contender finished.
     pub finished_us: u64,
 }
@@ -149,7 +154,10 @@ pub fn parse_output(worker: usize, text: &str) -> anyhow::Result<WorkerReport> {
             WorkerLine::Ready { .. } => {}
             WorkerLine::Grant(g) => report.grants.push(g),
             WorkerLine::Contender(c) => report.contenders.push(c),
-            WorkerLine::Counters { per_table } => report.counters = Some(per_table),
+            WorkerLine::Counters { per_table, sessions } => {
+                report.counters = Some(per_table);
+                report.sessions = sessions;
+            }
             WorkerLine::Done { finished_us, .. } => {
                 report.finished_us = finished_us;
                 done = true;
@@ -163,8 +171,8 @@ pub fn parse_output(worker: usize, text: &str) -> anyhow::Result<WorkerReport> {
 /// Merges the workers' reports of one run into one outcome: every contender of `0..threads`
 /// must be reported exactly once (by any worker), grants must name known contenders. The
 /// grants are sorted as the single-process runner sorts them; each contender's latency
-/// histogram is rebuilt from its grants; request counters are added up (kept only if every
-/// worker counted); the run finished when the last worker did.
+/// histogram is rebuilt from its grants; request counters and sessions opened are added up
+/// (each kept only if every worker counted it); the run finished when the last worker did.
 pub fn merge(
     cfg: &RunConfig,
     algorithm: &'static str,
@@ -175,6 +183,7 @@ pub fn merge(
     let mut grants = Vec::new();
     let mut counted = !reports.is_empty();
     let mut per_table: BTreeMap<String, OpCounts> = BTreeMap::new();
+    let mut sessions = (!reports.is_empty()).then_some(0);
     let mut finished_us = 0;
     for r in reports {
         place_contenders(&mut records, r.worker, r.contenders)?;
@@ -190,6 +199,7 @@ pub fn merge(
             Some(map) => add_counts(&mut per_table, map),
             None => counted = false,
         }
+        sessions = sessions.zip(r.sessions).map(|(a, b)| a + b);
         finished_us = finished_us.max(r.finished_us);
     }
     let missing: Vec<usize> =
@@ -222,6 +232,7 @@ pub fn merge(
         grants,
         contenders,
         counters: counted.then(|| StoreCounters { per_table, ..StoreCounters::default() }),
+        sessions_opened: sessions,
         samples: Vec::new(),
         duration_us: cfg.duration.as_micros() as u64,
         finished_us,
@@ -630,7 +641,13 @@ pub fn worker_main() -> anyhow::Result<()> {
         let delay = go.start_us.saturating_sub(system_now_us());
         let start = tokio::time::Instant::now() + Duration::from_micros(delay);
         let stamp = Stamp::System { start_us: go.start_us };
-        let rig = runner::Rig { counters: engine.counters(), engine: None, algorithm, resource };
+        let rig = runner::Rig {
+            counters: engine.counters(),
+            sessions: engine.sessions_opened(),
+            engine: None,
+            algorithm,
+            resource,
+        };
         runner::drive(cfg, lockers, start, stamp, rig, None).await
     })?;
     report(&mut out, spec.worker, &driven)?;
@@ -667,7 +684,8 @@ fn report(out: &mut impl Write, worker: usize, driven: &runner::Driven) -> anyho
     if let Some(counters) = &driven.counters {
         let per_table =
             counters.per_table.iter().map(|(t, c)| (t.clone(), OpCount::from(c))).collect();
-        emit(out, &WorkerLine::Counters { per_table })?;
+        let sessions = driven.sessions_opened;
+        emit(out, &WorkerLine::Counters { per_table, sessions })?;
     }
     emit(out, &WorkerLine::Done { worker, finished_us: driven.finished_us })
 }
@@ -738,6 +756,7 @@ mod tests {
                 "t".to_string(),
                 OpCount { reads: 2, writes: 1, deletes: 0, total: 3, ..OpCount::default() },
             )])),
+            sessions: Some(1),
             finished_us: 60,
         };
         let w1 = WorkerReport {
@@ -748,6 +767,7 @@ mod tests {
                 "t".to_string(),
                 OpCount { reads: 1, writes: 1, deletes: 1, total: 3, ..OpCount::default() },
             )])),
+            sessions: Some(2),
             finished_us: 80,
         };
         let run = merge(&cfg(2), "redis-token", vec![w1.clone(), w0.clone()]).unwrap();
@@ -758,6 +778,7 @@ mod tests {
         assert_eq!(run.contenders[1].histogram.max(), 17);
         let total = run.counters.as_ref().unwrap().total();
         assert_eq!((total.reads, total.writes, total.deletes), (3, 2, 1));
+        assert_eq!(run.sessions_opened, Some(3));
         assert_eq!(crate::measure::metrics::overlapping_holds(&run.grants), 0);
         assert_eq!(crate::measure::metrics::overtakes(&run.grants).pairs, 0);
         assert_eq!(
@@ -777,8 +798,10 @@ mod tests {
         // A worker that does not count makes the merged counters unknown, not smaller.
         let mut silent = w1.clone();
         silent.counters = None;
+        silent.sessions = None;
         let run = merge(&cfg(2), "redis-token", vec![w0.clone(), silent]).unwrap();
         assert!(run.counters.is_none());
+        assert!(run.sessions_opened.is_none());
     }
 
     #[test]
