@@ -32,12 +32,13 @@ pub static SECTION: crate::experiments::Section = crate::experiments::Section {
     render: section_for,
 };
 
-use crate::args::{engine_parser, TimingArgs, WorkloadArgs};
+use crate::args::{engine_parser, LockArgs, SessionArgs, TimingArgs, WorkloadArgs};
 use crate::config::RunConfig;
 use crate::dist::{format_duration, serde_duration, Dist};
 use crate::dist::{parse_duration, parse_positive_duration};
 use crate::engines::EngineArgs;
 use crate::engines::{Algorithm, EngineRef};
+use crate::keys::KeyDist;
 use crate::measure::summary::{analyze, AlgorithmReport};
 use crate::report::{files, progress};
 use anyhow::{anyhow, Context};
@@ -80,6 +81,12 @@ pub struct EnginesArgs {
     /// beside its single server: like with like, at the same member count.
     #[arg(long)]
     pub clusters: bool,
+    /// The locks and how each acquire picks one.
+    #[command(flatten)]
+    pub keys: LockArgs,
+    /// Clients of each engine the contenders share.
+    #[command(flatten)]
+    pub sessions: SessionArgs,
     /// Hold and think times.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -128,6 +135,23 @@ pub struct EnginesScenario {
     pub seed: u64,
     /// Contender counts.
     pub contenders: Vec<usize>,
+    /// Locks (1 is left out).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub locks: usize,
+    /// How each acquire picks its lock (`fixed` is left out).
+    #[serde(default, skip_serializing_if = "KeyDist::is_fixed")]
+    pub key_dist: KeyDist,
+    /// Clients of each engine the contenders share; left out: one per contender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<usize>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// One engine of the comparison.
@@ -251,7 +275,7 @@ fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
         .into_iter()
         .map(|e| {
             let engine = args.engine_args.options(e).map_err(|m| anyhow!(m))?;
-            Ok(RunConfig {
+            let mut cfg = RunConfig {
                 backend: e,
                 engine,
                 clock: crate::config::ClockMode::Wall,
@@ -262,7 +286,10 @@ fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
                 poll_interval: args.timing.poll_interval,
                 seed: args.seed,
                 ..RunConfig::default()
-            })
+            };
+            args.keys.apply(&mut cfg);
+            args.sessions.apply(&mut cfg);
+            Ok(cfg)
         })
         .collect()
 }
@@ -299,7 +326,7 @@ pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)>
         for base in &bases {
             for a in base.backend.algorithm_names() {
                 let cfg = RunConfig { algorithms: vec![a.to_string()], threads: n, ..base.clone() };
-                cfg.validate().map_err(|e| anyhow!(e))?;
+                cfg.validate().map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
                 runs.push(cfg);
             }
         }
@@ -346,6 +373,9 @@ fn scenario(args: &EnginesArgs) -> EnginesScenario {
         poll_interval: args.timing.poll_interval,
         seed: args.seed,
         contenders: contender_levels(args),
+        locks: args.keys.locks as usize,
+        key_dist: args.keys.key_dist,
+        sessions: args.sessions.sessions.map(|n| n as usize),
     }
 }
 
@@ -469,5 +499,51 @@ mod tests {
         let redis = EngineRef::find("redis").unwrap();
         assert_eq!(series_name(redis, "", "jedis"), "redis/jedis");
         assert_eq!(series_name(redis, "sentinel", "jedis"), "redis sentinel/jedis");
+    }
+
+    #[test]
+    fn locks_key_dist_and_sessions_reach_every_point_and_the_readme() {
+        use clap::Parser;
+        let parse = |extra: &[&str]| {
+            let mut all = vec!["bench-harness", "engines", "--engines", "redis,zookeeper"];
+            all.extend_from_slice(extra);
+            let cli = crate::cli::Cli::try_parse_from(all).unwrap();
+            let Some(crate::cli::Command::Engines(args)) = cli.command else { panic!("engines") };
+            args
+        };
+        let args = parse(&["--locks", "50", "--key-dist", "zipf:0.99", "--sessions", "2"]);
+        let (_, runs) = plan(&args).unwrap();
+        assert!(!runs.is_empty());
+        for r in &runs {
+            assert_eq!((r.locks, r.key_dist, r.sessions), (50, KeyDist::Zipf { s: 0.99 }, Some(2)));
+        }
+        let summary = EnginesSummary {
+            schema_version: 1,
+            tool: String::new(),
+            scenario: scenario(&args),
+            engines: Vec::new(),
+            points: Vec::new(),
+        };
+        let json = serde_json::to_string(&summary).unwrap();
+        assert!(json.contains(r#""key_dist":"zipf:0.99""#) && json.contains(r#""sessions":2"#));
+        assert_eq!(serde_json::from_str::<EnginesSummary>(&json).unwrap(), summary);
+        let md = readme(&summary);
+        assert!(md.contains("on 50 locks, each acquire drawing its lock (zipf:0.99)"), "{md}");
+        assert!(md.contains("sharing 2 clients of each engine"), "{md}");
+
+        let default = scenario(&parse(&[]));
+        let json = serde_json::to_string(&default).unwrap();
+        for key in ["locks", "key_dist", "sessions"] {
+            assert!(!json.contains(key), "{key} in {json}");
+        }
+        let md = readme(&EnginesSummary { scenario: default, ..summary });
+        assert!(md.contains("per point on one lock, at"), "{md}");
+
+        // An engine that cannot share clients is a usage error naming it.
+        let mut with_embedded = parse(&["--sessions", "2"]);
+        with_embedded.engines.push(EngineRef::find("embedded").unwrap());
+        let e = plan(&with_embedded).unwrap_err();
+        assert_eq!(crate::Failure::of(&e), crate::Failure::Usage, "{e}");
+        assert!(e.to_string().contains("--sessions") && e.to_string().contains("embedded"), "{e}");
     }
 }

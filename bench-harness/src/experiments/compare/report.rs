@@ -217,6 +217,23 @@ fn store_load_sentence(s: &EnginesSummary) -> String {
     text
 }
 
+/// Which locks the contenders asked for and through which clients, for the scenario's
+/// sentence: "on one lock" by default.
+fn locks_and_sessions(sc: &super::EnginesScenario) -> String {
+    let locks = match (sc.locks, sc.key_dist) {
+        (1, _) => "on one lock".to_string(),
+        (k, crate::keys::KeyDist::Fixed) => format!("on {k} locks (contender i on lock i mod {k})"),
+        (k, drawn) => format!("on {k} locks, each acquire drawing its lock ({drawn})"),
+    };
+    match sc.sessions {
+        Some(n) => format!(
+            "{locks}, the contenders sharing {n} client{} of each engine (contender i on client i mod {n})",
+            if n == 1 { "" } else { "s" }
+        ),
+        None => locks,
+    }
+}
+
 /// `results/engines/README.md`.
 pub fn readme(s: &EnginesSummary) -> String {
     let sc = &s.scenario;
@@ -232,7 +249,7 @@ pub fn readme(s: &EnginesSummary) -> String {
     let _ = writeln!(
         md,
         "Each contender loops: request the lock, hold it for {hold}, release it, think for {think}, \
-         for {dur} of wall time per point on one lock, at {levels} contenders (requests still waiting \
+         for {dur} of wall time per point {on}, at {levels} contenders (requests still waiting \
          at the end are drained for up to another {dur}; throughput counts the window only). \
          Every point runs in a fresh namespace on its server (key prefix, znode root, etcd key prefix), after an unrecorded \
          warm-up of each algorithm on each server. \
@@ -241,6 +258,7 @@ pub fn readme(s: &EnginesSummary) -> String {
         hold = sc.hold,
         think = sc.think,
         dur = format_duration(sc.duration),
+        on = locks_and_sessions(sc),
         levels = sc
             .contenders
             .iter()
