@@ -3,8 +3,9 @@
 //!
 //! Opening a run grants one probe lease (an unreachable server fails here, once, naming the
 //! endpoints); each contender then gets a backend of its own ([`EtcdBackend`]: a client and a
-//! lease whose TTL is the run's, rounded up to whole seconds), with its keys under the run's
-//! own root `/bench-harness/<ns>`.
+//! lease whose TTL is the run's, rounded up to whole seconds), or with `--sessions N` shares
+//! one of N, with its keys under the run's own root `/bench-harness/<ns>`. Each `LeaseGrant`
+//! counts as a session opened (`store.sessions_opened`).
 //!
 //! Store load: `lock-etcd` reports each RPC its contenders send (its crate docs, "Requests per
 //! grant": 3 for an uncontended grant, 7 after waiting, and the leases' keep-alives), counted

@@ -2,8 +2,9 @@
 //! time.
 //!
 //! Opening a run makes one probe connection (an unreachable server fails here, once, naming
-//! the URL); each contender then gets a connection of its own ([`RedisBackend`]) whose keys
-//! carry the run's namespace (`bench-harness:<ns>:`). Expiries are judged by the contenders'
+//! the URL); each contender then gets a connection of its own ([`RedisBackend`]), or with
+//! `--sessions N` shares one of N, whose keys carry the run's namespace
+//! (`bench-harness:<ns>:`). Expiries are judged by the contenders'
 //! clocks (the system clock plus the contender's skew), as jedis-lock does.
 //!
 //! Store load: `lock-redis` reports each command its contenders send (its crate docs,

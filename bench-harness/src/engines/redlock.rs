@@ -3,9 +3,9 @@
 //!
 //! Opening a run connects once to every master (a majority must answer, or the run fails
 //! naming the first that did not); each contender then gets connections of its own to every
-//! master ([`RedisMasters`]), keys under the run's namespace (`bench-harness:<ns>:`). Redlock
-//! reads no client clock (its elapsed times are monotonic), so a clock jump changes nothing
-//! and is not offered.
+//! master ([`RedisMasters`]), or with `--sessions N` shares one of N such sets, keys under the
+//! run's namespace (`bench-harness:<ns>:`). Redlock reads no client clock (its elapsed times
+//! are monotonic), so a clock jump changes nothing and is not offered.
 //!
 //! Store load: `lock-redis` reports each command its contenders send to each master (its crate
 //! docs, "Requests per grant": 2 per master for an uncontended grant, 4 fenced, and 2 per

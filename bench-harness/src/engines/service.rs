@@ -3,7 +3,9 @@
 //!
 //! Each contender gets a client of its own ([`ServiceClient`]: one connection, one session
 //! whose TTL is the run's, at least the service's minimum), as with etcd's leases and
-//! ZooKeeper's sessions. Opening a run opens one probe session: an unreachable service fails
+//! ZooKeeper's sessions, or with `--sessions N` shares one of N (each owner still asking
+//! under its own name within the session). Each `Open` counts as a session opened
+//! (`store.sessions_opened`). Opening a run opens one probe session: an unreachable service fails
 //! there, once, naming every endpoint and what it said. Every request a client sends is
 //! counted under the table `service`: a grant costs an `Acquire` (a conditional write) and a
 //! `Release` (a delete), and each session a `KeepAlive` every TTL/3.

@@ -2,9 +2,10 @@
 //! its predecessor) on a real ZooKeeper server, in wall time.
 //!
 //! Opening a run establishes one probe session (an unreachable server fails here, once,
-//! naming the hosts); each contender then gets a session of its own ([`ZkBackend`]) whose
-//! timeout is the run's TTL, with its lock znodes under the run's own root
-//! `/bench-harness/<ns>`.
+//! naming the hosts); each contender then gets a session of its own ([`ZkBackend`]), or with
+//! `--sessions N` shares one of N, whose timeout is the run's TTL, with its lock znodes under
+//! the run's own root `/bench-harness/<ns>`. Each session's `connect` counts as a session
+//! opened (`store.sessions_opened`).
 //!
 //! Store load: `lock-zookeeper` reports each request its contenders send (its crate docs,
 //! "Requests per grant": 4 for an uncontended grant, 6 after waiting), counted under `znodes`
