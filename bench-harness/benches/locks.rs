@@ -47,6 +47,7 @@ fn uncontended(c: &mut Criterion) {
                 owner: RunConfig::owner_id(0),
                 seed: cfg.contender_seed(0),
                 skew_us: 0,
+                session: None,
             };
             let locker = engine.contender(algorithm, spec).await.expect("locker");
             (engine, locker)
