@@ -168,9 +168,25 @@
 //!   cancels a new one, a grant never reaches an ask that was given up, and one grant is
 //!   never seen as two acquisitions. A `try_lock` given up on gives its grant back the same
 //!   way.
-//! - **One thread per node by default** (`--threads`): a commit passes through a dozen
-//!   hand-offs between openraft's tasks, and on one thread none of them wakes another
-//!   thread. A node that must serve more than a core's worth of requests can take more.
+//! - **Raft on a thread of its own; clients on `--threads` (one by default).** openraft's
+//!   core, its replication, the state machine's applier, the peer listener and the calls to
+//!   peers run on one thread ([`server`]'s `raft_thread`); client connections, TLS, frames
+//!   and requests on the client runtime. So no client work delays a heartbeat or a vote: a
+//!   burst of pipelined requests on one shared thread got a leader deposed. Within each
+//!   runtime a hand-off between tasks wakes no other thread; a commit crosses between the
+//!   two twice (the command in, its outcome out).
+//! - **A commit window, shared in turn** (`--commit-window`, 32): at most that many client
+//!   commands are proposed to Raft at once. openraft's core takes every queued write in one
+//!   poll, so thousands of them (a few pipelining clients) held up its heartbeats and votes
+//!   past an election timeout; with the window its queue stays short. When it is full, a freed place goes
+//!   to the waiting connections in turn, so a bystander's acquire waits for one command of
+//!   each busy connection and the window, not for the whole burst (`tests/burst.rs` checks
+//!   both). **Why not a batch per entry**, which would
+//!   spare openraft most of its per-entry work: the fencing token is the granting entry's log
+//!   index, and commands sharing an entry would need tokens of their own (the index scaled,
+//!   plus the position), a change of every token and session id the service hands out. The
+//!   window keeps them; what it costs is throughput under a burst, somewhat, since openraft
+//!   still appends and replicates a window's worth together, but no more than that at once.
 //! - **Sessions cost keep-alives, not polls**: a grant costs one acquire and one release
 //!   request, plus a keep-alive per session that sent nothing else for TTL/3. The requests
 //!   per grant of every engine are in `results/engines/README.md`.
@@ -209,9 +225,10 @@
 //! - **bounds what one client can make it hold**: sessions per identity
 //!   (`--max-sessions-per-identity`), locks held or waited for per session
 //!   (`--max-asks-per-session`), requests in progress per connection (`--max-inflight`:
-//!   further frames wait), frames of at most 64 KiB, and at most 4096 frames queued for a
-//!   connection that does not read (then it is dropped). Each limit is a clear error
-//!   (`LimitReached`) that commits nothing.
+//!   further frames are not read, so a client pipelining more waits in its own socket),
+//!   frames of at most 64 KiB, and at most 4096 frames queued for a connection that does not
+//!   read (then it is dropped). Each limit is a clear error (`LimitReached`) that commits
+//!   nothing.
 //!
 //! Without `--users`, every client is trusted with everything, admin included, as on a
 //! ZooKeeper with the open ACL: the stranger rows of `results/safety/README.md` show what
@@ -234,6 +251,9 @@
 //! - `tests/failover.rs`: a killed leader, a partitioned leader, a leader silent for longer
 //!   than the TTL, and every node crashing at once. The holder keeps its lock, nobody else
 //!   is granted it meanwhile, and the next token is greater.
+//! - `tests/burst.rs`: 3 connections pipelining 2,000 requests each at a 3-node cluster, in
+//!   plain and over TLS: no election (every node's leader and term the same before and
+//!   after), no request refused, and a bystander's acquires during the burst prompt.
 //! - `tests/bad_input.rs`: a foreign or unwritable data directory, a bad cluster list, a
 //!   client pointed at no live node, and malformed and oversized frames.
 //! - `tests/storage_suite.rs`: openraft's own storage test suite on the log store and the

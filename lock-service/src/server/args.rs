@@ -62,13 +62,19 @@ pub struct ServerArgs {
     /// Take a snapshot (and trim the log) after this many entries.
     #[arg(long, default_value_t = 20_000)]
     pub snapshot_every: u64,
-    /// Threads that run the node's tasks. 1 (the default) runs them all on one thread, where
-    /// handing a message from one task to the next costs no wake-up of another thread: a
-    /// commit passes through a dozen such hand-offs, each cheaper on one thread. More threads
-    /// help only when a node serves more requests than a core can. The log's writes have a
-    /// thread of their own either way.
+    /// Threads that serve clients: their connections, TLS, frames and requests. 1 (the
+    /// default) runs them all on one thread, where handing a message from one task to the next
+    /// costs no wake-up of another thread. More help only when a node serves more requests
+    /// than a core can. Raft and the peers have a thread of their own, so that no client
+    /// work delays a heartbeat or a vote, and the log's writes another.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
+    /// The most client commands proposed to Raft at once (acquires, releases, opens,
+    /// closes). Further ones wait, and a freed place goes to the waiting connections in turn,
+    /// so that one connection's burst takes its share, not all of it. Larger lets a busy node
+    /// commit more per round, at the cost of a longer wait for every new command.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub commit_window: u32,
     /// Authenticate clients against this file: one `NAME ROLE SHA256-OF-TOKEN` line per
     /// identity, ROLE `client` or `admin` (see the crate docs for how to make one). A session
     /// then belongs to the identity that opened it, and only an admin may force-release a

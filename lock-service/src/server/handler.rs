@@ -6,6 +6,7 @@
 //! pushes of the `hub`, go through one writer task, so that a slow request never
 //! holds up the reading of the next and frames never interleave on the wire.
 
+use super::gate::ConnId;
 use super::hub::{Outbox, OUTBOX};
 use super::listener::HANDSHAKE;
 use super::requests::{bad_request, unauthenticated};
@@ -33,6 +34,7 @@ pub(super) async fn serve_client(node: Arc<Node>, stream: TcpStream) {
     let (out, outbox) = mpsc::channel::<Vec<u8>>(OUTBOX);
     let writer = tokio::spawn(write_frames(wr, outbox));
     let handler = Handler {
+        conn: node.next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         inflight: Arc::new(Semaphore::new(node.limits.inflight)),
         who: node.users.is_none().then(|| Arc::new(Identity::anyone())),
         node,
@@ -91,6 +93,8 @@ enum Next<T> {
 /// One client connection after its TLS step: who the client is, and the requests in flight.
 struct Handler {
     node: Arc<Node>,
+    /// This connection's number (its turn in the commit window).
+    conn: ConnId,
     /// Replies (and, once a session is attached, pushes) to the writer task.
     out: Outbox,
     /// Who the client proved to be: `None` on a node with users until its `Hello`.
@@ -188,10 +192,9 @@ impl Handler {
         let Ok(permit) = self.inflight.clone().acquire_owned().await else {
             return Next::Stop;
         };
-        let node = self.node.clone();
-        let out = self.out.clone();
+        let (node, out, conn) = (self.node.clone(), self.out.clone(), self.conn);
         tokio::spawn(async move {
-            let body = node.handle(request, &out, &who).await;
+            let body = node.handle(request, conn, &out, &who).await;
             let _ = out.send(encode(&ServerFrame::Reply { id, body })).await;
             drop(permit);
         });

@@ -16,10 +16,12 @@
 //! request), `sessions` (the leader's session clock).
 
 mod args;
+mod gate;
 mod handler;
 mod hub;
 mod listener;
 mod peer;
+mod raft_thread;
 mod requests;
 mod sessions;
 
@@ -30,9 +32,11 @@ use crate::log::LogStore;
 use crate::proto::Status;
 use crate::raft::{Network, NodeId, OpenError, Raft, StateMachine, Store};
 use crate::tls::{NodeTls, TlsError};
+use gate::Gate;
 use hub::Hub;
 use listener::{bind, listen_addr, listen_err, Listener};
 use openraft::SnapshotPolicy;
+use raft_thread::RaftThread;
 use sessions::Leadership;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -129,6 +133,12 @@ pub struct Node {
     /// TLS for clients (and peers), if any.
     tls: Option<NodeTls>,
     limits: Limits,
+    /// Where Raft and the peers run (see [`raft_thread`]).
+    raft_thread: RaftThread,
+    /// The client commands proposed to Raft at once (see [`gate`]).
+    gate: Arc<Gate>,
+    /// The number of the next client connection.
+    next_conn: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -144,8 +154,16 @@ impl Node {
         })?;
         let client_listen = listen_addr(args.listen_client, &me.client, "clients")?;
         let peer_listen = listen_addr(args.listen_peer, &me.peer, "peers")?;
+        // openraft spawns its core and its tasks on the runtime that creates it, and a
+        // socket is driven by the runtime that made it: Raft, the peer listener and the
+        // connections to peers are made on the Raft thread.
+        let raft_thread = RaftThread::start()?;
         let clients = bind(client_listen, "clients").await?;
-        let peers = bind(peer_listen, "peers").await?;
+        let peers = raft_thread
+            .handle()
+            .spawn(bind(peer_listen, "peers"))
+            .await
+            .map_err(|e| listen_err("peers", peer_listen, std::io::Error::other(e)))??;
         let users = match &args.users {
             Some(path) => Some(
                 Users::load(path)
@@ -184,14 +202,23 @@ impl Node {
         let network = Network::new(&args.cluster_token, args.id, peer_tls);
         let log = LogStore::open(store.clone(), &args.data_dir)
             .map_err(|reason| OpenError::Io { dir: args.data_dir.display().to_string(), reason })?;
-        let raft = Raft::new(args.id, Arc::new(config), network, log.clone(), sm.clone()).await?;
-        if args.init && !raft.is_initialized().await? {
-            // Every node of a new cluster may do this with the same list: the first
-            // membership entry is the same everywhere.
-            if let Err(e) = raft.initialize(args.cluster.clone()).await {
-                tracing::warn!("bootstrap: {e}");
-            }
-        }
+        let (id, init, cluster) = (args.id, args.init, args.cluster.clone());
+        let (raft_log, raft_sm) = (log.clone(), sm.clone());
+        let raft = raft_thread
+            .handle()
+            .spawn(async move {
+                let raft = Raft::new(id, Arc::new(config), network, raft_log, raft_sm).await?;
+                if init && !raft.is_initialized().await? {
+                    // Every node of a new cluster may do this with the same list: the first
+                    // membership entry is the same everywhere.
+                    if let Err(e) = raft.initialize(cluster).await {
+                        tracing::warn!("bootstrap: {e}");
+                    }
+                }
+                Ok::<_, ServerError>(raft)
+            })
+            .await
+            .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
         let node = Arc::new(Node {
             id: args.id,
             raft,
@@ -214,6 +241,9 @@ impl Node {
                 asks_per_session: args.max_asks_per_session,
                 inflight: args.max_inflight as usize,
             },
+            raft_thread,
+            gate: Gate::new(args.commit_window as usize),
+            next_conn: Default::default(),
         });
         let tasks = vec![
             tokio::spawn(
@@ -225,7 +255,7 @@ impl Node {
                 }
                 .run(),
             ),
-            tokio::spawn(
+            node.raft_thread.handle().spawn(
                 Listener {
                     node: node.clone(),
                     listener: peers,
@@ -263,6 +293,7 @@ impl Node {
         }
         let _ = self.raft.shutdown().await;
         self.log.stop();
+        self.raft_thread.stop().await;
     }
 
     /// This node's view of the cluster.

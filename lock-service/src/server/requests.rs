@@ -1,6 +1,7 @@
 //! What a node does with a client's request: the checks (ids, identity, limits), the
 //! leadership check a keep-alive or a resume needs, and the command it commits.
 
+use super::gate::ConnId;
 use super::hub::Outbox;
 use super::{lock, Node, MAX_TTL, MIN_TTL};
 use crate::auth::{Identity, Role};
@@ -27,6 +28,13 @@ impl Node {
             Some(f) => self.not_leader(f.leader_node.as_ref()),
             None => unavailable(e),
         }
+    }
+
+    /// Commit a command of client connection `conn` in its turn in the commit window
+    /// ([`super::gate`]) and return what applying it did.
+    pub(super) async fn propose(&self, conn: ConnId, command: Command) -> Result<Outcome, Reply> {
+        let _place = self.gate.enter(conn).await;
+        self.write(command).await
     }
 
     /// Commit `command` and return what applying it did.
@@ -90,14 +98,21 @@ impl Node {
         }
     }
 
-    pub(super) async fn handle(&self, request: Request, out: &Outbox, who: &Identity) -> Reply {
+    /// Serve `request` of client connection `conn` (whose frames go to `out`), sent by `who`.
+    pub(super) async fn handle(
+        &self,
+        request: Request,
+        conn: ConnId,
+        out: &Outbox,
+        who: &Identity,
+    ) -> Reply {
         let by = who.name.clone();
         match request {
             Request::Hello { .. } => {
                 bad_request("this connection has already said who it is".into())
             }
             Request::Status => Reply::Status(self.status()),
-            Request::Open { ttl_ms } => self.open(ttl_ms, out, who).await,
+            Request::Open { ttl_ms } => self.open(ttl_ms, conn, out, who).await,
             Request::Resume { session } => {
                 // Shared like a keep-alive's: after a failover every session resumes at once,
                 // and one leadership check each (each a round of new peer connections)
@@ -137,7 +152,8 @@ impl Node {
                 if let Err(r) = self.check_asks(session, &lock, &owner) {
                     return r;
                 }
-                self.commit(Command::Acquire { session, lock, owner, wait, attempt, by }).await
+                self.commit(conn, Command::Acquire { session, lock, owner, wait, attempt, by })
+                    .await
             }
             Request::Release { session, lock, owner, attempt } => {
                 if let Err(r) = check_ids(&lock, &owner) {
@@ -146,18 +162,18 @@ impl Node {
                 if let Err(r) = self.check_owner_known(session, who) {
                     return r;
                 }
-                self.commit(Command::Release { session, lock, owner, attempt, by }).await
+                self.commit(conn, Command::Release { session, lock, owner, attempt, by }).await
             }
             Request::Close { session } => {
                 if let Err(r) = self.check_owner_known(session, who) {
                     return r;
                 }
-                match self.commit(Command::Close { session, by }).await {
+                match self.commit(conn, Command::Close { session, by }).await {
                     Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,
                     r => r,
                 }
             }
-            Request::ForceRelease { lock } => self.force_release(lock, who).await,
+            Request::ForceRelease { lock } => self.force_release(lock, conn, who).await,
         }
     }
 
@@ -180,7 +196,7 @@ impl Node {
         Ok(())
     }
 
-    pub(super) async fn force_release(&self, lock: String, who: &Identity) -> Reply {
+    pub(super) async fn force_release(&self, lock: String, conn: ConnId, who: &Identity) -> Reply {
         if who.role != Role::Admin {
             return forbidden(format!(
                 "{} may not force-release locks: only an admin identity may",
@@ -191,7 +207,8 @@ impl Node {
             return r;
         }
         let by = who.label().to_string();
-        match self.write(Command::ForceRelease { lock: lock.clone(), by: by.clone() }).await {
+        let command = Command::ForceRelease { lock: lock.clone(), by: by.clone() };
+        match self.propose(conn, command).await {
             Ok(Outcome::Released) => {
                 tracing::warn!("lock {lock:?} force-released by {by}");
                 Reply::Released
@@ -202,7 +219,13 @@ impl Node {
         }
     }
 
-    pub(super) async fn open(&self, ttl_ms: u64, out: &Outbox, who: &Identity) -> Reply {
+    pub(super) async fn open(
+        &self,
+        ttl_ms: u64,
+        conn: ConnId,
+        out: &Outbox,
+        who: &Identity,
+    ) -> Reply {
         let ttl = Duration::from_millis(ttl_ms);
         if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return bad_request(format!(
@@ -219,7 +242,7 @@ impl Node {
                 who.label()
             ));
         }
-        match self.write(Command::Open { ttl_ms, identity }).await {
+        match self.propose(conn, Command::Open { ttl_ms, identity }).await {
             Ok(Outcome::Opened(session)) => {
                 self.hub.attach(session, out);
                 self.touch(session);
@@ -230,7 +253,7 @@ impl Node {
         }
     }
 
-    pub(super) async fn commit(&self, command: Command) -> Reply {
+    pub(super) async fn commit(&self, conn: ConnId, command: Command) -> Reply {
         let session = match &command {
             Command::Acquire { session, .. }
             | Command::Release { session, .. }
@@ -238,7 +261,7 @@ impl Node {
             | Command::Expire { session } => *session,
             Command::Open { .. } | Command::ForceRelease { .. } => 0,
         };
-        let outcome = self.write(command).await;
+        let outcome = self.propose(conn, command).await;
         if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
             | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld
             | Outcome::Superseded))
