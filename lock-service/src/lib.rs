@@ -228,7 +228,16 @@
 //!   further frames are not read, so a client pipelining more waits in its own socket),
 //!   frames of at most 64 KiB, and at most 4096 frames queued for a connection that does not
 //!   read (then it is dropped). Each limit is a clear error (`LimitReached`) that commits
-//!   nothing.
+//!   nothing;
+//! - **closes connections that cost without serving**: the TLS handshake and the first frame
+//!   within `--handshake-timeout-ms` (10 s), the `Hello` within `--hello-timeout-ms` (10 s),
+//!   something every `--idle-timeout-ms` (60 s) from a connection with no session and no
+//!   request in progress, and the rest of a frame within `--frame-timeout-ms` (10 s) of its
+//!   first byte (a frame written to the client within as long). A frame's buffer grows as its
+//!   bytes come, so half a frame costs what was sent of it, not the length it announced; a
+//!   closed connection keeps nothing (its sessions leave the push hub), and after a wave of
+//!   closed connections the node gives the freed memory back to the system (`server`'s
+//!   `trim`).
 //!
 //! Without `--users`, every client is trusted with everything, admin included, as on a
 //! ZooKeeper with the open ACL: the stranger rows of `results/safety/README.md` show what
@@ -254,6 +263,10 @@
 //! - `tests/burst.rs`: 3 connections pipelining 2,000 requests each at a 3-node cluster, in
 //!   plain and over TLS: no election (every node's leader and term the same before and
 //!   after), no request refused, and a bystander's acquires during the burst prompt.
+//! - `tests/deadlines.rs`: a connection silent before its `Hello`, one holding half a frame
+//!   and one idle without a session each closed at its deadline (a session's connection
+//!   kept), and 2,000 connections each holding half a frame leaving the node's memory where
+//!   it was once they closed.
 //! - `tests/bad_input.rs`: a foreign or unwritable data directory, a bad cluster list, a
 //!   client pointed at no live node, and malformed and oversized frames.
 //! - `tests/storage_suite.rs`: openraft's own storage test suite on the log store and the

@@ -261,15 +261,34 @@ pub struct Status {
     pub forced_releases: u64,
 }
 
-/// Read the bytes of one frame of at most `max` bytes; `Ok(None)` at a clean end of stream.
-/// A longer frame is an error before any of it is read.
+/// Read the bytes of one frame of at most `max` bytes; `Ok(None)` at a clean end of stream
+/// (before a frame's first byte). A longer frame is an error before any of it is read.
 pub async fn read_bytes<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    match r.read(&mut len).await? {
+        0 => Ok(None),
+        got => read_rest(r, len, got, max).await.map(Some),
     }
+}
+
+/// The smallest piece a frame's buffer grows by (see [`read_rest`]).
+const FIRST_PIECE: usize = 256;
+
+/// The rest of a frame of at most `max` bytes, when the first `got` bytes (1 to 4) of its
+/// length prefix, in `len`, have come. A longer frame is an error before any of it is read.
+///
+/// The buffer grows as the bytes come, at most doubling each time, rather than taking the
+/// length the prefix announces: a frame that is announced and never sent costs what was
+/// sent of it (at least 256 bytes), not the announced length. Waiting for a
+/// frame's first byte is for the caller, who knows how long a connection may stay silent
+/// ([`read_bytes`] waits for ever); this reads the rest.
+pub async fn read_rest<R: AsyncRead + Unpin>(
+    r: &mut R,
+    mut len: [u8; 4],
+    got: usize,
+    max: u32,
+) -> io::Result<Vec<u8>> {
+    r.read_exact(&mut len[got..]).await?;
     let len = u32::from_be_bytes(len);
     if len > max {
         return Err(io::Error::new(
@@ -277,9 +296,22 @@ pub async fn read_bytes<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> io::Result
             format!("frame of {len} bytes refused: at most {max} are allowed"),
         ));
     }
-    let mut buf = vec![0u8; len as usize];
-    r.read_exact(&mut buf).await?;
-    Ok(Some(buf))
+    let len = len as usize;
+    let mut buf = Vec::new();
+    while buf.len() < len {
+        let start = buf.len();
+        let piece = (len - start).min(start.max(FIRST_PIECE));
+        buf.resize(start + piece, 0);
+        let n = r.read(&mut buf[start..]).await?;
+        buf.truncate(start + n);
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the stream ended {start} bytes into a frame of {len}"),
+            ));
+        }
+    }
+    Ok(buf)
 }
 
 /// Decode a frame's bytes.
@@ -360,6 +392,39 @@ mod tests {
         let mut short = 50u32.to_be_bytes().to_vec();
         short.extend_from_slice(b"{}");
         assert!(read_frame::<ClientFrame, _>(&mut &short[..], MAX_CLIENT_FRAME).await.is_err());
+    }
+
+    /// A frame announced at the limit and cut short waits for its bytes and is an error when
+    /// the stream ends; a whole frame that comes in small pieces is read, into a buffer
+    /// less than twice its size.
+    #[tokio::test]
+    async fn a_frame_grows_as_its_bytes_come() {
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        client.write_all(&MAX_CLIENT_FRAME.to_be_bytes()).await.unwrap();
+        client.write_all(b"{\"id\"").await.unwrap();
+        let mut len = [0u8; 4];
+        let got = server.read(&mut len).await.unwrap();
+        let reading = tokio::spawn(async move {
+            let r = read_rest(&mut server, len, got, MAX_CLIENT_FRAME).await;
+            (r, server)
+        });
+        tokio::task::yield_now().await;
+        assert!(!reading.is_finished());
+        drop(client);
+        let (r, _) = reading.await.unwrap();
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+
+        // The whole frame, in pieces of every size.
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let body = vec![b'x'; 40_000];
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        let writer = tokio::spawn(async move { client.write_all(&frame).await.unwrap() });
+        let got = read_bytes(&mut server, MAX_CLIENT_FRAME).await.unwrap().unwrap();
+        writer.await.unwrap();
+        assert_eq!(got, body);
+        assert!(got.capacity() < 2 * body.len(), "capacity {}", got.capacity());
     }
 
     mod fuzz {

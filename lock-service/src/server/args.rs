@@ -103,6 +103,24 @@ pub struct ServerArgs {
     /// until one completes.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_inflight: u32,
+    /// A new client connection must finish its TLS handshake (with --tls-cert) and send its
+    /// first whole frame within this many milliseconds of connecting, or it is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub handshake_timeout_ms: u64,
+    /// With --users, a client connection must say who it is (`Hello`) within this many
+    /// milliseconds of connecting, or it is closed (`Status` probes before it do not count).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub hello_timeout_ms: u64,
+    /// A client connection that serves no session, has no request in progress and sends
+    /// nothing for this many milliseconds is closed. A connection with a session is kept: its
+    /// keep-alives come every TTL/3, and its session's expiry ends it.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+    /// Once the first byte of a client's frame has come, the rest of it must come within this
+    /// many milliseconds, and a frame to the client must be taken (written) within as long,
+    /// or the connection is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub frame_timeout_ms: u64,
 }
 
 /// The cluster's nodes by id.

@@ -24,6 +24,7 @@ mod peer;
 mod raft_thread;
 mod requests;
 mod sessions;
+mod trim;
 
 pub use args::{parse_cluster, ClusterSpec, ServerArgs};
 
@@ -41,6 +42,7 @@ use sessions::Leadership;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -110,6 +112,14 @@ struct Limits {
     sessions_per_identity: usize,
     asks_per_session: usize,
     inflight: usize,
+    /// From connecting to the end of the first frame (TLS included).
+    handshake: Duration,
+    /// From connecting to the `Hello`, on a node with users.
+    hello: Duration,
+    /// Without a session, a request in progress or a frame.
+    idle: Duration,
+    /// From a frame's first byte to its last, and to write one.
+    frame: Duration,
 }
 
 /// A running node.
@@ -139,6 +149,8 @@ pub struct Node {
     gate: Arc<Gate>,
     /// The number of the next client connection.
     next_conn: std::sync::atomic::AtomicU64,
+    /// Gives closed connections' memory back (see [`trim`]).
+    trimmer: Arc<trim::Trimmer>,
 }
 
 impl Node {
@@ -240,10 +252,15 @@ impl Node {
                 sessions_per_identity: args.max_sessions_per_identity,
                 asks_per_session: args.max_asks_per_session,
                 inflight: args.max_inflight as usize,
+                handshake: Duration::from_millis(args.handshake_timeout_ms),
+                hello: Duration::from_millis(args.hello_timeout_ms),
+                idle: Duration::from_millis(args.idle_timeout_ms),
+                frame: Duration::from_millis(args.frame_timeout_ms),
             },
             raft_thread,
             gate: Gate::new(args.commit_window as usize),
             next_conn: Default::default(),
+            trimmer: Arc::default(),
         });
         let tasks = vec![
             tokio::spawn(
@@ -265,6 +282,7 @@ impl Node {
                 .run(),
             ),
             tokio::spawn(sessions::keep_sessions(node.clone())),
+            tokio::spawn(node.trimmer.clone().run()),
         ];
         *lock(&node.tasks) = tasks;
         tracing::info!(

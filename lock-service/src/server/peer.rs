@@ -22,7 +22,10 @@ pub(super) async fn serve_peer(node: Arc<Node>, stream: TcpStream) {
             Err(_) => return,
         },
     };
-    match crate::proto::read_frame::<PeerRequest, _>(&mut stream, MAX_PEER_FRAME).await {
+    // The hello comes within the handshake's time too: a stranger that connects and says
+    // nothing does not hold a connection.
+    let hello = crate::proto::read_frame::<PeerRequest, _>(&mut stream, MAX_PEER_FRAME);
+    match tokio::time::timeout(HANDSHAKE, hello).await.unwrap_or(Ok(None)) {
         Ok(Some(PeerRequest::Hello { cluster, from })) if cluster == node.token => {
             if send(&mut stream, &encode(&PeerReply::Hello(Ok(())))).await.is_err() {
                 return;

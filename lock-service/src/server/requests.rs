@@ -125,7 +125,7 @@ impl Node {
                 }
                 // Attach before reading what it holds: a grant applied in between is then
                 // pushed as well as listed, never lost.
-                self.hub.attach(session, out);
+                self.hub.attach(session, conn, out);
                 if !self.sm.read(|a| a.table.has_session(session)) {
                     return session_gone(session);
                 }
@@ -244,7 +244,7 @@ impl Node {
         }
         match self.propose(conn, Command::Open { ttl_ms, identity }).await {
             Ok(Outcome::Opened(session)) => {
-                self.hub.attach(session, out);
+                self.hub.attach(session, conn, out);
                 self.touch(session);
                 Reply::Opened { session }
             }
