@@ -69,5 +69,6 @@ where
     }
 }
 
-/// How long a client or peer may take over its TLS handshake.
+/// How long a peer may take over its TLS handshake, and over its hello (clients have
+/// `--handshake-timeout-ms`).
 pub(super) const HANDSHAKE: Duration = Duration::from_secs(10);
