@@ -63,6 +63,30 @@ pub struct Entry<C> {
     pub build: fn(C, ClientContext, &AlgorithmSettings) -> BuildFuture,
 }
 
+/// A client that makes one kind of lock per owner, with nothing an algorithm chooses: the
+/// engines with one algorithm (etcd's Mutex, ZooKeeper's recipe, the lock service) build
+/// each contender's locker the same way, by [`Entry::per_owner`].
+pub trait PerOwner: Send + 'static {
+    /// The lock `owner` takes through this client.
+    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError>;
+}
+
+impl<C: PerOwner> Entry<C> {
+    /// The entry of `algorithm`, each contender's locker made by its client for its owner id
+    /// (the run's settings are the client's, given when it connected).
+    pub const fn per_owner(algorithm: &'static Algorithm) -> Self {
+        Entry { algorithm, build: build_per_owner::<C> }
+    }
+}
+
+fn build_per_owner<C: PerOwner>(
+    client: C,
+    ctx: ClientContext,
+    _: &AlgorithmSettings,
+) -> BuildFuture {
+    Box::pin(async move { client.locker_of(&ctx.owner) })
+}
+
 impl<C> Entry<C> {
     /// The entry of `algorithm` in `entries`.
     pub fn find<'a>(entries: &'a [Entry<C>], algorithm: &Algorithm) -> Option<&'a Entry<C>> {

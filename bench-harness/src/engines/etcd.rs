@@ -88,8 +88,7 @@ pub fn lease_ttl(ttl: Duration) -> Duration {
 
 impl Describe for Etcd {
     type Client = EtcdBackend;
-    const ENTRIES: &'static [Entry<EtcdBackend>] =
-        &[Entry { algorithm: &MUTEX, build: build_mutex }];
+    const ENTRIES: &'static [Entry<EtcdBackend>] = &[Entry::per_owner(&MUTEX)];
     const NAME: &'static str = "etcd";
     const SESSIONS: Sharing = Sharing::Shared(
         "one client and one lease: when the lease ends, every owner on it loses its locks at once",
@@ -101,12 +100,12 @@ impl Open for Etcd {
         let (endpoints, faults) = on_server(&options, &setup.fault_kinds).await?;
         let config = EtcdConfig {
             lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
-            connect_timeout: CONNECT_TIMEOUT,
+            connect_timeout: server::CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", setup.namespace),
             credentials: FLAGS.credentials(&options.server)?,
             ..EtcdConfig::default()
         };
-        let connector = Connector { endpoints, config };
+        let connector = Dial { address: endpoints, config };
         Opened::probe(connector, setup.settings, faults).await
     }
 }
@@ -137,30 +136,17 @@ async fn on_server(
     server::locate(&FLAGS, &options.server, kinds, starts).await
 }
 
-/// How long connecting (the first lease grant) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
-
-/// A contender's client and lease on the server, keys under the run's root.
-struct Connector {
-    /// The endpoints.
-    endpoints: String,
-    /// Every contender's client: the lease TTL, the keys' root, `--etcd-user` and its password.
-    config: EtcdConfig,
-}
-
-impl Connect for Connector {
+impl Connect for Dial<EtcdConfig> {
     type Engine = Etcd;
 
     /// A client and lease on the server, or through `via` (a contender's proxy). The Mutex
     /// reads no clock of its own, so a clock jump changes nothing.
     async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
-        let endpoints = via.map_or_else(|| self.endpoints.clone(), |a| format!("http://{a}"));
+        let endpoints = via.map_or_else(|| self.address.clone(), |a| format!("http://{a}"));
         let config = EtcdConfig { requests, ..self.config.clone() };
-        EtcdBackend::connect_with(&endpoints, config).await.map_err(|e| {
-            format!(
-                "cannot reach the etcd backend at {endpoints} (--etcd; tried to grant a lease within {CONNECT_TIMEOUT:?}): {e}",
-            )
-        })
+        EtcdBackend::connect_with(&endpoints, config)
+            .await
+            .map_err(|e| FLAGS.unreachable(&endpoints, "grant a lease", e))
     }
 
     const OPENS_SESSION: Option<&'static str> = Some("LeaseGrant");
@@ -179,10 +165,10 @@ impl Connect for Connector {
     /// by create revision and deletes the first of each lock (the holder's).
     async fn stranger(&self) -> Result<String, String> {
         use etcd_client::{GetOptions, SortOrder, SortTarget};
-        let list: Vec<&str> = self.endpoints.split(',').map(str::trim).collect();
+        let list: Vec<&str> = self.address.split(',').map(str::trim).collect();
         let mut client = etcd_client::Client::connect(&list, None)
             .await
-            .map_err(|e| format!("the stranger cannot reach etcd at {}: {e}", self.endpoints))?;
+            .map_err(|e| format!("the stranger cannot reach etcd at {}: {e}", self.address))?;
         let root = format!("{}/", self.config.root);
         let first = GetOptions::new()
             .with_prefix()
@@ -216,9 +202,11 @@ pub static MUTEX: Algorithm = Algorithm::new(
     "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
 );
 
-/// The Mutex on the contender's own backend (whose lease TTL is the run's).
-fn build_mutex(backend: EtcdBackend, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {
-    Box::pin(async move { Ok(Arc::new(backend.locker(&ctx.owner)?) as Arc<dyn Locker>) })
+/// Each contender's lock, made by its client for its owner id.
+impl PerOwner for EtcdBackend {
+    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError> {
+        Ok(Arc::new(self.locker(owner)?))
+    }
 }
 
 /// The server `--spawn-etcd` starts, which `--faults server-restart` kills and starts again.

@@ -2,11 +2,12 @@
 //! faults, and the lock-core, serde and std types their signatures take. Each engine imports
 //! it whole (`use super::prelude::*`) and adds its own client crate.
 
-pub(super) use super::algorithm::{AlgorithmSettings, BuildFuture, Entry};
+pub(super) use super::algorithm::{AlgorithmSettings, BuildFuture, Entry, PerOwner};
 pub(super) use super::counting::Kind;
 pub(super) use super::options::Spawn;
 pub(super) use super::server::{
-    self, AddressFlag, Endpoint, LoginFlags, RunLine, ServerFlags, ServerOnly, Starts, TlsFlags,
+    self, AddressFlag, Dial, Endpoint, LoginFlags, RunLine, ServerFlags, ServerOnly, Starts,
+    TlsFlags,
 };
 pub(super) use super::server_faults::{
     self, Connect, Connected, Managed, Opened, ServerFaults, Via,
@@ -20,7 +21,7 @@ pub(super) use clap::ArgMatches;
 pub(super) use lock_core::context::ClientContext;
 pub(super) use lock_core::requests::{Request, RequestHook};
 pub(super) use lock_core::secret::Credentials;
-pub(super) use lock_core::Locker;
+pub(super) use lock_core::{LockError, Locker};
 pub(super) use serde::{Deserialize, Serialize};
 pub(super) use std::sync::Arc;
 pub(super) use std::time::Duration;

@@ -130,6 +130,30 @@ pub struct ServerFlags {
     pub examples: &'static str,
 }
 
+/// How long a contender's client may take to connect (a session or a lease established).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// What a contender dials: the address the run found (the user's, or the servers the harness
+/// started) and every client's configuration, built once when the engine opens; each
+/// connection adds its own request hook.
+pub struct Dial<C> {
+    /// The server's address as its client takes it: endpoints, a connect string.
+    pub address: String,
+    /// Every contender's client configuration.
+    pub config: C,
+}
+
+impl ServerFlags {
+    /// Why a client could not connect to `address` within [`CONNECT_TIMEOUT`], having tried to
+    /// do `what` ("grant a lease").
+    pub fn unreachable(&self, address: &str, what: &str, e: impl std::fmt::Display) -> String {
+        let name = self.name();
+        format!(
+            "cannot reach the {name} backend at {address} (--{name}; tried to {what} within {CONNECT_TIMEOUT:?}): {e}"
+        )
+    }
+}
+
 /// `s`, for clap, which keeps argument names for the life of the command.
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())

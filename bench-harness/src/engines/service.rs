@@ -96,8 +96,7 @@ pub fn session_ttl(ttl: Duration) -> Duration {
 
 impl Describe for Service {
     type Client = ServiceClient;
-    const ENTRIES: &'static [Entry<ServiceClient>] =
-        &[Entry { algorithm: &SERVICE, build: build_lock }];
+    const ENTRIES: &'static [Entry<ServiceClient>] = &[Entry::per_owner(&SERVICE)];
     const NAME: &'static str = "service";
     const SESSIONS: Sharing = Sharing::Shared(
         "one connection and one service session: when the session is lost, every owner on it loses its locks at once",
@@ -275,9 +274,11 @@ pub static SERVICE: Algorithm = Algorithm::new(
     "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
 );
 
-/// The service's lock on the contender's own client.
-fn build_lock(client: ServiceClient, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {
-    Box::pin(async move { Ok(Arc::new(client.locker(&ctx.owner)?) as Arc<dyn Locker>) })
+/// Each contender's lock, made by its client for its owner id.
+impl PerOwner for ServiceClient {
+    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError> {
+        Ok(Arc::new(self.locker(owner)?))
+    }
 }
 
 #[cfg(test)]

@@ -110,8 +110,7 @@ impl super::Options for Options {
 
 impl Describe for Zookeeper {
     type Client = ZkBackend;
-    const ENTRIES: &'static [Entry<ZkBackend>] =
-        &[Entry { algorithm: &RECIPE, build: build_recipe }];
+    const ENTRIES: &'static [Entry<ZkBackend>] = &[Entry::per_owner(&RECIPE)];
     const NAME: &'static str = "zookeeper";
     const SESSIONS: Sharing = Sharing::Shared(
         "one ZooKeeper session: when it expires, every owner on it loses its locks (its znodes) at once",
@@ -141,45 +140,29 @@ impl Open for Zookeeper {
             server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
         let config = ZkConfig {
             session_timeout: setup.settings.scaled(setup.settings.ttl),
-            connect_timeout: CONNECT_TIMEOUT,
+            connect_timeout: server::CONNECT_TIMEOUT,
             root: format!("/bench-harness/{}", setup.namespace),
             credentials: FLAGS.credentials(&options.server)?,
             watch_holder: !options.no_holder_watch,
             tls: options.server.tls(),
             ..ZkConfig::default()
         };
-        let connector = Connector { hosts, config };
+        let connector = Dial { address: hosts, config };
         Opened::probe(connector, setup.settings, faults).await
     }
 }
 
-/// How long establishing a session may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
-
-/// A contender's session on the server, its timeout the run's TTL, znodes under the run's root.
-struct Connector {
-    /// The connect string.
-    hosts: String,
-    /// Every contender's session: its timeout, the znodes' root, `--zookeeper-user` and its
-    /// password, whether holders watch their own znodes, and TLS to the servers.
-    config: ZkConfig,
-}
-
-impl Connect for Connector {
+impl Connect for Dial<ZkConfig> {
     type Engine = Zookeeper;
 
     /// A session on the server, or through `via` (a contender's proxy). The recipe reads no
     /// clock, so a clock jump changes nothing.
     async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
-        let hosts = via.map_or_else(|| self.hosts.clone(), |a| a.to_string());
+        let hosts = via.map_or_else(|| self.address.clone(), |a| a.to_string());
         let config = ZkConfig { requests, ..self.config.clone() };
         ZkBackend::connect_with(&hosts, config)
             .await
-            .map_err(|e| {
-                format!(
-                    "cannot reach the zookeeper backend at {hosts} (--zookeeper; tried to establish a session within {CONNECT_TIMEOUT:?}): {e}",
-                )
-            })
+            .map_err(|e| FLAGS.unreachable(&hosts, "establish a session", e))
     }
 
     const OPENS_SESSION: Option<&'static str> = Some("connect");
@@ -206,11 +189,11 @@ impl Connect for Connector {
                     ..TlsFiles::default()
                 })
                 .map_err(|e| e.to_string())?;
-                connector.with_tls(options).secure_connect(&self.hosts).await
+                connector.with_tls(options).secure_connect(&self.address).await
             }
-            None => connector.connect(&self.hosts).await,
+            None => connector.connect(&self.address).await,
         }
-        .map_err(|e| format!("the stranger cannot reach ZooKeeper at {}: {e}", self.hosts))?;
+        .map_err(|e| format!("the stranger cannot reach ZooKeeper at {}: {e}", self.address))?;
         let root = self.config.root.clone();
         let (mut deleted, mut refused) = (0, None);
         let locks = match client.list_children(&root).await {
@@ -245,7 +228,9 @@ pub static RECIPE: Algorithm = Algorithm::new(
     "ephemeral sequential znodes, each waiter watching its predecessor (seed 004)",
 );
 
-/// The recipe on the contender's own session (whose timeout is the run's TTL).
-fn build_recipe(backend: ZkBackend, ctx: ClientContext, _s: &AlgorithmSettings) -> BuildFuture {
-    Box::pin(async move { Ok(Arc::new(backend.locker(&ctx.owner)?) as Arc<dyn Locker>) })
+/// Each contender's lock, made by its client for its owner id.
+impl PerOwner for ZkBackend {
+    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError> {
+        Ok(Arc::new(self.locker(owner)?))
+    }
 }
