@@ -17,13 +17,9 @@ fn scratch(name: &str) -> PathBuf {
     support::scratch("bench-harness-server-faults", name)
 }
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
-}
-
-/// A server restarted mid-run: requests fail while it is down (counted), grants resume after
+/// A server restarted mid-run: nothing is granted while it is down, grants resume after
 /// it answers again, nothing overlaps.
-fn restart_is_survived(dir: &Path, args: &[&str]) {
+fn restart_is_survived(dir: &Path, args: &[&str], resume_within: Duration) {
     let (code, text) = run_checked(dir, args);
     assert_eq!(code, Some(0), "{text}");
     let restarts = windows(dir, "server-restart");
@@ -35,17 +31,29 @@ fn restart_is_survived(dir: &Path, args: &[&str]) {
     for v in &verdicts {
         let resumed = v.figures.resumed_after_us_by_fault.get("server-restart").copied();
         assert!(
-            resumed.is_some_and(|us| us < 5_000_000),
-            "{}: grants must resume within 5 s of the restart, got {resumed:?}",
+            resumed.is_some_and(|us| us < resume_within.as_micros() as u64),
+            "{}: grants must resume within {resume_within:?} of the restart, got {resumed:?}",
             v.algorithm
         );
     }
-    let json = summary(dir);
-    for r in json["results"].as_array().unwrap() {
-        let errors = &r["errors"];
-        let counted =
-            errors["lock_errors"].as_u64().unwrap() + errors["release_errors"].as_u64().unwrap();
-        assert!(counted > 0, "the outage must show as errors: {errors}");
+    // Locks retry a lost connection within their deadline, so the outage need not show as
+    // errors (only a call whose deadline passed, or a release in flight, counts one); it shows
+    // as no grant at all while the server was down (a reply already on its way when the
+    // server was killed may land just after).
+    let csv = |file: &str| -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        text.lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect()
+    };
+    let (grants, faults) = (csv("grants.csv"), csv("faults.csv"));
+    assert!(!grants.is_empty(), "{text}");
+    for f in faults.iter().filter(|f| f[1] == "server-restart") {
+        let (a, b): (u64, u64) = (f[3].parse().unwrap(), f[4].parse().unwrap());
+        let during: Vec<&Vec<String>> = grants
+            .iter()
+            .filter(|g| g[0] == f[0])
+            .filter(|g| g[4].parse::<u64>().is_ok_and(|t| t > a + 50_000 && t < b))
+            .collect();
+        assert!(during.is_empty(), "granted while the server was down ({f:?}): {during:?}");
     }
     assert!(
         text.contains("grants resumed at most this long after a fault ended: server-restart"),
@@ -54,7 +62,7 @@ fn restart_is_survived(dir: &Path, args: &[&str]) {
 }
 
 #[test]
-fn a_redis_restart_mid_run_is_survived_and_its_errors_counted() {
+fn a_redis_restart_mid_run_grants_nothing_while_down_and_resumes() {
     let dir = scratch("redis-restart");
     restart_is_survived(
         &dir,
@@ -71,11 +79,14 @@ fn a_redis_restart_mid_run_is_survived_and_its_errors_counted() {
             "--faults",
             "server-restart:2s@4s",
         ],
+        // Keys outlive the restart (append-only file): the holder renews or its key expires
+        // within the TTL, and clients reconnect within their 1 s backoff.
+        Duration::from_secs(5),
     );
 }
 
 #[test]
-fn a_zookeeper_restart_mid_run_is_survived_and_its_errors_counted() {
+fn a_zookeeper_restart_mid_run_grants_nothing_while_down_and_resumes() {
     let dir = scratch("zk-restart");
     restart_is_survived(
         &dir,
@@ -86,12 +97,18 @@ fn a_zookeeper_restart_mid_run_is_survived_and_its_errors_counted() {
             "--threads",
             "4",
             "--duration",
-            "10s",
+            "20s",
             "--ttl",
             "4s",
             "--faults",
             "server-restart:2s@5s",
         ],
+        // A restarted ZooKeeper gives every session it knew a whole timeout (the TTL, 4 s) to
+        // come back: a holder whose client reconnected too late, or got a new session, keeps
+        // its znode, and the lock, until then. On a loaded machine the server also takes
+        // seconds to serve after its port opens, and that time counts too (8.9 s seen beside
+        // `stress-ng --cpu 2`); the run lasts long enough for grants to resume inside it.
+        Duration::from_secs(12),
     );
 }
 
@@ -158,7 +175,7 @@ fn an_etcd_holder_paused_past_its_lease_overlaps_and_the_revision_fenced_resourc
 
 #[cfg(feature = "etcd")]
 #[test]
-fn an_etcd_restart_mid_run_is_survived_and_its_errors_counted() {
+fn an_etcd_restart_mid_run_grants_nothing_while_down_and_resumes() {
     let dir = scratch("etcd-restart");
     restart_is_survived(
         &dir,
@@ -169,12 +186,17 @@ fn an_etcd_restart_mid_run_is_survived_and_its_errors_counted() {
             "--threads",
             "4",
             "--duration",
-            "10s",
+            "20s",
             "--ttl",
             "4s",
             "--faults",
             "server-restart:2s@5s",
         ],
+        // A restarted etcd extends every lease it knew by its whole TTL (4 s): a holder whose
+        // keep-alive stream came back too late holds its key, and the lock, until then, after
+        // the time the server takes to serve again; as for ZooKeeper, seconds on a loaded
+        // machine.
+        Duration::from_secs(12),
     );
 }
 
