@@ -71,6 +71,22 @@ pub trait PerOwner: Send + 'static {
     fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError>;
 }
 
+/// Implements [`PerOwner`] for a client type whose inherent `locker(&self, owner)` makes the
+/// owner's lock (the lock crates give their clients no trait in common for it).
+macro_rules! per_owner_client {
+    ($client:ty) => {
+        impl $crate::engines::algorithm::PerOwner for $client {
+            fn locker_of(
+                &self,
+                owner: &str,
+            ) -> Result<std::sync::Arc<dyn lock_core::Locker>, lock_core::LockError> {
+                Ok(std::sync::Arc::new(self.locker(owner)?))
+            }
+        }
+    };
+}
+pub(crate) use per_owner_client;
+
 impl<C: PerOwner> Entry<C> {
     /// The entry of `algorithm`, each contender's locker made by its client for its owner id
     /// (the run's settings are the client's, given when it connected).

@@ -35,6 +35,10 @@ pub struct Etcd;
 
 /// `--etcd`, `--spawn-etcd[=N]`, `--etcd-user` and `--etcd-password-file`.
 pub static FLAGS: ServerFlags = ServerFlags {
+    algorithm: &MUTEX,
+    sessions: Sharing::Shared(
+        "one client and one lease: when the lease ends, every owner on it loses its locks at once",
+    ),
     address: AddressFlag::new(
         "URL,...",
         "LOCK_ETCD_ENDPOINTS",
@@ -78,21 +82,14 @@ pub static FLAGS: ServerFlags = ServerFlags {
 };
 
 impl ServerEngine for Etcd {
+    type Client = EtcdBackend;
+    type Options = ServerOnly;
     const FLAGS: &'static ServerFlags = &FLAGS;
 }
 
 /// The lease TTL for a run's TTL: whole seconds (etcd grants no less), at least 1.
 pub fn lease_ttl(ttl: Duration) -> Duration {
     Duration::from_secs(ttl.as_secs_f64().ceil().max(1.0) as u64)
-}
-
-impl Describe for Etcd {
-    type Client = EtcdBackend;
-    const ENTRIES: &'static [Entry<EtcdBackend>] = &[Entry::per_owner(&MUTEX)];
-    const NAME: &'static str = "etcd";
-    const SESSIONS: Sharing = Sharing::Shared(
-        "one client and one lease: when the lease ends, every owner on it loses its locks at once",
-    );
 }
 
 impl Open for Etcd {
@@ -202,12 +199,7 @@ pub static MUTEX: Algorithm = Algorithm::new(
     "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
 );
 
-/// Each contender's lock, made by its client for its owner id.
-impl PerOwner for EtcdBackend {
-    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError> {
-        Ok(Arc::new(self.locker(owner)?))
-    }
-}
+per_owner_client!(EtcdBackend);
 
 /// The server `--spawn-etcd` starts, which `--faults server-restart` kills and starts again.
 impl server_faults::Restartable for test_servers::EtcdServer {

@@ -21,7 +21,10 @@
 //!
 //! **Adding an engine** is a module implementing [`Describe`], [`ParseOptions`] (its typed
 //! [`Options`]; a server engine's shared flags and spawned servers come from [`server`]) and
-//! [`Open`], which make it an [`Engine`], and one line in [`ENGINES`].
+//! [`Open`], which make it an [`Engine`], and one line in [`ENGINES`]. A server engine of the
+//! shared shape (one algorithm, `--X`, `--spawn-X[=N]`, `--X-user`) states its
+//! [`server::ServerFlags`] and implements [`ServerEngine`] (its client and options types)
+//! instead of the first two.
 //! **Adding an algorithm** to an engine is one [`Entry`] in that engine's list (and its
 //! [`Algorithm`] description, shared by every engine it runs on). See the crate's README for
 //! both, with examples that compile.
@@ -46,8 +49,10 @@ pub mod zookeeper;
 pub use algorithm::{
     Algorithm, AlgorithmSettings, BackoffPreset, BuildFuture, Entry, TimeSourceKind,
 };
-pub use options::{credentials, EngineOptions, Login, Options, OptionsError, SecretNames, Spawn};
-pub use typed::{Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine, Sharing};
+pub use options::{
+    credentials, EngineOptions, Login, Options, OptionsError, SecretNames, Sharing, Spawn,
+};
+pub use typed::{Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine};
 
 use crate::faults::FaultKind;
 use clap::ArgMatches;

@@ -183,6 +183,27 @@ impl Options for ServerOnly {
     }
 }
 
+/// No flags of its own: a server engine's shared ones are added and read by its
+/// [`super::server::ServerFlags`] (not even an argument group, whose name two such engines
+/// would share).
+impl clap::Args for ServerOnly {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+}
+
+impl clap::FromArgMatches for ServerOnly {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(ServerOnly::default())
+    }
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
 /// How an engine names the secret of its user: `--<name>-user`, `--<name>-<secret>-file`, the
 /// environment variable `var`.
 #[derive(Debug, Clone, Copy)]
@@ -279,4 +300,15 @@ mod tests {
             "{err:?}"
         );
     }
+}
+
+/// What the contenders sharing one client of an engine share (`--sessions N`, [`super::Engine::sessions`]),
+/// or why its clients cannot be shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// Each of the N clients serves the contenders on it, each under its own owner id: what
+    /// one client is, and what its contenders share by it (for `--help`).
+    Shared(&'static str),
+    /// `--sessions` is a usage error on this engine, for this reason.
+    Refused(&'static str),
 }

@@ -2,7 +2,7 @@
 //! faults, and the lock-core, serde and std types their signatures take. Each engine imports
 //! it whole (`use super::prelude::*`) and adds its own client crate.
 
-pub(super) use super::algorithm::{AlgorithmSettings, BuildFuture, Entry, PerOwner};
+pub(super) use super::algorithm::{per_owner_client, AlgorithmSettings, BuildFuture, Entry};
 pub(super) use super::counting::Kind;
 pub(super) use super::options::Spawn;
 pub(super) use super::server::{
@@ -12,7 +12,8 @@ pub(super) use super::server::{
 pub(super) use super::server_faults::{
     self, Connect, Connected, Managed, Opened, ServerFaults, Via,
 };
-pub(super) use super::typed::{ServerEngine, Sharing};
+pub(super) use super::typed::ServerEngine;
+pub(super) use super::Sharing;
 pub(super) use super::{
     Algorithm, Describe, EngineSetup, Open, OpenResult, ParseOptions, SecretNames,
 };
@@ -21,7 +22,6 @@ pub(super) use clap::ArgMatches;
 pub(super) use lock_core::context::ClientContext;
 pub(super) use lock_core::requests::{Request, RequestHook};
 pub(super) use lock_core::secret::Credentials;
-pub(super) use lock_core::{LockError, Locker};
 pub(super) use serde::{Deserialize, Serialize};
 pub(super) use std::sync::Arc;
 pub(super) use std::time::Duration;

@@ -12,8 +12,9 @@
 //! options of the server the safety table starts, secures and clusters, its topology and its
 //! fault kinds.
 
+use super::algorithm::Algorithm;
 pub use super::options::ServerOnly;
-use super::options::{Login, Options, SecretNames, Spawn};
+use super::options::{Login, Options, SecretNames, Sharing, Spawn};
 use super::server_faults::{self, Managed, Restartable, ServerFaults};
 use crate::faults::FaultKind;
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -102,9 +103,14 @@ pub struct TlsFlags {
     pub mutual: bool,
 }
 
-/// What a server engine calls its shared flags and its servers.
+/// What a server engine calls its shared flags and its servers, its algorithm, and what its
+/// shared clients are.
 #[derive(Debug, Clone, Copy)]
 pub struct ServerFlags {
+    /// Its algorithm (each contender's lock made by its client for its owner id).
+    pub algorithm: &'static Algorithm,
+    /// What contenders sharing one of its clients share (`--sessions N`).
+    pub sessions: Sharing,
     /// `--<name>-user` and `--<name>-<secret>-file`; `--<name>` and `--spawn-<name>` take the
     /// same name.
     pub login: LoginFlags,
@@ -195,7 +201,8 @@ impl LoginFlags {
 }
 
 impl ServerFlags {
-    fn name(&self) -> &'static str {
+    /// Its name, as `--backend` takes it and its flags are named: `--<name>`, `--spawn-<name>`.
+    pub const fn name(&self) -> &'static str {
         self.login.secret.name
     }
 

@@ -39,6 +39,10 @@ pub const NODE_SUBCOMMAND: &str = "lock-server";
 /// `--service`, `--service-ca`, `--spawn-service[=N]`, `--service-user` and
 /// `--service-token-file`.
 pub static FLAGS: ServerFlags = ServerFlags {
+    algorithm: &SERVICE,
+    sessions: Sharing::Shared(
+        "one connection and one service session: when the session is lost, every owner on it loses its locks at once",
+    ),
     address: AddressFlag::new(
         "HOST:PORT,...",
         "LOCK_SERVICE_ENDPOINTS",
@@ -86,21 +90,14 @@ pub static FLAGS: ServerFlags = ServerFlags {
 };
 
 impl ServerEngine for Service {
+    type Client = ServiceClient;
+    type Options = ServerOnly;
     const FLAGS: &'static ServerFlags = &FLAGS;
 }
 
 /// The session TTL for a run's TTL: at least the service's minimum.
 pub fn session_ttl(ttl: Duration) -> Duration {
     ttl.clamp(lock_service::server::MIN_TTL, lock_service::server::MAX_TTL)
-}
-
-impl Describe for Service {
-    type Client = ServiceClient;
-    const ENTRIES: &'static [Entry<ServiceClient>] = &[Entry::per_owner(&SERVICE)];
-    const NAME: &'static str = "service";
-    const SESSIONS: Sharing = Sharing::Shared(
-        "one connection and one service session: when the session is lost, every owner on it loses its locks at once",
-    );
 }
 
 impl Open for Service {
@@ -274,12 +271,7 @@ pub static SERVICE: Algorithm = Algorithm::new(
     "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
 );
 
-/// Each contender's lock, made by its client for its owner id.
-impl PerOwner for ServiceClient {
-    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError> {
-        Ok(Arc::new(self.locker(owner)?))
-    }
-}
+per_owner_client!(ServiceClient);
 
 #[cfg(test)]
 mod tests {

@@ -7,13 +7,16 @@
 //!   [`super::server`];
 //! - [`Open`]: opening it for one algorithm's run.
 //!
+//! A server engine of the shared shape implements [`ServerEngine`] instead of the first two:
+//! its [`ServerFlags`] say the rest.
+//!
 //! Every type with the three is an [`Engine`] (the object-safe trait the rest of the harness
 //! asks), which decodes the type-erased [`EngineOptions`] strictly before any of them sees
 //! them.
 
-use super::algorithm::Entry;
-use super::options::{EngineOptions, Options, OptionsError};
-use super::server::{ServerFlags, ServerOnly};
+use super::algorithm::{Entry, PerOwner};
+use super::options::{EngineOptions, Options, OptionsError, Sharing};
+use super::server::ServerFlags;
 use super::{
     given, server, Algorithm, AlgorithmSettings, BoxFuture, Engine, EngineSetup, OpenEngine,
 };
@@ -55,20 +58,8 @@ pub trait Describe: Send + Sync + 'static {
     const ENTRIES: &'static [Entry<Self::Client>];
 }
 
-/// What the contenders sharing one client of an engine share (`--sessions N`, [`Engine::sessions`]),
-/// or why its clients cannot be shared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sharing {
-    /// Each of the N clients serves the contenders on it, each under its own owner id: what
-    /// one client is, and what its contenders share by it (for `--help`).
-    Shared(&'static str),
-    /// `--sessions` is a usage error on this engine, for this reason.
-    Refused(&'static str),
-}
-
-/// The command-line options of an engine that has none besides a server engine's shared ones:
-/// it adds nothing to the command (not even an argument group, whose name two such engines
-/// would share).
+/// The command-line options of an engine that has no flags of its own: it adds nothing to the
+/// command (not even an argument group, whose name two such engines would share).
 #[derive(Debug, Clone)]
 pub struct NoArgs;
 
@@ -201,17 +192,40 @@ pub trait ParseOptions: Describe {
     }
 }
 
-/// A server engine whose options are the shared server shape only ([`ServerOnly`]): it says
-/// which flags are its own, and its options are parsed, checked and read from them.
-pub trait ServerEngine: Describe {
+/// A server engine in the shared shape ([`super::server`]): its flags say everything
+/// [`Describe`] and [`ParseOptions`] need (its name, its one algorithm, what a shared client
+/// is, how its server is found, started and secured), its client makes each owner's lock, and
+/// its options are the shared ones ([`super::server::ServerOnly`]) or a struct that holds them beside flags
+/// of its own.
+pub trait ServerEngine: Send + Sync + 'static {
+    /// A contender's client (one connection or session), which makes each owner's lock.
+    type Client: PerOwner + Clone;
+    /// Its options, which are also its own command-line flags.
+    type Options: Options + clap::Args + clap::FromArgMatches;
     /// Its shared flags.
     const FLAGS: &'static ServerFlags;
 }
 
+impl<E: ServerEngine> Describe for E {
+    const NAME: &'static str = E::FLAGS.name();
+    type Client = E::Client;
+    const SESSIONS: Sharing = E::FLAGS.sessions;
+    const ENTRIES: &'static [Entry<E::Client>] = &[Entry::per_owner(E::FLAGS.algorithm)];
+}
+
 impl<E: ServerEngine> ParseOptions for E {
-    type Options = ServerOnly;
-    type Args = NoArgs;
+    type Options = E::Options;
+    type Args = E::Options;
     const SERVER_FLAGS: Option<&'static ServerFlags> = Some(E::FLAGS);
+
+    fn parse(&self, m: &ArgMatches) -> Result<E::Options, String> {
+        let mut options =
+            <E::Options as clap::FromArgMatches>::from_arg_matches(m).map_err(|e| e.to_string())?;
+        if let Some(server) = options.server_mut() {
+            *server = E::FLAGS.read(m)?;
+        }
+        Ok(options)
+    }
 }
 
 /// An engine opened for a run, or why it cannot be.

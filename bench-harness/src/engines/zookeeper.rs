@@ -26,7 +26,6 @@
 //! "TLS").
 
 use super::prelude::*;
-use clap::FromArgMatches as _;
 use lock_core::tls::TlsFiles;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 
@@ -36,6 +35,10 @@ pub struct Zookeeper;
 /// `--zookeeper`, its TLS files, `--spawn-zookeeper[=N]`, `--zookeeper-user` and
 /// `--zookeeper-password-file`.
 pub static FLAGS: ServerFlags = ServerFlags {
+    algorithm: &RECIPE,
+    sessions: Sharing::Shared(
+        "one ZooKeeper session: when it expires, every owner on it loses its locks (its znodes) at once",
+    ),
     address: AddressFlag::new(
         "HOST:PORT,...",
         "LOCK_ZOOKEEPER_HOSTS",
@@ -83,6 +86,12 @@ pub static FLAGS: ServerFlags = ServerFlags {
       the ZooKeeper recipe, each contender on its own session (--ttl: session timeout)",
 };
 
+impl ServerEngine for Zookeeper {
+    type Client = ZkBackend;
+    type Options = Options;
+    const FLAGS: &'static ServerFlags = &FLAGS;
+}
+
 /// Its options: its command-line flags besides the shared ones ([`FLAGS`]), and what result
 /// files show.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -105,26 +114,6 @@ pub struct Options {
 impl super::Options for Options {
     fn server_mut(&mut self) -> Option<&mut Spawn> {
         Some(&mut self.server)
-    }
-}
-
-impl Describe for Zookeeper {
-    type Client = ZkBackend;
-    const ENTRIES: &'static [Entry<ZkBackend>] = &[Entry::per_owner(&RECIPE)];
-    const NAME: &'static str = "zookeeper";
-    const SESSIONS: Sharing = Sharing::Shared(
-        "one ZooKeeper session: when it expires, every owner on it loses its locks (its znodes) at once",
-    );
-}
-
-impl ParseOptions for Zookeeper {
-    type Options = Options;
-    type Args = Options;
-    const SERVER_FLAGS: Option<&'static ServerFlags> = Some(&FLAGS);
-
-    fn parse(&self, m: &ArgMatches) -> Result<Options, String> {
-        let options = Options::from_arg_matches(m).map_err(|e| e.to_string())?;
-        Ok(Options { server: FLAGS.read(m)?, ..options })
     }
 }
 
@@ -228,9 +217,4 @@ pub static RECIPE: Algorithm = Algorithm::new(
     "ephemeral sequential znodes, each waiter watching its predecessor (seed 004)",
 );
 
-/// Each contender's lock, made by its client for its owner id.
-impl PerOwner for ZkBackend {
-    fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError> {
-        Ok(Arc::new(self.locker(owner)?))
-    }
-}
+per_owner_client!(ZkBackend);
