@@ -14,7 +14,7 @@
 
 use rand::rngs::StdRng;
 use rand::RngExt;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serializer};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -191,18 +191,37 @@ impl FromStr for Dist {
     }
 }
 
-impl Serialize for Dist {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
+/// Asserts that `T`'s parser refuses each text with an error containing its phrase.
+#[cfg(test)]
+pub(crate) fn assert_refused<T: FromStr<Err = String> + fmt::Debug>(cases: &[(&str, &str)]) {
+    for (text, says) in cases {
+        let e = text.parse::<T>().unwrap_err();
+        assert!(e.contains(says), "{text}: {e}");
     }
 }
 
-impl<'de> Deserialize<'de> for Dist {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
+/// Implements serde for a type as its text: written with `Display`, read back with `FromStr`
+/// (whose error message becomes serde's), so result files show `exp:5ms` or `zipf:0.99` as the
+/// command line takes them, and a value they cannot read is an error naming it.
+macro_rules! serde_as_text {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <String as serde::Deserialize>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
 }
+pub(crate) use serde_as_text;
+
+serde_as_text!(Dist);
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,6 @@
 
 use rand::rngs::StdRng;
 use rand::RngExt;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -89,17 +88,7 @@ impl FromStr for KeyDist {
     }
 }
 
-impl Serialize for KeyDist {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for KeyDist {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::dist::serde_as_text!(KeyDist);
 
 /// Zipf's law over `K` ranks as a cumulative table: rank *r* (from 1) has weight 1 / *r*^S.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,7 +205,7 @@ mod tests {
         }
         assert_eq!("Zipf: 0.5".parse::<KeyDist>(), Ok(KeyDist::Zipf { s: 0.5 }));
         assert!(KeyDist::default().is_fixed());
-        for (bad, says) in [
+        crate::dist::assert_refused::<KeyDist>(&[
             ("zipf:0", "above zero"),
             ("zipf:-1", "above zero"),
             ("zipf:inf", "above zero"),
@@ -225,10 +214,7 @@ mod tests {
             ("zipf", "exponent"),
             ("uniform:3", "no parameter"),
             ("pareto", "unknown key distribution"),
-        ] {
-            let e = bad.parse::<KeyDist>().unwrap_err();
-            assert!(e.contains(says), "{bad}: {e}");
-        }
+        ]);
     }
 
     /// Σ_{r=1..k} r^-s, the normaliser of Zipf's law.

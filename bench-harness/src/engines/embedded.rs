@@ -23,7 +23,7 @@ use lock_core::embedded::{
     EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel, PaxosVariant,
 };
 use lock_core::time::GlobalTimeService;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -330,17 +330,7 @@ impl FromStr for Latency {
     }
 }
 
-impl Serialize for Latency {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for Latency {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::dist::serde_as_text!(Latency);
 
 #[cfg(test)]
 mod tests {

@@ -312,17 +312,7 @@ impl fmt::Display for FaultPlan {
     }
 }
 
-impl Serialize for FaultPlan {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for FaultPlan {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::dist::serde_as_text!(FaultPlan);
 
 #[cfg(test)]
 mod tests {
@@ -369,7 +359,7 @@ mod tests {
 
     #[test]
     fn bad_specs_say_what_is_wrong() {
-        for (text, says) in [
+        crate::dist::assert_refused::<FaultPlan>(&[
             ("pause", "no ':'"),
             ("pause:5s", "no '@'"),
             ("nap:5s@20s", "unknown fault kind 'nap'"),
@@ -377,9 +367,6 @@ mod tests {
             ("pause:0s@5s", "positive"),
             ("pause:1s@5s/lag=1s", "takes no option 'lag'"),
             ("replica-lag:1s@5s/drop=2", "between 0 and 1"),
-        ] {
-            let e = text.parse::<FaultPlan>().unwrap_err();
-            assert!(e.contains(says), "{text}: {e}");
-        }
+        ]);
     }
 }
