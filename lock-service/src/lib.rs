@@ -45,8 +45,8 @@
 //! `(session, owner, attempt)`. The *attempt* numbers an owner's asks within its session.
 //!
 //! 1. **Open a session.** The client dials any node; a follower answers `NotLeader` with the
-//!    leader's address. The leader commits `Open { ttl }`; the session's id is that entry's
-//!    log index. The TTL is the client's choice, within the range the protocol allows
+//!    leader's address. The leader commits `Open { ttl }`; the session's id is that command's
+//!    stamp (below). The TTL is the client's choice, within the range the protocol allows
 //!    ([`proto::MIN_TTL`] to [`proto::MAX_TTL`]).
 //! 2. **Keep it alive.** The leader answers a keep-alive only after confirming with a quorum
 //!    that it still leads, then notes when it *received* it; keep-alives are not written to
@@ -54,11 +54,11 @@
 //!    proves the quorum), so a busy session sends no keep-alive and an idle one sends one
 //!    every TTL/3.
 //! 3. **Acquire** commits `Acquire { session, lock, owner, wait, attempt }`. Applying it
-//!    grants a free lock (token = this entry's log index), queues the owner (`wait`), or
+//!    grants a free lock (token = this command's stamp), queues the owner (`wait`), or
 //!    answers busy (`try_lock`). Acquire is one request and one commit.
 //! 4. **Release** commits `Release { …, attempt }`. Applying it frees the lock and, **in the
-//!    same entry**, grants it to the first waiter of a live session (token = this entry's
-//!    log index). Every node applies it; the leader pushes the grant, naming the waiter's
+//!    same entry**, grants it to the first waiter of a live session (token = this release's
+//!    stamp). Every node applies it; the leader pushes the grant, naming the waiter's
 //!    attempt, down the waiter's connection. So a handoff costs one commit, with no polling
 //!    and no watch round trip.
 //! 5. **Expiry.** The leader looks at its sessions every 20 ms. When a session's last
@@ -103,9 +103,13 @@
 //!   in log order, on every node, by a function that reads no clock. Raft makes the committed
 //!   log the same on every node and keeps it across leader changes. A lock has at most one
 //!   holder in that state.
-//! - **The token rises with every grant.** A grant's fencing token is the log index of the
-//!   entry that made it, so every later grant of any lock has a greater token, across leader
-//!   changes and restarts. A resource that refuses writes with a token below the highest it
+//! - **The token rises with every grant.** Every command applied takes a *stamp*: its
+//!   entry's log index, or one more than the previous command's stamp when that is greater
+//!   (a command after the first of a batch, or any command after a batch). A grant's fencing
+//!   token is the stamp of the command that made it, a session's id the stamp of its `Open`.
+//!   Stamps rise strictly along the committed log and within each entry, the last one is in
+//!   every snapshot, and every node computes the same ones; so every later grant of any lock
+//!   has a greater token, across leader changes and restarts. A resource that refuses writes with a token below the highest it
 //!   has seen refuses a holder that lost its lock.
 //! - **An expired session releases its locks.** Expiry is an entry like any other: applying
 //!   it frees the session's locks to their next waiters in that same entry.
@@ -174,19 +178,31 @@
 //!   and requests on the client runtime. So no client work delays a heartbeat or a vote: a
 //!   burst of pipelined requests on one shared thread got a leader deposed. Within each
 //!   runtime a hand-off between tasks wakes no other thread; a commit crosses between the
-//!   two twice (the command in, its outcome out).
+//!   two twice per entry (the batch in, its outcomes out).
+//! - **Group commit: many clients' commands in one entry** ([`server`]'s `batch`). openraft
+//!   makes each proposal an entry of its own and waits for its append to be on disk before
+//!   it takes the next, so one command an entry cost a disk sync each, one after the other,
+//!   whatever the number of clients. The leader therefore proposes the commands that
+//!   arrived while its previous writes were under way as one entry (`Batch`), at most two
+//!   entries in flight: one append, one sync and one replication round for all of them. The
+//!   entry is applied command by command, in order, each with its own stamp and outcome, so
+//!   tokens and session ids stay unique and rising. A command that finds nothing in flight
+//!   goes alone at once, so an idle node adds no wait. The cost: entries of an earlier
+//!   version are read as before, but a node of an earlier version cannot read a batch, so a
+//!   cluster is upgraded all at once (stopped, then started on the new version), not node by
+//!   node.
 //! - **A commit window, shared in turn** (`--commit-window`, 32): at most that many client
-//!   commands are proposed to Raft at once. openraft's core takes every queued write in one
-//!   poll, so thousands of them (a few pipelining clients) held up its heartbeats and votes
-//!   past an election timeout; with the window its queue stays short. When it is full, a freed place goes
-//!   to the waiting connections in turn, so a bystander's acquire waits for one command of
-//!   each busy connection and the window, not for the whole burst (`tests/burst.rs` checks
-//!   both). **Why not a batch per entry**, which would
-//!   spare openraft most of its per-entry work: the fencing token is the granting entry's log
-//!   index, and commands sharing an entry would need tokens of their own (the index scaled,
-//!   plus the position), a change of every token and session id the service hands out. The
-//!   window keeps them; what it costs is throughput under a burst, somewhat, since openraft
-//!   still appends and replicates a window's worth together, but no more than that at once.
+//!   commands are between the clients and the applied state at once, which bounds the
+//!   batches. When it is full, a freed place goes to the waiting connections in turn, so a
+//!   bystander's acquire waits for one command of each busy connection and the window, not
+//!   for the whole burst (`tests/burst.rs` checks both), and openraft's queue holds two
+//!   entries at most, so its heartbeats and votes never wait behind a burst.
+//! - **Memory: about half a KiB per session and per held lock** on each node: the table's
+//!   entry for it, the hub's entry for its connection, and the log entry that made it,
+//!   kept in memory until the next snapshot lets the log be trimmed. Measured as a node's
+//!   resident memory before and after opening 10,000 sessions over one connection, then
+//!   after one session acquired 10,000 free locks (with the limits per identity and per
+//!   session raised to allow it).
 //! - **Sessions cost keep-alives, not polls**: a grant costs one acquire and one release
 //!   request, plus a keep-alive per session that sent nothing else for TTL/3. The requests
 //!   per grant of every engine are in `results/engines/README.md`.

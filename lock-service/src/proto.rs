@@ -18,8 +18,8 @@ use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// A session's id: the Raft log index of the entry that opened it, so unique in the cluster's
-/// history and never reused.
+/// A session's id: the stamp of the command that opened it ([`crate::state`]: the log index
+/// of its entry, or more in a batch), so unique in the cluster's history and never reused.
 pub type SessionId = u64;
 
 /// The shortest session TTL a server accepts.
@@ -153,7 +153,8 @@ pub enum Reply {
     },
     /// The lease was renewed.
     Alive,
-    /// The lock is held, with this fencing token (the log index of the granting entry).
+    /// The lock is held, with this fencing token (the stamp of the granting command, which
+    /// rises with every grant: [`crate::state`]).
     Granted {
         /// The fencing token.
         token: u64,

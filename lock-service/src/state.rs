@@ -1,7 +1,19 @@
 //! The replicated state: every lock's holder and FIFO queue, every live session, and the one
 //! function, [`LockTable::apply`], that every node runs on every committed [`Command`] in log
 //! order. It reads no clock and no randomness: given the same log, every replica holds the
-//! same table, and a grant's fencing token is the log index of the entry that made it.
+//! same table.
+//!
+//! ## Stamps: session ids and fencing tokens
+//! An entry carries one command, or a batch of them ([`Command::Batch`]) that the leader
+//! gathered while its previous write was under way. Every command applied is given a
+//! *stamp*: its entry's log index, or one more than the previous command's stamp when that
+//! is greater (the second command of a batch, or any command after a batch). A session's id
+//! is the stamp of its `Open`; a grant's fencing token is the stamp of the command that made
+//! it. Stamps rise strictly in log order and within an entry, on every node alike, so every
+//! later grant of any lock has a greater token, whatever the batches. A log of one command
+//! per entry (all a node of an earlier version wrote) is stamped with its log indexes, the
+//! ids and tokens that node handed out. The last stamp is part of the table, and so of
+//! every snapshot.
 //!
 //! ## Asks, told apart by their attempt
 //! An owner's asks for a lock carry an *attempt* number, unique within the session: a retry
@@ -40,7 +52,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// A change to the table: the payload of a Raft log entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Command {
-    /// Open a session; its id is this entry's log index.
+    /// Open a session; its id is this command's stamp (see the module docs).
     Open {
         /// Its TTL, which the leader enforces.
         ttl_ms: u64,
@@ -103,6 +115,9 @@ pub enum Command {
         /// The session.
         session: SessionId,
     },
+    /// Commands applied one after the other, in this order, each with a stamp of its own:
+    /// what the leader gathered from its clients while its previous write was under way.
+    Batch(Vec<Command>),
 }
 
 /// What applying a [`Command`] did, for the client that proposed it.
@@ -133,6 +148,8 @@ pub enum Outcome {
     Superseded,
     /// The entry was not a command (a new leader's blank entry, a membership change).
     Nothing,
+    /// What each command of a [`Command::Batch`] did, in its order.
+    Batch(Vec<Outcome>),
 }
 
 /// News for a client that did not ask just now, produced while applying.
@@ -216,6 +233,9 @@ pub struct LockTable {
     /// How many locks administrators took from their holders.
     #[serde(default)]
     forced: u64,
+    /// The stamp of the last command applied (see the module docs).
+    #[serde(default)]
+    stamp: u64,
 }
 
 /// Who asks: an owner of a session, in one of its asks.
@@ -251,9 +271,23 @@ impl Waiter {
 }
 
 impl LockTable {
-    /// Apply the entry at log `index`, pushing what waiting clients must be told onto `events`.
+    /// Apply `command`, of the entry at log `index`, pushing what waiting clients must be told
+    /// onto `events`. Each command (each of a batch) takes the next stamp (see the module docs).
     pub fn apply(&mut self, index: u64, command: &Command, events: &mut Vec<Event>) -> Outcome {
+        let index = match command {
+            Command::Batch(commands) => {
+                return Outcome::Batch(
+                    commands.iter().map(|c| self.apply(index, c, events)).collect(),
+                );
+            }
+            _ => {
+                self.stamp = index.max(self.stamp + 1);
+                self.stamp
+            }
+        };
         match command {
+            // Returned above.
+            Command::Batch(_) => Outcome::Nothing,
             Command::Open { ttl_ms, identity } => {
                 let s =
                     Session { ttl_ms: *ttl_ms, locks: BTreeSet::new(), identity: identity.clone() };
@@ -582,6 +616,11 @@ mod tests {
         Event::Granted { session, lock: "l".into(), owner: owner.into(), token, attempt }
     }
 
+    /// What a command that changes nothing leaves as it was: everything but the last stamp.
+    fn locks_and_sessions(t: &LockTable) -> LockTable {
+        LockTable { stamp: 0, ..t.clone() }
+    }
+
     /// Two sessions opened at indexes 1 and 2.
     fn two_sessions() -> LockTable {
         let mut t = LockTable::default();
@@ -664,6 +703,49 @@ mod tests {
         }
     }
 
+    /// Commands sharing an entry each get a stamp of their own: distinct session ids, tokens
+    /// rising within the entry and past it, and a handoff in a batch granted with a greater
+    /// token than the grant it follows.
+    #[test]
+    fn a_batch_stamps_each_command_on_from_its_entry_and_later_entries_go_on_past_it() {
+        let mut t = LockTable::default();
+        let mut ev = Vec::new();
+        let open = Command::Open { ttl_ms: 1000, identity: None };
+        assert_eq!(
+            t.apply(5, &Command::Batch(vec![open.clone(), open.clone(), open.clone()]), &mut ev),
+            Outcome::Batch(vec![Outcome::Opened(5), Outcome::Opened(6), Outcome::Opened(7)])
+        );
+        // The next entry's index (6) is below the stamps taken: it goes on from the last.
+        assert_eq!(t.apply(6, &acquire(5, "a", true), &mut ev), Outcome::Granted(8));
+        let batch = Command::Batch(vec![
+            acquire(6, "b", true),
+            release(5, "a"),
+            acquire(7, "c", false),
+            Command::Release {
+                session: 7,
+                lock: "m".into(),
+                owner: "c".into(),
+                attempt: 1,
+                by: None,
+            },
+        ]);
+        assert_eq!(
+            t.apply(7, &batch, &mut ev),
+            Outcome::Batch(vec![
+                Outcome::Queued,
+                Outcome::Released,
+                Outcome::Busy,
+                Outcome::NotHeld
+            ])
+        );
+        assert_eq!(ev, vec![granted(6, "b", 10, 1)], "the handoff takes the release's stamp");
+        // A later entry whose index is past every stamp is stamped with its index again.
+        assert_eq!(t.apply(100, &Command::Expire { session: 6 }, &mut ev), Outcome::Ended);
+        assert_eq!(t.apply(101, &acquire(7, "c", true), &mut ev), Outcome::Granted(101));
+        let t2: LockTable = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(t2, t, "the last stamp is in the snapshot");
+    }
+
     #[test]
     fn a_new_ask_takes_the_queue_place_of_one_given_up_on_and_its_late_release_changes_nothing() {
         let mut t = two_sessions();
@@ -694,7 +776,7 @@ mod tests {
         // The first ask, arriving late again, changes nothing.
         let before = t.clone();
         assert_eq!(t.apply(7, &ask(1, "a", true, 1), &mut ev), Outcome::Superseded);
-        assert_eq!(t, before);
+        assert_eq!(locks_and_sessions(&t), locks_and_sessions(&before));
         ev.clear();
         assert_eq!(t.apply(8, &give_up(2, "b", 1), &mut ev), Outcome::Released);
         assert_eq!(ev, vec![granted(1, "a", 8, 2)]);
@@ -781,7 +863,11 @@ mod tests {
             let close = Command::Close { session: 1, by: by.map(Into::into) };
             assert_eq!(t.apply(3, &close, &mut ev), Outcome::Forbidden);
         }
-        assert_eq!(t, before, "a refused command changes nothing");
+        assert_eq!(
+            locks_and_sessions(&t),
+            locks_and_sessions(&before),
+            "a refused command changes nothing"
+        );
         assert!(ev.is_empty());
         assert_eq!(t.identity_of(1), Some(Some("alice")));
         assert_eq!(t.sessions_of(Some("alice")), 1);

@@ -13,9 +13,11 @@
 //! One concept a file: `args` (the command line), `hub` (pushes to the sessions'
 //! connections), `listener` (binding and accepting), `handler` (one client connection),
 //! `peer` (one peer connection), `requests` (what the node does with a client's
-//! request), `sessions` (the leader's session clock).
+//! request), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
+//! (client commands gathered into entries).
 
 mod args;
+mod batch;
 mod gate;
 mod handler;
 mod hub;
@@ -147,6 +149,8 @@ pub struct Node {
     raft_thread: RaftThread,
     /// The client commands proposed to Raft at once (see [`gate`]).
     gate: Arc<Gate>,
+    /// Gathers commands into entries (see [`batch`]).
+    batcher: batch::Batcher,
     /// The number of the next client connection.
     next_conn: std::sync::atomic::AtomicU64,
     /// Gives closed connections' memory back (see [`trim`]).
@@ -231,6 +235,13 @@ impl Node {
             })
             .await
             .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
+        let (batcher, batching) = batch::Batcher::start({
+            let raft = raft.clone();
+            move |command| {
+                let raft = raft.clone();
+                async move { raft.client_write(command).await.map(|r| r.data) }
+            }
+        });
         let node = Arc::new(Node {
             id: args.id,
             raft,
@@ -259,6 +270,7 @@ impl Node {
             },
             raft_thread,
             gate: Gate::new(args.commit_window as usize),
+            batcher,
             next_conn: Default::default(),
             trimmer: Arc::default(),
         });
@@ -282,6 +294,7 @@ impl Node {
                 .run(),
             ),
             tokio::spawn(sessions::keep_sessions(node.clone())),
+            batching,
             tokio::spawn(node.trimmer.clone().run()),
         ];
         *lock(&node.tasks) = tasks;

@@ -37,12 +37,10 @@ impl Node {
         self.write(command).await
     }
 
-    /// Commit `command` and return what applying it did.
+    /// Commit `command`, in the next entry with whatever else is waiting ([`super::batch`]),
+    /// and return what applying it did.
     pub(super) async fn write(&self, command: Command) -> Result<Outcome, Reply> {
-        match self.raft.client_write(command).await {
-            Ok(r) => Ok(r.data),
-            Err(e) => Err(self.refusal(e)),
-        }
+        self.batcher.write(command).await.map_err(|e| self.refusal(e))
     }
 
     /// Confirm with a quorum that this node leads, by a check that started after this call
@@ -259,7 +257,7 @@ impl Node {
             | Command::Release { session, .. }
             | Command::Close { session, .. }
             | Command::Expire { session } => *session,
-            Command::Open { .. } | Command::ForceRelease { .. } => 0,
+            Command::Open { .. } | Command::ForceRelease { .. } | Command::Batch(_) => 0,
         };
         let outcome = self.propose(conn, command).await;
         if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
