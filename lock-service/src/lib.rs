@@ -265,6 +265,11 @@
 //!   retries, a new ask taking an abandoned one's queue place, a new ask of a holder given a
 //!   token of its own, a property test that a grant answers one ask only, and an ended
 //!   session freeing its locks and queue places.
+//! - `tests/group_commit.rs`: 32 connections each sending their commands in one write to a
+//!   node: far fewer log entries applied than commands, every command answered its own
+//!   outcome, tokens distinct and rising per lock; `state`'s and `server`'s `batch` unit
+//!   tests: a batch's commands stamped one after another, and commands sent together
+//!   gathered into few entries, each answered the grant the table holds for it.
 //! - `tests/abandoned.rs`: asks given up on and made again at once, on a real node: the new
 //!   ask is neither cancelled by the old one's release nor handed its grant.
 //! - `tests/unknown_release.rs`: a release sent while the client is cut off, or while the
