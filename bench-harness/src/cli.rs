@@ -10,6 +10,7 @@ use crate::engines;
 use crate::experiments::compare::EnginesArgs;
 use crate::experiments::longrun::LongrunArgs;
 use crate::experiments::safety::SafetyArgs;
+use crate::experiments::scale::ScaleArgs;
 use crate::experiments::soak::SoakArgs;
 use crate::experiments::sweep::SweepArgs;
 use clap::{Parser, Subcommand};
@@ -29,6 +30,9 @@ Examples:
 const MORE_EXAMPLES: &str =
     "  bench-harness sweep                             regenerate results/ (the thesis's benchmark)
   bench-harness longrun                           an hour per algorithm: what tombstones do
+  bench-harness scale --engines service,etcd --clients 64,256 --locks 1000
+      throughput and server CPU against clients, locks and key distribution, into
+      results/scale/
   bench-harness engines --redis URL --zookeeper HOSTS
       the engines pointed at, side by side with the embedded store in wall time at 1, 8
       and 64 contenders, into results/engines/ (what scripts/compare-engines.sh runs)
@@ -174,6 +178,11 @@ pub enum Command {
     /// ONE, replica lag at ONE): overlaps, stale writes with and without fencing, leases lost,
     /// unavailability; into results/safety/.
     Safety(SafetyArgs),
+    /// Every engine the harness can start, at one server and as a cluster, and the embedded
+    /// store in simulated time, against clients × locks × key distribution: grants/s, p50 and
+    /// p99 latency, requests per grant, the servers' CPU per 1,000 grants and peak RSS, the
+    /// harness's CPU per grant; into results/scale/.
+    Scale(ScaleArgs),
     /// Soak the Cassandra-model locks: at least a million grants each on the embedded store at
     /// QUORUM under crashes, partitions, clock jumps and replica faults, every grant checked
     /// by the checker; exits 3 if any run was unsafe. Into out/soak/ (a table in README.md).

@@ -145,6 +145,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Soak(args)) => experiments::soak::run(&args),
         Some(Command::Safety(args)) => experiments::safety::run(&args),
+        Some(Command::Scale(args)) => experiments::scale::run(&args),
         Some(Command::List) => {
             print!("{}", engines::list());
             Ok(())

@@ -6,7 +6,10 @@
 //! - [`longrun`]: every algorithm over an hour of simulated time, where Cassandra's
 //!   tombstones show (`bench-harness longrun`, `scripts/regenerate-results.sh`);
 //! - [`compare`]: the engines side by side in wall time (`bench-harness engines`,
-//!   `scripts/compare-engines.sh`).
+//!   `scripts/compare-engines.sh`);
+//! - [`scale`]: every engine the harness can start against clients, locks and key
+//!   distribution, with what each point costs the servers and the harness (`bench-harness
+//!   scale`, `scripts/regenerate-results.sh`).
 //!
 //! The sweep writes `results/README.md`; the experiments measured apart keep their files in a
 //! directory of their own and a [`Section`] of that README, which both they and the sweep
@@ -15,6 +18,7 @@
 pub mod compare;
 pub mod longrun;
 pub mod safety;
+pub mod scale;
 pub mod soak;
 pub mod sweep;
 
@@ -76,6 +80,25 @@ pub fn update_results_readme(out: &Path, section: &Section) -> anyhow::Result<Op
     };
     files::write_atomic(&readme_path, splice(&readme, section, &text).as_bytes())?;
     Ok(Some(readme_path))
+}
+
+/// `bench-harness <version>`, the tool line of every experiment's JSON file.
+pub fn tool() -> String {
+    format!("bench-harness {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What an experiment that can redraw does first: with `redraw`, the summary it wrote into
+/// `out/file` earlier (nothing is measured); otherwise `None`, with `out` ready for a new one.
+pub fn earlier_or_prepare<T: serde::de::DeserializeOwned>(
+    out: &Path,
+    file: &str,
+    redraw: bool,
+) -> anyhow::Result<Option<T>> {
+    if redraw {
+        return files::read_earlier(&out.join(file)).map(Some);
+    }
+    files::prepare_dir(out)?;
+    Ok(None)
 }
 
 /// Runs `run` on every job on `threads` OS threads, longest first as `order` lists them (every

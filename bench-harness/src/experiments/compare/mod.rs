@@ -204,7 +204,7 @@ fn series_of(cfg: &RunConfig, algorithm: &str) -> String {
 
 /// `backend/algorithm`, or the algorithm alone when it is named after its backend; a
 /// cluster's topology follows the backend ("etcd×3", "redis sentinel/jedis").
-fn series_name(backend: EngineRef, topology: &str, algorithm: &str) -> String {
+pub(crate) fn series_name(backend: EngineRef, topology: &str, algorithm: &str) -> String {
     let sep = if topology.starts_with('×') || topology.is_empty() { "" } else { " " };
     if backend.name() == algorithm {
         format!("{algorithm}{sep}{topology}")
@@ -336,16 +336,15 @@ pub fn plan(args: &EnginesArgs) -> anyhow::Result<(Vec<Engine>, Vec<RunConfig>)>
 
 /// `bench-harness engines`.
 pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
-    if args.redraw {
-        let summary: EnginesSummary = files::read_earlier(&args.out.join("engines.json"))?;
-        return report::write_outputs(args, &summary, std::time::Instant::now());
+    let wall = std::time::Instant::now();
+    let earlier = crate::experiments::earlier_or_prepare(&args.out, "engines.json", args.redraw)?;
+    if let Some(summary) = earlier {
+        return report::write_outputs(args, &summary, wall);
     }
     let (engines, runs) = plan(args)?;
-    files::prepare_dir(&args.out)?;
-    let wall = std::time::Instant::now();
     let mut summary = EnginesSummary {
         schema_version: crate::measure::summary::SCHEMA_VERSION,
-        tool: format!("bench-harness {}", env!("CARGO_PKG_VERSION")),
+        tool: crate::experiments::tool(),
         scenario: scenario(args),
         engines,
         points: Vec::new(),
@@ -397,7 +396,7 @@ fn announce(engines: &[Engine], runs: usize, duration: Duration) -> String {
     )
 }
 
-fn algorithm_of(cfg: &RunConfig) -> anyhow::Result<&'static Algorithm> {
+pub(crate) fn algorithm_of(cfg: &RunConfig) -> anyhow::Result<&'static Algorithm> {
     let name = &cfg.algorithms[0];
     cfg.backend.algorithm(name).ok_or_else(|| anyhow!("{name} does not run on {}", cfg.backend))
 }

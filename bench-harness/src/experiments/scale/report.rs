@@ -1,0 +1,399 @@
+//! The scale sweep's outputs, from [`ScaleSummary`] alone: the chart, the console table and
+//! `README.md`.
+
+use super::{Cell, ScaleArgs, ScalePoint, ScaleSummary};
+use crate::config::ClockMode;
+use crate::dist::format_duration;
+use crate::report::charts::{algorithm_color, lighter, render_lines, Formats, LineChart, Series};
+use crate::report::{console, files, progress};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The engine whose throughput the README sets over others', and those others.
+const RATIO: (&str, [&str; 2]) = ("service", ["etcd", "zookeeper"]);
+
+pub(super) fn write_outputs(
+    args: &ScaleArgs,
+    summary: &ScaleSummary,
+    wall: std::time::Instant,
+) -> anyhow::Result<()> {
+    let drawn = draw(&args.out, summary)?;
+    files::write_atomic(&args.out.join("README.md"), readme(summary).as_bytes())?;
+    let names: Vec<String> = drawn
+        .iter()
+        .filter_map(|f| f.file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .collect();
+    progress::status(
+        args.quiet,
+        &format!(
+            "wrote scale.json, {} and README.md into {} in {:.1} s",
+            names.join(", "),
+            args.out.display(),
+            wall.elapsed().as_secs_f64()
+        ),
+    );
+    print!("{}", table(summary));
+    Ok(())
+}
+
+/// A series' colour: its algorithm's, lighter on a cluster.
+fn color_of(s: &ScaleSummary, series: &str) -> plotters::style::RGBColor {
+    match s.points.iter().find(|p| p.series() == series) {
+        Some(p) if !p.topology.is_empty() => lighter(algorithm_color(&p.algorithm)),
+        Some(p) => algorithm_color(&p.algorithm),
+        None => algorithm_color(series),
+    }
+}
+
+/// Draws `scale.png` and `scale.svg`: aggregate grants/s against clients, a panel per cell,
+/// a line per series.
+pub fn draw(dir: &Path, s: &ScaleSummary) -> anyhow::Result<Vec<PathBuf>> {
+    let charts: Vec<LineChart> = s
+        .scenario
+        .cells
+        .iter()
+        .map(|&cell| {
+            let series = s
+                .series()
+                .into_iter()
+                .map(|name| {
+                    let points = s
+                        .scenario
+                        .clients
+                        .iter()
+                        .filter_map(|&n| s.point(&name, cell, n))
+                        .map(|p| (p.clients as f64, p.grants_per_second))
+                        .filter(|(_, v)| *v > 0.0)
+                        .collect();
+                    Series::new(name.clone(), color_of(s, &name), points)
+                })
+                .filter(|l| !l.points.is_empty())
+                .collect();
+            let mut chart = LineChart::against_contenders(
+                &cell.title(),
+                "grants per second (log)",
+                true,
+                series,
+            );
+            chart.x_label = "clients (log)".into();
+            chart
+        })
+        .collect();
+    let cols = charts.len().clamp(1, 3);
+    render_lines(&dir.join("scale"), &charts, cols, (620, 460), Formats::PngAndSvg)
+}
+
+fn f1(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+fn or_dash(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// One figure of a point, as a table cell.
+struct Figure {
+    /// The table's heading.
+    title: &'static str,
+    /// The cell.
+    cell: fn(&ScalePoint) -> String,
+}
+
+const FIGURES: &[Figure] = &[
+    Figure {
+        title: "Aggregate grants per second",
+        cell: |p| format!("{:.0}", p.grants_per_second),
+    },
+    Figure {
+        title: "Acquisition latency p50 / p99, ms",
+        cell: |p| format!("{} / {}", f1(p.p50_ms), f1(p.p99_ms)),
+    },
+    Figure { title: "Store requests per grant", cell: |p| or_dash(p.requests_per_grant, 1) },
+    Figure {
+        title: "Server CPU seconds per 1,000 grants / peak resident set MiB (summed over members)",
+        cell: |p| match p.server {
+            Some(s) => format!("{} / {:.0}", or_dash(s.cpu_s_per_1000_grants, 2), s.peak_rss_mib),
+            None => "in process".into(),
+        },
+    },
+    Figure { title: "Harness CPU ms per grant", cell: |p| or_dash(p.harness_cpu_ms_per_grant, 3) },
+    Figure {
+        title: "Errors / overlapping holds",
+        cell: |p| format!("{} / {}", p.errors, p.overlaps),
+    },
+];
+
+/// The table of `figure` at `cell`: a row per series, a column per client count.
+fn pivot(md: &mut String, s: &ScaleSummary, cell: Cell, figure: &Figure) {
+    let _ = writeln!(md, "{}:\n", figure.title);
+    let clients = &s.scenario.clients;
+    let head: Vec<String> = clients.iter().map(|n| format!("{n} clients")).collect();
+    let _ = writeln!(md, "| engine | {} |", head.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(clients.len()));
+    for name in s.series() {
+        let cells: Vec<String> = clients
+            .iter()
+            .map(|&n| s.point(&name, cell, n).map_or("-".into(), figure.cell))
+            .collect();
+        if cells.iter().any(|c| c != "-") {
+            let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+        }
+    }
+    md.push('\n');
+}
+
+/// The service's throughput over each other engine's at `cell`, like with like (one server
+/// over one server, a cluster over a cluster of the same shape): a row per pair, a column per
+/// client count.
+fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell) {
+    let (num, dens) = RATIO;
+    let mut rows = Vec::new();
+    let topologies: Vec<&str> = {
+        let mut t: Vec<&str> = s.points.iter().map(|p| p.topology.as_str()).collect();
+        t.dedup();
+        t.sort_unstable();
+        t.dedup();
+        t
+    };
+    for den in dens {
+        for topology in &topologies {
+            let at = |backend: &str, n: usize| {
+                s.points.iter().find(|p| {
+                    p.backend.name() == backend
+                        && p.topology == *topology
+                        && p.cell == cell
+                        && p.clients == n
+                })
+            };
+            let cells: Vec<String> = s
+                .scenario
+                .clients
+                .iter()
+                .map(|&n| match (at(num, n), at(den, n)) {
+                    (Some(a), Some(b)) if b.grants_per_second > 0.0 => {
+                        format!("{:.2}", a.grants_per_second / b.grants_per_second)
+                    }
+                    _ => "-".into(),
+                })
+                .collect();
+            if cells.iter().any(|c| c != "-") {
+                rows.push(format!("| {num}{topology} / {den}{topology} | {} |", cells.join(" | ")));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let head: Vec<String> = s.scenario.clients.iter().map(|n| format!("{n} clients")).collect();
+    let _ = writeln!(md, "The service's grants per second over etcd's and ZooKeeper's:\n");
+    let _ = writeln!(md, "| ratio | {} |", head.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(head.len()));
+    for r in rows {
+        let _ = writeln!(md, "{r}");
+    }
+    md.push('\n');
+}
+
+fn list(v: impl IntoIterator<Item = String>) -> String {
+    v.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// `README.md`.
+pub fn readme(s: &ScaleSummary) -> String {
+    let sc = &s.scenario;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Scale: clients × locks × key distribution\n");
+    let _ = writeln!(
+        md,
+        "Generated by `bench-harness scale` ({}) from [scale.json](scale.json); do not edit.\n",
+        s.tool
+    );
+    let servers = list(
+        s.series()
+            .into_iter()
+            .filter(|n| s.points.iter().any(|p| p.series() == *n && p.clock == ClockMode::Wall)),
+    );
+    let models =
+        list(s.series().into_iter().filter(|n| {
+            s.points.iter().any(|p| p.series() == *n && p.clock == ClockMode::Simulated)
+        }));
+    let _ = writeln!(
+        md,
+        "Each point is one run: N clients (contenders, each with a client of its own) loop request, hold {hold}, \
+         release, think {think}, for a window of {dur}, on {cells}, at {clients} clients. \
+         Servers the harness starts for each point, in wall time: {servers}. \
+         In process, in simulated time: {models}. Lease TTL {ttl}, poll interval {poll}, seed {seed}. \
+         The points of one locks × distribution and client count ran one after another.\n",
+        hold = sc.hold,
+        think = sc.think,
+        dur = format_duration(sc.duration),
+        cells = list(sc.cells.iter().map(Cell::title)),
+        clients = list(sc.clients.iter().map(|n| n.to_string())),
+        servers = if servers.is_empty() { "none".into() } else { servers },
+        models = if models.is_empty() { "none".into() } else { models },
+        ttl = format_duration(sc.ttl),
+        poll = format_duration(sc.poll_interval),
+        seed = sc.seed,
+    );
+    let _ = writeln!(
+        md,
+        "Grants per second count the window's grants over all locks. Server CPU is the user and system time of every \
+         process the harness started for the point (members, Sentinels), read from `/proc/<pid>/stat` and \
+         interpolated to the window's start and end, so neither the servers' start nor the drain counts; peak \
+         resident set is `VmHWM` from `/proc/<pid>/status`, summed over those processes. Harness CPU is this \
+         process's own time (its contenders, their clients, and the proxies in front of a cluster's members): in the \
+         window on a server, over the whole run in process, where the store itself is part of the harness. \
+         Wall-time figures vary from run to run; all of them share this machine's cores with the servers.\n"
+    );
+    for &cell in &sc.cells {
+        let _ = writeln!(md, "## {}\n", cell.title());
+        pivot(&mut md, s, cell, &FIGURES[0]);
+        ratios(&mut md, s, cell);
+        for figure in &FIGURES[1..] {
+            pivot(&mut md, s, cell, figure);
+        }
+    }
+    for p in s.points.iter().filter(|p| p.errors > 0) {
+        let _ = writeln!(
+            md,
+            "- {} with {} clients on {}: {} errors, the first: {}",
+            p.series(),
+            p.clients,
+            p.cell.title(),
+            p.errors,
+            p.first_error.as_deref().unwrap_or("-")
+        );
+    }
+    let _ = writeln!(md, "## Chart\n");
+    let _ = writeln!(
+        md,
+        "Aggregate grants per second against clients (both log), a panel per locks × distribution, a line per engine \
+         ([SVG](scale.svg)).\n\n![scale](scale.png)\n"
+    );
+    let _ = writeln!(md, "## Regenerating\n");
+    let _ = writeln!(
+        md,
+        "```sh\ncargo run --release -p bench-harness --features etcd -- scale --out results/scale\n```\n\n\
+         It needs redis-server, redis-sentinel, zookeeper and etcd-server installed (`--engines` and `--no-clusters` \
+         shrink the set, `--clients`, `--locks`, `--dists` and `--duration` the grid)."
+    );
+    md
+}
+
+/// The console table: one row per point.
+pub fn table(s: &ScaleSummary) -> String {
+    let headers = [
+        "engine",
+        "locks",
+        "clients",
+        "grants/s",
+        "p50 ms",
+        "p99 ms",
+        "srv CPU s/1k",
+        "RSS MiB",
+        "cpu ms/grant",
+        "err",
+        "overlaps",
+    ];
+    let rows: Vec<Vec<String>> = s
+        .points
+        .iter()
+        .map(|p| {
+            vec![
+                p.series(),
+                p.cell.title(),
+                p.clients.to_string(),
+                format!("{:.0}", p.grants_per_second),
+                f1(p.p50_ms),
+                f1(p.p99_ms),
+                or_dash(p.server.and_then(|c| c.cpu_s_per_1000_grants), 2),
+                p.server.map_or("-".into(), |c| format!("{:.0}", c.peak_rss_mib)),
+                or_dash(p.harness_cpu_ms_per_grant, 3),
+                p.errors.to_string(),
+                p.overlaps.to_string(),
+            ]
+        })
+        .collect();
+    console::render(&headers, 2, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ScaleScenario, ServerCost};
+    use super::*;
+    use crate::engines::EngineRef;
+    use crate::keys::KeyDist;
+    use std::time::Duration;
+
+    fn point(backend: &str, topology: &str, cell: Cell, clients: usize, gps: f64) -> ScalePoint {
+        let backend = EngineRef::find(backend).unwrap();
+        ScalePoint {
+            backend,
+            algorithm: backend.algorithm_names()[0].to_string(),
+            topology: topology.into(),
+            clock: ClockMode::Wall,
+            cell,
+            clients,
+            grants: (gps * 10.0) as u64,
+            grants_per_second: gps,
+            p50_ms: 1.25,
+            p99_ms: 9.5,
+            requests_per_grant: Some(3.0),
+            errors: 0,
+            first_error: None,
+            overlaps: 0,
+            server: Some(ServerCost {
+                processes: 1,
+                cpu_s: 2.0,
+                cpu_s_per_1000_grants: Some(0.5),
+                peak_rss_mib: 40.0,
+            }),
+            harness_cpu_s: 1.0,
+            harness_cpu_ms_per_grant: Some(0.25),
+            wall_s: 12.0,
+        }
+    }
+
+    #[test]
+    fn the_readme_pivots_every_figure_and_sets_the_service_over_zookeeper_like_with_like() {
+        let one = Cell { locks: 1, key_dist: KeyDist::Fixed };
+        let many = Cell { locks: 100, key_dist: KeyDist::Zipf { s: 0.99 } };
+        let mut points = Vec::new();
+        for cell in [one, many] {
+            for n in [4, 16] {
+                points.push(point("service", "", cell, n, 800.0));
+                points.push(point("zookeeper", "", cell, n, 200.0));
+                points.push(point("service", "×3", cell, n, 300.0));
+                points.push(point("zookeeper", "×3", cell, n, 600.0));
+            }
+        }
+        let s = ScaleSummary {
+            schema_version: 1,
+            tool: "bench-harness test".into(),
+            scenario: ScaleScenario {
+                hold: "1ms".parse().unwrap(),
+                think: "exp:5ms".parse().unwrap(),
+                duration: Duration::from_secs(10),
+                ttl: Duration::from_secs(10),
+                poll_interval: Duration::from_millis(20),
+                seed: 1,
+                clients: vec![4, 16],
+                cells: vec![one, many],
+            },
+            points,
+        };
+        let md = readme(&s);
+        assert!(md.contains("## 1 lock\n") && md.contains("## 100 locks, zipf:0.99\n"), "{md}");
+        assert_eq!(md.matches("| engine | 4 clients | 16 clients |").count(), 2 * FIGURES.len());
+        assert_eq!(md.matches("| service / zookeeper | 4.00 | 4.00 |").count(), 2, "{md}");
+        assert_eq!(md.matches("| service×3 / zookeeper×3 | 0.50 | 0.50 |").count(), 2, "{md}");
+        assert!(!md.contains("/ etcd"), "no etcd point, no etcd ratio: {md}");
+        assert!(md.contains("| zookeeper×3 | 600 | 600 |"), "{md}");
+        assert!(md.contains("| service | 0.50 / 40 | 0.50 / 40 |"), "{md}");
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<ScaleSummary>(&json).unwrap(), s);
+        let t = table(&s);
+        assert_eq!(t.lines().count(), 2 + s.points.len(), "{t}");
+    }
+}
