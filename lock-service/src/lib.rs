@@ -134,8 +134,11 @@
 //! Each node keeps its log in segments of its own format ([`wal`]) and its vote, its last
 //! snapshot and the log's purge point in a redb file ([`raft::Store`]):
 //! - Log appends and votes are synced to disk before openraft is told they are done. One
-//!   writer thread ([`log`]) syncs whatever queued meanwhile at once, and the leader
-//!   replicates while its own write is under way.
+//!   writer thread ([`log`]) syncs whatever queued meanwhile at once. openraft 0.9's core
+//!   waits for the leader's own append to be synced before it sends the entry to the
+//!   followers, so a commit costs the leader's sync and then a follower's, one after the
+//!   other; what spreads that cost is the many commands one entry carries (group commit,
+//!   below).
 //! - So an acknowledged grant is on a majority's disks and survives every node crashing at
 //!   once (`tests/failover.rs` kills all three and restarts them).
 //! - A crash mid-write damages only the unacknowledged last batch, which is dropped on

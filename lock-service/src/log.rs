@@ -3,14 +3,14 @@
 //! together. The vote, the committed index and the purge point go to the node's redb file
 //! through the same thread, in order.
 //!
-//! **Why a writer thread.** openraft appends on its core task and replicates to the
-//! followers only when `append` returns. A blocking fsync there put the leader's own disk
-//! write in front of the followers' on every commit: two fsyncs in a row on the path from a
-//! release to the next grant. Now `append` puts the entries in memory and queues them; the
-//! leader sends them while its own write is under way, and openraft counts the leader's copy
-//! only once the writer has synced it ([`LogFlushed`]). This is what openraft's storage
-//! contract asks for: entries readable when `append` returns, durable when the callback is
-//! called.
+//! **Why a writer thread.** Disk writes and syncs block; on a thread of their own they hold up
+//! no task of the runtime, and every operation that queued while one sync ran (log records,
+//! the vote, the purge point) goes with the next. `append` puts the entries in memory and
+//! queues them, as openraft's storage contract asks (readable when `append` returns, durable
+//! when [`LogFlushed`] is called). openraft 0.9's core awaits that callback before its next
+//! step, so on the leader an entry reaches the followers only after its own sync: the
+//! writer cannot overlap the two, and what makes one sync serve many commands is that one
+//! entry carries many of them (the server's batcher).
 //!
 //! **Group commit.** The writer takes every operation queued meanwhile: the log's records
 //! (appends and truncations, in the order they were queued) with one sync of the segments,
