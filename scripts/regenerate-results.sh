@@ -7,7 +7,10 @@
 # the harness starts, then the cluster rows: failovers of etcd ×3, a ZooKeeper ensemble, the
 # lock service ×3, Redis with Sentinel and Redlock's 5 masters; they need redis-server,
 # redis-sentinel, zookeeper and etcd-server installed and about 55 minutes of wall time;
-# --quick leaves them out). One condition's rows can be re-run alone: bench-harness safety
+# --quick leaves them out); then results/scale/ (every engine the harness can start, at one
+# server and as its cluster, and the embedded store, against clients, locks and key
+# distribution: throughput and the servers' CPU per grant; about 75 minutes of wall time,
+# --quick leaves it out). One condition's rows can be re-run alone: bench-harness safety
 # --only "lagged leader kill"; one engine's: bench-harness safety --engines service. The
 # harness is built with its etcd engine, whose client needs protoc (apt-get install -y
 # protobuf-compiler).
@@ -43,6 +46,14 @@ safety_args=()
 for arg in "$@"; do [ "$arg" = "--quick" ] && safety_args+=(--no-servers); done
 ./target/release/bench-harness safety --quiet --out "$out_dir/safety" "${safety_args[@]}"
 echo "regenerate-results.sh: the safety table took $(( $(date +%s) - start )) s of wall time" >&2
+
+# The scale sweep runs servers only the harness starts (every engine at one server and as its
+# cluster, clients x locks x key distribution); --quick leaves it out.
+if [ ${#safety_args[@]} -eq 0 ]; then
+  start=$(date +%s)
+  ./target/release/bench-harness scale --quiet --out "$out_dir/scale"
+  echo "regenerate-results.sh: the scale sweep took $(( $(date +%s) - start )) s of wall time" >&2
+fi
 
 # The top README shows the headline table and findings as generated above: copy them between
 # its markers, so no figure in it is typed by hand.

@@ -77,6 +77,12 @@ pub fn draw(dir: &Path, s: &ScaleSummary) -> anyhow::Result<Vec<PathBuf>> {
                 series,
             );
             chart.x_label = "clients (log)".into();
+            // Room above the lines for the legend.
+            let values = chart.series.iter().flat_map(|l| l.points.iter().map(|&(_, v)| v));
+            let (low, high) = values.fold((f64::MAX, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
+            if high > 0.0 {
+                chart.y_range = Some((low * 0.7, high * 6.0));
+            }
             chart
         })
         .collect();
