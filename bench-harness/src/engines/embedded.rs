@@ -153,15 +153,7 @@ impl ParseOptions for Embedded {
     /// Every contender fault, both replica faults, and lost or late doorbell rings: the store
     /// has a switch for each.
     fn fault_kinds(&self, _o: &Options) -> &'static [FaultKind] {
-        &[
-            FaultKind::Pause,
-            FaultKind::Crash,
-            FaultKind::ClockJump,
-            FaultKind::Partition,
-            FaultKind::ReplicaStop,
-            FaultKind::ReplicaLag,
-            FaultKind::RingLoss,
-        ]
+        FaultKind::MODEL
     }
 
     /// One replica, and a round trip of 500 µs + up to 500 µs: with the calibrated tombstone

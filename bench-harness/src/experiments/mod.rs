@@ -87,6 +87,87 @@ pub fn tool() -> String {
     format!("bench-harness {}", env!("CARGO_PKG_VERSION"))
 }
 
+/// What every point of a wall-time experiment shares (flattened into its scenario, so result
+/// files show the fields at the scenario's top level).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PointTiming {
+    /// Hold time.
+    pub hold: crate::dist::Dist,
+    /// Think time.
+    pub think: crate::dist::Dist,
+    /// Wall time of each point's window.
+    #[serde(with = "crate::dist::serde_duration")]
+    pub duration: std::time::Duration,
+    /// Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL (whole seconds).
+    #[serde(with = "crate::dist::serde_duration")]
+    pub ttl: std::time::Duration,
+    /// Poll interval of the polling locks.
+    #[serde(with = "crate::dist::serde_duration")]
+    pub poll_interval: std::time::Duration,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// The flags every point of a wall-time experiment shares: hold and think times, TTL, poll
+/// interval and seed.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PointArgs {
+    /// Hold and think times.
+    #[command(flatten)]
+    pub workload: crate::args::WorkloadArgs,
+    /// Lease TTL and poll interval.
+    #[command(flatten)]
+    pub timing: crate::args::TimingArgs,
+    /// Seed of the contenders' random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl PointTiming {
+    /// The timing `args` give, each point's window `duration`.
+    pub fn of(args: &PointArgs, duration: std::time::Duration) -> PointTiming {
+        PointTiming {
+            hold: args.workload.hold,
+            think: args.workload.think,
+            duration,
+            ttl: args.timing.ttl,
+            poll_interval: args.timing.poll_interval,
+            seed: args.seed,
+        }
+    }
+
+    /// `cfg` with this timing.
+    pub fn apply(&self, cfg: &mut crate::config::RunConfig) {
+        cfg.hold = self.hold;
+        cfg.think = self.think;
+        cfg.duration = self.duration;
+        cfg.ttl = self.ttl;
+        cfg.poll_interval = self.poll_interval;
+        cfg.seed = self.seed;
+    }
+}
+
+/// Says what an experiment wrote: its summary `json`, the charts `drawn`, README.md, into
+/// `out` (and `also`, e.g. ", and the engines section of results/README.md"), and how long it
+/// took since `wall`.
+pub fn say_written(
+    quiet: bool,
+    json: &str,
+    drawn: &[PathBuf],
+    out: &Path,
+    also: &str,
+    wall: std::time::Instant,
+) {
+    let names: Vec<String> = drawn
+        .iter()
+        .filter_map(|f| f.file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .collect();
+    let (names, out, secs) = (names.join(", "), out.display(), wall.elapsed().as_secs_f64());
+    let line = format!("wrote {json}, {names} and README.md into {out}{also} in {secs:.1} s");
+    crate::report::progress::status(quiet, &line);
+}
+
 /// What an experiment that can redraw does first: with `redraw`, the summary it wrote into
 /// `out/file` earlier (nothing is measured); otherwise `None`, with `out` ready for a new one.
 pub fn earlier_or_prepare<T: serde::de::DeserializeOwned>(

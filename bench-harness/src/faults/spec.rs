@@ -57,12 +57,12 @@ pub enum FaultKind {
     ReplicaStop,
     /// One replica of the embedded store applies mutations late and drops some.
     ReplicaLag,
+    /// Doorbell rings (queue-push) are lost, or late.
+    RingLoss,
     /// The server (Redis, ZooKeeper) stops and starts again.
     ServerRestart,
     /// One worker process (`--processes`) is stopped (`SIGSTOP`) and continued (`SIGCONT`).
     ProcessPause,
-    /// Doorbell rings (queue-push) are lost, or late.
-    RingLoss,
     /// Another client of the server, with no credentials, deletes the holder's key or znode
     /// (each lock's, when several are held): what any client can do on an open server, and
     /// what an ACL refuses.
@@ -105,9 +105,9 @@ impl FaultKind {
         FaultKind::Partition,
         FaultKind::ReplicaStop,
         FaultKind::ReplicaLag,
+        FaultKind::RingLoss,
         FaultKind::ServerRestart,
         FaultKind::ProcessPause,
-        FaultKind::RingLoss,
         FaultKind::Stranger,
         FaultKind::LeaderKill,
         FaultKind::LeaderPause,
@@ -120,6 +120,10 @@ impl FaultKind {
         FaultKind::FollowerPause,
         FaultKind::ClusterRestart,
     ];
+
+    /// The kinds an in-process store model injects itself: a contender's, a replica's and
+    /// its doorbells' (the first of [`FaultKind::ALL`]).
+    pub const MODEL: &[FaultKind] = FaultKind::ALL.split_at(7).0;
 
     /// The kinds that hit members of a cluster the harness started: the leader's, those of
     /// independent masters, then a follower's and the whole cluster's (the tail of
@@ -338,6 +342,18 @@ mod tests {
         );
         assert!(names(FaultKind::LEADER).iter().all(|n| n.contains("leader")));
         assert_eq!(FaultKind::LEADER.len(), 4);
+        assert_eq!(
+            names(FaultKind::MODEL),
+            [
+                "pause",
+                "crash",
+                "clock-jump",
+                "partition",
+                "replica-stop",
+                "replica-lag",
+                "ring-loss"
+            ]
+        );
     }
 
     #[test]

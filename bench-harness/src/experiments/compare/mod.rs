@@ -32,12 +32,13 @@ pub static SECTION: crate::experiments::Section = crate::experiments::Section {
     render: section_for,
 };
 
-use crate::args::{engine_parser, LockArgs, SessionArgs, TimingArgs, WorkloadArgs};
+use crate::args::{engine_parser, LockArgs, SessionArgs};
 use crate::config::RunConfig;
-use crate::dist::{format_duration, serde_duration, Dist};
+use crate::dist::format_duration;
 use crate::dist::{parse_duration, parse_positive_duration};
 use crate::engines::EngineArgs;
 use crate::engines::{Algorithm, EngineRef};
+use crate::experiments::{PointArgs, PointTiming};
 use crate::keys::KeyDist;
 use crate::measure::summary::{analyze, AlgorithmReport};
 use crate::report::{files, progress};
@@ -87,15 +88,9 @@ pub struct EnginesArgs {
     /// Clients of each engine the contenders share.
     #[command(flatten)]
     pub sessions: SessionArgs,
-    /// Hold and think times.
+    /// Hold and think times, TTL, poll interval, seed.
     #[command(flatten)]
-    pub workload: WorkloadArgs,
-    /// Lease TTL and poll interval.
-    #[command(flatten)]
-    pub timing: TimingArgs,
-    /// Seed of the contenders' random choices.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub point: PointArgs,
     /// Every engine's own options: an address given includes that engine.
     #[command(flatten)]
     pub engine_args: EngineArgs,
@@ -118,21 +113,9 @@ pub const ENGINES_DIR: &str = "engines";
 /// The scenario every point shares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnginesScenario {
-    /// Hold time.
-    pub hold: Dist,
-    /// Think time.
-    pub think: Dist,
-    /// Wall time of each point's window.
-    #[serde(with = "serde_duration")]
-    pub duration: Duration,
-    /// Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL (whole seconds).
-    #[serde(with = "serde_duration")]
-    pub ttl: Duration,
-    /// Poll interval of the polling locks.
-    #[serde(with = "serde_duration")]
-    pub poll_interval: Duration,
-    /// Seed.
-    pub seed: u64,
+    /// Hold and think times, each point's window, TTL, poll interval, seed.
+    #[serde(flatten)]
+    pub timing: PointTiming,
     /// Contender counts.
     pub contenders: Vec<usize>,
     /// Locks (1 is left out).
@@ -279,14 +262,9 @@ fn engines_of(args: &EnginesArgs) -> anyhow::Result<Vec<RunConfig>> {
                 backend: e,
                 engine,
                 clock: crate::config::ClockMode::Wall,
-                duration: args.duration,
-                hold: args.workload.hold,
-                think: args.workload.think,
-                ttl: args.timing.ttl,
-                poll_interval: args.timing.poll_interval,
-                seed: args.seed,
                 ..RunConfig::default()
             };
+            PointTiming::of(&args.point, args.duration).apply(&mut cfg);
             args.keys.apply(&mut cfg);
             args.sessions.apply(&mut cfg);
             Ok(cfg)
@@ -365,12 +343,7 @@ pub fn run(args: &EnginesArgs) -> anyhow::Result<()> {
 
 fn scenario(args: &EnginesArgs) -> EnginesScenario {
     EnginesScenario {
-        hold: args.workload.hold,
-        think: args.workload.think,
-        duration: args.duration,
-        ttl: args.timing.ttl,
-        poll_interval: args.timing.poll_interval,
-        seed: args.seed,
+        timing: PointTiming::of(&args.point, args.duration),
         contenders: contender_levels(args),
         locks: args.keys.locks as usize,
         key_dist: args.keys.key_dist,

@@ -6,7 +6,7 @@ use super::{Engine, EnginesSummary, ENGINES_DIR, SECTION_BEGIN, SECTION_END};
 use crate::dist::format_duration;
 use crate::measure::summary::AlgorithmReport;
 use crate::report::charts::{algorithm_color, lighter, render_lines, Formats, LineChart, Series};
-use crate::report::{console, files, progress};
+use crate::report::{console, files};
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,25 +16,12 @@ pub(super) fn write_outputs(
     summary: &EnginesSummary,
     wall: std::time::Instant,
 ) -> anyhow::Result<()> {
-    let files = draw(&args.out, summary)?;
+    let drawn = draw(&args.out, summary)?;
     files::write_atomic(&args.out.join("README.md"), readme(summary).as_bytes())?;
     let updated = crate::experiments::update_results_readme(&args.out, &super::SECTION)?;
-    progress::status(
-        args.quiet,
-        &format!(
-            "wrote engines.json, {} and README.md into {}{} in {:.1} s",
-            files
-                .iter()
-                .filter_map(|f| f.file_name())
-                .map(|f| f.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(", "),
-            args.out.display(),
-            updated
-                .map_or(String::new(), |p| format!(", and the engines section of {}", p.display())),
-            wall.elapsed().as_secs_f64()
-        ),
-    );
+    let also =
+        updated.map_or(String::new(), |p| format!(", and the engines section of {}", p.display()));
+    crate::experiments::say_written(args.quiet, "engines.json", &drawn, &args.out, &also, wall);
     print!("{}", table(summary));
     Ok(())
 }
@@ -255,9 +242,9 @@ pub fn readme(s: &EnginesSummary) -> String {
          warm-up of each algorithm on each server. \
          Lease TTL, Redis expiry, ZooKeeper session timeout and etcd lease TTL {ttl} (etcd's rounded up to whole seconds); the queue and bakery locks poll every {poll}; \
          the Redis locks retry as their sources do (jedis every 100 ms, the token lock every 50 ms). Seed {seed}.\n",
-        hold = sc.hold,
-        think = sc.think,
-        dur = format_duration(sc.duration),
+        hold = sc.timing.hold,
+        think = sc.timing.think,
+        dur = format_duration(sc.timing.duration),
         on = locks_and_sessions(sc),
         levels = sc
             .contenders
@@ -265,9 +252,9 @@ pub fn readme(s: &EnginesSummary) -> String {
             .map(|n| n.to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        ttl = format_duration(sc.ttl),
-        poll = format_duration(sc.poll_interval),
-        seed = sc.seed,
+        ttl = format_duration(sc.timing.ttl),
+        poll = format_duration(sc.timing.poll_interval),
+        seed = sc.timing.seed,
     );
     if s.points.windows(2).all(|w| w[0].contenders <= w[1].contenders) {
         let _ = writeln!(
@@ -361,9 +348,9 @@ pub fn section(s: &EnginesSummary, dir: &str) -> String {
         "Measured by `scripts/compare-engines.sh` (not by the sweep): {} — {} of wall time per point, hold {}, think {}. \
          The full table, the scenario and the caveats: [{dir}/README.md]({dir}/README.md).\n",
         engines_sentence(s),
-        format_duration(s.scenario.duration),
-        s.scenario.hold,
-        s.scenario.think,
+        format_duration(s.scenario.timing.duration),
+        s.scenario.timing.hold,
+        s.scenario.timing.think,
     );
     let _ = writeln!(
         md,

@@ -32,11 +32,12 @@ mod report;
 
 pub use report::{draw, readme, table};
 
-use crate::args::{engine_parser, TimingArgs, WorkloadArgs};
+use crate::args::engine_parser;
 use crate::config::{ClockMode, RunConfig};
-use crate::dist::{format_duration, parse_positive_duration, serde_duration, Dist};
+use crate::dist::{format_duration, parse_positive_duration};
 use crate::engines::{EngineOptions, EngineRef};
 use crate::experiments::compare::{algorithm_of, series_name};
+use crate::experiments::{PointArgs, PointTiming};
 use crate::keys::KeyDist;
 use crate::measure::summary::analyze;
 use crate::report::{files, progress};
@@ -77,15 +78,9 @@ pub struct ScaleArgs {
     /// Only one server per engine, not the clusters the harness starts.
     #[arg(long)]
     pub no_clusters: bool,
-    /// Hold and think times.
+    /// Hold and think times, TTL, poll interval, seed.
     #[command(flatten)]
-    pub workload: WorkloadArgs,
-    /// Lease TTL and poll interval.
-    #[command(flatten)]
-    pub timing: TimingArgs,
-    /// Seed of the contenders' random choices.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub point: PointArgs,
     /// No progress bars or status lines.
     #[arg(short, long)]
     pub quiet: bool,
@@ -98,21 +93,9 @@ pub struct ScaleArgs {
 /// The scenario every point shares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScaleScenario {
-    /// Hold time.
-    pub hold: Dist,
-    /// Think time.
-    pub think: Dist,
-    /// Each point's window.
-    #[serde(with = "serde_duration")]
-    pub duration: Duration,
-    /// Lease TTL, Redis expiry, ZooKeeper session timeout, etcd lease TTL.
-    #[serde(with = "serde_duration")]
-    pub ttl: Duration,
-    /// Poll interval of the polling locks.
-    #[serde(with = "serde_duration")]
-    pub poll_interval: Duration,
-    /// Seed.
-    pub seed: u64,
+    /// Hold and think times, each point's window, TTL, poll interval, seed.
+    #[serde(flatten)]
+    pub timing: PointTiming,
     /// Client counts, ascending.
     pub clients: Vec<usize>,
     /// Lock counts and distributions, in the order they ran.
@@ -295,42 +278,29 @@ fn variants(args: &ScaleArgs) -> anyhow::Result<Vec<(EngineRef, EngineOptions)>>
 /// seconds apart (as in `bench-harness engines`).
 pub fn plan(args: &ScaleArgs) -> anyhow::Result<(ScaleScenario, Vec<RunConfig>)> {
     let (clients, cells, duration) = grid(args);
+    let timing = PointTiming::of(&args.point, duration);
     let variants = variants(args)?;
     let mut runs = Vec::new();
     for &cell in &cells {
         for &n in &clients {
             for (backend, engine) in &variants {
                 for a in backend.algorithm_names() {
-                    let cfg = RunConfig {
+                    let mut cfg = RunConfig {
                         engine: engine.clone(),
                         algorithms: vec![a.to_string()],
                         threads: n,
-                        duration,
                         locks: cell.locks,
                         key_dist: cell.key_dist,
-                        hold: args.workload.hold,
-                        think: args.workload.think,
-                        ttl: args.timing.ttl,
-                        poll_interval: args.timing.poll_interval,
-                        seed: args.seed,
                         ..RunConfig::on(*backend)
                     };
+                    timing.apply(&mut cfg);
                     cfg.validate().map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
                     runs.push(cfg);
                 }
             }
         }
     }
-    let scenario = ScaleScenario {
-        hold: args.workload.hold,
-        think: args.workload.think,
-        duration,
-        ttl: args.timing.ttl,
-        poll_interval: args.timing.poll_interval,
-        seed: args.seed,
-        clients,
-        cells,
-    };
+    let scenario = ScaleScenario { timing, clients, cells };
     Ok((scenario, runs))
 }
 
@@ -353,7 +323,7 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<()> {
         &format!(
             "scale: {} points of {} each (plus the servers' start and the drain)",
             runs.len(),
-            format_duration(summary.scenario.duration)
+            format_duration(summary.scenario.timing.duration)
         ),
     );
     for cfg in &runs {
@@ -459,7 +429,7 @@ mod tests {
         assert_eq!(scenario.clients, [64, 256, 1000]);
         assert_eq!(scenario.cells.len(), 1 + 2 * 2, "{:?}", scenario.cells);
         assert_eq!(scenario.cells[0], Cell { locks: 1, key_dist: KeyDist::Fixed });
-        assert_eq!(scenario.hold.to_string(), "1ms");
+        assert_eq!(scenario.timing.hold.to_string(), "1ms");
         // Every algorithm of the embedded store; zookeeper and service ×1 and ×3.
         let embedded = EngineRef::find("embedded").unwrap().algorithm_names();
         let per_point = embedded.len() + 2 + 2;
