@@ -19,7 +19,7 @@ use super::algorithm::{AlgorithmSettings, Entry};
 use super::counting::{CountingStore, RequestCounter};
 use super::server_faults::{self, Commanded, Managed, ServerFaults};
 use super::{
-    cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
+    cell_model, About, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
     EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions, Sharing,
 };
 use crate::faults::FaultKind;
@@ -101,19 +101,23 @@ pub fn driver_config(o: &Options) -> Result<CassandraConfig, String> {
 }
 
 impl Describe for Cassandra {
-    type Client = Client;
-    const ENTRIES: &'static [Entry<Client>] = &ALGORITHMS;
-    const NAME: &'static str = "cassandra";
-    const SESSIONS: Sharing = Sharing::Refused(
-        "every contender already shares the process's one driver session (a client is a handle on it with a cut-off switch of its own), so there is no session per contender to share",
-    );
-    const ABOUT: &'static str = "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default 127.0.0.1:9042), --keyspace; wall time";
-    const HELP_EXAMPLES: &'static str = "
+    const ABOUT: About = About::new(
+        "cassandra",
+        "--nodes host:port[,...] (or LOCK_CASSANDRA_NODES; default 127.0.0.1:9042), --keyspace; wall time",
+        Sharing::Refused(
+            "every contender already shares the process's one driver session (a client is a handle on it with a cut-off switch of its own), so there is no session per contender to share",
+        ),
+    )
+    .examples(
+        "
   bench-harness --backend cassandra --nodes 10.0.0.1:9042,10.0.0.2:9042 --threads 16
       shadow, queue and bakery on a real Cassandra/ScyllaDB cluster (wall time;
       keyspace distributed_locks, created if missing; LOCK_CASSANDRA_NODES works too)
   bench-harness --backend cassandra --nodes 127.0.0.1:9042 --processes 4 --threads 64
-      64 contenders spread over 4 worker processes of this program, one merged result";
+      64 contenders spread over 4 worker processes of this program, one merged result",
+    );
+    type Client = Client;
+    const ENTRIES: &'static [Entry<Client>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Cassandra {

@@ -13,7 +13,7 @@
 
 use super::algorithm::{AlgorithmSettings, Entry};
 use super::{
-    cell_model, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
+    cell_model, About, Algorithm, BoxFuture, ContenderSpec, Contending, CounterHandle, Describe,
     EngineSetup, Injection, Open, OpenEngine, OpenResult, ParseOptions, Sharing,
 };
 use crate::dist::{format_duration, parse_duration, serde_duration};
@@ -95,22 +95,26 @@ impl Default for Options {
 impl super::Options for Options {}
 
 impl Describe for Embedded {
-    type Client = EmbeddedClient;
-    const ENTRIES: &'static [Entry<EmbeddedClient>] = &ALGORITHMS;
-    const NAME: &'static str = "embedded";
-    const SESSIONS: Sharing = Sharing::Refused(
-        "its clients hold no session (the Cassandra model sends each request on its own), so sharing one would change nothing but the name its requests are counted under",
-    );
-    const ABOUT: &'static str = "in this process; simulated time (default) or --clock wall";
-    const HELP_NOTES: &'static str = "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
+    const ABOUT: About = About::new(
+        "embedded",
+        "in this process; simulated time (default) or --clock wall",
+        Sharing::Refused(
+            "its clients hold no session (the Cassandra model sends each request on its own), so sharing one would change nothing but the name its requests are counted under",
+        ),
+    )
+    .notes(
+        "The embedded store (default backend) models a LAN Cassandra cluster: 3 replicas, reads and\n\
          writes at QUORUM, and a round trip to one replica of 800us plus a uniform 0-400us of jitter\n\
          (--latency 800us+400us, mean 1 ms), drawn per replica and request; a QUORUM request completes\n\
          when 2 replicas answered. As in Cassandra, deletions and expired cells stay as tombstones\n\
          for --gc-grace (10 days) and every read pays --tombstone-cost (1.2 us, calibrated against a\n\
          real node) for each one it scans; a read past 100,000 fails as Cassandra's does. In\n\
          simulated time (the default) every delay is a tokio sleep on a paused clock: a 60 s run\n\
-         takes seconds and the same --seed gives byte-identical results.";
-    const IN_PROCESS: bool = true;
+         takes seconds and the same --seed gives byte-identical results.",
+    )
+    .in_process();
+    type Client = EmbeddedClient;
+    const ENTRIES: &'static [Entry<EmbeddedClient>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Embedded {

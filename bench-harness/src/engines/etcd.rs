@@ -139,11 +139,10 @@ impl Connect for Dial<EtcdConfig> {
     /// A client and lease on the server, or through `via` (a contender's proxy). The Mutex
     /// reads no clock of its own, so a clock jump changes nothing.
     async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
-        let endpoints = via.map_or_else(|| self.address.clone(), |a| format!("http://{a}"));
-        let config = EtcdConfig { requests, ..self.config.clone() };
-        EtcdBackend::connect_with(&endpoints, config)
-            .await
-            .map_err(|e| FLAGS.unreachable(&endpoints, "grant a lease", e))
+        let endpoints = self.target(via, |a| format!("http://{a}"));
+        let lease =
+            EtcdBackend::connect_with(&endpoints, EtcdConfig { requests, ..self.config.clone() });
+        lease.await.map_err(|e| FLAGS.unreachable(&endpoints, "grant a lease", e))
     }
 
     const OPENS_SESSION: Option<&'static str> = Some("LeaseGrant");

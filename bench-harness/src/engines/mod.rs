@@ -52,7 +52,7 @@ pub use algorithm::{
 pub use options::{
     credentials, EngineOptions, Login, Options, OptionsError, SecretNames, Sharing, Spawn,
 };
-pub use typed::{Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine};
+pub use typed::{About, Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine};
 
 use crate::faults::FaultKind;
 use clap::ArgMatches;

@@ -15,7 +15,7 @@ pub(super) use super::server_faults::{
 pub(super) use super::typed::ServerEngine;
 pub(super) use super::Sharing;
 pub(super) use super::{
-    Algorithm, Describe, EngineSetup, Open, OpenResult, ParseOptions, SecretNames,
+    About, Algorithm, Describe, EngineSetup, Open, OpenResult, ParseOptions, SecretNames,
 };
 pub(super) use crate::faults::FaultKind;
 pub(super) use clap::ArgMatches;

@@ -144,18 +144,22 @@ impl Options {
 }
 
 impl Describe for Redis {
-    type Client = RedisBackend;
-    const ENTRIES: &'static [Entry<RedisBackend>] = &ALGORITHMS;
-    const NAME: &'static str = "redis";
-    const SESSIONS: Sharing = Sharing::Shared(
-        "one multiplexed connection (Redis has no session: an expiry per key); a token-lock holder whose key another owner on the same connection takes over learns it at its next renewal, not at once (CLIENT TRACKING NOLOOP sends no push for the connection's own writes)",
-    );
-    const ABOUT: &'static str = "--redis URL (default redis://127.0.0.1:6379/), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time";
-    const HELP_EXAMPLES: &'static str = "
+    const ABOUT: About = About::new(
+        "redis",
+        "--redis URL (default redis://127.0.0.1:6379/), --redis-sentinel HOST:PORT,... or --spawn-redis[=aof|memory|sentinel]; wall time",
+        Sharing::Shared(
+            "one multiplexed connection (Redis has no session: an expiry per key); a token-lock holder whose key another owner on the same connection takes over learns it at its next renewal, not at once (CLIENT TRACKING NOLOOP sends no push for the connection's own writes)",
+        ),
+    )
+    .examples(
+        "
   bench-harness --backend redis --redis redis://127.0.0.1:6379/ --threads 8
       jedis and redis-token on a real redis-server (--ttl is the lock's expiry)
   bench-harness --backend redis --spawn-redis=sentinel --faults lagged-leader-kill:10s@20s
-      the same through Sentinel, the master killed while its replication is held back";
+      the same through Sentinel, the master killed while its replication is held back",
+    );
+    type Client = RedisBackend;
+    const ENTRIES: &'static [Entry<RedisBackend>] = &ALGORITHMS;
 }
 
 impl ParseOptions for Redis {

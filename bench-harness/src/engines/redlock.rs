@@ -92,16 +92,18 @@ fn urls(list: &str) -> Result<Vec<String>, String> {
 }
 
 impl Describe for Redlock {
+    const ABOUT: About = About::new(
+        "redlock",
+        "--redlock redis://host:port/,... or --spawn-redlock[=5]; wall time",
+        Sharing::Shared("one connection to each master (no session: an expiry per key on each)"),
+    )
+    .examples(
+        "
+  bench-harness --backend redlock --spawn-redlock --threads 8 --faults master-wipe:200ms@5s
+      Redlock on 5 masters the harness starts, one restarted without its data every 5 s",
+    );
     type Client = RedisMasters;
     const ENTRIES: &'static [Entry<RedisMasters>] = &ALGORITHMS;
-    const NAME: &'static str = "redlock";
-    const SESSIONS: Sharing =
-        Sharing::Shared("one connection to each master (no session: an expiry per key on each)");
-    const ABOUT: &'static str =
-        "--redlock redis://host:port/,... or --spawn-redlock[=5]; wall time";
-    const HELP_EXAMPLES: &'static str = "
-  bench-harness --backend redlock --spawn-redlock --threads 8 --faults master-wipe:200ms@5s
-      Redlock on 5 masters the harness starts, one restarted without its data every 5 s";
 }
 
 impl ParseOptions for Redlock {

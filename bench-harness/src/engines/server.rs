@@ -15,7 +15,7 @@
 use super::algorithm::Algorithm;
 pub use super::options::ServerOnly;
 use super::options::{Login, Options, SecretNames, Sharing, Spawn};
-use super::server_faults::{self, Managed, Restartable, ServerFaults};
+use super::server_faults::{self, Managed, Restartable, ServerFaults, Via};
 use crate::faults::FaultKind;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use lock_core::secret::Credentials;
@@ -147,6 +147,14 @@ pub struct Dial<C> {
     pub address: String,
     /// Every contender's client configuration.
     pub config: C,
+}
+
+impl<C> Dial<C> {
+    /// The address a contender dials: the server's, or its proxy `via` written as the client
+    /// takes an address.
+    pub fn target(&self, via: Via, proxied: impl FnOnce(std::net::SocketAddr) -> String) -> String {
+        via.map_or_else(|| self.address.clone(), proxied)
+    }
 }
 
 impl ServerFlags {

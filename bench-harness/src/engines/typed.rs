@@ -25,37 +25,62 @@ use clap::ArgMatches;
 use std::path::Path;
 use std::time::Duration;
 
-/// What describes an engine, as data: its name and help, where it runs, and its algorithms
-/// (each with how to build a contender's locker on the engine's client).
+/// What describes an engine, as data: what it is ([`About`]) and its algorithms (each with how
+/// to build a contender's locker on the engine's client).
 pub trait Describe: Send + Sync + 'static {
-    /// The name `--backend` takes and result files carry.
-    const NAME: &'static str;
-
-    /// One line for `bench-harness list`: what it is and how to point at it ("": a server
-    /// engine's, from its shared flags).
-    const ABOUT: &'static str = "";
-
-    /// Example command lines for `--help` (see [`Engine::help_examples`]; "": a server
-    /// engine's, from its shared flags).
-    const HELP_EXAMPLES: &'static str = "";
-
-    /// A paragraph for `--help` on what the engine is and how it behaves ("" for none).
-    const HELP_NOTES: &'static str = "";
-
-    /// True for an engine inside this process (see [`Engine::in_process`]); a server is not.
-    const IN_PROCESS: bool = false;
+    /// Its name, help and where it runs.
+    const ABOUT: About;
 
     /// A contender's client of the engine (cloned for each contender that shares it, with
     /// `--sessions`: a handle on one connection or session).
     type Client: Clone + Send + 'static;
 
-    /// Whether contenders may share its clients (`--sessions N`), and what one shared client
-    /// is; by default refused, as a client that keeps per-owner state cannot serve many.
-    const SESSIONS: Sharing =
-        Sharing::Refused("its clients are not known to serve several owners at once");
-
     /// Its algorithms, in the order they run and appear in tables.
     const ENTRIES: &'static [Entry<Self::Client>];
+}
+
+/// What an engine is, for `bench-harness list` and `--help`, and where it runs. Built by
+/// [`About::new`] and the methods that add what an engine has beyond a name.
+#[derive(Debug, Clone, Copy)]
+pub struct About {
+    /// The name `--backend` takes and result files carry.
+    pub name: &'static str,
+    /// One line for `bench-harness list`: what it is and how to point at it ("": a server
+    /// engine's, from its shared flags).
+    pub line: &'static str,
+    /// Whether contenders may share its clients (`--sessions N`), and what one shared client
+    /// is.
+    pub sessions: Sharing,
+    /// Example command lines for `--help` (see [`Engine::help_examples`]; "": a server
+    /// engine's, from its shared flags).
+    pub examples: &'static str,
+    /// A paragraph for `--help` on what the engine is and how it behaves ("" for none).
+    pub notes: &'static str,
+    /// True for an engine inside this process (see [`Engine::in_process`]); a server is not.
+    pub in_process: bool,
+}
+
+impl About {
+    /// A server engine named `name`, listed as `line`, whose clients contenders may share as
+    /// `sessions` says; no examples, no notes.
+    pub const fn new(name: &'static str, line: &'static str, sessions: Sharing) -> Self {
+        About { name, line, sessions, examples: "", notes: "", in_process: false }
+    }
+
+    /// With these example command lines for `--help`.
+    pub const fn examples(self, examples: &'static str) -> Self {
+        About { examples, ..self }
+    }
+
+    /// With this paragraph for `--help`.
+    pub const fn notes(self, notes: &'static str) -> Self {
+        About { notes, ..self }
+    }
+
+    /// Inside this process rather than a server.
+    pub const fn in_process(self) -> Self {
+        About { in_process: true, ..self }
+    }
 }
 
 /// The command-line options of an engine that has no flags of its own: it adds nothing to the
@@ -128,7 +153,7 @@ pub trait ParseOptions: Describe {
     fn address(&self, o: &Self::Options) -> String {
         match (Self::SERVER_FLAGS, o.server()) {
             (Some(flags), Some(server)) => flags.address(&server),
-            _ => Self::NAME.to_string(),
+            _ => Self::ABOUT.name.to_string(),
         }
     }
 
@@ -137,7 +162,7 @@ pub trait ParseOptions: Describe {
     fn describe(&self, o: &Self::Options, s: &AlgorithmSettings) -> String {
         match (Self::SERVER_FLAGS, o.server()) {
             (Some(flags), Some(server)) => flags.describe(&server, s.ttl),
-            _ => Self::NAME.to_string(),
+            _ => Self::ABOUT.name.to_string(),
         }
     }
 
@@ -207,9 +232,8 @@ pub trait ServerEngine: Send + Sync + 'static {
 }
 
 impl<E: ServerEngine> Describe for E {
-    const NAME: &'static str = E::FLAGS.name();
+    const ABOUT: About = About::new(E::FLAGS.name(), "", E::FLAGS.sessions);
     type Client = E::Client;
-    const SESSIONS: Sharing = E::FLAGS.sessions;
     const ENTRIES: &'static [Entry<E::Client>] = &[Entry::per_owner(E::FLAGS.algorithm)];
 }
 
@@ -245,7 +269,7 @@ pub trait Open: ParseOptions {
 /// it or checked ([`Engine::check_options`], which [`crate::config::RunConfig::validate`]
 /// calls), so a failure here is a bug, said loudly rather than run on defaults.
 fn typed<E: ParseOptions>(_engine: &E, options: &EngineOptions) -> E::Options {
-    options.decode(E::NAME).unwrap_or_else(|e| panic!("unchecked engine options: {e}"))
+    options.decode(E::ABOUT.name).unwrap_or_else(|e| panic!("unchecked engine options: {e}"))
 }
 
 fn erased<O: Options>(o: Option<O>) -> Option<EngineOptions> {
@@ -254,28 +278,28 @@ fn erased<O: Options>(o: Option<O>) -> Option<EngineOptions> {
 
 impl<E: Open> Engine for E {
     fn name(&self) -> &'static str {
-        E::NAME
+        E::ABOUT.name
     }
     fn about(&self) -> String {
         match E::SERVER_FLAGS {
-            Some(flags) if E::ABOUT.is_empty() => flags.about(),
-            _ => E::ABOUT.to_string(),
+            Some(flags) if E::ABOUT.line.is_empty() => flags.about(),
+            _ => E::ABOUT.line.to_string(),
         }
     }
     fn help_examples(&self) -> &'static str {
         match E::SERVER_FLAGS {
-            Some(flags) if E::HELP_EXAMPLES.is_empty() => flags.examples,
-            _ => E::HELP_EXAMPLES,
+            Some(flags) if E::ABOUT.examples.is_empty() => flags.examples,
+            _ => E::ABOUT.examples,
         }
     }
     fn help_notes(&self) -> &'static str {
-        E::HELP_NOTES
+        E::ABOUT.notes
     }
     fn in_process(&self) -> bool {
-        E::IN_PROCESS
+        E::ABOUT.in_process
     }
     fn sessions(&self) -> Sharing {
-        E::SESSIONS
+        E::ABOUT.sessions
     }
     fn algorithms(&self) -> Vec<&'static Algorithm> {
         Entry::algorithms(E::ENTRIES)
@@ -285,7 +309,7 @@ impl<E: Open> Engine for E {
         true
     }
     fn check_options(&self, options: &EngineOptions) -> Result<(), OptionsError> {
-        options.decode::<E::Options>(E::NAME).map(drop)
+        options.decode::<E::Options>(E::ABOUT.name).map(drop)
     }
     fn spawns_server(&self, options: &EngineOptions) -> bool {
         ParseOptions::spawns_server(self, &typed(self, options))
@@ -339,7 +363,7 @@ impl<E: Open> Engine for E {
         &'a self,
         setup: EngineSetup<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>> {
-        match setup.options.decode(E::NAME) {
+        match setup.options.decode(E::ABOUT.name) {
             Ok(options) => Box::pin(Open::open(self, options, setup)),
             Err(e) => Box::pin(async move { Err(e.to_string()) }),
         }

@@ -147,11 +147,9 @@ impl Connect for Dial<ZkConfig> {
     /// A session on the server, or through `via` (a contender's proxy). The recipe reads no
     /// clock, so a clock jump changes nothing.
     async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
-        let hosts = via.map_or_else(|| self.address.clone(), |a| a.to_string());
-        let config = ZkConfig { requests, ..self.config.clone() };
-        ZkBackend::connect_with(&hosts, config)
-            .await
-            .map_err(|e| FLAGS.unreachable(&hosts, "establish a session", e))
+        let hosts = self.target(via, |a| a.to_string());
+        let session = ZkBackend::connect_with(&hosts, ZkConfig { requests, ..self.config.clone() });
+        session.await.map_err(|e| FLAGS.unreachable(&hosts, "establish a session", e))
     }
 
     const OPENS_SESSION: Option<&'static str> = Some("connect");
