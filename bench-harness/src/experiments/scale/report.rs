@@ -11,8 +11,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The engine whose throughput the README sets over others', and those others.
-const RATIO: (&str, [&str; 2]) = ("service", ["etcd", "zookeeper"]);
+/// The algorithm whose throughput the README sets over others', and those others: etcd's and
+/// ZooKeeper's locks, and Redis's token lock (whose server the harness starts with its
+/// append-only file synced on every write, as the service syncs its log).
+const RATIO: (&str, [&str; 3]) = ("service", ["etcd", "zookeeper", "redis-token"]);
 
 /// Writes the chart and README.md from `s`, says so, and prints the table.
 pub(super) fn write_outputs(args: &ScaleArgs, s: &ScaleSummary, wall: Instant) -> Result<()> {
@@ -150,27 +152,29 @@ fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell) {
     };
     for den in dens {
         for topology in &topologies {
-            let at = |backend: &str, n: usize| {
+            let at = |algorithm: &str, n: usize| {
                 s.points.iter().find(|p| {
-                    p.backend.name() == backend
+                    p.algorithm == algorithm
                         && p.topology == *topology
                         && p.cell == cell
                         && p.clients == n
                 })
             };
+            let mut names = None;
             let cells: Vec<String> = s
                 .scenario
                 .clients
                 .iter()
                 .map(|&n| match (at(num, n), at(den, n)) {
                     (Some(a), Some(b)) if b.grants_per_second > 0.0 => {
+                        names = Some((a.series(), b.series()));
                         format!("{:.2}", a.grants_per_second / b.grants_per_second)
                     }
                     _ => "-".into(),
                 })
                 .collect();
-            if cells.iter().any(|c| c != "-") {
-                rows.push(format!("| {num}{topology} / {den}{topology} | {} |", cells.join(" | ")));
+            if let Some((a, b)) = names {
+                rows.push(format!("| {a} / {b} | {} |", cells.join(" | ")));
             }
         }
     }
@@ -178,7 +182,11 @@ fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell) {
         return;
     }
     let head: Vec<String> = s.scenario.clients.iter().map(|n| format!("{n} clients")).collect();
-    let _ = writeln!(md, "The service's grants per second over etcd's and ZooKeeper's:\n");
+    let _ = writeln!(
+        md,
+        "The service's grants per second over the other engines' at the same shape (one server, \
+         or a cluster of as many members; Redis's token lock on one server syncing every write):\n"
+    );
     let _ = writeln!(md, "| ratio | {} |", head.join(" | "));
     let _ = writeln!(md, "|---|{}", "---:|".repeat(head.len()));
     for r in rows {
@@ -319,9 +327,10 @@ mod tests {
 
     fn point(backend: &str, topology: &str, cell: Cell, clients: usize, gps: f64) -> ScalePoint {
         let backend = EngineRef::find(backend).unwrap();
+        let algorithm = *backend.algorithm_names().last().unwrap();
         ScalePoint {
             backend,
-            algorithm: backend.algorithm_names()[0].to_string(),
+            algorithm: algorithm.to_string(),
             topology: topology.into(),
             clock: ClockMode::Wall,
             cell,
@@ -357,6 +366,8 @@ mod tests {
                 points.push(point("zookeeper", "", cell, n, 200.0));
                 points.push(point("service", "×3", cell, n, 300.0));
                 points.push(point("zookeeper", "×3", cell, n, 600.0));
+                points.push(point("redis", "", cell, n, 1600.0));
+                points.push(point("redis", "sentinel", cell, n, 1600.0));
             }
         }
         let s = ScaleSummary {
@@ -382,6 +393,8 @@ mod tests {
         assert_eq!(md.matches("| service / zookeeper | 4.00 | 4.00 |").count(), 2, "{md}");
         assert_eq!(md.matches("| service×3 / zookeeper×3 | 0.50 | 0.50 |").count(), 2, "{md}");
         assert!(!md.contains("/ etcd"), "no etcd point, no etcd ratio: {md}");
+        assert_eq!(md.matches("| service / redis/redis-token | 0.50 | 0.50 |").count(), 2, "{md}");
+        assert!(!md.contains("/ redis sentinel"), "no service beside Sentinel: {md}");
         assert!(md.contains("| zookeeper×3 | 600 | 600 |"), "{md}");
         assert!(md.contains("| service | 0.50 / 40 | 0.50 / 40 |"), "{md}");
         let json = serde_json::to_string(&s).unwrap();
