@@ -61,7 +61,8 @@ pub struct About {
 }
 
 impl About {
-    /// A server engine named `name`, listed as `line`, whose clients contenders may share as
+    /// An engine named `name` (a server unless [`About::in_process`]), listed as `line`, whose
+    /// clients contenders may share as
     /// `sessions` says; no examples, no notes.
     pub const fn new(name: &'static str, line: &'static str, sessions: Sharing) -> Self {
         About { name, line, sessions, examples: "", notes: "", in_process: false }
