@@ -200,6 +200,11 @@
 //!   until the server expires it one session timeout after the restart. New sessions wait that
 //!   long for the lock. After a short outage grants resume on the old sessions once the
 //!   server answers again (`tests/restart.rs` checks both cases).
+//! - A server **restarted again before it has served for a session timeout** expires nothing:
+//!   each restart gives every session a whole timeout anew, so a session whose client gave up
+//!   keeps its znode, and the lock, until the restarts stop. On a loaded machine, where the
+//!   server takes seconds to serve after its port opens, a restart every 5 s (2 s down, a 4 s
+//!   session timeout) granted nothing for the 18 s left in the run.
 //!
 //! ## What a failure says
 //! Every [`LockError::Backend`] names what was being done, on which path, and carries a kind
