@@ -59,8 +59,15 @@
 //! guard of it is told [`LeaseState::Lost`] — before the server
 //! can expire the lease and grant the lock to someone else, as long as the two clocks run at
 //! the same rate. This is Go's `Session.Done()`, measured from the send time rather than the
-//! answer's arrival. A session that is over revokes its lease (best effort) so that its keys
-//! go at once; the backend's next request grants a new lease ([`EtcdBackend::sessions_made`]).
+//! answer's arrival. A session that is over revokes its lease so that its keys go at once:
+//! when its renewals went unanswered, as soon as the server answers again (sent again for ten
+//! TTLs, at least a minute). The server may well hold the lease still: etcd restarted with its
+//! data gives every lease its whole TTL again, so a server restarted within each TTL would
+//! otherwise keep a holder's key, and the lock, for as long as the restarts went on (seen
+//! with a restart every 5 s and a 4 s lease: nothing granted for 14 s). With authentication
+//! that revoke is refused while the lease has keys (below), and the lease expires one TTL
+//! after the server is back. The backend's next request grants a new lease
+//! ([`EtcdBackend::sessions_made`]).
 //! A waiter whose lease ends fails with [`LockError::LeaseLost`]: its place was a key of that
 //! lease, and a new key would go to the back of the queue, so the caller decides.
 //!
@@ -226,7 +233,7 @@
 //! | lock after waiting behind one or more holders, and release | 7: `Txn`, `Range` (the predecessor), `Watch` (on it), `Range` (none left before ours), `Range` (our key, step 4), `Watch` (our own key, in the background), `DeleteRange` |
 //! | soft lock refused | 2: `Txn`, `DeleteRange` |
 //! | connect | `Authenticate` (with credentials), `Range` (the lock root, the access check), then the session's |
-//! | a session (lease) | `LeaseGrant`, then one `LeaseKeepAlive` when the keep-alive stream opens and one every TTL/3; `LeaseRevoke` when the backend is dropped |
+//! | a session (lease) | `LeaseGrant`, then one `LeaseKeepAlive` when the keep-alive stream opens and one every TTL/3; `LeaseRevoke` when the backend is dropped, or (until one is answered) once its renewals went unanswered for the TTL |
 //! | a holder's key deleted by someone else | `LeaseTimeToLive` (who deleted it) |
 //!
 //! A waiter costs the same however long the queue ahead of it: it watches its predecessor

@@ -223,6 +223,11 @@ async fn keep_alive(
              the server may have expired it, and deleted its keys"
         )
     };
+    // Given up by our own clock, not by the server: revoke it once the server answers again.
+    let lapse = |ttl: Duration| {
+        tokio::spawn(revoke_lapsed(client.clone(), lease, ttl, requests.clone()));
+        over(lapsed(ttl))
+    };
     loop {
         // One keep-alive stream; a broken one is opened again until the lease may have lapsed.
         let sent = Instant::now();
@@ -231,7 +236,7 @@ async fn keep_alive(
         let opened =
             tokio::time::timeout_at(safe_until, client.lease_client().keep_alive(lease)).await;
         let (mut keeper, mut answers) = match opened {
-            Err(_) => return over(lapsed(ttl)),
+            Err(_) => return lapse(ttl),
             Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) => {
                 return over(format!(
                     "etcd at {endpoints} says lease {lease:x} is gone ({e}): its keys are deleted"
@@ -259,7 +264,7 @@ async fn keep_alive(
             // Counted once on the stream: a closed stream took nothing.
             Rpc::LeaseKeepAlive.sent(&requests);
             match tokio::time::timeout_at(safe_until, answers.message()).await {
-                Err(_) => return over(lapsed(ttl)),
+                Err(_) => return lapse(ttl),
                 Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
                     ttl = Duration::from_secs(answer.ttl() as u64);
                     safe_until = sent + ttl;
@@ -273,7 +278,34 @@ async fn keep_alive(
             }
         }
         if Instant::now() >= safe_until {
-            return over(lapsed(ttl));
+            return lapse(ttl);
         }
+    }
+}
+
+/// Revoke a lease whose keep-alives went unanswered for its TTL, until the server answers.
+///
+/// The holder stopped counting on the lease, but the server may still hold it: etcd restarted
+/// with its data gives every lease it knew its whole TTL again, so a server restarted again
+/// within each TTL never expires a lease nobody renews, and its keys, a holder's among them,
+/// keep the lock from everyone until the restarts stop. A revoke that reaches the server ends
+/// the lease (or learns it is gone already) at once. It is sent again every [`RETRY_PAUSE`],
+/// doubling up to 1 s, for at most ten TTLs and never less than a minute; a server down for
+/// longer expires the lease one TTL after it serves again.
+async fn revoke_lapsed(client: Client, lease: i64, ttl: Duration, requests: RequestHook) {
+    let until = Instant::now() + (ttl * 10).max(Duration::from_secs(60));
+    let mut pause = RETRY_PAUSE;
+    while Instant::now() < until {
+        Rpc::LeaseRevoke.sent(&requests);
+        match tokio::time::timeout(ttl, client.lease_client().revoke(lease)).await {
+            // Revoked, or an answer that asking again cannot change (no such lease: expired,
+            // or revoked already; a refused credential).
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) if !kind_of(&e).is_transient() => return,
+            // Unreachable, or no answer in time.
+            _ => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
     }
 }
