@@ -196,15 +196,16 @@
 //!   error only once its deadline passes (or, without one, after 30 s of failures). A plain
 //!   create ([`NodeNaming::Plain`]) whose answer was lost is not retried: the request fails.
 //! - After an outage **longer** than 1.4 session timeouts the client has given the session up,
-//!   but the restarted server has restored it: its znodes, the old holder's lock included, stay
-//!   until the server expires it one session timeout after the restart. New sessions wait that
-//!   long for the lock. After a short outage grants resume on the old sessions once the
-//!   server answers again (`tests/restart.rs` checks both cases).
-//! - A server **restarted again before it has served for a session timeout** expires nothing:
-//!   each restart gives every session a whole timeout anew, so a session whose client gave up
-//!   keeps its znode, and the lock, until the restarts stop. On a loaded machine, where the
-//!   server takes seconds to serve after its port opens, a restart every 5 s (2 s down, a 4 s
-//!   session timeout) granted nothing for the 18 s left in the run.
+//!   but the restarted server has restored it, with a whole session timeout, and its znodes,
+//!   the old holder's lock included. Left alone, new sessions would wait that long for the
+//!   lock, and a server restarted again within each timeout would expire nothing until the
+//!   restarts stopped (on a loaded machine, where the server takes seconds to serve after its
+//!   port opens, a restart every 5 s with 2 s down and a 4 s timeout granted nothing for the
+//!   18 s left in a run). So the backend connects to the session it gave up as soon as a
+//!   server answers, and closes it, which deletes its znodes at once; a server that has
+//!   expired it says so, and there is nothing to do (tried for ten session timeouts, at least
+//!   a minute). After a short outage grants resume on the old sessions once the server
+//!   answers again (`tests/restart.rs` checks both cases).
 //!
 //! ## What a failure says
 //! Every [`LockError::Backend`] names what was being done, on which path, and carries a kind

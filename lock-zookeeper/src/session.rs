@@ -149,29 +149,9 @@ pub(crate) async fn open_session(
     config: &ZkConfig,
 ) -> Result<Session, LockError> {
     let acl = Arc::new(node_acl(config)?);
-    let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
-    let identity: Arc<str> = match &config.credentials {
-        Some(c) => {
-            let pair = format!("{}:{}", c.user, c.password.expose());
-            connector = connector.with_auth("digest", pair.as_bytes());
-            format!("digest user '{}'", c.user).into()
-        }
-        None => "an unauthenticated session".into(),
-    };
-    let secure = match &config.tls {
-        Some(files) => {
-            connector = connector.with_tls(tls::options(files)?);
-            true
-        }
-        None => false,
-    };
-    let connect = async move {
-        match secure {
-            true => connector.secure_connect(hosts).await,
-            false => connector.connect(hosts).await,
-        }
-    };
-    let connect = tokio::time::timeout(config.connect_timeout, connect);
+    let connector = Connector::of(config)?;
+    let identity = connector.identity.clone();
+    let connect = tokio::time::timeout(config.connect_timeout, connector.connect(hosts));
     // A connect that has no session soon: do the servers refuse this client's TLS, or its
     // plain text (crate docs, "TLS")?
     let attempt = tokio::select! {
@@ -201,6 +181,12 @@ pub(crate) async fn open_session(
     // The client's connect request, counted once the session is established: attempts that
     // reach no server send none.
     config.requests.sent(SESSIONS, "connect");
+    tokio::spawn(close_if_given_up(
+        client.state_watcher(),
+        client.session().clone(),
+        hosts.clone(),
+        config.clone(),
+    ));
     let timeout = client.session_timeout();
     let requests = config.requests.clone();
     Ok(Session {
@@ -213,6 +199,93 @@ pub(crate) async fn open_session(
         identity,
         watch_holder: config.watch_holder,
     })
+}
+
+/// How this backend connects: the driver's connector with the session timeout, credentials
+/// and TLS of its configuration.
+struct Connector {
+    connector: zk::Connector,
+    secure: bool,
+    /// Whom it authenticates as, for refusals (`digest user 'u'`, or `no credentials`).
+    identity: Arc<str>,
+}
+
+impl Connector {
+    fn of(config: &ZkConfig) -> Result<Self, LockError> {
+        let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+        let identity: Arc<str> = match &config.credentials {
+            Some(c) => {
+                let pair = format!("{}:{}", c.user, c.password.expose());
+                connector = connector.with_auth("digest", pair.as_bytes());
+                format!("digest user '{}'", c.user).into()
+            }
+            None => "an unauthenticated session".into(),
+        };
+        let secure = match &config.tls {
+            Some(files) => {
+                connector = connector.with_tls(tls::options(files)?);
+                true
+            }
+            None => false,
+        };
+        Ok(Connector { connector, secure, identity })
+    }
+
+    async fn connect(self, hosts: &str) -> Result<zk::Client, zk::Error> {
+        match self.secure {
+            true => self.connector.secure_connect(hosts).await,
+            false => self.connector.connect(hosts).await,
+        }
+    }
+}
+
+/// Wait for the end of the session `states` watches; if the client gave it up (`Expired`),
+/// connect to it again as `info` and close it, which deletes its znodes.
+///
+/// The client gives a session up when it has reached no server for 1.4 session timeouts, but
+/// the server may still hold it: ZooKeeper restarted with its data gives every session it knew
+/// a whole timeout again, so a server restarted within each timeout never expires a session
+/// nobody renews, and its znodes, a holder's among them, keep the lock from everyone until the
+/// restarts stop. Connecting to the session again revives it only to close it; a server that
+/// no longer has it says so (`SessionExpired`) and there is nothing to do. Tried again every
+/// [`RETRY_PAUSE`], doubling up to 1 s, for at most ten session timeouts and never less than a
+/// minute; a server down for longer expires the session one timeout after it serves again.
+async fn close_if_given_up(
+    mut states: zk::StateWatcher,
+    info: zk::SessionInfo,
+    hosts: Arc<str>,
+    config: ZkConfig,
+) {
+    let mut state = states.peek_state();
+    while !state.is_terminated() {
+        state = states.changed().await;
+    }
+    if state != zk::SessionState::Expired {
+        return;
+    }
+    let until =
+        tokio::time::Instant::now() + (config.session_timeout * 10).max(Duration::from_secs(60));
+    let mut pause = RETRY_PAUSE;
+    while tokio::time::Instant::now() < until {
+        let Ok(Connector { connector, secure, identity }) = Connector::of(&config) else {
+            return;
+        };
+        let again = Connector { connector: connector.with_session(info.clone()), secure, identity };
+        match tokio::time::timeout(config.connect_timeout, again.connect(&hosts)).await {
+            Ok(Ok(client)) => {
+                config.requests.sent(SESSIONS, "connect");
+                config.requests.sent(SESSIONS, "close");
+                // The last client of a session closes it when dropped.
+                drop(client);
+                return;
+            }
+            Ok(Err(zk::Error::SessionExpired)) => return,
+            Ok(Err(e)) if !kind_of(&e).is_transient() => return,
+            _ => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
 }
 
 /// Wait until `session` is connected; false if it ended instead.

@@ -131,7 +131,7 @@ async fn holder_is_told_at_the_disconnection_and_keeps_its_znode_across_a_short_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_gets_a_new_session()
 {
-    let session = Duration::from_secs(2);
+    let session = Duration::from_secs(6);
     let mut server = ZkServer::start();
     let a = backend(&server, session).await;
     let b = backend(&server, session).await;
@@ -192,8 +192,10 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
     blocking(|| server.start_again());
     let answering = Instant::now();
-    // The restarted server restores a's old session for one more session timeout, then expires
-    // it and its znode; b's backend, on a new session, then gets the lock.
+    // The restarted server restores a's old session for one more session timeout, which would
+    // keep a's znode, and the lock, that long (and for ever, were the server restarted within
+    // each timeout); a's backend connects to the session it gave up and closes it, and b's
+    // backend, on a new session, gets the lock.
     let granted = loop {
         match waiter.lock("long", Some(Duration::from_secs(20))).await {
             Ok(g) => break g,
@@ -210,6 +212,7 @@ async fn after_an_outage_longer_than_the_session_a_waiter_fails_and_the_backend_
         b.sessions_made()
     );
     assert_eq!(b.sessions_made(), 2, "b's backend replaced its expired session");
+    assert!(took < session, "a's session was left to expire: granted after {took:?}");
     granted.release().await.unwrap();
     drop(holder);
 }
