@@ -338,7 +338,9 @@ impl Node {
             leader: m.current_leader,
             leader_addr,
             term: m.current_term,
-            applied: m.last_applied.map(|l| l.index),
+            // The state machine's own: openraft's metrics publish it only after the replies
+            // of the entries have gone out, so a client could see its grant before this did.
+            applied: self.sm.read(|a| a.last.map(|l| l.index)),
             sessions: self.sm.read(|a| a.table.session_count()),
             forced_releases: self.sm.read(|a| a.table.forced_releases()),
         }
