@@ -63,8 +63,8 @@
 //! when its renewals went unanswered, as soon as the server answers again (sent again for ten
 //! TTLs, at least a minute). The server may well hold the lease still: etcd restarted with its
 //! data gives every lease its whole TTL again, so a server restarted within each TTL would
-//! otherwise keep a holder's key, and the lock, for as long as the restarts went on (seen
-//! with a restart every 5 s and a 4 s lease: nothing granted for 14 s). With authentication
+//! otherwise keep a holder's key, and the lock, for as long as the restarts went on. With
+//! authentication
 //! that revoke is refused while the lease has keys (below), and the lease expires one TTL
 //! after the server is back. The backend's next request grants a new lease
 //! ([`EtcdBackend::sessions_made`]).

@@ -200,8 +200,8 @@
 //!   the old holder's lock included. Left alone, new sessions would wait that long for the
 //!   lock, and a server restarted again within each timeout would expire nothing until the
 //!   restarts stopped (on a loaded machine, where the server takes seconds to serve after its
-//!   port opens, a restart every 5 s with 2 s down and a 4 s timeout granted nothing for the
-//!   18 s left in a run). So the backend connects to the session it gave up as soon as a
+//!   port opens, restarts a few seconds apart are enough). So the backend connects to the
+//!   session it gave up as soon as a
 //!   server answers, and closes it, which deletes its znodes at once; a server that has
 //!   expired it says so, and there is nothing to do (tried for ten session timeouts, at least
 //!   a minute). After a short outage grants resume on the old sessions once the server
