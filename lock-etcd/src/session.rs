@@ -19,6 +19,7 @@ use crate::rpc::Rpc;
 use crate::{backend_err, kind_of, said, EtcdConfig};
 use etcd_client::Client;
 use lock_core::requests::RequestHook;
+use lock_core::retry::{Backoff, Retries};
 use lock_core::{BackendErrorKind, LockError};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -289,23 +290,20 @@ async fn keep_alive(
 /// with its data gives every lease it knew its whole TTL again, so a server restarted again
 /// within each TTL never expires a lease nobody renews, and its keys, a holder's among them,
 /// keep the lock from everyone until the restarts stop. A revoke that reaches the server ends
-/// the lease (or learns it is gone already) at once. It is sent again every [`RETRY_PAUSE`],
-/// doubling up to 1 s, for at most ten TTLs and never less than a minute; a server down for
-/// longer expires the lease one TTL after it serves again.
+/// the lease (or learns it is gone already) at once. Its transient failures are retried
+/// ([`lock_core::retry`], from [`RETRY_PAUSE`] doubling up to 1 s) for at most ten TTLs and
+/// never less than a minute; a server down for longer expires the lease one TTL after it
+/// serves again. Any other answer (no such lease; a refused credential) ends it.
 async fn revoke_lapsed(client: Client, lease: i64, ttl: Duration, requests: RequestHook) {
     let until = Instant::now() + (ttl * 10).max(Duration::from_secs(60));
-    let mut pause = RETRY_PAUSE;
-    while Instant::now() < until {
+    let backoff = Backoff { first: RETRY_PAUSE, ..Backoff::default() };
+    let revoke = || async {
         Rpc::LeaseRevoke.sent(&requests);
         match tokio::time::timeout(ttl, client.lease_client().revoke(lease)).await {
-            // Revoked, or an answer that asking again cannot change (no such lease: expired,
-            // or revoked already; a refused credential).
-            Ok(Ok(_)) => return,
-            Ok(Err(e)) if !kind_of(&e).is_transient() => return,
-            // Unreachable, or no answer in time.
-            _ => {}
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(backend_err(kind_of(&e), e)),
+            Err(_) => Err(backend_err(BackendErrorKind::Timeout, "no answer to LeaseRevoke")),
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
+    };
+    let _ = Retries::new(backoff, Some(until)).run(revoke).await;
 }

@@ -5,6 +5,7 @@ use crate::error::{backend_err, caused, driver_err, kind_of};
 use crate::op::{Op, SESSIONS, ZNODES};
 use crate::{tls, NodeAcl, ZkConfig};
 use lock_core::requests::RequestHook;
+use lock_core::retry::{Backoff, Retries};
 use lock_core::{BackendErrorKind, LockError};
 use std::fmt::Display;
 use std::future::Future;
@@ -247,9 +248,10 @@ impl Connector {
 /// a whole timeout again, so a server restarted within each timeout never expires a session
 /// nobody renews, and its znodes, a holder's among them, keep the lock from everyone until the
 /// restarts stop. Connecting to the session again revives it only to close it; a server that
-/// no longer has it says so (`SessionExpired`) and there is nothing to do. Tried again every
-/// [`RETRY_PAUSE`], doubling up to 1 s, for at most ten session timeouts and never less than a
-/// minute; a server down for longer expires the session one timeout after it serves again.
+/// no longer has it says so (`SessionExpired`) and there is nothing to do. Transient failures
+/// are retried ([`lock_core::retry`], from [`RETRY_PAUSE`] doubling up to 1 s) for at most ten
+/// session timeouts and never less than a minute; a server down for longer expires the session
+/// one timeout after it serves again.
 async fn close_if_given_up(
     mut states: zk::StateWatcher,
     info: zk::SessionInfo,
@@ -265,11 +267,9 @@ async fn close_if_given_up(
     }
     let until =
         tokio::time::Instant::now() + (config.session_timeout * 10).max(Duration::from_secs(60));
-    let mut pause = RETRY_PAUSE;
-    while tokio::time::Instant::now() < until {
-        let Ok(Connector { connector, secure, identity }) = Connector::of(&config) else {
-            return;
-        };
+    let backoff = Backoff { first: RETRY_PAUSE, ..Backoff::default() };
+    let close = || async {
+        let Connector { connector, secure, identity } = Connector::of(&config)?;
         let again = Connector { connector: connector.with_session(info.clone()), secure, identity };
         match tokio::time::timeout(config.connect_timeout, again.connect(&hosts)).await {
             Ok(Ok(client)) => {
@@ -277,15 +277,14 @@ async fn close_if_given_up(
                 config.requests.sent(SESSIONS, "close");
                 // The last client of a session closes it when dropped.
                 drop(client);
-                return;
+                Ok(())
             }
-            Ok(Err(zk::Error::SessionExpired)) => return,
-            Ok(Err(e)) if !kind_of(&e).is_transient() => return,
-            _ => {}
+            Ok(Err(zk::Error::SessionExpired)) => Ok(()),
+            Ok(Err(e)) => Err(driver_err(format!("closing a given-up session at {hosts}: {e}"), e)),
+            Err(_) => Err(backend_err(BackendErrorKind::Timeout, "no session to close in time")),
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
+    };
+    let _ = Retries::new(backoff, Some(until)).run(close).await;
 }
 
 /// Wait until `session` is connected; false if it ended instead.
