@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod support;
+use crate::support;
 use support::{run_checked, scratch, BIN};
 
 fn dir(name: &str) -> std::path::PathBuf {

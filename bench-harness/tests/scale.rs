@@ -2,7 +2,7 @@
 //! node the harness starts, every figure read back from the files it wrote; and a server it
 //! cannot start, which fails naming what to install.
 
-mod support;
+use crate::support;
 
 use bench_harness::config::ClockMode;
 use bench_harness::engines::EngineRef;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-mod support;
+use crate::support;
 use support::{run_checked, windows, BIN};
 
 fn scratch(name: &str) -> PathBuf {

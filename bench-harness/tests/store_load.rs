@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-mod support;
+use crate::support;
 use support::run_checked;
 
 fn scratch(name: &str) -> PathBuf {

@@ -2,8 +2,6 @@
 //! the lightweight-transaction lock lwt), on a real Cassandra or
 //! ScyllaDB cluster. Runs only when `LOCK_TEST_CASSANDRA=host:port` names one (no server can be
 //! started here); without it each test says so and returns.
-#[macro_use]
-mod support;
 
 use lock_cassandra::fixture::{CassandraFixture, ENV_TEST_NODES};
 

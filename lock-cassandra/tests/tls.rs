@@ -17,9 +17,6 @@
 //! - With `LOCK_TEST_CASSANDRA` and `LOCK_TEST_CASSANDRA_CA`, the conformance suite runs over
 //!   TLS on that cluster (`mod over_tls`); without them each of its tests says it was not run.
 
-#[macro_use]
-mod support;
-
 use lock_cassandra::fixture::{CassandraFixture, ENV_TEST_CA, ENV_TEST_NODES};
 use lock_cassandra::{CassandraConfig, CassandraStore};
 use lock_core::store::StoreError;

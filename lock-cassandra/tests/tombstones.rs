@@ -9,7 +9,7 @@
 //!
 //! ```sh
 //! LOCK_TEST_CASSANDRA=127.0.0.1:9042 LOCK_TEST_SOAK_SECS=3600 \
-//!     cargo test -p lock-cassandra --test tombstones -- --nocapture
+//!     cargo test -p lock-cassandra --test integration tombstones:: -- --nocapture
 //! ```
 //!
 //! After each lock's run the test reads its queue row once more with tracing on, exactly as

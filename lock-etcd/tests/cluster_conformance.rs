@@ -16,7 +16,7 @@
 //! Its members are killed when the binary exits (test-servers arms `PR_SET_PDEATHSIG` on a
 //! thread that lives as long as each member; the static cluster is never dropped).
 
-mod support;
+use crate::support;
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};

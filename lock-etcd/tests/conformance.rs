@@ -1,7 +1,7 @@
 //! The shared conformance suite for etcd's Mutex against a real etcd server: lease TTL 2 s,
 //! each contender on its own backend (client and lease) through a proxy that can cut it off.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! attempts, a stalled holder told before its lease can expire, and clear errors for an
 //! unreachable server and impossible settings.
 
-mod support;
+use crate::support;
 
 use etcd_client::{Client, GetOptions};
 use lock_core::{BackendErrorKind, LeaseState, LockError, Locker};

@@ -3,7 +3,7 @@
 //! of the test's own received by its metrics: each RPC once, nothing left out, nothing counted
 //! twice.
 
-mod support;
+use crate::support;
 
 use lock_core::requests::RequestTally;
 use lock_core::Locker;

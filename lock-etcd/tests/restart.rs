@@ -8,7 +8,7 @@
 //! server keeps its data directory across the restart, as a real one does. Run with
 //! `--nocapture` to see how long the grants took to resume.
 
-mod support;
+use crate::support;
 
 use lock_core::{LeaseState, LockError, Locker};
 use lock_etcd::EtcdBackend;

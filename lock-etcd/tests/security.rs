@@ -8,7 +8,7 @@
 //! cover the lock root; strangers refused when they delete a holder's key. On the open etcd of
 //! `test_servers::shared_etcd`, the same deletion succeeds, and the holder is told.
 
-mod support;
+use crate::support;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget};
 use lock_core::requests::RequestTally;

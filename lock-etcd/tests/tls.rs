@@ -10,7 +10,7 @@
 //!   without a token is the user its certificate's common name names;
 //! - `password_server`: TLS without client certificates, clients authenticate by password.
 
-mod support;
+use crate::support;
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};

@@ -213,8 +213,11 @@ async fn two_processes_on_loopback_ring_each_others_doorbells() {
     }
     let bells = UdpDoorbells::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let bell = bells.listen("L", "parent", "t-parent");
+    // This test's name as the harness knows it: its module path without the binary's name.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let name = format!("{module}::two_processes_on_loopback_ring_each_others_doorbells");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["two_processes_on_loopback_ring_each_others_doorbells", "--exact", "--nocapture"])
+        .args([name.as_str(), "--exact", "--nocapture"])
         .env("PUSH_DOORBELL_PARENT", bells.address())
         .stdout(std::process::Stdio::piped())
         .spawn()

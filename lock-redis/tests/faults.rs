@@ -1,7 +1,7 @@
 //! The jedis-lock algorithm's known faults, shown against a real `redis-server`, and the token
 //! lock beside it in the same situations; plus connection failures and configuration errors.
 
-mod support;
+use crate::support;
 
 use lock_core::conformance::Fixture as _;
 use lock_core::time::{LocalClock, PhysicalClock};

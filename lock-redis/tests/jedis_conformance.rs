@@ -1,7 +1,7 @@
 //! The shared conformance suite for the jedis-lock algorithm (seed 001) against a real
 //! `redis-server`: expiry 2 s, renewal every 1 s, retry every 100 ms, one clock for all.
 
-mod support;
+use crate::support;
 
 use lock_redis::{JedisConfig, Variant};
 use std::time::Duration;

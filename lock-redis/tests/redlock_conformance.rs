@@ -4,7 +4,7 @@
 //! every other check is Redlock's own. `redlock_fenced_conformance.rs` runs the fenced
 //! variant unwrapped.
 
-mod redlock_support;
+use crate::redlock_support;
 
 use lock_redis::RedlockVariant;
 use redlock_support::{config, RedlockFixture};

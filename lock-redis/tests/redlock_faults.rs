@@ -14,7 +14,7 @@
 //!
 //! Run with `--nocapture` to see the overlaps measured.
 
-mod redlock_support;
+use crate::redlock_support;
 
 use lock_core::conformance::{assert_exclusive, contended_holds, Fixture};
 use lock_core::{LeaseState, LockGuard, Locker};

@@ -2,7 +2,7 @@
 //! majority (`redlock-fenced`) on five real masters: TTL 2 s, extension every 1 s, retries
 //! within 50 ms.
 
-mod redlock_support;
+use crate::redlock_support;
 
 use lock_redis::RedlockVariant;
 use redlock_support::{config, RedlockFixture};

@@ -3,8 +3,8 @@
 //! test's own, and against what the servers themselves counted (`INFO commandstats`): each
 //! command once, nothing left out, nothing counted twice.
 
-mod sentinel_support;
-mod support;
+use crate::sentinel_support;
+use crate::support;
 
 use lock_core::requests::{RequestHook, RequestTally};
 use lock_core::Locker;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_servers::RedisServer;
 
-mod support;
+use crate::support;
 use support::until_ok;
 
 /// Connect and response timeouts of the contenders' backends: a request during the outage must

@@ -3,7 +3,7 @@
 //! (`lock_redis::ACL_COMMANDS`) on its key prefix: TTL 2 s, renewal every 1 s, retry every
 //! 50 ms, tracking on (the default).
 
-mod support;
+use crate::support;
 
 use lock_redis::{TokenConfig, Variant};
 use std::time::Duration;

@@ -13,7 +13,7 @@
 //! - Tracking across a reconnect: re-armed on the new connection, and while there is none the
 //!   holder falls back to its renewal.
 
-mod support;
+use crate::support;
 
 use lock_core::secret::{Credentials, Secret};
 use lock_core::{BackendError, BackendErrorKind, LeaseState, LockError, LockGuard, Locker};

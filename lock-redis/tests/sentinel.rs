@@ -2,7 +2,7 @@
 //! the master, both single-server locks on it, and bad input refused fast with clear errors.
 //! Failovers are `tests/sentinel_failover.rs`; the safety finding `tests/sentinel_safety.rs`.
 
-mod sentinel_support;
+use crate::sentinel_support;
 
 use lock_core::{LockError, Locker};
 use lock_redis::{JedisConfig, RedisBackend, TokenConfig};

@@ -27,7 +27,7 @@
 //! exits (test-servers arms `PR_SET_PDEATHSIG` on a thread that lives as long as each process;
 //! the static cluster is never dropped).
 
-mod sentinel_support;
+use crate::sentinel_support;
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};

@@ -4,7 +4,7 @@
 //! 2 replicas, 3 Sentinels; Sentinel deems a master down after 2 s). Run with `--nocapture`
 //! for the figures.
 
-mod sentinel_support;
+use crate::sentinel_support;
 
 use lock_core::{LeaseState, Locker};
 use lock_redis::TokenConfig;

@@ -6,7 +6,7 @@
 //! replicated keeps the second client out. Each test has a cluster of its own (a master, 2
 //! replicas, 3 Sentinels); run with `--nocapture` for the figures.
 
-mod sentinel_support;
+use crate::sentinel_support;
 
 use lock_core::{LeaseState, Locker};
 use lock_redis::TokenConfig;

@@ -12,7 +12,7 @@
 //! - jedis-lock and Redlock (three TLS masters) work over TLS too, and a missing CA file or a
 //!   `redis://` URL with TLS set is a [`LockError::Config`].
 
-mod support;
+use crate::support;
 
 use lock_core::secret::{Credentials, Secret};
 use lock_core::tls::TlsFiles;

@@ -1,7 +1,7 @@
 //! The shared conformance suite for the token lock (`SET NX PX` + Lua) against a real
 //! `redis-server`: TTL 2 s, renewal every 1 s, retry every 50 ms.
 
-mod support;
+use crate::support;
 
 use lock_redis::{TokenConfig, Variant};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! grant must not be handed to the new one once it has been given away. Found by the nemesis
 //! test, where a contender was told "granted, token 2651" after another had held token 2941.
 
-mod support;
+use crate::support;
 
 use lock_core::conformance::{assert_exclusive, Hold, HoldLog};
 use lock_core::requests::RequestTally;

@@ -1,7 +1,7 @@
 //! Bad input and failure: each is a clear error naming its cause within seconds, never a
 //! hang, and a malformed request leaves the server serving everyone else.
 
-mod support;
+use crate::support;
 
 use clap::Parser;
 use lock_core::{LockError, Locker};

@@ -5,7 +5,7 @@
 //! leader (none is told `NotLeader`), and a bystander's acquires of another lock during the
 //! burst are served promptly.
 
-mod support;
+use crate::support;
 
 use lock_core::Locker;
 use lock_service::client::{ClientConfig, ServiceClient};

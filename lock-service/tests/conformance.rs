@@ -6,7 +6,7 @@
 //! lost-lease scenarios thus cut one contender off from the whole cluster, as a crash or a
 //! partition of that client would. Every scenario of the suite runs; none is skipped.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::ServiceFixture;

@@ -3,8 +3,6 @@
 //! connections each holding half a frame cost about what was sent of them, all of it given
 //! back when they close.
 
-mod support;
-
 use lock_core::Locker;
 use lock_service::client::{ClientConfig, ServiceClient};
 use lock_service::proto::{self, ClientFrame, Reply, Request, ServerFrame, MAX_CLIENT_FRAME};

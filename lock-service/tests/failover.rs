@@ -3,7 +3,7 @@
 //! new leader within its TTL), nobody else is granted it meanwhile, and the next grant's
 //! fencing token is greater.
 
-mod support;
+use crate::support;
 
 use lock_core::{LockGuard, Locker};
 use lock_service::client::{ClientConfig, ServiceClient, ServiceLocker};

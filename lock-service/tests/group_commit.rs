@@ -2,7 +2,7 @@
 //! (far fewer entries are applied than commands were committed), each command still gets its
 //! own answer, and the tokens stay distinct and rise for every lock.
 
-mod support;
+use crate::support;
 
 use lock_service::proto::{
     decode, encode, read_bytes, send, ClientFrame, Reply, Request, ServerFrame, MAX_SERVER_FRAME,

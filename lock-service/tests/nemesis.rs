@@ -5,7 +5,7 @@
 //! failover), and the lock must keep being granted after every failover. The full-length run
 //! is the harness's `safety` command (leader faults on `--spawn-service=3`).
 
-mod support;
+use crate::support;
 
 use lock_core::conformance::{assert_exclusive, Hold, HoldLog};
 use lock_core::Locker;

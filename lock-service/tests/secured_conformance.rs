@@ -3,7 +3,7 @@
 //! (`support::SecuredCluster`). Otherwise as `tests/conformance.rs`: each contender reaches
 //! every node through proxies of its own, which the suite cuts to crash or partition it.
 
-mod support;
+use crate::support;
 
 use std::sync::OnceLock;
 use std::time::Duration;

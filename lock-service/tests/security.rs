@@ -5,7 +5,7 @@
 //! conformance suite on a secured 3-node cluster of real processes is in
 //! `tests/secured_conformance.rs`.
 
-mod support;
+use crate::support;
 
 use lock_core::secret::{Credentials, Secret};
 use lock_core::tls::TlsFiles;

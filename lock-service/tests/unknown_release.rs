@@ -4,7 +4,7 @@
 //! contender whose release met "no leader answered within 5s" was told "granted, token 857"
 //! twice in a row.
 
-mod support;
+use crate::support;
 
 use lock_core::{LockError, LockGuard, Locker};
 use lock_service::client::{ClientConfig, ServiceClient, ServiceLocker};

@@ -1,7 +1,7 @@
 //! The shared conformance suite for the ZooKeeper recipe (seed 004) against a real ZooKeeper
 //! server: session timeout 2 s (the "TTL"), each contender on its own session.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@
 //! binary exits (test-servers arms `PR_SET_PDEATHSIG` on a thread that lives as long as each
 //! server; the static ensemble is never dropped).
 
-mod support;
+use crate::support;
 
 use async_trait::async_trait;
 use lock_core::conformance::{Fixture, Mode};

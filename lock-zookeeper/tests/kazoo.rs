@@ -8,7 +8,7 @@
 //! `scripts/test.sh` installs Debian's `python3-kazoo` when no Python on the machine has
 //! kazoo. Without it the tests fail saying what to install; they never pass unrun.
 
-mod support;
+use crate::support;
 
 use lock_core::{LockGuard, Locker};
 use lock_zookeeper::{Guids, NodeNaming, ZkBackend, ZkConfig, ZkLockOptions};

@@ -8,7 +8,7 @@
 //! (nothing lands). Closing its connections then makes the client see the connection lost with
 //! the create outstanding, as after a network failure, and reconnect within its session.
 
-mod support;
+use crate::support;
 
 use lock_core::{LockError, Locker};
 use lock_zookeeper::{Guids, NodeNaming, ZkBackend, ZkConfig, ZkLockOptions};

@@ -2,7 +2,7 @@
 //! (no herd), first-come-first-served grants, session loss, clean timeouts and cancellation,
 //! connection failures.
 
-mod support;
+use crate::support;
 
 use lock_core::{LeaseState, LockError, LockGuard, Locker};
 use lock_zookeeper::{Guids, NodeNaming, ZkBackend, ZkConfig, ZkLockOptions};

@@ -3,7 +3,7 @@
 //! packets a server of the test's own received: each request once, nothing left out, nothing
 //! counted twice.
 
-mod support;
+use crate::support;
 
 use lock_core::requests::RequestTally;
 use lock_core::Locker;

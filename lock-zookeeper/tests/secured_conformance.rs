@@ -3,7 +3,7 @@
 //! docs, "Credentials and ACLs"): what a user who secures the lock path gets. One seed: the
 //! open path's suite (`tests/conformance.rs`) runs three.
 
-mod support;
+use crate::support;
 
 use lock_core::secret::{Credentials, Secret};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! once; with digest credentials and the creator-only ACL the stranger is refused, and so is a
 //! contender with the wrong password, with an error that says whose identity was refused.
 
-mod support;
+use crate::support;
 
 use lock_core::secret::{Credentials, Secret};
 use lock_core::{BackendErrorKind, LeaseState, LockError, LockGuard, Locker};

@@ -5,7 +5,7 @@
 //! at a plain port, a plain client at a TLS port, and TLS files that cannot be used.
 //! `tests/tls_conformance.rs` runs the conformance suite over mutual TLS.
 
-mod support;
+use crate::support;
 
 use lock_core::tls::TlsFiles;
 use lock_core::{LockError, Locker};

@@ -4,7 +4,7 @@
 //! 127.0.0.1, the address dialled). One seed: the plain suite (`tests/conformance.rs`) runs
 //! three.
 
-mod support;
+use crate::support;
 
 use lock_core::tls::TlsFiles;
 use std::sync::OnceLock;

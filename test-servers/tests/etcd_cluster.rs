@@ -1,7 +1,7 @@
 //! A 3-member etcd cluster behind its proxies: it forms, says who leads, and elects another
 //! leader when the leader is killed or cut off from its peers and clients.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! the master is killed or cut off; a replication link that can be held back alone; and 5
 //! independent masters for Redlock.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! A 3-server ZooKeeper ensemble behind its proxies: it forms, says who leads, and elects
 //! another leader when the leader is killed, cut off or paused.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use test_servers::{four_letter, ZkCluster};

@@ -1,0 +1,12 @@
+//! Every integration test of this crate, one module per file, linked into one binary:
+//! one link of the crate and its dependencies instead of one per file. nextest still
+//! runs each test in its own process, so no test sees another's state.
+
+#[macro_use]
+mod support;
+
+mod cluster;
+mod conformance;
+mod lwt;
+mod tls;
+mod tombstones;
