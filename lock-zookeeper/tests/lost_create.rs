@@ -31,7 +31,7 @@ struct Forwarder {
     drop_answers: Arc<AtomicBool>,
     /// Drop what the client sends (the create never lands).
     drop_requests: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 /// Copy `from` to `to`, dropping the bytes while `drop` is set.
@@ -64,18 +64,25 @@ impl Forwarder {
                 let Ok(server) = TcpStream::connect(upstream).await else { continue };
                 let ((cr, cw), (sr, sw)) = (client.into_split(), server.into_split());
                 let mut conns = conns.lock().unwrap();
-                conns.push(tokio::spawn(pipe(cr, sw, requests.clone())).abort_handle());
-                conns.push(tokio::spawn(pipe(sr, cw, answers.clone())).abort_handle());
+                conns.push(tokio::spawn(pipe(cr, sw, requests.clone())));
+                conns.push(tokio::spawn(pipe(sr, cw, answers.clone())));
             }
         });
         fw
     }
 
     /// Close every connection (the client sees the connection lost) and forward both ways
-    /// again: the client reconnects within its session.
-    fn break_connections(&self) {
-        for c in self.conns.lock().unwrap().drain(..) {
+    /// again: the client reconnects within its session. The copies are awaited to their end
+    /// before the directions open: one running on another worker may have read an answer and
+    /// not yet looked at its flag, and would forward it if the flag were cleared first (on a
+    /// loaded machine a plain create was then granted instead of failing).
+    async fn break_connections(&self) {
+        let conns: Vec<_> = self.conns.lock().unwrap().drain(..).collect();
+        for c in &conns {
             c.abort();
+        }
+        for c in conns {
+            let _ = c.await;
         }
         self.drop_answers.store(false, Ordering::SeqCst);
         self.drop_requests.store(false, Ordering::SeqCst);
@@ -129,7 +136,7 @@ async fn a_protected_create_whose_answer_was_lost_is_found_by_its_guid() {
     let request = tokio::spawn(async move { locker.lock("x", None).await });
     // The create landed; its answer is in the forwarder's bin.
     let made = until_children(&raw, &dir, 1).await;
-    fw.break_connections();
+    fw.break_connections().await;
     let guard = tokio::time::timeout(SESSION, request)
         .await
         .expect("granted after reconnecting")
@@ -152,7 +159,7 @@ async fn a_protected_create_that_never_landed_is_made_again_with_the_same_guid()
     // Long enough for the create to be on its way (and dropped).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(children(&raw, &dir).await.is_empty(), "the create reached the server");
-    fw.break_connections();
+    fw.break_connections().await;
     let guard = tokio::time::timeout(SESSION, request)
         .await
         .expect("granted after reconnecting")
@@ -174,7 +181,7 @@ async fn a_plain_create_whose_answer_was_lost_fails_and_its_znode_is_swept() {
     fw.drop_answers.store(true, Ordering::SeqCst);
     let request = tokio::spawn(async move { locker.lock("x", None).await });
     until_children(&raw, &dir, 1).await;
-    fw.break_connections();
+    fw.break_connections().await;
     let result = tokio::time::timeout(SESSION, request).await.expect("an answer").unwrap();
     assert!(matches!(result, Err(LockError::Backend { .. })), "{result:?}");
     // The session lives on, and with it the orphan, until the backend sweeps it.
