@@ -246,7 +246,8 @@ fn cycles(src: &Path) -> Vec<String> {
     found
 }
 
-fn workspace_crates() -> Vec<PathBuf> {
+/// The workspace's crates: the folders beside this one with a manifest and a `src`.
+pub(crate) fn workspace_crates() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
     let mut crates: Vec<PathBuf> = std::fs::read_dir(root)
         .expect("read workspace")

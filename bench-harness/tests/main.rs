@@ -13,3 +13,4 @@ mod locks;
 mod scale;
 mod server_faults;
 mod store_load;
+mod test_targets;
