@@ -64,9 +64,8 @@
 //! TTLs, at least a minute). The server may well hold the lease still: etcd restarted with its
 //! data gives every lease its whole TTL again, so a server restarted within each TTL would
 //! otherwise keep a holder's key, and the lock, for as long as the restarts went on. With
-//! authentication
-//! that revoke is refused while the lease has keys (below), and the lease expires one TTL
-//! after the server is back. The backend's next request grants a new lease
+//! authentication that revoke is refused while the lease has keys (below), and the lease
+//! expires one TTL after the server is back. The backend's next request grants a new lease
 //! ([`EtcdBackend::sessions_made`]).
 //! A waiter whose lease ends fails with [`LockError::LeaseLost`]: its place was a key of that
 //! lease, and a new key would go to the back of the queue, so the caller decides.
