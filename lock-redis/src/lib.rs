@@ -238,6 +238,15 @@
 //!    (default 200 ms, rslock's), so that contenders that split the votes do not meet again.
 //!
 //! - **Release**: compare-and-delete on every master.
+//! - **A delete is not cut off by the master timeout.** The round waits for it no longer than
+//!   for any request, but the delete itself runs to its end in the background. One delete can
+//!   be three commands: the first script call on a master whose script cache is empty (after
+//!   a restart, or `SCRIPT FLUSH`) is refused `NOSCRIPT`, and the script is loaded and called
+//!   again. Cut off between them, a release or a step-5 undo left its key until the TTL, and
+//!   a few such keys on a majority shut the lock for a TTL with nobody holding it
+//!   (`tests/redlock_faults.rs` pauses a master past the timeout to show the delete complete).
+//!   A `SET` without an answer in time is still dropped: sent late, it could land after the
+//!   undo that follows it.
 //! - **Extension** (the doc's "lock extension mechanism"): every `extend_every` (default
 //!   `ttl / 2`) a compare-and-`PEXPIRE` script on every master; *the lock is re-acquired only if
 //!   a majority extended*, and is then valid until the round's start `+ ttl - drift`.

@@ -10,7 +10,10 @@
 //! - the same restart **with** its data (append-only file, fsync always): no second holder;
 //! - the fenced variant in the same scenario: its token orders the two holders when the
 //!   second one's read majority reaches a master that kept the first one's token, and ties
-//!   when the wiped master is the only one the two majorities share.
+//!   when the wiped master is the only one the two majorities share;
+//! - a master paused past the master timeout while its script cache is empty: the release's
+//!   delete there is refused `NOSCRIPT` after the timeout, and still loads the script and
+//!   deletes the key.
 //!
 //! Run with `--nocapture` to see the overlaps measured.
 
@@ -18,11 +21,11 @@ use crate::redlock_support;
 
 use lock_core::conformance::{assert_exclusive, contended_holds, Fixture};
 use lock_core::{LeaseState, LockGuard, Locker};
-use lock_redis::{RedlockVariant, NO_FENCING_TOKEN};
+use lock_redis::{RedisConnectConfig, RedisMasters, RedlockVariant, NO_FENCING_TOKEN};
 use redlock_support::{assert_no_overlap, blocking, config, RedlockFixture, MASTERS};
 use std::sync::Arc;
 use std::time::Duration;
-use test_servers::RedisCluster;
+use test_servers::{redis_call, RedisCluster, Reply};
 use tokio::time::Instant;
 
 fn addrs(cluster: &RedisCluster) -> Vec<std::net::SocketAddr> {
@@ -192,4 +195,40 @@ async fn fenced_tokens_tie_when_the_wiped_master_is_all_the_majorities_share() {
     drop(s.a_guard);
     let _ = s.fx;
     b_guard.release().await.expect("release");
+}
+
+/// A release whose delete on one master outlasts the master timeout still deletes the key
+/// there. The master's script cache is empty (a restart or `SCRIPT FLUSH` empties it), so its
+/// first compare-and-delete is refused `NOSCRIPT` and must be loaded and called again; the
+/// master is paused past the timeout, so the refusal comes after it. A delete cut off at the
+/// timeout never sends the second call, and the key stays until its TTL: a lock whose keys
+/// stay on a majority that way is shut for a TTL with nobody holding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_outlasting_the_master_timeout_still_runs_to_its_end() {
+    // Long enough that only a delete can remove the key before the check.
+    const LONG_TTL: Duration = Duration::from_secs(30);
+    let cluster = blocking(|| RedisCluster::masters(MASTERS, false));
+    let prefix = redlock_support::unique_prefix("late-delete");
+    let connect = RedisConnectConfig { key_prefix: prefix.clone(), ..Default::default() };
+    let masters = RedisMasters::connect_with(&cluster.urls(), connect).await.expect("connect");
+    let locker = masters.redlock("a", config(LONG_TTL, 2107)).expect("redlock");
+    let guard = locker.lock("res", Some(Duration::from_secs(10))).await.expect("granted");
+    let (slow, key) = (cluster.client_addr(4), format!("{prefix}res"));
+    blocking(|| {
+        assert_eq!(redis_call(slow, &["EXISTS", &key]).expect("EXISTS"), Reply::Int(1));
+        redis_call(slow, &["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+        // Longer than the tests' 250 ms master timeout.
+        redis_call(slow, &["CLIENT", "PAUSE", "1000", "ALL"]).expect("CLIENT PAUSE");
+    });
+    guard.release().await.expect("four masters answered in time");
+    // The pause ends, the refused call is answered, and the script is loaded and called.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let exists = blocking(|| redis_call(slow, &["EXISTS", &key])).expect("EXISTS");
+        if exists == Reply::Int(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the key outlived its release on master 4: {exists:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

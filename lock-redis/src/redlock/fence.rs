@@ -2,7 +2,7 @@
 //! a majority to one more (a max-register on majorities; why `INCR` on a majority is not
 //! enough, and when this is sound, is in the crate docs).
 
-use super::masters::Tally;
+use super::masters::{Late, Tally};
 use super::Lease;
 use crate::RedisBackend;
 use lock_core::LockError;
@@ -31,7 +31,7 @@ pub(super) async fn next_token(
     let (n, quorum) = (lease.masters.len(), lease.masters.quorum());
     let read = lease
         .masters
-        .on_all(lease.config.master_timeout, {
+        .on_all(lease.config.master_timeout, Late::Drop, {
             let lock_id = lease.lock_id.clone();
             move |m| read(m, lock_id.clone())
         })
@@ -44,7 +44,7 @@ pub(super) async fn next_token(
     let token = seen.into_iter().max().unwrap_or(0) + 1;
     let written = lease
         .masters
-        .on_all(lease.config.master_timeout, {
+        .on_all(lease.config.master_timeout, Late::Drop, {
             let lock_id = lease.lock_id.clone();
             move |m| raise(m, lock_id.clone(), token)
         })

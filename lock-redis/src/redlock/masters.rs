@@ -89,10 +89,12 @@ impl RedisMasters {
 
     /// Send one request to every master at once and collect the answers in master order; a
     /// master without an answer within `timeout` counts as failed (the doc's per-instance
-    /// timeout, so that a dead master cannot hold the round up).
+    /// timeout, so that a dead master cannot hold the round up). What becomes of a request
+    /// still under way then is `late`'s choice.
     pub(crate) async fn on_all<T, F, Fut>(
         &self,
         timeout: Duration,
+        late: Late,
         request: F,
     ) -> Vec<Result<T, LockError>>
     where
@@ -101,17 +103,29 @@ impl RedisMasters {
         Fut: Future<Output = Result<T, LockError>> + Send + 'static,
     {
         // Spawned, so that the requests run in parallel; the set aborts them if the caller
-        // is dropped.
+        // is dropped (a request that `late` finishes goes on without it).
         let mut set = JoinSet::new();
         for (i, master) in self.masters.iter().enumerate() {
             let request = request(master.clone());
             let addr = master.address().to_string();
+            let no_answer = move || {
+                let no_answer = format!("no answer from {addr} within {timeout:?}");
+                Err(backend_err(BackendErrorKind::Timeout, no_answer))
+            };
             set.spawn(async move {
-                let answer = tokio::time::timeout(timeout, request).await.unwrap_or_else(|_| {
-                    let no_answer = format!("no answer from {addr} within {timeout:?}");
-                    Err(backend_err(BackendErrorKind::Timeout, no_answer))
-                });
-                (i, answer)
+                let answer = match late {
+                    Late::Drop => tokio::time::timeout(timeout, request).await,
+                    Late::Finish => {
+                        let mut own = tokio::spawn(request);
+                        match tokio::time::timeout(timeout, &mut own).await {
+                            Ok(Ok(answer)) => Ok(answer),
+                            Ok(Err(_)) => Ok(Err(panicked())),
+                            // Dropping the handle leaves the request running.
+                            Err(elapsed) => Err(elapsed),
+                        }
+                    }
+                };
+                (i, answer.unwrap_or_else(|_| no_answer()))
             });
         }
         let mut answers: Vec<Option<Result<T, LockError>>> =
@@ -121,15 +135,28 @@ impl RedisMasters {
                 answers[i] = Some(answer);
             }
         }
-        answers
-            .into_iter()
-            .map(|a| {
-                a.unwrap_or_else(|| {
-                    Err(backend_err(BackendErrorKind::Other, "a request task panicked"))
-                })
-            })
-            .collect()
+        answers.into_iter().map(|a| a.unwrap_or_else(|| Err(panicked()))).collect()
     }
+}
+
+fn panicked() -> LockError {
+    backend_err(BackendErrorKind::Other, "a request task panicked")
+}
+
+/// What [`RedisMasters::on_all`] does with a request that has no answer when the master
+/// timeout ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Late {
+    /// Drop it: a command not yet sent is never sent. For a `SET` that would otherwise land
+    /// after the undo that follows a lost attempt, and for an extension or a token step, whose
+    /// round is over.
+    Drop,
+    /// Let it run to its end in the background (each command within the connection's
+    /// response timeout), its answer unheard. For a delete: one command can be several (the
+    /// first script call on a master whose script cache is empty is refused `NOSCRIPT`, then
+    /// loaded, then called again), and a delete cut between them would leave the key until
+    /// its TTL.
+    Finish,
 }
 
 /// How the masters answered one round of a yes/no request.

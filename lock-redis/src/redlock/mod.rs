@@ -12,7 +12,7 @@ use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, Release};
 use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
-use masters::Tally;
+use masters::{Late, Tally};
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
 use std::sync::{Arc, Mutex};
@@ -282,7 +282,7 @@ impl Lease {
         let (lock_id, value, ttl) = (self.lock_id.clone(), self.value.clone(), self.ttl_ms());
         let answers = self
             .masters
-            .on_all(self.config.master_timeout, move |m| {
+            .on_all(self.config.master_timeout, Late::Drop, move |m| {
                 set_nx(m, lock_id.clone(), value.clone(), ttl)
             })
             .await;
@@ -294,19 +294,22 @@ impl Lease {
         let (lock_id, value, ttl) = (self.lock_id.clone(), self.value.clone(), self.ttl_ms());
         let answers = self
             .masters
-            .on_all(self.config.master_timeout, move |m| {
+            .on_all(self.config.master_timeout, Late::Drop, move |m| {
                 extend(m, lock_id.clone(), value.clone(), ttl)
             })
             .await;
         Tally::of(answers)
     }
 
-    /// Delete the key on every master where it still holds our value.
+    /// Delete the key on every master where it still holds our value. A delete the master
+    /// timeout cuts off goes on to its end unheard ([`Late::Finish`]).
     async fn delete_on_all(&self) -> Tally {
         let (lock_id, value) = (self.lock_id.clone(), self.value.clone());
         let answers = self
             .masters
-            .on_all(self.config.master_timeout, move |m| delete(m, lock_id.clone(), value.clone()))
+            .on_all(self.config.master_timeout, Late::Finish, move |m| {
+                delete(m, lock_id.clone(), value.clone())
+            })
             .await;
         Tally::of(answers)
     }
