@@ -11,10 +11,36 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The algorithm whose throughput the README sets over others', and those others: etcd's and
-/// ZooKeeper's locks, and Redis's token lock (whose server the harness starts with its
-/// append-only file synced on every write, as the service syncs its log).
-const RATIO: (&str, [&str; 3]) = ("service", ["etcd", "zookeeper", "redis-token"]);
+/// The algorithm whose figures the README sets over others'.
+const SERVICE: &str = "service";
+
+/// A table of the service's figure over other engines' at the same shape.
+struct Ratio {
+    /// The sentence before the table.
+    intro: &'static str,
+    /// The algorithms the service is set over.
+    others: &'static [&'static str],
+    /// The figure.
+    figure: fn(&ScalePoint) -> f64,
+}
+
+/// Throughput over etcd's and ZooKeeper's locks, and Redis's token lock (whose server the
+/// harness starts with its append-only file synced on every write, as the service syncs its
+/// log); then the tail of the wait over theirs.
+const RATIOS: [Ratio; 2] = [
+    Ratio {
+        intro: "The service's grants per second over the other engines' at the same shape (one server, \
+                or a cluster of as many members; Redis's token lock on one server syncing every write):",
+        others: &["etcd", "zookeeper", "redis-token"],
+        figure: |p| p.grants_per_second,
+    },
+    Ratio {
+        intro: "The service's p99 acquisition latency over the other engines' at the same shape \
+                (below 1: the service's tail is shorter):",
+        others: &["etcd", "zookeeper"],
+        figure: |p| p.p99_ms,
+    },
+];
 
 /// What profiling the lock service at these scales found, in words that hold for any run (the
 /// figures are the tables').
@@ -151,11 +177,11 @@ fn pivot(md: &mut String, s: &ScaleSummary, cell: Cell, figure: &Figure) {
     md.push('\n');
 }
 
-/// The service's throughput over each other engine's at `cell`, like with like (one server
-/// over one server, a cluster over a cluster of the same shape): a row per pair, a column per
+/// The service's figure over each other engine's at `cell`, like with like (one server over
+/// one server, a cluster over a cluster of the same shape): a row per pair, a column per
 /// client count.
-fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell) {
-    let (num, dens) = RATIO;
+fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell, ratio: &Ratio) {
+    let (num, dens) = (SERVICE, ratio.others);
     let mut rows = Vec::new();
     let topologies: Vec<&str> = {
         let mut t: Vec<&str> = s.points.iter().map(|p| p.topology.as_str()).collect();
@@ -180,9 +206,9 @@ fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell) {
                 .clients
                 .iter()
                 .map(|&n| match (at(num, n), at(den, n)) {
-                    (Some(a), Some(b)) if b.grants_per_second > 0.0 => {
+                    (Some(a), Some(b)) if (ratio.figure)(b) > 0.0 => {
                         names = Some((a.series(), b.series()));
-                        format!("{:.2}", a.grants_per_second / b.grants_per_second)
+                        format!("{:.2}", (ratio.figure)(a) / (ratio.figure)(b))
                     }
                     _ => "-".into(),
                 })
@@ -196,11 +222,7 @@ fn ratios(md: &mut String, s: &ScaleSummary, cell: Cell) {
         return;
     }
     let head: Vec<String> = s.scenario.clients.iter().map(|n| format!("{n} clients")).collect();
-    let _ = writeln!(
-        md,
-        "The service's grants per second over the other engines' at the same shape (one server, \
-         or a cluster of as many members; Redis's token lock on one server syncing every write):\n"
-    );
+    let _ = writeln!(md, "{}\n", ratio.intro);
     let _ = writeln!(md, "| ratio | {} |", head.join(" | "));
     let _ = writeln!(md, "|---|{}", "---:|".repeat(head.len()));
     for r in rows {
@@ -262,12 +284,18 @@ pub fn readme(s: &ScaleSummary) -> String {
     for &cell in &sc.cells {
         let _ = writeln!(md, "## {}\n", cell.title());
         pivot(&mut md, s, cell, &FIGURES[0]);
-        ratios(&mut md, s, cell);
-        for figure in &FIGURES[1..] {
+        ratios(&mut md, s, cell, &RATIOS[0]);
+        pivot(&mut md, s, cell, &FIGURES[1]);
+        ratios(&mut md, s, cell, &RATIOS[1]);
+        for figure in &FIGURES[2..] {
             pivot(&mut md, s, cell, figure);
         }
     }
-    for p in s.points.iter().filter(|p| p.errors > 0) {
+    let failed: Vec<&ScalePoint> = s.points.iter().filter(|p| p.errors > 0).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(md, "## Errors\n\nEach point that had errors, and its first:\n");
+    }
+    for p in &failed {
         let _ = writeln!(
             md,
             "- {} with {} clients on {}: {} errors, the first: {}",
@@ -278,7 +306,10 @@ pub fn readme(s: &ScaleSummary) -> String {
             p.first_error.as_deref().unwrap_or("-")
         );
     }
-    if s.points.iter().any(|p| p.algorithm == RATIO.0) {
+    if !failed.is_empty() {
+        md.push('\n');
+    }
+    if s.points.iter().any(|p| p.algorithm == SERVICE) {
         md.push_str(SERVICE_PROFILE);
     }
     let _ = writeln!(md, "## Chart\n");
@@ -411,10 +442,21 @@ mod tests {
         assert_eq!(md.matches("| service×3 / zookeeper×3 | 0.50 | 0.50 |").count(), 2, "{md}");
         assert!(!md.contains("/ etcd"), "no etcd point, no etcd ratio: {md}");
         assert_eq!(md.matches("| service / redis/redis-token | 0.50 | 0.50 |").count(), 2, "{md}");
+        // Every point's p99 is the same: a p99 ratio of 1 for ZooKeeper, none for Redis.
+        assert_eq!(md.matches("| service / zookeeper | 1.00 | 1.00 |").count(), 2, "{md}");
+        assert_eq!(md.matches("| service×3 / zookeeper×3 | 1.00 | 1.00 |").count(), 2, "{md}");
+        assert_eq!(md.matches("| ratio |").count(), 4, "{md}");
         assert!(!md.contains("/ redis sentinel"), "no service beside Sentinel: {md}");
         assert!(md.contains("| zookeeper×3 | 600 | 600 |"), "{md}");
         assert!(md.contains("| service | 0.50 / 40 | 0.50 / 40 |"), "{md}");
         assert_eq!(md.matches("## Where the service's time goes").count(), 1, "{md}");
+        assert!(!md.contains("## Errors"), "no point had errors: {md}");
+        let mut failing = s.clone();
+        failing.points[0].errors = 3;
+        failing.points[0].first_error = Some("refused".into());
+        let md = readme(&failing);
+        assert!(md.contains("## Errors\n\n"), "{md}");
+        assert!(md.contains("on 1 lock: 3 errors, the first: refused\n\n## "), "{md}");
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<ScaleSummary>(&json).unwrap(), s);
         let t = table(&s);
