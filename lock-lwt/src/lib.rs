@@ -81,6 +81,15 @@
 //! - **Timeout** of the mandatory lock is checked between attempts; a grant that completes
 //!   as the deadline passes is returned.
 //!
+//! ## Findings
+//! - **Hundreds of waiters on one lock make almost no grant.** After a release, every waiter
+//!   whose read finds the row free sends its CAS, and that many proposers' Paxos rounds duel
+//!   on the one partition; the backoff spreads the waiters out, but not hundreds of them.
+//!   `bench-harness scale` on the embedded store shows the rate on one lock falling to almost
+//!   nothing from 64 to 256 and 1,000 contenders, with quorum reads timing out, while the
+//!   same contenders spread over a hundred locks keep theirs: the duels are per lock
+//!   (`results/scale/README.md`).
+//!
 //! ## Invariants the tests check
 //! - the conformance suite: at most one holder over many seeds, lease renewal, crash
 //!   recovery after the TTL, soft lock, timeout, lost-lease signal, increasing tokens;

@@ -336,6 +336,17 @@
 //!   and 4, the wiped master 2 is all that its majorities share with A's, and B draws A's token
 //!   again (`t_B == t_A`): the fence fails with the lock.
 //!
+//! - **Many clients: a congestion collapse.** An attempt costs a request to every master and,
+//!   when it fails, an undo to every master; a master that answers after the master timeout
+//!   is a lost vote, and the lost attempt is retried within the retry delay. Once the masters
+//!   answer slower than the timeout, nearly every attempt fails and its retries load them
+//!   further. `bench-harness scale` shows Redlock's grants per second falling to a small
+//!   fraction from 64 to 256 and 1,000 clients, on one lock and on a hundred, with releases
+//!   and attempts failing for want of a majority's answer in time, where the token lock on
+//!   one server of the same kind keeps its rate (`results/scale/README.md`).
+//!   The sweep runs the defaults of [`RedlockConfig`] (the documentation's master timeout,
+//!   rslock's retry delay).
+//!
 //! ### Invariants the tests check
 //! - With every master keeping its writes: at most one holder per lock, also with a minority of
 //!   masters dead; the shared suite's scenarios, all of them.
