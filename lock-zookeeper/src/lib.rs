@@ -202,10 +202,9 @@
 //!   restarts stopped (on a loaded machine, where the server takes seconds to serve after its
 //!   port opens, restarts a few seconds apart are enough). So the backend connects to the
 //!   session it gave up as soon as a server answers, and closes it, which deletes its znodes
-//!   at once; a server that has
-//!   expired it says so, and there is nothing to do (tried for ten session timeouts, at least
-//!   a minute). After a short outage grants resume on the old sessions once the server
-//!   answers again (`tests/restart.rs` checks both cases).
+//!   at once; a server that has expired it says so, and there is nothing to do (tried for
+//!   ten session timeouts, at least a minute). After a short outage grants resume on the old
+//!   sessions once the server answers again (`tests/restart.rs` checks both cases).
 //!
 //! ## What a failure says
 //! Every [`LockError::Backend`] names what was being done, on which path, and carries a kind

@@ -132,29 +132,43 @@ struct Figure {
     title: &'static str,
     /// The cell.
     cell: fn(&ScalePoint) -> String,
+    /// The table of the service's figure over others' that follows this one, if any.
+    ratio: Option<&'static Ratio>,
 }
 
 const FIGURES: &[Figure] = &[
     Figure {
         title: "Aggregate grants per second",
         cell: |p| format!("{:.0}", p.grants_per_second),
+        ratio: Some(&RATIOS[0]),
     },
     Figure {
         title: "Acquisition latency p50 / p99, ms",
         cell: |p| format!("{} / {}", f1(p.p50_ms), f1(p.p99_ms)),
+        ratio: Some(&RATIOS[1]),
     },
-    Figure { title: "Store requests per grant", cell: |p| or_dash(p.requests_per_grant, 1) },
+    Figure {
+        title: "Store requests per grant",
+        cell: |p| or_dash(p.requests_per_grant, 1),
+        ratio: None,
+    },
     Figure {
         title: "Server CPU seconds per 1,000 grants / peak resident set MiB (summed over members)",
         cell: |p| match p.server {
             Some(s) => format!("{} / {:.0}", or_dash(s.cpu_s_per_1000_grants, 2), s.peak_rss_mib),
             None => "in process".into(),
         },
+        ratio: None,
     },
-    Figure { title: "Harness CPU ms per grant", cell: |p| or_dash(p.harness_cpu_ms_per_grant, 3) },
+    Figure {
+        title: "Harness CPU ms per grant",
+        cell: |p| or_dash(p.harness_cpu_ms_per_grant, 3),
+        ratio: None,
+    },
     Figure {
         title: "Errors / overlapping holds",
         cell: |p| format!("{} / {}", p.errors, p.overlaps),
+        ratio: None,
     },
 ];
 
@@ -283,12 +297,11 @@ pub fn readme(s: &ScaleSummary) -> String {
     );
     for &cell in &sc.cells {
         let _ = writeln!(md, "## {}\n", cell.title());
-        pivot(&mut md, s, cell, &FIGURES[0]);
-        ratios(&mut md, s, cell, &RATIOS[0]);
-        pivot(&mut md, s, cell, &FIGURES[1]);
-        ratios(&mut md, s, cell, &RATIOS[1]);
-        for figure in &FIGURES[2..] {
+        for figure in FIGURES {
             pivot(&mut md, s, cell, figure);
+            if let Some(ratio) = figure.ratio {
+                ratios(&mut md, s, cell, ratio);
+            }
         }
     }
     let failed: Vec<&ScalePoint> = s.points.iter().filter(|p| p.errors > 0).collect();
