@@ -3,10 +3,13 @@
 //! Test support for the workspace's crates that talk to real servers (a dev-dependency only,
 //! never published): it starts real servers from Debian's packages on free loopback ports,
 //! each with a data directory of its own, and waits until they answer (`PING` / `ruok` /
-//! `GET /health`):
+//! `GET /health` / `pg_isready`):
 //!
 //! - one server: a `redis-server` ([`RedisServer`]), a standalone ZooKeeper ([`ZkServer`],
-//!   the package's jars on `java`) or a one-member `etcd` ([`EtcdServer`]);
+//!   the package's jars on `java`), a one-member `etcd` ([`EtcdServer`]) or a PostgreSQL
+//!   server ([`PostgresServer`]: `initdb`'d on first start, users with SCRAM passwords, TLS
+//!   when asked; run as the `postgres` system user when the tests run as root, which
+//!   Postgres refuses);
 //! - a **cluster** ([`Cluster`]), because the fault that breaks users' locks in production is
 //!   a failover, which one server cannot have: a 3-member etcd ([`EtcdCluster`]), a 3-server
 //!   ZooKeeper ensemble ([`ZkCluster`]), a Redis master with replicas and Sentinels, or
@@ -26,8 +29,8 @@
 //! process, and a command the server refused; its text names the server, its port and the tail
 //! of its log.
 //!
-//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`]: one server per test binary,
-//!   started on first use and kept for the life of the process.
+//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`], [`shared_postgres`]: one server
+//!   per test binary, started on first use and kept for the life of the process.
 //! - Cleanup: a server or a cluster is killed and its directory removed on drop; every
 //!   process also gets `SIGKILL` when its test binary exits or is killed
 //!   (`PR_SET_PDEATHSIG`, armed from a thread that lives as long as the server, whichever
@@ -38,7 +41,8 @@
 //!   so that clients can reconnect to the address they know ([`Server::restart_after`] does
 //!   both around a downtime). A Redis started with [`RedisServer::start_persistent`] keeps
 //!   its keys across a restart, one started with [`RedisServer::start`] comes back empty;
-//!   ZooKeeper always keeps its znodes and sessions, etcd its keys, revisions and leases.
+//!   ZooKeeper always keeps its znodes and sessions, etcd its keys, revisions and leases,
+//!   Postgres its roles and tables (not its sessions, nor their advisory locks).
 //!   These are plain public functions that block the calling thread, usable from a benchmark
 //!   binary as well as from tests (from async code, call them in `spawn_blocking`); so are
 //!   the clusters'.
@@ -47,7 +51,9 @@
 //! - [`TestPki`]: a CA and certificates made at test time for TLS servers and clients (no key
 //!   material is committed).
 //! - Probes without client libraries: [`redis_call`] (and [`redis_call_as`] an ACL user of a
-//!   secured Redis), [`four_letter`], [`etcd_post`].
+//!   secured Redis), [`four_letter`], [`etcd_post`], and for Postgres the `psql` binary:
+//!   [`psql_call`] (one statement on a connection of its own) and [`PsqlSession`] (a session
+//!   kept open, holding what it locked, whose statements may block).
 #![deny(missing_docs)]
 
 mod cluster;
@@ -55,6 +61,7 @@ mod contenders;
 mod error;
 mod etcd;
 mod origin;
+mod postgres;
 mod process;
 mod proxy;
 mod redis;
@@ -69,6 +76,10 @@ pub use error::ServerError;
 pub use etcd::{
     etcd_post, etcd_post_as, etcd_secure, etcd_token, shared_etcd, shared_etcd_with, Etcd,
     EtcdCluster, EtcdServer, EtcdTls, EtcdUser, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
+};
+pub use postgres::{
+    psql_call, shared_postgres, Postgres, PostgresConn, PostgresServer, PostgresTls, PostgresUser,
+    PsqlSession, POSTGRES_MAX_CONNECTIONS, PSQL_TIMEOUT,
 };
 pub use process::Launch;
 pub use process::{free_port, ClosedPort};
@@ -87,4 +98,4 @@ pub use zookeeper::{
 
 /// What a test that cannot start a server tells its reader to do.
 pub const INSTALL_HINT: &str =
-    "install it with `apt-get install -y redis-server redis-sentinel zookeeper etcd-server` (`scripts/test.sh` installs them before it runs the tests)";
+    "install it with `apt-get install -y redis-server redis-sentinel zookeeper etcd-server postgresql` (`scripts/test.sh` installs them before it runs the tests)";

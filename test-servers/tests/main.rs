@@ -5,6 +5,7 @@
 mod support;
 
 mod etcd_cluster;
+mod postgres;
 mod redis_cluster;
 mod restart;
 mod zookeeper_cluster;
