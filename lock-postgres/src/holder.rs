@@ -82,7 +82,7 @@ pub(crate) fn hold(
 
 /// Ping every third of the lease; say the lease is lost when it ends without an answered
 /// ping, or when the connection breaks.
-async fn keep(
+pub(crate) async fn keep(
     client: Arc<Client>,
     ttl: Duration,
     mut valid_until: Instant,

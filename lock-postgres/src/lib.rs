@@ -29,6 +29,12 @@
 //!   a promoted replica continue above every token handed out.
 //! - **Release**: `SELECT pg_advisory_unlock(key)`; the connection goes back to the locker's
 //!   pool of idle connections.
+//! - **The transaction-level lock** ([`PgLocker::transaction`], [`XactGuard`]):
+//!   `BEGIN; SET LOCAL lock_timeout = T; SELECT pg_advisory_xact_lock(key); SELECT
+//!   nextval(sequence)`, then the caller's writes in that transaction; `COMMIT` keeps them
+//!   and frees the lock at once. A holder that stalls past its lease loses the transaction
+//!   (`idle_in_transaction_session_timeout`) and its writes with it: fenced by construction,
+//!   for writes to the same database.
 //!
 //! ## A connection per held lock
 //! An advisory lock belongs to the server session (the connection) that took it, and a
@@ -101,10 +107,12 @@ mod holder;
 mod key;
 mod locker;
 mod tls;
+mod xact;
 
 pub use errors::{kind_of, kind_of_sqlstate, BACKEND};
 pub use key::{advisory_key, KEY_SQL};
 pub use locker::{PgBackend, PgLocker};
+pub use xact::XactGuard;
 
 use lock_core::tls::TlsFiles;
 use lock_core::LockError;

@@ -3,6 +3,7 @@
 use crate::errors::{backend_error, client_error, LOCK_NOT_AVAILABLE};
 use crate::holder::{self, Conn};
 use crate::key::advisory_key;
+use crate::xact::XactGuard;
 use crate::PgConfig;
 use async_trait::async_trait;
 use lock_core::lock::validate_id;
@@ -124,7 +125,8 @@ impl PgBackend {
         let ttl_ms = self.config.lease_ttl.as_millis();
         let probe = (self.config.lease_ttl.as_secs() / 3).max(1);
         let session = format!(
-            "SET idle_session_timeout = {ttl_ms}; SET tcp_keepalives_idle = {probe}; \
+            "SET idle_session_timeout = {ttl_ms}; \
+             SET idle_in_transaction_session_timeout = {ttl_ms}; SET tcp_keepalives_idle = {probe}; \
              SET tcp_keepalives_interval = {probe}; SET tcp_keepalives_count = 3; \
              SET tcp_user_timeout = {ttl_ms}"
         );
@@ -335,6 +337,89 @@ impl PgLocker {
             // The connection is dropped (closed): whatever it may have been granted ends with it.
             Err(e) => Err(e),
         }
+    }
+}
+
+impl PgLocker {
+    /// The transaction-level lock: open a transaction, take `pg_advisory_xact_lock` in it
+    /// (waiting in the server's queue for at most `timeout`), and hand the transaction over for
+    /// the guarded writes ([`XactGuard`]). The lock ends with the transaction.
+    pub async fn transaction(
+        &self,
+        lock_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<XactGuard, LockError> {
+        validate_id("lock id", lock_id)?;
+        let key = advisory_key(lock_id);
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let backend = &self.inner.backend;
+        let seq = &backend.config.fencing_sequence;
+        Retries::new(Backoff::default(), deadline)
+            .run(|| async {
+                let remaining = match deadline {
+                    Some(d) => match d.checked_duration_since(Instant::now()) {
+                        Some(r) if !r.is_zero() => Some(r),
+                        _ => {
+                            return Err(LockError::Timeout {
+                                lock_id: lock_id.to_string(),
+                                waited: start.elapsed(),
+                            })
+                        }
+                    },
+                    None => None,
+                };
+                let conn = self.connection().await?;
+                let wait_ms = remaining.map_or(0, |r| r.as_millis().max(1));
+                let sql = format!(
+                    "BEGIN; SET LOCAL lock_timeout = {wait_ms}; \
+                     SELECT pg_advisory_xact_lock({key}); SELECT nextval('{seq}')"
+                );
+                let sent = Instant::now();
+                let request = conn.client.simple_query(&sql);
+                let answer = match remaining {
+                    Some(r) => {
+                        bounded(&backend.target, r + backend.config.request_timeout, request).await
+                    }
+                    None => request.await.map_err(|e| backend_error(backend.target.clone(), e)),
+                };
+                match answer {
+                    Ok(rows) => {
+                        let token = first_value(&rows).ok_or_else(|| {
+                            client_error(BackendErrorKind::Protocol, "nextval answered no row")
+                        })?;
+                        let token: u64 = token.parse().map_err(|_| {
+                            client_error(
+                                BackendErrorKind::Protocol,
+                                format!("fencing token {token:?} is not a number"),
+                            )
+                        })?;
+                        Ok(XactGuard::start(
+                            conn,
+                            lock_id,
+                            token,
+                            backend.config.lease_ttl,
+                            backend.config.request_timeout,
+                            sent,
+                            backend.target.clone(),
+                            self.inner.idle.clone(),
+                        ))
+                    }
+                    Err(e) if is_lock_timeout(&e) => {
+                        // The failed transaction is still open: end it, then the connection
+                        // is clean.
+                        if backend.bounded(conn.client.batch_execute("ROLLBACK")).await.is_ok() {
+                            self.inner.idle.put(conn);
+                        }
+                        Err(LockError::Timeout {
+                            lock_id: lock_id.to_string(),
+                            waited: start.elapsed(),
+                        })
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await
     }
 }
 

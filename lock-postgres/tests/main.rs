@@ -9,3 +9,4 @@ mod conformance;
 mod interop;
 mod restart;
 mod tls;
+mod transaction;
