@@ -5,6 +5,7 @@ use crate::errors::BACKEND;
 use crate::locker::{bounded, first_value, Idle};
 use async_trait::async_trait;
 use lock_core::lock::{LeaseLost, Release};
+use lock_core::requests::RequestHook;
 use lock_core::{LeaseState, LockError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +18,29 @@ use tokio_postgres::Client;
 /// ends the session, and with it any lock the session holds.
 pub(crate) struct Conn {
     pub(crate) client: Arc<Client>,
+    requests: RequestHook,
     driver: Option<JoinHandle<()>>,
     pub(crate) idle_since: Instant,
 }
 
 impl Conn {
-    pub(crate) fn new(client: Client, driver: JoinHandle<()>) -> Conn {
-        Conn { client: Arc::new(client), driver: Some(driver), idle_since: Instant::now() }
+    pub(crate) fn new(client: Client, driver: JoinHandle<()>, requests: RequestHook) -> Conn {
+        Conn {
+            client: Arc::new(client),
+            requests,
+            driver: Some(driver),
+            idle_since: Instant::now(),
+        }
+    }
+
+    /// Report one request (a query message, whatever its statements) of `command`.
+    pub(crate) fn sent(&self, command: &str) {
+        self.requests.sent(BACKEND, command);
+    }
+
+    /// The hook this connection reports to.
+    pub(crate) fn requests(&self) -> RequestHook {
+        self.requests.clone()
     }
 
     /// Leave the session open and silent, as a crashed host's would be: the server ends it
@@ -64,8 +81,14 @@ pub(crate) fn hold(
     let (lease_tx, lease_rx) = watch::channel(LeaseState::Held);
     let lease_tx = Arc::new(lease_tx);
     let (stop, stopped) = oneshot::channel();
-    let keeper =
-        tokio::spawn(keep(conn.client.clone(), ttl, sent + ttl, lease_tx.clone(), stopped));
+    let keeper = tokio::spawn(keep(
+        conn.client.clone(),
+        conn.requests(),
+        ttl,
+        sent + ttl,
+        lease_tx.clone(),
+        stopped,
+    ));
     let held = Held {
         conn: Some(conn),
         key,
@@ -84,6 +107,7 @@ pub(crate) fn hold(
 /// ping, or when the connection breaks.
 pub(crate) async fn keep(
     client: Arc<Client>,
+    requests: RequestHook,
     ttl: Duration,
     mut valid_until: Instant,
     lease: Arc<watch::Sender<LeaseState>>,
@@ -99,6 +123,7 @@ pub(crate) async fn keep(
         }
         let sent = Instant::now();
         let left = valid_until.saturating_duration_since(sent);
+        requests.sent(BACKEND, "ping");
         let ping = tokio::select! {
             _ = &mut stop => return,
             answer = tokio::time::timeout(left, client.simple_query("SELECT 1")) => answer,
@@ -157,6 +182,7 @@ impl Release for Held {
             return Ok(());
         }
         let unlock = format!("SELECT pg_advisory_unlock({})", self.key);
+        conn.sent("unlock");
         match bounded(&self.target, self.request_timeout, conn.client.simple_query(&unlock)).await {
             // Unlocked: the session holds nothing more, the connection can serve again.
             Ok(rows) if first_value(&rows).as_deref() == Some("t") => self.idle.put(conn),

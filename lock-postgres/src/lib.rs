@@ -67,6 +67,14 @@
 //! `idle_session_timeout` needs PostgreSQL 14 or later; an older server is refused at connect
 //! with an error saying so.
 //!
+//! ## Requests per grant
+//! A backend reports every query message it sends to [`PgConfig::requests`] (target
+//! `postgres`): `lock` (the acquire batch), `try_lock`, `transaction`, `unlock`, `COMMIT` or
+//! `ROLLBACK`, `ping` (every TTL/3 while held), and for each new connection `connect` (the
+//! startup and authentication) and `SET` (the lease's settings), and `prepare` (the fencing
+//! sequence's check on connect). A grant on a pooled connection costs two: `lock` and
+//! `unlock`, however long it waited, since the wait is the server's.
+//!
 //! ## Security
 //! Passwords go as the server asks (SCRAM-SHA-256 by default since PostgreSQL 14; the
 //! driver never sends a password in clear text unless the server asks for it). With
@@ -114,6 +122,8 @@ pub use key::{advisory_key, KEY_SQL};
 pub use locker::{PgBackend, PgLocker};
 pub use xact::XactGuard;
 
+use lock_core::requests::RequestHook;
+use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
 use lock_core::LockError;
 use std::time::Duration;
@@ -140,6 +150,12 @@ pub struct PgConfig {
     /// connected to), and a client certificate if the server asks for one. `None`: plain TCP,
     /// whatever the connection string's `sslmode` says.
     pub tls: Option<TlsFiles>,
+    /// Whom to log in as, instead of the connection string's user and password: a password
+    /// kept out of strings that get printed.
+    pub credentials: Option<Credentials>,
+    /// Called for every request sent ([`lock_core::requests`]): one per query message,
+    /// whatever its statements (see "Requests per grant").
+    pub requests: RequestHook,
 }
 
 impl Default for PgConfig {
@@ -154,6 +170,8 @@ impl Default for PgConfig {
             keepalive: Some(Duration::from_secs(5)),
             max_idle: 4,
             tls: None,
+            credentials: None,
+            requests: RequestHook::none(),
         }
     }
 }

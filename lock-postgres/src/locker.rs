@@ -1,6 +1,6 @@
 //! The backend (a server and settings), its lockers, and each locker's idle connections.
 
-use crate::errors::{backend_error, client_error, LOCK_NOT_AVAILABLE};
+use crate::errors::{backend_error, client_error, BACKEND, LOCK_NOT_AVAILABLE};
 use crate::holder::{self, Conn};
 use crate::key::advisory_key;
 use crate::xact::XactGuard;
@@ -45,6 +45,9 @@ impl PgBackend {
             .parse()
             .map_err(|e| LockError::Config(format!("PostgreSQL connection string: {e}")))?;
         pg.connect_timeout(config.connect_timeout);
+        if let Some(c) = &config.credentials {
+            pg.user(&c.user).password(c.password.expose());
+        }
         if let Some(k) = config.keepalive {
             pg.keepalives(true).keepalives_idle(k).keepalives_interval(k).keepalives_retries(3);
         }
@@ -87,6 +90,7 @@ impl PgBackend {
     pub(crate) async fn open(&self, application: &str) -> Result<Conn, LockError> {
         let mut pg = self.pg.clone();
         pg.application_name(application);
+        self.config.requests.sent(BACKEND, "connect");
         let connect = async {
             match &self.tls {
                 Some(tls) => pg.connect(tls.clone()).await.map(|(client, connection)| {
@@ -121,7 +125,7 @@ impl PgBackend {
                     ))
                 }
             };
-        let conn = Conn::new(client, driver);
+        let conn = Conn::new(client, driver, self.config.requests.clone());
         let ttl_ms = self.config.lease_ttl.as_millis();
         let probe = (self.config.lease_ttl.as_secs() / 3).max(1);
         let session = format!(
@@ -130,6 +134,7 @@ impl PgBackend {
              SET tcp_keepalives_interval = {probe}; SET tcp_keepalives_count = 3; \
              SET tcp_user_timeout = {ttl_ms}"
         );
+        conn.sent("SET");
         match self.bounded(conn.client.batch_execute(&session)).await {
             Ok(()) => Ok(conn),
             Err(e) if e.backend_kind() == Some(BackendErrorKind::Protocol) => Err(LockError::Config(
@@ -141,12 +146,14 @@ impl PgBackend {
 
     async fn prepare_sequence(&self, conn: &Conn) -> Result<(), LockError> {
         let seq = &self.config.fencing_sequence;
+        conn.sent("prepare");
         let exists = self
             .bounded(conn.client.simple_query(&format!("SELECT to_regclass('{seq}') IS NOT NULL")))
             .await?;
         if first_value(&exists).as_deref() == Some("t") {
             return Ok(());
         }
+        conn.sent("prepare");
         match self.bounded(conn.client.batch_execute(&format!("CREATE SEQUENCE IF NOT EXISTS {seq}"))).await {
             Ok(()) => Ok(()),
             Err(e) if e.backend_kind() == Some(BackendErrorKind::Refused) => Err(LockError::Config(format!(
@@ -309,6 +316,7 @@ impl PgLocker {
             "SET lock_timeout = {wait_ms}; SELECT pg_advisory_lock({key}); SELECT nextval('{seq}')"
         );
         let sent = Instant::now();
+        conn.sent("lock");
         let answer = match remaining {
             Some(r) => {
                 bounded(
@@ -376,6 +384,7 @@ impl PgLocker {
                      SELECT pg_advisory_xact_lock({key}); SELECT nextval('{seq}')"
                 );
                 let sent = Instant::now();
+                conn.sent("transaction");
                 let request = conn.client.simple_query(&sql);
                 let answer = match remaining {
                     Some(r) => {
@@ -408,6 +417,7 @@ impl PgLocker {
                     Err(e) if is_lock_timeout(&e) => {
                         // The failed transaction is still open: end it, then the connection
                         // is clean.
+                        conn.sent("ROLLBACK");
                         if backend.bounded(conn.client.batch_execute("ROLLBACK")).await.is_ok() {
                             self.inner.idle.put(conn);
                         }
@@ -464,6 +474,7 @@ impl Locker for PgLocker {
             .run(|| async {
                 let conn = self.connection().await?;
                 let sent = Instant::now();
+                conn.sent("try_lock");
                 let rows = backend.bounded(conn.client.simple_query(&sql)).await?;
                 match first_value(&rows) {
                     Some(token) => self.guard(lock_id, key, conn, &token, sent).map(Some),

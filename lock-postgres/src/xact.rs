@@ -64,8 +64,14 @@ impl XactGuard {
     ) -> XactGuard {
         let (lease_tx, lease) = watch::channel(LeaseState::Held);
         let (stop, stopped) = oneshot::channel();
-        let keeper =
-            tokio::spawn(keep(conn.client.clone(), ttl, sent + ttl, Arc::new(lease_tx), stopped));
+        let keeper = tokio::spawn(keep(
+            conn.client.clone(),
+            conn.requests(),
+            ttl,
+            sent + ttl,
+            Arc::new(lease_tx),
+            stopped,
+        ));
         XactGuard {
             conn: Some(conn),
             lock_id: lock_id.to_string(),
@@ -122,6 +128,7 @@ impl XactGuard {
         if let LeaseState::Lost(why) = &*self.lease.borrow() {
             return Err(lost(format!("{why}; the transaction was rolled back")));
         }
+        conn.sent(how);
         match tokio::time::timeout(self.request_timeout, conn.client.batch_execute(how)).await {
             Ok(Ok(())) => {
                 self.idle.put(conn);
