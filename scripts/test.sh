@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: installs what the tests need, then runs them.
 #
-# The Redis, ZooKeeper, etcd and PostgreSQL tests start their own servers on free loopback
-# ports, from Debian's packages `redis-server`, `redis-sentinel`, `zookeeper`, `etcd-server` and
-# `postgresql` (run as its `postgres` system user when the tests run as root); the etcd
-# client crate runs `protoc` (package `protobuf-compiler`) when it is built. This script installs them when they
-# are missing (as root directly, otherwise through sudo). The Cassandra integration tests run only when
+# The Redis, ZooKeeper, etcd, PostgreSQL and MariaDB tests start their own servers on free
+# loopback ports, from Debian's packages `redis-server`, `redis-sentinel`, `zookeeper`,
+# `etcd-server`, `postgresql` and `pgbouncer` (run as the `postgres` system user when the tests
+# run as root) and `mariadb-server` (as the `mysql` user); the etcd client crate runs `protoc`
+# (package `protobuf-compiler`) when it is built. This script installs them when they are
+# missing (as root directly, otherwise through sudo). The Cassandra integration tests run only when
 # LOCK_TEST_CASSANDRA=host:port names a cluster (see README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,10 +19,13 @@ command -v redis-sentinel >/dev/null 2>&1 || need_packages+=(redis-sentinel)
 command -v etcd >/dev/null 2>&1 || need_packages+=(etcd-server)
 # The PostgreSQL server is not on PATH: Debian keeps it in /usr/lib/postgresql/<version>/bin.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need_packages+=(postgresql)
+# MariaDB's server is in /usr/sbin, which may not be on PATH.
+command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_packages+=(mariadb-server)
+command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need_packages+=(pgbouncer)
 python3 -c "import kazoo" 2>/dev/null || /usr/bin/python3 -c "import kazoo" 2>/dev/null || need_packages+=(python3-kazoo)
 command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || need_packages+=(protobuf-compiler)
 if [ ${#need_packages[@]} -gt 0 ]; then
-  echo "test.sh: installing ${need_packages[*]} (needed by the Redis, ZooKeeper, etcd and PostgreSQL tests)" >&2
+  echo "test.sh: installing ${need_packages[*]} (needed by the Redis, ZooKeeper, etcd, PostgreSQL and MariaDB tests)" >&2
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive

@@ -9,7 +9,9 @@
 //!   the package's jars on `java`), a one-member `etcd` ([`EtcdServer`]) or a PostgreSQL
 //!   server ([`PostgresServer`]: `initdb`'d on first start, users with SCRAM passwords, TLS
 //!   when asked; run as the `postgres` system user when the tests run as root, which
-//!   Postgres refuses);
+//!   Postgres refuses) or a MariaDB server ([`MariadbServer`]: `mariadb-install-db`'d on
+//!   first start, users with passwords, TLS when asked; run as the `mysql` system user when
+//!   root);
 //! - a **cluster** ([`Cluster`]), because the fault that breaks users' locks in production is
 //!   a failover, which one server cannot have: a 3-member etcd ([`EtcdCluster`]), a 3-server
 //!   ZooKeeper ensemble ([`ZkCluster`]), a Redis master with replicas and Sentinels, or
@@ -21,6 +23,11 @@
 //!   leads ([`ClusterEngine`]); a single server is the same engine code without proxies
 //!   ([`Server`]).
 //!
+//! - PostgreSQL's own failover and pooling, which are not a [`Cluster`]: a primary with a
+//!   streaming hot standby that a test promotes after killing the primary ([`PostgresPair`],
+//!   asynchronous or synchronous [`Replication`]), and PgBouncer in front of a server
+//!   ([`PgBouncer`], session or transaction [`PoolMode`]).
+//!
 //! A missing binary or jar **fails** the test with a message naming the packages to install
 //! ([`INSTALL_HINT`]); nothing is ever skipped.
 //!
@@ -29,7 +36,8 @@
 //! process, and a command the server refused; its text names the server, its port and the tail
 //! of its log.
 //!
-//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`], [`shared_postgres`]: one server
+//! - [`shared_redis`], [`shared_zookeeper`], [`shared_etcd`], [`shared_postgres`],
+//!   [`shared_mariadb`]: one server
 //!   per test binary, started on first use and kept for the life of the process.
 //! - Cleanup: a server or a cluster is killed and its directory removed on drop; every
 //!   process also gets `SIGKILL` when its test binary exits or is killed
@@ -53,15 +61,19 @@
 //! - Probes without client libraries: [`redis_call`] (and [`redis_call_as`] an ACL user of a
 //!   secured Redis), [`four_letter`], [`etcd_post`], and for Postgres the `psql` binary:
 //!   [`psql_call`] (one statement on a connection of its own) and [`PsqlSession`] (a session
-//!   kept open, holding what it locked, whose statements may block).
+//!   kept open, holding what it locked, whose statements may block); for MariaDB the
+//!   `mariadb` binary: [`mariadb_call`] and [`MariadbSession`].
 #![deny(missing_docs)]
 
 mod cluster;
 mod contenders;
 mod error;
 mod etcd;
+mod mariadb;
 mod origin;
+mod pgbouncer;
 mod postgres;
+mod postgres_replica;
 mod process;
 mod proxy;
 mod redis;
@@ -77,10 +89,16 @@ pub use etcd::{
     etcd_post, etcd_post_as, etcd_secure, etcd_token, shared_etcd, shared_etcd_with, Etcd,
     EtcdCluster, EtcdServer, EtcdTls, EtcdUser, ETCD_ELECTION_MS, ETCD_HEARTBEAT_MS,
 };
+pub use mariadb::{
+    mariadb_call, shared_mariadb, Mariadb, MariadbConn, MariadbServer, MariadbSession, MariadbTls,
+    MariadbUser, MARIADB_CALL_TIMEOUT, MARIADB_MAX_CONNECTIONS,
+};
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{
     psql_call, shared_postgres, Postgres, PostgresConn, PostgresServer, PostgresTls, PostgresUser,
     PsqlSession, POSTGRES_MAX_CONNECTIONS, PSQL_TIMEOUT,
 };
+pub use postgres_replica::{PostgresPair, Replication};
 pub use process::Launch;
 pub use process::{free_port, ClosedPort};
 pub use proxy::{Proxy, Rewrite};
@@ -98,4 +116,4 @@ pub use zookeeper::{
 
 /// What a test that cannot start a server tells its reader to do.
 pub const INSTALL_HINT: &str =
-    "install it with `apt-get install -y redis-server redis-sentinel zookeeper etcd-server postgresql` (`scripts/test.sh` installs them before it runs the tests)";
+    "install it with `apt-get install -y redis-server redis-sentinel zookeeper etcd-server postgresql mariadb-server` (`scripts/test.sh` installs them before it runs the tests)";

@@ -3,6 +3,7 @@
 //! client library ([`psql_call`], [`PsqlSession`]) through the `psql` binary.
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
+use crate::postgres_replica::{base_backup, StandbyOf};
 use crate::process::{keep, Launch};
 use crate::redis::random_password;
 use crate::tls::{CertFiles, TestPki};
@@ -230,6 +231,10 @@ pub struct Postgres {
     user: PostgresUser,
     users: Vec<PostgresUser>,
     tls: Option<PostgresTls>,
+    /// A role that may stream WAL (`REPLICATION`), and its `pg_hba.conf` line.
+    pub(crate) replication: Option<PostgresUser>,
+    /// Made by `pg_basebackup -R` from this primary instead of `initdb`: a standby.
+    pub(crate) standby_of: Option<StandbyOf>,
 }
 
 impl Default for Postgres {
@@ -239,6 +244,8 @@ impl Default for Postgres {
             user: PostgresUser::new(DEFAULT_USER),
             users: Vec::new(),
             tls: None,
+            replication: None,
+            standby_of: None,
         }
     }
 }
@@ -271,6 +278,11 @@ impl Postgres {
         let mut sql = format!("ALTER ROLE {} PASSWORD {password};\n", quote_ident(SUPERUSER));
         for user in std::iter::once(&self.user).chain(&self.users) {
             sql.push_str(&user.create_role()?);
+            sql.push('\n');
+        }
+        if let Some(user) = &self.replication {
+            let role = user.create_role()?;
+            sql.push_str(&role.replace(" LOGIN ", " LOGIN REPLICATION "));
             sql.push('\n');
         }
         let user = quote_ident(&self.user.name);
@@ -323,21 +335,21 @@ fn missing(program: &str, package: &'static str, missing: String) -> ServerError
 }
 
 /// The path of the PostgreSQL program `name`, or what to install.
-fn program(name: &str) -> Result<PathBuf, ServerError> {
+pub(crate) fn program(name: &str) -> Result<PathBuf, ServerError> {
     let dir = bin_dir().ok_or_else(|| missing(name, "postgresql", LAUNCH.missing.into()))?;
     Ok(dir.join(name))
 }
 
 /// The user and group a process that must not be root runs as.
 #[derive(Clone, Copy, Debug)]
-struct RunAs {
-    uid: u32,
-    gid: u32,
+pub(crate) struct RunAs {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
 }
 
 /// `None` when not root; as root, the `postgres` system user, or what to install when there
 /// is none.
-fn run_as() -> Result<Option<RunAs>, ServerError> {
+pub(crate) fn run_as() -> Result<Option<RunAs>, ServerError> {
     // SAFETY: geteuid cannot fail and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
         return Ok(None);
@@ -358,7 +370,7 @@ fn run_as() -> Result<Option<RunAs>, ServerError> {
 }
 
 /// `setpriv`, which starts the server as another user when the tests run as root.
-fn check_setpriv() -> Result<(), ServerError> {
+pub(crate) fn check_setpriv() -> Result<(), ServerError> {
     match Command::new("setpriv").arg("--version").stdout(Stdio::null()).status() {
         Ok(_) => Ok(()),
         Err(e) => Err(missing(
@@ -438,8 +450,10 @@ impl ClusterEngine for Postgres {
         if let Some(who) = who {
             searchable_by(&data, who)?;
         }
-        if !data.join("PG_VERSION").exists() {
-            self.initialize(dir, &data, who)?;
+        match &self.standby_of {
+            _ if data.join("PG_VERSION").exists() => {}
+            Some(primary) => base_backup(&data, who, primary)?,
+            None => self.initialize(dir, &data, who)?,
         }
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(START_SCRIPT).arg("postgres-start").arg(&data);
@@ -489,9 +503,15 @@ impl Postgres {
             }
             _ => "host all all 127.0.0.1/32 scram-sha-256\n",
         };
+        let replication = match &self.replication {
+            Some(user) => {
+                format!("host replication {} 127.0.0.1/32 scram-sha-256\n", quote_ident(&user.name))
+            }
+            None => String::new(),
+        };
         let hba_file = data.join("pg_hba.conf");
         let hba = format!(
-            "# test-servers: passwords (SCRAM) over TCP on loopback; no Unix socket.\n{hba}"
+            "# test-servers: passwords (SCRAM) over TCP on loopback; no Unix socket.\n{hba}{replication}"
         );
         std::fs::write(&hba_file, hba).map_err(io("write", &hba_file))?;
         let mut settings = format!(
@@ -530,7 +550,7 @@ impl Postgres {
 }
 
 /// `cmd`, spawned as `who` when given (its supplementary groups dropped), in the C locale.
-fn as_user(mut cmd: Command, who: Option<RunAs>) -> Command {
+pub(crate) fn as_user(mut cmd: Command, who: Option<RunAs>) -> Command {
     if let Some(who) = who {
         cmd.uid(who.uid).gid(who.gid);
     }
@@ -547,7 +567,7 @@ fn own(path: &Path, who: Option<RunAs>, mode: u32) -> std::io::Result<()> {
 }
 
 /// Write `text` to a new file `path` that only `who` (or this user) may read: mode `0600`.
-fn write_owned(path: &Path, text: &str, who: Option<RunAs>) -> std::io::Result<()> {
+pub(crate) fn write_owned(path: &Path, text: &str, who: Option<RunAs>) -> std::io::Result<()> {
     let mut file =
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     file.write_all(text.as_bytes())?;
@@ -556,7 +576,7 @@ fn write_owned(path: &Path, text: &str, who: Option<RunAs>) -> std::io::Result<(
 
 /// Let `who` search every directory above `path` (the directory itself is made theirs): on each
 /// it could not search, the search bit of the class it is in (others' `o+x`, in practice).
-fn searchable_by(path: &Path, who: RunAs) -> Result<(), ServerError> {
+pub(crate) fn searchable_by(path: &Path, who: RunAs) -> Result<(), ServerError> {
     for dir in path.ancestors().skip(1) {
         let meta = std::fs::metadata(dir)
             .map_err(|e| ServerError::io(format!("stat {}", dir.display()), e))?;
@@ -600,7 +620,7 @@ fn remove_orphan_segments(uid: u32) {
 }
 
 /// Run `cmd` to its end with `input` on its standard input; its status and output.
-fn run(cmd: &mut Command, input: &str) -> std::io::Result<Output> {
+pub(crate) fn run(cmd: &mut Command, input: &str) -> std::io::Result<Output> {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn()?;
     // A program that exits before it reads (psql refused a connection) says why in its output.
@@ -609,7 +629,7 @@ fn run(cmd: &mut Command, input: &str) -> std::io::Result<Output> {
 }
 
 /// `Ok` if `what` ran and exited with success; otherwise the failure, with its output.
-fn succeeded(what: &str, ran: std::io::Result<Output>) -> Result<(), ServerError> {
+pub(crate) fn succeeded(what: &str, ran: std::io::Result<Output>) -> Result<(), ServerError> {
     match ran {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(LAUNCH.not_installed(e)),
         Err(e) => Err(ServerError::io(format!("run {what}"), e)),
@@ -944,18 +964,18 @@ fn marker(n: u64) -> String {
 }
 
 /// `s` as an SQL identifier: double-quoted, inner quotes doubled.
-fn quote_ident(s: &str) -> String {
+pub(crate) fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// `s` as an SQL string literal (`standard_conforming_strings` is on: backslashes are
 /// themselves).
-fn quote_literal(s: &str) -> String {
+pub(crate) fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
 /// `s` as a libpq connection string value: single-quoted, `\` and `'` escaped.
-fn conninfo_value(s: &str) -> String {
+pub(crate) fn conninfo_value(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 

@@ -5,7 +5,9 @@
 mod support;
 
 mod etcd_cluster;
+mod mariadb;
 mod postgres;
+mod postgres_failover;
 mod redis_cluster;
 mod restart;
 mod zookeeper_cluster;
