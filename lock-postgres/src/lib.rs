@@ -67,6 +67,30 @@
 //! `idle_session_timeout` needs PostgreSQL 14 or later; an older server is refused at connect
 //! with an error saying so.
 //!
+//! ## Failover, administrators and poolers
+//! What the tests beside this crate show on real servers (`tests/promotion.rs`,
+//! `tests/terminated.rs`, `tests/pooler.rs`):
+//! - **A promoted replica has no advisory locks**: they are not WAL-logged, so the moment a
+//!   replica is promoted every lock is free on it, while the old primary's holders still
+//!   believe they hold theirs until their next ping fails (up to a third of the lease). Two
+//!   holders at once: only fencing makes that safe.
+//! - **Tokens across a promotion**: `nextval` logs its value and the next 32 before it
+//!   answers and serves those without writing again, so a replica that replayed that record
+//!   continues above every value the old primary served. A value is drawn twice only when
+//!   the draw whose record was lost was one that wrote (the first after the sequence was
+//!   made, every 33rd, the first after a checkpoint) and the replica had not received it:
+//!   with asynchronous replication that can happen, with synchronous replication it cannot
+//!   (the commit of a draw that writes waits for the standby).
+//! - **An administrator's `pg_terminate_backend`** ends the holder's session: the lock is
+//!   free at once, and the holder learns it at its next ping.
+//! - **Behind PgBouncer in session pooling** a client keeps one server session, and the lock
+//!   works as on the server. **In transaction pooling** it does not: each statement may run on
+//!   another server session, so the unlock may miss the session that holds the lock, the
+//!   lease's settings land on whichever session ran them, and since advisory locks are
+//!   re-entrant within a session, two clients whose statements share one server session are
+//!   both granted the lock. Behind transaction pooling use the transaction-level lock
+//!   ([`PgLocker::transaction`]): a transaction keeps its server session to its end.
+//!
 //! ## Requests per grant
 //! A backend reports every query message it sends to [`PgConfig::requests`] (target
 //! `postgres`): `lock` (the acquire batch), `try_lock`, `transaction`, `unlock`, `COMMIT` or
@@ -110,6 +134,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod conn;
 mod errors;
 mod holder;
 mod key;

@@ -1,7 +1,8 @@
 //! The backend (a server and settings), its lockers, and each locker's idle connections.
 
+use crate::conn::{bounded, first_value, Conn, Idle};
 use crate::errors::{backend_error, client_error, BACKEND, LOCK_NOT_AVAILABLE};
-use crate::holder::{self, Conn};
+use crate::holder;
 use crate::key::advisory_key;
 use crate::xact::XactGuard;
 use crate::PgConfig;
@@ -9,11 +10,11 @@ use async_trait::async_trait;
 use lock_core::lock::validate_id;
 use lock_core::retry::{Backoff, Retries};
 use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::config::SslMode;
-use tokio_postgres::{NoTls, SimpleQueryMessage};
+use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// A PostgreSQL server and how to use it: hands out [`PgLocker`]s.
@@ -40,10 +41,20 @@ impl PgBackend {
     /// that the fencing sequence exists, creating it if it is missing. Fails within
     /// [`PgConfig::connect_timeout`] with the server's address and the cause.
     pub async fn connect(url: &str, config: PgConfig) -> Result<PgBackend, LockError> {
-        config.validate()?;
-        let mut pg: tokio_postgres::Config = url
+        let pg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| LockError::Config(format!("PostgreSQL connection string: {e}")))?;
+        PgBackend::connect_to(pg, config).await
+    }
+
+    /// [`PgBackend::connect`] with the driver's connection settings built by the caller (host,
+    /// port, database, user); [`PgConfig`]'s own settings (timeouts, keep-alive, TLS,
+    /// credentials) are applied on top.
+    pub async fn connect_to(
+        mut pg: tokio_postgres::Config,
+        config: PgConfig,
+    ) -> Result<PgBackend, LockError> {
+        config.validate()?;
         pg.connect_timeout(config.connect_timeout);
         if let Some(c) = &config.credentials {
             pg.user(&c.user).password(c.password.expose());
@@ -174,22 +185,6 @@ impl PgBackend {
     }
 }
 
-/// `request` bounded by `limit`; a late answer is a transient timeout.
-pub(crate) async fn bounded<T>(
-    target: &str,
-    limit: Duration,
-    request: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T, LockError> {
-    match tokio::time::timeout(limit, request).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(backend_error(target.to_string(), e)),
-        Err(_) => Err(client_error(
-            BackendErrorKind::Timeout,
-            format!("{target}: no answer within {limit:?}"),
-        )),
-    }
-}
-
 fn describe(pg: &tokio_postgres::Config) -> String {
     let host = pg
         .get_hosts()
@@ -201,47 +196,6 @@ fn describe(pg: &tokio_postgres::Config) -> String {
         .unwrap_or_else(|| "localhost".into());
     let port = pg.get_ports().first().copied().unwrap_or(5432);
     format!("postgres at {host}:{port}")
-}
-
-/// The first column of the last row of a simple query's answer.
-pub(crate) fn first_value(messages: &[SimpleQueryMessage]) -> Option<String> {
-    messages.iter().rev().find_map(|m| match m {
-        SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_string)),
-        _ => None,
-    })?
-}
-
-/// A locker's idle connections, each kept for at most half a lease (the server ends a session
-/// silent for a lease).
-pub(crate) struct Idle {
-    conns: Mutex<Vec<Conn>>,
-    max: usize,
-    keep: Duration,
-}
-
-impl Idle {
-    fn new(max: usize, keep: Duration) -> Idle {
-        Idle { conns: Mutex::new(Vec::new()), max, keep }
-    }
-
-    fn take(&self) -> Option<Conn> {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(conn) = conns.pop() {
-            if !conn.client.is_closed() && conn.idle_since.elapsed() < self.keep {
-                return Some(conn);
-            }
-        }
-        None
-    }
-
-    /// Keep `conn` for a later acquisition (it holds no lock).
-    pub(crate) fn put(&self, mut conn: Conn) {
-        conn.idle_since = Instant::now();
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        if conns.len() < self.max && !conn.client.is_closed() {
-            conns.push(conn);
-        }
-    }
 }
 
 struct Inner {

@@ -14,9 +14,8 @@
 //! The cost: the transaction is open for as long as the lock is held, which holds back vacuum
 //! and keeps its row locks; and the writes must be in this database.
 
+use crate::conn::{keep, Conn, Idle};
 use crate::errors::{backend_error, client_error};
-use crate::holder::{keep, Conn};
-use crate::locker::Idle;
 use lock_core::{BackendErrorKind, LeaseState, LockError};
 use std::sync::Arc;
 use std::time::Duration;

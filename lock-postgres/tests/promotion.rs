@@ -29,6 +29,9 @@ enum Stream {
     Racing,
     /// The standby stopped streaming before the grant.
     HeldBack,
+    /// A first grant and release drew a token (logging the sequence 32 ahead), the standby
+    /// replayed that, then stopped streaming before the grant.
+    HeldBackAfterADraw,
 }
 
 /// What one failover gave.
@@ -48,10 +51,15 @@ async fn failover(replication: Replication, stream: Stream) -> Failover {
         .await
         .expect("connect to the primary");
     let a = a_backend.locker("promo-a").unwrap();
+    if stream == Stream::HeldBackAfterADraw {
+        a.lock("promoted", None).await.expect("lock").release().await.expect("release");
+    }
     // The sequence exists on the standby before anything else happens.
     let pair = blocking(pair, |p| p.wait_caught_up(Duration::from_secs(10)).unwrap()).await;
     let pair = match stream {
-        Stream::HeldBack => blocking(pair, |p| p.hold_replication().unwrap()).await,
+        Stream::HeldBack | Stream::HeldBackAfterADraw => {
+            blocking(pair, |p| p.hold_replication().unwrap()).await
+        }
         _ => pair,
     };
     let held = a.lock("promoted", None).await.expect("lock on the primary");
@@ -83,20 +91,21 @@ async fn failover(replication: Replication, stream: Stream) -> Failover {
         .await
         .ok()
         .map(|_| killed.elapsed());
+    let _ = tokio::time::timeout(ttl, held.lost()).await.expect("the first holder is told");
+    let first_told = killed.elapsed();
     let result =
         Failover { first: held.token(), second: second.token(), kill_to_grant, first_told_after };
     eprintln!(
-        "{replication:?} {stream:?}: kill -> second grant {:?}; first holder told lost: {}; \
-         token on the primary {} -> on the promoted replica {}",
+        "{replication:?} {stream:?}: kill -> second grant {:?}; first holder told lost {}, \
+         {first_told:?} after the kill; token on the primary {} -> on the promoted replica {}",
         result.kill_to_grant,
         match result.first_told_after {
-            Some(t) => format!("by then ({t:?})"),
-            None => "not yet (two holders)".into(),
+            Some(_) => "before the second grant",
+            None => "after the second grant (two holders meanwhile)",
         },
         result.first,
         result.second
     );
-    let _ = tokio::time::timeout(ttl, held.lost()).await.expect("the first holder is told");
     second.release().await.expect("release");
     drop(held);
     tokio::task::spawn_blocking(move || drop(pair)).await.unwrap();
@@ -146,6 +155,16 @@ async fn async_racing_the_token_continues_above_on_loopback() {
 async fn async_held_back_the_promoted_replica_hands_out_the_same_token_again() {
     let run = failover(Replication::Async, Stream::HeldBack).await;
     assert!(run.second <= run.first, "token {} after {}: not reused", run.second, run.first);
+}
+
+/// Asynchronous replication with the standby behind, but the grant's draw came from values
+/// the sequence had already logged ahead (and the standby had replayed): the promoted
+/// replica continues above, although it never saw this draw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_held_back_after_a_logged_draw_the_token_still_continues_above() {
+    let run = failover(Replication::Async, Stream::HeldBackAfterADraw).await;
+    assert_eq!(run.first, 2, "the second draw");
+    assert!(run.second > run.first, "token {} after {}", run.second, run.first);
 }
 
 /// Synchronous replication, the primary killed right after the grant: the draw's commit

@@ -1,0 +1,169 @@
+//! A connection to the server and what every lock on one needs: the task that drives it, the
+//! requests it reports, the pings that keep its session's lease, a locker's idle connections,
+//! and statements bounded in time.
+
+use crate::errors::{backend_error, client_error, BACKEND};
+use lock_core::lock::LeaseLost;
+use lock_core::requests::RequestHook;
+use lock_core::{BackendErrorKind, LeaseState, LockError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// A connection and the task that drives it. Dropping it closes the connection: the server
+/// ends the session, and with it any lock the session holds.
+pub(crate) struct Conn {
+    pub(crate) client: Arc<Client>,
+    requests: RequestHook,
+    driver: Option<JoinHandle<()>>,
+    pub(crate) idle_since: Instant,
+}
+
+impl Conn {
+    pub(crate) fn new(client: Client, driver: JoinHandle<()>, requests: RequestHook) -> Conn {
+        Conn {
+            client: Arc::new(client),
+            requests,
+            driver: Some(driver),
+            idle_since: Instant::now(),
+        }
+    }
+
+    /// Report one request (a query message, whatever its statements) of `command`.
+    pub(crate) fn sent(&self, command: &str) {
+        self.requests.sent(BACKEND, command);
+    }
+
+    /// The hook this connection reports to.
+    pub(crate) fn requests(&self) -> RequestHook {
+        self.requests.clone()
+    }
+
+    /// Leave the session open and silent, as a crashed host's would be: the server ends it
+    /// (and frees its locks) one lease after its last statement; the connection is closed
+    /// after `linger`.
+    pub(crate) fn go_silent(mut self, linger: Duration) {
+        let client = self.client.clone();
+        let driver = self.driver.take();
+        tokio::spawn(async move {
+            tokio::time::sleep(linger).await;
+            drop(client);
+            if let Some(driver) = driver {
+                driver.abort();
+            }
+        });
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(driver) = &self.driver {
+            driver.abort();
+        }
+    }
+}
+
+/// Ping every third of the lease; say the lease is lost when it ends without an answered
+/// ping, or when the connection breaks.
+pub(crate) async fn keep(
+    client: Arc<Client>,
+    requests: RequestHook,
+    ttl: Duration,
+    mut valid_until: Instant,
+    lease: Arc<watch::Sender<LeaseState>>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let lost = |reason: String| {
+        lease.send_replace(LeaseState::Lost(LeaseLost { reason }));
+    };
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(ttl / 3) => {}
+        }
+        let sent = Instant::now();
+        let left = valid_until.saturating_duration_since(sent);
+        requests.sent(BACKEND, "ping");
+        let ping = tokio::select! {
+            _ = &mut stop => return,
+            answer = tokio::time::timeout(left, client.simple_query("SELECT 1")) => answer,
+        };
+        match ping {
+            Ok(Ok(_)) => valid_until = sent + ttl,
+            Ok(Err(e)) if e.is_closed() || client.is_closed() => {
+                return lost(format!("the connection to {BACKEND} broke: {e}"));
+            }
+            Ok(Err(e)) if Instant::now() >= valid_until => {
+                return lost(format!(
+                    "no ping answered within the lease ({ttl:?}); last error: {e}"
+                ));
+            }
+            Ok(Err(_)) => {}
+            Err(_) => {
+                return lost(format!(
+                    "no ping answered within the lease ({ttl:?}): the server may have ended the session"
+                ));
+            }
+        }
+    }
+}
+
+/// `request` bounded by `limit`; a late answer is a transient timeout.
+pub(crate) async fn bounded<T>(
+    target: &str,
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, LockError> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(backend_error(target.to_string(), e)),
+        Err(_) => Err(client_error(
+            BackendErrorKind::Timeout,
+            format!("{target}: no answer within {limit:?}"),
+        )),
+    }
+}
+
+/// The first column of the last row of a simple query's answer.
+pub(crate) fn first_value(messages: &[SimpleQueryMessage]) -> Option<String> {
+    messages.iter().rev().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_string)),
+        _ => None,
+    })?
+}
+
+/// A locker's idle connections, each kept for at most half a lease (the server ends a session
+/// silent for a lease).
+pub(crate) struct Idle {
+    conns: Mutex<Vec<Conn>>,
+    max: usize,
+    keep: Duration,
+}
+
+impl Idle {
+    pub(crate) fn new(max: usize, keep: Duration) -> Idle {
+        Idle { conns: Mutex::new(Vec::new()), max, keep }
+    }
+
+    pub(crate) fn take(&self) -> Option<Conn> {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(conn) = conns.pop() {
+            if !conn.client.is_closed() && conn.idle_since.elapsed() < self.keep {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keep `conn` for a later acquisition (it holds no lock).
+    pub(crate) fn put(&self, mut conn: Conn) {
+        conn.idle_since = Instant::now();
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if conns.len() < self.max && !conn.client.is_closed() {
+            conns.push(conn);
+        }
+    }
+}
