@@ -195,6 +195,120 @@ fn etcd_runs_in_wall_time_and_bad_endpoints_are_usage_errors() {
 }
 
 #[test]
+fn an_unreachable_postgres_fails_fast_naming_the_address() {
+    let dir = scratch("postgres-unreachable");
+    let closed = test_servers::ClosedPort::new();
+    let at = closed.addr().to_string();
+    fails_fast(
+        &[
+            "--backend",
+            "postgres",
+            "--postgres",
+            &at,
+            "--threads",
+            "4",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[&format!("error: cannot reach the postgres backend at {at}"), "log in"],
+    );
+}
+
+#[test]
+fn postgres_runs_on_a_server_it_starts_and_bad_addresses_are_usage_errors() {
+    let dir = scratch("postgres");
+    let o = run(&[
+        "--backend",
+        "postgres",
+        "--spawn-postgres",
+        "--threads",
+        "3",
+        "--duration",
+        "2s",
+        "--ttl",
+        "4s",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let r = &summary["results"][0];
+    assert_eq!(r["algorithm"], "postgres");
+    assert!(r["grants"].as_u64().unwrap() > 10, "{r}");
+    assert_eq!(r["safety"]["overlapping_holds"], 0);
+    assert_eq!(r["safety"]["token_order_violations"], 0);
+    assert_eq!(r["errors"]["lock_errors"], 0, "{r}");
+    for bad in ["127.0.0.1", "postgres://127.0.0.1:5432/db", "127.0.0.1:notaport"] {
+        let o = run(&["--backend", "postgres", "--postgres", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--postgres"), "{}", stderr(&o));
+    }
+    let cluster = scratch("postgres-cluster");
+    let o = run(&[
+        "--backend",
+        "postgres",
+        "--spawn-postgres=3",
+        "--threads",
+        "2",
+        "--duration",
+        "1s",
+        "--out",
+        cluster.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "a PostgreSQL cluster cannot be started");
+    assert!(stderr(&o).contains("--spawn-postgres=3"), "{}", stderr(&o));
+}
+
+#[test]
+fn mariadb_runs_on_a_server_it_starts_and_bad_input_fails_fast() {
+    let dir = scratch("mariadb");
+    let o = run(&[
+        "--backend",
+        "mariadb",
+        "--spawn-mariadb",
+        "--threads",
+        "3",
+        "--duration",
+        "2s",
+        "--ttl",
+        "2500ms",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = summary_of(&dir);
+    let r = &summary["results"][0];
+    assert_eq!(r["algorithm"], "mariadb");
+    assert!(r["grants"].as_u64().unwrap() > 10, "{r}");
+    assert_eq!(r["safety"]["overlapping_holds"], 0);
+    assert_eq!(r["safety"]["token_order_violations"], 0);
+    assert_eq!(r["errors"]["lock_errors"], 0, "{r}");
+    for bad in ["127.0.0.1", "mysql://127.0.0.1:3306/db", "127.0.0.1:notaport"] {
+        let o = run(&["--backend", "mariadb", "--mariadb", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--mariadb"), "{}", stderr(&o));
+    }
+    let closed = test_servers::ClosedPort::new();
+    let at = closed.addr().to_string();
+    let unreachable = scratch("mariadb-unreachable");
+    fails_fast(
+        &[
+            "--backend",
+            "mariadb",
+            "--mariadb",
+            &at,
+            "--threads",
+            "4",
+            "--out",
+            unreachable.to_str().unwrap(),
+        ],
+        &[&format!("error: cannot reach the mariadb backend at {at}"), "log in"],
+    );
+}
+
+#[test]
 fn backend_mismatches_are_usage_errors() {
     let o = run(&["--backend", "redis", "--clock", "simulated"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -206,6 +206,114 @@ fn an_etcd_restart_mid_run_grants_nothing_while_down_and_resumes() {
 }
 
 #[test]
+fn a_postgres_restart_mid_run_grants_nothing_while_down_and_resumes() {
+    let dir = scratch("postgres-restart");
+    restart_is_survived(
+        &dir,
+        &[
+            "--backend",
+            "postgres",
+            "--spawn-postgres",
+            "--threads",
+            "4",
+            "--duration",
+            "12s",
+            "--ttl",
+            "4s",
+            "--seed",
+            "6",
+            "--faults",
+            "server-restart:2s@12s",
+        ],
+        // A restart ends every session and every advisory lock with it: the next ask after
+        // the server answers is granted at once; the rest is the server's start (seconds on a
+        // loaded machine) and the lock calls' backoff.
+        Duration::from_secs(8),
+    );
+}
+
+/// PostgreSQL has no open mode here: the server the harness starts asks every client for a
+/// password, so a stranger (none) is refused whether or not the run names a user.
+#[test]
+fn a_postgres_stranger_without_a_password_is_refused() {
+    let dir = scratch("postgres-stranger");
+    let args = [
+        "--backend",
+        "postgres",
+        "--spawn-postgres",
+        "--threads",
+        "4",
+        "--duration",
+        "4s",
+        "--hold",
+        "uniform:200ms..300ms",
+        "--faults",
+        "stranger:1s@2s",
+    ];
+    let (exit, text) = run_checked(&dir, &args);
+    assert_eq!(exit, Some(0), "{text}");
+    let strikes = windows(&dir, "stranger");
+    assert!(!strikes.is_empty(), "no stranger struck: {text}");
+    assert!(strikes.iter().all(|(t, ..)| t.starts_with("holder (refused")), "{strikes:?}");
+    let f = check::check_dir(&dir, Duration::from_secs(10)).unwrap().remove(0).figures;
+    assert_eq!(f.overlapping_holds, 0, "{f:?}");
+}
+
+#[test]
+fn a_mariadb_restart_mid_run_grants_nothing_while_down_and_resumes() {
+    let dir = scratch("mariadb-restart");
+    restart_is_survived(
+        &dir,
+        &[
+            "--backend",
+            "mariadb",
+            "--spawn-mariadb",
+            "--threads",
+            "4",
+            "--duration",
+            "12s",
+            "--ttl",
+            "4s",
+            "--seed",
+            "6",
+            "--faults",
+            "server-restart:2s@12s",
+        ],
+        // A restart ends every session and every user lock with it: the next ask after the
+        // server answers is granted at once; the rest is the server's start and the lock
+        // calls' backoff.
+        Duration::from_secs(8),
+    );
+}
+
+/// The server the harness starts asks every user for a password, so a stranger (none) is
+/// refused.
+#[test]
+fn a_mariadb_stranger_without_a_password_is_refused() {
+    let dir = scratch("mariadb-stranger");
+    let args = [
+        "--backend",
+        "mariadb",
+        "--spawn-mariadb",
+        "--threads",
+        "4",
+        "--duration",
+        "4s",
+        "--hold",
+        "uniform:200ms..300ms",
+        "--faults",
+        "stranger:1s@2s",
+    ];
+    let (exit, text) = run_checked(&dir, &args);
+    assert_eq!(exit, Some(0), "{text}");
+    let strikes = windows(&dir, "stranger");
+    assert!(!strikes.is_empty(), "no stranger struck: {text}");
+    assert!(strikes.iter().all(|(t, ..)| t.starts_with("holder (refused")), "{strikes:?}");
+    let f = check::check_dir(&dir, Duration::from_secs(10)).unwrap().remove(0).figures;
+    assert_eq!(f.overlapping_holds, 0, "{f:?}");
+}
+
+#[test]
 fn a_refused_combination_says_why() {
     let out = Command::new(BIN)
         .args([

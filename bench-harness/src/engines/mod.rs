@@ -15,6 +15,8 @@
 //! | [`redlock`] | independent `redis-server` masters | redlock, redlock-fenced |
 //! | [`zookeeper`] | a ZooKeeper server | zookeeper |
 //! | `etcd` (feature `etcd`) | an etcd server | etcd |
+//! | [`postgres`] | a PostgreSQL server | postgres (advisory locks) |
+//! | [`mariadb`] | a MariaDB server | mariadb (`GET_LOCK`) |
 //!
 //! [`cell_model`] holds what the two Cassandra-model engines share: the algorithms written
 //! against `lock_core::store::CellStore`, the GlobalTime service, the lock tables.
@@ -36,7 +38,9 @@ pub mod counting;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod mariadb;
 pub mod options;
+pub mod postgres;
 mod prelude;
 pub mod redis;
 pub mod redlock;
@@ -75,6 +79,8 @@ pub static ENGINES: &[&dyn Engine] = &[
     &zookeeper::Zookeeper,
     #[cfg(feature = "etcd")]
     &etcd::Etcd,
+    &postgres::Postgres,
+    &mariadb::Mariadb,
     &service::Service,
 ];
 

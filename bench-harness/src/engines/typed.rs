@@ -230,6 +230,9 @@ pub trait ServerEngine: Send + Sync + 'static {
     type Options: Options + clap::Args + clap::FromArgMatches;
     /// Its shared flags.
     const FLAGS: &'static ServerFlags;
+    /// Whether the harness can start a cluster of it (`--spawn-X=N`, the clusters of the
+    /// comparisons and of the safety table).
+    const CLUSTERS: bool = true;
 }
 
 impl<E: ServerEngine> Describe for E {
@@ -242,6 +245,14 @@ impl<E: ServerEngine> ParseOptions for E {
     type Options = E::Options;
     type Args = E::Options;
     const SERVER_FLAGS: Option<&'static ServerFlags> = Some(E::FLAGS);
+
+    fn clustered(&self) -> Option<E::Options> {
+        if E::CLUSTERS {
+            server::clustered()
+        } else {
+            None
+        }
+    }
 
     fn parse(&self, m: &ArgMatches) -> Result<E::Options, String> {
         let mut options =

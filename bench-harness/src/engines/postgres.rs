@@ -1,0 +1,303 @@
+//! The PostgreSQL engine: session-level advisory locks (`lock-postgres`: a connection per held
+//! lock, the wait in the server's queue, a lease kept by `idle_session_timeout`) on a real
+//! server, in wall time.
+//!
+//! Opening a run connects once (an unreachable server or a refused login fails here, naming
+//! the address) and prepares the fencing sequence `bench_harness_<ns>` of the run; each
+//! contender then gets a backend of its own, or with `--sessions N` shares one of N: each lock
+//! still takes a connection of its own, so sharing saves only the connects.
+//!
+//! Store load: every query message the backend sends, counted under the table `postgres`:
+//! `lock`, `try_lock` and `transaction` as conditional writes (granted only when free),
+//! `unlock`, `COMMIT` and `ROLLBACK` as deletes, `connect`, `SET` and each `ping` (the lease's
+//! renewal) as writes, the sequence's check on connect as a read. A grant on a pooled
+//! connection costs two (`lock`, `unlock`), however long it waited.
+//!
+//! Options: `--postgres HOST:PORT` (or `LOCK_POSTGRES_ADDRESS`) and `--postgres-database`, or
+//! `--spawn-postgres`: one server of the harness's own (Debian's `postgresql`) on a free
+//! loopback port, which `--faults server-restart:…` can restart; it keeps no advisory lock
+//! across a restart. The harness cannot start a PostgreSQL cluster. `--postgres-user`, its
+//! password in `LOCK_POSTGRES_PASSWORD` or `--postgres-password-file`, is the role every client
+//! logs in as (SCRAM); with `--spawn-postgres` the harness creates it, or uses the server's own
+//! user when none is given. `--postgres-ca` (and `--postgres-cert`, `--postgres-key`): TLS, the
+//! server's certificate checked against the CA and the host dialled.
+
+use super::prelude::*;
+use lock_postgres::{PgBackend, PgConfig};
+use std::sync::Mutex;
+
+/// The engine.
+pub struct Postgres;
+
+/// `--postgres`, its TLS files, `--spawn-postgres`, `--postgres-user` and
+/// `--postgres-password-file`.
+pub static FLAGS: ServerFlags = ServerFlags {
+    algorithm: &ADVISORY,
+    sessions: Sharing::Shared(
+        "one backend and its idle connections: each held or awaited lock still takes a \
+         connection (a server process) of its own",
+    ),
+    address: AddressFlag::new(
+        "HOST:PORT",
+        "LOCK_POSTGRES_ADDRESS",
+        "PostgreSQL server, host:port [default: 127.0.0.1:5432]; the database is \
+         --postgres-database.",
+    )
+    .or("127.0.0.1:5432")
+    .each(Endpoint {
+        valid: |e| {
+            e.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        },
+        like: "a server like 127.0.0.1:5432 (host and port)",
+    }),
+    tls: Some(TlsFlags {
+        ca_help: "Speak TLS to --postgres, trusting the CA certificates in this PEM file; the \
+                  server's certificate must name the host dialled (libpq's verify-full).",
+        mutual: true,
+    }),
+    secures_clusters: false,
+    run_line: RunLine {
+        what: "postgres",
+        ttl: "lease (idle_session_timeout)",
+        ttl_of: lease_ttl,
+        user: "as role '{u}'",
+    },
+    login: LoginFlags {
+        secret: SecretNames { name: "postgres", secret: "password", var: "LOCK_POSTGRES_PASSWORD" },
+        heading: "PostgreSQL (--backend postgres)",
+        user_help: "Log every client in as this role, its password from the environment \
+                variable LOCK_POSTGRES_PASSWORD or from --postgres-password-file (never on the \
+                command line). With --spawn-postgres, the harness creates the role on the \
+                server it starts.",
+    },
+    members: "MEMBERS",
+    spawn_help: "Start a PostgreSQL server of the harness's own for each run (Debian's \
+                 `postgresql` package), on a free loopback port, and stop it afterwards; \
+                 `--faults server-restart:…` restarts it (every session and advisory lock ends; \
+                 the fencing sequence is kept). One server only: the harness starts no \
+                 PostgreSQL cluster.",
+    cluster: |n| format!("a PostgreSQL cluster of {n} servers (the harness cannot start one)"),
+    one: "a PostgreSQL server",
+    examples: "
+  bench-harness --backend postgres --spawn-postgres --threads 8
+      advisory locks on a PostgreSQL the harness starts, a connection per held lock
+      (--ttl: the lease, the server's idle_session_timeout)",
+};
+
+impl ServerEngine for Postgres {
+    type Client = PgBackend;
+    type Options = Options;
+    const FLAGS: &'static ServerFlags = &FLAGS;
+    const CLUSTERS: bool = false;
+}
+
+/// Its options: its command-line flags besides the shared ones ([`FLAGS`]), and what result
+/// files show.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[group(id = "postgres-options")]
+#[command(next_help_heading = "PostgreSQL (--backend postgres)")]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// The server the harness starts, or the user's and how to reach it, and the role.
+    #[arg(skip)]
+    #[serde(flatten)]
+    pub server: Spawn,
+    /// The database on --postgres [default: the role's name, as libpq's]. The server the
+    /// harness starts has its own.
+    #[arg(long = "postgres-database", value_name = "NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+}
+
+impl super::Options for Options {
+    fn server_mut(&mut self) -> Option<&mut Spawn> {
+        Some(&mut self.server)
+    }
+}
+
+/// The lease for a run's TTL: the server's timeout takes milliseconds; the client refuses
+/// less than 200 ms.
+pub fn lease_ttl(ttl: Duration) -> Duration {
+    ttl.max(Duration::from_millis(200))
+}
+
+/// Where contenders log in: the database and the role (with its password).
+#[derive(Clone)]
+pub struct Login {
+    database: String,
+    config: PgConfig,
+}
+
+impl Open for Postgres {
+    async fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> OpenResult {
+        let given = FLAGS.credentials(&options.server)?;
+        // The server the harness starts names its own database and, without a user given, its
+        // own role; the closure that starts it leaves them here.
+        let found: Arc<Mutex<Option<(String, Credentials)>>> = Arc::default();
+        let (wanted, leave) = (given.clone(), found.clone());
+        let one = move || {
+            let server = test_servers::PostgresServer::launch()?;
+            let conn = server.conn();
+            let who = match wanted {
+                Some(c) => {
+                    let role =
+                        test_servers::PostgresUser::with_password(&c.user, c.password.expose());
+                    server.create_user(&role)?;
+                    let grant = format!(
+                        "GRANT CREATE ON SCHEMA public TO \"{}\"",
+                        c.user.replace('"', "\"\"")
+                    );
+                    let owner = test_servers::PostgresConn {
+                        dbname: conn.dbname.clone(),
+                        ..server.superuser_conn()
+                    };
+                    test_servers::psql_call(&owner, &grant)?;
+                    c
+                }
+                None => Credentials::new(
+                    conn.user.clone(),
+                    lock_core::secret::Secret::new(conn.password.clone()),
+                ),
+            };
+            *leave.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn.dbname.clone(), who));
+            Ok(server)
+        };
+        let starts = Starts {
+            cluster: test_servers::Postgres::default(),
+            cluster_address: |_| String::new(),
+            one,
+            one_address: |s: &test_servers::PostgresServer| s.addr().to_string(),
+        };
+        let (address, faults) =
+            server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
+        let spawned = found.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (database, credentials) = match spawned {
+            Some((db, who)) => (db, Some(who)),
+            None => {
+                let role = given.as_ref().map_or("postgres", |c| c.user.as_str());
+                (options.database.clone().unwrap_or_else(|| role.to_string()), given)
+            }
+        };
+        let config = PgConfig {
+            lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
+            connect_timeout: server::CONNECT_TIMEOUT,
+            fencing_sequence: format!("bench_harness_{}", sequence_suffix(setup.namespace)),
+            tls: options.server.tls(),
+            credentials,
+            ..PgConfig::default()
+        };
+        let connector = Dial { address, config: Login { database, config } };
+        Opened::probe(connector, setup.settings, faults).await
+    }
+}
+
+/// The run's namespace as the tail of a sequence name: lower-case letters, digits and `_`.
+fn sequence_suffix(namespace: &str) -> String {
+    namespace
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .take(40)
+        .collect()
+}
+
+impl Login {
+    /// The driver's settings for the server at `address` (host:port).
+    fn at(&self, address: &str) -> tokio_postgres::Config {
+        let mut pg = tokio_postgres::Config::new();
+        if let Some((host, port)) = address.rsplit_once(':') {
+            pg.host(host.trim_start_matches('[').trim_end_matches(']'));
+            pg.port(port.parse().unwrap_or(5432));
+        }
+        pg.dbname(&self.database).user("postgres");
+        pg
+    }
+}
+
+impl Connect for Dial<Login> {
+    type Engine = Postgres;
+
+    /// A backend on the server, or through `via` (a contender's proxy). The lease is the
+    /// server's timer; the client reads no clock for it but the interval of its pings.
+    async fn connect(&self, via: Via, requests: RequestHook) -> Connected<Self> {
+        let address = self.target(via, |a| a.to_string());
+        let config = PgConfig { requests, ..self.config.config.clone() };
+        PgBackend::connect_to(self.config.at(&address), config)
+            .await
+            .map_err(|e| FLAGS.unreachable(&address, "log in and prepare the fencing sequence", e))
+    }
+
+    const OPENS_SESSION: Option<&'static str> = Some("connect");
+
+    fn kind(request: &Request<'_>) -> Kind {
+        match request.command {
+            "lock" | "try_lock" | "transaction" => Kind::Cas,
+            "unlock" | "COMMIT" | "ROLLBACK" => Kind::Delete,
+            "prepare" => Kind::Read,
+            _ => Kind::Write,
+        }
+    }
+
+    /// The `stranger` fault: a client with no password logs in as the run's role and ends the
+    /// backend of every holder of an advisory lock (`pg_terminate_backend`), which frees the
+    /// lock. A server that asks for a password refuses it.
+    async fn stranger(&self) -> Result<String, String> {
+        let mut pg = self.config.at(&self.address);
+        if let Some(c) = &self.config.config.credentials {
+            pg.user(&c.user);
+        }
+        pg.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = match pg.connect(tokio_postgres::NoTls).await {
+            Ok(pair) => pair,
+            Err(e) => return Ok(server_faults::stranger_outcome(0, Some(e.to_string()))),
+        };
+        let driver = tokio::spawn(connection);
+        let ended = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks \
+                 WHERE locktype = 'advisory' AND granted",
+                &[],
+            )
+            .await;
+        driver.abort();
+        Ok(match ended {
+            Ok(row) => server_faults::stranger_outcome(row.get::<_, i64>(0) as usize, None),
+            Err(e) => server_faults::stranger_outcome(0, Some(e.to_string())),
+        })
+    }
+}
+
+/// Session-level advisory locks.
+pub static ADVISORY: Algorithm = Algorithm::new(
+    "postgres",
+    "PostgreSQL session-level advisory locks: a connection per held lock, the wait in the server's queue",
+);
+
+per_owner_client!(PgBackend);
+
+/// The server `--spawn-postgres` starts, which `--faults server-restart` kills and starts
+/// again.
+impl server_faults::Restartable for test_servers::PostgresServer {
+    fn stop(&mut self) {
+        test_servers::PostgresServer::stop(self);
+    }
+    fn start_again(&mut self) -> Result<(), String> {
+        Ok(self.try_start_again()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_names_take_only_what_an_identifier_may() {
+        assert_eq!(sequence_suffix("Run-42.x"), "run_42_x");
+        assert!(sequence_suffix(&"a".repeat(100)).len() <= 40);
+    }
+
+    #[test]
+    fn leases_are_at_least_200ms() {
+        assert_eq!(lease_ttl(Duration::from_millis(50)), Duration::from_millis(200));
+        assert_eq!(lease_ttl(Duration::from_secs(3)), Duration::from_secs(3));
+    }
+}
