@@ -260,6 +260,49 @@ fn postgres_runs_on_a_server_it_starts_and_bad_addresses_are_usage_errors() {
     assert!(stderr(&o).contains("--spawn-postgres=3"), "{}", stderr(&o));
 }
 
+/// A finding, not a bug of ours: behind PgBouncer in transaction pooling a session-level
+/// advisory lock is no lock (each statement may run on another server session, and a session
+/// that holds the lock is granted it again), while session pooling keeps it one.
+#[test]
+fn postgres_behind_transaction_pooling_overlaps_and_behind_session_pooling_does_not() {
+    let mut overlaps = Vec::new();
+    for mode in ["session", "transaction"] {
+        let dir = scratch(&format!("postgres-pool-{mode}"));
+        let o = run(&[
+            "--backend",
+            "postgres",
+            "--spawn-postgres",
+            "--postgres-pool",
+            mode,
+            "--threads",
+            "6",
+            "--duration",
+            "3s",
+            "--ttl",
+            "3s",
+            "-q",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        let summary = summary_of(&dir);
+        let r = &summary["results"][0];
+        assert!(r["grants"].as_u64().unwrap() > 10, "{mode}: {r}");
+        overlaps.push(r["safety"]["overlapping_holds"].as_u64().unwrap());
+    }
+    assert_eq!(overlaps[0], 0, "session pooling overlapped");
+    assert!(overlaps[1] > 0, "transaction pooling kept the session lock exclusive");
+    for (args, says) in [
+        (&["--postgres-pool", "transaction"][..], "needs --spawn-postgres"),
+        (&["--spawn-postgres", "--postgres-pool-size", "3"][..], "needs --postgres-pool"),
+        (&["--spawn-postgres", "--postgres-pool", "statement"][..], "--postgres-pool"),
+    ] {
+        let o = run(&[&["--backend", "postgres"][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn mariadb_runs_on_a_server_it_starts_and_bad_input_fails_fast() {
     let dir = scratch("mariadb");

@@ -34,6 +34,12 @@ pub trait Options:
     fn server(&self) -> Option<Spawn> {
         self.clone().server_mut().map(|s| s.clone())
     }
+
+    /// Why the engine's own flags cannot work together, as a usage error naming them; `Ok`
+    /// when they can (the default).
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Options that could not be read back: the engine, the field and why.

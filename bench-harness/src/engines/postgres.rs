@@ -16,11 +16,17 @@
 //! Options: `--postgres HOST:PORT` (or `LOCK_POSTGRES_ADDRESS`) and `--postgres-database`, or
 //! `--spawn-postgres`: one server of the harness's own (Debian's `postgresql`) on a free
 //! loopback port, which `--faults server-restart:…` can restart; it keeps no advisory lock
-//! across a restart. The harness cannot start a PostgreSQL cluster. `--postgres-user`, its
-//! password in `LOCK_POSTGRES_PASSWORD` or `--postgres-password-file`, is the role every client
-//! logs in as (SCRAM); with `--spawn-postgres` the harness creates it, or uses the server's own
-//! user when none is given. `--postgres-ca` (and `--postgres-cert`, `--postgres-key`): TLS, the
-//! server's certificate checked against the CA and the host dialled.
+//! across a restart. The harness cannot start a PostgreSQL cluster. With
+//! `--postgres-pool session|transaction` it puts a PgBouncer of its own (Debian's
+//! `pgbouncer`) in front of that server, `--postgres-pool-size` server connections per pool
+//! (4 by default): in session pooling the lock works as on the server; in transaction pooling
+//! a client's statements may each run on another server connection, so a session-level
+//! advisory lock is no lock at all, and the run's overlaps say how often it failed.
+//! `--postgres-user`, its password in `LOCK_POSTGRES_PASSWORD` or `--postgres-password-file`,
+//! is the role every client logs in as (SCRAM); with `--spawn-postgres` the harness creates
+//! it, or uses the server's own user when none is given. `--postgres-ca` (and
+//! `--postgres-cert`, `--postgres-key`): TLS, the server's certificate checked against the CA
+//! and the host dialled.
 
 use super::prelude::*;
 use lock_postgres::{PgBackend, PgConfig};
@@ -107,11 +113,64 @@ pub struct Options {
     #[arg(long = "postgres-database", value_name = "NAME")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
+    /// Put a PgBouncer of the harness's own (Debian's `pgbouncer`) between the clients and
+    /// the server --spawn-postgres starts, pooling `session`s (a client keeps one server
+    /// connection) or `transaction`s (a client may get another server connection for each
+    /// statement: session-level advisory locks do not hold there, which is what this shows).
+    #[arg(long = "postgres-pool", value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Pool>,
+    /// Server connections PgBouncer keeps per pool (with --postgres-pool) [default: 4].
+    #[arg(long = "postgres-pool-size", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u32>,
+}
+
+/// How the PgBouncer the harness starts pools (`--postgres-pool`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pool {
+    /// `pool_mode = session`.
+    Session,
+    /// `pool_mode = transaction`.
+    Transaction,
 }
 
 impl super::Options for Options {
     fn server_mut(&mut self) -> Option<&mut Spawn> {
         Some(&mut self.server)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match (self.pool, &self.server) {
+            (None, _) if self.pool_size.is_some() => {
+                Err("--postgres-pool-size needs --postgres-pool".into())
+            }
+            (Some(_), s) if !s.spawn || s.members.is_some() => Err("--postgres-pool puts a \
+                 PgBouncer in front of the server the harness starts: it needs --spawn-postgres"
+                .into()),
+            (Some(_), s) if s.user.is_some() => Err("--postgres-pool with --postgres-user: the \
+                 PgBouncer the harness starts knows only the server's own user"
+                .into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The server `--spawn-postgres` starts, and the PgBouncer in front of it with
+/// `--postgres-pool`.
+pub struct Spawned {
+    server: test_servers::PostgresServer,
+    bouncer: Option<test_servers::PgBouncer>,
+}
+
+impl Spawned {
+    /// Where clients connect: the PgBouncer when there is one.
+    fn address(&self) -> String {
+        match &self.bouncer {
+            Some(b) => b.addr().to_string(),
+            None => self.server.addr().to_string(),
+        }
     }
 }
 
@@ -130,7 +189,13 @@ pub struct Login {
 
 impl Open for Postgres {
     async fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> OpenResult {
+        super::Options::check(&options)?;
         let given = FLAGS.credentials(&options.server)?;
+        let pool = options.pool.map(|p| match p {
+            Pool::Session => test_servers::PoolMode::Session,
+            Pool::Transaction => test_servers::PoolMode::Transaction,
+        });
+        let pool_size = options.pool_size.unwrap_or(4);
         // The server the harness starts names its own database and, without a user given, its
         // own role; the closure that starts it leaves them here.
         let found: Arc<Mutex<Option<(String, Credentials)>>> = Arc::default();
@@ -160,13 +225,17 @@ impl Open for Postgres {
                 ),
             };
             *leave.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn.dbname.clone(), who));
-            Ok(server)
+            let bouncer = match pool {
+                Some(mode) => Some(test_servers::PgBouncer::launch(&server, mode, pool_size)?),
+                None => None,
+            };
+            Ok(Spawned { server, bouncer })
         };
         let starts = Starts {
             cluster: test_servers::Postgres::default(),
             cluster_address: |_| String::new(),
             one,
-            one_address: |s: &test_servers::PostgresServer| s.addr().to_string(),
+            one_address: Spawned::address,
         };
         let (address, faults) =
             server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
@@ -275,13 +344,13 @@ pub static ADVISORY: Algorithm = Algorithm::new(
 per_owner_client!(PgBackend);
 
 /// The server `--spawn-postgres` starts, which `--faults server-restart` kills and starts
-/// again.
-impl server_faults::Restartable for test_servers::PostgresServer {
+/// again (a PgBouncer in front stays, and connects to it again).
+impl server_faults::Restartable for Spawned {
     fn stop(&mut self) {
-        test_servers::PostgresServer::stop(self);
+        self.server.stop();
     }
     fn start_again(&mut self) -> Result<(), String> {
-        Ok(self.try_start_again()?)
+        Ok(self.server.try_start_again()?)
     }
 }
 

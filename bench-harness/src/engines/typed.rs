@@ -260,6 +260,7 @@ impl<E: ServerEngine> ParseOptions for E {
         if let Some(server) = options.server_mut() {
             *server = E::FLAGS.read(m)?;
         }
+        options.check()?;
         Ok(options)
     }
 }
