@@ -17,14 +17,15 @@ use tokio::time::Instant;
 /// dropped without a word).
 type Stop = oneshot::Receiver<()>;
 
-/// Start keeping the lock `name` just granted on `conn` (the grant's request was sent at
-/// `sent`): returns the lease's state and the release.
+/// Start keeping the lock `name` just granted on `conn`, its lease counted from `started` (a
+/// request sent on the connection after the grant's answer arrived): returns the lease's state
+/// and the release.
 pub(crate) fn hold(
     conn: Conn,
     name: String,
     ttl: Duration,
     request_timeout: Duration,
-    sent: Instant,
+    started: Instant,
     target: String,
     idle: Arc<Idle>,
 ) -> (watch::Receiver<LeaseState>, Box<dyn Release>) {
@@ -32,7 +33,7 @@ pub(crate) fn hold(
     let lease_tx = Arc::new(lease_tx);
     let (stop, stopped) = oneshot::channel();
     let linger = ttl * 2 + request_timeout;
-    let keeper = tokio::spawn(keep(conn, ttl, sent + ttl, lease_tx.clone(), stopped, linger));
+    let keeper = tokio::spawn(keep(conn, ttl, started + ttl, lease_tx.clone(), stopped, linger));
     let held = Held {
         name,
         request_timeout,

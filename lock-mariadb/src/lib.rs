@@ -73,11 +73,12 @@
 //! vanished is noticed only when the wait ends (its timeout, or a grant), and a grant then
 //! lasts one TTL at most. The server counts the TTL from when it answered the last statement,
 //! after the client sent it: so the lease stands at least until the *send* time of the last
-//! answered ping plus the TTL. When that moment passes without a fresh answer, or the
-//! connection breaks, the guard is told [`LeaseState::Lost`](lock_core::LeaseState::Lost)
-//! (before the server can end the session, as long as the two clocks run at the same rate)
-//! and the connection is closed, so that a server that can still hear it frees the lock at
-//! once. The client's TCP keep-alive ([`MariaConfig::keepalive`]) finds a server that is gone.
+//! answered ping plus the TTL. A grant's lease starts at the sending of its token's draw,
+//! the statement after the grant's answer arrived, however long the wait in `GET_LOCK` was.
+//! When that moment passes without a fresh answer, or the connection breaks, the guard is
+//! told [`LeaseState::Lost`](lock_core::LeaseState::Lost) (before the server can end the
+//! session, as long as the two clocks run at the same rate) and the connection is closed, so
+//! that a server that can still hear it frees the lock at once. The client's TCP keep-alive ([`MariaConfig::keepalive`]) finds a server that is gone.
 //!
 //! ## Requests per grant
 //! A backend reports every request it sends to [`MariaConfig::requests`] (target `mariadb`),

@@ -169,8 +169,10 @@ pub struct MariaLocker {
 
 /// What one `GET_LOCK` asked in one statement answered.
 enum Answer {
-    /// Granted, with this fencing token.
-    Granted(u64),
+    /// Granted, with this fencing token, drawn by a request sent at this instant: after the
+    /// grant's answer arrived, so before the server's idle timer restarted (after the draw's
+    /// answer), however long the wait was. The lease counts from there.
+    Granted(u64, Instant),
     /// Not granted within the wait (`GET_LOCK` answered 0).
     NotGranted,
 }
@@ -196,7 +198,10 @@ impl MariaLocker {
         let get = conn.send("GET_LOCK").exec_first("SELECT GET_LOCK(?, ?)", (lock_id, wait_secs));
         let granted: Option<Option<i64>> = bounded(&backend.target, limit, get).await?;
         match granted {
-            Some(Some(1)) => backend.draw_token(conn).await.map(Answer::Granted),
+            Some(Some(1)) => {
+                let drawn = Instant::now();
+                backend.draw_token(conn).await.map(|token| Answer::Granted(token, drawn))
+            }
             Some(Some(0)) => Ok(Answer::NotGranted),
             other => Err(client_error(
                 BackendErrorKind::Other,
@@ -205,14 +210,15 @@ impl MariaLocker {
         }
     }
 
-    fn guard(&self, lock_id: &str, conn: Conn, token: u64, sent: Instant) -> LockGuard {
+    /// The guard of a grant whose lease starts at `started`.
+    fn guard(&self, lock_id: &str, conn: Conn, token: u64, started: Instant) -> LockGuard {
         let config = &self.inner.backend.config;
         let (lease, release) = holder::hold(
             conn,
             lock_id.to_string(),
             config.lease_ttl,
             config.request_timeout,
-            sent,
+            started,
             self.inner.backend.target.clone(),
             self.inner.idle.clone(),
         );
@@ -243,11 +249,12 @@ impl MariaLocker {
             // The server waits: GET_LOCK takes fractional seconds (to the microsecond).
             let wait_secs = remaining.map_or(FOREVER_SECS, |r| r.as_secs_f64().max(0.000_001));
             let limit = Duration::from_secs_f64(wait_secs) + request_timeout;
-            let sent = Instant::now();
             // An error drops the connection (closed): whatever it may have been granted ends
             // with its session.
             match self.get_lock(&mut conn, lock_id, wait_secs, limit).await? {
-                Answer::Granted(token) => return Ok(self.guard(lock_id, conn, token, sent)),
+                Answer::Granted(token, drawn) => {
+                    return Ok(self.guard(lock_id, conn, token, drawn));
+                }
                 // The server gave the wait up and holds nothing for us.
                 Answer::NotGranted if deadline.is_some() => {
                     self.inner.idle.put(conn);
@@ -285,9 +292,10 @@ impl Locker for MariaLocker {
         Retries::new(Backoff::default(), Some(deadline))
             .run(|| async {
                 let mut conn = self.connection().await?;
-                let sent = Instant::now();
                 match self.get_lock(&mut conn, lock_id, 0.0, request_timeout).await? {
-                    Answer::Granted(token) => Ok(Some(self.guard(lock_id, conn, token, sent))),
+                    Answer::Granted(token, drawn) => {
+                        Ok(Some(self.guard(lock_id, conn, token, drawn)))
+                    }
                     Answer::NotGranted => {
                         self.inner.idle.put(conn);
                         Ok(None)

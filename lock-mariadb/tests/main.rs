@@ -7,6 +7,7 @@ mod support;
 mod bad_input;
 mod conformance;
 mod interop;
+mod long_wait;
 mod names;
 mod requests;
 mod restart;

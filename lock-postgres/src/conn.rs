@@ -66,6 +66,30 @@ impl Drop for Conn {
     }
 }
 
+/// When the lease of a grant whose request was sent at `sent` starts, as far as the client
+/// can know: the server's idle timer starts when it answers, which the client knows only to lie
+/// between the request's sending and the answer's arrival. After an answer within a third of
+/// the lease, the sending is a close enough bound. After a longer wait in the server's queue it
+/// is not (the lease would seem spent at once), so a ping goes at once: the server answers it
+/// only while the session, and its lock, lives, and its sending, after the grant's answer
+/// arrived, starts the lease. An unanswered ping is an error; the caller drops the connection,
+/// which ends the session and what it was granted.
+pub(crate) async fn lease_start(
+    conn: &Conn,
+    sent: Instant,
+    ttl: Duration,
+    request_timeout: Duration,
+    target: &str,
+) -> Result<Instant, LockError> {
+    if sent.elapsed() <= ttl / 3 {
+        return Ok(sent);
+    }
+    let now = Instant::now();
+    conn.sent("ping");
+    bounded(target, request_timeout.min(ttl / 2), conn.client.simple_query("SELECT 1")).await?;
+    Ok(now)
+}
+
 /// Ping every third of the lease; say the lease is lost when it ends without an answered
 /// ping, or when the connection breaks.
 pub(crate) async fn keep(

@@ -60,7 +60,10 @@
 //!
 //! The server counts the TTL from when it finished the last statement, which is after the
 //! client sent it: so the lease stands at least until the *send* time of the last answered
-//! `SELECT 1` plus the TTL. When that moment passes without a fresh answer, or the connection
+//! `SELECT 1` plus the TTL. A grant's lease starts at the sending of the request that asked
+//! for it when the answer came within a third of a TTL; after a longer wait in the server's
+//! queue that bound would make the lease seem spent at once, so a `SELECT 1` goes right after
+//! the grant (one more request) and the lease starts at its sending. When that moment passes without a fresh answer, or the connection
 //! breaks, the guard is told [`LeaseState::Lost`](lock_core::LeaseState::Lost) (before the
 //! server can end the session, as long as the two clocks run at the same rate) and the
 //! connection is closed, so that a server that can still hear it frees the lock at once.
@@ -94,10 +97,11 @@
 //! ## Requests per grant
 //! A backend reports every query message it sends to [`PgConfig::requests`] (target
 //! `postgres`): `lock` (the acquire batch), `try_lock`, `transaction`, `unlock`, `COMMIT` or
-//! `ROLLBACK`, `ping` (every TTL/3 while held), and for each new connection `connect` (the
-//! startup and authentication) and `SET` (the lease's settings), and `prepare` (the fencing
-//! sequence's check on connect). A grant on a pooled connection costs two: `lock` and
-//! `unlock`, however long it waited, since the wait is the server's.
+//! `ROLLBACK`, `ping` (every TTL/3 while held, and once right after a grant that waited more
+//! than a third of a TTL), and for each new connection `connect` (the startup and
+//! authentication) and `SET` (the lease's settings), and `prepare` (the fencing sequence's
+//! check on connect). A grant on a pooled connection costs two, `lock` and `unlock`, however
+//! long it waited, since the wait is the server's; three when the wait was that long.
 //!
 //! ## Security
 //! Passwords go as the server asks (SCRAM-SHA-256 by default since PostgreSQL 14; the

@@ -1,6 +1,6 @@
 //! The backend (a server and settings), its lockers, and each locker's idle connections.
 
-use crate::conn::{bounded, first_value, Conn, Idle};
+use crate::conn::{bounded, first_value, lease_start, Conn, Idle};
 use crate::errors::{backend_error, client_error, BACKEND, LOCK_NOT_AVAILABLE};
 use crate::holder;
 use crate::key::advisory_key;
@@ -288,7 +288,18 @@ impl PgLocker {
         };
         match answer {
             Ok(rows) => match first_value(&rows) {
-                Some(token) => self.guard(lock_id, key, conn, &token, sent),
+                Some(token) => {
+                    let config = &backend.config;
+                    let started = lease_start(
+                        &conn,
+                        sent,
+                        config.lease_ttl,
+                        config.request_timeout,
+                        &backend.target,
+                    )
+                    .await?;
+                    self.guard(lock_id, key, conn, &token, started)
+                }
                 None => Err(client_error(BackendErrorKind::Protocol, "nextval answered no row")),
             },
             Err(e) if is_lock_timeout(&e) => {
@@ -357,13 +368,22 @@ impl PgLocker {
                                 format!("fencing token {token:?} is not a number"),
                             )
                         })?;
+                        let config = &backend.config;
+                        let started = lease_start(
+                            &conn,
+                            sent,
+                            config.lease_ttl,
+                            config.request_timeout,
+                            &backend.target,
+                        )
+                        .await?;
                         Ok(XactGuard::start(
                             conn,
                             lock_id,
                             token,
                             backend.config.lease_ttl,
                             backend.config.request_timeout,
-                            sent,
+                            started,
                             backend.target.clone(),
                             self.inner.idle.clone(),
                         ))

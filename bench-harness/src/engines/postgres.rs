@@ -11,7 +11,8 @@
 //! `lock`, `try_lock` and `transaction` as conditional writes (granted only when free),
 //! `unlock`, `COMMIT` and `ROLLBACK` as deletes, `connect`, `SET` and each `ping` (the lease's
 //! renewal) as writes, the sequence's check on connect as a read. A grant on a pooled
-//! connection costs two (`lock`, `unlock`), however long it waited.
+//! connection costs two (`lock`, `unlock`), and a `ping` after a wait of more than a third of a
+//! lease.
 //!
 //! Options: `--postgres HOST:PORT` (or `LOCK_POSTGRES_ADDRESS`) and `--postgres-database`, or
 //! `--spawn-postgres`: one server of the harness's own (Debian's `postgresql`) on a free
