@@ -162,17 +162,12 @@ impl Open for Mariadb {
         let (address, faults) =
             server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
         let spawned = found.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let (database, credentials) = match spawned {
-            Some((db, who)) => (db, Some(who)),
-            None => {
-                let user = given.as_ref().map_or("root", |c| c.user.as_str());
-                (options.database.clone().unwrap_or_else(|| user.to_string()), given)
-            }
-        };
+        let (database, credentials) =
+            server::sql_login(spawned, given, options.database.clone(), "root");
         let config = MariaConfig {
             lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
             connect_timeout: server::CONNECT_TIMEOUT,
-            fencing_table: format!("bench_harness_{}", table_suffix(setup.namespace)),
+            fencing_table: server::sql_name(setup.namespace),
             tls: options.server.tls(),
             credentials,
             ..MariaConfig::default()
@@ -180,15 +175,6 @@ impl Open for Mariadb {
         let connector = Dial { address, config: Login { database, config } };
         Opened::probe(connector, setup.settings, faults).await
     }
-}
-
-/// The run's namespace as the tail of a table name: lower-case letters, digits and `_`.
-fn table_suffix(namespace: &str) -> String {
-    namespace
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
-        .take(40)
-        .collect()
 }
 
 impl Login {

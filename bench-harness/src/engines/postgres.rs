@@ -241,17 +241,12 @@ impl Open for Postgres {
         let (address, faults) =
             server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
         let spawned = found.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let (database, credentials) = match spawned {
-            Some((db, who)) => (db, Some(who)),
-            None => {
-                let role = given.as_ref().map_or("postgres", |c| c.user.as_str());
-                (options.database.clone().unwrap_or_else(|| role.to_string()), given)
-            }
-        };
+        let (database, credentials) =
+            server::sql_login(spawned, given, options.database.clone(), "postgres");
         let config = PgConfig {
             lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
             connect_timeout: server::CONNECT_TIMEOUT,
-            fencing_sequence: format!("bench_harness_{}", sequence_suffix(setup.namespace)),
+            fencing_sequence: server::sql_name(setup.namespace),
             tls: options.server.tls(),
             credentials,
             ..PgConfig::default()
@@ -259,15 +254,6 @@ impl Open for Postgres {
         let connector = Dial { address, config: Login { database, config } };
         Opened::probe(connector, setup.settings, faults).await
     }
-}
-
-/// The run's namespace as the tail of a sequence name: lower-case letters, digits and `_`.
-fn sequence_suffix(namespace: &str) -> String {
-    namespace
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
-        .take(40)
-        .collect()
 }
 
 impl Login {
@@ -361,8 +347,8 @@ mod tests {
 
     #[test]
     fn sequence_names_take_only_what_an_identifier_may() {
-        assert_eq!(sequence_suffix("Run-42.x"), "run_42_x");
-        assert!(sequence_suffix(&"a".repeat(100)).len() <= 40);
+        assert_eq!(server::sql_name("Run-42.x"), "bench_harness_run_42_x");
+        assert!(server::sql_name(&"a".repeat(100)).len() <= "bench_harness_".len() + 40);
     }
 
     #[test]

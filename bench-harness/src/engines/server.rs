@@ -139,6 +139,35 @@ pub struct ServerFlags {
 /// How long a contender's client may take to connect (a session or a lease established).
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(8);
 
+/// A SQL object of the run's own (the fencing sequence or table): `bench_harness_` and the
+/// run's namespace as lower-case letters, digits and `_`, at most 40 of them.
+pub fn sql_name(namespace: &str) -> String {
+    let tail: String = namespace
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .take(40)
+        .collect();
+    format!("bench_harness_{tail}")
+}
+
+/// The database and the credentials a SQL engine's clients log in with: the server's own when
+/// the harness started it (`spawned`), otherwise the user's (`given`) and `database`, which
+/// defaults to the user's name as the engines' own clients do (`anonymous` without a user).
+pub fn sql_login(
+    spawned: Option<(String, Credentials)>,
+    given: Option<Credentials>,
+    database: Option<String>,
+    anonymous: &str,
+) -> (String, Option<Credentials>) {
+    match spawned {
+        Some((db, who)) => (db, Some(who)),
+        None => {
+            let user = given.as_ref().map_or(anonymous, |c| c.user.as_str());
+            (database.unwrap_or_else(|| user.to_string()), given)
+        }
+    }
+}
+
 /// What a contender dials: the address the run found (the user's, or the servers the harness
 /// started) and every client's configuration, built once when the engine opens; each
 /// connection adds its own request hook.
