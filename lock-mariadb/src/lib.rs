@@ -78,7 +78,11 @@
 //! When that moment passes without a fresh answer, or the connection breaks, the guard is
 //! told [`LeaseState::Lost`](lock_core::LeaseState::Lost) (before the server can end the
 //! session, as long as the two clocks run at the same rate) and the connection is closed, so
-//! that a server that can still hear it frees the lock at once. The client's TCP keep-alive ([`MariaConfig::keepalive`]) finds a server that is gone.
+//! that a server that can still hear it frees the lock at once. A connection that closes
+//! (cut, or closed by the server) is noticed only at the next ping, as the driver reads only
+//! when it sends: the server frees the lock as soon as it sees the close, so for up to a third
+//! of a lease the holder is not yet told and another may hold the lock. Fencing tokens cover
+//! that window. The client's TCP keep-alive ([`MariaConfig::keepalive`]) finds a server that is gone.
 //!
 //! ## Requests per grant
 //! A backend reports every request it sends to [`MariaConfig::requests`] (target `mariadb`),

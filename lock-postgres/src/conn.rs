@@ -19,17 +19,34 @@ pub(crate) struct Conn {
     pub(crate) client: Arc<Client>,
     requests: RequestHook,
     driver: Option<JoinHandle<()>>,
+    closed: watch::Receiver<bool>,
     pub(crate) idle_since: Instant,
 }
 
 impl Conn {
-    pub(crate) fn new(client: Client, driver: JoinHandle<()>, requests: RequestHook) -> Conn {
+    /// The connection of `client`, driven by `connection` on a task of its own, which says
+    /// when the connection has ended (the server closed it, or it broke).
+    pub(crate) fn new<F>(client: Client, connection: F, requests: RequestHook) -> Conn
+    where
+        F: std::future::Future + Send + 'static,
+    {
+        let (ended, closed) = watch::channel(false);
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+            ended.send_replace(true);
+        });
         Conn {
             client: Arc::new(client),
             requests,
             driver: Some(driver),
+            closed,
             idle_since: Instant::now(),
         }
+    }
+
+    /// Becomes true when the connection has ended.
+    pub(crate) fn closed(&self) -> watch::Receiver<bool> {
+        self.closed.clone()
     }
 
     /// Report one request (a query message, whatever its statements) of `command`.
@@ -91,9 +108,11 @@ pub(crate) async fn lease_start(
 }
 
 /// Ping every third of the lease; say the lease is lost when it ends without an answered
-/// ping, or when the connection breaks.
+/// ping, or as soon as the connection ends (`closed`): a server that closed it, or saw it
+/// closed, has ended the session and freed its locks at once.
 pub(crate) async fn keep(
     client: Arc<Client>,
+    mut closed: watch::Receiver<bool>,
     requests: RequestHook,
     ttl: Duration,
     mut valid_until: Instant,
@@ -106,6 +125,11 @@ pub(crate) async fn keep(
     loop {
         tokio::select! {
             _ = &mut stop => return,
+            _ = closed.wait_for(|ended| *ended) => {
+                return lost(format!(
+                    "the connection to {BACKEND} ended: the server ended the session and its locks"
+                ));
+            }
             _ = tokio::time::sleep(ttl / 3) => {}
         }
         let sent = Instant::now();

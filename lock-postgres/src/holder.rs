@@ -27,6 +27,7 @@ pub(crate) fn hold(
     let (stop, stopped) = oneshot::channel();
     let keeper = tokio::spawn(keep(
         conn.client.clone(),
+        conn.closed(),
         conn.requests(),
         ttl,
         sent + ttl,

@@ -63,10 +63,13 @@
 //! `SELECT 1` plus the TTL. A grant's lease starts at the sending of the request that asked
 //! for it when the answer came within a third of a TTL; after a longer wait in the server's
 //! queue that bound would make the lease seem spent at once, so a `SELECT 1` goes right after
-//! the grant (one more request) and the lease starts at its sending. When that moment passes without a fresh answer, or the connection
-//! breaks, the guard is told [`LeaseState::Lost`](lock_core::LeaseState::Lost) (before the
-//! server can end the session, as long as the two clocks run at the same rate) and the
-//! connection is closed, so that a server that can still hear it frees the lock at once.
+//! the grant (one more request) and the lease starts at its sending. When that moment passes
+//! without a fresh answer, the guard is told [`LeaseState::Lost`](lock_core::LeaseState::Lost)
+//! (before the server can end the session, as long as the two clocks run at the same rate)
+//! and the connection is closed, so that a server that can still hear it frees the lock at
+//! once. A connection that ends (cut, or closed by the server) tells the guard at once: the
+//! driver's task reads it all the time, and a server that saw the close has already freed the
+//! lock.
 //! `idle_session_timeout` needs PostgreSQL 14 or later; an older server is refused at connect
 //! with an error saying so.
 //!

@@ -105,38 +105,26 @@ impl PgBackend {
         let connect = async {
             match &self.tls {
                 Some(tls) => pg.connect(tls.clone()).await.map(|(client, connection)| {
-                    (
-                        client,
-                        tokio::spawn(async move {
-                            let _ = connection.await;
-                        }),
-                    )
+                    Conn::new(client, connection, self.config.requests.clone())
                 }),
                 None => pg.connect(NoTls).await.map(|(client, connection)| {
-                    (
-                        client,
-                        tokio::spawn(async move {
-                            let _ = connection.await;
-                        }),
-                    )
+                    Conn::new(client, connection, self.config.requests.clone())
                 }),
             }
         };
-        let (client, driver) =
-            match tokio::time::timeout(self.config.connect_timeout, connect).await {
-                Ok(Ok(pair)) => pair,
-                Ok(Err(e)) => return Err(backend_error(format!("connect to {}", self.target), e)),
-                Err(_) => {
-                    return Err(client_error(
-                        BackendErrorKind::Timeout,
-                        format!(
-                            "connect to {}: no answer within {:?}",
-                            self.target, self.config.connect_timeout
-                        ),
-                    ))
-                }
-            };
-        let conn = Conn::new(client, driver, self.config.requests.clone());
+        let conn = match tokio::time::timeout(self.config.connect_timeout, connect).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(backend_error(format!("connect to {}", self.target), e)),
+            Err(_) => {
+                return Err(client_error(
+                    BackendErrorKind::Timeout,
+                    format!(
+                        "connect to {}: no answer within {:?}",
+                        self.target, self.config.connect_timeout
+                    ),
+                ))
+            }
+        };
         let ttl_ms = self.config.lease_ttl.as_millis();
         let probe = (self.config.lease_ttl.as_secs() / 3).max(1);
         let session = format!(

@@ -65,6 +65,7 @@ impl XactGuard {
         let (stop, stopped) = oneshot::channel();
         let keeper = tokio::spawn(keep(
             conn.client.clone(),
+            conn.closed(),
             conn.requests(),
             ttl,
             sent + ttl,

@@ -6,6 +6,7 @@ mod support;
 
 mod bad_input;
 mod conformance;
+mod cut;
 mod interop;
 mod long_wait;
 mod pooler;
