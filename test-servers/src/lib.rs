@@ -76,7 +76,6 @@ mod postgres;
 mod postgres_replica;
 mod process;
 mod proxy;
-mod psql;
 mod redis;
 mod service;
 mod silent;
@@ -96,14 +95,13 @@ pub use mariadb::{
 };
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{
-    shared_postgres, Postgres, PostgresConn, PostgresServer, PostgresTls, PostgresUser,
-    POSTGRES_MAX_CONNECTIONS,
+    psql_call, shared_postgres, Postgres, PostgresConn, PostgresServer, PostgresTls, PostgresUser,
+    PsqlSession, POSTGRES_MAX_CONNECTIONS, PSQL_TIMEOUT,
 };
 pub use postgres_replica::{PostgresPair, Replication};
 pub use process::Launch;
 pub use process::{free_port, ClosedPort};
 pub use proxy::{Proxy, Rewrite};
-pub use psql::{psql_call, PsqlSession, PSQL_TIMEOUT};
 pub use redis::{
     random_password, redis_call, redis_call_as, shared_redis, AclUser, Redis, RedisCluster,
     RedisServer, Reply, REDIS_MASTER_NAME, SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS,

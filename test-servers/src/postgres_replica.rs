@@ -1,10 +1,9 @@
 //! PostgreSQL with a streaming replica that can be promoted: [`PostgresPair`].
 
 use crate::postgres::{
-    as_user, conninfo_value, program, quote_literal, run, succeeded, Postgres, PostgresServer,
-    PostgresUser, RunAs,
+    as_user, conninfo_value, program, psql_call, quote_literal, run, succeeded, Postgres,
+    PostgresServer, PostgresUser, RunAs,
 };
-use crate::psql::psql_call;
 use crate::ServerError;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
