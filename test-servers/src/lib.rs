@@ -77,6 +77,7 @@ mod postgres_replica;
 mod process;
 mod proxy;
 mod redis;
+mod run_as;
 mod service;
 mod silent;
 mod tls;

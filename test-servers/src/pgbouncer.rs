@@ -194,7 +194,7 @@ fn configure(
         move |e| ServerError::io(context, e)
     };
     if let Some(who) = who {
-        searchable_by(&dir.join("x"), who)?;
+        searchable_by(&dir.join("x"), who, "postgres")?;
     }
     let auth = dir.join("userlist.txt");
     let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));

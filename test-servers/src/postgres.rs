@@ -6,12 +6,13 @@ use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
 use crate::postgres_replica::{base_backup, StandbyOf};
 use crate::process::{keep, Launch};
 use crate::redis::random_password;
+use crate::run_as::{is_root, system_user};
+pub(crate) use crate::run_as::{own, searchable_by, write_owned, RunAs};
 use crate::tls::{CertFiles, TestPki};
 use crate::{ServerError, INSTALL_HINT};
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -340,30 +341,13 @@ pub(crate) fn program(name: &str) -> Result<PathBuf, ServerError> {
     Ok(dir.join(name))
 }
 
-/// The user and group a process that must not be root runs as.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RunAs {
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
-}
-
 /// `None` when not root; as root, the `postgres` system user, or what to install when there
 /// is none.
 pub(crate) fn run_as() -> Result<Option<RunAs>, ServerError> {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         return Ok(None);
     }
-    let name = std::ffi::CString::new(SYSTEM_USER).expect("no NUL");
-    // SAFETY: getpwnam_r writes into `entry` and `buf`, both ours and large enough (it says
-    // ERANGE otherwise), and `found` points into them or is null.
-    let found = unsafe {
-        let mut entry: libc::passwd = std::mem::zeroed();
-        let mut buf = vec![0 as libc::c_char; 4096];
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        libc::getpwnam_r(name.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found);
-        (!found.is_null()).then_some(RunAs { uid: entry.pw_uid, gid: entry.pw_gid })
-    };
+    let found = system_user(SYSTEM_USER);
     let why = "Postgres refuses to run as root, and there is no `postgres` system user to run it \
                as (the postgresql package creates it)";
     found.map(Some).ok_or_else(|| missing(SYSTEM_USER, "postgresql", why.into()))
@@ -448,7 +432,7 @@ impl ClusterEngine for Postgres {
         let who = run_as()?;
         let data = dir.join("data");
         if let Some(who) = who {
-            searchable_by(&data, who)?;
+            searchable_by(&data, who, SYSTEM_USER)?;
         }
         match &self.standby_of {
             _ if data.join("PG_VERSION").exists() => {}
@@ -556,44 +540,6 @@ pub(crate) fn as_user(mut cmd: Command, who: Option<RunAs>) -> Command {
     }
     cmd.env("LC_ALL", "C");
     cmd
-}
-
-/// Make `path` `who`'s (when given) with `mode`.
-fn own(path: &Path, who: Option<RunAs>, mode: u32) -> std::io::Result<()> {
-    if let Some(who) = who {
-        std::os::unix::fs::chown(path, Some(who.uid), Some(who.gid))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-}
-
-/// Write `text` to a new file `path` that only `who` (or this user) may read: mode `0600`.
-pub(crate) fn write_owned(path: &Path, text: &str, who: Option<RunAs>) -> std::io::Result<()> {
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    file.write_all(text.as_bytes())?;
-    own(path, who, 0o600)
-}
-
-/// Let `who` search every directory above `path` (the directory itself is made theirs): on each
-/// it could not search, the search bit of the class it is in (others' `o+x`, in practice).
-pub(crate) fn searchable_by(path: &Path, who: RunAs) -> Result<(), ServerError> {
-    for dir in path.ancestors().skip(1) {
-        let meta = std::fs::metadata(dir)
-            .map_err(|e| ServerError::io(format!("stat {}", dir.display()), e))?;
-        // The permission bits that apply to the user: its own, its group's or others'.
-        let bit = match (meta.uid() == who.uid, meta.gid() == who.gid) {
-            (true, _) => 0o100,
-            (_, true) => 0o010,
-            _ => 0o001,
-        };
-        if meta.mode() & bit == 0 {
-            let searchable = std::fs::Permissions::from_mode((meta.mode() & 0o7777) | bit);
-            std::fs::set_permissions(dir, searchable).map_err(|e| {
-                ServerError::io(format!("let the postgres user search {}", dir.display()), e)
-            })?;
-        }
-    }
-    Ok(())
 }
 
 /// Remove the System V shared memory segments of user `uid` that a killed postmaster left:
