@@ -874,6 +874,20 @@ impl<E: ClusterEngine> Server<E> {
         })
     }
 
+    /// Kill the server, remove its data, and start it again on the same port as `engine`
+    /// configures it (a new standby in the place of a lost primary), waiting until it answers.
+    pub(crate) fn rebuild_as(&mut self, engine: E) -> Result<(), ServerError> {
+        self.process.stop();
+        let dir = self.process.dir().to_path_buf();
+        let label = self.process.label().to_string();
+        engine.wipe(&dir).map_err(|e| ServerError::io(format!("wipe the data of {label}"), e))?;
+        let command = engine.command(&self.layout, 0, &dir, Start::Rejoin)?;
+        let cwd = dir.clone();
+        self.process.set_command(move || rebuild(&command, &cwd, None));
+        self.engine = engine;
+        self.try_start_again()
+    }
+
     /// [`Server::stop`], `downtime` of sleep, [`Server::start_again`].
     pub fn restart_after(&mut self, downtime: Duration) {
         self.stop();

@@ -79,17 +79,48 @@ impl PostgresPair {
         let replica = PostgresServer::launch_with(engine)?;
         let conninfo = psql_call(&replica.superuser_conn(), "SHOW primary_conninfo")?;
         let pair = PostgresPair { primary, replica, replication, conninfo };
-        pair.wait_streaming(Duration::from_secs(20))?;
-        if replication == Replication::Sync {
+        pair.wait_ready()?;
+        Ok(pair)
+    }
+
+    /// Wait until the standby streams and, with [`Replication::Sync`], until the primary
+    /// waits for it (`synchronous_standby_names` set there first).
+    fn wait_ready(&self) -> Result<(), ServerError> {
+        self.wait_streaming(Duration::from_secs(20))?;
+        if self.replication == Replication::Sync {
             let name = quote_literal(&format!("\"{STANDBY_NAME}\""));
-            let su = pair.primary.superuser_conn();
+            let su = self.primary.superuser_conn();
             psql_call(&su, &format!("ALTER SYSTEM SET synchronous_standby_names = {name}"))?;
             psql_call(&su, "SELECT pg_reload_conf()")?;
-            pair.wait_until(Duration::from_secs(20), "the standby to be synchronous", || {
-                Ok(pair.standby_state()? == "sync")
+            self.wait_until(Duration::from_secs(20), "the standby to be synchronous", || {
+                Ok(self.standby_state()? == "sync")
             })?;
         }
-        Ok(pair)
+        Ok(())
+    }
+
+    /// After [`PostgresPair::kill_primary`] and [`PostgresPair::promote`], what an operator
+    /// does next: the old primary's data removed (it may hold commits the new one never
+    /// received), a standby of the new primary made in its place by `pg_basebackup` on its old
+    /// port, and the two swap roles, so that [`PostgresPair::primary`] is the promoted server
+    /// and the pair can fail over again. Waits as [`PostgresPair::launch`] does.
+    pub fn rejoin(&mut self) -> Result<(), ServerError> {
+        if self.replica_in_recovery()? {
+            return Err(ServerError::Invalid(
+                "rejoin: the standby was not promoted; promote it first".into(),
+            ));
+        }
+        let mut engine = self.primary.engine().clone();
+        // The role was made on the first primary; its engine remembers it, wherever it is now.
+        let user = (engine.replication.clone())
+            .or_else(|| self.replica.engine().replication.clone())
+            .ok_or_else(|| ServerError::Invalid("rejoin: no replication role".into()))?;
+        engine.standby_of =
+            Some(StandbyOf { port: self.replica.port, user, name: STANDBY_NAME.to_string() });
+        self.primary.rebuild_as(engine)?;
+        std::mem::swap(&mut self.primary, &mut self.replica);
+        self.conninfo = psql_call(&self.replica.superuser_conn(), "SHOW primary_conninfo")?;
+        self.wait_ready()
     }
 
     /// [`PostgresPair::launch`], panicking with why it could not start.

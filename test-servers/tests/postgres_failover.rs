@@ -28,6 +28,32 @@ fn a_standby_streams_the_primary_and_takes_writes_once_promoted() {
 }
 
 #[test]
+fn a_killed_primary_rejoins_as_the_new_primarys_standby_and_the_pair_fails_over_again() {
+    let mut pair = PostgresPair::start(Replication::Async);
+    let (first, second) = (pair.primary().port, pair.replica().port);
+    psql_call(&pair.primary().conn(), "CREATE TABLE t (v int); INSERT INTO t VALUES (1)").unwrap();
+    pair.wait_caught_up(Duration::from_secs(10)).unwrap();
+    assert!(pair.rejoin().is_err(), "nothing to rejoin before a promotion");
+
+    pair.kill_primary();
+    pair.promote().unwrap();
+    pair.rejoin().unwrap();
+    assert_eq!((pair.primary().port, pair.replica().port), (second, first), "roles swapped");
+    assert!(pair.replica_in_recovery().unwrap(), "the old primary is a standby now");
+    psql_call(&pair.primary().conn(), "INSERT INTO t VALUES (2)").unwrap();
+    pair.wait_caught_up(Duration::from_secs(10)).unwrap();
+    assert_eq!(psql_call(&pair.replica().conn(), "SELECT count(*) FROM t").unwrap(), "2");
+
+    // Again, the other way: the first server leads once more, with every row.
+    pair.kill_primary();
+    pair.promote().unwrap();
+    pair.rejoin().unwrap();
+    assert_eq!(pair.primary().port, first);
+    psql_call(&pair.primary().conn(), "INSERT INTO t VALUES (3)").unwrap();
+    assert_eq!(psql_call(&pair.primary().conn(), "SELECT count(*) FROM t").unwrap(), "3");
+}
+
+#[test]
 fn a_held_back_async_standby_misses_commits_until_it_streams_again() {
     let pair = PostgresPair::start(Replication::Async);
     let primary = pair.primary().conn();
