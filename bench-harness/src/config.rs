@@ -352,6 +352,7 @@ impl RunConfig {
             crate::faults::FaultKind::Pause,
             crate::faults::FaultKind::Crash,
             crate::faults::FaultKind::Partition,
+            crate::faults::FaultKind::SilentPartition,
         ];
         if let Some(kind) = self.faults.kinds().find(|k| one_contender.contains(k)) {
             return Err(format!(

@@ -93,6 +93,36 @@ fn a_holder_paused_past_its_lease_overlaps_and_fencing_rejects_every_stale_write
 }
 
 #[test]
+fn a_silently_partitioned_holder_works_on_told_and_fenced() {
+    // Holds of three leases and more: the cut-off holder is still in its critical section
+    // when its lease ends on the store and the next waiter is granted (with holds of one or
+    // two leases it is mostly done by then). Unlike a pause, the holder is not frozen: only
+    // what it sends and receives is held, and its client tells it that the lease is gone.
+    for algorithm in ["shadow", "queue", "lwt"] {
+        let cfg = RunConfig {
+            ttl: Duration::from_secs(2),
+            hold: "uniform:6s..8s".parse().unwrap(),
+            ..faulty(algorithm, 4, Duration::from_secs(45), "silent-partition:5s@20s")
+        };
+        let a = cfg.backend.algorithm(algorithm).unwrap();
+        let outcome = run::run_algorithm(&cfg, a, None).unwrap();
+        let r = summary::analyze(&cfg, a, &outcome);
+        let f = &r.fault_safety;
+        assert!(
+            outcome.faults.iter().any(|w| w.kind == "silent-partition"),
+            "{algorithm}: no silent partition injected"
+        );
+        assert!(f.overlapping_holds > 0, "{algorithm}: the cut-off holder overlapped none: {f:?}");
+        assert!(f.leases_lost_signalled > 0, "{algorithm}: nobody was told: {f:?}");
+        assert_eq!(f.stale_accepted, 0, "{algorithm}: fencing let a stale write in: {f:?}");
+        assert_eq!(
+            f.stale_holders_told, f.stale_holders,
+            "{algorithm}: a cut-off holder was not told its lease ended: {f:?}"
+        );
+    }
+}
+
+#[test]
 fn crashed_holders_leave_their_lock_until_the_lease_ends_and_nothing_overlaps() {
     for algorithm in ["shadow", "queue", "bakery", "queue-bounded", "queue-push", "lwt"] {
         let cfg = RunConfig {
@@ -118,7 +148,7 @@ fn crashed_holders_leave_their_lock_until_the_lease_ends_and_nothing_overlaps() 
 
 #[test]
 fn a_run_with_faults_is_reproducible_byte_for_byte() {
-    let faults = "pause:3s@9s,crash:2s@7s,clock-jump:1s@5s,partition:2s@8s,replica-stop:3s@10s,replica-lag:2s@6s";
+    let faults = "pause:3s@9s,crash:2s@7s,clock-jump:1s@5s,partition:2s@8s,silent-partition:2s@11s,replica-stop:3s@10s,replica-lag:2s@6s";
     let files = |name: &str| {
         let dir = scratch(name);
         let o = Command::new(BIN)
@@ -143,7 +173,15 @@ fn a_run_with_faults_is_reproducible_byte_for_byte() {
     };
     let first = files("same-a");
     assert_eq!(first, files("same-b"));
-    let kinds = ["pause", "crash", "clock-jump", "partition", "replica-stop", "replica-lag"];
+    let kinds = [
+        "pause",
+        "crash",
+        "clock-jump",
+        "partition",
+        "silent-partition",
+        "replica-stop",
+        "replica-lag",
+    ];
     for kind in kinds {
         assert!(
             first[2].contains(&format!(",{kind},")),

@@ -3,7 +3,8 @@
 //! - **Contender faults** (`pause`, `crash`, `partition`): each contender reaches the server
 //!   through a TCP proxy of its own ([`test_servers::Proxy`]) when the run has such faults, so
 //!   that one contender can be hit without the others. `pause` holds every byte both ways (its
-//!   lease renewals and session pings stall, as in a stopped process); `partition` closes its
+//!   lease renewals and session pings stall, as in a stopped process); `silent-partition` holds
+//!   them the same way while the contender works on; `partition` closes its
 //!   connections and refuses new ones until healed (its client reconnects by itself); `crash`
 //!   closes them for good: what it left on the server (keys, znodes, sessions) stays until it
 //!   expires there, and the contender comes back under a new owner id with a new proxy.
@@ -46,13 +47,19 @@ use test_servers::{Proxy, RedisServer, ZkServer};
 
 /// The fault kinds a server engine can inject: `managed` when the harness started the server.
 pub fn kinds(managed: bool) -> &'static [FaultKind] {
-    const CONTENDER: [FaultKind; 4] =
-        [FaultKind::Pause, FaultKind::Crash, FaultKind::ClockJump, FaultKind::Partition];
-    const ALL: [FaultKind; 5] = [
+    const CONTENDER: [FaultKind; 5] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
         FaultKind::Partition,
+        FaultKind::SilentPartition,
+    ];
+    const ALL: [FaultKind; 6] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::SilentPartition,
         FaultKind::ServerRestart,
     ];
     if managed {
@@ -65,18 +72,20 @@ pub fn kinds(managed: bool) -> &'static [FaultKind] {
 /// [`kinds`], and the `stranger` fault: for the engines whose [`Connect::stranger`] knows
 /// where the holders' keys or znodes are (Redis, ZooKeeper, etcd).
 pub fn kinds_with_stranger(managed: bool) -> &'static [FaultKind] {
-    const CONTENDER: [FaultKind; 5] = [
+    const CONTENDER: [FaultKind; 6] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
         FaultKind::Partition,
+        FaultKind::SilentPartition,
         FaultKind::Stranger,
     ];
-    const ALL: [FaultKind; 6] = [
+    const ALL: [FaultKind; 7] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
         FaultKind::Partition,
+        FaultKind::SilentPartition,
         FaultKind::ServerRestart,
         FaultKind::Stranger,
     ];
@@ -243,7 +252,12 @@ pub async fn on_one_server(
 
 /// True when `kinds` need a proxy in front of each contender.
 pub fn needs_proxies(kinds: &[FaultKind]) -> bool {
-    kinds.iter().any(|k| matches!(k, FaultKind::Pause | FaultKind::Crash | FaultKind::Partition))
+    kinds.iter().any(|k| {
+        matches!(
+            k,
+            FaultKind::Pause | FaultKind::Crash | FaultKind::Partition | FaultKind::SilentPartition
+        )
+    })
 }
 
 /// A server the harness started, and can therefore restart.

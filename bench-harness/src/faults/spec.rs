@@ -11,6 +11,11 @@
 //! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
 //!   from the seed); the clock steps back after DURATION, as NTP would correct it.
 //!
+//! `silent-partition:6s@10s` cuts one contender off without a word: its connections stay
+//! open, nothing it sends arrives and nothing comes back until healed (then what was held
+//! arrives, as TCP's retransmissions deliver it after a short outage), and it works on
+//! meanwhile; a `partition` closes its connections instead, which its client notices at once.
+//!
 //! `stranger:1s@10s` hits the server's clients: once per PERIOD, as soon as someone holds, a
 //! client of its own with no credentials deletes the holder's key or znode (DURATION only
 //! spaces the faults). On an open server the next waiter is then granted while the holder
@@ -53,6 +58,10 @@ pub enum FaultKind {
     ClockJump,
     /// One contender (a holder when there is one) is cut off from the store.
     Partition,
+    /// One contender (a holder when there is one) is cut off from the store silently: what
+    /// it sends and what is sent to it goes nowhere until healed (a cable pulled, a firewall
+    /// dropping packets), no connection is closed, and it works on meanwhile.
+    SilentPartition,
     /// One replica of the embedded store stops and misses what is written meanwhile.
     ReplicaStop,
     /// One replica of the embedded store applies mutations late and drops some.
@@ -98,11 +107,12 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 20] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
         FaultKind::Partition,
+        FaultKind::SilentPartition,
         FaultKind::ReplicaStop,
         FaultKind::ReplicaLag,
         FaultKind::RingLoss,
@@ -123,12 +133,12 @@ impl FaultKind {
 
     /// The kinds an in-process store model injects itself: a contender's, a replica's and
     /// its doorbells' (the first of [`FaultKind::ALL`]).
-    pub const MODEL: &[FaultKind] = FaultKind::ALL.split_at(7).0;
+    pub const MODEL: &[FaultKind] = FaultKind::ALL.split_at(8).0;
 
     /// The kinds that hit members of a cluster the harness started: the leader's, those of
     /// independent masters, then a follower's and the whole cluster's (the tail of
     /// [`FaultKind::ALL`]).
-    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(10).1;
+    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(11).1;
 
     /// The kinds that hit a cluster's leader, whoever it is when the fault starts (the head of
     /// [`FaultKind::MEMBER`]).
@@ -141,6 +151,7 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::ClockJump => "clock-jump",
             FaultKind::Partition => "partition",
+            FaultKind::SilentPartition => "silent-partition",
             FaultKind::ReplicaStop => "replica-stop",
             FaultKind::ReplicaLag => "replica-lag",
             FaultKind::ServerRestart => "server-restart",
@@ -164,7 +175,11 @@ impl FaultKind {
     pub fn hits_a_contender(self) -> bool {
         matches!(
             self,
-            FaultKind::Pause | FaultKind::Crash | FaultKind::ClockJump | FaultKind::Partition
+            FaultKind::Pause
+                | FaultKind::Crash
+                | FaultKind::ClockJump
+                | FaultKind::Partition
+                | FaultKind::SilentPartition
         )
     }
 }
@@ -349,6 +364,7 @@ mod tests {
                 "crash",
                 "clock-jump",
                 "partition",
+                "silent-partition",
                 "replica-stop",
                 "replica-lag",
                 "ring-loss"

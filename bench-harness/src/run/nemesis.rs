@@ -282,6 +282,12 @@ impl Nemesis {
                 engine.inject(Injection::Freeze { owner: &owner, on: true }).await?;
                 Ok(Target::Contender(c, owner, 0))
             }
+            FaultKind::SilentPartition => {
+                let c = self.pick_contender(rng, prefers_holder(spec.kind));
+                let owner = c.owner();
+                engine.inject(Injection::Freeze { owner: &owner, on: true }).await?;
+                Ok(Target::Contender(c, owner, 0))
+            }
             FaultKind::Partition => {
                 let c = self.pick_contender(rng, prefers_holder(spec.kind));
                 let owner = c.owner();
@@ -367,6 +373,9 @@ impl Nemesis {
             (FaultKind::Partition, Target::Contender(_, owner, _)) => {
                 engine.inject(Injection::Partition { owner, on: false }).await
             }
+            (FaultKind::SilentPartition, Target::Contender(_, owner, _)) => {
+                engine.inject(Injection::Freeze { owner, on: false }).await
+            }
             (FaultKind::ClockJump, Target::Contender(_, owner, by_us)) => {
                 engine.inject(Injection::ClockJump { owner, by_us: -by_us }).await
             }
@@ -400,7 +409,10 @@ impl Nemesis {
 
 /// The kinds that hit a holder when there is one.
 fn prefers_holder(kind: FaultKind) -> bool {
-    matches!(kind, FaultKind::Pause | FaultKind::Partition | FaultKind::Stranger)
+    matches!(
+        kind,
+        FaultKind::Pause | FaultKind::Partition | FaultKind::SilentPartition | FaultKind::Stranger
+    )
 }
 
 /// What one fault hit.
