@@ -259,6 +259,91 @@ fn a_postgres_stranger_without_a_password_is_refused() {
     assert_eq!(f.overlapping_holds, 0, "{f:?}");
 }
 
+/// A holder cut off silently (its connection open, nothing crossing it) with holds of three
+/// leases and more: the server ends its session when the lease (`idle_session_timeout`) runs
+/// out without a ping, the lock goes to the next waiter while the cut-off holder still works,
+/// and its client tells it the lease is lost. Without the lease the server would wait for TCP
+/// to give up on the connection.
+#[test]
+fn a_silently_partitioned_postgres_holder_loses_its_lock_after_one_lease_and_is_told() {
+    let dir = scratch("postgres-silent-partition");
+    let args = [
+        "--backend",
+        "postgres",
+        "--spawn-postgres",
+        "--threads",
+        "3",
+        "--duration",
+        "14s",
+        "--ttl",
+        "2s",
+        "--hold",
+        "uniform:6s..8s",
+        "--seed",
+        "6",
+        "--faults",
+        "silent-partition:5s@12s",
+    ];
+    let (_, text) = run_checked(&dir, &args);
+    let cuts = windows(&dir, "silent-partition");
+    assert_eq!(cuts.len(), 1, "{text}");
+    let f = check::check_dir(&dir, Duration::from_secs(10)).unwrap().remove(0).figures;
+    assert!(f.leases_lost_signalled > 0, "the cut-off holder was not told: {f:?}\n{text}");
+    assert_eq!(f.stale_holders_told, f.stale_holders, "{f:?}");
+    assert_eq!(f.stale_accepted, 0, "{f:?}");
+    let resumed = f.resumed_after_us_by_fault.get("silent-partition").copied();
+    assert!(resumed.is_some(), "nothing granted after the cut: {f:?}\n{text}");
+}
+
+/// The primary killed and its standby promoted mid-run (`--postgres-standby`): the promoted
+/// server knows none of the old primary's advisory locks, so the next waiter is granted while
+/// the old holder still works; that holder is told at once (its connection ended), and the
+/// killed server comes back as the new primary's standby.
+#[test]
+fn a_promoted_postgres_standby_grants_again_and_the_old_holder_is_told() {
+    let dir = scratch("postgres-promotion");
+    let args = [
+        "--backend",
+        "postgres",
+        "--spawn-postgres",
+        "--postgres-standby",
+        "--threads",
+        "3",
+        "--duration",
+        "16s",
+        "--ttl",
+        "10s",
+        "--hold",
+        "uniform:2s..3s",
+        "--seed",
+        "6",
+        "--faults",
+        "leader-kill:3s@14s",
+    ];
+    let (_, text) = run_checked(&dir, &args);
+    let kills = windows(&dir, "leader-kill");
+    assert_eq!(kills.len(), 1, "{text}");
+    let (_, killed, rejoined) = kills[0].clone();
+    let grants = std::fs::read_to_string(dir.join("grants.csv")).unwrap();
+    let after: Vec<u64> = grants
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(4)?.parse().ok())
+        .filter(|&t| t > killed)
+        .collect();
+    assert!(after.iter().any(|&t| t < rejoined), "no grant on the promoted standby: {text}");
+    assert!(after.iter().any(|&t| t > rejoined), "no grant after the rejoin: {text}");
+    let f = check::check_dir(&dir, Duration::from_secs(10)).unwrap().remove(0).figures;
+    assert_eq!(f.stale_holders_told, f.stale_holders, "{f:?}");
+    let out = Command::new(BIN)
+        .args(["--backend", "postgres", "--postgres-standby", "--threads", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--spawn-postgres"), "{err}");
+}
+
 #[test]
 fn a_mariadb_restart_mid_run_grants_nothing_while_down_and_resumes() {
     let dir = scratch("mariadb-restart");

@@ -159,6 +159,13 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Its options with a server the harness starts and a connection pooler of its own in
+    /// front in the pooling mode that breaks session-level locks (PgBouncer's transaction
+    /// pooling): the safety table's pooling rows. `None` when it has no pooler.
+    fn pooled(&self) -> Option<EngineOptions> {
+        None
+    }
+
     /// The algorithms that run on it, in the order they run and appear in tables.
     fn algorithms(&self) -> Vec<&'static Algorithm>;
 

@@ -23,6 +23,13 @@
 //! (4 by default): in session pooling the lock works as on the server; in transaction pooling
 //! a client's statements may each run on another server connection, so a session-level
 //! advisory lock is no lock at all, and the run's overlaps say how often it failed.
+//! `--postgres-standby` starts a streaming standby beside that server (asynchronous, as
+//! PostgreSQL's default) and points every client at both (`target_session_attrs=read-write`:
+//! the one that takes writes); `--faults leader-kill:…` then kills the primary and promotes the
+//! standby at once, as a failover manager (Patroni, an operator) would, and DURATION later makes
+//! the killed server a standby of the new primary (its data removed, `pg_basebackup`), so that
+//! the pair can fail over again. No advisory lock survives a promotion: they are not written to
+//! the WAL.
 //! `--postgres-user`, its password in `LOCK_POSTGRES_PASSWORD` or `--postgres-password-file`,
 //! is the role every client logs in as (SCRAM); with `--spawn-postgres` the harness creates
 //! it, or uses the server's own user when none is given. `--postgres-ca` (and
@@ -96,7 +103,43 @@ impl ServerEngine for Postgres {
     type Options = Options;
     const FLAGS: &'static ServerFlags = &FLAGS;
     const CLUSTERS: bool = false;
+
+    /// A primary and its standby: the failover rows of the comparisons and the safety table.
+    fn cluster_options() -> Option<Options> {
+        let mut o: Options = server::spawned()?;
+        o.standby = true;
+        Some(o)
+    }
+
+    /// Behind PgBouncer in transaction pooling: the safety table's pooling rows.
+    fn pool_options() -> Option<Options> {
+        let mut o: Options = server::spawned()?;
+        o.pool = Some(Pool::Transaction);
+        Some(o)
+    }
+
+    fn shape(o: &Options) -> String {
+        match (o.standby, o.pool) {
+            (true, _) => STANDBY_SHAPE.into(),
+            (_, Some(Pool::Session)) => "via PgBouncer (session)".into(),
+            (_, Some(Pool::Transaction)) => "via PgBouncer (transaction)".into(),
+            _ => server::topology(o),
+        }
+    }
+
+    /// On a pair: the kill of the primary with a promotion, and clock jumps (the contenders
+    /// reach the pair directly, not through proxies of their own).
+    fn faults(o: &Options) -> &'static [FaultKind] {
+        if o.standby {
+            &[FaultKind::ClockJump, FaultKind::LeaderKill]
+        } else {
+            server::fault_kinds(o)
+        }
+    }
 }
+
+/// A primary with its standby, in tables.
+const STANDBY_SHAPE: &str = "+ standby";
 
 /// Its options: its command-line flags besides the shared ones ([`FLAGS`]), and what result
 /// files show.
@@ -125,6 +168,14 @@ pub struct Options {
     #[arg(long = "postgres-pool-size", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_size: Option<u32>,
+    /// Start a streaming standby (asynchronous replication) beside the server --spawn-postgres
+    /// starts, and connect to whichever of the two takes writes. `--faults leader-kill:…` kills
+    /// the primary and promotes the standby; DURATION later the killed server comes back as
+    /// the new primary's standby. Every advisory lock ends with the primary: none is
+    /// replicated.
+    #[arg(long = "postgres-standby")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
 }
 
 /// How the PgBouncer the harness starts pools (`--postgres-pool`).
@@ -143,6 +194,24 @@ impl super::Options for Options {
     }
 
     fn check(&self) -> Result<(), String> {
+        if self.standby {
+            let s = &self.server;
+            if !s.spawn || s.members.is_some() {
+                return Err("--postgres-standby starts a standby beside the server the harness \
+                            starts: it needs --spawn-postgres"
+                    .into());
+            }
+            if self.pool.is_some() {
+                return Err("--postgres-standby with --postgres-pool: the PgBouncer the harness \
+                            starts knows one server; drop one of the two"
+                    .into());
+            }
+            if s.user.is_some() {
+                return Err("--postgres-standby with --postgres-user: the pair the harness \
+                            starts knows only its own user"
+                    .into());
+            }
+        }
         match (self.pool, &self.server) {
             (None, _) if self.pool_size.is_some() => {
                 Err("--postgres-pool-size needs --postgres-pool".into())
@@ -191,6 +260,9 @@ pub struct Login {
 impl Open for Postgres {
     async fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> OpenResult {
         super::Options::check(&options)?;
+        if options.standby {
+            return open_pair(setup).await;
+        }
         let given = FLAGS.credentials(&options.server)?;
         let pool = options.pool.map(|p| match p {
             Pool::Session => test_servers::PoolMode::Session,
@@ -243,26 +315,131 @@ impl Open for Postgres {
         let spawned = found.lock().unwrap_or_else(|e| e.into_inner()).take();
         let (database, credentials) =
             server::sql_login(spawned, given, options.database.clone(), "postgres");
-        let config = PgConfig {
-            lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
-            connect_timeout: server::CONNECT_TIMEOUT,
-            fencing_sequence: server::sql_name(setup.namespace),
-            tls: options.server.tls(),
-            credentials,
-            ..PgConfig::default()
-        };
+        let config = client_config(&setup, options.server.tls(), credentials);
         let connector = Dial { address, config: Login { database, config } };
         Opened::probe(connector, setup.settings, faults).await
     }
 }
 
+/// Every contender's client settings for a run.
+fn client_config(
+    setup: &EngineSetup<'_>,
+    tls: Option<lock_core::tls::TlsFiles>,
+    credentials: Option<Credentials>,
+) -> PgConfig {
+    PgConfig {
+        lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
+        connect_timeout: server::CONNECT_TIMEOUT,
+        fencing_sequence: server::sql_name(setup.namespace),
+        tls,
+        credentials,
+        ..PgConfig::default()
+    }
+}
+
+/// `--postgres-standby`: a primary and its standby of the harness's own, the contenders
+/// connected to both (the one that takes writes serves them), and the leader faults on them.
+async fn open_pair(setup: EngineSetup<'_>) -> OpenResult {
+    let launch = || test_servers::PostgresPair::launch(test_servers::Replication::Async);
+    let pair = tokio::task::spawn_blocking(launch)
+        .await
+        .map_err(|e| format!("--postgres-standby: starting the pair panicked: {e}"))?
+        .map_err(|e| format!("--postgres-standby: {e}"))?;
+    let address = format!("{},{}", pair.primary().addr(), pair.replica().addr());
+    let conn = pair.primary().conn();
+    let credentials =
+        Credentials::new(conn.user.clone(), lock_core::secret::Secret::new(conn.password.clone()));
+    let config = client_config(&setup, None, Some(credentials));
+    let faults = ServerFaults::on_cluster(Arc::new(Pair::new(pair)));
+    let connector = Dial { address, config: Login { database: conn.dbname, config } };
+    Opened::probe(connector, setup.settings, faults).await
+}
+
+/// A primary and its standby as the leader faults see them: member `i` is the server on the
+/// `i`th port it started with, whichever role it has now. A kill of the primary promotes the
+/// standby; the restart makes the killed server the new primary's standby.
+struct Pair {
+    pair: Mutex<test_servers::PostgresPair>,
+    ports: [u16; 2],
+    /// Why the last promotion failed, reported by the restart that follows.
+    failed: Mutex<Option<String>>,
+}
+
+impl Pair {
+    fn new(pair: test_servers::PostgresPair) -> Pair {
+        let ports = [pair.primary().port, pair.replica().port];
+        Pair { pair: Mutex::new(pair), ports, failed: Mutex::default() }
+    }
+
+    fn pair(&self) -> std::sync::MutexGuard<'_, test_servers::PostgresPair> {
+        self.pair.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn not_here(what: &str) -> Result<(), String> {
+        Err(format!("{what}: not on a PostgreSQL primary and standby"))
+    }
+}
+
+/// Only what the leader kill calls does anything: [`Postgres`]'s fault kinds on a pair are
+/// the leader kill and clock jumps.
+impl server_faults::Members for Pair {
+    fn count(&self) -> usize {
+        2
+    }
+    fn wait_for_leader(&self, _timeout: Duration) -> Result<usize, String> {
+        let primary = self.pair().primary().port;
+        Ok(self.ports.iter().position(|&p| p == primary).unwrap_or(0))
+    }
+    /// Kills member `i` when it is the primary, and promotes the standby at once.
+    fn kill(&self, i: usize) {
+        let mut pair = self.pair();
+        if pair.primary().port != self.ports[i] {
+            return;
+        }
+        pair.kill_primary();
+        if let Err(e) = pair.promote() {
+            *self.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(format!("promoting the standby: {e}"));
+        }
+    }
+    /// Makes the killed member the new primary's standby.
+    fn restart(&self, _i: usize) -> Result<(), String> {
+        if let Some(e) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
+        self.pair().rejoin().map_err(|e| format!("the killed primary rejoining: {e}"))
+    }
+    fn restart_all(&self) -> Result<(), String> {
+        Self::not_here("a restart of every member")
+    }
+    fn restart_without_data(&self, _i: usize) -> Result<(), String> {
+        Self::not_here("a restart without data")
+    }
+    fn hold_link(&self, _from: usize, _to: usize) {}
+    fn release_link(&self, _from: usize, _to: usize) {}
+    fn pause(&self, _i: usize) -> Result<(), String> {
+        Self::not_here("a member's pause")
+    }
+    fn resume(&self, _i: usize) -> Result<(), String> {
+        Self::not_here("a member's pause")
+    }
+    fn cut_off(&self, _i: usize) {}
+    fn heal(&self, _i: usize) {}
+}
+
 impl Login {
-    /// The driver's settings for the server at `address` (host:port).
+    /// The driver's settings for the server at `address` (host:port), or for the one of
+    /// several (host:port,host:port...) that takes writes.
     fn at(&self, address: &str) -> tokio_postgres::Config {
         let mut pg = tokio_postgres::Config::new();
-        if let Some((host, port)) = address.rsplit_once(':') {
-            pg.host(host.trim_start_matches('[').trim_end_matches(']'));
-            pg.port(port.parse().unwrap_or(5432));
+        for endpoint in address.split(',') {
+            if let Some((host, port)) = endpoint.rsplit_once(':') {
+                pg.host(host.trim_start_matches('[').trim_end_matches(']'));
+                pg.port(port.parse().unwrap_or(5432));
+            }
+        }
+        if address.contains(',') {
+            pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
         }
         pg.dbname(&self.database).user("postgres");
         pg

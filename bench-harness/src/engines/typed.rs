@@ -187,6 +187,11 @@ pub trait ParseOptions: Describe {
         server::clustered()
     }
 
+    /// Its options with a pooler in front (see [`Engine::pooled`]).
+    fn pooled(&self) -> Option<Self::Options> {
+        None
+    }
+
     /// The shape of the cluster the options start ("×3", "sentinel"; "" for one server).
     fn topology(&self, o: &Self::Options) -> String {
         server::topology(o)
@@ -233,6 +238,31 @@ pub trait ServerEngine: Send + Sync + 'static {
     /// Whether the harness can start a cluster of it (`--spawn-X=N`, the clusters of the
     /// comparisons and of the safety table).
     const CLUSTERS: bool = true;
+
+    /// Its options with the cluster the harness starts for the comparisons and the safety
+    /// table ([`Engine::clustered`]): `--spawn-X=3` when it [`ServerEngine::CLUSTERS`].
+    fn cluster_options() -> Option<Self::Options> {
+        if Self::CLUSTERS {
+            server::clustered()
+        } else {
+            None
+        }
+    }
+
+    /// Its options with a pooler of the harness's own in front ([`Engine::pooled`]).
+    fn pool_options() -> Option<Self::Options> {
+        None
+    }
+
+    /// The shape of what `o` starts, for tables ([`Engine::topology`]).
+    fn shape(o: &Self::Options) -> String {
+        server::topology(o)
+    }
+
+    /// The fault kinds its opened engine can inject with `o`.
+    fn faults(o: &Self::Options) -> &'static [FaultKind] {
+        server::fault_kinds(o)
+    }
 }
 
 impl<E: ServerEngine> Describe for E {
@@ -247,11 +277,19 @@ impl<E: ServerEngine> ParseOptions for E {
     const SERVER_FLAGS: Option<&'static ServerFlags> = Some(E::FLAGS);
 
     fn clustered(&self) -> Option<E::Options> {
-        if E::CLUSTERS {
-            server::clustered()
-        } else {
-            None
-        }
+        E::cluster_options()
+    }
+
+    fn pooled(&self) -> Option<E::Options> {
+        E::pool_options()
+    }
+
+    fn topology(&self, o: &E::Options) -> String {
+        E::shape(o)
+    }
+
+    fn fault_kinds(&self, o: &E::Options) -> &'static [FaultKind] {
+        E::faults(o)
     }
 
     fn parse(&self, m: &ArgMatches) -> Result<E::Options, String> {
@@ -338,6 +376,9 @@ impl<E: Open> Engine for E {
     }
     fn clustered(&self) -> Option<EngineOptions> {
         erased(ParseOptions::clustered(self))
+    }
+    fn pooled(&self) -> Option<EngineOptions> {
+        erased(ParseOptions::pooled(self))
     }
     fn add_args(&self, cmd: clap::Command) -> clap::Command {
         ParseOptions::add_args(self, cmd)

@@ -93,6 +93,8 @@ pub enum Applies {
     Servers,
     /// On the clusters the harness starts, where the engine can inject every fault of it.
     Clusters,
+    /// On a server behind a connection pooler of the harness's own ([`engines::Engine::pooled`]).
+    Pooled,
     /// On the servers whose engine has a stranger (`--faults stranger`), open to any client.
     Strangers,
     /// The same servers, secured ([`engines::Engine::secured`]): the contenders authenticate,
@@ -125,7 +127,7 @@ const fn condition(
 }
 
 /// The conditions, in the table's order.
-pub const CONDITIONS: [Condition; 12] = [
+pub const CONDITIONS: [Condition; 14] = [
     condition("no fault", "none", Consistency::Quorum, Applies::Everywhere),
     condition("pause 5s > TTL", "pause:5s@20s", Consistency::Quorum, Applies::Everywhere),
     condition("crash", "crash:3s@10s", Consistency::Quorum, Applies::Everywhere),
@@ -133,6 +135,14 @@ pub const CONDITIONS: [Condition; 12] = [
     condition("partition 3s", "partition:3s@10s", Consistency::Quorum, Applies::Everywhere),
     // A cut a lease outlives: the holder's lease, session or keep-alive must ride it out.
     condition("partition 1s < TTL", "partition:1s@10s", Consistency::Quorum, Applies::Everywhere),
+    // Connections kept open and silent (packets dropped, no reset): the store learns of the
+    // holder's loss only from its lease, session or keep-alive timeout.
+    condition(
+        "silent partition 5s",
+        "silent-partition:5s@20s",
+        Consistency::Quorum,
+        Applies::Everywhere,
+    ),
     condition(
         "replica stop, QUORUM",
         "replica-stop:5s@15s",
@@ -149,6 +159,10 @@ pub const CONDITIONS: [Condition; 12] = [
         hold: Some(STRANGER_HOLD),
         ..condition("stranger (open)", "stranger:1s@5s", Consistency::Quorum, Applies::Strangers)
     },
+    // No fault but the pooler: PgBouncer in transaction pooling hands each statement to any
+    // of its server connections, so a session-level lock is taken on one and released on
+    // another.
+    condition("transaction pooling", "none", Consistency::Quorum, Applies::Pooled),
     Condition {
         hold: Some(STRANGER_HOLD),
         ..condition(
@@ -375,6 +389,7 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
     if singles {
         out.push_str(&markdown_table(rows.iter().filter(|r| !r.cluster)));
         out.push_str(&stranger_findings(rows));
+        out.push_str(&silence_and_pooling_findings(rows));
     }
     let clustered: Vec<&Row> = rows.iter().filter(|r| r.cluster).collect();
     if !clustered.is_empty() {
@@ -408,6 +423,61 @@ fn stranger_findings(rows: &[Row]) -> String {
             format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
         };
         let _ = writeln!(out, "- {} on {}, {}: {what}.", r.algorithm, r.engine, r.condition);
+    }
+    out
+}
+
+/// What the silent partition and pooling rows showed, read off their figures. Empty without
+/// such rows.
+fn silence_and_pooling_findings(rows: &[Row]) -> String {
+    let silent: Vec<&Row> =
+        rows.iter().filter(|r| !r.cluster && r.faults.starts_with("silent-partition")).collect();
+    let pooled: Vec<&Row> =
+        rows.iter().filter(|r| !r.cluster && r.condition == "transaction pooling").collect();
+    let mut out = String::new();
+    if !silent.is_empty() {
+        out.push_str(
+            "\n### Silent partitions\n\nA \"silent partition\" keeps one holder's connections \
+             open and carries nothing over them for 5 s (packets dropped, no reset: a pulled \
+             cable, a firewall), while the holder works on. The store hears nothing either: it \
+             frees the lock only when the holder's lease, session or keep-alive times out (on \
+             PostgreSQL and MariaDB, the session timeout the lock sets to its lease; left at \
+             their defaults, TCP would take minutes to hours). Holds here are 5 ms, so the \
+             holder is done long before: the rows show how long everyone else waits \
+             (unavailable).\n\n",
+        );
+        for r in &silent {
+            let f = &r.figures;
+            let what = if f.overlapping_holds == 0 {
+                "no lock held twice".to_string()
+            } else {
+                format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
+            };
+            let _ = writeln!(
+                out,
+                "- {} on {}: unavailable {} of the cut windows; {what}.",
+                r.algorithm,
+                r.engine,
+                unavailable_share(r)
+            );
+        }
+    }
+    if !pooled.is_empty() {
+        out.push_str(
+            "\n### Transaction pooling\n\nThe \"transaction pooling\" rows run with no fault \
+             through a PgBouncer in transaction pooling (4 server connections) in front of the \
+             server: each statement may run on another server connection, so a session-level \
+             lock is taken on one and released on another, or not at all.\n\n",
+        );
+        for r in &pooled {
+            let f = &r.figures;
+            let what = if f.overlapping_holds == 0 {
+                "no lock held twice".to_string()
+            } else {
+                format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
+            };
+            let _ = writeln!(out, "- {} on {}: {what}.", r.algorithm, r.engine);
+        }
     }
     out
 }
@@ -447,7 +517,11 @@ fn render_clusters(args: &SafetyArgs, rows: &[&Row]) -> String {
          Redlock's masters and restarts it 300 ms later with no data (Kleppmann's case against \
          Redlock); each grant here reached all five masters, so one wiped master leaves four \
          copies of the key, and the unsafe case needs a grant that reached a bare majority \
-         (`lock-redis`'s `tests/redlock_faults.rs` builds it).\n\n",
+         (`lock-redis`'s `tests/redlock_faults.rs` builds it). PostgreSQL runs as a primary \
+         and an asynchronous streaming standby (+ standby): a leader kill kills the primary \
+         and promotes the standby at once, as a failover manager would, and brings the killed \
+         server back as the new primary's standby when the fault ends; advisory locks are not \
+         written to the WAL, so the promoted server holds none of them.\n\n",
         crate::dist::format_duration(CLUSTER_TTL),
         crate::dist::format_duration(row_length(rows).unwrap_or(args.cluster_duration)),
     );
@@ -706,6 +780,10 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
                 let options = match c.applies {
                     Applies::Everywhere | Applies::Servers => options.clone(),
                     Applies::Strangers if can_inject(engine, &options, c) => options.clone(),
+                    Applies::Pooled => match engine.pooled() {
+                        Some(pooled) => pooled,
+                        None => continue,
+                    },
                     Applies::SecuredStrangers => match engine.secured(&secret.0) {
                         Some(secured) if can_inject(engine, &secured, c) => secured,
                         _ => continue,
