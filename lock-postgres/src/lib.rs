@@ -34,7 +34,9 @@
 //!   nextval(sequence)`, then the caller's writes in that transaction; `COMMIT` keeps them
 //!   and frees the lock at once. A holder that stalls past its lease loses the transaction
 //!   (`idle_in_transaction_session_timeout`) and its writes with it: fenced by construction,
-//!   for writes to the same database.
+//!   for writes to the same database. [`PgXactLocker`] is the same lock as a plain
+//!   [`lock_core::Locker`] (release commits an empty transaction): the conformance suite and
+//!   the harness run it as `postgres-xact`.
 //!
 //! ## A connection per held lock
 //! An advisory lock belongs to the server session (the connection) that took it, and a
@@ -152,7 +154,7 @@ mod xact;
 pub use errors::{kind_of, kind_of_sqlstate, BACKEND};
 pub use key::{advisory_key, KEY_SQL};
 pub use locker::{PgBackend, PgLocker};
-pub use xact::XactGuard;
+pub use xact::{PgXactLocker, XactGuard};
 
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;

@@ -94,3 +94,27 @@ impl Fixture for PgFixture {
         Duration::from_millis(1200)
     }
 }
+
+/// [`PgFixture`] with the transaction-level lock ([`lock_postgres::PgXactLocker`]): the same
+/// backends and proxies, each grant an open transaction.
+pub struct PgXactFixture(pub PgFixture);
+
+#[async_trait]
+impl Fixture for PgXactFixture {
+    async fn locker(&self, name: &str) -> Arc<dyn Locker> {
+        let locker = self.0.backend(name).await.locker(name).expect("locker");
+        Arc::new(lock_postgres::PgXactLocker::new(locker))
+    }
+    async fn cut_off(&self, name: &str) {
+        self.0.cut_off(name).await
+    }
+    fn ttl(&self) -> Duration {
+        self.0.ttl()
+    }
+    fn mode(&self) -> Mode {
+        self.0.mode()
+    }
+    fn notice_slack(&self) -> Duration {
+        self.0.notice_slack()
+    }
+}
