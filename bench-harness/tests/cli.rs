@@ -262,10 +262,13 @@ fn postgres_runs_on_a_server_it_starts_and_bad_addresses_are_usage_errors() {
 
 /// A finding, not a bug of ours: behind PgBouncer in transaction pooling a session-level
 /// advisory lock is no lock (each statement may run on another server session, and a session
-/// that holds the lock is granted it again), while session pooling keeps it one.
+/// that holds the lock is granted it again), while session pooling keeps it one; the
+/// transaction-level lock (`postgres-xact`) holds behind both, a transaction keeping its
+/// server session to its end.
 #[test]
 fn postgres_behind_transaction_pooling_overlaps_and_behind_session_pooling_does_not() {
     let mut overlaps = Vec::new();
+    let mut xact_overlaps = Vec::new();
     for mode in ["session", "transaction"] {
         let dir = scratch(&format!("postgres-pool-{mode}"));
         let o = run(&[
@@ -286,12 +289,19 @@ fn postgres_behind_transaction_pooling_overlaps_and_behind_session_pooling_does_
         ]);
         assert!(o.status.success(), "{mode}: {}", stderr(&o));
         let summary = summary_of(&dir);
-        let r = &summary["results"][0];
+        let (r, x) = (&summary["results"][0], &summary["results"][1]);
+        assert_eq!(
+            (r["algorithm"].as_str(), x["algorithm"].as_str()),
+            (Some("postgres"), Some("postgres-xact"))
+        );
         assert!(r["grants"].as_u64().unwrap() > 10, "{mode}: {r}");
+        assert!(x["grants"].as_u64().unwrap() > 10, "{mode}: {x}");
         overlaps.push(r["safety"]["overlapping_holds"].as_u64().unwrap());
+        xact_overlaps.push(x["safety"]["overlapping_holds"].as_u64().unwrap());
     }
     assert_eq!(overlaps[0], 0, "session pooling overlapped");
     assert!(overlaps[1] > 0, "transaction pooling kept the session lock exclusive");
+    assert_eq!(xact_overlaps, [0, 0], "the transaction-level lock overlapped behind a pooler");
     for (args, says) in [
         (&["--postgres-pool", "transaction"][..], "needs --spawn-postgres"),
         (&["--spawn-postgres", "--postgres-pool-size", "3"][..], "needs --postgres-pool"),

@@ -1,6 +1,8 @@
 //! The PostgreSQL engine: session-level advisory locks (`lock-postgres`: a connection per held
 //! lock, the wait in the server's queue, a lease kept by `idle_session_timeout`) on a real
-//! server, in wall time.
+//! server, in wall time; and `postgres-xact`, the transaction-level lock, each grant an open
+//! transaction (`pg_advisory_xact_lock`) that the release commits, its lease kept by
+//! `idle_in_transaction_session_timeout`.
 //!
 //! Opening a run connects once (an unreachable server or a refused login fails here, naming
 //! the address) and prepares the fencing sequence `bench_harness_<ns>` of the run; each
@@ -103,6 +105,8 @@ impl ServerEngine for Postgres {
     type Options = Options;
     const FLAGS: &'static ServerFlags = &FLAGS;
     const CLUSTERS: bool = false;
+    const LOCKS: &'static [Entry<PgBackend>] =
+        &[Entry::per_owner(&ADVISORY), Entry { algorithm: &XACT, build: transaction_lock }];
 
     /// A primary and its standby: the failover rows of the comparisons and the safety table.
     fn cluster_options() -> Option<Options> {
@@ -505,7 +509,21 @@ pub static ADVISORY: Algorithm = Algorithm::new(
     "PostgreSQL session-level advisory locks: a connection per held lock, the wait in the server's queue",
 );
 
+/// Transaction-level advisory locks.
+pub static XACT: Algorithm = Algorithm::new(
+    "postgres-xact",
+    "PostgreSQL transaction-level advisory locks: each grant an open transaction, freed by its commit",
+);
+
 per_owner_client!(PgBackend);
+
+/// A contender's transaction-level lock, on its backend.
+fn transaction_lock(client: PgBackend, ctx: ClientContext, _: &AlgorithmSettings) -> BuildFuture {
+    Box::pin(async move {
+        let locker = lock_postgres::PgXactLocker::new(client.locker(&ctx.owner)?);
+        Ok(Arc::new(locker) as Arc<dyn lock_core::Locker>)
+    })
+}
 
 /// The server `--spawn-postgres` starts, which `--faults server-restart` kills and starts
 /// again (a PgBouncer in front stays, and connects to it again).

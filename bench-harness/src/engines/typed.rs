@@ -238,6 +238,9 @@ pub trait ServerEngine: Send + Sync + 'static {
     /// Whether the harness can start a cluster of it (`--spawn-X=N`, the clusters of the
     /// comparisons and of the safety table).
     const CLUSTERS: bool = true;
+    /// Its algorithms, in the order they run: by default the one its flags name, each owner's
+    /// lock made by its client.
+    const LOCKS: &'static [Entry<Self::Client>] = &[Entry::per_owner(Self::FLAGS.algorithm)];
 
     /// Its options with the cluster the harness starts for the comparisons and the safety
     /// table ([`Engine::clustered`]): `--spawn-X=3` when it [`ServerEngine::CLUSTERS`].
@@ -268,7 +271,7 @@ pub trait ServerEngine: Send + Sync + 'static {
 impl<E: ServerEngine> Describe for E {
     const ABOUT: About = About::new(E::FLAGS.name(), "", E::FLAGS.sessions);
     type Client = E::Client;
-    const ENTRIES: &'static [Entry<E::Client>] = &[Entry::per_owner(E::FLAGS.algorithm)];
+    const ENTRIES: &'static [Entry<E::Client>] = E::LOCKS;
 }
 
 impl<E: ServerEngine> ParseOptions for E {
