@@ -69,11 +69,14 @@ at a seeded offset) that lasts DURATION; every fault is logged in faults.csv. Ki
 holder, when there is one, freezes: its requests, lease renewals and critical section; it then
 carries on without re-checking), crash (a contender dies where it is, leaving its cells behind,
 and comes back DURATION later under a new owner id), clock-jump (a contender's clock steps by
-±DURATION, then back), partition (a holder is cut off from the store), replica-stop and
+±DURATION, then back), partition (a holder is cut off from the store: its connections
+closed), silent-partition (a holder's connections stay open and carry nothing until healed,
+while it works on), replica-stop and
 replica-lag[/lag=1s/drop=0.1] (the embedded store: a replica stops and misses writes, or
 applies them late and drops some), server-restart (servers the harness can restart); on a
 cluster the harness starts, leader-kill, leader-pause and leader-cut (etcd, ZooKeeper, the lock
-service, Redis with Sentinel: the member that leads), follower-pause and cluster-restart (etcd,
+service, Redis with Sentinel: the member that leads; leader-kill on PostgreSQL with
+--postgres-standby: the primary killed, the standby promoted), follower-pause and cluster-restart (etcd,
 ZooKeeper, the lock service: a follower stopped; every member killed at once and restarted
 with its data), lagged-leader-kill[/lag=1s] (Redis: replication held back, the master killed
 right after the next grant), master-kill, master-wipe, master-pause and master-cut (Redlock: one

@@ -27,6 +27,9 @@
 //!   `--spawn-redis=sentinel`): `leader-kill:2s@10s` kills whichever member leads when the
 //!   fault starts and restarts it, with its data, DURATION later; `leader-pause` stops and
 //!   continues it; `leader-cut` cuts it off from its peers and its clients and heals it;
+//! - on PostgreSQL with a standby (`--spawn-postgres --postgres-standby`): `leader-kill` only,
+//!   which kills the primary and promotes the standby at once, and DURATION later brings the
+//!   killed server back as the new primary's standby;
 //! - on Redis with Sentinel only: `lagged-leader-kill:12s@20s/lag=4s` holds back the master's
 //!   replication stream to every replica, waits for the next grant (at most `lag`, default
 //!   1 s), kills the master, and restarts it with its data DURATION later. That grant reached no

@@ -78,7 +78,8 @@ pub struct EnginesArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub warm_up: Duration,
     /// Also compare each engine's cluster that the harness starts for each point (etcd and
-    /// ZooKeeper with 3 members, the lock service with 3 nodes, Redis through Sentinel),
+    /// ZooKeeper with 3 members, the lock service with 3 nodes, Redis through Sentinel,
+    /// PostgreSQL with a streaming standby),
     /// beside its single server: like with like, at the same member count.
     #[arg(long)]
     pub clusters: bool,
