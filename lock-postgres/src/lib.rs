@@ -150,11 +150,13 @@ mod key;
 mod locker;
 mod tls;
 mod xact;
+mod xact_locker;
 
 pub use errors::{kind_of, kind_of_sqlstate, BACKEND};
 pub use key::{advisory_key, KEY_SQL};
 pub use locker::{PgBackend, PgLocker};
-pub use xact::{PgXactLocker, XactGuard};
+pub use xact::XactGuard;
+pub use xact_locker::PgXactLocker;
 
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
