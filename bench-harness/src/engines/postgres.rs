@@ -122,6 +122,22 @@ impl ServerEngine for Postgres {
         Some(o)
     }
 
+    fn place(o: &Options) -> String {
+        match (o.standby, o.pool) {
+            (true, _) => {
+                "a PostgreSQL primary and its streaming standby started by the harness".into()
+            }
+            (_, Some(pool)) => format!(
+                "a PostgreSQL server behind a PgBouncer in {} pooling, started by the harness",
+                match pool {
+                    Pool::Session => "session",
+                    Pool::Transaction => "transaction",
+                }
+            ),
+            _ => FLAGS.address(&o.server),
+        }
+    }
+
     fn shape(o: &Options) -> String {
         match (o.standby, o.pool) {
             (true, _) => STANDBY_SHAPE.into(),
@@ -142,8 +158,8 @@ impl ServerEngine for Postgres {
     }
 }
 
-/// A primary with its standby, in tables.
-const STANDBY_SHAPE: &str = "+ standby";
+/// A primary with its standby, in tables: two servers.
+const STANDBY_SHAPE: &str = "×2";
 
 /// Its options: its command-line flags besides the shared ones ([`FLAGS`]), and what result
 /// files show.

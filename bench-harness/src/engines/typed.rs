@@ -257,6 +257,14 @@ pub trait ServerEngine: Send + Sync + 'static {
         None
     }
 
+    /// Where `o` points, in words, for result files ([`Engine::address`]).
+    fn place(o: &Self::Options) -> String {
+        match o.server() {
+            Some(server) => Self::FLAGS.address(&server),
+            None => Self::FLAGS.name().to_string(),
+        }
+    }
+
     /// The shape of what `o` starts, for tables ([`Engine::topology`]).
     fn shape(o: &Self::Options) -> String {
         server::topology(o)
@@ -285,6 +293,10 @@ impl<E: ServerEngine> ParseOptions for E {
 
     fn pooled(&self) -> Option<E::Options> {
         E::pool_options()
+    }
+
+    fn address(&self, o: &E::Options) -> String {
+        E::place(o)
     }
 
     fn topology(&self, o: &E::Options) -> String {

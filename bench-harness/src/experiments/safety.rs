@@ -416,12 +416,7 @@ fn stranger_findings(rows: &[Row]) -> String {
          (`--service-user`), the stranger none.\n\n"
     );
     for r in &strangers {
-        let f = &r.figures;
-        let what = if f.overlapping_holds == 0 {
-            "no lock held twice".to_string()
-        } else {
-            format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
-        };
+        let what = held_or_not(&r.figures);
         let _ = writeln!(out, "- {} on {}, {}: {what}.", r.algorithm, r.engine, r.condition);
     }
     out
@@ -447,12 +442,7 @@ fn silence_and_pooling_findings(rows: &[Row]) -> String {
              (unavailable).\n\n",
         );
         for r in &silent {
-            let f = &r.figures;
-            let what = if f.overlapping_holds == 0 {
-                "no lock held twice".to_string()
-            } else {
-                format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
-            };
+            let what = held_or_not(&r.figures);
             let _ = writeln!(
                 out,
                 "- {} on {}: unavailable {} of the cut windows; {what}.",
@@ -470,16 +460,20 @@ fn silence_and_pooling_findings(rows: &[Row]) -> String {
              lock is taken on one and released on another, or not at all.\n\n",
         );
         for r in &pooled {
-            let f = &r.figures;
-            let what = if f.overlapping_holds == 0 {
-                "no lock held twice".to_string()
-            } else {
-                format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
-            };
+            let what = held_or_not(&r.figures);
             let _ = writeln!(out, "- {} on {}: {what}.", r.algorithm, r.engine);
         }
     }
     out
+}
+
+/// "no lock held twice", or how often and how it was.
+fn held_or_not(f: &crate::measure::safety::SafetyFigures) -> String {
+    if f.overlapping_holds == 0 {
+        "no lock held twice".to_string()
+    } else {
+        format!("**held twice** {} times {}", f.overlapping_holds, held_twice(f))
+    }
 }
 
 /// How a lock was held twice, in words, after the count of overlaps: their time, the stale
@@ -518,7 +512,7 @@ fn render_clusters(args: &SafetyArgs, rows: &[&Row]) -> String {
          Redlock); each grant here reached all five masters, so one wiped master leaves four \
          copies of the key, and the unsafe case needs a grant that reached a bare majority \
          (`lock-redis`'s `tests/redlock_faults.rs` builds it). PostgreSQL runs as a primary \
-         and an asynchronous streaming standby (+ standby): a leader kill kills the primary \
+         and an asynchronous streaming standby (×2): a leader kill kills the primary \
          and promotes the standby at once, as a failover manager would, and brings the killed \
          server back as the new primary's standby when the fault ends; advisory locks are not \
          written to the WAL, so the promoted server holds none of them.\n\n",
