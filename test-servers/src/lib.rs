@@ -69,6 +69,7 @@ mod cluster;
 mod contenders;
 mod error;
 mod etcd;
+mod lines;
 mod mariadb;
 mod origin;
 mod pgbouncer;

@@ -3,13 +3,14 @@
 //! library ([`mariadb_call`], [`MariadbSession`]) through the `mariadb` client binary.
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
+use crate::lines::forward_lines;
 use crate::process::{keep, Launch};
 use crate::redis::random_password;
 use crate::run_as::{is_root, own, searchable_by, system_user, write_owned, RunAs};
 use crate::tls::{CertFiles, TestPki};
 use crate::{ServerError, INSTALL_HINT};
 use std::fmt;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -620,20 +621,6 @@ pub struct MariadbSession {
     errors: Vec<String>,
     id: u64,
     label: String,
-}
-
-/// Forward `r`'s lines to `tx`, then `None` at its end.
-fn forward_lines(r: impl Read + Send + 'static) -> Receiver<Option<String>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines().map_while(Result::ok) {
-            if tx.send(Some(line)).is_err() {
-                return;
-            }
-        }
-        let _ = tx.send(None);
-    });
-    rx
 }
 
 impl MariadbSession {

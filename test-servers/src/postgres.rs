@@ -3,6 +3,7 @@
 //! client library ([`psql_call`], [`PsqlSession`]) through the `psql` binary.
 
 use crate::cluster::{Cluster, ClusterEngine, Layout, Server, Start};
+use crate::lines::forward_lines;
 use crate::postgres_replica::{base_backup, StandbyOf};
 use crate::process::{keep, Launch};
 use crate::redis::random_password;
@@ -12,11 +13,11 @@ use crate::tls::{CertFiles, TestPki};
 use crate::{ServerError, INSTALL_HINT};
 use std::collections::VecDeque;
 use std::fmt;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -749,20 +750,6 @@ pub struct PsqlSession {
     messages: String,
     pid: u32,
     label: String,
-}
-
-/// Forward `r`'s lines to `tx`, then `None` at its end.
-fn forward_lines(r: impl Read + Send + 'static) -> Receiver<Option<String>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines().map_while(Result::ok) {
-            if tx.send(Some(line)).is_err() {
-                return;
-            }
-        }
-        let _ = tx.send(None);
-    });
-    rx
 }
 
 /// Whether a line `psql` wrote on its standard error says a statement or the connection failed
