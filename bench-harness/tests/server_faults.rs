@@ -259,6 +259,13 @@ fn a_postgres_stranger_without_a_password_is_refused() {
     assert_eq!(f.overlapping_holds, 0, "{f:?}");
 }
 
+/// The arguments of a run of PostgreSQL's session lock on a server the harness starts, 3
+/// contenders, seed 6, then `more`.
+fn session_lock_run<'a>(more: &[&'a str]) -> Vec<&'a str> {
+    let base = ["--backend", "postgres", "--spawn-postgres", "--algorithms", "postgres"];
+    [&base[..], &["--threads", "3", "--seed", "6"], more].concat()
+}
+
 /// A holder cut off silently (its connection open, nothing crossing it) with holds of three
 /// leases and more: the server ends its session when the lease (`idle_session_timeout`) runs
 /// out without a ping, the lock goes to the next waiter while the cut-off holder still works,
@@ -267,25 +274,16 @@ fn a_postgres_stranger_without_a_password_is_refused() {
 #[test]
 fn a_silently_partitioned_postgres_holder_loses_its_lock_after_one_lease_and_is_told() {
     let dir = scratch("postgres-silent-partition");
-    let args = [
-        "--backend",
-        "postgres",
-        "--spawn-postgres",
-        "--algorithms",
-        "postgres",
-        "--threads",
-        "3",
+    let args = session_lock_run(&[
         "--duration",
         "14s",
         "--ttl",
         "2s",
         "--hold",
         "uniform:6s..8s",
-        "--seed",
-        "6",
         "--faults",
         "silent-partition:5s@12s",
-    ];
+    ]);
     let (_, text) = run_checked(&dir, &args);
     let cuts = windows(&dir, "silent-partition");
     assert_eq!(cuts.len(), 1, "{text}");
@@ -304,26 +302,17 @@ fn a_silently_partitioned_postgres_holder_loses_its_lock_after_one_lease_and_is_
 #[test]
 fn a_promoted_postgres_standby_grants_again_and_the_old_holder_is_told() {
     let dir = scratch("postgres-promotion");
-    let args = [
-        "--backend",
-        "postgres",
-        "--spawn-postgres",
-        "--algorithms",
-        "postgres",
+    let args = session_lock_run(&[
         "--postgres-standby",
-        "--threads",
-        "3",
         "--duration",
         "16s",
         "--ttl",
         "10s",
         "--hold",
         "uniform:2s..3s",
-        "--seed",
-        "6",
         "--faults",
         "leader-kill:3s@14s",
-    ];
+    ]);
     let (_, text) = run_checked(&dir, &args);
     let kills = windows(&dir, "leader-kill");
     assert_eq!(kills.len(), 1, "{text}");
