@@ -18,11 +18,14 @@
 //!   [`invalid_ids_are_rejected`];
 //! - [`mutual_exclusion_under_contention`]: 64 contenders with random hold times, every hold
 //!   interval recorded and checked for overlap.
+//!
+//! The other primitives have suites of their own, in the same shape, over [`Contenders`] (a
+//! [`Fixture`] for any primitive): [`rwlock`] for reader-writer locks and [`semaphore`] for
+//! semaphores, each with a macro for any backend and one for the embedded store.
 
 use crate::context::ClientContext;
-use crate::embedded::{EmbeddedClient, EmbeddedConfig, EmbeddedStore, LatencyModel};
+use crate::embedded::{EmbeddedClient, EmbeddedStore};
 use crate::lock::{LockError, LockGuard, Locker};
-use crate::store::Consistency;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -30,6 +33,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
+
+pub mod contenders;
+pub mod rwlock;
+pub mod semaphore;
+pub use contenders::{Contenders, EmbeddedContenders};
 
 /// How a test's runtime keeps time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +70,7 @@ pub trait Fixture: Send + Sync + 'static {
 /// Build a runtime for `mode` and run `test` against a fresh fixture made from `seed`.
 pub fn run<Fx, M, MF, T, TF, R>(mode: Mode, seed: u64, make: M, test: T) -> R
 where
-    Fx: Fixture,
+    Fx: Send + Sync + 'static,
     M: FnOnce(u64) -> MF,
     MF: Future<Output = Fx>,
     T: FnOnce(Arc<Fx>) -> TF,
@@ -586,30 +594,7 @@ impl EmbeddedFixture {
         mode: Mode,
         build: impl Fn(EmbeddedClient, ClientContext) -> Arc<dyn Locker> + Send + Sync + 'static,
     ) -> Self {
-        let config = match mode {
-            Mode::Simulated => EmbeddedConfig {
-                replicas: 3,
-                latency: LatencyModel {
-                    fixed: Duration::from_micros(800),
-                    jitter: Duration::from_micros(400),
-                },
-                seed,
-                ..EmbeddedConfig::default()
-            },
-            Mode::Wall => EmbeddedConfig {
-                replicas: 3,
-                latency: LatencyModel {
-                    fixed: Duration::from_micros(100),
-                    jitter: Duration::from_micros(100),
-                },
-                seed,
-                ..EmbeddedConfig::default()
-            },
-        };
-        let ttl = match mode {
-            Mode::Simulated => Duration::from_secs(10),
-            Mode::Wall => Duration::from_secs(2),
-        };
+        let (config, ttl) = contenders::embedded_setup(seed, mode);
         EmbeddedFixture {
             store: EmbeddedStore::new(config),
             seed,
@@ -626,7 +611,7 @@ impl EmbeddedFixture {
         mode: Mode,
         build: impl Fn(EmbeddedClient, ClientContext) -> Arc<dyn Locker> + Send + Sync + 'static,
     ) -> Self {
-        let ttl = EmbeddedFixture::new(seed, mode, |_, _| unreachable!("never built")).ttl;
+        let (_, ttl) = contenders::embedded_setup(seed, mode);
         EmbeddedFixture { store, seed, mode, ttl, build: Arc::new(build) }
     }
 
@@ -639,14 +624,7 @@ impl EmbeddedFixture {
 #[async_trait]
 impl Fixture for EmbeddedFixture {
     async fn locker(&self, name: &str) -> Arc<dyn Locker> {
-        let client = self.store.client(name);
-        let seed = self.seed
-            ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-            });
-        let ctx = ClientContext::new(name, client.clock(), seed)
-            .with_ttl(self.ttl)
-            .with_consistency(Consistency::Quorum);
+        let (client, ctx) = contenders::embedded_contender(&self.store, self.seed, name, self.ttl);
         (self.build)(client, ctx)
     }
     async fn cut_off(&self, name: &str) {

@@ -68,21 +68,34 @@ pub async fn next_token<S: CellStore + ?Sized>(
     owner: &str,
     consistency: Consistency,
 ) -> Result<u64, StoreError> {
+    next_tokens(store, timestamps, lock_id, owner, 1, consistency).await.map(|t| *t.end())
+}
+
+/// Steps 1 and 2 for `count` tokens at once (a semaphore's permits): read the greatest token
+/// `t` and write `t + count`; the tokens are `t + 1 ..= t + count`. Still two round trips.
+pub async fn next_tokens<S: CellStore + ?Sized>(
+    store: &S,
+    timestamps: &TimestampGenerator,
+    lock_id: &str,
+    owner: &str,
+    count: u64,
+    consistency: Consistency,
+) -> Result<std::ops::RangeInclusive<u64>, StoreError> {
     let last = store
         .read(FENCE_TABLE, lock_id, Slice::first(1), consistency)
         .await?
         .first()
         .and_then(|c| column_token(&c.column))
         .unwrap_or(0);
-    let token = last + 1;
+    let greatest = last + count.max(1);
     let cell = CellWrite {
-        column: token_column(token),
+        column: token_column(greatest),
         value: owner.as_bytes().to_vec(),
         timestamp: timestamps.next(),
         ttl: None,
     };
     store.write(FENCE_TABLE, lock_id, std::slice::from_ref(&cell), consistency).await?;
-    Ok(token)
+    Ok(last + 1..=greatest)
 }
 
 /// How many of the newest token cells the row keeps live.

@@ -321,14 +321,25 @@ impl<S: CellStore + Clone> CellRelease<S> {
     /// (step 3), and hand out the guard. On failure everything is released and the error
     /// returned, so the caller holds nothing.
     pub async fn into_guard(
-        mut self,
+        self,
         owner: &str,
     ) -> Result<crate::lock::LockGuard, crate::lock::LockError> {
-        let token = match crate::fence::next_token(
+        self.into_guard_with_tokens(owner, 1).await.map(|(guard, _)| guard)
+    }
+
+    /// [`CellRelease::into_guard`] with `count` tokens (a semaphore's permits, one each): the
+    /// guard carries the greatest, and the release trims from it.
+    pub async fn into_guard_with_tokens(
+        mut self,
+        owner: &str,
+        count: u64,
+    ) -> Result<(crate::lock::LockGuard, Vec<u64>), crate::lock::LockError> {
+        let tokens = match crate::fence::next_tokens(
             &self.store,
             &self.timestamps,
             &self.lock_id,
             owner,
+            count,
             self.consistency,
         )
         .await
@@ -348,10 +359,12 @@ impl<S: CellStore + Clone> CellRelease<S> {
                 reason: "the lease ran out before the grant was complete".into(),
             });
         }
+        let token = *tokens.end();
         self.fence_token = Some(token);
         let watch = self.lease.subscribe();
         let lock_id = self.lock_id.clone();
-        Ok(crate::lock::LockGuard::new(lock_id, owner, token, watch, Box::new(self)))
+        let guard = crate::lock::LockGuard::new(lock_id, owner, token, watch, Box::new(self));
+        Ok((guard, tokens.collect()))
     }
 }
 

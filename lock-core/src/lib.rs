@@ -23,6 +23,9 @@
 //!   conformance suite checks it and the harness counts it;
 //! - [`requests`]: the hook through which the server backends report each request they send,
 //!   so that their load can be counted (the embedded store counts its own);
+//! - [`rwlock`] and [`semaphore`]: beside the lock, a reader-writer lock and a counting
+//!   semaphore whose permits are leases, in the lock's style (timeouts, try variants, the
+//!   lost signal, tokens); [`usage`]: the requests they refuse as mistakes of the caller;
 //! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
 //!
 //! # Which rows stay bounded
@@ -67,15 +70,21 @@ pub mod lock;
 pub mod order;
 pub mod requests;
 pub mod retry;
+pub mod rwlock;
 pub mod secret;
+pub mod semaphore;
 pub mod session;
 pub mod store;
 pub mod time;
 pub mod tls;
+pub mod usage;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use backend::{BackendError, BackendErrorKind};
 pub use lock::{AttemptResult, LeaseState, LockError, LockGuard, Locker};
+pub use rwlock::{Access, RwLocker, WriterPolicy};
+pub use semaphore::{Permits, Semaphore};
 pub use store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};
+pub use usage::UsageError;

@@ -105,6 +105,10 @@ pub enum LockError {
     /// The configuration is impossible.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A request that can never succeed as asked (more permits than the semaphore has, a read
+    /// lock asked to become a write lock): fix the call. Nothing was written or given up.
+    #[error(transparent)]
+    Usage(#[from] crate::usage::UsageError),
 }
 
 impl LockError {
@@ -271,6 +275,14 @@ impl LockGuard {
     /// A receiver of lease-state changes.
     pub fn watch_lease(&self) -> watch::Receiver<LeaseState> {
         self.lease.clone()
+    }
+    /// The same guard with its release wrapped by `wrap` (which sees the algorithm's release
+    /// and returns the one the guard will run): for a layer that must act when the guard
+    /// ends, as [`crate::rwlock::ReadHolds`] does. A released or abandoned guard is returned
+    /// as it is.
+    pub fn map_release(mut self, wrap: impl FnOnce(Box<dyn Release>) -> Box<dyn Release>) -> Self {
+        self.release = self.release.take().map(wrap);
+        self
     }
     /// Let go of the guard as a crashed process would: nothing is released, the holder's
     /// cells, keys or znodes stay behind until their lease runs out, and whatever renewed

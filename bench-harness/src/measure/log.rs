@@ -37,6 +37,7 @@ impl ErrorCounts {
             LockError::Store { .. } => "store",
             LockError::Backend { .. } => "backend",
             LockError::Config(_) => "config",
+            LockError::Usage(_) => "usage",
         };
         *self.by_kind.entry(kind.to_string()).or_default() += 1;
     }
