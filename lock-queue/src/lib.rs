@@ -99,6 +99,45 @@
 //! columns are thread ids already: a thread's next main cell replaces its own tombstone, so
 //! the main row holds at most one cell per thread.
 //!
+//! ## Readers, writers and permits
+//! [`QueueRwLocker`] (`queue-rw`) and [`QueueSemaphore`] (`queue-semaphore`) are the same
+//! protocol for asks that may share the lock: the queue decides who tries, the main row who
+//! holds, and "alone in the main row" becomes "the others there leave room" (readers beside
+//! readers, at most N permits). [`shared`] has the protocol and its safety argument.
+//!
+//! ```
+//! use lock_core::{context::ClientContext, embedded::{EmbeddedConfig, EmbeddedStore}};
+//! use lock_core::{Access, RwLocker, Semaphore};
+//! use lock_queue::{QueueRwLocker, QueueSemaphore};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! let store = EmbeddedStore::new(EmbeddedConfig::default());
+//! let client = |name: &str| {
+//!     let c = store.client(name);
+//!     let ctx = ClientContext::new(name, c.clock(), 7);
+//!     (c, ctx)
+//! };
+//! let (c, ctx) = client("reader-1");
+//! let reader = QueueRwLocker::new(c, ctx, Default::default())?;
+//! let (c, ctx) = client("reader-2");
+//! let other = QueueRwLocker::new(c, ctx, Default::default())?;
+//! let a = reader.read("catalogue", None).await?;
+//! let b = other.read("catalogue", None).await?; // readers share
+//! // It holds a read: asking to write is refused, not a wait for itself.
+//! assert!(other.try_lock("catalogue", Access::Write).await.is_err());
+//! a.release().await?;
+//! b.release().await?;
+//!
+//! let (c, ctx) = client("worker-1");
+//! let pool = QueueSemaphore::new(c, ctx, Default::default())?;
+//! let permits = pool.acquire("db-connections", 4, 2, None).await?; // 2 of 4 permits
+//! assert_eq!(permits.tokens().len(), 2);
+//! permits.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Example
 //! ```
 //! use lock_core::{context::ClientContext, embedded::{EmbeddedConfig, EmbeddedStore}, Locker};
@@ -164,8 +203,13 @@ macro_rules! queue_locker {
 pub mod bounded;
 mod protocol;
 pub mod push;
+pub mod rwlock;
+pub mod semaphore;
+pub mod shared;
 pub use bounded::BoundedQueueLocker;
 pub use push::{PushConfig, PushQueueLocker};
+pub use rwlock::QueueRwLocker;
+pub use semaphore::QueueSemaphore;
 
 /// The main row's table: who holds the lock.
 pub const MAIN_TABLE: &str = "queue_lock_main";

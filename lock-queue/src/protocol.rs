@@ -7,7 +7,8 @@
 //!
 //! - [`try_main`]: the main-row step both rest their safety on (thesis Theorem 1): write our
 //!   cell into the main row, read the row back, alone there means the lock is ours, otherwise
-//!   delete our cell;
+//!   delete our cell (asks that may share, in [`crate::shared`], replace "alone" with "the
+//!   others leave room": [`Queue::admits`]);
 //! - [`lock`]: listing 6's loop — while our lease holds, check the head and try the main row,
 //!   else wait a poll interval — with a timeout that leaves the queue;
 //! - [`try_lock`]: listing 7 — nothing if the main row is taken; else join, and while we are
@@ -102,6 +103,25 @@ pub(crate) trait Queue: Send + Sync {
     async fn join(&self, lock_id: &str) -> Result<Place, LockError>;
     /// Read the queue: is our place its head? An error when our place is gone.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError>;
+    /// How much of the main row the soft lock reads before it joins the queue: the first cell
+    /// is enough for the mutex (any cell means taken).
+    fn main_slice(&self) -> Slice {
+        Slice::first(1)
+    }
+    /// The value of our main cell (the mutex: our owner id).
+    fn main_value(&self) -> Vec<u8> {
+        self.parts().ctx.owner.as_bytes().to_vec()
+    }
+    /// Whether the main row's `others` (every cell but ours) leave room for us: for the mutex,
+    /// only when there are none. An error when they show a request can never succeed.
+    fn admits(&self, lock_id: &str, others: &[Cell]) -> Result<bool, LockError> {
+        let _ = lock_id;
+        Ok(others.is_empty())
+    }
+    /// How many fencing tokens a grant takes (a semaphore's permits: one each).
+    fn tokens(&self) -> u64 {
+        1
+    }
     /// What a release or a leave does once its first cell is deleted (the main cell, when it
     /// holds one; the push lock rings the next waiter); nothing by default.
     fn after_delete(&self, _lock_id: &str) -> Option<AfterDelete> {
@@ -181,30 +201,38 @@ async fn check_head<Q: Queue>(q: &Q, lock_id: &str, place: &Place) -> Result<Hea
     }
 }
 
-/// Write our main cell and read the main row: alone there means the lock is ours; otherwise
-/// delete our main cell.
+/// Write our main cell and read the main row: if the others there leave room for us
+/// ([`Queue::admits`]; for the mutex: alone), the lock is ours; otherwise delete our main cell.
 async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError> {
     let (store, ctx) = (&q.parts().store, &q.parts().ctx);
     let c = ctx.consistency;
     let err = |e| LockError::store(lock_id, e);
     let started = Instant::now();
-    let main_write = write_of(ctx, &ctx.owner, ctx.owner.as_bytes());
+    let main_write = write_of(ctx, &ctx.owner, &q.main_value());
     let main_key = CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner);
     let main = match store.write(Q::MAIN_TABLE, lock_id, &[main_write], c).await {
         Ok(()) => store.read(Q::MAIN_TABLE, lock_id, Slice::all(), c).await,
         Err(e) => Err(e),
     };
-    match main {
-        Ok(main) if main.len() == 1 && main[0].column == ctx.owner => {
-            Ok(HeadCheck::Granted(started))
-        }
-        Ok(_) => {
+    let admitted = main.map_err(err).and_then(|mut main| {
+        let ours = main.iter().position(|cell| cell.column == ctx.owner);
+        Ok(match ours {
+            Some(i) => {
+                main.remove(i);
+                q.admits(lock_id, &main)?
+            }
+            None => false,
+        })
+    });
+    match admitted {
+        Ok(true) => Ok(HeadCheck::Granted(started)),
+        Ok(false) => {
             delete_cells(store, &[main_key], &ctx.timestamps, c).await.map_err(err)?;
             Ok(HeadCheck::Occupied)
         }
         Err(e) => {
             let _ = delete_cells(store, &[main_key], &ctx.timestamps, c).await;
-            Err(err(e))
+            Err(e)
         }
     }
 }
@@ -224,16 +252,12 @@ async fn grant<Q: Queue>(
 ) -> Result<LockGuard, LockError> {
     let ctx = &q.parts().ctx;
     let queued_at = place.queued_at;
-    place.lease.add(
-        CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner),
-        ctx.owner.as_bytes().to_vec(),
-        main_written,
-    );
+    place.lease.add(CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner), q.main_value(), main_written);
     CellRelease::new(&q.parts().store, ctx, lock_id, place.lease)
         .then(q.after_delete(lock_id))
-        .into_guard(&ctx.owner)
+        .into_guard_with_tokens(&ctx.owner, q.tokens())
         .await
-        .map(|guard| guard.with_queued_at(queued_at))
+        .map(|(guard, _)| guard.with_queued_at(queued_at))
 }
 
 /// Listing 6, with a timeout that leaves the queue.
@@ -289,10 +313,10 @@ pub(crate) async fn try_lock<Q: Queue>(
     let main = q
         .parts()
         .store
-        .read(Q::MAIN_TABLE, lock_id, Slice::first(1), q.parts().ctx.consistency)
+        .read(Q::MAIN_TABLE, lock_id, q.main_slice(), q.parts().ctx.consistency)
         .await
         .map_err(|e| LockError::store(lock_id, e))?;
-    if !main.is_empty() {
+    if !q.admits(lock_id, &main)? {
         return Ok(None);
     }
     let place = q.join(lock_id).await?;

@@ -8,3 +8,5 @@ mod conformance;
 mod fairness;
 mod push;
 mod push_conformance;
+mod rwlock_conformance;
+mod semaphore_conformance;
