@@ -41,6 +41,17 @@ pub enum UsageError {
         /// The size its holders and waiters use.
         stored: u32,
     },
+    /// A semaphore's id used as a lock's, or a lock's as a semaphore's, on a backend where
+    /// the two share one namespace.
+    #[error("{id:?} is in use as {used_as}, not as {asked}")]
+    KindMismatch {
+        /// The id.
+        id: String,
+        /// What this request used it as: "a lock" or "a semaphore".
+        asked: &'static str,
+        /// What its holders and waiters use it as.
+        used_as: &'static str,
+    },
     /// A write lock asked for by an owner that holds the same lock for reading. A reader-writer
     /// lock whose writers wait for earlier readers would wait for itself; release the read
     /// guard first.

@@ -222,6 +222,16 @@
 //! stamps asks before sending counts that as an overtake, though no lock could prevent it.
 //! Both counts, beside ZooKeeper's and etcd's, are in `results/engines/README.md`.
 //!
+//! ## Readers, writers and permits
+//! [`client::ServiceRwLocker`] and [`client::ServiceSemaphore`] are native: an ask carries
+//! what it wants (`proto::Share`: alone, a read, or k of N permits) and the state machine
+//! keeps one FIFO queue per id for all of them ([`state`], "Shared asks"). A reader behind a
+//! waiting writer waits for it, so writers never starve; a writer's release grants every
+//! reader up to the next writer in the same commit, so a shared handoff costs what a mutex
+//! handoff does: one commit, and a request each to ask and to release. A grant of k permits
+//! carries k tokens. Semaphore ids and lock ids share one namespace: an id held as a lock is
+//! refused to a semaphore's ask, and a semaphore's size to an ask naming another.
+//!
 //! ## Security: TLS and credentials
 //! A node started with `--users FILE --tls-cert CERT --tls-key KEY --tls-ca CA`:
 //! - **speaks TLS only** to clients (its certificate, which clients check against the CA in

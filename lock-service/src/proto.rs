@@ -35,6 +35,49 @@ pub const MAX_SERVER_FRAME: u32 = 16 * 1024 * 1024;
 /// The longest frame between peers (a batch of log entries, a snapshot chunk).
 pub const MAX_PEER_FRAME: u32 = 64 * 1024 * 1024;
 
+/// What an ask wants of its lock: to hold it alone (the mutex, a write), beside other readers,
+/// or some of a semaphore's permits beside other permit holders. Asks of one lock id are
+/// served in one FIFO queue whatever they want; the head of the queue is granted as soon as
+/// it fits beside the holders, and the asks behind it wait, so nobody is passed.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub enum Share {
+    /// Alone: a mutex, or a reader-writer lock's write.
+    #[default]
+    Exclusive,
+    /// Beside other reads.
+    Read,
+    /// `count` of a semaphore's `limit` permits, beside other permit holders.
+    Permits {
+        /// Permits asked for, 1 to `limit`.
+        count: u32,
+        /// The semaphore's size, the same for every ask of it.
+        limit: u32,
+    },
+}
+
+impl Share {
+    /// True for [`Share::Exclusive`] (what an ask that says nothing wants).
+    pub fn is_exclusive(&self) -> bool {
+        *self == Share::Exclusive
+    }
+
+    /// The semaphore's size, for a permit ask.
+    pub fn limit(&self) -> Option<u32> {
+        match self {
+            Share::Permits { limit, .. } => Some(*limit),
+            Share::Exclusive | Share::Read => None,
+        }
+    }
+
+    /// How many fencing tokens a grant of this ask carries: one per permit, one otherwise.
+    pub fn tokens(&self) -> u64 {
+        match self {
+            Share::Permits { count, .. } => u64::from(*count).max(1),
+            Share::Exclusive | Share::Read => 1,
+        }
+    }
+}
+
 /// One request from a client, with the id its reply will carry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ClientFrame {
@@ -86,6 +129,10 @@ pub enum Request {
         /// retry repeats it, a new ask after one given up on does not (see [`crate::state`]).
         #[serde(default)]
         attempt: u64,
+        /// What the ask wants: the lock alone (left out: the mutex), a read, or some of a
+        /// semaphore's permits. Asks of one lock id share one FIFO queue.
+        #[serde(default, skip_serializing_if = "Share::is_exclusive")]
+        share: Share,
     },
     /// Release a held lock, or leave its queue.
     Release {
@@ -161,6 +208,12 @@ pub enum Reply {
     },
     /// The lock is held by another; the grant will come as a [`Push::Granted`].
     Queued,
+    /// The lock id is in use by asks of another kind (a semaphore's permits against reads and
+    /// writes) or for a semaphore of another size, as `share` says: nothing was changed.
+    Mismatch {
+        /// What a holder or waiter of the lock id asked for.
+        share: Share,
+    },
     /// The lock is held by another (soft lock).
     Busy,
     /// The lock was released (and handed to the next waiter, if any, in the same commit).
@@ -372,6 +425,7 @@ mod tests {
                 owner: "o".into(),
                 wait: true,
                 attempt: 1,
+                share: Share::Permits { count: 2, limit: 5 },
             },
         };
         let bytes = encode(&frame);
@@ -447,7 +501,8 @@ mod tests {
                         lock,
                         owner,
                         wait,
-                        attempt
+                        attempt,
+                        share: if attempt % 2 == 0 { Share::Read } else { Share::Exclusive },
                     }
                 ),
                 (id, ".{0,40}").prop_map(|(user, token)| Request::Hello { user, token }),

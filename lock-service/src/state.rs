@@ -44,7 +44,22 @@
 //! older grant. The client also sends such releases again until their outcome is known
 //! ([`crate::client`]), so this rule is seldom what frees the older grant.
 
-use crate::proto::{Held, SessionId};
+//!
+//! ## Shared asks: readers and permits
+//! Every ask says what it wants ([`Share`]): the lock alone (a mutex, a write; what an entry
+//! that says nothing asks), a read beside other reads, or k of a semaphore's N permits. One
+//! lock id has one FIFO queue for all of them, and its holders: one exclusive holder, or any
+//! number that share. An ask is granted at once only when nobody waits and it fits beside the
+//! holders (no holder for a write; only readers for a read; the permits held plus its own at
+//! most N); otherwise it queues (or, soft, is busy). When holders leave, the head of the queue
+//! is granted for as long as it fits, all in the command that freed them: a writer's release
+//! grants every reader up to the next writer in one commit, under that command's stamp, and
+//! a reader behind a waiting writer waits for it, so no writer starves. A grant of k permits
+//! takes k stamps of its own, past every stamp so far, one token per permit; the next command
+//! is stamped past them. Asks of another kind (permits against reads and writes) or for a
+//! semaphore of another size are refused with [`Outcome::Mismatch`] and change nothing.
+
+use crate::proto::{Held, SessionId, Share};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -75,6 +90,10 @@ pub enum Command {
         /// apart): see the module docs.
         #[serde(default)]
         attempt: u64,
+        /// What the ask wants: alone (entries written before shared asks), beside readers, or
+        /// some of a semaphore's permits (see the module docs).
+        #[serde(default, skip_serializing_if = "Share::is_exclusive")]
+        share: Share,
         /// The identity asking (see [`Command::Open`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
@@ -146,6 +165,10 @@ pub enum Outcome {
     /// A newer ask of the same owner for the same lock holds or waits: this older ask
     /// arrived late and changed nothing.
     Superseded,
+    /// The lock id is held or waited for by asks of another kind (a semaphore's permits
+    /// against a lock's reads and writes) or for a semaphore of another size, as this share
+    /// says: nothing was changed.
+    Mismatch(Share),
     /// The entry was not a command (a new leader's blank entry, a membership change).
     Nothing,
     /// What each command of a [`Command::Batch`] did, in its order.
@@ -206,9 +229,12 @@ pub struct Session {
 struct Holder {
     session: SessionId,
     owner: String,
+    /// The grant's fencing token; a grant of k permits holds tokens `token .. token + k`.
     token: u64,
     #[serde(default)]
     attempt: u64,
+    #[serde(default, skip_serializing_if = "Share::is_exclusive")]
+    share: Share,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -217,12 +243,64 @@ struct Waiter {
     owner: String,
     #[serde(default)]
     attempt: u64,
+    #[serde(default, skip_serializing_if = "Share::is_exclusive")]
+    share: Share,
 }
 
+/// One lock id's holders and queue. At most one of `holder` (an exclusive grant) and `shared`
+/// (grants that share: reads, or a semaphore's permits) is in use.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 struct LockEntry {
     holder: Option<Holder>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    shared: Vec<Holder>,
     queue: VecDeque<Waiter>,
+}
+
+impl LockEntry {
+    /// Every grant of this lock.
+    fn holders(&self) -> impl Iterator<Item = &Holder> {
+        self.holder.iter().chain(self.shared.iter())
+    }
+
+    /// Whether an ask for `share` can hold beside the holders now.
+    fn fits(&self, share: Share) -> bool {
+        if self.holder.is_some() {
+            return false;
+        }
+        match share {
+            Share::Exclusive => self.shared.is_empty(),
+            Share::Read => self.shared.iter().all(|h| h.share == Share::Read),
+            Share::Permits { count, limit } => {
+                let mut taken = u64::from(count);
+                for h in &self.shared {
+                    match h.share {
+                        Share::Permits { count, .. } => taken += u64::from(count),
+                        Share::Exclusive | Share::Read => return false,
+                    }
+                }
+                taken <= u64::from(limit)
+            }
+        }
+    }
+
+    /// What another ask of this lock wants, when `share` cannot be asked beside it: permits
+    /// against reads and writes, or permits of another size.
+    fn mismatch(&self, share: Share) -> Option<Share> {
+        let others = self.holders().map(|h| h.share).chain(self.queue.iter().map(|w| w.share));
+        others.into_iter().find(|o| {
+            o.limit().is_some() != share.limit().is_some()
+                || (o.limit().is_some() && o.limit() != share.limit())
+        })
+    }
+
+    /// Put `holder` among the holders.
+    fn hold(&mut self, holder: Holder) {
+        match holder.share {
+            Share::Exclusive => self.holder = Some(holder),
+            Share::Read | Share::Permits { .. } => self.shared.push(holder),
+        }
+    }
 }
 
 /// Every lock and session; see the module docs.
@@ -238,12 +316,13 @@ pub struct LockTable {
     stamp: u64,
 }
 
-/// Who asks: an owner of a session, in one of its asks.
+/// Who asks: an owner of a session, in one of its asks, for what.
 #[derive(Clone, Copy)]
 struct Asker<'a> {
     session: SessionId,
     owner: &'a str,
     attempt: u64,
+    share: Share,
 }
 
 impl Asker<'_> {
@@ -259,14 +338,25 @@ impl Asker<'_> {
 
     /// This ask, waiting.
     fn waiter(&self) -> Waiter {
-        Waiter { session: self.session, owner: self.owner.to_string(), attempt: self.attempt }
+        Waiter {
+            session: self.session,
+            owner: self.owner.to_string(),
+            attempt: self.attempt,
+            share: self.share,
+        }
     }
 }
 
 impl Waiter {
     /// This waiter, holding with `token`.
     fn granted(self, token: u64) -> Holder {
-        Holder { session: self.session, owner: self.owner, token, attempt: self.attempt }
+        Holder {
+            session: self.session,
+            owner: self.owner,
+            token,
+            attempt: self.attempt,
+            share: self.share,
+        }
     }
 }
 
@@ -301,16 +391,16 @@ impl LockTable {
             {
                 Outcome::Forbidden
             }
-            Command::Acquire { session, lock, owner, wait, attempt, .. } => self.acquire(
+            Command::Acquire { session, lock, owner, wait, attempt, share, .. } => self.acquire(
                 index,
-                Asker { session: *session, owner, attempt: *attempt },
+                Asker { session: *session, owner, attempt: *attempt, share: *share },
                 lock,
                 *wait,
                 events,
             ),
             Command::Release { session, lock, owner, attempt, .. } => self.release(
                 index,
-                Asker { session: *session, owner, attempt: *attempt },
+                Asker { session: *session, owner, attempt: *attempt, share: Share::Exclusive },
                 lock,
                 events,
             ),
@@ -337,7 +427,8 @@ impl LockTable {
         }
     }
 
-    /// Take `lock` from its holder for the administrator `by`, and hand it to the next waiter.
+    /// Take `lock` from its holders for the administrator `by`, and hand it to the next
+    /// waiters.
     fn force_release(
         &mut self,
         index: u64,
@@ -345,24 +436,45 @@ impl LockTable {
         by: &str,
         events: &mut Vec<Event>,
     ) -> Outcome {
-        let Some(holder) = self.locks.get_mut(lock).and_then(|e| e.holder.take()) else {
+        let Some(entry) = self.locks.get_mut(lock) else {
             return Outcome::NotHeld;
         };
-        if !self.involves(holder.session, lock) {
-            if let Some(s) = self.sessions.get_mut(&holder.session) {
-                s.locks.remove(lock);
-            }
+        let taken: Vec<Holder> =
+            entry.holder.take().into_iter().chain(entry.shared.drain(..)).collect();
+        if taken.is_empty() {
+            return Outcome::NotHeld;
         }
-        self.forced += 1;
-        events.push(Event::Revoked {
-            session: holder.session,
-            lock: lock.to_string(),
-            owner: holder.owner,
-            token: holder.token,
-            by: by.to_string(),
-        });
+        for holder in taken {
+            if !self.involves(holder.session, lock) {
+                if let Some(s) = self.sessions.get_mut(&holder.session) {
+                    s.locks.remove(lock);
+                }
+            }
+            self.forced += 1;
+            events.push(Event::Revoked {
+                session: holder.session,
+                lock: lock.to_string(),
+                owner: holder.owner,
+                token: holder.token,
+                by: by.to_string(),
+            });
+        }
         self.hand_over(index, lock, events);
         Outcome::Released
+    }
+
+    /// The first fencing token of a grant of `share` made by the command stamped `index`: the
+    /// stamp itself, or, for k permits, k stamps of their own past every stamp so far (so a
+    /// permit's token is unique and the next command's stamp is greater still).
+    fn token_for(&mut self, index: u64, share: Share) -> u64 {
+        match share {
+            Share::Exclusive | Share::Read => index,
+            Share::Permits { .. } => {
+                let first = self.stamp + 1;
+                self.stamp += share.tokens();
+                first
+            }
+        }
     }
 
     fn acquire(
@@ -377,16 +489,17 @@ impl LockTable {
             return Outcome::SessionGone;
         }
         if let Some(entry) = self.locks.get_mut(lock) {
-            if let Some(h) = entry.holder.as_ref().filter(|h| who.is(h.session, &h.owner)) {
-                match who.attempt.cmp(&h.attempt) {
+            let held = entry.holders().find(|h| who.is(h.session, &h.owner));
+            if let Some((attempt, token)) = held.map(|h| (h.attempt, h.token)) {
+                match who.attempt.cmp(&attempt) {
                     // The same ask again (a retry after a lost answer): the same grant.
-                    Ordering::Equal => return Outcome::Granted(h.token),
+                    Ordering::Equal => return Outcome::Granted(token),
                     Ordering::Less => return Outcome::Superseded,
                     // A newer ask: the older one's grant may have been answered and its token
                     // used, so it is given up first, as its release would give it up (to the
                     // next waiter, in this entry), and this ask is served as a new one.
                     Ordering::Greater => {
-                        let older = Asker { attempt: h.attempt, ..who };
+                        let older = Asker { attempt, ..who };
                         self.release(index, older, lock, events);
                     }
                 }
@@ -394,13 +507,14 @@ impl LockTable {
                 match who.attempt.cmp(&w.attempt) {
                     Ordering::Equal => return Outcome::Queued,
                     Ordering::Less => return Outcome::Superseded,
-                    // A newer ask that waits takes the older one's place: that one was never
-                    // granted, so it was told nothing it could have used.
-                    Ordering::Greater if wait => {
+                    // A newer ask that waits for the same takes the older one's place: that
+                    // one was never granted, so it was told nothing it could have used.
+                    Ordering::Greater if wait && w.share == who.share => {
                         w.attempt = who.attempt;
                         return Outcome::Queued;
                     }
-                    // A newer soft ask cannot wait: the older one leaves the queue.
+                    // A newer soft ask cannot wait, and a newer ask for something else does
+                    // not inherit a place asked for another: the older one leaves the queue.
                     Ordering::Greater => {
                         let older = Asker { attempt: w.attempt, ..who };
                         self.release(index, older, lock, events);
@@ -408,23 +522,33 @@ impl LockTable {
                 }
             }
         }
-        let Some(s) = self.sessions.get_mut(&who.session) else {
-            return Outcome::SessionGone;
-        };
-        let entry = self.locks.entry(lock.to_string()).or_default();
-        match &entry.holder {
-            None => {
-                entry.holder = Some(who.waiter().granted(index));
-                s.locks.insert(lock.to_string());
-                Outcome::Granted(index)
-            }
-            Some(_) if wait => {
-                entry.queue.push_back(who.waiter());
-                s.locks.insert(lock.to_string());
-                Outcome::Queued
-            }
-            Some(_) => Outcome::Busy,
+        if let Some(other) = self.locks.get(lock).and_then(|e| e.mismatch(who.share)) {
+            return Outcome::Mismatch(other);
         }
+        if !self.sessions.contains_key(&who.session) {
+            return Outcome::SessionGone;
+        }
+        let entry = self.locks.entry(lock.to_string()).or_default();
+        // First come, first served: an ask is granted at once only when nobody waits ahead of
+        // it and it fits beside the holders.
+        let outcome = if entry.queue.is_empty() && entry.fits(who.share) {
+            let token = self.token_for(index, who.share);
+            let entry = self.locks.entry(lock.to_string()).or_default();
+            entry.hold(who.waiter().granted(token));
+            Outcome::Granted(token)
+        } else if wait {
+            entry.queue.push_back(who.waiter());
+            Outcome::Queued
+        } else {
+            if entry.holder.is_none() && entry.shared.is_empty() && entry.queue.is_empty() {
+                self.locks.remove(lock);
+            }
+            return Outcome::Busy;
+        };
+        if let Some(s) = self.sessions.get_mut(&who.session) {
+            s.locks.insert(lock.to_string());
+        }
+        outcome
     }
 
     fn release(
@@ -445,6 +569,11 @@ impl LockTable {
         let outcome =
             if entry.holder.as_ref().is_some_and(|h| who.owns(h.session, &h.owner, h.attempt)) {
                 entry.holder = None;
+                Outcome::Released
+            } else if let Some(at) =
+                entry.shared.iter().position(|h| who.owns(h.session, &h.owner, h.attempt))
+            {
+                entry.shared.remove(at);
                 Outcome::Released
             } else if let Some(at) =
                 entry.queue.iter().position(|w| who.owns(w.session, &w.owner, w.attempt))
@@ -478,6 +607,7 @@ impl LockTable {
         for lock in &s.locks {
             if let Some(entry) = self.locks.get_mut(lock) {
                 entry.queue.retain(|w| w.session != session);
+                entry.shared.retain(|h| h.session != session);
                 if entry.holder.as_ref().is_some_and(|h| h.session == session) {
                     entry.holder = None;
                 }
@@ -488,25 +618,36 @@ impl LockTable {
         Outcome::Ended
     }
 
-    /// If `lock` is free, grant it to the first waiter (token `index`); drop it when nobody
-    /// holds or waits.
+    /// Grant `lock` to the waiters at the head of its queue for as long as the first of them
+    /// fits beside the holders (one writer, or every reader up to the first writer, or permit
+    /// asks while permits last), each in this command (token `index`, or permits' own
+    /// stamps); drop the entry when nobody holds or waits.
     fn hand_over(&mut self, index: u64, lock: &str, events: &mut Vec<Event>) {
-        let Some(entry) = self.locks.get_mut(lock) else {
-            return;
-        };
-        if entry.holder.is_none() {
-            if let Some(next) = entry.queue.pop_front() {
-                events.push(Event::Granted {
-                    session: next.session,
-                    lock: lock.to_string(),
-                    owner: next.owner.clone(),
-                    token: index,
-                    attempt: next.attempt,
-                });
-                entry.holder = Some(next.granted(index));
-            }
+        loop {
+            let Some(entry) = self.locks.get_mut(lock) else {
+                return;
+            };
+            let Some(share) = entry.queue.front().map(|w| w.share).filter(|s| entry.fits(*s))
+            else {
+                break;
+            };
+            let token = self.token_for(index, share);
+            let entry = self.locks.get_mut(lock).expect("the entry is still there");
+            let next = entry.queue.pop_front().expect("a waiter at the head");
+            events.push(Event::Granted {
+                session: next.session,
+                lock: lock.to_string(),
+                owner: next.owner.clone(),
+                token,
+                attempt: next.attempt,
+            });
+            entry.hold(next.granted(token));
         }
-        if entry.holder.is_none() && entry.queue.is_empty() {
+        if self
+            .locks
+            .get(lock)
+            .is_some_and(|e| e.holder.is_none() && e.shared.is_empty() && e.queue.is_empty())
+        {
             self.locks.remove(lock);
         }
     }
@@ -514,14 +655,14 @@ impl LockTable {
     /// Whether `owner` of `session` holds or waits for `lock` (in any ask).
     pub fn is_asking(&self, session: SessionId, lock: &str, owner: &str) -> bool {
         self.locks.get(lock).is_some_and(|e| {
-            e.holder.as_ref().is_some_and(|h| h.session == session && h.owner == owner)
+            e.holders().any(|h| h.session == session && h.owner == owner)
                 || e.queue.iter().any(|w| w.session == session && w.owner == owner)
         })
     }
 
     fn involves(&self, session: SessionId, lock: &str) -> bool {
         self.locks.get(lock).is_some_and(|e| {
-            e.holder.as_ref().is_some_and(|h| h.session == session)
+            e.holders().any(|h| h.session == session)
                 || e.queue.iter().any(|w| w.session == session)
         })
     }
@@ -548,9 +689,12 @@ impl LockTable {
         };
         s.locks
             .iter()
-            .filter_map(|lock| {
-                let h = self.locks.get(lock)?.holder.as_ref()?;
-                (h.session == session).then(|| (lock.clone(), h.owner.clone(), h.token, h.attempt))
+            .flat_map(|lock| {
+                let holders = self.locks.get(lock).into_iter().flat_map(LockEntry::holders);
+                holders
+                    .filter(|h| h.session == session)
+                    .map(|h| (lock.clone(), h.owner.clone(), h.token, h.attempt))
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -575,7 +719,7 @@ impl LockTable {
             .iter()
             .filter_map(|l| self.locks.get(l))
             .map(|e| {
-                usize::from(e.holder.as_ref().is_some_and(|h| h.session == session))
+                e.holders().filter(|h| h.session == session).count()
                     + e.queue.iter().filter(|w| w.session == session).count()
             })
             .sum()
@@ -601,7 +745,15 @@ mod tests {
     }
 
     fn ask(session: SessionId, owner: &str, wait: bool, attempt: u64) -> Command {
-        Command::Acquire { session, lock: "l".into(), owner: owner.into(), wait, attempt, by: None }
+        Command::Acquire {
+            session,
+            lock: "l".into(),
+            owner: owner.into(),
+            wait,
+            attempt,
+            by: None,
+            share: Share::Exclusive,
+        }
     }
 
     fn release(session: SessionId, owner: &str) -> Command {
@@ -844,8 +996,9 @@ mod tests {
         let open = Command::Open { ttl_ms: 1000, identity: Some("alice".into()) };
         assert_eq!(t.apply(1, &open, &mut ev), Outcome::Opened(1));
         let as_ = |by: Option<&str>, c: Command| match c {
-            Command::Acquire { session, lock, owner, wait, attempt, .. } => {
-                Command::Acquire { session, lock, owner, wait, attempt, by: by.map(Into::into) }
+            Command::Acquire { session, lock, owner, wait, attempt, share, .. } => {
+                let by = by.map(Into::into);
+                Command::Acquire { session, lock, owner, wait, attempt, by, share }
             }
             Command::Release { session, lock, owner, attempt, .. } => {
                 Command::Release { session, lock, owner, attempt, by: by.map(Into::into) }
@@ -911,5 +1064,119 @@ mod tests {
         let old = r#"{"Acquire":{"session":1,"lock":"l","owner":"a","wait":true}}"#;
         let command: Command = serde_json::from_str(old).unwrap();
         assert_eq!(command, ask(1, "a", true, 0));
+    }
+
+    fn shared(session: SessionId, owner: &str, share: Share, wait: bool) -> Command {
+        Command::Acquire {
+            session,
+            lock: "l".into(),
+            owner: owner.into(),
+            wait,
+            attempt: 1,
+            by: None,
+            share,
+        }
+    }
+
+    const READ: Share = Share::Read;
+    const WRITE: Share = Share::Exclusive;
+
+    #[test]
+    fn readers_share_and_a_reader_behind_a_waiting_writer_waits_for_it() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        assert_eq!(t.apply(3, &shared(1, "r1", READ, true), &mut ev), Outcome::Granted(3));
+        assert_eq!(t.apply(4, &shared(2, "r2", READ, true), &mut ev), Outcome::Granted(4));
+        assert_eq!(t.apply(5, &shared(1, "w", WRITE, true), &mut ev), Outcome::Queued);
+        // First come, first served: a reader after the waiting writer does not join the
+        // readers; a soft one is answered busy.
+        assert_eq!(t.apply(6, &shared(2, "r3", READ, true), &mut ev), Outcome::Queued);
+        assert_eq!(t.apply(7, &shared(2, "r4", READ, false), &mut ev), Outcome::Busy);
+        assert!(ev.is_empty());
+        assert_eq!(t.apply(8, &release(1, "r1"), &mut ev), Outcome::Released);
+        assert!(ev.is_empty(), "the writer waits for every reader: {ev:?}");
+        assert_eq!(t.apply(9, &release(2, "r2"), &mut ev), Outcome::Released);
+        assert_eq!(ev, vec![granted(1, "w", 9, 1)]);
+        ev.clear();
+        assert_eq!(t.apply(10, &release(1, "w"), &mut ev), Outcome::Released);
+        assert_eq!(ev, vec![granted(2, "r3", 10, 1)]);
+        assert_eq!(t.held_by(2), vec![("l".to_string(), "r3".to_string(), 10, 1)]);
+    }
+
+    #[test]
+    fn a_writer_hands_over_to_every_reader_up_to_the_next_writer_in_one_command() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        assert_eq!(t.apply(3, &shared(1, "w1", WRITE, true), &mut ev), Outcome::Granted(3));
+        for (i, (owner, share)) in
+            [("r1", READ), ("r2", READ), ("w2", WRITE), ("r3", READ)].into_iter().enumerate()
+        {
+            let at = 4 + i as u64;
+            assert_eq!(t.apply(at, &shared(2, owner, share, true), &mut ev), Outcome::Queued);
+        }
+        assert_eq!(t.apply(8, &release(1, "w1"), &mut ev), Outcome::Released);
+        // One commit, one token: the readers were granted together.
+        assert_eq!(ev, vec![granted(2, "r1", 8, 1), granted(2, "r2", 8, 1)]);
+        assert_eq!(t.asks_of(2), 4);
+        ev.clear();
+        assert_eq!(t.apply(9, &release(2, "r1"), &mut ev), Outcome::Released);
+        assert_eq!(t.apply(10, &release(2, "r2"), &mut ev), Outcome::Released);
+        assert_eq!(ev, vec![granted(2, "w2", 10, 1)]);
+    }
+
+    #[test]
+    fn permits_are_granted_in_queue_order_with_a_token_each() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        let permits = |count| Share::Permits { count, limit: 3 };
+        // Two permits: tokens 4 and 5, stamps of their own past the command's 3, so the next
+        // command is stamped 6.
+        assert_eq!(t.apply(3, &shared(1, "a", permits(2), true), &mut ev), Outcome::Granted(4));
+        assert_eq!(t.stamp, 5);
+        assert_eq!(t.apply(4, &shared(1, "b", permits(2), true), &mut ev), Outcome::Queued);
+        assert_eq!(t.stamp, 6);
+        // One permit is free, but the ask of two ahead is not passed.
+        assert_eq!(t.apply(6, &shared(2, "c", permits(1), true), &mut ev), Outcome::Queued);
+        assert_eq!(t.apply(7, &shared(2, "d", permits(1), false), &mut ev), Outcome::Busy);
+        assert_eq!(t.apply(8, &release(1, "a"), &mut ev), Outcome::Released);
+        // b's two permits and c's one, in one command, each with tokens of its own.
+        assert_eq!(ev, vec![granted(1, "b", 10, 1), granted(2, "c", 12, 1)]);
+        assert_eq!(t.stamp, 12);
+        assert_eq!(t.apply(9, &release(2, "c"), &mut ev), Outcome::Released);
+        assert_eq!(t.stamp, 13, "stamps stay above every permit's token");
+    }
+
+    #[test]
+    fn an_ask_of_another_kind_or_size_is_refused_and_changes_nothing() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        let three = Share::Permits { count: 1, limit: 3 };
+        assert_eq!(t.apply(3, &shared(1, "a", three, true), &mut ev), Outcome::Granted(4));
+        let before = locks_and_sessions(&t);
+        let four = Share::Permits { count: 1, limit: 4 };
+        assert_eq!(t.apply(4, &shared(2, "b", four, true), &mut ev), Outcome::Mismatch(three));
+        assert_eq!(t.apply(5, &shared(2, "b", READ, true), &mut ev), Outcome::Mismatch(three));
+        assert_eq!(t.apply(6, &shared(2, "b", WRITE, false), &mut ev), Outcome::Mismatch(three));
+        assert_eq!(locks_and_sessions(&t), before);
+        assert!(ev.is_empty());
+    }
+
+    #[test]
+    fn an_ended_readers_session_frees_its_share_for_the_writer() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        assert_eq!(t.apply(3, &shared(1, "r", READ, true), &mut ev), Outcome::Granted(3));
+        assert_eq!(t.apply(4, &shared(2, "w", WRITE, true), &mut ev), Outcome::Queued);
+        assert_eq!(t.apply(5, &Command::Expire { session: 1 }, &mut ev), Outcome::Ended);
+        assert_eq!(ev[0], granted(2, "w", 5, 1));
+        assert_eq!(t.lock_count(), 1);
+    }
+
+    #[test]
+    fn a_mutex_ask_says_nothing_of_its_share_on_the_wire() {
+        let json = serde_json::to_string(&ask(1, "a", true, 2)).unwrap();
+        assert!(!json.contains("share"), "{json}");
+        let read = serde_json::to_string(&shared(1, "a", READ, true)).unwrap();
+        assert_eq!(serde_json::from_str::<Command>(&read).unwrap(), shared(1, "a", READ, true));
     }
 }

@@ -89,7 +89,14 @@ async fn burst(mut s: BoxIo, tag: usize) -> BTreeMap<String, usize> {
     for i in 0..PER_CONNECTION {
         let (lock, owner, attempt) = (format!("burst-{tag}-{}", i / 2), format!("o{tag}"), i / 2);
         let body = if i % 2 == 0 {
-            Request::Acquire { session, lock, owner, wait: false, attempt: attempt + 1 }
+            Request::Acquire {
+                session,
+                lock,
+                owner,
+                wait: false,
+                attempt: attempt + 1,
+                share: Default::default(),
+            }
         } else {
             Request::Release { session, lock, owner, attempt: attempt + 1 }
         };

@@ -1,4 +1,5 @@
-//! The shared conformance suite for the lock service on a 3-node cluster: session TTL 2 s,
+//! The shared conformance suites (the mutex, the reader-writer lock, the semaphore) for the
+//! lock service on a 3-node cluster: session TTL 2 s,
 //! each contender on its own client (and session).
 //!
 //! Every contender reaches every node through a proxy of its own, in front of the node's
@@ -26,5 +27,19 @@ lock_core::conformance_suite!(
     lock_core::conformance::Mode::Wall,
     |seed| async move { make_fixture(seed).await },
     seeds = 3,
+    contenders = 12
+);
+
+lock_core::rwlock_conformance_suite!(
+    lock_core::conformance::Mode::Wall,
+    |seed| async move { make_fixture(seed).await },
+    seeds = 2,
+    contenders = 12
+);
+
+lock_core::semaphore_conformance_suite!(
+    lock_core::conformance::Mode::Wall,
+    |seed| async move { make_fixture(seed).await },
+    seeds = 2,
     contenders = 12
 );

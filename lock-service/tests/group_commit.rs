@@ -62,6 +62,7 @@ async fn client(addr: String, tag: usize) -> Vec<(String, u64, u64)> {
                 owner: "o".into(),
                 wait: true,
                 attempt,
+                share: Default::default(),
             })
             .collect()
     };

@@ -198,7 +198,14 @@ async fn another_identitys_session_cannot_be_used_and_a_refusal_changes_nothing(
     // client used, 1), a new ask, a keep-alive, a resume and a close of her session.
     let asks = [
         Request::Release { session, lock: "l".into(), owner: "a".into(), attempt: 1 },
-        Request::Acquire { session, lock: "m".into(), owner: "a".into(), wait: true, attempt: 9 },
+        Request::Acquire {
+            session,
+            lock: "m".into(),
+            owner: "a".into(),
+            wait: true,
+            attempt: 9,
+            share: Default::default(),
+        },
         Request::KeepAlive { session },
         Request::Resume { session },
         Request::Close { session },

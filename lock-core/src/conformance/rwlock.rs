@@ -152,7 +152,7 @@ pub async fn readers_share_and_writers_wait<F: RwFixture>(fx: Arc<F>) {
         let r = fx.contender(&format!("r{i}")).await;
         let (barrier, mut done) = (barrier.clone(), done_tx.subscribe());
         tasks.push(tokio::spawn(async move {
-            let g = r.read("shared", None).await.expect("read");
+            let g = r.read("rw-shared", None).await.expect("read");
             barrier.wait().await;
             let _ = done.recv().await;
             g.release().await.expect("release");
@@ -163,13 +163,13 @@ pub async fn readers_share_and_writers_wait<F: RwFixture>(fx: Arc<F>) {
         .expect("readers must hold the lock together, not in turn");
     let w = fx.contender("w").await;
     assert!(
-        w.try_lock("shared", Access::Write).await.expect("try write").is_none(),
+        w.try_lock("rw-shared", Access::Write).await.expect("try write").is_none(),
         "a writer was let in beside readers"
     );
     let writer = {
         let w = w.clone();
         tokio::spawn(async move {
-            let g = w.write("shared", None).await.expect("write");
+            let g = w.write("rw-shared", None).await.expect("write");
             (Instant::now(), g)
         })
     };
@@ -187,11 +187,11 @@ pub async fn readers_share_and_writers_wait<F: RwFixture>(fx: Arc<F>) {
     assert!(granted >= all_released);
     let r = fx.contender("late-reader").await;
     assert!(
-        r.try_lock("shared", Access::Read).await.expect("try read").is_none(),
+        r.try_lock("rw-shared", Access::Read).await.expect("try read").is_none(),
         "a reader was let in beside a writer"
     );
     g.release().await.expect("release");
-    let g = r.try_lock("shared", Access::Read).await.expect("try read");
+    let g = r.try_lock("rw-shared", Access::Read).await.expect("try read");
     g.expect("free lock granted to try_lock").release().await.expect("release");
 }
 
@@ -203,11 +203,12 @@ pub async fn later_readers_follow_the_writer_policy<F: RwFixture>(fx: Arc<F>) {
     let writer = fx.contender("writer").await;
     let later = fx.contender("later-reader").await;
     let policy = later.writer_policy();
-    let g = first.read("policy", None).await.expect("read");
-    let waiting = tokio::spawn(async move { writer.write("policy", None).await.expect("write") });
+    let g = first.read("rw-policy", None).await.expect("read");
+    let waiting =
+        tokio::spawn(async move { writer.write("rw-policy", None).await.expect("write") });
     // Long enough for the writer's ask to be in line on every backend.
     tokio::time::sleep(fx.notice_slack()).await;
-    let passed = later.try_lock("policy", Access::Read).await.expect("try read");
+    let passed = later.try_lock("rw-policy", Access::Read).await.expect("try read");
     match policy {
         WriterPolicy::Fifo => assert!(
             passed.is_none(),
@@ -237,11 +238,11 @@ pub async fn asks_time_out_cleanly<F: RwFixture>(fx: Arc<F>) {
     let c = fx.contender("c").await;
     let timeout = Duration::from_millis(1500);
     for (held, asked) in [(Access::Read, Access::Write), (Access::Write, Access::Read)] {
-        let g = a.lock("timed", held, None).await.expect("lock");
+        let g = a.lock("rw-timed", held, None).await.expect("lock");
         let start = Instant::now();
-        match b.lock("timed", asked, Some(timeout)).await {
+        match b.lock("rw-timed", asked, Some(timeout)).await {
             Err(LockError::Timeout { lock_id, waited }) => {
-                assert_eq!(lock_id, "timed");
+                assert_eq!(lock_id, "rw-timed");
                 assert!(waited >= timeout, "reported {waited:?}");
             }
             other => {
@@ -252,10 +253,11 @@ pub async fn asks_time_out_cleanly<F: RwFixture>(fx: Arc<F>) {
         assert!(took < timeout + Duration::from_secs(2), "the timeout took {took:?}");
         g.release().await.expect("release");
         let start = Instant::now();
-        let g = tokio::time::timeout(fx.notice_slack() * 2, c.lock("timed", Access::Write, None))
-            .await
-            .expect("a timed-out ask left something that blocks the lock")
-            .expect("write");
+        let g =
+            tokio::time::timeout(fx.notice_slack() * 2, c.lock("rw-timed", Access::Write, None))
+                .await
+                .expect("a timed-out ask left something that blocks the lock")
+                .expect("write");
         assert!(start.elapsed() < fx.ttl(), "the next grant waited for leftovers to expire");
         g.release().await.expect("release");
     }
@@ -267,23 +269,23 @@ pub async fn asks_time_out_cleanly<F: RwFixture>(fx: Arc<F>) {
 pub async fn upgrade_is_refused<F: RwFixture>(fx: Arc<F>) {
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
-    let g = a.read("upgrade", None).await.expect("read");
+    let g = a.read("rw-upgrade", None).await.expect("read");
     let start = Instant::now();
-    match a.lock("upgrade", Access::Write, Some(Duration::from_secs(30))).await {
+    match a.lock("rw-upgrade", Access::Write, Some(Duration::from_secs(30))).await {
         Err(LockError::Usage(UsageError::Upgrade { lock_id, owner })) => {
-            assert_eq!((lock_id.as_str(), owner.as_str()), ("upgrade", a.owner()));
+            assert_eq!((lock_id.as_str(), owner.as_str()), ("rw-upgrade", a.owner()));
         }
         other => panic!("expected the upgrade to be refused, got {other:?}"),
     }
     assert!(start.elapsed() < Duration::from_secs(1), "the refusal must not wait");
     assert!(matches!(
-        a.try_lock("upgrade", Access::Write).await,
+        a.try_lock("rw-upgrade", Access::Write).await,
         Err(LockError::Usage(UsageError::Upgrade { .. }))
     ));
     assert!(!g.is_lost());
-    assert!(b.try_lock("upgrade", Access::Write).await.expect("try write").is_none());
+    assert!(b.try_lock("rw-upgrade", Access::Write).await.expect("try write").is_none());
     g.release().await.expect("release");
-    let w = a.write("upgrade", Some(fx.ttl())).await.expect("write after the read is released");
+    let w = a.write("rw-upgrade", Some(fx.ttl())).await.expect("write after the read is released");
     w.release().await.expect("release");
 }
 
@@ -295,7 +297,7 @@ pub async fn lost_holders_are_told<F: RwFixture>(fx: Arc<F>) {
         let name = format!("lossy-{}", access.name());
         let a = fx.contender(&name).await;
         let b = fx.contender(&format!("next-{i}")).await;
-        let lock_id = format!("lossy-{i}");
+        let lock_id = format!("rw-lossy-{i}");
         let g = a.lock(&lock_id, access, None).await.expect("lock");
         let cut = Instant::now();
         fx.cut_off(&name).await;
@@ -361,7 +363,7 @@ pub async fn readers_writers_under_contention<F: RwFixture>(
                 let hold = Duration::from_millis(rng.random_range(1..20));
                 let pause = Duration::from_millis(rng.random_range(0..10));
                 let requested = Instant::now();
-                let g = l.lock("contended", access, None).await.expect("lock");
+                let g = l.lock("rw-contended", access, None).await.expect("lock");
                 hold_for(&log, g, access, requested, hold).await;
                 tokio::time::sleep(pause).await;
             }

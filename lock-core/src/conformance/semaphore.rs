@@ -144,7 +144,7 @@ pub async fn n_permits_are_held_at_once<F: SemaphoreFixture>(fx: Arc<F>) {
         let s = fx.contender(&format!("h{i}")).await;
         let barrier = barrier.clone();
         holders.push(tokio::spawn(async move {
-            let p = s.acquire("pool", n, 1, None).await.expect("acquire");
+            let p = s.acquire("sem-pool", n, 1, None).await.expect("acquire");
             assert_eq!((p.count(), p.limit(), p.tokens().len()), (1, n, 1));
             barrier.wait().await;
             p
@@ -156,11 +156,11 @@ pub async fn n_permits_are_held_at_once<F: SemaphoreFixture>(fx: Arc<F>) {
     let extra = fx.contender("extra").await;
     let start = Instant::now();
     assert!(
-        extra.try_acquire("pool", n, 1).await.expect("try_acquire").is_none(),
+        extra.try_acquire("sem-pool", n, 1).await.expect("try_acquire").is_none(),
         "a permit beyond the semaphore's size was granted"
     );
     assert!(start.elapsed() < Duration::from_secs(1), "try_acquire must not wait");
-    let waiting = tokio::spawn(async move { extra.acquire("pool", n, 1, None).await });
+    let waiting = tokio::spawn(async move { extra.acquire("sem-pool", n, 1, None).await });
     tokio::time::sleep(fx.notice_slack()).await;
     assert!(!waiting.is_finished(), "a permit beyond the semaphore's size was granted");
     let mut held = Vec::new();
@@ -185,18 +185,18 @@ pub async fn acquire_times_out_cleanly<F: SemaphoreFixture>(fx: Arc<F>) {
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
     let c = fx.contender("c").await;
-    let held = a.acquire("timed", 2, 2, None).await.expect("acquire");
+    let held = a.acquire("sem-timed", 2, 2, None).await.expect("acquire");
     let timeout = Duration::from_millis(1500);
-    match b.acquire("timed", 2, 1, Some(timeout)).await {
+    match b.acquire("sem-timed", 2, 1, Some(timeout)).await {
         Err(LockError::Timeout { lock_id, waited }) => {
-            assert_eq!(lock_id, "timed");
+            assert_eq!(lock_id, "sem-timed");
             assert!(waited >= timeout, "reported {waited:?}");
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
     held.release().await.expect("release");
     let start = Instant::now();
-    let p = tokio::time::timeout(fx.notice_slack() * 2, c.acquire("timed", 2, 2, None))
+    let p = tokio::time::timeout(fx.notice_slack() * 2, c.acquire("sem-timed", 2, 2, None))
         .await
         .expect("a timed-out acquire left something that holds permits")
         .expect("acquire");
@@ -215,17 +215,17 @@ pub async fn bad_requests_are_refused<F: SemaphoreFixture>(fx: Arc<F>) {
         other => panic!("expected a usage error, got {other:?}"),
     };
     let start = Instant::now();
-    let u = refused(a.acquire("sized", 3, 4, Some(Duration::from_secs(30))).await.map(Some));
+    let u = refused(a.acquire("sem-sized", 3, 4, Some(Duration::from_secs(30))).await.map(Some));
     assert!(matches!(u, UsageError::TooManyPermits { asked: 4, limit: 3, .. }), "{u:?}");
-    let u = refused(a.try_acquire("sized", 0, 1).await);
+    let u = refused(a.try_acquire("sem-sized", 0, 1).await);
     assert!(matches!(u, UsageError::NoPermits { .. }), "{u:?}");
-    let u = refused(a.try_acquire("sized", 3, 0).await);
+    let u = refused(a.try_acquire("sem-sized", 3, 0).await);
     assert!(matches!(u, UsageError::ZeroAsked { .. }), "{u:?}");
     assert!(start.elapsed() < quick, "refusals must not wait");
     // Nothing of those is held: all three permits are free.
-    let p = b.try_acquire("sized", 3, 3).await.expect("try_acquire");
+    let p = b.try_acquire("sem-sized", 3, 3).await.expect("try_acquire");
     let p = p.expect("every permit free after refused requests");
-    let u = refused(a.acquire("sized", 4, 1, Some(Duration::from_secs(30))).await.map(Some));
+    let u = refused(a.acquire("sem-sized", 4, 1, Some(Duration::from_secs(30))).await.map(Some));
     assert!(matches!(u, UsageError::LimitMismatch { asked: 4, stored: 3, .. }), "{u:?}");
     assert!(!p.is_lost());
     p.release().await.expect("release");
@@ -237,14 +237,14 @@ pub async fn lost_permits_are_signalled<F: SemaphoreFixture>(fx: Arc<F>) {
     let ttl = fx.ttl();
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
-    let p = a.acquire("lossy", 2, 2, None).await.expect("acquire");
+    let p = a.acquire("sem-lossy", 2, 2, None).await.expect("acquire");
     let cut = Instant::now();
     fx.cut_off("a").await;
     tokio::time::timeout(ttl * 2, p.lost())
         .await
         .expect("lost permits not signalled within 2 x TTL");
     assert!(cut.elapsed() <= ttl + Duration::from_secs(1), "signalled after {:?}", cut.elapsed());
-    let q = tokio::time::timeout(ttl * 2 + fx.notice_slack(), b.acquire("lossy", 2, 2, None))
+    let q = tokio::time::timeout(ttl * 2 + fx.notice_slack(), b.acquire("sem-lossy", 2, 2, None))
         .await
         .expect("lost permits are not freed")
         .expect("acquire");
@@ -290,7 +290,7 @@ pub async fn permits_under_contention<F: SemaphoreFixture>(
                 let hold = Duration::from_millis(rng.random_range(1..20));
                 let pause = Duration::from_millis(rng.random_range(0..10));
                 let requested = Instant::now();
-                let p = s.acquire("contended", limit, k, None).await.expect("acquire");
+                let p = s.acquire("sem-contended", limit, k, None).await.expect("acquire");
                 assert_eq!(p.count(), k);
                 hold_for(&log, p, requested, hold).await;
                 tokio::time::sleep(pause).await;

@@ -16,9 +16,10 @@
 
 use super::session::{Key, Session};
 use super::{backend_of, lock, refusal_kind, ServiceClient, ALGORITHM};
-use crate::proto::{ErrorKind, Reply, Request};
+use crate::proto::{ErrorKind, Reply, Request, Share};
 use async_trait::async_trait;
 use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use lock_core::usage::UsageError;
 use lock_core::BackendErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,7 @@ pub(super) struct Cancel {
     pub(super) session: Arc<Session>,
     pub(super) key: Key,
     pub(super) attempt: u64,
+    pub(super) share: Share,
     pub(super) armed: bool,
 }
 
@@ -50,6 +52,7 @@ impl Cancel {
             owner: self.key.1.clone(),
             wait,
             attempt: self.attempt,
+            share: self.share,
         }
     }
 
@@ -127,9 +130,11 @@ impl ServiceLocker {
         }
     }
 
+    /// Wait for `lock_id` as `share` says (the mutex: alone), or until `timeout` passes.
     pub(super) async fn acquire(
         &self,
         lock_id: &str,
+        share: Share,
         timeout: Option<Duration>,
     ) -> Result<LockGuard, LockError> {
         let start = Instant::now();
@@ -149,7 +154,7 @@ impl ServiceLocker {
         let (tx, rx) = oneshot::channel();
         let attempt = session.next_ask();
         lock(&session.waiting).insert(key.clone(), (attempt, tx));
-        let cancel = Cancel { session: session.clone(), key, attempt, armed: true };
+        let cancel = Cancel { session: session.clone(), key, attempt, share, armed: true };
         let request = cancel.ask(true);
         let timed_out = |cancel: Cancel| async move {
             cancel.now().await;
@@ -180,13 +185,31 @@ impl ServiceLocker {
                     reason: session.lost_reason().unwrap_or_else(|| "the session ended".into()),
                 })?
             }
-            other => return Err(unexpected(lock_id, other)),
+            other => return Err(refused(lock_id, share, other)),
         };
         let mut cancel = cancel;
         cancel.armed = false;
         session.stop_waiting(&cancel.key, attempt);
         Ok(self.guard(session, lock_id, token, attempt).with_queued_at(queued_at))
     }
+}
+
+/// The error for an ask of `lock_id` as `share` answered `reply`: a [`Reply::Mismatch`] is
+/// the caller's mistake ([`UsageError`]), anything else [`unexpected`].
+pub(super) fn refused(lock_id: &str, share: Share, reply: Reply) -> LockError {
+    let Reply::Mismatch { share: used } = reply else { return unexpected(lock_id, reply) };
+    let kind = |s: Share| if s.limit().is_some() { "a semaphore" } else { "a lock" };
+    let usage = match (share.limit(), used.limit()) {
+        (Some(asked), Some(stored)) => {
+            UsageError::LimitMismatch { semaphore: lock_id.to_string(), asked, stored }
+        }
+        _ => UsageError::KindMismatch {
+            id: lock_id.to_string(),
+            asked: kind(share),
+            used_as: kind(used),
+        },
+    };
+    usage.into()
 }
 
 pub(super) fn unexpected(lock_id: &str, reply: Reply) -> LockError {
@@ -219,11 +242,22 @@ impl Locker for ServiceLocker {
 
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         validate_id("lock id", lock_id)?;
-        self.acquire(lock_id, timeout).await
+        self.acquire(lock_id, Share::Exclusive, timeout).await
     }
 
     async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
         validate_id("lock id", lock_id)?;
+        self.try_acquire(lock_id, Share::Exclusive).await
+    }
+}
+
+impl ServiceLocker {
+    /// Ask for `lock_id` as `share` says, and return at once: `None` when it is not granted.
+    pub(super) async fn try_acquire(
+        &self,
+        lock_id: &str,
+        share: Share,
+    ) -> Result<Option<LockGuard>, LockError> {
         let session = self.client.live_session().await?;
         let key = (lock_id.to_string(), self.owner.clone());
         let by = Instant::now() + self.client.shared.config.request_timeout;
@@ -231,7 +265,7 @@ impl Locker for ServiceLocker {
         let attempt = session.next_ask();
         // Dropped before the answer (or failed), the ask may still have been granted: give it
         // back, as an abandoned `lock` does.
-        let mut cancel = Cancel { session: session.clone(), key, attempt, armed: true };
+        let mut cancel = Cancel { session: session.clone(), key, attempt, share, armed: true };
         let reply =
             session.call(cancel.ask(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;
         cancel.armed = false;
@@ -240,7 +274,7 @@ impl Locker for ServiceLocker {
                 self.guard(session, lock_id, token, attempt).with_queued_at(Instant::now()),
             )),
             Reply::Busy => Ok(None),
-            other => Err(unexpected(lock_id, other)),
+            other => Err(refused(lock_id, share, other)),
         }
     }
 }

@@ -30,9 +30,13 @@
 mod connection;
 mod leader;
 mod locker;
+mod rwlock;
+mod semaphore;
 mod session;
 
 pub use locker::ServiceLocker;
+pub use rwlock::ServiceRwLocker;
+pub use semaphore::ServiceSemaphore;
 
 use crate::proto::{Reply, Request, SessionId};
 use lock_core::lock::{validate_id, LockError};
@@ -293,6 +297,16 @@ impl ServiceClient {
     pub fn locker(&self, owner: &str) -> Result<ServiceLocker, LockError> {
         validate_id("owner id", owner)?;
         Ok(ServiceLocker { client: self.clone(), owner: owner.to_string() })
+    }
+
+    /// A reader-writer locker for `owner` on this client's session.
+    pub fn rw_locker(&self, owner: &str) -> Result<ServiceRwLocker, LockError> {
+        Ok(ServiceRwLocker { locker: self.locker(owner)?, reads: Default::default() })
+    }
+
+    /// A semaphore client for `owner` on this client's session.
+    pub fn semaphore(&self, owner: &str) -> Result<ServiceSemaphore, LockError> {
+        Ok(ServiceSemaphore { locker: self.locker(owner)? })
     }
 
     /// Take `lock_id` from whoever holds it, as an administrator: the holder's guard is told

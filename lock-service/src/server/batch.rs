@@ -175,6 +175,7 @@ mod tests {
                     wait: true,
                     attempt: 1,
                     by: None,
+                    share: Default::default(),
                 };
                 (lock, batcher.write(ask).await)
             })

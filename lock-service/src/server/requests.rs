@@ -5,7 +5,7 @@ use super::gate::ConnId;
 use super::hub::Outbox;
 use super::{lock, Node, MAX_TTL, MIN_TTL};
 use crate::auth::{Identity, Role};
-use crate::proto::{ErrorKind, Reply, Request, SessionId};
+use crate::proto::{ErrorKind, Reply, Request, SessionId, Share};
 use crate::raft::{NodeId, NodeInfo};
 use crate::state::{Command, Outcome};
 use std::time::Duration;
@@ -140,8 +140,11 @@ impl Node {
                 self.touch(session);
                 Reply::Alive
             }
-            Request::Acquire { session, lock, owner, wait, attempt } => {
+            Request::Acquire { session, lock, owner, wait, attempt, share } => {
                 if let Err(r) = check_ids(&lock, &owner) {
+                    return r;
+                }
+                if let Err(r) = check_share(share) {
                     return r;
                 }
                 if let Err(r) = self.check_owner_known(session, who) {
@@ -150,8 +153,11 @@ impl Node {
                 if let Err(r) = self.check_asks(session, &lock, &owner) {
                     return r;
                 }
-                self.commit(conn, Command::Acquire { session, lock, owner, wait, attempt, by })
-                    .await
+                self.commit(
+                    conn,
+                    Command::Acquire { session, lock, owner, wait, attempt, by, share },
+                )
+                .await
             }
             Request::Release { session, lock, owner, attempt } => {
                 if let Err(r) = check_ids(&lock, &owner) {
@@ -262,7 +268,7 @@ impl Node {
         let outcome = self.propose(conn, command).await;
         if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
             | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld
-            | Outcome::Superseded))
+            | Outcome::Superseded | Outcome::Mismatch(_)))
         {
             // A commit by this leader proves, like a keep-alive's quorum check, that it led
             // after the request arrived: a busy session needs no keep-alives.
@@ -271,6 +277,7 @@ impl Node {
         match outcome {
             Ok(Outcome::Granted(token)) => Reply::Granted { token },
             Ok(Outcome::Queued) => Reply::Queued,
+            Ok(Outcome::Mismatch(share)) => Reply::Mismatch { share },
             Ok(Outcome::Busy) => Reply::Busy,
             Ok(Outcome::Released) => Reply::Released,
             Ok(Outcome::Cancelled) => Reply::Cancelled,
@@ -290,6 +297,16 @@ impl Node {
             Ok(other) => unexpected(other),
             Err(r) => r,
         }
+    }
+}
+
+/// A permit ask must ask for 1 to `limit` permits of a semaphore of at least one.
+fn check_share(share: Share) -> Result<(), Reply> {
+    match share {
+        Share::Permits { count, limit } if count == 0 || count > limit => Err(bad_request(
+            format!("an ask must be for 1 to {limit} permits of its semaphore, not {count}"),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -116,9 +116,9 @@ pub struct ServiceFixture {
     pub secured: Option<(&'static SecuredCluster, &'static [&'static str])>,
 }
 
-#[async_trait::async_trait]
-impl lock_core::conformance::Fixture for ServiceFixture {
-    async fn locker(&self, name: &str) -> std::sync::Arc<dyn lock_core::Locker> {
+impl ServiceFixture {
+    /// A client for contender `name`, through its own proxies.
+    pub async fn client(&self, name: &str) -> lock_service::client::ServiceClient {
         use lock_service::client::{ClientConfig, ServiceClient};
         let endpoints: Vec<String> =
             self.proxies.open(name).await.iter().map(ToString::to_string).collect();
@@ -129,23 +129,60 @@ impl lock_core::conformance::Fixture for ServiceFixture {
             config.credentials = Some(cluster.credentials(user));
             config.tls = Some(cluster.tls());
         }
-        let client = ServiceClient::connect(&endpoints, config)
+        ServiceClient::connect(&endpoints, config)
             .await
-            .expect("connect to the cluster through the contender's proxies");
-        std::sync::Arc::new(client.locker(name).expect("locker"))
+            .expect("connect to the cluster through the contender's proxies")
+    }
+}
+
+/// The fixture's settings, whatever the primitive: the session TTL, wall time, and how soon a
+/// grant is seen. (A contender is cut off by its proxies: `cut_off`, in each impl, since
+/// `async_trait` does not see into a macro.)
+macro_rules! service_contenders {
+    () => {
+        fn ttl(&self) -> std::time::Duration {
+            self.ttl
+        }
+        fn mode(&self) -> lock_core::conformance::Mode {
+            lock_core::conformance::Mode::Wall
+        }
+        fn notice_slack(&self) -> std::time::Duration {
+            // The leader checks its sessions every 20 ms and a grant is pushed in the commit
+            // that frees the lock; the rest is margin for a loaded machine.
+            std::time::Duration::from_millis(1000)
+        }
+    };
+}
+
+#[async_trait::async_trait]
+impl lock_core::conformance::Fixture for ServiceFixture {
+    async fn locker(&self, name: &str) -> std::sync::Arc<dyn lock_core::Locker> {
+        std::sync::Arc::new(self.client(name).await.locker(name).expect("locker"))
     }
     async fn cut_off(&self, name: &str) {
         self.proxies.cut(name);
     }
-    fn ttl(&self) -> std::time::Duration {
-        self.ttl
+    service_contenders!();
+}
+
+#[async_trait::async_trait]
+impl lock_core::conformance::Contenders<dyn lock_core::RwLocker> for ServiceFixture {
+    async fn contender(&self, name: &str) -> std::sync::Arc<dyn lock_core::RwLocker> {
+        std::sync::Arc::new(self.client(name).await.rw_locker(name).expect("locker"))
     }
-    fn mode(&self) -> lock_core::conformance::Mode {
-        lock_core::conformance::Mode::Wall
+    async fn cut_off(&self, name: &str) {
+        self.proxies.cut(name);
     }
-    fn notice_slack(&self) -> std::time::Duration {
-        // The leader checks its sessions every 20 ms and a grant is pushed in the commit that
-        // frees the lock; the rest is margin for a loaded machine.
-        std::time::Duration::from_millis(1000)
+    service_contenders!();
+}
+
+#[async_trait::async_trait]
+impl lock_core::conformance::Contenders<dyn lock_core::Semaphore> for ServiceFixture {
+    async fn contender(&self, name: &str) -> std::sync::Arc<dyn lock_core::Semaphore> {
+        std::sync::Arc::new(self.client(name).await.semaphore(name).expect("semaphore"))
     }
+    async fn cut_off(&self, name: &str) {
+        self.proxies.cut(name);
+    }
+    service_contenders!();
 }
