@@ -211,6 +211,12 @@
 //! - **Sessions cost keep-alives, not polls**: a grant costs one acquire and one release
 //!   request, plus a keep-alive per session that sent nothing else for TTL/3. The requests
 //!   per grant of every engine are in `results/engines/README.md`.
+//! - **A hot lock is a ceiling no batching lifts.** Commits are shared across locks, but one
+//!   lock's grants follow each other: each waits for the previous holder's release to
+//!   commit. When a few locks take most asks (a Zipf law), their hold time plus the handoff
+//!   gap bounds the whole rate, and the service's lead over another engine shrinks to the
+//!   ratio of their hold-plus-gap, however many clients and locks there are
+//!   (`results/scale/README.md`, the Zipf sections).
 //!
 //! ## Order: first come, first served
 //! The queue is FIFO in commit order (`state`'s tests). What the service promises is
