@@ -21,7 +21,8 @@
 //!
 //! The other primitives have suites of their own, in the same shape, over [`Contenders`] (a
 //! [`Fixture`] for any primitive): [`rwlock`] for reader-writer locks and [`semaphore`] for
-//! semaphores, each with a macro for any backend and one for the embedded store.
+//! semaphores, each with a macro for any backend and one for the embedded store, and
+//! [`election`] for leader elections.
 
 use crate::context::ClientContext;
 use crate::embedded::{EmbeddedClient, EmbeddedStore};
@@ -35,6 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub mod contenders;
+pub mod election;
 pub mod rwlock;
 pub mod semaphore;
 pub use contenders::{Contenders, EmbeddedContenders};

@@ -25,7 +25,8 @@
 //!   so that their load can be counted (the embedded store counts its own);
 //! - [`rwlock`] and [`semaphore`]: beside the lock, a reader-writer lock and a counting
 //!   semaphore whose permits are leases, in the lock's style (timeouts, try variants, the
-//!   lost signal, tokens); [`usage`]: the requests they refuse as mistakes of the caller;
+//!   lost signal, tokens); [`election`]: leader election, a lock plus an announced value and
+//!   a stream of changes; [`usage`]: the requests they refuse as mistakes of the caller;
 //! - `conformance` (feature `conformance`): the shared suite every algorithm runs.
 //!
 //! # Which rows stay bounded
@@ -63,6 +64,7 @@
 pub mod backend;
 pub mod context;
 pub mod doorbell;
+pub mod election;
 pub mod embedded;
 pub mod fence;
 pub mod lease;
@@ -83,6 +85,7 @@ pub mod usage;
 pub mod conformance;
 
 pub use backend::{BackendError, BackendErrorKind};
+pub use election::{Elector, Leader, Leadership, Observer};
 pub use lock::{AttemptResult, LeaseState, LockError, LockGuard, Locker};
 pub use rwlock::{Access, RwLocker, WriterPolicy};
 pub use semaphore::{Permits, Semaphore};

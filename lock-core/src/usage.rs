@@ -1,5 +1,6 @@
 //! Requests the primitives refuse before touching any backend: asking a semaphore for more
-//! permits than it has, a semaphore of no permits, a read lock asked to become a write lock.
+//! permits than it has, a semaphore of no permits, a read lock asked to become a write lock, a
+//! resignation by a leader that no longer leads, an election value too long.
 //!
 //! Each is a [`UsageError`] inside [`LockError::Usage`](crate::lock::LockError::Usage), so a
 //! caller can tell a mistake of its own (fix the call) from a backend's failure (retry, or
@@ -51,6 +52,22 @@ pub enum UsageError {
         asked: &'static str,
         /// What its holders and waiters use it as.
         used_as: &'static str,
+    },
+    /// A leadership that is over was asked to proclaim or resign.
+    #[error("not the leader of {election:?} any more (term {term} is over)")]
+    NotLeader {
+        /// The election.
+        election: String,
+        /// The term that ended.
+        term: u64,
+    },
+    /// An election value longer than every backend accepts.
+    #[error("an election value of {len} bytes, at most {max} are allowed")]
+    ValueTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
     },
     /// A write lock asked for by an owner that holds the same lock for reading. A reader-writer
     /// lock whose writers wait for earlier readers would wait for itself; release the read
