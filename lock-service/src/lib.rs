@@ -238,6 +238,13 @@
 //! carries k tokens. Semaphore ids and lock ids share one namespace: an id held as a lock is
 //! refused to a semaphore's ask, and a semaphore's size to an ask naming another.
 //!
+//! [`client::ServiceElector`] is an election on the same queue: a candidacy is an exclusive
+//! ask carrying the candidate's value, the grant is the leadership and its token the term.
+//! The commit that changes who leads (or what the leader announces) pushes the change to every
+//! session observing the election, so observers learn a new leader in the commit that made it.
+//! A node pushes only to the connections that asked it; a client observes again on the
+//! connection it resumes on, and learns the state it finds there.
+//!
 //! ## Security: TLS and credentials
 //! A node started with `--users FILE --tls-cert CERT --tls-key KEY --tls-ca CA`:
 //! - **speaks TLS only** to clients (its certificate, which clients check against the CA in

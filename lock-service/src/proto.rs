@@ -78,6 +78,18 @@ impl Share {
     }
 }
 
+/// Who leads an election, as the service tells it: the holder of the election's lock id and
+/// the value it announced. Its term is the grant's fencing token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The leader's owner id.
+    pub owner: String,
+    /// What it announced (its campaign's value, or its last proclamation).
+    pub value: Vec<u8>,
+    /// Its term.
+    pub term: u64,
+}
+
 /// One request from a client, with the id its reply will carry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ClientFrame {
@@ -133,6 +145,32 @@ pub enum Request {
         /// semaphore's permits. Asks of one lock id share one FIFO queue.
         #[serde(default, skip_serializing_if = "Share::is_exclusive")]
         share: Share,
+        /// A campaign's value: the ask is a candidacy in the election of this id, and once
+        /// granted its holder leads, announcing this value (see [`Request::Observe`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<Vec<u8>>,
+    },
+    /// The leader of an election announces another value, without an election.
+    Proclaim {
+        /// The session.
+        session: SessionId,
+        /// The election (its lock id).
+        lock: String,
+        /// The leader's owner id.
+        owner: String,
+        /// The ask that was granted the leadership.
+        attempt: u64,
+        /// The new value.
+        value: Vec<u8>,
+    },
+    /// Who leads the election of this id now, and from now on a [`Push::Leader`] to the
+    /// session at each change (until the session's connection closes or the leader changes:
+    /// the client observes again on its next connection).
+    Observe {
+        /// The session the changes are pushed to.
+        session: SessionId,
+        /// The election (its lock id).
+        lock: String,
     },
     /// Release a held lock, or leave its queue.
     Release {
@@ -208,6 +246,13 @@ pub enum Reply {
     },
     /// The lock is held by another; the grant will come as a [`Push::Granted`].
     Queued,
+    /// Who leads the election (none: nobody).
+    Leader {
+        /// The leader.
+        leader: Option<LeaderInfo>,
+    },
+    /// The leader's new value is announced.
+    Proclaimed,
     /// The lock id is in use by asks of another kind (a semaphore's permits against reads and
     /// writes) or for a semaphore of another size, as `share` says: nothing was changed.
     Mismatch {
@@ -287,6 +332,14 @@ pub enum Push {
         token: u64,
         /// The administrator.
         by: String,
+    },
+    /// The leader of an election the session observes changed (a new leader, a new value, or
+    /// none).
+    Leader {
+        /// The election (its lock id).
+        lock: String,
+        /// Who leads now.
+        leader: Option<LeaderInfo>,
     },
     /// The session is over (expired, closed): every lock it held is gone.
     SessionEnded {
@@ -426,6 +479,7 @@ mod tests {
                 wait: true,
                 attempt: 1,
                 share: Share::Permits { count: 2, limit: 5 },
+                value: None,
             },
         };
         let bytes = encode(&frame);
@@ -496,13 +550,10 @@ mod tests {
                 any::<u64>().prop_map(|ttl_ms| Request::Open { ttl_ms }),
                 any::<u64>().prop_map(|session| Request::KeepAlive { session }),
                 (any::<u64>(), id, id, any::<bool>(), any::<u64>()).prop_map(
-                    |(session, lock, owner, wait, attempt)| Request::Acquire {
-                        session,
-                        lock,
-                        owner,
-                        wait,
-                        attempt,
-                        share: if attempt % 2 == 0 { Share::Read } else { Share::Exclusive },
+                    |(session, lock, owner, wait, attempt)| {
+                        let value = (attempt % 3 == 0).then(|| lock.as_bytes().to_vec());
+                        let share = if attempt % 2 == 0 { Share::Read } else { Share::Exclusive };
+                        Request::Acquire { session, lock, owner, wait, attempt, share, value }
                     }
                 ),
                 (id, ".{0,40}").prop_map(|(user, token)| Request::Hello { user, token }),

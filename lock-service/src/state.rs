@@ -58,8 +58,15 @@
 //! takes k stamps of its own, past every stamp so far, one token per permit; the next command
 //! is stamped past them. Asks of another kind (permits against reads and writes) or for a
 //! semaphore of another size are refused with [`Outcome::Mismatch`] and change nothing.
+//!
+//! ## Elections
+//! A candidacy is an exclusive ask with a value: its holder leads the election named by the
+//! lock id and announces the value, which [`Command::Proclaim`] changes. Whenever a command
+//! changes who leads an election or what it announces, applying it pushes [`Event::Leader`]
+//! (after the command's other events), so each change is told once, in log order; a plain
+//! lock's holder leads nothing and is never announced.
 
-use crate::proto::{Held, SessionId, Share};
+use crate::proto::{Held, LeaderInfo, SessionId, Share};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -94,6 +101,26 @@ pub enum Command {
         /// some of a semaphore's permits (see the module docs).
         #[serde(default, skip_serializing_if = "Share::is_exclusive")]
         share: Share,
+        /// The identity asking (see [`Command::Open`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        /// A candidacy's value: its holder leads the election of this lock id, announcing it
+        /// (see the module docs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<Vec<u8>>,
+    },
+    /// The leader of the election of `lock` announces `value` instead.
+    Proclaim {
+        /// The session.
+        session: SessionId,
+        /// The election's lock id.
+        lock: String,
+        /// The owner within the session.
+        owner: String,
+        /// The ask that was granted the leadership.
+        attempt: u64,
+        /// The new value.
+        value: Vec<u8>,
         /// The identity asking (see [`Command::Open`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
@@ -160,6 +187,8 @@ pub enum Outcome {
     Ended,
     /// The session does not exist (any more).
     SessionGone,
+    /// The leader's new value is announced.
+    Proclaimed,
     /// The session belongs to another identity: nothing was changed.
     Forbidden,
     /// A newer ask of the same owner for the same lock holds or waits: this older ask
@@ -204,6 +233,13 @@ pub enum Event {
         /// The administrator.
         by: String,
     },
+    /// Who leads the election of `lock` changed: a new leader, a new value, or nobody.
+    Leader {
+        /// The election's lock id.
+        lock: String,
+        /// Who leads now.
+        leader: Option<LeaderInfo>,
+    },
     /// The session is over.
     Ended {
         /// The session.
@@ -235,6 +271,9 @@ struct Holder {
     attempt: u64,
     #[serde(default, skip_serializing_if = "Share::is_exclusive")]
     share: Share,
+    /// The value a leader announces, for a candidacy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -245,6 +284,8 @@ struct Waiter {
     attempt: u64,
     #[serde(default, skip_serializing_if = "Share::is_exclusive")]
     share: Share,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<Vec<u8>>,
 }
 
 /// One lock id's holders and queue. At most one of `holder` (an exclusive grant) and `shared`
@@ -323,6 +364,7 @@ struct Asker<'a> {
     owner: &'a str,
     attempt: u64,
     share: Share,
+    value: Option<&'a [u8]>,
 }
 
 impl Asker<'_> {
@@ -343,6 +385,7 @@ impl Asker<'_> {
             owner: self.owner.to_string(),
             attempt: self.attempt,
             share: self.share,
+            value: self.value.map(<[u8]>::to_vec),
         }
     }
 }
@@ -356,6 +399,7 @@ impl Waiter {
             token,
             attempt: self.attempt,
             share: self.share,
+            value: self.value,
         }
     }
 }
@@ -375,6 +419,32 @@ impl LockTable {
                 self.stamp
             }
         };
+        // Who leads each election the command may change, before and after it.
+        let watched: Vec<String> = match command {
+            Command::Acquire { lock, .. }
+            | Command::Release { lock, .. }
+            | Command::Proclaim { lock, .. }
+            | Command::ForceRelease { lock, .. } => vec![lock.clone()],
+            Command::Close { session, .. } | Command::Expire { session } => self
+                .sessions
+                .get(session)
+                .map(|s| s.locks.iter().cloned().collect())
+                .unwrap_or_default(),
+            Command::Open { .. } | Command::Batch(_) => Vec::new(),
+        };
+        let before: Vec<Option<LeaderInfo>> = watched.iter().map(|l| self.leader_of(l)).collect();
+        let outcome = self.apply_one(index, command, events);
+        for (lock, before) in watched.into_iter().zip(before) {
+            let leader = self.leader_of(&lock);
+            if leader != before {
+                events.push(Event::Leader { lock, leader });
+            }
+        }
+        outcome
+    }
+
+    /// Apply one command (not a batch) stamped `index`.
+    fn apply_one(&mut self, index: u64, command: &Command, events: &mut Vec<Event>) -> Outcome {
         match command {
             // Returned above.
             Command::Batch(_) => Outcome::Nothing,
@@ -386,24 +456,26 @@ impl LockTable {
             }
             Command::Acquire { session, by, .. }
             | Command::Release { session, by, .. }
+            | Command::Proclaim { session, by, .. }
             | Command::Close { session, by }
                 if !self.may_act(*session, by.as_deref()) =>
             {
                 Outcome::Forbidden
             }
-            Command::Acquire { session, lock, owner, wait, attempt, share, .. } => self.acquire(
-                index,
-                Asker { session: *session, owner, attempt: *attempt, share: *share },
-                lock,
-                *wait,
-                events,
-            ),
-            Command::Release { session, lock, owner, attempt, .. } => self.release(
-                index,
-                Asker { session: *session, owner, attempt: *attempt, share: Share::Exclusive },
-                lock,
-                events,
-            ),
+            Command::Acquire { session, lock, owner, wait, attempt, share, value, .. } => {
+                let value = value.as_deref();
+                let who =
+                    Asker { session: *session, owner, attempt: *attempt, share: *share, value };
+                self.acquire(index, who, lock, *wait, events)
+            }
+            Command::Release { session, lock, owner, attempt, .. } => {
+                let share = Share::Exclusive;
+                let who = Asker { session: *session, owner, attempt: *attempt, share, value: None };
+                self.release(index, who, lock, events)
+            }
+            Command::Proclaim { session, lock, owner, attempt, value, .. } => {
+                self.proclaim(*session, owner, *attempt, lock, value)
+            }
             Command::Close { session, .. } => {
                 self.end(index, *session, "closed by its client", events)
             }
@@ -461,6 +533,37 @@ impl LockTable {
         }
         self.hand_over(index, lock, events);
         Outcome::Released
+    }
+
+    /// Who leads the election of `lock`: its holder, when that holder campaigned with a
+    /// value (a plain lock's holder leads nothing).
+    pub fn leader_of(&self, lock: &str) -> Option<LeaderInfo> {
+        let h = self.locks.get(lock)?.holder.as_ref()?;
+        let value = h.value.clone()?;
+        Some(LeaderInfo { owner: h.owner.clone(), value, term: h.token })
+    }
+
+    /// The leader (owner of `session`, in ask `attempt`) of the election of `lock` announces
+    /// `value`; anyone else changes nothing.
+    fn proclaim(
+        &mut self,
+        session: SessionId,
+        owner: &str,
+        attempt: u64,
+        lock: &str,
+        value: &[u8],
+    ) -> Outcome {
+        if !self.sessions.contains_key(&session) {
+            return Outcome::SessionGone;
+        }
+        let holder = self.locks.get_mut(lock).and_then(|e| e.holder.as_mut());
+        match holder.filter(|h| h.session == session && h.owner == owner && h.attempt == attempt) {
+            Some(Holder { value: Some(v), .. }) => {
+                *v = value.to_vec();
+                Outcome::Proclaimed
+            }
+            _ => Outcome::NotHeld,
+        }
     }
 
     /// The first fencing token of a grant of `share` made by the command stamped `index`: the
@@ -753,6 +856,7 @@ mod tests {
             attempt,
             by: None,
             share: Share::Exclusive,
+            value: None,
         }
     }
 
@@ -996,9 +1100,9 @@ mod tests {
         let open = Command::Open { ttl_ms: 1000, identity: Some("alice".into()) };
         assert_eq!(t.apply(1, &open, &mut ev), Outcome::Opened(1));
         let as_ = |by: Option<&str>, c: Command| match c {
-            Command::Acquire { session, lock, owner, wait, attempt, share, .. } => {
+            Command::Acquire { session, lock, owner, wait, attempt, share, value, .. } => {
                 let by = by.map(Into::into);
-                Command::Acquire { session, lock, owner, wait, attempt, by, share }
+                Command::Acquire { session, lock, owner, wait, attempt, by, share, value }
             }
             Command::Release { session, lock, owner, attempt, .. } => {
                 Command::Release { session, lock, owner, attempt, by: by.map(Into::into) }
@@ -1075,6 +1179,7 @@ mod tests {
             attempt: 1,
             by: None,
             share,
+            value: None,
         }
     }
 
@@ -1178,5 +1283,64 @@ mod tests {
         assert!(!json.contains("share"), "{json}");
         let read = serde_json::to_string(&shared(1, "a", READ, true)).unwrap();
         assert_eq!(serde_json::from_str::<Command>(&read).unwrap(), shared(1, "a", READ, true));
+    }
+
+    fn campaign(session: SessionId, owner: &str, value: &[u8]) -> Command {
+        Command::Acquire {
+            session,
+            lock: "l".into(),
+            owner: owner.into(),
+            wait: true,
+            attempt: 1,
+            by: None,
+            share: Share::Exclusive,
+            value: Some(value.to_vec()),
+        }
+    }
+
+    fn leader(owner: &str, value: &[u8], term: u64) -> Event {
+        let leader = Some(LeaderInfo { owner: owner.into(), value: value.to_vec(), term });
+        Event::Leader { lock: "l".into(), leader }
+    }
+
+    #[test]
+    fn an_election_announces_each_leader_its_values_and_vacancies_in_their_commits() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        assert_eq!(t.apply(3, &campaign(1, "a", b"a:1"), &mut ev), Outcome::Granted(3));
+        assert_eq!(ev, vec![leader("a", b"a:1", 3)]);
+        ev.clear();
+        assert_eq!(t.apply(4, &campaign(2, "b", b"b:1"), &mut ev), Outcome::Queued);
+        assert!(ev.is_empty(), "a waiting candidate changes nothing: {ev:?}");
+        let proclaim = |session, owner: &str, value: &[u8]| Command::Proclaim {
+            session,
+            lock: "l".into(),
+            owner: owner.into(),
+            attempt: 1,
+            value: value.to_vec(),
+            by: None,
+        };
+        assert_eq!(t.apply(5, &proclaim(2, "b", b"usurper"), &mut ev), Outcome::NotHeld);
+        assert_eq!(t.apply(6, &proclaim(1, "a", b"a:2"), &mut ev), Outcome::Proclaimed);
+        assert_eq!(ev, vec![leader("a", b"a:2", 3)]);
+        assert_eq!(t.leader_of("l").map(|l| l.value), Some(b"a:2".to_vec()));
+        ev.clear();
+        // The resignation elects the next candidate in the same commit.
+        assert_eq!(t.apply(7, &release(1, "a"), &mut ev), Outcome::Released);
+        assert_eq!(ev, vec![granted(2, "b", 7, 1), leader("b", b"b:1", 7)]);
+        ev.clear();
+        assert_eq!(t.apply(8, &Command::Expire { session: 2 }, &mut ev), Outcome::Ended);
+        assert!(ev.contains(&Event::Leader { lock: "l".into(), leader: None }), "{ev:?}");
+        assert_eq!(t.leader_of("l"), None);
+    }
+
+    #[test]
+    fn a_plain_lock_leads_nothing_and_announces_nothing() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        assert_eq!(t.apply(3, &acquire(1, "a", true), &mut ev), Outcome::Granted(3));
+        assert_eq!(t.apply(4, &release(1, "a"), &mut ev), Outcome::Released);
+        assert!(ev.is_empty(), "{ev:?}");
+        assert_eq!(t.leader_of("l"), None);
     }
 }

@@ -179,6 +179,7 @@ async fn malformed_and_oversized_frames_are_answered_and_others_are_still_served
         wait: true,
         attempt: 1,
         share: Default::default(),
+        value: None,
     };
     proto::write_frame(&mut s, &ClientFrame { id: 3, body: bad }).await.unwrap();
     match proto::read_frame::<ServerFrame, _>(&mut s, proto::MAX_SERVER_FRAME).await.unwrap() {

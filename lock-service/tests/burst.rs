@@ -96,6 +96,7 @@ async fn burst(mut s: BoxIo, tag: usize) -> BTreeMap<String, usize> {
                 wait: false,
                 attempt: attempt + 1,
                 share: Default::default(),
+                value: None,
             }
         } else {
             Request::Release { session, lock, owner, attempt: attempt + 1 }

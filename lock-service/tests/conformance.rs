@@ -1,6 +1,6 @@
-//! The shared conformance suites (the mutex, the reader-writer lock, the semaphore) for the
-//! lock service on a 3-node cluster: session TTL 2 s,
-//! each contender on its own client (and session).
+//! The shared conformance suites (the mutex, the reader-writer lock, the semaphore, the
+//! election) for the lock service on a 3-node cluster: session TTL 2 s, each contender on
+//! its own client (and session).
 //!
 //! Every contender reaches every node through a proxy of its own, in front of the node's
 //! client proxy, and dials only those (`support::ServiceFixture`). The suite's crash and
@@ -38,6 +38,13 @@ lock_core::rwlock_conformance_suite!(
 );
 
 lock_core::semaphore_conformance_suite!(
+    lock_core::conformance::Mode::Wall,
+    |seed| async move { make_fixture(seed).await },
+    seeds = 2,
+    contenders = 12
+);
+
+lock_core::election_conformance_suite!(
     lock_core::conformance::Mode::Wall,
     |seed| async move { make_fixture(seed).await },
     seeds = 2,

@@ -63,6 +63,7 @@ async fn client(addr: String, tag: usize) -> Vec<(String, u64, u64)> {
                 wait: true,
                 attempt,
                 share: Default::default(),
+                value: None,
             })
             .collect()
     };

@@ -205,6 +205,7 @@ async fn another_identitys_session_cannot_be_used_and_a_refusal_changes_nothing(
             wait: true,
             attempt: 9,
             share: Default::default(),
+            value: None,
         },
         Request::KeepAlive { session },
         Request::Resume { session },

@@ -32,6 +32,26 @@ pub struct ServiceLocker {
     pub(super) owner: String,
 }
 
+/// What an ask wants: its share of the lock, and a campaign's value for an election.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ask {
+    pub(super) share: Share,
+    pub(super) value: Option<Vec<u8>>,
+}
+
+impl From<Share> for Ask {
+    fn from(share: Share) -> Self {
+        Ask { share, value: None }
+    }
+}
+
+/// A granted ask: its guard, the session it holds on, and its attempt.
+pub(super) struct Granted {
+    pub(super) guard: LockGuard,
+    pub(super) session: Arc<Session>,
+    pub(super) attempt: u64,
+}
+
 /// Leaves the queue (or releases a grant that raced in) if an acquisition is abandoned. The
 /// release names the ask, so it gives up that ask only, even if it arrives after a new ask of
 /// the same owner for the same lock (see [`crate::state`]).
@@ -39,20 +59,21 @@ pub(super) struct Cancel {
     pub(super) session: Arc<Session>,
     pub(super) key: Key,
     pub(super) attempt: u64,
-    pub(super) share: Share,
+    pub(super) ask: Ask,
     pub(super) armed: bool,
 }
 
 impl Cancel {
     /// The ask this guards (`wait`: the mandatory lock, else the soft one).
-    pub(super) fn ask(&self, wait: bool) -> Request {
+    pub(super) fn request(&self, wait: bool) -> Request {
         Request::Acquire {
             session: self.session.id,
             lock: self.key.0.clone(),
             owner: self.key.1.clone(),
             wait,
             attempt: self.attempt,
-            share: self.share,
+            share: self.ask.share,
+            value: self.ask.value.clone(),
         }
     }
 
@@ -137,6 +158,17 @@ impl ServiceLocker {
         share: Share,
         timeout: Option<Duration>,
     ) -> Result<LockGuard, LockError> {
+        self.ask(lock_id, share.into(), timeout).await.map(|g| g.guard)
+    }
+
+    /// Wait until `ask` of `lock_id` is granted, or until `timeout` passes.
+    pub(super) async fn ask(
+        &self,
+        lock_id: &str,
+        ask: Ask,
+        timeout: Option<Duration>,
+    ) -> Result<Granted, LockError> {
+        let share = ask.share;
         let start = Instant::now();
         let session = self.client.live_session().await?;
         let key = (lock_id.to_string(), self.owner.clone());
@@ -154,8 +186,8 @@ impl ServiceLocker {
         let (tx, rx) = oneshot::channel();
         let attempt = session.next_ask();
         lock(&session.waiting).insert(key.clone(), (attempt, tx));
-        let cancel = Cancel { session: session.clone(), key, attempt, share, armed: true };
-        let request = cancel.ask(true);
+        let cancel = Cancel { session: session.clone(), key, attempt, ask, armed: true };
+        let request = cancel.request(true);
         let timed_out = |cancel: Cancel| async move {
             cancel.now().await;
             LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() }
@@ -190,7 +222,8 @@ impl ServiceLocker {
         let mut cancel = cancel;
         cancel.armed = false;
         session.stop_waiting(&cancel.key, attempt);
-        Ok(self.guard(session, lock_id, token, attempt).with_queued_at(queued_at))
+        let guard = self.guard(session.clone(), lock_id, token, attempt).with_queued_at(queued_at);
+        Ok(Granted { guard, session, attempt })
     }
 }
 
@@ -265,9 +298,10 @@ impl ServiceLocker {
         let attempt = session.next_ask();
         // Dropped before the answer (or failed), the ask may still have been granted: give it
         // back, as an abandoned `lock` does.
-        let mut cancel = Cancel { session: session.clone(), key, attempt, share, armed: true };
+        let ask = Ask::from(share);
+        let mut cancel = Cancel { session: session.clone(), key, attempt, ask, armed: true };
         let reply =
-            session.call(cancel.ask(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;
+            session.call(cancel.request(false)).await.map_err(|e| Self::with_lock(e, lock_id))?;
         cancel.armed = false;
         match reply {
             Reply::Granted { token } => Ok(Some(

@@ -28,12 +28,15 @@
 //! resumption), `locker` (the `Locker` on a session).
 
 mod connection;
+mod election;
 mod leader;
 mod locker;
+mod observe;
 mod rwlock;
 mod semaphore;
 mod session;
 
+pub use election::ServiceElector;
 pub use locker::ServiceLocker;
 pub use rwlock::ServiceRwLocker;
 pub use semaphore::ServiceSemaphore;
@@ -186,6 +189,8 @@ pub(crate) fn kind_of(request: &Request) -> &'static str {
         Request::Status => "Status",
         Request::Hello { .. } => "Hello",
         Request::ForceRelease { .. } => "ForceRelease",
+        Request::Proclaim { .. } => "Proclaim",
+        Request::Observe { .. } => "Observe",
     }
 }
 
@@ -302,6 +307,12 @@ impl ServiceClient {
     /// A reader-writer locker for `owner` on this client's session.
     pub fn rw_locker(&self, owner: &str) -> Result<ServiceRwLocker, LockError> {
         Ok(ServiceRwLocker { locker: self.locker(owner)?, reads: Default::default() })
+    }
+
+    /// An elector (a candidate and observer of elections) for `owner` on this client's
+    /// session.
+    pub fn elector(&self, owner: &str) -> Result<ServiceElector, LockError> {
+        Ok(ServiceElector { locker: self.locker(owner)? })
     }
 
     /// A semaphore client for `owner` on this client's session.

@@ -3,6 +3,7 @@
 
 use super::connection::Conn;
 use super::leader::find_leader;
+use super::observe::Observations;
 use super::{backend_of, lock, refusal_kind};
 use super::{PushSink, Shared};
 use crate::proto::{ErrorKind, Held, Push, Reply, Request, SessionId};
@@ -44,6 +45,11 @@ pub(super) struct Session {
     /// Told when the node ends the session's connection: the keep-alive task then resumes
     /// the session at once if it holds or waits for a lock (see [`keep_alive`]).
     pub(super) dropped: Arc<tokio::sync::Notify>,
+    /// The elections it follows.
+    pub(super) observations: Observations,
+    /// Counts the times the session resumed on a new connection: a node pushes only what it
+    /// was asked to on the connection it was asked on.
+    pub(super) resumed: watch::Sender<u64>,
 }
 
 impl Session {
@@ -85,6 +91,8 @@ impl Session {
             asks: AtomicU64::new(0),
             unsettled: Mutex::default(),
             dropped: Arc::default(),
+            observations: Observations::default(),
+            resumed: watch::channel(0).0,
         });
         let _ = session.pushes.set(Arc::downgrade(&session));
         tokio::spawn(keep_alive(Arc::downgrade(&session)));
@@ -113,6 +121,7 @@ impl Session {
                 self.granted(&[(lock, owner, token, attempt)])
             }
             Push::Revoked { lock, owner, token, by } => self.revoked(lock, owner, token, by),
+            Push::Leader { lock, leader } => self.observations.pushed(&lock, leader),
             Push::SessionEnded { reason } => {
                 self.lose(format!("the service ended the session: {reason}"))
             }
@@ -184,6 +193,7 @@ impl Session {
             tx.send_replace(LeaseState::Lost(LeaseLost { reason: reason.clone() }));
         }
         lock(&self.waiting).clear();
+        self.observations.end(&reason);
         if let Ok(mut c) = self.conn.try_lock() {
             if let Some(conn) = c.take() {
                 conn.close();
@@ -361,6 +371,7 @@ impl Session {
             Reply::Resumed { held } => {
                 self.granted(&held);
                 *slot = Some(conn.clone());
+                self.resumed.send_modify(|n| *n += 1);
                 Ok(conn)
             }
             Reply::Error { kind: ErrorKind::SessionGone, message } => {

@@ -176,6 +176,7 @@ mod tests {
                     attempt: 1,
                     by: None,
                     share: Default::default(),
+                    value: None,
                 };
                 (lock, batcher.write(ask).await)
             })

@@ -2,7 +2,9 @@
 //! its connection in the same step that applied it.
 //!
 //! A connection's sessions are forgotten when it closes ([`Hub::detach`]): nothing of a
-//! closed connection is kept (its writer, its socket) until its sessions end.
+//! closed connection is kept (its writer, its socket) until its sessions end. So are the
+//! elections those sessions observed ([`Hub::observe`]): a client observes again on the
+//! connection it resumes on.
 
 use super::gate::ConnId;
 use super::lock;
@@ -31,6 +33,9 @@ pub(super) struct Hub {
 struct Conns {
     by_session: HashMap<SessionId, (ConnId, Outbox)>,
     by_conn: HashMap<ConnId, HashSet<SessionId>>,
+    /// The sessions observing each election, and the elections each session observes.
+    observers: HashMap<String, HashSet<SessionId>>,
+    observing: HashMap<SessionId, HashSet<String>>,
 }
 
 impl Conns {
@@ -42,9 +47,22 @@ impl Conns {
     }
 
     fn remove(&mut self, session: SessionId) -> Option<Outbox> {
+        self.unobserve(session);
         let (conn, out) = self.by_session.remove(&session)?;
         self.forget(conn, session);
         Some(out)
+    }
+
+    /// `session` observes nothing any more.
+    fn unobserve(&mut self, session: SessionId) {
+        for election in self.observing.remove(&session).unwrap_or_default() {
+            if let Some(sessions) = self.observers.get_mut(&election) {
+                sessions.remove(&session);
+                if sessions.is_empty() {
+                    self.observers.remove(&election);
+                }
+            }
+        }
     }
 
     /// `conn` no longer serves `session`.
@@ -69,7 +87,16 @@ impl Hub {
         let mut conns = lock(&self.conns);
         for session in conns.by_conn.remove(&conn).unwrap_or_default() {
             conns.by_session.remove(&session);
+            conns.unobserve(session);
         }
+    }
+
+    /// Push the changes of `election` to `session` from now on (while it stays on its
+    /// connection).
+    pub(super) fn observe(&self, session: SessionId, election: &str) {
+        let mut conns = lock(&self.conns);
+        conns.observers.entry(election.to_string()).or_default().insert(session);
+        conns.observing.entry(session).or_default().insert(election.to_string());
     }
 
     /// Whether connection `conn` serves a session.
@@ -87,6 +114,14 @@ impl Hub {
                 }
                 Event::Revoked { session, lock, owner, token, by } => {
                     push_to(&mut conns, session, Push::Revoked { lock, owner, token, by });
+                }
+                Event::Leader { lock, leader } => {
+                    let observers: Vec<SessionId> =
+                        conns.observers.get(&lock).into_iter().flatten().copied().collect();
+                    for session in observers {
+                        let push = Push::Leader { lock: lock.clone(), leader: leader.clone() };
+                        push_to(&mut conns, session, push);
+                    }
                 }
                 Event::Ended { session, reason } => {
                     if let Some(out) = conns.remove(session) {

@@ -140,11 +140,11 @@ impl Node {
                 self.touch(session);
                 Reply::Alive
             }
-            Request::Acquire { session, lock, owner, wait, attempt, share } => {
+            Request::Acquire { session, lock, owner, wait, attempt, share, value } => {
                 if let Err(r) = check_ids(&lock, &owner) {
                     return r;
                 }
-                if let Err(r) = check_share(share) {
+                if let Err(r) = check_share(share).and(check_candidacy(share, value.as_deref())) {
                     return r;
                 }
                 if let Err(r) = self.check_owner_known(session, who) {
@@ -153,11 +153,43 @@ impl Node {
                 if let Err(r) = self.check_asks(session, &lock, &owner) {
                     return r;
                 }
-                self.commit(
-                    conn,
-                    Command::Acquire { session, lock, owner, wait, attempt, by, share },
-                )
-                .await
+                let ask =
+                    Command::Acquire { session, lock, owner, wait, attempt, by, share, value };
+                self.commit(conn, ask).await
+            }
+            Request::Proclaim { session, lock, owner, attempt, value } => {
+                if let Err(r) = check_ids(&lock, &owner) {
+                    return r;
+                }
+                if let Err(r) = check_candidacy(Share::Exclusive, Some(&value)) {
+                    return r;
+                }
+                if let Err(r) = self.check_owner_known(session, who) {
+                    return r;
+                }
+                let proclaim = Command::Proclaim { session, lock, owner, attempt, value, by };
+                self.commit(conn, proclaim).await
+            }
+            Request::Observe { session, lock } => {
+                if let Err(r) = check_ids(&lock, "observer") {
+                    return r;
+                }
+                // The leader's applied state is the newest: a deposed leader must not answer.
+                if let Err(r) = self.confirm_lead().await {
+                    return r;
+                }
+                if let Err(r) = self.check_owner(session, who) {
+                    return r;
+                }
+                // Attach and register before reading who leads: a change applied in between
+                // is then pushed as well as answered, never lost.
+                self.hub.attach(session, conn, out);
+                self.hub.observe(session, &lock);
+                if !self.sm.read(|a| a.table.has_session(session)) {
+                    return session_gone(session);
+                }
+                self.touch(session);
+                Reply::Leader { leader: self.sm.read(|a| a.table.leader_of(&lock)) }
             }
             Request::Release { session, lock, owner, attempt } => {
                 if let Err(r) = check_ids(&lock, &owner) {
@@ -261,6 +293,7 @@ impl Node {
         let session = match &command {
             Command::Acquire { session, .. }
             | Command::Release { session, .. }
+            | Command::Proclaim { session, .. }
             | Command::Close { session, .. }
             | Command::Expire { session } => *session,
             Command::Open { .. } | Command::ForceRelease { .. } | Command::Batch(_) => 0,
@@ -268,7 +301,7 @@ impl Node {
         let outcome = self.propose(conn, command).await;
         if matches!(outcome, Ok(ref o) if matches!(o, Outcome::Granted(_) | Outcome::Queued
             | Outcome::Busy | Outcome::Released | Outcome::Cancelled | Outcome::NotHeld
-            | Outcome::Superseded | Outcome::Mismatch(_)))
+            | Outcome::Superseded | Outcome::Mismatch(_) | Outcome::Proclaimed))
         {
             // A commit by this leader proves, like a keep-alive's quorum check, that it led
             // after the request arrived: a busy session needs no keep-alives.
@@ -278,6 +311,7 @@ impl Node {
             Ok(Outcome::Granted(token)) => Reply::Granted { token },
             Ok(Outcome::Queued) => Reply::Queued,
             Ok(Outcome::Mismatch(share)) => Reply::Mismatch { share },
+            Ok(Outcome::Proclaimed) => Reply::Proclaimed,
             Ok(Outcome::Busy) => Reply::Busy,
             Ok(Outcome::Released) => Reply::Released,
             Ok(Outcome::Cancelled) => Reply::Cancelled,
@@ -308,6 +342,22 @@ fn check_share(share: Share) -> Result<(), Reply> {
         )),
         _ => Ok(()),
     }
+}
+
+/// A candidacy's value: at most what every backend accepts, and only on an exclusive ask.
+fn check_candidacy(share: Share, value: Option<&[u8]>) -> Result<(), Reply> {
+    let Some(value) = value else { return Ok(()) };
+    let max = lock_core::election::MAX_VALUE_LEN;
+    if value.len() > max {
+        return Err(bad_request(format!(
+            "an election value of {} bytes, at most {max} are allowed",
+            value.len()
+        )));
+    }
+    if !share.is_exclusive() {
+        return Err(bad_request("a candidacy is an exclusive ask".into()));
+    }
+    Ok(())
 }
 
 pub(super) fn bad_request(message: String) -> Reply {

@@ -177,6 +177,17 @@ impl lock_core::conformance::Contenders<dyn lock_core::RwLocker> for ServiceFixt
 }
 
 #[async_trait::async_trait]
+impl lock_core::conformance::Contenders<dyn lock_core::Elector> for ServiceFixture {
+    async fn contender(&self, name: &str) -> std::sync::Arc<dyn lock_core::Elector> {
+        std::sync::Arc::new(self.client(name).await.elector(name).expect("elector"))
+    }
+    async fn cut_off(&self, name: &str) {
+        self.proxies.cut(name);
+    }
+    service_contenders!();
+}
+
+#[async_trait::async_trait]
 impl lock_core::conformance::Contenders<dyn lock_core::Semaphore> for ServiceFixture {
     async fn contender(&self, name: &str) -> std::sync::Arc<dyn lock_core::Semaphore> {
         std::sync::Arc::new(self.client(name).await.semaphore(name).expect("semaphore"))
