@@ -15,5 +15,6 @@ mod group_commit;
 mod nemesis;
 mod secured_conformance;
 mod security;
+mod shared_requests;
 mod storage_suite;
 mod unknown_release;
