@@ -245,6 +245,26 @@
 //! A node pushes only to the connections that asked it; a client observes again on the
 //! connection it resumes on, and learns the state it finds there.
 //!
+//! ```no_run
+//! # async fn demo(client: lock_service::client::ServiceClient) -> Result<(), lock_core::LockError> {
+//! use lock_core::{Elector, RwLocker, Semaphore};
+//! let catalogue = client.rw_locker("indexer-1")?;
+//! let read = catalogue.read("catalogue", None).await?; // beside other readers
+//! read.release().await?;
+//!
+//! let pool = client.semaphore("worker-1")?;
+//! let permits = pool.acquire("db-connections", 8, 2, None).await?; // 2 of 8, a token each
+//! permits.release().await?;
+//!
+//! let elector = client.elector("scheduler-1")?;
+//! let mut observer = elector.observe("scheduler").await?;
+//! let now = observer.changed().await?; // who leads now (None: nobody), then every change
+//! let leadership = elector.campaign("scheduler", b"10.0.0.7:9000".to_vec(), None).await?;
+//! // Leading: write to the resource with leadership.term() as the fencing token.
+//! leadership.resign().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Security: TLS and credentials
 //! A node started with `--users FILE --tls-cert CERT --tls-key KEY --tls-ca CA`:
 //! - **speaks TLS only** to clients (its certificate, which clients check against the CA in
