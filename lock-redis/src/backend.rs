@@ -8,6 +8,7 @@ use crate::tls::Transport;
 use crate::tracking::Tracker;
 use crate::wire::Wire;
 use crate::{backend_err, said, JedisConfig, JedisLock, TokenConfig, TokenLock};
+use crate::{RedisRwLock, RedisSemaphore, RwLockConfig, SemaphoreConfig};
 use lock_core::requests::RequestHook;
 use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
@@ -78,11 +79,14 @@ impl Default for RedisConnectConfig {
 /// The ACL command rules a Redis user needs for every lock of this crate, Sentinel and
 /// tracking included: `ACL SETUSER <user> on ><password> ~<key prefix>*` followed by these
 /// (`tests/security.rs` runs the locks on a user with exactly these). The scripts' inner
-/// commands (`SET`, `GET`, `INCR`, `PEXPIRE`, `DEL`) are checked against the user's ACL too,
-/// and so are their keys: the key pattern must cover `<key prefix>*`. `HELLO` and `AUTH` need
-/// no rule.
+/// commands (`SET`, `GET`, `INCR`, `PEXPIRE`, `DEL`; for the reader-writer lock and the
+/// semaphore also `TIME`, their sorted-set and hash commands, `INCRBY` and `PEXPIREAT`) are
+/// checked against the user's ACL too, and so are their keys: the key pattern must cover
+/// `<key prefix>*`. `HELLO` and `AUTH` need no rule.
 pub const ACL_COMMANDS: &str = "-@all +ping +role +client|tracking +evalsha +script|load +get \
-                                +set +setnx +getset +incr +pexpire +del";
+                                +set +setnx +getset +incr +pexpire +del +time +incrby \
+                                +pexpireat +zadd +zrem +zrange +zrangebyscore +zscore +zcard \
+                                +hget +hset +hdel";
 
 /// Which Redis lock a [`RedisBackend::locker`] runs.
 #[derive(Debug, Clone)]
@@ -244,6 +248,20 @@ impl RedisBackend {
     /// A [`TokenLock`] for `owner`.
     pub fn token(&self, owner: &str, config: TokenConfig) -> Result<TokenLock, LockError> {
         TokenLock::new(self.clone(), owner, config)
+    }
+
+    /// A [`RedisRwLock`] for `owner`.
+    pub fn rwlock(&self, owner: &str, config: RwLockConfig) -> Result<RedisRwLock, LockError> {
+        RedisRwLock::new(self.clone(), owner, config)
+    }
+
+    /// A [`RedisSemaphore`] for `owner`.
+    pub fn semaphore(
+        &self,
+        owner: &str,
+        config: SemaphoreConfig,
+    ) -> Result<RedisSemaphore, LockError> {
+        RedisSemaphore::new(self.clone(), owner, config)
     }
 
     /// A locker of either variant, as the benchmark harness takes it.

@@ -1,5 +1,6 @@
-//! The lease keeper both Redis variants share: renew while held, say when the lease is lost,
-//! and undo the grant on release. A token-lock holder's keeper also answers the bell of its
+//! The lease keeper every Redis lock of the crate shares (jedis-lock, the token lock, Redlock,
+//! the reader-writer lock and the semaphore): renew while held, say when the lease is lost,
+//! and undo the grant on release (Redlock undoes its grants on its masters itself). A token-lock holder's keeper also answers the bell of its
 //! [`Watch`] (Redis said its key changed, or a new connection must track it): it renews at
 //! once, and the renewal's token check decides.
 
@@ -46,11 +47,43 @@ pub(crate) enum Undo {
     Del,
     /// Token lock: delete only while the key holds `token`.
     IfToken(String),
+    /// Reader-writer lock and semaphore: remove this ask, and nothing else, from its queue.
+    Leave(crate::queue::Entry),
+}
+
+/// Check a lease's settings for `what` (`token-lock`, `reader-writer lock`, `semaphore`): a
+/// TTL of at least 2 ms, renewals more often than the TTL, a positive retry interval.
+pub(crate) fn check_lease(
+    what: &str,
+    ttl: Duration,
+    renew_every: Duration,
+    retry_interval: Duration,
+) -> Result<(), LockError> {
+    if ttl < Duration::from_millis(2) {
+        return Err(LockError::Config(format!("{what} TTL {ttl:?} is below 2 ms")));
+    }
+    if renew_every.is_zero() || renew_every >= ttl {
+        return Err(LockError::Config(format!(
+            "{what} renewal every {renew_every:?} must be positive and below the TTL {ttl:?}"
+        )));
+    }
+    if retry_interval.is_zero() {
+        return Err(LockError::Config(format!("{what} retry interval must be positive")));
+    }
+    Ok(())
 }
 
 pub(crate) struct Keeper {
     state: Arc<watch::Sender<LeaseState>>,
     task: JoinHandle<()>,
+}
+
+/// A keeper dropped without a release (the guard abandoned, as a crashed process would be)
+/// renews no more: its key or ask is left to expire.
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 fn lose(state: &watch::Sender<LeaseState>, reason: String) {
@@ -206,6 +239,7 @@ impl Release for RedisRelease {
                     // 0: the key expired or is someone else's; nothing of ours is left to delete.
                     .map(|_| ())
                     .map_err(|e| self.backend.err("release script on", &self.key, e)),
+                Undo::Leave(entry) => entry.leave_on(&self.backend, &mut conn).await,
             },
         };
         self.keeper.released();

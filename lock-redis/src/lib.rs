@@ -10,7 +10,9 @@
 //! backend connects as a Redis ACL user ([`RedisConnectConfig::credentials`]; below, "ACL
 //! users"), over TLS with a `rediss://` URL ([`RedisConnectConfig::tls`]; below, "TLS"), and a
 //! token-lock holder is told at once when another client changes or deletes its key (below,
-//! "Told Lost at once").
+//! "Told Lost at once"). Beside the locks stand a **reader-writer lock** ([`RedisRwLock`]) and a
+//! **counting semaphore** ([`RedisSemaphore`]) whose holds are leases kept by the server's clock,
+//! on one server or through Sentinel (below, "The reader-writer lock and the semaphore").
 //!
 //! ## The jedis-lock protocol (seed 001)
 //!
@@ -358,6 +360,100 @@
 //!   (asserted, as a finding).
 //! - Keys: `<prefix><lock id>` and `<prefix><lock id>/fence` on every master.
 //!
+//! ## The reader-writer lock and the semaphore
+//!
+//! [`RedisRwLock`] ([`RedisBackend::rwlock`], a [`RwLocker`](lock_core::RwLocker)) and
+//! [`RedisSemaphore`] ([`RedisBackend::semaphore`], a [`Semaphore`](lock_core::Semaphore)) share
+//! one protocol: a line of *asks* per lock or semaphore, each ask with a lease kept by the
+//! server's clock, polled, renewed and removed by three Lua scripts (`src/queue.rs`). They run
+//! on any [`RedisBackend`], one server or the master the Sentinels name, unchanged.
+//!
+//! **Keys**, with `<base>` the lock's `<prefix><lock id>/rw` or the semaphore's
+//! `<prefix><semaphore id>/sem` (apart from the mutexes' keys of the same id):
+//! - `<base>`: a sorted set of ask ids scored by their place in line;
+//! - `<base>/expiry`: the same ask ids scored by the end of their lease, in milliseconds of the
+//!   server's `TIME` read inside the script;
+//! - `<base>/asks`: a hash of what each ask wants (`r1` a read, `w1` a write, `p<k>` k permits)
+//!   and, once granted, its last token after a colon;
+//! - `<base>/fence`: the counter that numbers places in line (`INCR`) and tokens (`INCRBY k`);
+//!   it never expires;
+//! - `<base>/size` (a semaphore): the size N its holders and waiters use.
+//!
+//! **Protocol.**
+//! 1. *Ask*: a `lock` or `acquire` call draws one ask id (the owner id plus 64 random bits) and
+//!    runs the ask script: every ask whose lease ended is removed; the ask joins the line at
+//!    the back if it is not in it; its lease is set to end one TTL after the server's now; and
+//!    it is granted if its rule allows, its tokens drawn and written into it in the same
+//!    script.
+//! 2. *Rules*: a FIFO read when no write is ahead of it, a FIFO write when nothing is ahead of
+//!    it; a readers-first read when no write holds, a readers-first write when nothing holds and
+//!    no write waits ahead of it; k permits when the permits of the asks ahead of them (holders
+//!    and waiters) plus k are at most N.
+//! 3. *Wait*: not granted, the waiter polls again every retry interval, and each poll renews its
+//!    place's lease. A poll whose answer was lost is repeated with the same ask id: a grant it
+//!    made is found and returned with the same tokens.
+//! 4. *Hold*: the lease keeper renews every `renew_every` with a script that extends the ask's
+//!    lease only while the ask is in line; the holder is told
+//!    [`LeaseState::Lost`](lock_core::LeaseState::Lost) one TTL after its last successful
+//!    renewal was sent, or when a renewal finds its ask gone.
+//! 5. *Leave*: release, a timeout, any failed call and a `lock` or `acquire` future dropped
+//!    while it waits run the leave script, which removes that ask id and nothing else.
+//!    `try_lock` and `try_acquire` make one poll whose ask leaves at once unless granted.
+//!
+//! **Invariants**, given one server that keeps its writes (as for the token lock: a failover or
+//! a restart without persistence loses asks, grants and the counter's last increments):
+//! - A write holds alone, and never more than N permits are held: new asks join at the back and
+//!   the asks ahead of any ask only leave, so what a grant counted bounds what is held beside it
+//!   (`src/queue.rs` gives the argument); readers first decides on the holders themselves, in
+//!   the same atomic script.
+//! - Tokens: a grant's tokens exceed every token drawn before it, so a write's token exceeds
+//!   every earlier hold's and an ask made after a hold ended carries greater tokens than that
+//!   hold's; the k tokens of one acquire are consecutive.
+//! - Expiry is the server's: an ask's lease ends at the server's time plus the TTL, and every
+//!   script removes the expired asks before it decides anything. Client clocks play no part.
+//! - A refused request writes nothing: a bad id, an upgrade
+//!   ([`UsageError::Upgrade`](lock_core::UsageError::Upgrade)), a bad number of permits, and a
+//!   size other than the one in use
+//!   ([`UsageError::LimitMismatch`](lock_core::UsageError::LimitMismatch)) are refused before
+//!   the ask joins the line. A timed-out call removes its ask before it returns;
+//!   if the server cannot be reached then, the ask's lease ends one TTL after its last poll.
+//! - Every key but the counter expires with the latest lease in line, and the size goes with
+//!   the last ask: a lock or semaphore whose clients all vanished leaves only its counter.
+//!
+//! **Choices and their cost.**
+//! - *FIFO by default; readers first on request.* What Redis users run is Redisson's
+//!   `RReadWriteLock`: a hash whose `mode` field says `read` or `write`, a reader entering
+//!   whenever the mode is read. It **starves writers**, and without bound: a writer waits for
+//!   as long as reads keep overlapping, since each new reader enters beside the last, and
+//!   nothing in the lock ends that. [`RwLockConfig::policy`] offers that policy
+//!   ([`WriterPolicy::ReadersFirst`](lock_core::WriterPolicy::ReadersFirst)), for comparison and
+//!   for read-heavy loads that accept it; the default is
+//!   [`WriterPolicy::Fifo`](lock_core::WriterPolicy::Fifo), where a writer waits only for the
+//!   asks ahead of it and a reader asking after a waiting writer waits for it (sharing given up
+//!   for a bound), as in every other reader-writer lock of this workspace.
+//!   `tests/rwlock_policy.rs` measures both under a stream of overlapping readers: the
+//!   readers-first writer is kept out until the stream ends, passed by every reader that asks
+//!   meanwhile; the FIFO writer waits for the reads ahead of it only, and no later read passes
+//!   it.
+//! - *The semaphore is FIFO.* A later ask of fewer permits never passes a waiting ask of more,
+//!   so an ask of k permits cannot starve (`tests/semaphore_queue.rs` shows an ask of every
+//!   permit served under a stream of 1-permit acquires); permits may stay free while the head
+//!   of the line waits for enough of them. Redisson's `RPermitExpirableSemaphore`, first fit and
+//!   with expiry by the client's clock, keeps permits busier and can starve it.
+//! - *Polling, not pub/sub.* A waiter polls every retry interval, one `EVALSHA` each, as the
+//!   token lock's waiters do. Pub/sub would wake waiters sooner after a release, for a
+//!   subscription per waiter and a channel in every ACL user, and waiters would still have to
+//!   renew their places.
+//! - *One script reads the whole line*: a poll's cost grows with the number of asks on its lock
+//!   or semaphore, and the server serves nothing else meanwhile.
+//! - *A waiter cut off from the server for a TTL loses its place*: its ask expires, and its next
+//!   poll joins at the back.
+//! - *Not told at once*: every ask changes the lock's keys, so tracking (below, "Told Lost at
+//!   once") would ring every holder at every ask; a holder learns of its ask's removal at its
+//!   next renewal.
+//! - *Requests*: an uncontended grant and release cost two `EVALSHA` (ask, leave), a waiter's
+//!   poll and a holder's renewal one each.
+//!
 //! ## ACL users
 //!
 //! A backend connects as a Redis ACL user: [`RedisConnectConfig::credentials`] (a
@@ -366,7 +462,8 @@
 //! [`RedisBackend::address`] and every message show the URL with its password redacted).
 //! Through Sentinel the credentials are the master's. The user needs:
 //! - the key pattern `~<key prefix>*`: the locks touch `<prefix><lock id>` and
-//!   `<prefix><lock id>/fence` and nothing else;
+//!   `<prefix><lock id>/fence`, the reader-writer lock and the semaphore the keys under
+//!   `<prefix><id>/rw` and `<prefix><id>/sem` (above), and nothing else;
 //! - the commands of [`ACL_COMMANDS`]: the locks' own and those their scripts call (Redis checks
 //!   a script's inner calls, and their keys, against the caller's ACL), `ROLE` for Sentinel,
 //!   `client|tracking` for tracking (no pub/sub channel: the invalidations come as RESP3 pushes,
@@ -556,7 +653,10 @@
 //! `GET`s on a tracking backend are tracked all the same, and cost pushes nobody listens to: give
 //! a backend that only runs jedis-lock `tracking: false`. **Redlock** is not told either: a
 //! change on one master is not a lost majority, and a vote of invalidations across N masters is
-//! not built; its masters never track ([`RedisMasters::connect_with`]).
+//! not built; its masters never track ([`RedisMasters::connect_with`]). The **reader-writer
+//! lock** and the **semaphore** are not told either (above, "The reader-writer lock and the
+//! semaphore"); their scripts' reads are tracked all the same, and cost pushes nobody listens
+//! to.
 //!
 //! ## Requests per grant
 //! A backend reports every command it sends to [`RedisConnectConfig::requests`] (a
@@ -608,6 +708,16 @@
 //! Through Sentinel both run the whole suite too, on a master with 2 replicas and 3 Sentinels
 //! (`tests/sentinel_conformance.rs`): every scenario passes. The suite does not fail a master
 //! over, so what a failover does is tested on its own (above, "Findings").
+//!
+//! The reader-writer lock runs the reader-writer suite (`lock_core::rwlock_conformance_suite!`)
+//! in both policies, and the semaphore the semaphore suite
+//! (`lock_core::semaphore_conformance_suite!`), against a real `redis-server`
+//! (`tests/rwlock_conformance.rs`, `tests/semaphore_conformance.rs`), on the secured server as
+//! the ACL user allowed exactly [`ACL_COMMANDS`] (`tests/secured_conformance.rs`), and through
+//! Sentinel (`tests/sentinel_conformance.rs`, FIFO): every scenario passes. Beyond the suites,
+//! `tests/rwlock_policy.rs` and `tests/semaphore_queue.rs` check what the policies promise
+//! (above, "The reader-writer lock and the semaphore"), that nothing stays on the server, and
+//! that leases end by the server's clock.
 //!
 //! ## Example
 //! ```no_run
@@ -710,7 +820,10 @@ mod backend;
 mod jedis;
 mod keeper;
 mod link;
+mod queue;
 mod redlock;
+mod rwlock;
+mod semaphore;
 mod sentinel;
 mod tls;
 mod token;
@@ -721,6 +834,8 @@ pub use backend::{RedisBackend, RedisConnectConfig, Variant, ACL_COMMANDS};
 pub use jedis::{JedisConfig, JedisLock};
 pub use lock_core::time::LocalClock;
 pub use redlock::{RedisMasters, Redlock, RedlockConfig, RedlockVariant, NO_FENCING_TOKEN};
+pub use rwlock::{RedisRwLock, RwLockConfig};
+pub use semaphore::{RedisSemaphore, SemaphoreConfig};
 pub use token::{TokenConfig, TokenLock};
 
 use lock_core::lock::validate_id;

@@ -2,7 +2,9 @@
 //! tracking backend its holder is told at once when another client changes its key
 //! ([`crate::tracking`]).
 
-use crate::keeper::{Cause, Keeper, RedisRelease, Renew, Renewal, Undo, RELEASE_IF_TOKEN};
+use crate::keeper::{
+    check_lease, Cause, Keeper, RedisRelease, Renew, Renewal, Undo, RELEASE_IF_TOKEN,
+};
 use crate::{check_owner, RedisBackend};
 use async_trait::async_trait;
 use lock_core::{LockError, LockGuard};
@@ -94,21 +96,7 @@ impl TokenLock {
         config: TokenConfig,
     ) -> Result<Self, LockError> {
         check_owner(owner)?;
-        if config.ttl < Duration::from_millis(2) {
-            return Err(LockError::Config(format!(
-                "token-lock TTL {:?} is below 2 ms",
-                config.ttl
-            )));
-        }
-        if config.renew_every.is_zero() || config.renew_every >= config.ttl {
-            return Err(LockError::Config(format!(
-                "token-lock renewal every {:?} must be positive and below the TTL {:?}",
-                config.renew_every, config.ttl
-            )));
-        }
-        if config.retry_interval.is_zero() {
-            return Err(LockError::Config("token-lock retry interval must be positive".into()));
-        }
+        check_lease("token-lock", config.ttl, config.renew_every, config.retry_interval)?;
         Ok(TokenLock { backend, owner: owner.to_string(), config })
     }
 

@@ -1,7 +1,7 @@
-//! The shared conformance suite for the token lock on a secured `redis-server` (default user
-//! off), every contender connecting as an ACL user allowed exactly the commands the locks need
-//! (`lock_redis::ACL_COMMANDS`) on its key prefix: TTL 2 s, renewal every 1 s, retry every
-//! 50 ms, tracking on (the default).
+//! The shared conformance suites for the token lock, the reader-writer lock and the semaphore
+//! on a secured `redis-server` (default user off), every contender connecting as an ACL user
+//! allowed exactly the commands the locks need (`lock_redis::ACL_COMMANDS`) on its key prefix:
+//! TTL 2 s, renewal every 1 s, retry every 50 ms, tracking on (the default).
 
 use crate::support;
 
@@ -22,4 +22,18 @@ lock_core::conformance_suite!(
     |seed| async move { make_fixture(seed).await },
     seeds = 3,
     contenders = 16
+);
+
+lock_core::rwlock_conformance_suite!(
+    lock_core::conformance::Mode::Wall,
+    |seed| async move { make_fixture(seed).await },
+    seeds = 1,
+    contenders = 12
+);
+
+lock_core::semaphore_conformance_suite!(
+    lock_core::conformance::Mode::Wall,
+    |seed| async move { make_fixture(seed).await },
+    seeds = 1,
+    contenders = 12
 );

@@ -2,7 +2,10 @@
 //! (the suite passes for the locks on each cluster): the token lock (`SET NX PX` +
 //! Lua) in `token::`, the jedis-lock algorithm (seed 001) in `jedis::`, each as the
 //! single-server suites run it (`token_conformance.rs`, `jedis_conformance.rs`: TTL 2 s,
-//! renewal every 1 s), on a master with two replicas watched by three Sentinels. Every
+//! renewal every 1 s), on a master with two replicas watched by three Sentinels; and the
+//! reader-writer and semaphore suites for the reader-writer lock in `rwlock::` and the
+//! semaphore in `semaphore::`, as `rwlock_conformance.rs` and `semaphore_conformance.rs` run
+//! them on one server. Every
 //! contender has its own backend, made with [`RedisBackend::connect_sentinel`]: it finds the
 //! master by asking the Sentinels, as a user's would.
 //!
@@ -20,9 +23,9 @@
 //! every time. Cutting a contender off cuts its proxies and makes its relays refuse, so it
 //! can reach neither the master nor the Sentinels, as a crashed or partitioned client.
 //!
-//! Every scenario of the suite runs for both locks; none is skipped. One cluster per test
+//! Every scenario of each suite runs for every lock; none is skipped. One cluster per test
 //! binary, started by the first test and shared by all (each fixture has a key prefix of its
-//! own), as the single-server suites share one server; both suites are in this one binary so
+//! own), as the single-server suites share one server; all the suites are in this one binary so
 //! that CI starts and links it once. Its servers and Sentinels are killed when the binary
 //! exits (test-servers arms `PR_SET_PDEATHSIG` on a thread that lives as long as each process;
 //! the static cluster is never dropped).
@@ -30,9 +33,9 @@
 use crate::sentinel_support;
 
 use async_trait::async_trait;
-use lock_core::conformance::{Fixture, Mode};
-use lock_core::Locker;
-use lock_redis::{RedisBackend, RedisConnectConfig, Variant};
+use lock_core::conformance::{Contenders, Fixture, Mode};
+use lock_core::{Locker, RwLocker, Semaphore};
+use lock_redis::{RedisBackend, RedisConnectConfig, RwLockConfig, SemaphoreConfig, Variant};
 use sentinel_support::read_command;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -219,9 +222,9 @@ impl SentinelFixture {
     }
 }
 
-#[async_trait]
-impl Fixture for SentinelFixture {
-    async fn locker(&self, name: &str) -> Arc<dyn Locker> {
+impl SentinelFixture {
+    /// Contender `name`'s backend: its own proxies and relays, the Sentinels asked through them.
+    async fn backend(&self, name: &str) -> RedisBackend {
         let mut proxies = Vec::new();
         for member in &self.members {
             proxies.push(Proxy::start(*member).await);
@@ -243,7 +246,14 @@ impl Fixture for SentinelFixture {
         if let Some(old) = self.routes.lock().unwrap().insert(name.to_string(), route) {
             old.cut();
         }
-        backend.locker(name, self.variant.clone()).expect("locker")
+        backend
+    }
+}
+
+#[async_trait]
+impl Fixture for SentinelFixture {
+    async fn locker(&self, name: &str) -> Arc<dyn Locker> {
+        self.backend(name).await.locker(name, self.variant.clone()).expect("locker")
     }
     async fn cut_off(&self, name: &str) {
         if let Some(route) = self.routes.lock().unwrap().get(name) {
@@ -260,6 +270,48 @@ impl Fixture for SentinelFixture {
         // As on one server: a waiter polls every 100 ms (jedis) / 50 ms (token); the rest is
         // margin for a loaded 2-core machine.
         Duration::from_millis(1000)
+    }
+}
+
+/// The reader-writer lock and the semaphore through Sentinel, as one server runs them
+/// (`rwlock_conformance.rs`, `semaphore_conformance.rs`).
+#[async_trait]
+impl Contenders<dyn RwLocker> for SentinelFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn RwLocker> {
+        let config = RwLockConfig::new(self.ttl);
+        Arc::new(self.backend(name).await.rwlock(name, config).expect("reader-writer lock"))
+    }
+    async fn cut_off(&self, name: &str) {
+        Fixture::cut_off(self, name).await
+    }
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    fn mode(&self) -> Mode {
+        Mode::Wall
+    }
+    fn notice_slack(&self) -> Duration {
+        Fixture::notice_slack(self)
+    }
+}
+
+#[async_trait]
+impl Contenders<dyn Semaphore> for SentinelFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn Semaphore> {
+        let config = SemaphoreConfig::new(self.ttl);
+        Arc::new(self.backend(name).await.semaphore(name, config).expect("semaphore"))
+    }
+    async fn cut_off(&self, name: &str) {
+        Fixture::cut_off(self, name).await
+    }
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    fn mode(&self) -> Mode {
+        Mode::Wall
+    }
+    fn notice_slack(&self) -> Duration {
+        Fixture::notice_slack(self)
     }
 }
 
@@ -296,5 +348,44 @@ mod jedis {
         |seed| async move { make_fixture(seed).await },
         seeds = 3,
         contenders = 16
+    );
+}
+
+/// The reader-writer lock (FIFO) through Sentinel, as `rwlock_conformance.rs` runs it on one
+/// server.
+mod rwlock {
+    use super::*;
+    use lock_redis::TokenConfig;
+
+    async fn make_fixture(_seed: u64) -> SentinelFixture {
+        let ttl = Duration::from_secs(2);
+        // The fixture's mutex variant is not used here.
+        SentinelFixture::new("rw", Variant::Token(TokenConfig::new(ttl)), ttl)
+    }
+
+    lock_core::rwlock_conformance_suite!(
+        lock_core::conformance::Mode::Wall,
+        |seed| async move { make_fixture(seed).await },
+        seeds = 1,
+        contenders = 12
+    );
+}
+
+/// The semaphore through Sentinel, as `semaphore_conformance.rs` runs it on one server.
+mod semaphore {
+    use super::*;
+    use lock_redis::TokenConfig;
+
+    async fn make_fixture(_seed: u64) -> SentinelFixture {
+        let ttl = Duration::from_secs(2);
+        // The fixture's mutex variant is not used here.
+        SentinelFixture::new("sem", Variant::Token(TokenConfig::new(ttl)), ttl)
+    }
+
+    lock_core::semaphore_conformance_suite!(
+        lock_core::conformance::Mode::Wall,
+        |seed| async move { make_fixture(seed).await },
+        seeds = 1,
+        contenders = 12
     );
 }

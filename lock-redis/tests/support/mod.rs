@@ -1,12 +1,13 @@
 //! Test support: the conformance [`Fixture`] on the test binary's `redis-server` (from
-//! `test-servers`), a cuttable proxy per contender.
+//! `test-servers`), a cuttable proxy per contender; the same fixture hands out reader-writer
+//! locks and semaphores ([`Contenders`]).
 #![allow(dead_code)]
 
 use async_trait::async_trait;
-use lock_core::conformance::{Fixture, Mode};
+use lock_core::conformance::{Contenders, Fixture, Mode};
 use lock_core::secret::Credentials;
-use lock_core::{LockError, Locker};
-use lock_redis::{RedisBackend, RedisConnectConfig, Variant};
+use lock_core::{LockError, Locker, RwLocker, Semaphore, WriterPolicy};
+use lock_redis::{RedisBackend, RedisConnectConfig, RwLockConfig, SemaphoreConfig, Variant};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,8 @@ pub struct RedisFixture {
     credentials: Option<Credentials>,
     /// TLS: every contender connects with a `rediss://` URL trusting these files.
     tls: Option<lock_core::tls::TlsFiles>,
+    /// The writer policy of its reader-writer locks.
+    policy: WriterPolicy,
 }
 
 impl RedisFixture {
@@ -53,13 +56,32 @@ impl RedisFixture {
         ttl: Duration,
     ) -> RedisFixture {
         let (prefix, proxies) = (unique_prefix(tag), Mutex::default());
-        RedisFixture { server, prefix, variant, ttl, proxies, credentials, tls: None }
+        RedisFixture {
+            server,
+            prefix,
+            variant,
+            ttl,
+            proxies,
+            credentials,
+            tls: None,
+            policy: WriterPolicy::Fifo,
+        }
     }
 
     /// The same fixture over TLS: `rediss://` URLs (to loopback proxies, so a server
     /// certificate for 127.0.0.1 is valid for them) trusting `tls`.
     pub fn with_tls(self, tls: lock_core::tls::TlsFiles) -> RedisFixture {
         RedisFixture { tls: Some(tls), ..self }
+    }
+
+    /// The same fixture, its reader-writer locks of writer policy `policy`.
+    pub fn with_writer_policy(self, policy: WriterPolicy) -> RedisFixture {
+        RedisFixture { policy, ..self }
+    }
+
+    /// The key prefix of this fixture's locks.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     pub async fn backend(&self, name: &str) -> RedisBackend {
@@ -100,6 +122,48 @@ impl Fixture for RedisFixture {
     fn notice_slack(&self) -> Duration {
         // A waiter polls every 100 ms (jedis) / 50 ms (token); the rest is margin for a loaded
         // 2-core machine.
+        Duration::from_millis(1000)
+    }
+}
+
+#[async_trait]
+impl Contenders<dyn RwLocker> for RedisFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn RwLocker> {
+        let config = RwLockConfig::new(self.ttl).with_policy(self.policy);
+        Arc::new(self.backend(name).await.rwlock(name, config).expect("reader-writer lock"))
+    }
+    async fn cut_off(&self, name: &str) {
+        Fixture::cut_off(self, name).await
+    }
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    fn mode(&self) -> Mode {
+        Mode::Wall
+    }
+    fn notice_slack(&self) -> Duration {
+        // A waiter polls every 50 ms; the rest is margin for a loaded 2-core machine.
+        Duration::from_millis(1000)
+    }
+}
+
+#[async_trait]
+impl Contenders<dyn Semaphore> for RedisFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn Semaphore> {
+        let config = SemaphoreConfig::new(self.ttl);
+        Arc::new(self.backend(name).await.semaphore(name, config).expect("semaphore"))
+    }
+    async fn cut_off(&self, name: &str) {
+        Fixture::cut_off(self, name).await
+    }
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    fn mode(&self) -> Mode {
+        Mode::Wall
+    }
+    fn notice_slack(&self) -> Duration {
+        // A waiter polls every 50 ms; the rest is margin for a loaded 2-core machine.
         Duration::from_millis(1000)
     }
 }
