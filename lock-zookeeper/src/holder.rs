@@ -1,41 +1,65 @@
 //! What a holder is told: a task per guard that follows the session's state and the holder's
-//! own znode, and the release.
+//! own znodes, and the release.
 
 use crate::op::{Op, ZNODES};
 use crate::session::Session;
 use crate::znode::{delete_node, delete_until_done, Pending};
-use crate::ZkLock;
+use crate::Contender;
 use async_trait::async_trait;
 use lock_core::lock::{LeaseLost, LeaseState, Release};
 use lock_core::{LockError, LockGuard};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
-impl ZkLock {
-    /// The lock is ours: a guard that follows both the session ([`lost_reason`]) and our own
-    /// znode ([`watch_own_node`]), and publishes `Lost` at the first sign of either.
-    pub(crate) fn grant(&self, lock_id: &str, pending: Pending, stat: &zk::Stat) -> LockGuard {
-        let session = pending.session.clone();
+impl Contender {
+    /// The lock (or the permits) held by `nodes`, znodes of one session: a guard carrying
+    /// `token` that follows both the session ([`lost_reason`]) and each of our znodes
+    /// ([`watch_own_node`]), publishes `Lost` at the first sign of either, and deletes every
+    /// one of them when released.
+    pub(crate) fn grant(&self, lock_id: &str, nodes: Vec<Pending>, token: u64) -> LockGuard {
+        let session = nodes.first().expect("a grant holds a znode").session.clone();
         let (tx, rx) = watch::channel(LeaseState::Held);
         let tx = Arc::new(tx);
         let states = session.client.state_watcher();
         let own: OwnNode = if session.watch_holder {
-            watch_own_node(&session, &pending.path)
+            any_of(nodes.iter().map(|node| watch_own_node(&session, &node.path)).collect())
         } else {
             Box::pin(std::future::pending())
         };
         tokio::spawn(follow(states, own, tx.clone(), session.hosts.clone()));
-        let path = pending.path.clone();
-        pending.keep();
-        let release = ZkRelease { session, path, state: tx };
-        LockGuard::new(lock_id, &self.owner, stat.czxid as u64, rx, Box::new(release))
+        let paths = nodes
+            .into_iter()
+            .map(|node| {
+                let path = node.path.clone();
+                node.keep();
+                path
+            })
+            .collect();
+        let release = ZkRelease { session, paths, state: tx };
+        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(release))
     }
 }
 
-/// Watch the session's state and our own znode until either says the lock is no longer ours;
+/// The first of `owns` to end, with its reason.
+fn any_of(mut owns: Vec<OwnNode>) -> OwnNode {
+    if owns.len() == 1 {
+        return owns.remove(0);
+    }
+    Box::pin(std::future::poll_fn(move |cx| {
+        for own in owns.iter_mut() {
+            if let Poll::Ready(reason) = own.as_mut().poll(cx) {
+                return Poll::Ready(reason);
+            }
+        }
+        Poll::Pending
+    }))
+}
+
+/// Watch the session's state and our own znodes until either says the lock is no longer ours;
 /// then publish `Lost` with why (once: a guard already released stays released).
 async fn follow(
     mut states: zk::StateWatcher,
@@ -134,7 +158,7 @@ fn lost_reason(state: zk::SessionState, hosts: &str) -> Option<String> {
 
 struct ZkRelease {
     session: Arc<Session>,
-    path: String,
+    paths: Vec<String>,
     state: Arc<watch::Sender<LeaseState>>,
 }
 
@@ -146,12 +170,34 @@ impl Release for ZkRelease {
         // that event: stopped early, its dropped watch would make the client send a
         // `removeWatches` request, one more per grant.
         self.state.send_replace(LeaseState::Released);
-        let result = delete_node(&self.session, &self.path).await;
-        if result.is_err() {
-            // The session may outlive the outage that failed the delete, and with it the znode
-            // that holds the lock: keep deleting in the background until one of them is gone.
-            tokio::spawn(delete_until_done(self.session.clone(), self.path.clone()));
+        let ZkRelease { session, mut paths, .. } = *self;
+        if paths.len() == 1 {
+            return delete_held(session, paths.remove(0)).await;
+        }
+        // Several znodes (a semaphore's permits): their deletes go out together, each in a task
+        // of its own, and the release waits for every answer.
+        let deletes: Vec<_> = paths
+            .into_iter()
+            .map(|path| tokio::spawn(delete_held(session.clone(), path)))
+            .collect();
+        let mut result = Ok(());
+        for delete in deletes {
+            let done = delete.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+            if result.is_ok() {
+                result = done;
+            }
         }
         result
     }
+}
+
+/// Delete a held znode for its release.
+async fn delete_held(session: Arc<Session>, path: String) -> Result<(), LockError> {
+    let result = delete_node(&session, &path).await;
+    if result.is_err() {
+        // The session may outlive the outage that failed the delete, and with it the znode
+        // that holds the lock: keep deleting in the background until one of them is gone.
+        tokio::spawn(delete_until_done(session, path));
+    }
+    result
 }

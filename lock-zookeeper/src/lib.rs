@@ -1,7 +1,9 @@
 //! # lock-zookeeper
 //!
 //! The ZooKeeper lock recipe of seed 004 against a real ZooKeeper server, through
-//! the `zookeeper-client` crate.
+//! the `zookeeper-client` crate, and on the same queue of znodes a reader-writer lock
+//! ([`ZkRwLocker`]) and a counting semaphore ([`ZkSemaphore`]) that share their paths with
+//! Curator's and kazoo's recipes (below, "The reader-writer lock and the semaphore").
 //!
 //! ## The protocol, step by step
 //!
@@ -58,6 +60,37 @@
 //!   from a global one, so a test's names can be repeated. [`NodeNaming::Plain`] keeps the
 //!   seed's `lock-<seq>` for clients that only recognise it, at the price of failing such a
 //!   create instead.
+//!
+//! ## The reader-writer lock and the semaphore
+//! Both run on the mutex's machinery: its sessions, its protected names and their search after
+//! a lost create, its queue of sequential znodes whichever client made them, its guards (told
+//! `Lost` at a disconnection or when a stranger deletes their znodes) and its retries. What
+//! each adds is in its own docs; in short:
+//! - **[`ZkRwLocker`]** ([`ZkBackend::rw_locker`]) queues readers and writers in the lock id's
+//!   directory as Curator's `InterProcessReadWriteLock` does: `_c_<uuid>-__READ__<seq>` and
+//!   `_c_<uuid>-__WRIT__<seq>`. A writer holds when its znode is the lowest; a reader when no
+//!   exclusive znode is below its own. Asks are served in sequence order
+//!   (`WriterPolicy::Fifo`): nobody starves. A write ask of a lock the locker reads is refused
+//!   (`UsageError::Upgrade`).
+//! - **[`ZkSemaphore`]** ([`ZkBackend::semaphore`]) is kazoo's `Semaphore` layout: the size N in
+//!   the semaphore node's data (another size is refused, `UsageError::LimitMismatch`), one lease
+//!   znode per permit as its children, and an admission lock at `<path>-__lock__` whose holder
+//!   alone counts the leases and adds its own. A token per permit: its lease's `czxid`.
+//!
+//! ### What interoperates, and why
+//! | on one path | with ours | why |
+//! |---|---|---|
+//! | Curator's `InterProcessReadWriteLock` | yes | the same names; Curator orders children by what follows `__READ__` or `__WRIT__` and takes a child naming `__WRIT__` for a writer, as we do |
+//! | kazoo's `WriteLock` / `ReadLock` | yes, given `extra_lock_patterns=["__READ__", "__WRIT__"]` (writers) and `["__WRIT__"]` (readers) | kazoo sees only the names it is told; we see kazoo's `__lock__` (exclusive) and `__rlock__` (shared) by ourselves |
+//! | kazoo's `Semaphore` | yes | the same node, size, admission lock (named `__lock__`, which kazoo's lock sees) and count of children |
+//! | Curator's `InterProcessSemaphoreV2` | no | its leases and lock live under `leases/` and `locks/` inside the path, and it keeps no size; kazoo's layout and Curator's cannot both be followed |
+//! | our mutex, Curator's `InterProcessMutex`, kazoo's `Lock` on a reader-writer lock's path | as writers | a reader takes any contender it does not know for a reader as exclusive; the mutexes wait for every contender |
+//!
+//! Curator's and kazoo's reader-writer locks on one path do not see each other (Curator sorts
+//! kazoo's names as text, kazoo sees Curator's only if told); ours excludes with both. kazoo's
+//! `ReadLock` before 2.9.0 waits for writers queued after it as well as before, so it can
+//! deadlock with a later writer of any client once it has to wait (`tests/kazoo_rwlock.rs`
+//! gives it later kazoo's rule).
 //!
 //! ## What a holder is told
 //! The seed warns that after losing its connection for longer than the session timeout a
@@ -265,12 +298,22 @@
 //! - Lock directories are never deleted by this crate (deleting one under a waiter would
 //!   break the queue); they are empty persistent znodes once no one uses the lock.
 //!
+//! - A reader-writer lock's writer holds alone and its readers only beside readers, of any
+//!   client that names readers `__READ__` or `__rlock__`; asks are granted in sequence order.
+//! - A semaphore's leases are created only by the holder of its admission lock, after counting
+//!   every child of the semaphore's node: they never number more than N, whichever client
+//!   holds them.
+//!
 //! ## Conformance verdict
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real ZooKeeper
 //! with a 2 s session timeout, each contender on its own session (`tests/conformance.rs`).
 //! "Lease renewal" is ZooKeeper's own session heartbeat; "TTL" is the session timeout.
 //! It passes on an ensemble of 3 too, with a connect string of all three servers
-//! (`tests/ensemble_conformance.rs`).
+//! (`tests/ensemble_conformance.rs`). So do the reader-writer lock's and the semaphore's suites
+//! (`lock_core::rwlock_conformance_suite!`, `lock_core::semaphore_conformance_suite!`), on one
+//! server and on the ensemble (`tests/rwlock_semaphore_conformance.rs`,
+//! `tests/ensemble_rwlock_semaphore_conformance.rs`), and each interoperates with kazoo's
+//! recipe on one path (`tests/kazoo_rwlock.rs`, `tests/kazoo_semaphore.rs`).
 //!
 //! ## Example
 //! ```no_run
@@ -296,30 +339,32 @@ mod acl;
 mod config;
 mod error;
 mod holder;
+mod mutex;
 mod naming;
 mod op;
+mod queue;
+mod rwlock;
+mod semaphore;
 mod session;
 mod tls;
 mod znode;
 
 pub use acl::NodeAcl;
 pub use config::ZkConfig;
+pub use mutex::ZkLock;
 pub use naming::{Guids, NodeNaming, ZkLockOptions};
+pub use rwlock::ZkRwLocker;
+pub use semaphore::ZkSemaphore;
 
-use async_trait::async_trait;
 use lock_core::lock::validate_id;
 #[cfg(doc)]
 use lock_core::requests::RequestHook;
-use lock_core::retry::{Backoff, Retries};
 use lock_core::session::SessionSlot;
-use lock_core::{BackendError, BackendErrorKind, LockError, LockGuard, Locker};
-use naming::{name_of, sequence_of};
-use op::Op;
+use lock_core::{BackendError, BackendErrorKind, LockError};
+use naming::ADMISSION_SUFFIX;
 use session::{open_session, Session};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
-use znode::Pending;
 use zookeeper_client as zk;
 
 /// The backend name in [`LockError::Backend`].
@@ -442,8 +487,42 @@ impl ZkBackend {
 
     /// A locker for `owner` on this backend's sessions, with `options`.
     pub fn locker_with(&self, owner: &str, options: ZkLockOptions) -> Result<ZkLock, LockError> {
+        Ok(ZkLock { c: self.contender(owner, options)? })
+    }
+
+    /// A reader-writer lock for `owner` on this backend's sessions ([`ZkRwLocker`]), with the
+    /// default [`ZkLockOptions`], as [`ZkBackend::locker`].
+    pub fn rw_locker(&self, owner: &str) -> Result<ZkRwLocker, LockError> {
+        self.rw_locker_with(owner, ZkLockOptions::new(Guids::from_os()?))
+    }
+
+    /// A reader-writer lock for `owner` on this backend's sessions, with `options`.
+    pub fn rw_locker_with(
+        &self,
+        owner: &str,
+        options: ZkLockOptions,
+    ) -> Result<ZkRwLocker, LockError> {
+        Ok(ZkRwLocker::new(self.contender(owner, options)?))
+    }
+
+    /// A counting semaphore for `owner` on this backend's sessions ([`ZkSemaphore`]), with the
+    /// default [`ZkLockOptions`], as [`ZkBackend::locker`].
+    pub fn semaphore(&self, owner: &str) -> Result<ZkSemaphore, LockError> {
+        self.semaphore_with(owner, ZkLockOptions::new(Guids::from_os()?))
+    }
+
+    /// A counting semaphore for `owner` on this backend's sessions, with `options`.
+    pub fn semaphore_with(
+        &self,
+        owner: &str,
+        options: ZkLockOptions,
+    ) -> Result<ZkSemaphore, LockError> {
+        Ok(ZkSemaphore { c: self.contender(owner, options)? })
+    }
+
+    fn contender(&self, owner: &str, options: ZkLockOptions) -> Result<Contender, LockError> {
         validate_id("owner id", owner)?;
-        Ok(ZkLock { inner: self.inner.clone(), owner: owner.to_string(), options })
+        Ok(Contender { inner: self.inner.clone(), owner: owner.to_string(), options })
     }
 
     /// The session timeout the server granted to the current session.
@@ -462,188 +541,35 @@ impl ZkBackend {
         &self.inner.hosts
     }
 
-    /// The directory of `lock_id`'s znodes.
+    /// The directory of `lock_id`'s znodes (a mutex's or a reader-writer lock's; a semaphore's
+    /// lease znodes, its size in the directory's data).
     pub fn lock_dir(&self, lock_id: &str) -> String {
         format!("{}/{lock_id}", self.inner.root)
     }
+
+    /// The directory of the admission lock of semaphore `semaphore_id` ([`ZkSemaphore`]): a
+    /// sibling of its own, `<root>/<semaphore_id>-__lock__`, as kazoo's `Semaphore` names it.
+    pub fn admission_dir(&self, semaphore_id: &str) -> String {
+        format!("{}{ADMISSION_SUFFIX}", self.lock_dir(semaphore_id))
+    }
 }
 
-/// The ZooKeeper lock recipe for one owner. See the crate docs for the protocol.
-pub struct ZkLock {
+/// What every primitive of one owner shares: the backend's sessions, the owner id, and how its
+/// znodes are named.
+pub(crate) struct Contender {
     inner: Arc<Inner>,
     owner: String,
     options: ZkLockOptions,
 }
 
-impl std::fmt::Debug for ZkLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkLock")
-            .field("owner", &self.owner)
-            .field("hosts", &self.inner.hosts)
-            .field("naming", &self.options.naming)
-            .finish()
-    }
-}
-
-impl ZkLock {
-    /// How this locker names its znodes.
-    pub fn naming(&self) -> NodeNaming {
-        self.options.naming
+impl Contender {
+    /// The directory of `id`'s znodes.
+    fn dir(&self, id: &str) -> String {
+        format!("{}/{id}", self.inner.root)
     }
 
-    fn dir(&self, lock_id: &str) -> String {
-        format!("{}/{lock_id}", self.inner.root)
-    }
-
-    /// Step 3: every contender's znode in the lock's directory, whichever client made it, by
-    /// ascending sequence number (children whose names end in no sequence number are no
-    /// contenders). Sequence numbers are unique in a directory; the name only breaks the tie
-    /// that never happens, so that the order is total.
-    async fn queue(&self, session: &Session, dir: &str) -> Result<Vec<(i64, String)>, LockError> {
-        let children =
-            match session.read(Op::List, dir, || session.client.list_children(dir)).await? {
-                Ok(c) => c,
-                Err(zk::Error::NoNode) => Vec::new(),
-                Err(e) => return Err(session.refused("list", dir, e)),
-            };
-        let mut queue: Vec<(i64, String)> =
-            children.into_iter().filter_map(|name| sequence_of(&name).map(|s| (s, name))).collect();
-        queue.sort();
-        Ok(queue)
-    }
-}
-
-#[async_trait]
-impl Locker for ZkLock {
-    fn algorithm(&self) -> &str {
-        "zookeeper"
-    }
-    fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        validate_id("lock id", lock_id)?;
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        let timed_out = |pending: Pending| async move {
-            // Our znode goes before we report: a waiter behind us must not wait on it.
-            pending.delete().await?;
-            Err(LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() })
-        };
-        // The whole wait runs on one session: our place in the queue is a znode of it.
-        let session = self.inner.session().await?;
-        let place_lost = |pending: &Pending| {
-            LockError::LeaseLost {
-            lock_id: lock_id.to_string(),
-            reason: format!(
-                "the ZooKeeper session ended while waiting, and with it our znode {} (our place in the queue); \
-                 a new request runs on a new session",
-                pending.path
-            ),
-        }
-        };
-        let dir = self.dir(lock_id);
-        // A transient failure (no answer in time, a lost connection) while the session lives
-        // is one more failed step, retried within the deadline. A protected create whose
-        // answer was lost and not found again is swept by its request's own sweep, so a retry
-        // makes a new znode under a new GUID; a plain create is not retried (its orphan, ahead
-        // of the retry in the queue, would hold it up until swept): the request fails.
-        let mut retries = Retries::new(Backoff::default(), deadline);
-        let plain = matches!(self.options.naming, NodeNaming::Plain);
-        let (pending, stat) = loop {
-            match self.create_node(&session, &dir).await {
-                Ok(created) => break created,
-                Err(e) if session.is_over() || plain => return Err(e),
-                Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
-            }
-        };
-        retries.answered();
-        // Our sequence number is our place in line: no request made after this instant can
-        // be served first.
-        let queued_at = Instant::now();
-        let ours = name_of(&pending.path).to_string();
-        loop {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return timed_out(pending).await;
-            }
-            if session.is_over() {
-                return Err(place_lost(&pending));
-            }
-            let queue = match self.queue(&session, &dir).await {
-                Ok(q) => q,
-                Err(_) if session.is_over() => return Err(place_lost(&pending)),
-                // Our znode stays while we retry: it keeps our place in the queue.
-                Err(e) => {
-                    tokio::time::sleep(retries.failed(e, Instant::now())?).await;
-                    continue;
-                }
-            };
-            retries.answered();
-            let Some(place) = queue.iter().position(|(_, name)| *name == ours) else {
-                return Err(LockError::LeaseLost {
-                    lock_id: lock_id.to_string(),
-                    reason: format!(
-                        "our znode {} vanished while waiting: the session expired",
-                        pending.path
-                    ),
-                });
-            };
-            // Our immediate predecessor: the contender with the greatest sequence below ours,
-            // whichever client made it.
-            let Some((_, predecessor)) = place.checked_sub(1).map(|p| &queue[p]) else {
-                return Ok(self.grant(lock_id, pending, &stat).with_queued_at(queued_at));
-            };
-            let pred = format!("{dir}/{predecessor}");
-            let (exists, watcher) = match session
-                .read(Op::Watch, &pred, || session.client.check_and_watch_stat(&pred))
-                .await
-            {
-                Ok(Ok(answer)) => answer,
-                _ if session.is_over() => return Err(place_lost(&pending)),
-                Ok(Err(e)) => return Err(session.refused("watch", &pred, e)),
-                Err(e) => {
-                    tokio::time::sleep(retries.failed(e, Instant::now())?).await;
-                    continue;
-                }
-            };
-            if exists.is_none() {
-                continue;
-            }
-            // A oneshot watch fires on its znode's change, and on the session's end (expired,
-            // closed); a disconnection alone does not fire it, and the client sets it again
-            // on reconnecting, so a waiter keeps its place across a short outage.
-            let event = match deadline {
-                None => watcher.changed().await,
-                Some(d) => {
-                    tokio::select! {
-                        event = watcher.changed() => event,
-                        _ = tokio::time::sleep_until(d) => return timed_out(pending).await,
-                    }
-                }
-            };
-            if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
-                return Err(place_lost(&pending));
-            }
-        }
-    }
-
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        validate_id("lock id", lock_id)?;
-        let session = self.inner.session().await?;
-        let dir = self.dir(lock_id);
-        // Someone is there already: no need to queue (and wake a successor) only to leave.
-        if !self.queue(&session, &dir).await?.is_empty() {
-            return Ok(None);
-        }
-        let (pending, stat) = self.create_node(&session, &dir).await?;
-        let queued_at = Instant::now();
-        let queue = self.queue(&session, &dir).await?;
-        if queue.first().is_some_and(|(_, name)| name == name_of(&pending.path)) {
-            Ok(Some(self.grant(lock_id, pending, &stat).with_queued_at(queued_at)))
-        } else {
-            pending.delete().await?;
-            Ok(None)
-        }
+    /// The session for a new request.
+    async fn session(&self) -> Result<Arc<Session>, LockError> {
+        self.inner.session().await
     }
 }

@@ -1,7 +1,7 @@
 //! How our znodes are named, and how every contender's znode is recognised, whichever client made it.
 
 #[cfg(doc)]
-use crate::{ZkBackend, ZkLock};
+use crate::{ZkBackend, ZkLock, ZkRwLocker, ZkSemaphore};
 use lock_core::LockError;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -10,6 +10,27 @@ use std::sync::Arc;
 /// The name our lock znodes end in before the sequence number the server appends: the lock name
 /// of Curator's `InterProcessMutex` and of the seed's recipe.
 pub(crate) const NODE_NAME: &str = "lock-";
+
+/// The name of a reader's znode: Curator's `InterProcessReadWriteLock`'s read lock name.
+pub(crate) const READ_NAME: &str = "__READ__";
+
+/// The name of a writer's znode: Curator's `InterProcessReadWriteLock`'s write lock name.
+pub(crate) const WRITE_NAME: &str = "__WRIT__";
+
+/// The name of kazoo's read lock znodes (`<uuid hex>__rlock__<sequence>`), which are shared
+/// too.
+const KAZOO_READ_NAME: &str = "__rlock__";
+
+/// The name of a semaphore's admission lock znodes: kazoo's lock name, the only one kazoo's
+/// `Semaphore` sees in the admission lock's directory.
+pub(crate) const ADMISSION_NAME: &str = "__lock__";
+
+/// The suffix of a semaphore's admission lock directory after the semaphore's own path, as
+/// kazoo's `Semaphore` names it (`<path>-__lock__`).
+pub(crate) const ADMISSION_SUFFIX: &str = "-__lock__";
+
+/// The name of a semaphore's lease znodes, one per permit: Curator's lease name.
+pub(crate) const LEASE_NAME: &str = "lease-";
 
 /// The start of a name made in Curator's protected form, `_c_<uuid>-`.
 const PROTECTED_PREFIX: &str = "_c_";
@@ -21,6 +42,10 @@ const SEQUENCE_DIGITS: usize = 10;
 /// How a [`ZkLock`] names the znodes it creates. Either way it recognises every contender's
 /// znode, whichever client made it, by the sequence number the name ends in (crate docs, "Other
 /// clients on the same path").
+///
+/// The reader-writer lock and the semaphore name theirs in the same two forms, with their own
+/// names in place of `lock-`: `__READ__` and `__WRIT__` ([`ZkRwLocker`]), `lease-` and the
+/// admission lock's `__lock__` ([`ZkSemaphore`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NodeNaming {
     /// Curator's protected form, `_c_<uuid>-lock-<sequence>` (the default): what Curator's
@@ -85,7 +110,8 @@ impl std::fmt::Debug for Guids {
     }
 }
 
-/// Settings of one locker ([`ZkBackend::locker_with`]).
+/// Settings of one locker ([`ZkBackend::locker_with`], [`ZkBackend::rw_locker_with`],
+/// [`ZkBackend::semaphore_with`]).
 #[derive(Debug, Clone)]
 pub struct ZkLockOptions {
     /// How the locker names its znodes (default [`NodeNaming::Protected`]).
@@ -118,6 +144,15 @@ pub(crate) fn sequence_of(name: &str) -> Option<i64> {
     name[name.len() - digits..].parse().ok()
 }
 
+/// Whether a contender's znode asks to share the lock (a reader's: ours and Curator's
+/// `__READ__`, kazoo's `__rlock__`, just before the sequence number). Every other contender is
+/// exclusive, whichever client made it: writers, and the mutexes of every client, which an
+/// unknown name is taken for, so that a reader never enters beside a holder it cannot classify.
+pub(crate) fn is_shared(name: &str) -> bool {
+    let text = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    text.ends_with(READ_NAME) || text.ends_with(KAZOO_READ_NAME)
+}
+
 /// The last component of a znode's path.
 pub(crate) fn name_of(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -147,6 +182,30 @@ mod tests {
         ];
         for (name, seq) in names {
             assert_eq!(sequence_of(name), seq, "{name}");
+        }
+    }
+
+    #[test]
+    fn readers_of_every_client_share_and_everyone_else_excludes() {
+        let shared = [
+            "_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-__READ__0000000004",
+            "__READ__0000000004",
+            "8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__rlock__0000000005",
+        ];
+        for name in shared {
+            assert!(is_shared(name), "{name}");
+        }
+        let exclusive = [
+            "_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-__WRIT__0000000006",
+            "8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__lock__0000000007",
+            "_c_0f9d3a4e-5b8c-4d2e-9a71-3c6b2e1f0a9d-lock-0000000008",
+            "lock-0000000009",
+            // A reader's name anywhere but just before the sequence: not a reader's.
+            "__READ__x-0000000010",
+            "someone-else-0000000011",
+        ];
+        for name in exclusive {
+            assert!(!is_shared(name), "{name}");
         }
     }
 

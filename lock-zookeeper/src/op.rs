@@ -6,12 +6,15 @@
 pub(crate) enum Op {
     /// `create` of our ephemeral sequential znode.
     Create,
-    /// `create` of a lock directory or one of its parents (step 1).
+    /// `create` of a lock directory or one of its parents (step 1), or of a semaphore's node
+    /// with its size.
     Mkdir,
     /// `delete` of our znode.
     Delete,
     /// `getChildren` of a lock directory.
     List,
+    /// `getChildren` of a semaphore's leases, setting a watch on them.
+    WatchChildren,
     /// `getData` of a znode (its stat: whose session made it).
     Read,
     /// `exists` of a znode, without a watch.
@@ -29,7 +32,7 @@ impl Op {
         match self {
             Op::Create | Op::Mkdir => "create",
             Op::Delete => "delete",
-            Op::List => "getChildren",
+            Op::List | Op::WatchChildren => "getChildren",
             Op::Read => "getData",
             Op::Stat | Op::Watch | Op::Guard => "exists",
         }
@@ -42,6 +45,7 @@ impl Op {
             Op::Mkdir => "mkdir",
             Op::Delete => "delete",
             Op::List => "list",
+            Op::WatchChildren => "watch children",
             Op::Read => "read",
             Op::Stat => "stat",
             Op::Watch => "watch",

@@ -1,10 +1,10 @@
 //! Our znode: made (with its directory when missing), found again after a create whose answer
 //! was lost, and deleted, in the background when a request is dropped or a delete failed.
 
-use crate::naming::{NodeNaming, NODE_NAME};
+use crate::naming::NodeNaming;
 use crate::op::Op;
 use crate::session::{connected, Session, RETRY_PAUSE};
-use crate::ZkLock;
+use crate::Contender;
 use lock_core::{BackendErrorKind, LockError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,14 @@ impl Pending {
     pub(crate) fn keep(mut self) {
         self.armed = false;
     }
+    /// Delete it now, and if that fails keep deleting in the background, as for a dropped
+    /// request: for a znode whose end nobody waits to report (a semaphore's admission lock
+    /// once its permits are taken).
+    pub(crate) async fn leave(mut self) {
+        if delete_node(&self.session, &self.path).await.is_ok() {
+            self.armed = false;
+        }
+    }
 }
 
 impl Drop for Pending {
@@ -57,18 +65,25 @@ pub(crate) async fn delete_node(session: &Session, path: &str) -> Result<(), Loc
     }
 }
 
-/// Step 1: `dir` and its missing parents, as `mkdir -p` (persistent, with the session's ACL). The
-/// client's own `mkdir` sends its creates out of this crate's sight; these go through
-/// [`Session::op`], one request each: `dir` first; if its parent is missing, the nearest
-/// ancestor that can be made, then each level below it.
-async fn make_dirs(session: &Session, dir: &str) -> Result<(), LockError> {
+/// Step 1: `dir` and its missing parents, as `mkdir -p` (persistent, with the session's ACL),
+/// `dir` itself with `data` (a semaphore's size; nothing for a lock's directory). The client's
+/// own `mkdir` sends its creates out of this crate's sight; these go through [`Session::op`],
+/// one request each: `dir` first; if its parent is missing, the nearest ancestor that can be
+/// made, then each level below it. True if this call made `dir`, false if it was there.
+pub(crate) async fn make_dirs(
+    session: &Session,
+    dir: &str,
+    data: &[u8],
+) -> Result<bool, LockError> {
     let persistent = zk::CreateMode::Persistent.with_acls(session.acl.acls());
     let mut end = dir.len();
     loop {
         let path = &dir[..end];
-        let made = session.op(Op::Mkdir, path, session.client.create(path, &[], &persistent));
+        let content = if end == dir.len() { data } else { &[] };
+        let made = session.op(Op::Mkdir, path, session.client.create(path, content, &persistent));
         match made.await? {
-            Ok(_) | Err(zk::Error::NodeExists) if end == dir.len() => return Ok(()),
+            Ok(_) if end == dir.len() => return Ok(true),
+            Err(zk::Error::NodeExists) if end == dir.len() => return Ok(false),
             Ok(_) | Err(zk::Error::NodeExists) => {
                 end = dir[end + 1..].find('/').map_or(dir.len(), |i| end + 1 + i);
             }
@@ -133,7 +148,7 @@ pub(crate) async fn delete_until_done(session: Arc<Session>, path: String) {
     }
 }
 
-impl ZkLock {
+impl Contender {
     /// Our znode, created: one the backend knows (the orphan sweep leaves it alone), and one
     /// that is deleted if the request is dropped before it is granted.
     fn adopt(&self, session: &Arc<Session>, path: String) -> Pending {
@@ -141,20 +156,22 @@ impl ZkLock {
         Pending { session: session.clone(), path, armed: true }
     }
 
-    /// Step 2 (and 1 when the directory is missing): our ephemeral sequential znode, and its
-    /// stat (the fencing token is its `czxid`).
+    /// Step 2 (and 1 when the directory is missing): our ephemeral sequential znode named
+    /// `name` before its sequence number (in the locker's [`NodeNaming`]), and its stat (the
+    /// fencing token is its `czxid`).
     pub(crate) async fn create_node(
         &self,
         session: &Arc<Session>,
         dir: &str,
+        name: &str,
     ) -> Result<(Pending, zk::Stat), LockError> {
         let NodeNaming::Protected = self.options.naming else {
-            return self.create_plain(session, dir).await;
+            return self.create_plain(session, dir, name).await;
         };
         // A GUID per request, not per locker: two requests of one locker on one lock (from two
         // tasks) must not take each other's znode for their own.
         let tag = self.options.guids.protected_tag();
-        let (result, lost) = self.create_protected(session, dir, &tag).await;
+        let (result, lost) = self.create_protected(session, dir, &tag, name).await;
         if lost > 0 {
             // The search sees every create that reached the server before the connection
             // broke, as Curator's does; on an ensemble a create that reached only the old
@@ -166,19 +183,20 @@ impl ZkLock {
         result
     }
 
-    /// [`ZkLock::create_node`] in the plain form. A create whose answer is lost may or may not
-    /// have made its znode, and nothing in its name tells it from another request's: the
+    /// [`Contender::create_node`] in the plain form. A create whose answer is lost may or may
+    /// not have made its znode, and nothing in its name tells it from another request's: the
     /// request fails, and a sweep deletes the znode once connected again if it was made (and
-    /// any other plain znode of the session no request knows; protected ones are left alone).
+    /// any other plain znode of that name of the session no request knows; protected ones are
+    /// left alone).
     async fn create_plain(
         &self,
         session: &Arc<Session>,
         dir: &str,
+        name: &str,
     ) -> Result<(Pending, zk::Stat), LockError> {
-        let prefix = format!("{dir}/{NODE_NAME}");
-        let sweep = |settle| {
-            tokio::spawn(sweep_orphans(session.clone(), dir.into(), settle, NODE_NAME.into()))
-        };
+        let prefix = format!("{dir}/{name}");
+        let sweep =
+            |settle| tokio::spawn(sweep_orphans(session.clone(), dir.into(), settle, name.into()));
         match self.create_in(session, dir, &prefix).await {
             Ok(Ok((stat, seq))) => Ok((self.adopt(session, format!("{prefix}{seq}")), stat)),
             Ok(Err(e)) => {
@@ -195,7 +213,7 @@ impl ZkLock {
         }
     }
 
-    /// [`ZkLock::create_node`] in Curator's protected form, `tag` being `_c_<uuid>-`: after a
+    /// [`Contender::create_node`] in Curator's protected form, `tag` being `_c_<uuid>-`: after a
     /// create whose answer was lost with the connection, look for our GUID among the children
     /// once connected again and take the znode if it is there, else create again with the same
     /// GUID (Curator's protection mode), at most [`PROTECTED_ATTEMPTS`] times. Also returns how
@@ -205,8 +223,9 @@ impl ZkLock {
         session: &Arc<Session>,
         dir: &str,
         tag: &str,
+        name: &str,
     ) -> (Result<(Pending, zk::Stat), LockError>, u32) {
-        let prefix = format!("{dir}/{tag}{NODE_NAME}");
+        let prefix = format!("{dir}/{tag}{name}");
         let mut lost = 0;
         loop {
             match self.create_in(session, dir, &prefix).await {
@@ -250,7 +269,7 @@ impl ZkLock {
         };
         match create().await? {
             Err(zk::Error::NoNode) => {
-                make_dirs(session, dir).await?;
+                make_dirs(session, dir, &[]).await?;
                 create().await
             }
             other => Ok(other),

@@ -2,168 +2,17 @@
 //! ensemble: session timeout 2 s (the "TTL"), each contender on its own session, with a
 //! connect string of all three servers.
 //!
-//! Every contender reaches every server through a proxy of its own, in front of the server's
-//! client proxy, and its connect string names those three (the client picks one at random,
-//! so sessions live on followers as well as on the leader, and their writes are forwarded).
-//! So the suite's crash and lost-lease scenarios cut one contender off from the whole
-//! ensemble, as a crash or a partition of that client would, and its session expires on the
-//! ensemble's clock, while the others keep theirs. No server fault happens here (those are the
-//! harness's cluster rows): this shows that the recipe keeps every promise of the suite when
-//! its server is a replicated ensemble rather than one process. Every scenario of the suite
-//! runs; none is skipped.
-//!
-//! One ensemble per test binary, started by the first test and warmed up through each of its
-//! servers before any test uses it (as `tests/support` warms up the single server: fresh JVMs
-//! are slow at first), then shared by all (each fixture has a lock root of its own), as the
-//! single-server suite (`conformance.rs`) shares one server. Its servers are killed when the
-//! binary exits (test-servers arms `PR_SET_PDEATHSIG` on a thread that lives as long as each
-//! server; the static ensemble is never dropped).
+//! The contenders and the ensemble are `support::ensemble`'s: every contender reaches every
+//! server through proxies of its own, so the suite's crash and lost-lease scenarios cut one
+//! contender off from the whole ensemble, as a crash or a partition of that client would, and
+//! its session expires on the ensemble's clock, while the others keep theirs. No server fault
+//! happens here (those are the harness's cluster rows): this shows that the recipe keeps every
+//! promise of the suite when its server is a replicated ensemble rather than one process.
+//! Every scenario of the suite runs; none is skipped.
 
-use crate::support;
+use crate::support::ensemble::EnsembleFixture;
 
-use async_trait::async_trait;
-use lock_core::conformance::{Fixture, Mode};
-use lock_core::Locker;
-use lock_zookeeper::{ZkBackend, ZkConfig};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use test_servers::{ContenderProxies, ZkCluster};
-
-/// How many servers the ensemble has.
-const SERVERS: usize = 3;
-
-/// The binary's ensemble, warmed up: started on a thread of its own (the warm-up runs a
-/// runtime of its own, which cannot be started on a test runtime's worker).
-fn shared_ensemble() -> &'static ZkCluster {
-    static ENSEMBLE: OnceLock<ZkCluster> = OnceLock::new();
-    ENSEMBLE.get_or_init(|| {
-        std::thread::spawn(|| {
-            let started = std::time::Instant::now();
-            let ensemble = ZkCluster::start(SERVERS);
-            eprintln!("ZooKeeper ensemble of {SERVERS} formed in {:?}", started.elapsed());
-            let hosts: Vec<String> =
-                (0..SERVERS).map(|i| ensemble.client_addr(i).to_string()).collect();
-            warm_up(&hosts);
-            eprintln!("... and warmed up after {:?}", started.elapsed());
-            ensemble
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-}
-
-/// Run the lock recipe's requests a few hundred times through each server (one session on
-/// each, at once) before any test does: a fresh JVM interprets them slowly at first, which
-/// eats into the timing margins of the crash and expiry scenarios. Each server serves its own
-/// session's reads and forwards its writes to the leader, so every one of them is warmed.
-fn warm_up(hosts: &[String]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("warm-up runtime");
-    rt.block_on(async {
-        let rounds: Vec<_> = hosts
-            .iter()
-            .enumerate()
-            .map(|(i, host)| tokio::spawn(warm_up_through(i, host.clone())))
-            .collect();
-        for round in rounds {
-            round.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        }
-    });
-}
-
-/// [`warm_up`]'s session at server `i` (at `host`).
-async fn warm_up_through(i: usize, host: String) {
-    // A JVM that has just started may take longer than one connection timeout to set up the
-    // first session on a loaded machine: try again for a while.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let client = loop {
-        let attempt = zookeeper_client::Client::connector()
-            .with_session_timeout(Duration::from_secs(2))
-            .with_connection_timeout(Duration::from_secs(5))
-            .connect(&host)
-            .await;
-        match attempt {
-            Ok(client) => break client,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                eprintln!("warm-up session at server {i}: {e}; trying again");
-            }
-            Err(e) => panic!("warm-up session at server {i}: none within 30 s: {e}"),
-        }
-    };
-    let persistent =
-        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let ephemeral = zookeeper_client::CreateMode::EphemeralSequential
-        .with_acls(zookeeper_client::Acls::anyone_all());
-    let dir = format!("/warm-up-{i}");
-    let _ = client.mkdir(&dir, &persistent).await;
-    for _ in 0..300 {
-        let (_, seq) =
-            client.create(&format!("{dir}/lock-"), b"w", &ephemeral).await.expect("warm-up create");
-        let path = format!("{dir}/lock-{seq}");
-        let _ = client.list_children(&dir).await;
-        let _ = client.check_and_watch_stat(&path).await;
-        let _ = client.delete(&path, None).await;
-    }
-}
-
-/// The conformance fixture on the ensemble: every contender has its own session, through a
-/// proxy of its own in front of each server.
-struct EnsembleFixture {
-    /// In front of the servers' client proxies.
-    proxies: ContenderProxies,
-    root: String,
-    session_timeout: Duration,
-}
-
-impl EnsembleFixture {
-    fn new(tag: &str, session_timeout: Duration) -> EnsembleFixture {
-        let ensemble = shared_ensemble();
-        EnsembleFixture {
-            proxies: ContenderProxies::new((0..SERVERS).map(|i| ensemble.client_addr(i)).collect()),
-            root: support::unique_root(tag),
-            session_timeout,
-        }
-    }
-}
-
-#[async_trait]
-impl Fixture for EnsembleFixture {
-    async fn locker(&self, name: &str) -> Arc<dyn Locker> {
-        let hosts: Vec<String> =
-            self.proxies.open(name).await.iter().map(ToString::to_string).collect();
-        let config = ZkConfig {
-            session_timeout: self.session_timeout,
-            connect_timeout: Duration::from_secs(10),
-            root: self.root.clone(),
-            ..ZkConfig::default()
-        };
-        let backend = ZkBackend::connect_with(&hosts.join(","), config)
-            .await
-            .expect("connect to the ensemble through the contender's proxies");
-        assert_eq!(
-            backend.session_timeout(),
-            self.session_timeout,
-            "the ensemble must grant the asked session timeout"
-        );
-        Arc::new(backend.locker(name).expect("locker"))
-    }
-    async fn cut_off(&self, name: &str) {
-        self.proxies.cut(name);
-    }
-    fn ttl(&self) -> Duration {
-        self.session_timeout
-    }
-    fn mode(&self) -> Mode {
-        Mode::Wall
-    }
-    fn notice_slack(&self) -> Duration {
-        // As on one server: the leader expires sessions on its tick (200 ms) after the
-        // timeout, the watch fires at once; the rest is margin for a loaded 2-core machine.
-        Duration::from_millis(1200)
-    }
-}
 
 async fn make_fixture(_seed: u64) -> EnsembleFixture {
     EnsembleFixture::new("ensemble", Duration::from_secs(2))

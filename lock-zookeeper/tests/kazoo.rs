@@ -9,12 +9,12 @@
 //! kazoo. Without it the tests fail saying what to install; they never pass unrun.
 
 use crate::support;
+use crate::support::kazoo::{python_with_kazoo, Kazoo};
 
 use lock_core::{LockGuard, Locker};
 use lock_zookeeper::{Guids, NodeNaming, ZkBackend, ZkConfig, ZkLockOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use zookeeper_client as zk;
@@ -67,98 +67,6 @@ for line in sys.stdin:
 zk.stop()
 zk.close()
 "#;
-
-/// A Python interpreter that has kazoo with `extra_lock_patterns` (2.7.1 and later):
-/// `LOCK_TEST_PYTHON` if set, else `python3` on the PATH, else Debian's `/usr/bin/python3`
-/// (where `python3-kazoo` installs). Panics, saying what to install, if none has it.
-fn python_with_kazoo() -> String {
-    let check = "import inspect, kazoo.recipe.lock as l; \
-                 assert 'extra_lock_patterns' in inspect.signature(l.Lock.__init__).parameters";
-    let candidates: Vec<String> = match std::env::var("LOCK_TEST_PYTHON") {
-        Ok(p) => vec![p],
-        Err(_) => vec!["python3".into(), "/usr/bin/python3".into()],
-    };
-    let has_kazoo = |py: &String| {
-        std::process::Command::new(py)
-            .args(["-c", check])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    match candidates.iter().find(|py| has_kazoo(py)) {
-        Some(py) => py.clone(),
-        None => panic!(
-            "kazoo (the Python ZooKeeper client, 2.7.1 or later) is not installed for any of \
-             {candidates:?}: these tests run kazoo's Lock against ours. Install it with \
-             `apt-get install python3-kazoo` (Debian) or `pip install kazoo`, or run \
-             scripts/test.sh, which installs it; LOCK_TEST_PYTHON=<interpreter> names another \
-             Python that has it."
-        ),
-    }
-}
-
-/// One kazoo contender process (killed on drop). Its answers are read by a thread of their
-/// own, so that waiting for one never blocks the runtime.
-struct Kazoo {
-    name: String,
-    child: Child,
-    stdin: ChildStdin,
-    answers: UnboundedReceiver<String>,
-}
-
-impl Kazoo {
-    /// Start a contender named `name` on `path` and wait until its session is up.
-    async fn start(python: &str, name: &str, path: &str) -> Kazoo {
-        let mut child = Command::new(python)
-            .args(["-c", KAZOO_CONTENDER, &support::shared().hosts(), path, name])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, answers) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut kazoo = Kazoo { name: name.into(), child, stdin, answers };
-        assert_eq!(kazoo.answer(Duration::from_secs(30)).await, "ready");
-        kazoo
-    }
-
-    /// Send it a command (a pipe write of a few bytes: it does not block).
-    fn send(&mut self, line: &str) {
-        self.stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    /// The next line it answers, within `within`.
-    async fn answer(&mut self, within: Duration) -> String {
-        match self.try_answer(within).await {
-            Some(line) => line,
-            None => panic!("kazoo contender {} silent for {within:?}", self.name),
-        }
-    }
-
-    /// The next line it answers, if one comes within `within`.
-    async fn try_answer(&mut self, within: Duration) -> Option<String> {
-        match tokio::time::timeout(within, self.answers.recv()).await {
-            Ok(Some(line)) => Some(line),
-            Ok(None) => panic!("kazoo contender {} ended", self.name),
-            Err(_) => None,
-        }
-    }
-}
-
-impl Drop for Kazoo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A backend of our own (one session) on `root`.
 async fn backend(root: &str) -> ZkBackend {
@@ -245,8 +153,10 @@ async fn grants_pass_between_the_clients_in_queue_order() {
         .await
         .unwrap();
     let held = ours(&root, "o0", NodeNaming::Protected, 1).await.lock("x", None).await.unwrap();
-    let mut kazoos =
-        vec![Kazoo::start(&python, "k1", &dir).await, Kazoo::start(&python, "k3", &dir).await];
+    let mut kazoos = vec![
+        Kazoo::start(&python, KAZOO_CONTENDER, "k1", &[&dir, "k1"]).await,
+        Kazoo::start(&python, KAZOO_CONTENDER, "k3", &[&dir, "k3"]).await,
+    ];
     // Queued one by one behind o0: both clients alternately, ours in both naming forms.
     let turns = [
         Turn::Kazoo(0),
@@ -362,7 +272,8 @@ async fn kazoo_and_ours_contending_never_overlap_and_grant_in_queue_order() {
     let log = log_path("soak");
     let mut kazoos = Vec::new();
     for i in 0..3 {
-        kazoos.push(Kazoo::start(&python, &format!("k{i}"), &dir).await);
+        let name = format!("k{i}");
+        kazoos.push(Kazoo::start(&python, KAZOO_CONTENDER, &name, &[&dir, &name]).await);
     }
     let mut lockers = Vec::new();
     for (i, naming) in

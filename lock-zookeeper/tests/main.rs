@@ -6,11 +6,15 @@ mod support;
 
 mod conformance;
 mod ensemble_conformance;
+mod ensemble_rwlock_semaphore_conformance;
 mod kazoo;
+mod kazoo_rwlock;
+mod kazoo_semaphore;
 mod lost_create;
 mod recipe;
 mod requests;
 mod restart;
+mod rwlock_semaphore_conformance;
 mod secured_conformance;
 mod security;
 mod tls;

@@ -1,12 +1,17 @@
 //! Test support: the test binary's ZooKeeper (from `test-servers`) warmed up for the lock
-//! recipe, and the conformance [`Fixture`] on it, a cuttable proxy per contender.
+//! recipe, and the conformance [`Fixture`] on it, a cuttable proxy per contender, for the
+//! mutex, the reader-writer lock and the semaphore; a 3-server ensemble and its fixture
+//! ([`ensemble`]); kazoo run as a contender ([`kazoo`]).
 #![allow(dead_code)]
 
+pub mod ensemble;
+pub mod kazoo;
+
 use async_trait::async_trait;
-use lock_core::conformance::{Fixture, Mode};
+use lock_core::conformance::{Contenders, Fixture, Mode};
 use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
-use lock_core::Locker;
+use lock_core::{Locker, RwLocker, Semaphore};
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -154,25 +159,61 @@ impl ZkFixture {
     }
 }
 
+/// The fixture's settings, whatever the primitive. (A contender is cut off by its proxy:
+/// `cut_off`, in each impl, since `async_trait` does not see into a macro.)
+macro_rules! zk_contenders {
+    () => {
+        fn ttl(&self) -> Duration {
+            self.session_timeout
+        }
+        fn mode(&self) -> Mode {
+            Mode::Wall
+        }
+        fn notice_slack(&self) -> Duration {
+            // The server expires sessions on its tick (200 ms) after the timeout; the watch
+            // fires at once; the rest is margin for a loaded 2-core machine.
+            Duration::from_millis(1200)
+        }
+    };
+}
+
+impl ZkFixture {
+    fn cut(&self, name: &str) {
+        if let Some(p) = self.proxies.lock().unwrap().get(name) {
+            p.cut();
+        }
+    }
+}
+
 #[async_trait]
 impl Fixture for ZkFixture {
     async fn locker(&self, name: &str) -> Arc<dyn Locker> {
         Arc::new(self.backend(name).await.locker(name).expect("locker"))
     }
     async fn cut_off(&self, name: &str) {
-        if let Some(p) = self.proxies.lock().unwrap().get(name) {
-            p.cut();
-        }
+        self.cut(name);
     }
-    fn ttl(&self) -> Duration {
-        self.session_timeout
+    zk_contenders!();
+}
+
+#[async_trait]
+impl Contenders<dyn RwLocker> for ZkFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn RwLocker> {
+        Arc::new(self.backend(name).await.rw_locker(name).expect("reader-writer lock"))
     }
-    fn mode(&self) -> Mode {
-        Mode::Wall
+    async fn cut_off(&self, name: &str) {
+        self.cut(name);
     }
-    fn notice_slack(&self) -> Duration {
-        // The server expires sessions on its tick (200 ms) after the timeout; the watch fires
-        // at once; the rest is margin for a loaded 2-core machine.
-        Duration::from_millis(1200)
+    zk_contenders!();
+}
+
+#[async_trait]
+impl Contenders<dyn Semaphore> for ZkFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn Semaphore> {
+        Arc::new(self.backend(name).await.semaphore(name).expect("semaphore"))
     }
+    async fn cut_off(&self, name: &str) {
+        self.cut(name);
+    }
+    zk_contenders!();
 }
