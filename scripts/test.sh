@@ -3,8 +3,10 @@
 #
 # The Redis, ZooKeeper, etcd, PostgreSQL and MariaDB tests start their own servers on free
 # loopback ports, from Debian's packages `redis-server`, `redis-sentinel`, `zookeeper`,
-# `etcd-server`, `postgresql` and `pgbouncer` (run as the `postgres` system user when the tests
-# run as root) and `mariadb-server` (as the `mysql` user); the etcd client crate runs `protoc`
+# `etcd-server` (and `etcd-client`, whose `etcdctl` the election tests run), `postgresql` and
+# `pgbouncer` (run as the `postgres` system user when the tests run as root) and
+# `mariadb-server` (as the `mysql` user), `python3-kazoo` for the ZooKeeper interoperability
+# tests; the etcd client crate runs `protoc`
 # (package `protobuf-compiler`) when it is built. This script installs them when they are
 # missing (as root directly, otherwise through sudo). The Cassandra integration tests run only when
 # LOCK_TEST_CASSANDRA=host:port names a cluster (see README.md).
@@ -17,6 +19,8 @@ command -v redis-server >/dev/null 2>&1 || need_packages+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || need_packages+=(redis-sentinel)
 [ -f /usr/share/java/zookeeper.jar ] || need_packages+=(zookeeper)
 command -v etcd >/dev/null 2>&1 || need_packages+=(etcd-server)
+# The etcd election tests run etcd's own `etcdctl elect` against ours.
+command -v etcdctl >/dev/null 2>&1 || need_packages+=(etcd-client)
 # The PostgreSQL server is not on PATH: Debian keeps it in /usr/lib/postgresql/<version>/bin.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need_packages+=(postgresql)
 # MariaDB's server is in /usr/sbin, which may not be on PATH.

@@ -4,8 +4,10 @@
 //! The lease alone cannot tell the second: a client that deletes our key (by mistake, or
 //! with etcdctl) leaves our lease alive, and the next waiter, which watches our key, is
 //! granted the lock while we still hold it. So the task watches our own key from the revision
-//! after its creation: we never write that key again before our release, so every event on it
-//! is someone else's. A `PUT` means overwritten; a `DELETE` means deleted, by another client
+//! after its creation. A lock's holder never writes that key again before its release, so
+//! every event on it is someone else's; a leader writes its proclamations to it, and records
+//! each one ([`OwnWrites`]) before sending it, so that those are not news. A `PUT` means
+//! overwritten; a `DELETE` means deleted, by another client
 //! or with our lease, which one `LeaseTimeToLive` tells apart.
 //!
 //! The watch is opened in the background after the grant (the holder does not wait for it),
@@ -33,6 +35,10 @@ pub(crate) struct Holder {
     pub key: String,
     /// Its create revision.
     pub revision: i64,
+    /// The values we write to our key ourselves while holding it (an election's
+    /// proclamations): a `PUT` of one of them, on our key as we created it and with our
+    /// lease, is not news.
+    pub own_writes: Option<Arc<OwnWrites>>,
     /// The guard's state, which the task turns to `Lost`.
     pub state: Arc<watch::Sender<LeaseState>>,
     /// `true` (or dropped) once the guard is released: nothing that happens to the key after
@@ -132,7 +138,12 @@ impl Holder {
             if stopped(&self.stop) {
                 return Seen::Stopped;
             }
-            if let Some(event) = answer.events().first() {
+            for event in answer.events() {
+                if event.event_type() == EventType::Put
+                    && event.kv().is_some_and(|kv| self.ours(kv))
+                {
+                    continue;
+                }
                 let (at, lease) = event.kv().map_or((0, 0), |kv| (kv.mod_revision(), kv.lease()));
                 return Seen::Changed(event.event_type(), at, lease);
             }
@@ -153,15 +164,22 @@ impl Holder {
         let at = answer.header().map_or(0, |h| h.revision());
         Some(match answer.kvs().first() {
             None => Found::Changed(self.deleted(None).await),
-            Some(kv)
-                if kv.create_revision() == self.revision
-                    && kv.mod_revision() == self.revision
-                    && kv.lease() == session.lease =>
-            {
-                Found::Untouched(at)
+            Some(kv) if kv.mod_revision() == self.revision || self.ours(kv) => {
+                if kv.create_revision() == self.revision && kv.lease() == session.lease {
+                    Found::Untouched(at)
+                } else {
+                    Found::Changed(self.overwritten(kv.mod_revision(), kv.lease()))
+                }
             }
             Some(kv) => Found::Changed(self.overwritten(kv.mod_revision(), kv.lease())),
         })
+    }
+
+    /// Whether `kv` is our key as we created it, holding a value we wrote ourselves.
+    fn ours(&self, kv: &etcd_client::KeyValue) -> bool {
+        kv.create_revision() == self.revision
+            && kv.lease() == self.session.lease
+            && self.own_writes.as_ref().is_some_and(|own| own.contains(kv.value()))
     }
 
     /// Why an event on our key lost us the lock.
@@ -212,6 +230,31 @@ impl Holder {
                  could not be asked which: {e}): the next waiter may hold the lock now"
             ),
         }
+    }
+}
+
+/// The values a holder wrote to its own key after creating it (an election's proclamations),
+/// recorded before each write is sent so that its watch never reports it.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites {
+    values: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl OwnWrites {
+    /// The most values remembered: a proclamation older than that is long past its event.
+    const KEPT: usize = 16;
+
+    /// `value` is about to be written by us.
+    pub fn add(&self, value: &[u8]) {
+        let mut values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        if values.len() == Self::KEPT {
+            values.remove(0);
+        }
+        values.push(value.to_vec());
+    }
+
+    fn contains(&self, value: &[u8]) -> bool {
+        self.values.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|v| v == value)
     }
 }
 

@@ -3,7 +3,9 @@
 //! etcd's own lock, `concurrency.Mutex` of the Go client (`client/v3/concurrency/mutex.go`),
 //! against a real etcd server through the `etcd-client` crate: the lock that users of
 //! Kubernetes-era systems already run, beside ZooKeeper's recipe (`lock-zookeeper`) and Redis's
-//! (`lock-redis`).
+//! (`lock-redis`). On the same leases and the same machinery: etcd's reader-writer lock recipe,
+//! a counting semaphore, and etcd's leader election, each in the layout of etcd's own code so
+//! that its tools take part (see "Reader-writer lock, semaphore and election" below).
 //!
 //! ## The protocol, step by step
 //! Every backend holds one **lease** (a *session*, see below). Per lock id, with the prefix
@@ -56,7 +58,7 @@
 //! server counts each renewal from when it receives it, so the client knows the lease stands
 //! until the *send* time of the last answered renewal plus the TTL. When that moment passes
 //! without a fresh answer, or an answer says the lease is gone, the session is over and every
-//! guard of it is told [`LeaseState::Lost`] — before the server
+//! guard of it is told [`LeaseState::Lost`](lock_core::lock::LeaseState::Lost) — before the server
 //! can expire the lease and grant the lock to someone else, as long as the two clocks run at
 //! the same rate. This is Go's `Session.Done()`, measured from the send time rather than the
 //! answer's arrival. A session that is over revokes its lease so that its keys go at once:
@@ -80,7 +82,7 @@
 //!    own key from the revision after the key's creation. The holder never writes its key
 //!    again before its release, so every event on it is someone else's (an event that came
 //!    while it waited, too);
-//! 2. on a `PUT`: tells the guard [`LeaseState::Lost`], "its key … was overwritten by another
+//! 2. on a `PUT`: tells the guard [`LeaseState::Lost`](lock_core::lock::LeaseState::Lost), "its key … was overwritten by another
 //!    client at revision … (now bound to lease …, not ours)": the key that holds the lock is
 //!    no longer only the holder's (if the writer bound it to its own lease, that lease's end
 //!    grants the next waiter);
@@ -131,7 +133,7 @@
 //! **What a stranger can do.** On a server without authentication, anyone who reaches it can
 //! delete or overwrite a holder's key, which grants the lock to the next waiter while the
 //! holder's lease stands: two holders. The holder is told (above), but told after the fact;
-//! fencing tokens ([`LockGuard::token`]) or an ACL are what prevent harm. With authentication
+//! fencing tokens ([`LockGuard::token`](lock_core::LockGuard::token)) or an ACL are what prevent harm. With authentication
 //! and a role per application on its own lock root, a client of another identity, or one
 //! without credentials, is refused (`permission denied`, `user name is empty`) when it reads,
 //! writes or deletes the keys, and when it revokes the holder's lease: etcd 3.4 checks a
@@ -140,7 +142,7 @@
 //! lease id could keep a crashed holder's lease, and so its lock, alive; it cannot take the
 //! lock. `etcd-client` sends no token with lease requests, so our own `LeaseRevoke` when a
 //! backend is dropped is refused while the lease still has keys (a guard abandoned with
-//! [`LockGuard::abandon`]); those keys go when the lease expires, one TTL later. A backend
+//! [`LockGuard::abandon`](lock_core::LockGuard::abandon)); those keys go when the lease expires, one TTL later. A backend
 //! whose keys are all released revokes its lease as before.
 //!
 //! ## TLS
@@ -262,6 +264,12 @@
 //!   (plus the server's expiry check, every 500 ms).
 //! - A timed-out, cancelled or refused (soft) attempt leaves no key behind.
 //! - A holder whose key another client deletes or overwrites is told, with its lease intact.
+//! - A writer of a reader-writer lock holds alone; readers hold together; a reader behind a
+//!   waiting writer waits for it.
+//! - Never more permits of a semaphore held than its size; an ask of another size is refused
+//!   with nothing written.
+//! - One leader at a time, whether its candidates are ours or `etcdctl elect`'s; terms rise;
+//!   each client's observer sees the other's leader and value.
 //! - On a secured etcd, a client of another identity or without credentials can neither
 //!   delete, overwrite nor revoke a holder's key; wrong or missing credentials and a role that
 //!   does not cover the lock root are refused at connect, naming the user and never the
@@ -271,6 +279,11 @@
 //!   connect within seconds, saying what was refused and never showing a key.
 //!
 //! ## Conformance verdict
+//! The reader-writer lock's, the semaphore's and the election's suites pass on one etcd
+//! (`tests/primitives.rs`) and on the 3-member cluster (`tests/cluster_primitives.rs`), and
+//! `tests/etcdctl_elect.rs` runs our candidates and observers against `etcdctl elect` in both
+//! roles.
+//!
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real etcd with a
 //! 2 s lease, each contender on its own backend through a proxy it can be cut off by
 //! (`tests/conformance.rs`). "Lease renewal" is the lease keep-alive; "TTL" is the lease TTL.
@@ -280,6 +293,47 @@
 //! (`tests/tls.rs`): on an etcd with `--client-cert-auth` and authentication on, every
 //! contender known by its client certificate alone, and by password over TLS; the benchmark
 //! harness's cluster rows put it through leader kills, pauses and partitions.
+//!
+//! ## Reader-writer lock, semaphore and election
+//! Three more primitives on a backend's lease ([`EtcdBackend::rw_locker`],
+//! [`EtcdBackend::semaphore`], [`EtcdBackend::elector`]), each a key per ask ordered by create
+//! revision, sharing the mutex's machinery: the create transaction, the wait for the keys
+//! ahead, the key deleted when an ask times out, is cancelled or is refused, retries across
+//! outages, the holder's task that tells a guard its lease ended or its key was touched, and
+//! the lease itself. Each has a parent of its own under the root, so the kinds never see each
+//! other's keys; a mutex may therefore not take one of the parents' names as its lock id
+//! (`rwlocks`, `semaphores`, `elections`, `candidates`: [`LockError::InvalidId`]).
+//!
+//! | primitive | keys | whose layout |
+//! |---|---|---|
+//! | reader-writer lock | `<root>/rwlocks/<id>/read/<lease hex>-<n>`, `…/write/<lease hex>-<n>` | `recipe.RWMutex` with `pfx` = `<root>/rwlocks/<id>` ([`EtcdBackend::rwlock_name`]) |
+//! | semaphore | `<root>/semaphores/<id>/<lease hex>-<n>`, value `"N k owner"` | this crate's (etcd has no semaphore recipe) |
+//! | election | `<root>/elections/<id>/<lease hex>`, value the leader's value; owner records `<root>/candidates/<id>/<lease hex>` | `concurrency.Election` with `pfx` = `<root>/elections/<id>` ([`EtcdBackend::election_name`]), as `etcdctl elect` uses it |
+//!
+//! - **Reader-writer lock** ([`EtcdRwLocker`]): a reader waits for the write keys created
+//!   before its own, a writer for every key created before its own, first come first served
+//!   ([`WriterPolicy::Fifo`](lock_core::WriterPolicy::Fifo)). The token is the key's create
+//!   revision. A Go `recipe.RWMutex` on the same name excludes and is excluded by it.
+//! - **Semaphore** ([`EtcdSemaphore`]): an acquire of k permits holds once the permits of the
+//!   keys created before its own, plus k, are at most N. The create writes nothing unless every
+//!   key of the semaphore records the same N (one transaction compares the values of the whole
+//!   prefix), so another size is refused
+//!   ([`UsageError::LimitMismatch`](lock_core::UsageError::LimitMismatch)). Its module says why
+//!   never more than N are held, and how its k tokens are made.
+//! - **Election** ([`EtcdElector`]): Go's keys and transactions exactly (campaign, proclaim,
+//!   resign, leader, observe), so that `etcdctl elect <name> <value>`, `etcdctl elect -l
+//!   <name>`, a Go program and this crate see one leader at a time and the same value. The
+//!   term is the leader key's create revision. The owner id our candidates record sits outside
+//!   the election's prefix, which Go reads whole; a candidate of another client is named by its
+//!   lease in hex. An observer watches the prefix from the revision of its first read, and etcd
+//!   delivers every event from there, so it misses no leader, even one that came and went
+//!   between two of its looks; only a history the server compacted before the watch read it is
+//!   lost. Go names a candidate's key after its lease alone, so the electors of one backend
+//!   campaign in one election one after the other.
+//!
+//! What does not interoperate: a Go `concurrency.Mutex` and our election on one prefix would
+//! take each other for candidates (both are "lowest create revision holds"), which is why the
+//! kinds have parents of their own; the semaphore has no counterpart in etcd's tools.
 //!
 //! ## Example
 //! ```no_run
@@ -302,33 +356,36 @@
 #![deny(missing_docs)]
 
 mod auth;
+mod election;
 mod errors;
 mod holder;
+mod mutex;
+mod observe;
+mod queue;
 mod rpc;
+mod rwlock;
+mod semaphore;
 mod session;
 mod tls;
 
-use async_trait::async_trait;
 use auth::{check_root, Auth};
 use errors::{backend_err, kind_of, said};
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
-use holder::Holder;
-use lock_core::lock::{validate_id, LeaseState, Release};
+use etcd_client::{Client, ConnectOptions};
+use lock_core::lock::validate_id;
 use lock_core::requests::RequestHook;
-use lock_core::retry::{Backoff, Retries};
 use lock_core::secret::Credentials;
 use lock_core::session::SessionSlot;
 use lock_core::tls::TlsFiles;
-use lock_core::{BackendErrorKind, LockError, LockGuard, Locker};
-use rpc::Rpc;
-use session::{Session, RETRY_PAUSE};
+use lock_core::{BackendErrorKind, LockError};
+use session::Session;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
+
+pub use election::EtcdElector;
+pub use mutex::EtcdLock;
+pub use rwlock::EtcdRwLocker;
+pub use semaphore::EtcdSemaphore;
 
 /// The backend name in [`LockError::Backend`].
 pub const BACKEND: &str = "etcd";
@@ -404,7 +461,29 @@ impl Inner {
         };
         self.slot.get(open, refused).await
     }
+
+    /// The mutex's prefix of `lock_id`: `<root>/<lock id>/`.
+    fn lock_prefix(&self, lock_id: &str) -> String {
+        format!("{}/{lock_id}/", self.config.root)
+    }
+
+    /// The name (etcd's `pfx`, without the final `/`) of `id` among the primitives of `kind`:
+    /// `<root>/<kind>/<id>`.
+    fn kind_name(&self, kind: &str, id: &str) -> String {
+        format!("{}/{kind}/{id}", self.config.root)
+    }
 }
+
+/// Under the root, the parents of the reader-writer locks, the semaphores, the elections and
+/// the elections' owner records. No mutex may take one of these names as its lock id: its
+/// prefix would hold the keys of every primitive of that kind ([`EtcdLock`] refuses them).
+pub(crate) const RWLOCKS: &str = "rwlocks";
+/// See [`RWLOCKS`].
+pub(crate) const SEMAPHORES: &str = "semaphores";
+/// See [`RWLOCKS`].
+pub(crate) const ELECTIONS: &str = "elections";
+/// See [`RWLOCKS`].
+pub(crate) const CANDIDATES: &str = "candidates";
 
 /// `config` with its root trimmed of a final `/`, or why it cannot be used.
 fn checked(mut config: EtcdConfig) -> Result<EtcdConfig, LockError> {
@@ -566,380 +645,46 @@ impl EtcdBackend {
 
     /// The prefix of `lock_id`'s keys (`<root>/<lock id>/`).
     pub fn lock_prefix(&self, lock_id: &str) -> String {
-        format!("{}/{lock_id}/", self.inner.config.root)
+        self.inner.lock_prefix(lock_id)
+    }
+
+    /// A reader-writer lock for `owner` on this backend's lease (etcd's `recipe.RWMutex`).
+    pub fn rw_locker(&self, owner: &str) -> Result<EtcdRwLocker, LockError> {
+        validate_id("owner id", owner)?;
+        Ok(EtcdRwLocker::new(self.inner.clone(), owner))
+    }
+
+    /// A counting semaphore for `owner` on this backend's lease.
+    pub fn semaphore(&self, owner: &str) -> Result<EtcdSemaphore, LockError> {
+        validate_id("owner id", owner)?;
+        Ok(EtcdSemaphore::new(self.inner.clone(), owner))
+    }
+
+    /// An elector for `owner` on this backend's lease (etcd's `concurrency.Election`).
+    pub fn elector(&self, owner: &str) -> Result<EtcdElector, LockError> {
+        validate_id("owner id", owner)?;
+        Ok(EtcdElector::new(self.inner.clone(), owner))
+    }
+
+    /// The name of reader-writer lock `lock_id` as etcd's `recipe.NewRWMutex` takes it
+    /// (`<root>/rwlocks/<lock id>`): its keys are `<name>/read/…` and `<name>/write/…`.
+    pub fn rwlock_name(&self, lock_id: &str) -> String {
+        self.inner.kind_name(RWLOCKS, lock_id)
+    }
+
+    /// The prefix of semaphore `semaphore_id`'s keys (`<root>/semaphores/<id>/`).
+    pub fn semaphore_prefix(&self, semaphore_id: &str) -> String {
+        format!("{}/", self.inner.kind_name(SEMAPHORES, semaphore_id))
+    }
+
+    /// The name of `election` as etcd's `concurrency.NewElection` and `etcdctl elect` take it
+    /// (`<root>/elections/<election>`): candidates' keys are `<name>/<lease id in hex>`.
+    pub fn election_name(&self, election: &str) -> String {
+        self.inner.kind_name(ELECTIONS, election)
     }
 
     /// The client, for tests and tools that look at the keys.
     pub fn client(&self) -> Client {
         self.inner.client.clone()
-    }
-}
-
-/// etcd's Mutex for one owner. See the crate docs for the protocol.
-pub struct EtcdLock {
-    inner: Arc<Inner>,
-    owner: String,
-}
-
-impl std::fmt::Debug for EtcdLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdLock")
-            .field("owner", &self.owner)
-            .field("endpoints", &self.inner.endpoints)
-            .finish()
-    }
-}
-
-/// The prefix's key with the lowest create revision.
-fn first_created() -> GetOptions {
-    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)
-}
-
-/// The prefix's key with the highest create revision below `revision`.
-fn last_created_before(revision: i64) -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_max_create_revision(revision - 1)
-        .with_limit(1)
-}
-
-/// Our key while we wait for the lock. Dropped without [`Pending::keep`] or
-/// [`Pending::delete`] (the waiting future was cancelled), it deletes the key in the
-/// background: left behind it would block the lock for as long as the lease lives.
-struct Pending {
-    session: Arc<Session>,
-    key: String,
-    armed: bool,
-}
-
-impl Pending {
-    async fn delete(mut self) -> Result<(), LockError> {
-        self.armed = false;
-        let result = delete_key(&self.session, &self.key).await;
-        if result.is_err() {
-            tokio::spawn(delete_until_done(self.session.clone(), std::mem::take(&mut self.key)));
-        }
-        result
-    }
-    fn keep(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.armed {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle
-                    .spawn(delete_until_done(self.session.clone(), std::mem::take(&mut self.key)));
-            }
-        }
-    }
-}
-
-/// Delete our key. Gone already is success.
-async fn delete_key(session: &Session, key: &str) -> Result<(), LockError> {
-    let delete = || {
-        let (mut kv, key) = (session.client.kv_client(), key.to_string());
-        async move { kv.delete(key, None).await }
-    };
-    session.call(Rpc::DeleteRange, key, delete).await.map(|_| ())
-}
-
-/// [`delete_key`] until it succeeds or the lease is over (which deletes the key for us): a key
-/// whose delete failed in an outage would otherwise block the lock for as long as the lease
-/// lives, and a lease that survives the outage lives on.
-async fn delete_until_done(session: Arc<Session>, key: String) {
-    while session.over().is_none() && delete_key(&session, &key).await.is_err() {
-        tokio::time::sleep(RETRY_PAUSE).await;
-    }
-}
-
-/// What step 1 found.
-struct Enqueued {
-    pending: Pending,
-    /// Our key's create revision: our place, and the fencing token.
-    revision: i64,
-    /// Whether our key is the first of the prefix.
-    first: bool,
-    /// When the answer came: our place in line was fixed by then.
-    queued_at: Instant,
-}
-
-/// How a wait for the predecessor's deletion ended.
-enum Waited {
-    /// No key was created before ours is left: the lock is ours if our key still exists.
-    NoneBefore,
-    /// The lease ended (our key with it).
-    LeaseOver(String),
-    /// The deadline passed.
-    TimedOut,
-}
-
-impl EtcdLock {
-    fn prefix(&self, lock_id: &str) -> String {
-        format!("{}/{lock_id}/", self.inner.config.root)
-    }
-
-    /// Step 1: our key, created in one transaction that also reads the prefix's first key.
-    async fn enqueue(&self, session: &Arc<Session>, prefix: &str) -> Result<Enqueued, LockError> {
-        let key = session.new_key(prefix);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.as_str(),
-                    self.owner.as_str(),
-                    Some(PutOptions::new().with_lease(session.lease)),
-                ),
-                TxnOp::get(prefix, Some(first_created())),
-            ])
-            .or_else([TxnOp::get(key.as_str(), None), TxnOp::get(prefix, Some(first_created()))]);
-        let create = || {
-            let (mut kv, txn) = (session.client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        };
-        let answer = match session.call(Rpc::Txn, &key, create).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                // The transaction may have been applied without our hearing of it: its key is
-                // ours alone, so delete it now and again once a late request must have landed.
-                tokio::spawn(sweep_lost_create(session.clone(), key));
-                return Err(e);
-            }
-        };
-        let queued_at = Instant::now();
-        let pending = Pending { session: session.clone(), key, armed: true };
-        let responses = answer.op_responses();
-        let kvs = |i: usize| match responses.get(i) {
-            Some(TxnOpResponse::Get(get)) => get.kvs().to_vec(),
-            _ => Vec::new(),
-        };
-        let revision = if answer.succeeded() {
-            answer.header().map_or(0, |h| h.revision())
-        } else {
-            kvs(0).first().map_or(0, |kv| kv.create_revision())
-        };
-        if revision <= 0 {
-            let no_revision = "the transaction's answer has no revision";
-            let e = session.err(BackendErrorKind::Protocol, "create", &pending.key, no_revision);
-            drop(pending);
-            return Err(e);
-        }
-        let first = kvs(1).first().is_none_or(|kv| kv.create_revision() == revision);
-        Ok(Enqueued { pending, revision, first, queued_at })
-    }
-
-    /// Step 3: wait until no key of the prefix was created before `revision`, the lease ends,
-    /// or `deadline` passes. Failed reads and watches are tried again after a pause.
-    async fn wait_turn(
-        &self,
-        session: &Session,
-        prefix: &str,
-        revision: i64,
-        deadline: Option<Instant>,
-    ) -> Waited {
-        loop {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Waited::TimedOut;
-            }
-            let step = async {
-                let read = || {
-                    let (mut kv, prefix) = (session.client.kv_client(), prefix.to_string());
-                    async move { kv.get(prefix, Some(last_created_before(revision))).await }
-                };
-                let before = session.call(Rpc::Range, prefix, read).await?;
-                let Some(predecessor) = before.kvs().first() else {
-                    return Ok(true);
-                };
-                let read_at = before.header().map_or(0, |h| h.revision());
-                watch_deletion(session, predecessor.key(), read_at + 1).await?;
-                Ok::<bool, LockError>(false)
-            };
-            let sleep_until = |d: Option<Instant>| async move {
-                match d {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                done = step => match done {
-                    Ok(true) => return Waited::NoneBefore,
-                    Ok(false) => {}
-                    // An outage: keep our place and try again while the lease stands.
-                    Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
-                },
-                why = session.ended() => return Waited::LeaseOver(why),
-                _ = sleep_until(deadline) => return Waited::TimedOut,
-            }
-        }
-    }
-
-    /// The guard for our key, and its task, which tells it when the lease ends or another
-    /// client deletes or overwrites the key ([`Holder`]): started, not awaited.
-    fn grant(&self, lock_id: &str, pending: Pending, revision: i64) -> LockGuard {
-        let session = pending.session.clone();
-        let key = pending.key.clone();
-        pending.keep();
-        let (tx, rx) = watch::channel(LeaseState::Held);
-        let state = Arc::new(tx);
-        let (stop, stopped) = watch::channel(false);
-        let holder = Holder {
-            session: session.clone(),
-            key: key.clone(),
-            revision,
-            state: state.clone(),
-            stop: stopped,
-        };
-        tokio::spawn(holder.run());
-        let release = EtcdRelease { session, key, stop, state };
-        LockGuard::new(lock_id, &self.owner, revision as u64, rx, Box::new(release))
-    }
-}
-
-/// Wait until `key` is deleted, watching from `from_revision`. `Ok` also when the watch ends
-/// without a deletion (cancelled by the server, or compacted): the caller reads again.
-async fn watch_deletion(
-    session: &Session,
-    key: &[u8],
-    from_revision: i64,
-) -> Result<(), LockError> {
-    let name = String::from_utf8_lossy(key).into_owned();
-    let options = WatchOptions::new().with_start_revision(from_revision);
-    let open = || {
-        let (mut watches, key, options) =
-            (session.client.watch_client(), key.to_vec(), options.clone());
-        async move { watches.watch(key, Some(options)).await }
-    };
-    let mut stream = session.call(Rpc::Watch, &name, open).await?;
-    loop {
-        let answer = stream.message().await.map_err(|e| session.driver_err("watch", &name, e))?;
-        let Some(answer) = answer else {
-            let ended = "the watch stream ended";
-            return Err(session.err(BackendErrorKind::Unavailable, "watch", &name, ended));
-        };
-        if answer.canceled() || answer.compact_revision() > 0 {
-            return Ok(());
-        }
-        if answer.events().iter().any(|e| e.event_type() == EventType::Delete) {
-            return Ok(());
-        }
-    }
-}
-
-/// After a create whose answer was lost: delete its key at once, and again once a request
-/// still on its way must have landed (one request timeout later).
-async fn sweep_lost_create(session: Arc<Session>, key: String) {
-    delete_until_done(session.clone(), key.clone()).await;
-    tokio::time::sleep(session.request_timeout).await;
-    delete_until_done(session, key).await;
-}
-
-struct EtcdRelease {
-    session: Arc<Session>,
-    key: String,
-    /// Set before the release deletes the key, and dropped with the guard: the holder's task
-    /// stops, and never reports our own delete.
-    stop: watch::Sender<bool>,
-    state: Arc<watch::Sender<LeaseState>>,
-}
-
-#[async_trait]
-impl Release for EtcdRelease {
-    async fn release(self: Box<Self>) -> Result<(), LockError> {
-        self.stop.send_replace(true);
-        let result = delete_key(&self.session, &self.key).await;
-        if result.is_err() {
-            // The lease may outlive the outage that failed the delete, and with it the key that
-            // holds the lock: keep deleting in the background until one of them is gone.
-            tokio::spawn(delete_until_done(self.session.clone(), self.key.clone()));
-        }
-        self.state.send_replace(LeaseState::Released);
-        result
-    }
-}
-
-#[async_trait]
-impl Locker for EtcdLock {
-    fn algorithm(&self) -> &str {
-        "etcd"
-    }
-    fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-        validate_id("lock id", lock_id)?;
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        // The whole wait runs on one lease: our place in the queue is a key of it.
-        let session = self.inner.session().await?;
-        let prefix = self.prefix(lock_id);
-        // A transient failure while the lease stands is one more failed step, retried within
-        // the deadline: a create whose answer was lost is swept by its own sweep, and the
-        // retry makes a new key (each create names one of its own).
-        let mut retries = Retries::new(Backoff::default(), deadline);
-        let Enqueued { pending, revision, first, queued_at } = loop {
-            match self.enqueue(&session, &prefix).await {
-                Ok(enqueued) => break enqueued,
-                Err(e) if session.over().is_some() => return Err(e),
-                Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
-            }
-        };
-        retries.answered();
-        if first {
-            return Ok(self.grant(lock_id, pending, revision).with_queued_at(queued_at));
-        }
-        let our_key = pending.key.clone();
-        let place_lost = |why: String| LockError::LeaseLost {
-            lock_id: lock_id.to_string(),
-            reason: format!(
-                "{why}; our key {our_key} (our place in the queue) went with the lease"
-            ),
-        };
-        match self.wait_turn(&session, &prefix, revision, deadline).await {
-            Waited::NoneBefore => {}
-            Waited::LeaseOver(why) => return Err(place_lost(why)),
-            Waited::TimedOut => {
-                // Our key goes before we report: a waiter behind us must not wait on it.
-                pending.delete().await?;
-                return Err(LockError::Timeout {
-                    lock_id: lock_id.to_string(),
-                    waited: start.elapsed(),
-                });
-            }
-        }
-        // Step 4: the lease may have ended, taking our key, just as the last predecessor went.
-        let read = || {
-            let (mut kv, key) = (session.client.kv_client(), pending.key.clone());
-            async move { kv.get(key, None).await }
-        };
-        let ours = loop {
-            match session.call(Rpc::Range, &pending.key, read).await {
-                Ok(answer) => break answer,
-                Err(e) if session.over().is_some() => return Err(e),
-                Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
-            }
-        };
-        if ours.kvs().is_empty() {
-            let why =
-                session.over().unwrap_or_else(|| "our key was deleted while we waited".into());
-            return Err(place_lost(why));
-        }
-        Ok(self.grant(lock_id, pending, revision).with_queued_at(queued_at))
-    }
-
-    async fn try_lock(&self, lock_id: &str) -> Result<Option<LockGuard>, LockError> {
-        validate_id("lock id", lock_id)?;
-        let session = self.inner.session().await?;
-        let prefix = self.prefix(lock_id);
-        let Enqueued { pending, revision, first, queued_at } =
-            self.enqueue(&session, &prefix).await?;
-        if first {
-            return Ok(Some(self.grant(lock_id, pending, revision).with_queued_at(queued_at)));
-        }
-        pending.delete().await?;
-        Ok(None)
     }
 }

@@ -7,7 +7,9 @@ use lock_core::requests::RequestHook;
 /// The requests this crate sends to etcd, as etcd's API names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rpc {
-    /// `KV.Txn`: step 1's create-or-get with the read of the first key.
+    /// `KV.Txn`: step 1's create-or-get with the read of the first key; a semaphore's create
+    /// with its size check; an election's proclamation, its leader read, its observer's read;
+    /// the release of a key with its owner record.
     Txn,
     /// `KV.Range`: a read of the predecessor, or of our own key.
     Range,

@@ -21,6 +21,7 @@ use etcd_client::Client;
 use lock_core::requests::RequestHook;
 use lock_core::retry::{Backoff, Retries};
 use lock_core::{BackendErrorKind, LockError};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -56,6 +57,9 @@ pub(crate) struct Session {
     state: watch::Receiver<Lease>,
     keeper: tokio::task::JoinHandle<()>,
     next_key: AtomicU64,
+    /// Per election, the slot of the session's one candidacy (its key is named after the
+    /// lease alone, as in etcd's `concurrency.Election`).
+    candidacies: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Session {
@@ -117,6 +121,7 @@ impl Session {
             state,
             keeper,
             next_key: AtomicU64::new(0),
+            candidacies: std::sync::Mutex::default(),
         })
     }
 
@@ -147,6 +152,15 @@ impl Session {
     /// must never be adopted by a later one (see the crate docs).
     pub fn new_key(&self, prefix: &str) -> String {
         format!("{prefix}{:x}-{}", self.lease, self.next_key.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The slot of this session's candidacy in `election`: whoever holds it may have the
+    /// session's candidate key there (`<prefix><lease hex>`), so candidacies of one session in
+    /// one election follow each other.
+    pub fn candidacy(&self, election: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut slots = self.candidacies.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+        slots.entry(election.to_string()).or_default().clone()
     }
 
     /// The request `request()` makes, an `rpc` on `key`: reported to the backend's hook,

@@ -5,8 +5,11 @@
 mod support;
 
 mod cluster_conformance;
+mod cluster_primitives;
 mod conformance;
+mod etcdctl_elect;
 mod mutex;
+mod primitives;
 mod requests;
 mod restart;
 mod security;
