@@ -42,11 +42,11 @@
 //! overwrites the key (our own proclamations are recognised and are not news).
 
 use crate::holder::OwnWrites;
-use crate::observe::{leader_of, observe};
+use crate::observe::{leader_of, observe, Places};
 use crate::queue::{confirm, grant, place_lost, wait_turn, Pending, Waited};
 use crate::rpc::Rpc;
 use crate::session::Session;
-use crate::{Inner, CANDIDATES, ELECTIONS};
+use crate::Inner;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lock_core::election::{check_value, Elector, Leader, Leadership, Observer, Proclaim};
@@ -70,23 +70,6 @@ impl std::fmt::Debug for EtcdElector {
             .field("owner", &self.owner)
             .field("endpoints", &self.inner.endpoints)
             .finish()
-    }
-}
-
-/// Where an election's keys are.
-pub(crate) struct Places {
-    /// The election's prefix, `<root>/elections/<id>/`.
-    pub prefix: String,
-    /// The owner records' prefix, `<root>/candidates/<id>/`.
-    pub owners: String,
-}
-
-impl Places {
-    pub fn of(inner: &Inner, election: &str) -> Places {
-        Places {
-            prefix: format!("{}/", inner.kind_name(ELECTIONS, election)),
-            owners: format!("{}/", inner.kind_name(CANDIDATES, election)),
-        }
     }
 }
 

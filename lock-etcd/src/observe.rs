@@ -16,10 +16,9 @@
 //! reports the leader it finds, so changes inside the compacted history are not seen. The task
 //! ends when the observer is dropped.
 
-use crate::election::Places;
 use crate::rpc::Rpc;
 use crate::session::{Session, RETRY_PAUSE};
-use crate::Inner;
+use crate::{Inner, CANDIDATES, ELECTIONS};
 use etcd_client::{
     EventType, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
@@ -28,6 +27,23 @@ use lock_core::LockError;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+
+/// Where an election's keys are.
+pub(crate) struct Places {
+    /// The election's prefix, `<root>/elections/<id>/`.
+    pub prefix: String,
+    /// The owner records' prefix, `<root>/candidates/<id>/`.
+    pub owners: String,
+}
+
+impl Places {
+    pub fn of(inner: &Inner, election: &str) -> Places {
+        Places {
+            prefix: format!("{}/", inner.kind_name(ELECTIONS, election)),
+            owners: format!("{}/", inner.kind_name(CANDIDATES, election)),
+        }
+    }
+}
 
 type Change = Result<Option<Leader>, LockError>;
 

@@ -47,8 +47,16 @@ pub(crate) enum Undo {
     Del,
     /// Token lock: delete only while the key holds `token`.
     IfToken(String),
-    /// Reader-writer lock and semaphore: remove this ask, and nothing else, from its queue.
-    Leave(crate::queue::Entry),
+    /// Reader-writer lock and semaphore: run `script` on `keys` with `args`, the script that
+    /// removes this ask, and nothing else, from its queue.
+    Script {
+        /// The script.
+        script: &'static redis::Script,
+        /// Its keys, in order.
+        keys: Vec<String>,
+        /// Its arguments, in order.
+        args: Vec<String>,
+    },
 }
 
 /// Check a lease's settings for `what` (`token-lock`, `reader-writer lock`, `semaphore`): a
@@ -239,7 +247,20 @@ impl Release for RedisRelease {
                     // 0: the key expired or is someone else's; nothing of ours is left to delete.
                     .map(|_| ())
                     .map_err(|e| self.backend.err("release script on", &self.key, e)),
-                Undo::Leave(entry) => entry.leave_on(&self.backend, &mut conn).await,
+                Undo::Script { script, keys, args } => {
+                    let mut invocation = script.prepare_invoke();
+                    for key in keys {
+                        invocation.key(key);
+                    }
+                    for arg in args {
+                        invocation.arg(arg);
+                    }
+                    invocation
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| self.backend.err("release script on", &self.key, e))
+                }
             },
         };
         self.keeper.released();

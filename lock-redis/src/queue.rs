@@ -199,12 +199,19 @@ impl Keys {
         }
     }
 
+    /// Every key, in the order the scripts take them.
+    fn list(&self) -> Vec<String> {
+        let mut keys =
+            vec![self.order.clone(), self.expiry.clone(), self.asks.clone(), self.counter.clone()];
+        keys.extend(self.size.clone());
+        keys
+    }
+
     /// `script` invoked on these keys.
     fn invocation<'a>(&self, script: &'a redis::Script) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
-        inv.key(&self.order).key(&self.expiry).key(&self.asks).key(&self.counter);
-        if let Some(size) = &self.size {
-            inv.key(size);
+        for key in self.list() {
+            inv.key(key);
         }
         inv
     }
@@ -218,6 +225,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// What a release runs: the leave script for this ask.
+    fn undo(&self) -> Undo {
+        Undo::Script { script: &LEAVE, keys: self.keys.list(), args: vec![self.id.clone()] }
+    }
+
     /// Remove this ask from its queue on `conn`, held or waiting.
     pub(crate) async fn leave_on(
         &self,
@@ -438,7 +450,7 @@ impl Asker<'_> {
             keeper,
             backend: self.backend.clone(),
             key: self.keys.order.clone(),
-            undo: Undo::Leave(entry),
+            undo: entry.undo(),
         };
         LockGuard::new(self.id, self.owner, last, lease, Box::new(release))
     }

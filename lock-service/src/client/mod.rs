@@ -31,6 +31,7 @@ mod connection;
 mod election;
 mod leader;
 mod locker;
+mod observations;
 mod observe;
 mod rwlock;
 mod semaphore;

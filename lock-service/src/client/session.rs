@@ -3,7 +3,7 @@
 
 use super::connection::Conn;
 use super::leader::find_leader;
-use super::observe::Observations;
+use super::observations::Observations;
 use super::{backend_of, lock, refusal_kind};
 use super::{PushSink, Shared};
 use crate::proto::{ErrorKind, Held, Push, Reply, Request, SessionId};
