@@ -419,25 +419,36 @@ impl LockTable {
                 self.stamp
             }
         };
-        // Who leads each election the command may change, before and after it.
-        let watched: Vec<String> = match command {
+        // Who leads each election the command may change, before and after it. A command on one
+        // lock (every grant and release) borrows its id from the command: the mutex's hot path
+        // allocates nothing for this, and a plain lock's holder leads nothing.
+        let one: Option<&str> = match command {
             Command::Acquire { lock, .. }
             | Command::Release { lock, .. }
             | Command::Proclaim { lock, .. }
-            | Command::ForceRelease { lock, .. } => vec![lock.clone()],
+            | Command::ForceRelease { lock, .. } => Some(lock),
+            _ => None,
+        };
+        let ending: Vec<String> = match command {
             Command::Close { session, .. } | Command::Expire { session } => self
                 .sessions
                 .get(session)
                 .map(|s| s.locks.iter().cloned().collect())
                 .unwrap_or_default(),
-            Command::Open { .. } | Command::Batch(_) => Vec::new(),
+            _ => Vec::new(),
         };
-        let before: Vec<Option<LeaderInfo>> = watched.iter().map(|l| self.leader_of(l)).collect();
+        let one_before = one.map(|l| self.leader_of(l));
+        let ending_before: Vec<Option<LeaderInfo>> =
+            ending.iter().map(|l| self.leader_of(l)).collect();
         let outcome = self.apply_one(index, command, events);
-        for (lock, before) in watched.into_iter().zip(before) {
-            let leader = self.leader_of(&lock);
+        let watched = one
+            .into_iter()
+            .zip(one_before)
+            .chain(ending.iter().map(String::as_str).zip(ending_before));
+        for (lock, before) in watched {
+            let leader = self.leader_of(lock);
             if leader != before {
-                events.push(Event::Leader { lock, leader });
+                events.push(Event::Leader { lock: lock.to_string(), leader });
             }
         }
         outcome
