@@ -128,6 +128,12 @@ impl Leadership {
     pub fn abandon(self) {
         self.guard.abandon()
     }
+    /// The guard that holds the leadership: releasing it resigns (without the check
+    /// [`Leadership::resign`] makes that leadership was not lost first). For code that
+    /// handles every kind of hold alike (the harness's contenders).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
 
     fn not_leader(&self) -> LockError {
         UsageError::NotLeader { election: self.election().to_string(), term: self.term() }.into()

@@ -82,6 +82,11 @@ impl Permits {
     pub fn abandon(self) {
         self.guard.abandon()
     }
+    /// The guard that holds the permits: releasing it releases them all. For code that
+    /// handles every kind of hold alike (the harness's contenders).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
     /// Release every permit and wait until their traces are gone.
     pub async fn release(self) -> Result<(), LockError> {
         self.guard.release().await

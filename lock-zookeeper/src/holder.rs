@@ -1,5 +1,6 @@
 //! What a holder is told: a task per guard that follows the session's state and the holder's
-//! own znodes, and the release.
+//! own znodes (recognising the rewrites a leader makes of its own, [`OwnWrites`]), and the
+//! release.
 
 use crate::op::{Op, ZNODES};
 use crate::session::Session;
@@ -10,6 +11,7 @@ use lock_core::lock::{LeaseLost, LeaseState, Release};
 use lock_core::{LockError, LockGuard};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::sync::watch;
@@ -21,12 +23,27 @@ impl Contender {
     /// ([`watch_own_node`]), publishes `Lost` at the first sign of either, and deletes every
     /// one of them when released.
     pub(crate) fn grant(&self, lock_id: &str, nodes: Vec<Pending>, token: u64) -> LockGuard {
+        self.grant_with(lock_id, nodes, token, None)
+    }
+
+    /// [`Contender::grant`] for a holder that rewrites its own znode (a leader's
+    /// proclamation): the rewrites `own` records are not taken for a stranger's, and a stranger's
+    /// that `own` was told of ([`OwnWrites::trip`]) makes the guard `Lost`.
+    pub(crate) fn grant_with(
+        &self,
+        lock_id: &str,
+        nodes: Vec<Pending>,
+        token: u64,
+        own: Option<Arc<OwnWrites>>,
+    ) -> LockGuard {
         let session = nodes.first().expect("a grant holds a znode").session.clone();
         let (tx, rx) = watch::channel(LeaseState::Held);
         let tx = Arc::new(tx);
         let states = session.client.state_watcher();
         let own: OwnNode = if session.watch_holder {
-            any_of(nodes.iter().map(|node| watch_own_node(&session, &node.path)).collect())
+            let watches =
+                nodes.iter().map(|node| watch_own_node(&session, &node.path, own.clone()));
+            any_of(watches.collect())
         } else {
             Box::pin(std::future::pending())
         };
@@ -94,6 +111,59 @@ async fn follow(
 /// What ends a holder's znode while it holds, as the reason its guard is told.
 type OwnNode = Pin<Box<dyn Future<Output = String> + Send>>;
 
+/// The rewrites a holder makes of its own znode (a leader's proclamations), so that the
+/// holder's watch, which fires on every change of the znode's data, tells them from a
+/// stranger's.
+///
+/// Each write of ours is guarded by the znode's data version, so it moves the version by one
+/// and only from the version we last saw: a version up to the last one our writes may have
+/// made is ours. A write is counted before it is sent, since ZooKeeper notifies the watch
+/// before it answers the write. The one case this cannot tell apart, a stranger's write that
+/// took the version ours was to make (ours is then refused with `BadVersion`), is told by the
+/// writer afterwards ([`OwnWrites::trip`]).
+pub(crate) struct OwnWrites {
+    /// The highest data version our writes may have made.
+    version: AtomicI32,
+    /// Why the znode is no longer ours alone, once a write of ours found out.
+    tripped: watch::Sender<Option<String>>,
+}
+
+impl OwnWrites {
+    /// For a znode created at data version `version`.
+    pub(crate) fn new(version: i32) -> OwnWrites {
+        OwnWrites { version: AtomicI32::new(version), tripped: watch::channel(None).0 }
+    }
+
+    /// A write of ours is about to make data version `version`.
+    pub(crate) fn expect(&self, version: i32) {
+        self.version.fetch_max(version, Ordering::SeqCst);
+    }
+
+    fn is_ours(&self, version: i32) -> bool {
+        version <= self.version.load(Ordering::SeqCst)
+    }
+
+    /// A write of ours found that another client rewrote the znode: the guard is told `Lost`
+    /// with `reason`, even if its watch took that rewrite for ours.
+    pub(crate) fn trip(&self, reason: String) {
+        self.tripped.send_replace(Some(reason));
+    }
+
+    /// Resolves with the reason once [`OwnWrites::trip`] is called.
+    async fn tripped(&self) -> String {
+        let mut rx = self.tripped.subscribe();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            // The sender lives in `self`: it cannot close while this borrow lasts.
+            Err(_) => None,
+        };
+        match reason {
+            Some(reason) => reason,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Set a watch on the holder's own znode (`exists` with a watch), and return what it reports:
 /// a future that ends with a reason when the znode is deleted or rewritten by anyone but this
 /// guard's release (which stops the guard's monitor before it deletes), and never otherwise.
@@ -105,33 +175,66 @@ type OwnNode = Pin<Box<dyn Future<Output = String> + Send>>;
 /// connection broke) is left to the state too, since a disconnection already makes the guard
 /// `Lost`.
 ///
+/// With `writes`, a change of the data that one of the holder's own writes made is no news:
+/// the watch is set again (one more `exists`) and kept.
+///
 /// The request leaves before the guard is returned (the future is polled once here), so the
 /// grant waits for no extra round trip and every grant sends exactly one `exists`, counted as
 /// `Op::Guard`.
-fn watch_own_node(session: &Arc<Session>, path: &str) -> OwnNode {
+fn watch_own_node(session: &Arc<Session>, path: &str, writes: Option<Arc<OwnWrites>>) -> OwnNode {
     session.requests.sent(ZNODES, Op::Guard.request());
     let (session, path) = (session.clone(), path.to_string());
+    let deleted = |path: &str| {
+        format!(
+            "its znode {path} was deleted by another client while held (not by this guard's \
+             release): the next waiter may hold the lock now"
+        )
+    };
+    let rewritten = |path: &str| {
+        format!(
+            "its znode {path} was rewritten by another client while held: the lock can no \
+             longer be trusted to be this holder's alone"
+        )
+    };
     let mut own: OwnNode = Box::pin(async move {
-        let watcher = match session.client.check_and_watch_stat(&path).await {
-            Ok((Some(_), watcher)) => watcher,
-            Ok((None, _)) => {
-                return format!(
-                    "its znode {path} was gone when the holder set its watch: another client \
-                     deleted it, and the next waiter may hold the lock now"
-                )
+        let watching = async {
+            let mut watcher = match session.client.check_and_watch_stat(&path).await {
+                Ok((Some(_), watcher)) => watcher,
+                Ok((None, _)) => {
+                    return format!(
+                        "its znode {path} was gone when the holder set its watch: another \
+                         client deleted it, and the next waiter may hold the lock now"
+                    )
+                }
+                Err(_) => return std::future::pending().await,
+            };
+            loop {
+                match watcher.changed().await.event_type {
+                    zk::EventType::NodeDeleted => return deleted(&path),
+                    zk::EventType::NodeDataChanged => {}
+                    _ => return std::future::pending().await,
+                }
+                let Some(writes) = &writes else { return rewritten(&path) };
+                // A rewrite of ours (a proclamation) if the version is one ours made; the watch
+                // is set again in the same request, so no later change goes unseen.
+                session.requests.sent(ZNODES, Op::Guard.request());
+                watcher = match session.client.check_and_watch_stat(&path).await {
+                    Ok((Some(stat), watcher)) if writes.is_ours(stat.version) => watcher,
+                    Ok((Some(_), _)) => return rewritten(&path),
+                    Ok((None, _)) => return deleted(&path),
+                    Err(_) => return std::future::pending().await,
+                };
             }
-            Err(_) => return std::future::pending().await,
         };
-        match watcher.changed().await.event_type {
-            zk::EventType::NodeDeleted => format!(
-                "its znode {path} was deleted by another client while held (not by this guard's \
-                 release): the next waiter may hold the lock now"
-            ),
-            zk::EventType::NodeDataChanged => format!(
-                "its znode {path} was rewritten by another client while held: the lock can no \
-                 longer be trusted to be this holder's alone"
-            ),
-            _ => std::future::pending().await,
+        match &writes {
+            None => watching.await,
+            Some(w) => {
+                let w = w.clone();
+                tokio::select! {
+                    reason = watching => reason,
+                    reason = w.tripped() => reason,
+                }
+            }
         }
     });
     // The first poll sends the request (the client queues it synchronously) and parks on its

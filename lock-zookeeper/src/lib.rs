@@ -3,7 +3,8 @@
 //! The ZooKeeper lock recipe of seed 004 against a real ZooKeeper server, through
 //! the `zookeeper-client` crate, and on the same queue of znodes a reader-writer lock
 //! ([`ZkRwLocker`]) and a counting semaphore ([`ZkSemaphore`]) that share their paths with
-//! Curator's and kazoo's recipes (below, "The reader-writer lock and the semaphore").
+//! Curator's and kazoo's recipes (below, "The reader-writer lock and the semaphore"), and
+//! leader election ([`ZkElector`]) on kazoo's `Election` layout (below, "Leader election").
 //!
 //! ## The protocol, step by step
 //!
@@ -91,6 +92,21 @@
 //! `ReadLock` before 2.9.0 waits for writers queued after it as well as before, so it can
 //! deadlock with a later writer of any client once it has to wait (`tests/kazoo_rwlock.rs`
 //! gives it later kazoo's rule).
+//!
+//! ## Leader election
+//! [`ZkElector`] ([`ZkBackend::elector`], `lock_core::election::Elector`) runs on the mutex's
+//! queue too: a campaign is a lock on the election's directory (`<root>/<election>`) held for
+//! as long as the candidate leads, with its guard, its holder's watch and its fencing token
+//! (the znode's `czxid`: the term). What it adds is the layout of kazoo's `Election`, a kazoo
+//! `Lock` whose znodes hold the candidate's identifier: ours are named
+//! `_c_<uuid>-<owner>__lock__<seq>` (the owner id escaped; kazoo sees only names ending in
+//! `__lock__` and the sequence) and hold the candidate's value alone, so kazoo's
+//! `contenders()` lists our values beside its identifiers and both clients elect one leader
+//! at a time in sequence order (`tests/kazoo_election.rs`). A proclamation rewrites the
+//! leader's znode, guarded by its data version; observers watch the leader's znode (and the
+//! directory while nobody leads), so an observer can miss a leader that led for less than a
+//! round trip. Curator's `LeaderLatch` cannot share a path with it; [`ZkElector`]'s docs say
+//! why, and give the protocol.
 //!
 //! ## What a holder is told
 //! The seed warns that after losing its connection for longer than the session timeout a
@@ -303,6 +319,8 @@
 //! - A semaphore's leases are created only by the holder of its admission lock, after counting
 //!   every child of the semaphore's node: they never number more than N, whichever client
 //!   holds them.
+//! - An election's leader is its lowest live sequential child, whichever client made it; a
+//!   leader's proclamation lands only on its own znode, unrewritten since its last one.
 //!
 //! ## Conformance verdict
 //! The whole shared suite (`lock_core::conformance_suite!`) passes against a real ZooKeeper
@@ -313,7 +331,10 @@
 //! (`lock_core::rwlock_conformance_suite!`, `lock_core::semaphore_conformance_suite!`), on one
 //! server and on the ensemble (`tests/rwlock_semaphore_conformance.rs`,
 //! `tests/ensemble_rwlock_semaphore_conformance.rs`), and each interoperates with kazoo's
-//! recipe on one path (`tests/kazoo_rwlock.rs`, `tests/kazoo_semaphore.rs`).
+//! recipe on one path (`tests/kazoo_rwlock.rs`, `tests/kazoo_semaphore.rs`). The election's
+//! suite (`lock_core::election_conformance_suite!`) passes on one server and on the ensemble
+//! (`tests/election_conformance.rs`, `tests/ensemble_election_conformance.rs`), and kazoo's
+//! `Election` and ours elect one leader at a time on one path (`tests/kazoo_election.rs`).
 //!
 //! ## Example
 //! ```no_run
@@ -337,10 +358,12 @@
 
 mod acl;
 mod config;
+mod election;
 mod error;
 mod holder;
 mod mutex;
 mod naming;
+mod observe;
 mod op;
 mod queue;
 mod rwlock;
@@ -351,6 +374,7 @@ mod znode;
 
 pub use acl::NodeAcl;
 pub use config::ZkConfig;
+pub use election::ZkElector;
 pub use mutex::ZkLock;
 pub use naming::{Guids, NodeNaming, ZkLockOptions};
 pub use rwlock::ZkRwLocker;
@@ -520,6 +544,21 @@ impl ZkBackend {
         Ok(ZkSemaphore { c: self.contender(owner, options)? })
     }
 
+    /// A leader-election candidate (and observer) for `owner` on this backend's sessions
+    /// ([`ZkElector`]), its znodes' GUIDs from a generator seeded from the operating system's
+    /// randomness.
+    pub fn elector(&self, owner: &str) -> Result<ZkElector, LockError> {
+        self.elector_with(owner, Guids::from_os()?)
+    }
+
+    /// A leader-election candidate for `owner` on this backend's sessions, its znodes' GUIDs
+    /// from `guids`. Its znodes are always in the protected form: the owner id rides in the
+    /// name between the GUID and kazoo's `__lock__`, and the GUID's fixed length is what tells
+    /// where it starts ([`ZkElector`], "Layout").
+    pub fn elector_with(&self, owner: &str, guids: Guids) -> Result<ZkElector, LockError> {
+        Ok(ZkElector::new(self.contender(owner, ZkLockOptions::new(guids))?))
+    }
+
     fn contender(&self, owner: &str, options: ZkLockOptions) -> Result<Contender, LockError> {
         validate_id("owner id", owner)?;
         Ok(Contender { inner: self.inner.clone(), owner: owner.to_string(), options })
@@ -556,6 +595,7 @@ impl ZkBackend {
 
 /// What every primitive of one owner shares: the backend's sessions, the owner id, and how its
 /// znodes are named.
+#[derive(Clone)]
 pub(crate) struct Contender {
     inner: Arc<Inner>,
     owner: String,

@@ -53,9 +53,10 @@ impl Locker for ZkLock {
         // The whole wait runs on one session: our place in the queue is a znode of it.
         let session = self.c.session().await?;
         let dir = self.c.dir(lock_id);
+        let owner = self.c.owner.as_bytes();
         let turn = self
             .c
-            .wait_turn(&session, lock_id, &dir, NODE_NAME, exclusive, start, deadline)
+            .wait_turn(&session, lock_id, &dir, NODE_NAME, owner, exclusive, start, deadline)
             .await?;
         Ok(self.granted(lock_id, turn))
     }

@@ -29,6 +29,11 @@ pub(crate) const ADMISSION_NAME: &str = "__lock__";
 /// kazoo's `Semaphore` names it (`<path>-__lock__`).
 pub(crate) const ADMISSION_SUFFIX: &str = "-__lock__";
 
+/// The name of an election's candidate znodes: kazoo's lock name, the only one kazoo's
+/// `Election` (a `Lock` on the election's path) sees. Ours carry the owner id before it
+/// ([`candidate_name`]).
+pub(crate) const CANDIDATE_NAME: &str = "__lock__";
+
 /// The name of a semaphore's lease znodes, one per permit: Curator's lease name.
 pub(crate) const LEASE_NAME: &str = "lease-";
 
@@ -153,6 +158,62 @@ pub(crate) fn is_shared(name: &str) -> bool {
     text.ends_with(READ_NAME) || text.ends_with(KAZOO_READ_NAME)
 }
 
+/// The name our candidate znodes get before the sequence number (after the protected
+/// `_c_<uuid>-`): `owner`, escaped, then [`CANDIDATE_NAME`]. Printable ASCII stays as it is, so
+/// a listing shows who is who; `%`, `/` and every other byte are written `%XX`, since
+/// ZooKeeper refuses some characters in a path (control characters, a range of non-ASCII ones)
+/// that an owner id may contain.
+pub(crate) fn candidate_name(owner: &str) -> String {
+    let mut name = String::with_capacity(owner.len() + CANDIDATE_NAME.len());
+    for b in owner.bytes() {
+        match b {
+            b'%' | b'/' => name.push_str(&format!("%{b:02X}")),
+            b' '..=b'~' => name.push(b as char),
+            _ => name.push_str(&format!("%{b:02X}")),
+        }
+    }
+    name.push_str(CANDIDATE_NAME);
+    name
+}
+
+/// Who a candidate is, from its znode's `name` and `data`: the owner id a candidate of ours
+/// carries in its name (`_c_<uuid>-<owner>__lock__<seq>`, [`candidate_name`]), else the data as
+/// text: the identifier kazoo's `Election` stores there, or the owner id a lock's znode holds.
+pub(crate) fn candidate_owner(name: &str, data: &[u8]) -> String {
+    let ours = name
+        .strip_prefix(PROTECTED_PREFIX)
+        .and_then(|rest| rest.get(..37).zip(rest.get(37..)))
+        .filter(|(tag, _)| tag.ends_with('-') && uuid::Uuid::parse_str(&tag[..36]).is_ok())
+        .map(|(_, rest)| rest.trim_end_matches(|c: char| c.is_ascii_digit()))
+        .and_then(|rest| rest.strip_suffix(CANDIDATE_NAME))
+        .filter(|owner| !owner.is_empty());
+    match ours {
+        Some(escaped) => String::from_utf8_lossy(&unescape(escaped)).into_owned(),
+        None => String::from_utf8_lossy(data).into_owned(),
+    }
+}
+
+/// The bytes [`candidate_name`] escaped: `%XX` back to its byte; anything else as it is.
+fn unescape(escaped: &str) -> Vec<u8> {
+    let bytes = escaped.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// The last component of a znode's path.
 pub(crate) fn name_of(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -207,6 +268,28 @@ mod tests {
         for name in exclusive {
             assert!(!is_shared(name), "{name}");
         }
+    }
+
+    #[test]
+    fn a_candidates_owner_is_in_our_names_and_in_the_data_of_everyone_elses() {
+        let tag = Guids::seeded(7).protected_tag();
+        for owner in ["worker-1", "a b%c", "ünïcödé 中文", "__lock__0000000001", "_c_x"] {
+            let name = format!("{tag}{}0000000042", candidate_name(owner));
+            assert!(name.is_ascii(), "{name}");
+            assert_eq!(sequence_of(&name), Some(42), "{name}");
+            assert!(name.ends_with("__lock__0000000042"), "kazoo must see it: {name}");
+            assert_eq!(candidate_owner(&name, b"the value"), owner, "{name}");
+        }
+        // kazoo's Election: its identifier is the data.
+        let kazoo = "8e4f0c2d9b7a4e1f8c3d2b1a0f9e8d7c__lock__0000000012";
+        assert_eq!(candidate_owner(kazoo, b"kazoo-1"), "kazoo-1");
+        // Our mutex's znode and the protected admission lock's (no owner in the name): the data.
+        let mutex = format!("{tag}{NODE_NAME}0000000003");
+        assert_eq!(candidate_owner(&mutex, b"locker"), "locker");
+        let admission = format!("{tag}{ADMISSION_NAME}0000000004");
+        assert_eq!(candidate_owner(&admission, b"sem"), "sem");
+        // Not a UUID where ours has one.
+        assert_eq!(candidate_owner("_c_not-a-uuid-owner__lock__0000000005", b"d"), "d");
     }
 
     #[test]

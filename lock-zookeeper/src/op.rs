@@ -13,13 +13,19 @@ pub(crate) enum Op {
     Delete,
     /// `getChildren` of a lock directory.
     List,
-    /// `getChildren` of a semaphore's leases, setting a watch on them.
+    /// `getChildren` setting a watch: of a semaphore's leases, or of an election without a
+    /// leader.
     WatchChildren,
     /// `getData` of a znode (its stat: whose session made it).
     Read,
     /// `exists` of a znode, without a watch.
     Stat,
-    /// `exists` of the predecessor, setting a watch on it.
+    /// `setData` of a leader's own znode: its proclamation.
+    Proclaim,
+    /// `getData` of an election's leader's znode, setting a watch on it: how an observer
+    /// learns of the leader's proclamations and of its end.
+    WatchData,
+    /// `exists` setting a watch: of the predecessor, or of an election's missing directory.
     Watch,
     /// `exists` of the holder's own znode, setting a watch on it: how a holder learns that
     /// someone else deleted or rewrote it.
@@ -33,7 +39,8 @@ impl Op {
             Op::Create | Op::Mkdir => "create",
             Op::Delete => "delete",
             Op::List | Op::WatchChildren => "getChildren",
-            Op::Read => "getData",
+            Op::Read | Op::WatchData => "getData",
+            Op::Proclaim => "setData",
             Op::Stat | Op::Watch | Op::Guard => "exists",
         }
     }
@@ -48,6 +55,8 @@ impl Op {
             Op::WatchChildren => "watch children",
             Op::Read => "read",
             Op::Stat => "stat",
+            Op::Proclaim => "proclaim",
+            Op::WatchData => "watch data",
             Op::Watch => "watch",
             Op::Guard => "watch own znode",
         }

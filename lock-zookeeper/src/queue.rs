@@ -79,7 +79,8 @@ impl Contender {
         Ok(queue)
     }
 
-    /// Queue a znode named `name` in `dir` and wait until `rule` says its turn has come, or
+    /// Queue a znode named `name` holding `data` in `dir` and wait until `rule` says its turn
+    /// has come, or
     /// until `deadline` ([`LockError::Timeout`] for `lock_id`, reporting the wait since
     /// `start`, once our znode is deleted). The whole wait runs on `session`: our place in the
     /// queue is a znode of it.
@@ -90,6 +91,7 @@ impl Contender {
         lock_id: &str,
         dir: &str,
         name: &str,
+        data: &[u8],
         rule: Rule,
         start: Instant,
         deadline: Option<Instant>,
@@ -107,7 +109,7 @@ impl Contender {
         let mut retries = Retries::new(Backoff::default(), deadline);
         let plain = matches!(self.options.naming, NodeNaming::Plain);
         let (pending, stat) = loop {
-            match self.create_node(session, dir, name).await {
+            match self.create_node(session, dir, name, data).await {
                 Ok(created) => break created,
                 Err(e) if session.is_over() || plain => return Err(e),
                 Err(e) => tokio::time::sleep(retries.failed(e, Instant::now())?).await,
@@ -196,7 +198,7 @@ impl Contender {
         if rule(&self.queue(session, dir).await?).is_some() {
             return Ok(None);
         }
-        let (pending, stat) = self.create_node(session, dir, name).await?;
+        let (pending, stat) = self.create_node(session, dir, name, self.owner.as_bytes()).await?;
         let queued_at = Instant::now();
         let queue = self.queue(session, dir).await?;
         let ours = name_of(&pending.path);

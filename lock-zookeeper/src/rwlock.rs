@@ -140,7 +140,9 @@ impl RwLocker for ZkRwLocker {
         let session = self.c.session().await?;
         let dir = self.c.dir(lock_id);
         let (name, rule) = kind(access);
-        let turn = self.c.wait_turn(&session, lock_id, &dir, name, rule, start, deadline).await?;
+        let owner = self.c.owner.as_bytes();
+        let turn =
+            self.c.wait_turn(&session, lock_id, &dir, name, owner, rule, start, deadline).await?;
         Ok(self.granted(lock_id, access, turn))
     }
 

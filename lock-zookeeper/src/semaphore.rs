@@ -286,7 +286,8 @@ impl ZkSemaphore {
         let mut leases = Vec::with_capacity(ask.count as usize);
         let mut tokens = Vec::with_capacity(ask.count as usize);
         for _ in 0..ask.count {
-            let (lease, stat) = self.c.create_node(session, dir, LEASE_NAME).await?;
+            let (lease, stat) =
+                self.c.create_node(session, dir, LEASE_NAME, self.c.owner.as_bytes()).await?;
             leases.push(lease);
             tokens.push(stat.czxid as u64);
         }
@@ -328,6 +329,7 @@ impl Semaphore for ZkSemaphore {
                 semaphore_id,
                 &admission,
                 ADMISSION_NAME,
+                self.c.owner.as_bytes(),
                 exclusive,
                 start,
                 deadline,

@@ -157,21 +157,23 @@ impl Contender {
     }
 
     /// Step 2 (and 1 when the directory is missing): our ephemeral sequential znode named
-    /// `name` before its sequence number (in the locker's [`NodeNaming`]), and its stat (the
-    /// fencing token is its `czxid`).
+    /// `name` before its sequence number (in the locker's [`NodeNaming`]) holding `data` (the
+    /// owner id for a lock; a candidate's value for an election), and its stat (the fencing
+    /// token is its `czxid`).
     pub(crate) async fn create_node(
         &self,
         session: &Arc<Session>,
         dir: &str,
         name: &str,
+        data: &[u8],
     ) -> Result<(Pending, zk::Stat), LockError> {
         let NodeNaming::Protected = self.options.naming else {
-            return self.create_plain(session, dir, name).await;
+            return self.create_plain(session, dir, name, data).await;
         };
         // A GUID per request, not per locker: two requests of one locker on one lock (from two
         // tasks) must not take each other's znode for their own.
         let tag = self.options.guids.protected_tag();
-        let (result, lost) = self.create_protected(session, dir, &tag, name).await;
+        let (result, lost) = self.create_protected(session, dir, &tag, name, data).await;
         if lost > 0 {
             // The search sees every create that reached the server before the connection
             // broke, as Curator's does; on an ensemble a create that reached only the old
@@ -193,11 +195,12 @@ impl Contender {
         session: &Arc<Session>,
         dir: &str,
         name: &str,
+        data: &[u8],
     ) -> Result<(Pending, zk::Stat), LockError> {
         let prefix = format!("{dir}/{name}");
         let sweep =
             |settle| tokio::spawn(sweep_orphans(session.clone(), dir.into(), settle, name.into()));
-        match self.create_in(session, dir, &prefix).await {
+        match self.create_in(session, dir, &prefix, data).await {
             Ok(Ok((stat, seq))) => Ok((self.adopt(session, format!("{prefix}{seq}")), stat)),
             Ok(Err(e)) => {
                 if matches!(e, zk::Error::ConnectionLoss) {
@@ -224,11 +227,12 @@ impl Contender {
         dir: &str,
         tag: &str,
         name: &str,
+        data: &[u8],
     ) -> (Result<(Pending, zk::Stat), LockError>, u32) {
         let prefix = format!("{dir}/{tag}{name}");
         let mut lost = 0;
         loop {
-            match self.create_in(session, dir, &prefix).await {
+            match self.create_in(session, dir, &prefix, data).await {
                 Ok(Ok((stat, seq))) => {
                     return (Ok((self.adopt(session, format!("{prefix}{seq}")), stat)), lost)
                 }
@@ -253,7 +257,7 @@ impl Contender {
         }
     }
 
-    /// One ephemeral sequential create of `prefix` (data: the owner id), making the lock's
+    /// One ephemeral sequential create of `prefix` holding `data`, making the lock's
     /// directory first if it is missing (step 1): directories are made on first use only, so
     /// that a lock costs nothing until it is used.
     async fn create_in(
@@ -261,10 +265,11 @@ impl Contender {
         session: &Session,
         dir: &str,
         prefix: &str,
+        data: &[u8],
     ) -> Result<Result<(zk::Stat, zk::CreateSequence), zk::Error>, LockError> {
         let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(session.acl.acls());
         let create = || {
-            let request = session.client.create(prefix, self.owner.as_bytes(), &ephemeral);
+            let request = session.client.create(prefix, data, &ephemeral);
             session.op(Op::Create, prefix, request)
         };
         match create().await? {

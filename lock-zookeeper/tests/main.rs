@@ -5,9 +5,12 @@
 mod support;
 
 mod conformance;
+mod election_conformance;
 mod ensemble_conformance;
+mod ensemble_election_conformance;
 mod ensemble_rwlock_semaphore_conformance;
 mod kazoo;
+mod kazoo_election;
 mod kazoo_rwlock;
 mod kazoo_semaphore;
 mod lost_create;

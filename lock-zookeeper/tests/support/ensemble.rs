@@ -17,6 +17,7 @@
 
 use async_trait::async_trait;
 use lock_core::conformance::{Contenders, Fixture, Mode};
+use lock_core::election::Elector;
 use lock_core::{Locker, RwLocker, Semaphore};
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use std::sync::{Arc, OnceLock};
@@ -189,6 +190,17 @@ impl Contenders<dyn RwLocker> for EnsembleFixture {
 impl Contenders<dyn Semaphore> for EnsembleFixture {
     async fn contender(&self, name: &str) -> Arc<dyn Semaphore> {
         Arc::new(self.backend(name).await.semaphore(name).expect("semaphore"))
+    }
+    async fn cut_off(&self, name: &str) {
+        self.proxies.cut(name);
+    }
+    ensemble_contenders!();
+}
+
+#[async_trait]
+impl Contenders<dyn Elector> for EnsembleFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn Elector> {
+        Arc::new(self.backend(name).await.elector(name).expect("elector"))
     }
     async fn cut_off(&self, name: &str) {
         self.proxies.cut(name);

@@ -9,6 +9,7 @@ pub mod kazoo;
 
 use async_trait::async_trait;
 use lock_core::conformance::{Contenders, Fixture, Mode};
+use lock_core::election::Elector;
 use lock_core::secret::Credentials;
 use lock_core::tls::TlsFiles;
 use lock_core::{Locker, RwLocker, Semaphore};
@@ -211,6 +212,17 @@ impl Contenders<dyn RwLocker> for ZkFixture {
 impl Contenders<dyn Semaphore> for ZkFixture {
     async fn contender(&self, name: &str) -> Arc<dyn Semaphore> {
         Arc::new(self.backend(name).await.semaphore(name).expect("semaphore"))
+    }
+    async fn cut_off(&self, name: &str) {
+        self.cut(name);
+    }
+    zk_contenders!();
+}
+
+#[async_trait]
+impl Contenders<dyn Elector> for ZkFixture {
+    async fn contender(&self, name: &str) -> Arc<dyn Elector> {
+        Arc::new(self.backend(name).await.elector(name).expect("elector"))
     }
     async fn cut_off(&self, name: &str) {
         self.cut(name);
