@@ -49,7 +49,8 @@ fn uncontended(c: &mut Criterion) {
                 skew_us: 0,
                 session: None,
             };
-            let locker = engine.contender(algorithm, spec).await.expect("locker");
+            let asking = engine.contender(algorithm, spec).await.expect("locker");
+            let locker = asking.mutex().cloned().expect("the default primitive is the mutex");
             (engine, locker)
         });
         group.bench_function(algorithm.name, |b| {

@@ -9,6 +9,7 @@ use crate::dist::{parse_duration, parse_positive_duration, Dist};
 use crate::engines::{self, BackoffPreset, EngineArgs, EngineRef, TimeSourceKind};
 use crate::faults::FaultPlan;
 use crate::keys::KeyDist;
+use crate::primitive::Primitive;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use lock_core::store::Consistency;
@@ -99,6 +100,12 @@ pub struct ScenarioArgs {
     /// replica-stop:5s@15s,replica-lag:5s@15s/lag=1s/drop=0.1 (see "Faults" below).
     #[arg(long, value_name = "FAULTS", default_value = "none")]
     pub faults: FaultPlan,
+    /// What the contenders ask for: mutex; rw:P, a reader-writer lock where each ask reads
+    /// with probability P% (rw:90); semaphore:N[/K], K (default 1) of N permits per ask;
+    /// election, each ask a campaign and each hold a leadership. The algorithms that have
+    /// one are run (`list` shows them); every grant is checked against the primitive's rule.
+    #[arg(long, value_name = "PRIMITIVE", default_value = "mutex")]
+    pub primitive: Primitive,
     /// Every engine's own options (address, latency model, ...).
     #[command(flatten)]
     pub engines: EngineArgs,
@@ -203,6 +210,7 @@ impl ScenarioArgs {
         cfg.backoff = self.backoff;
         cfg.seed = self.seed;
         cfg.faults = self.faults.clone();
+        cfg.primitive = self.primitive;
         Ok(())
     }
 }
@@ -222,7 +230,9 @@ impl RunArgs {
             ClockMode::Simulated => RunConfig::DEFAULT_SIMULATED_DURATION,
             ClockMode::Wall => RunConfig::DEFAULT_WALL_DURATION,
         });
+        let named = !cfg.algorithms.is_empty();
         let algorithms = engines::resolve(&cfg.algorithms, cfg.backend)?;
+        let algorithms = engines::offering(algorithms, cfg.primitive, cfg.backend, named)?;
         cfg.algorithms = algorithms.iter().map(|a| a.name.to_string()).collect();
         cfg.validate()?;
         Ok(cfg)

@@ -9,6 +9,7 @@ use crate::check::CheckArgs;
 use crate::engines;
 use crate::experiments::compare::EnginesArgs;
 use crate::experiments::longrun::LongrunArgs;
+use crate::experiments::primitives::PrimitivesArgs;
 use crate::experiments::safety::SafetyArgs;
 use crate::experiments::scale::ScaleArgs;
 use crate::experiments::soak::SoakArgs;
@@ -67,8 +68,9 @@ lost while holding; the first error of each algorithm that had one is printed un
 Faults (--faults KIND:DURATION@PERIOD,...): each entry starts a fault every PERIOD (the first
 at a seeded offset) that lasts DURATION; every fault is logged in faults.csv. Kinds: pause (a
 holder, when there is one, freezes: its requests, lease renewals and critical section; it then
-carries on without re-checking), crash (a contender dies where it is, leaving its cells behind,
-and comes back DURATION later under a new owner id), clock-jump (a contender's clock steps by
+carries on without re-checking), crash[/who=holder] (a contender, or with who=holder one that
+holds, such as an election's leader, dies where it is, leaving its cells behind, and comes back
+DURATION later under a new owner id), clock-jump (a contender's clock steps by
 ±DURATION, then back), partition (a holder is cut off from the store: its connections
 closed), silent-partition (a holder's connections stay open and carry nothing until healed,
 while it works on), replica-stop and
@@ -87,6 +89,19 @@ overlapping holds, stale writes accepted and rejected, and leases lost.
   bench-harness --threads 16 --duration 120s --consistency ONE \\
       --faults replica-stop:5s@15s,replica-lag:5s@15s --check
   bench-harness --ttl 2s --faults pause:5s@20s --check
+
+Primitives (--primitive): the mutex by default; rw:P (a reader-writer lock, P% of the asks
+read; rw:P/readers-first where an engine lets readers pass a waiting writer), semaphore:N[/K]
+(K of N permits per ask) or election (each ask a campaign, each hold a leadership, the release
+a resignation). The algorithms that have one run it (`list` shows them): the queue on the
+embedded store (rw, semaphore), redis-token (rw, readers first, semaphore), zookeeper, etcd
+and service (all three). grants.csv gains a share column (x, r, w, HELD/OF) and every grant is
+checked against the primitive's rule: a writer overlapped by anyone, more permits than N, two
+leaders at once are overlaps. The console adds a table of readers or permits held at once, read
+and write latency apart, and the failover from a leader's crash to the next grant.
+  bench-harness --primitive rw:90 --threads 16 --check
+  bench-harness --backend service --spawn-service=3 --primitive election \
+      --faults crash:1s@6s/who=holder --ttl 2s --check
 
 Exit status: 0 success, 1 the run failed (e.g. the output directory cannot be written, a
 server cannot be reached), 2 usage error, 3 --check (or check) found an overlap or an accepted
@@ -186,6 +201,12 @@ pub enum Command {
     /// p99 latency, requests per grant, the servers' CPU per 1,000 grants and peak RSS, the
     /// harness's CPU per grant; into results/scale/.
     Scale(ScaleArgs),
+    /// The reader-writer locks (90% and 50% reads, queue order and readers first), semaphores
+    /// of 4 and elections of every engine that has them, fair weather, with the leader crashed
+    /// and under the clusters' leader kills: readers and permits held at once against the
+    /// limit, reads and writes apart, the longest writer wait, failover to the next leader,
+    /// every grant checked against the primitive's rule; into results/primitives/.
+    Primitives(PrimitivesArgs),
     /// Soak the Cassandra-model locks: at least a million grants each on the embedded store at
     /// QUORUM under crashes, partitions, clock jumps and replica faults, every grant checked
     /// by the checker; exits 3 if any run was unsafe. Into out/soak/ (a table in README.md).

@@ -11,6 +11,7 @@ use crate::engines::{
 };
 use crate::faults::FaultPlan;
 use crate::keys::{KeyDist, Keys};
+use crate::primitive::Primitive;
 use lock_core::store::Consistency;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -88,6 +89,10 @@ pub struct RunConfig {
     /// files): a client of its own per contender.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<usize>,
+    /// What the contenders ask for (`--primitive`): the mutex (the default, left out of
+    /// result files), a reader-writer lock, a semaphore or an election.
+    #[serde(default, skip_serializing_if = "Primitive::is_mutex_ref")]
+    pub primitive: Primitive,
     /// Faults injected during the run (`--faults`); none by default.
     #[serde(default, skip_serializing_if = "FaultPlan::is_empty")]
     pub faults: FaultPlan,
@@ -151,6 +156,7 @@ impl RunConfig {
             ttl: self.ttl,
             consistency: self.consistency,
             time_source: self.time_source,
+            primitive: self.primitive,
         }
     }
 
@@ -441,6 +447,7 @@ impl Default for RunConfig {
             processes: 1,
             sessions: None,
             key_dist: KeyDist::Fixed,
+            primitive: Primitive::Mutex,
             faults: FaultPlan::default(),
             sample_every: None,
         }

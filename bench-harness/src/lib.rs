@@ -13,6 +13,11 @@
 //! - **store load** (requests per grant and per second),
 //! - **safety** (overlapping holds and fencing-token order, both must be zero).
 //!
+//! The contenders ask for the mutex by default, or ([`primitive`], `--primitive`) for a
+//! reader-writer lock, a semaphore or an election, each grant then checked against that
+//! primitive's rule ([`measure::conflict`]) and measured for what it is chosen by
+//! ([`measure::shares`]).
+//!
 //! `cargo run -p bench-harness -- --threads 64` runs every algorithm on the embedded store in
 //! simulated time, prints the comparison and writes `out/summary.json`, `out/grants.csv` and
 //! charts; `bench-harness sweep` regenerates the thesis's benchmark charts in `results/`.
@@ -72,6 +77,7 @@ pub mod experiments;
 pub mod faults;
 pub mod keys;
 pub mod measure;
+pub mod primitive;
 pub mod report;
 pub mod run;
 
@@ -145,6 +151,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Soak(args)) => experiments::soak::run(&args),
         Some(Command::Safety(args)) => experiments::safety::run(&args),
+        Some(Command::Primitives(args)) => experiments::primitives::run(&args),
         Some(Command::Scale(args)) => experiments::scale::run(&args),
         Some(Command::List) => {
             print!("{}", engines::list());
@@ -164,6 +171,9 @@ pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
     if !args.quiet {
         print!("{}", table::notes(&summary, view));
     }
+    if let Some(shares) = report::shares::table(&summary) {
+        print!("{shares}");
+    }
     if args.check {
         println!("\ncheck {}:", args.out.display());
         check::check_and_report(&args.out, cfg.ttl, 10)?;
@@ -175,7 +185,7 @@ pub fn run_command(args: &RunArgs) -> anyhow::Result<()> {
 /// `grants.csv` and the charts are (re)written. Returns the summary.
 pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow::Result<Summary> {
     files::prepare_dir(out)?;
-    let csv = files::RunLogs::create(out)?;
+    let csv = files::RunLogs::create(out, cfg.primitive)?;
     let mut summary = Summary::new(cfg);
     let mut logs = Vec::new();
     let mut faults = std::collections::BTreeMap::new();

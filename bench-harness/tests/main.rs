@@ -10,6 +10,7 @@ mod faults;
 mod golden;
 mod layering;
 mod locks;
+mod primitives;
 mod scale;
 mod server_faults;
 mod store_load;

@@ -2,7 +2,9 @@
 //! the algorithms read of a run ([`AlgorithmSettings`]), and an engine's registry entry
 //! ([`Entry`]): an algorithm and how to build one contender's locker from the engine's client.
 
+use crate::primitive::{Asking, Primitive, PrimitiveKind};
 use lock_core::context::ClientContext;
+use lock_core::rwlock::WriterPolicy;
 use lock_core::store::Consistency;
 use lock_core::{LockError, Locker};
 use serde::{Deserialize, Serialize};
@@ -32,6 +34,9 @@ pub struct Algorithm {
     /// Hands out fencing tokens that increase in grant order (false: plain Redlock, whose
     /// guards carry none; its token order is not checked, and reports say n/a).
     pub fences: bool,
+    /// The primitives besides the mutex its family has (`--primitive`), built by its engines'
+    /// [`Entry::shared`].
+    pub primitives: &'static [PrimitiveKind],
 }
 
 impl Algorithm {
@@ -46,12 +51,16 @@ impl Algorithm {
             ideal_handoff: None,
             ideal_handoff_text: "",
             fences: true,
+            primitives: &[],
         }
     }
 }
 
 /// What a constructor returns: it may need to connect first, hence a future.
 pub type BuildFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn Locker>, LockError>> + Send>>;
+
+/// What a constructor of the other primitives returns.
+pub type SharedFuture = Pin<Box<dyn Future<Output = Result<Asking, LockError>> + Send>>;
 
 /// One algorithm on one engine: how to build a contender's locker from the engine's client
 /// type `C`, its context (owner id, clocks, TTL, consistency, time source, seed) and the run's
@@ -61,6 +70,70 @@ pub struct Entry<C> {
     pub algorithm: &'static Algorithm,
     /// Builds one contender's locker.
     pub build: fn(C, ClientContext, &AlgorithmSettings) -> BuildFuture,
+    /// Builds one contender's reader-writer lock, semaphore or elector of the same family
+    /// (the one `settings.primitive` names; it refuses one it does not have), when the
+    /// algorithm has any.
+    pub shared: Option<fn(C, ClientContext, &AlgorithmSettings) -> SharedFuture>,
+}
+
+impl<C> Entry<C> {
+    /// The exclusive lock `algorithm` alone.
+    pub const fn mutex(
+        algorithm: &'static Algorithm,
+        build: fn(C, ClientContext, &AlgorithmSettings) -> BuildFuture,
+    ) -> Self {
+        Entry { algorithm, build, shared: None }
+    }
+
+    /// With `shared` for the other primitives.
+    pub const fn with_shared(
+        self,
+        shared: fn(C, ClientContext, &AlgorithmSettings) -> SharedFuture,
+    ) -> Self {
+        Entry { shared: Some(shared), ..self }
+    }
+
+    /// Contender `ctx.owner`'s handle on the primitive `s.primitive` names: the locker, or
+    /// the other primitive of the family; an error naming what is missing when the algorithm
+    /// has none.
+    pub async fn asking(
+        &self,
+        client: C,
+        ctx: ClientContext,
+        s: &AlgorithmSettings,
+    ) -> Result<Asking, String> {
+        match (s.primitive, self.shared) {
+            (Primitive::Mutex, _) => {
+                (self.build)(client, ctx, s).await.map(Asking::Mutex).map_err(|e| e.to_string())
+            }
+            (_, Some(shared)) => {
+                let asking = shared(client, ctx, s).await.map_err(|e| e.to_string())?;
+                match (s.primitive, &asking) {
+                    (Primitive::Rw { readers_first: true, .. }, Asking::Rw(l))
+                        if l.writer_policy() != WriterPolicy::ReadersFirst =>
+                    {
+                        Err(format!(
+                            "the {} algorithm's reader-writer lock serves writers in queue \
+                             order; it has no readers-first policy (--primitive {})",
+                            self.algorithm.name, s.primitive
+                        ))
+                    }
+                    _ => Ok(asking),
+                }
+            }
+            (_, None) => Err(no_primitive(self.algorithm, s.primitive)),
+        }
+    }
+}
+
+/// Why `algorithm` cannot run `primitive`.
+pub fn no_primitive(algorithm: &Algorithm, primitive: Primitive) -> String {
+    format!(
+        "the {} algorithm has no {} here (--primitive {primitive}); the algorithms with one \
+         are listed by `bench-harness list`",
+        algorithm.name,
+        primitive.noun()
+    )
 }
 
 /// A client that makes one kind of lock per owner, with nothing an algorithm chooses: the
@@ -69,12 +142,19 @@ pub struct Entry<C> {
 pub trait PerOwner: Send + 'static {
     /// The lock `owner` takes through this client.
     fn locker_of(&self, owner: &str) -> Result<Arc<dyn Locker>, LockError>;
+
+    /// The reader-writer lock, semaphore or elector `owner` takes through this client, for
+    /// `primitive` (never the mutex); `None` when the client has none of that kind.
+    fn shared_of(&self, _owner: &str, _primitive: Primitive) -> Option<Result<Asking, LockError>> {
+        None
+    }
 }
 
 /// Implements [`PerOwner`] for a client type whose inherent `locker(&self, owner)` makes the
-/// owner's lock (the lock crates give their clients no trait in common for it).
+/// owner's lock (the lock crates give their clients no trait in common for it), and with
+/// `rw: …, semaphore: …, elector: …` the inherent constructors of its other primitives.
 macro_rules! per_owner_client {
-    ($client:ty) => {
+    ($client:ty $(, rw: $rw:ident, semaphore: $sem:ident, elector: $el:ident)?) => {
         impl $crate::engines::algorithm::PerOwner for $client {
             fn locker_of(
                 &self,
@@ -82,6 +162,24 @@ macro_rules! per_owner_client {
             ) -> Result<std::sync::Arc<dyn lock_core::Locker>, lock_core::LockError> {
                 Ok(std::sync::Arc::new(self.locker(owner)?))
             }
+            $(
+            fn shared_of(
+                &self,
+                owner: &str,
+                primitive: $crate::primitive::Primitive,
+            ) -> Option<Result<$crate::primitive::Asking, lock_core::LockError>> {
+                use $crate::primitive::{Asking, Primitive};
+                use std::sync::Arc;
+                Some(match primitive {
+                    Primitive::Mutex => self.locker_of(owner).map(Asking::Mutex),
+                    Primitive::Rw { .. } => self.$rw(owner).map(|l| Asking::Rw(Arc::new(l))),
+                    Primitive::Semaphore { .. } => {
+                        self.$sem(owner).map(|l| Asking::Semaphore(Arc::new(l)))
+                    }
+                    Primitive::Election => self.$el(owner).map(|l| Asking::Election(Arc::new(l))),
+                })
+            }
+            )?
         }
     };
 }
@@ -91,8 +189,24 @@ impl<C: PerOwner> Entry<C> {
     /// The entry of `algorithm`, each contender's locker made by its client for its owner id
     /// (the run's settings are the client's, given when it connected).
     pub const fn per_owner(algorithm: &'static Algorithm) -> Self {
-        Entry { algorithm, build: build_per_owner::<C> }
+        Entry { algorithm, build: build_per_owner::<C>, shared: Some(build_shared_per_owner::<C>) }
     }
+}
+
+fn build_shared_per_owner<C: PerOwner>(
+    client: C,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> SharedFuture {
+    let primitive = s.primitive;
+    Box::pin(async move {
+        client.shared_of(&ctx.owner, primitive).unwrap_or_else(|| {
+            Err(LockError::Config(format!(
+                "this engine has no {} (--primitive {primitive})",
+                primitive.noun()
+            )))
+        })
+    })
 }
 
 fn build_per_owner<C: PerOwner>(
@@ -136,6 +250,8 @@ pub struct AlgorithmSettings {
     pub consistency: Consistency,
     /// What orders the queue lock's waiters.
     pub time_source: TimeSourceKind,
+    /// What the contenders ask for (`--primitive`).
+    pub primitive: Primitive,
 }
 
 impl AlgorithmSettings {

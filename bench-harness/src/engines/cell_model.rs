@@ -7,8 +7,11 @@
 //! [`entries`]; it is then listed by both, measured by both, and compared in the engines
 //! comparison on both.
 
-use super::algorithm::{Algorithm, AlgorithmSettings, BuildFuture, Entry};
+use super::algorithm::{
+    no_primitive, Algorithm, AlgorithmSettings, BuildFuture, Entry, SharedFuture,
+};
 use super::TimeSourceKind;
+use crate::primitive::{Asking, Primitive, PrimitiveKind};
 use lock_core::context::ClientContext;
 use lock_core::store::CellStore;
 use lock_core::time::{GlobalTime, GlobalTimeService, HybridClock, LocalClock, SharedTimeSource};
@@ -49,6 +52,7 @@ pub static QUEUE: Algorithm = Algorithm {
     uses_poll_interval: true,
     ideal_handoff: Some(queue_ideal_handoff),
     ideal_handoff_text: "3 round trips + half the poll interval",
+    primitives: &[PrimitiveKind::Rw, PrimitiveKind::Semaphore],
     ..Algorithm::new("queue", "timestamp-ordered queue lock (thesis section 5, listings 5-7)")
 };
 
@@ -95,12 +99,12 @@ pub static LWT: Algorithm = Algorithm::new(
 /// The Cassandra-model algorithms on store type `S`, in the order they run.
 pub const fn entries<S: CellStore + Clone + 'static>() -> [Entry<S>; 6] {
     [
-        Entry { algorithm: &SHADOW, build: build_shadow::<S> },
-        Entry { algorithm: &QUEUE, build: build_queue::<S> },
-        Entry { algorithm: &BAKERY, build: build_bakery::<S> },
-        Entry { algorithm: &QUEUE_BOUNDED, build: build_queue_bounded::<S> },
-        Entry { algorithm: &QUEUE_PUSH, build: build_queue_push::<S> },
-        Entry { algorithm: &LWT, build: build_lwt::<S> },
+        Entry::mutex(&SHADOW, build_shadow::<S>),
+        Entry::mutex(&QUEUE, build_queue::<S>).with_shared(build_queue_shared::<S>),
+        Entry::mutex(&BAKERY, build_bakery::<S>),
+        Entry::mutex(&QUEUE_BOUNDED, build_queue_bounded::<S>),
+        Entry::mutex(&QUEUE_PUSH, build_queue_push::<S>),
+        Entry::mutex(&LWT, build_lwt::<S>),
     ]
 }
 
@@ -226,6 +230,29 @@ fn build_queue<S: CellStore + Clone + 'static>(
     ready(lock_queue::QueueLocker::new(store, ctx, queue_config(s)))
 }
 
+/// The queue lock generalised: the readers ahead of the first writer hold, or the first
+/// asks that fit in the semaphore's permits hold (`lock-queue`'s `queue-rw` and
+/// `queue-semaphore`). The queue has no election.
+fn build_queue_shared<S: CellStore + Clone + 'static>(
+    store: S,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> SharedFuture {
+    let (config, primitive) = (queue_config(s), s.primitive);
+    let asking = match primitive {
+        Primitive::Mutex => {
+            lock_queue::QueueLocker::new(store, ctx, config).map(|l| Asking::Mutex(Arc::new(l)))
+        }
+        Primitive::Rw { .. } => {
+            lock_queue::QueueRwLocker::new(store, ctx, config).map(|l| Asking::Rw(Arc::new(l)))
+        }
+        Primitive::Semaphore { .. } => lock_queue::QueueSemaphore::new(store, ctx, config)
+            .map(|l| Asking::Semaphore(Arc::new(l))),
+        Primitive::Election => Err(LockError::Config(no_primitive(&QUEUE, primitive))),
+    };
+    Box::pin(std::future::ready(asking))
+}
+
 fn build_lwt<S: CellStore + Clone + 'static>(
     store: S,
     ctx: ClientContext,
@@ -286,11 +313,11 @@ pub async fn contender<S: CellStore + Clone + 'static>(
     clock: LocalClock,
     spec: super::ContenderSpec,
     s: &AlgorithmSettings,
-) -> Result<Arc<dyn Locker>, String> {
+) -> Result<crate::primitive::Asking, String> {
     let entry = Entry::find(entries, algorithm)
         .ok_or_else(|| format!("{} does not run on this engine", algorithm.name))?;
     let ctx = context(spec.owner, clock, spec.seed, s, || global_time(client.clone(), s));
-    (entry.build)(client, ctx, s).await.map_err(|e| e.to_string())
+    entry.asking(client, ctx, s).await
 }
 
 #[cfg(test)]
@@ -307,6 +334,7 @@ mod tests {
             ttl: Duration::from_secs(10),
             consistency: lock_core::store::Consistency::Quorum,
             time_source: TimeSourceKind::Local,
+            primitive: crate::primitive::Primitive::Mutex,
         };
         assert_eq!(queue_ideal_handoff(Duration::from_millis(1), &s), Duration::from_millis(13));
         assert_eq!(bakery_ideal_handoff(Duration::from_millis(1), &s), Duration::from_millis(11));

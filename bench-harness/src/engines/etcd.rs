@@ -28,6 +28,7 @@
 //! installed.
 
 use super::prelude::*;
+
 use lock_etcd::{EtcdBackend, EtcdConfig};
 
 /// The engine.
@@ -193,12 +194,15 @@ impl Connect for Dial<EtcdConfig> {
 }
 
 /// etcd's Mutex.
-pub static MUTEX: Algorithm = Algorithm::new(
-    "etcd",
-    "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
-);
+pub static MUTEX: Algorithm = Algorithm {
+    primitives: &[PrimitiveKind::Rw, PrimitiveKind::Semaphore, PrimitiveKind::Election],
+    ..Algorithm::new(
+        "etcd",
+        "etcd's concurrency.Mutex: a key per waiter on a kept-alive lease, each waiter watching its predecessor",
+    )
+};
 
-per_owner_client!(EtcdBackend);
+per_owner_client!(EtcdBackend, rw: rw_locker, semaphore: semaphore, elector: elector);
 
 /// The server `--spawn-etcd` starts, which `--faults server-restart` kills and starts again.
 impl server_faults::Restartable for test_servers::EtcdServer {

@@ -59,9 +59,10 @@ pub use options::{
 pub use typed::{About, Describe, NoArgs, Open, OpenResult, ParseOptions, ServerEngine};
 
 use crate::faults::FaultKind;
+use crate::primitive::{Asking, Primitive};
 use clap::ArgMatches;
 use lock_core::embedded::StoreCounters;
-use lock_core::Locker;
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::future::Future;
@@ -239,13 +240,15 @@ pub trait Engine: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Box<dyn OpenEngine>, String>>;
 }
 
-/// A contender's locker being built, or why it could not be.
-pub type Contending<'a> = BoxFuture<'a, Result<Arc<dyn Locker>, String>>;
+/// A contender's locker (or the other primitive the run asks for) being built, or why it
+/// could not be.
+pub type Contending<'a> = BoxFuture<'a, Result<Asking, String>>;
 
 /// An engine opened for one algorithm's run.
 pub trait OpenEngine: Send + Sync {
-    /// Builds contender `spec`'s locker of `algorithm` (connecting its own connection or
-    /// session where the engine gives each contender one).
+    /// Builds contender `spec`'s locker of `algorithm`, or the reader-writer lock, semaphore
+    /// or elector of its family the run's `--primitive` asks for (connecting its own
+    /// connection or session where the engine gives each contender one).
     fn contender(&self, algorithm: &'static Algorithm, spec: ContenderSpec) -> Contending<'_>;
 
     /// Reads the request counters later (from another task), when the engine counts.
@@ -553,7 +556,7 @@ pub async fn server_contender<C>(
     spec: ContenderSpec,
     s: &AlgorithmSettings,
     jump: lock_core::time::ClockJump,
-) -> Result<Arc<dyn Locker>, String> {
+) -> Result<Asking, String> {
     let entry = Entry::find(entries, algorithm)
         .ok_or_else(|| format!("{} does not run on this engine", algorithm.name))?;
     let client = connect.await?;
@@ -563,7 +566,7 @@ pub async fn server_contender<C>(
     let ctx = lock_core::context::ClientContext::new(spec.owner, clock, spec.seed)
         .with_ttl(s.scaled(s.ttl))
         .with_consistency(s.consistency);
-    (entry.build)(client, ctx, s).await.map_err(|e| e.to_string())
+    entry.asking(client, ctx, s).await
 }
 
 /// A namespace no other run uses: the system time in microseconds and the process id.
@@ -589,6 +592,10 @@ pub fn list() -> String {
         out.push_str(&format!("{}: {}\n", e.name(), e.about()));
         for a in e.algorithms() {
             out.push_str(&format!("  {:<14} {}\n", a.name, a.summary));
+            if !a.primitives.is_empty() {
+                let kinds: Vec<&str> = a.primitives.iter().map(|k| k.flag()).collect();
+                out.push_str(&format!("  {:<14} also --primitive {}\n", "", kinds.join(", ")));
+            }
         }
     }
     out
@@ -629,6 +636,38 @@ pub fn resolve(names: &[String], engine: EngineRef) -> Result<Vec<&'static Algor
         }
     }
     Ok(available.into_iter().filter(|a| names.iter().any(|n| n == a.name)).collect())
+}
+
+/// Of `algorithms` (resolved on `engine`), those that have `primitive`: all of them for the
+/// mutex. When the user `named` them, one without it is an error; otherwise those without it
+/// are left out, and none left is an error naming the engines that have it.
+pub fn offering(
+    algorithms: Vec<&'static Algorithm>,
+    primitive: Primitive,
+    engine: EngineRef,
+    named: bool,
+) -> Result<Vec<&'static Algorithm>, String> {
+    let has = |a: &Algorithm| primitive.offered_by(a.primitives);
+    if let Some(a) = algorithms.iter().find(|a| named && !has(a)) {
+        return Err(algorithm::no_primitive(a, primitive));
+    }
+    let kept: Vec<_> = algorithms.into_iter().filter(|a| has(a)).collect();
+    if kept.is_empty() {
+        let engines: Vec<String> = ENGINES
+            .iter()
+            .filter_map(|e| {
+                let names: Vec<&str> =
+                    e.algorithms().into_iter().filter(|a| has(a)).map(|a| a.name).collect();
+                (!names.is_empty()).then(|| format!("{} ({})", e.name(), names.join(", ")))
+            })
+            .collect();
+        return Err(format!(
+            "no algorithm of the {engine} backend has a {} (--primitive {primitive}); these do: {}",
+            primitive.noun(),
+            engines.join(", ")
+        ));
+    }
+    Ok(kept)
 }
 
 fn not_on(name: &str, engine: EngineRef) -> String {

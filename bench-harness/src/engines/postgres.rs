@@ -106,7 +106,7 @@ impl ServerEngine for Postgres {
     const FLAGS: &'static ServerFlags = &FLAGS;
     const CLUSTERS: bool = false;
     const LOCKS: &'static [Entry<PgBackend>] =
-        &[Entry::per_owner(&ADVISORY), Entry { algorithm: &XACT, build: transaction_lock }];
+        &[Entry::per_owner(&ADVISORY), Entry::mutex(&XACT, transaction_lock)];
 
     /// A primary and its standby: the failover rows of the comparisons and the safety table.
     fn cluster_options() -> Option<Options> {

@@ -34,8 +34,10 @@
 //! credentials.
 
 use super::prelude::*;
+
 use super::{redact_url, Login};
 use clap::{Args as _, FromArgMatches as _};
+use lock_core::rwlock::WriterPolicy;
 use lock_redis::{RedisBackend, RedisConnectConfig};
 
 /// The engine.
@@ -52,10 +54,13 @@ pub static JEDIS: Algorithm = Algorithm::new(
     "jedis-lock: SETNX/GETSET with client-clock expiry, retry every 100 ms (seed 001)",
 );
 /// The token lock.
-pub static REDIS_TOKEN: Algorithm = Algorithm::new(
-    "redis-token",
-    "token lock: SET NX PX + token-checked Lua release, retry every 50 ms",
-);
+pub static REDIS_TOKEN: Algorithm = Algorithm {
+    primitives: &[PrimitiveKind::Rw, PrimitiveKind::ReadersFirst, PrimitiveKind::Semaphore],
+    ..Algorithm::new(
+        "redis-token",
+        "token lock: SET NX PX + token-checked Lua release, retry every 50 ms",
+    )
+};
 
 /// `--redis-user` and `--redis-password-file`.
 pub static LOGIN: LoginFlags = LoginFlags {
@@ -472,8 +477,8 @@ fn with_authority(url: &str, host_port: &str) -> Result<String, String> {
 
 /// The algorithms on Redis, in the order they run.
 static ALGORITHMS: [Entry<RedisBackend>; 2] = [
-    Entry { algorithm: &JEDIS, build: build_jedis },
-    Entry { algorithm: &REDIS_TOKEN, build: build_token },
+    Entry::mutex(&JEDIS, build_jedis),
+    Entry::mutex(&REDIS_TOKEN, build_token).with_shared(build_token_shared),
 ];
 
 /// jedis-lock as the seed has it (retry every 100 ms), with the run's TTL as its expiry and
@@ -487,6 +492,38 @@ fn build_jedis(backend: RedisBackend, ctx: ClientContext, s: &AlgorithmSettings)
 fn build_token(backend: RedisBackend, ctx: ClientContext, s: &AlgorithmSettings) -> BuildFuture {
     let config = lock_redis::TokenConfig::new(s.scaled(s.ttl));
     Box::pin(async move { backend.locker(&ctx.owner, lock_redis::Variant::Token(config)) })
+}
+
+/// The token lock's family: the reader-writer lock (FIFO, or readers first as Redisson's
+/// `RReadWriteLock`) and the semaphore of `lock-redis` (leased asks, a token per grant); Redis
+/// has no election here.
+fn build_token_shared(
+    backend: RedisBackend,
+    ctx: ClientContext,
+    s: &AlgorithmSettings,
+) -> SharedFuture {
+    let (ttl, primitive) = (s.scaled(s.ttl), s.primitive);
+    Box::pin(async move {
+        Ok(match primitive {
+            Primitive::Mutex => Asking::Mutex(backend.locker(
+                &ctx.owner,
+                lock_redis::Variant::Token(lock_redis::TokenConfig::new(ttl)),
+            )?),
+            Primitive::Rw { readers_first, .. } => {
+                let policy =
+                    if readers_first { WriterPolicy::ReadersFirst } else { WriterPolicy::Fifo };
+                let config =
+                    lock_redis::RwLockConfig { policy, ..lock_redis::RwLockConfig::new(ttl) };
+                Asking::Rw(Arc::new(backend.rwlock(&ctx.owner, config)?))
+            }
+            Primitive::Semaphore { .. } => Asking::Semaphore(Arc::new(
+                backend.semaphore(&ctx.owner, lock_redis::SemaphoreConfig::new(ttl))?,
+            )),
+            Primitive::Election => {
+                return Err(LockError::Config(no_primitive(&REDIS_TOKEN, primitive)))
+            }
+        })
+    })
 }
 
 #[cfg(test)]

@@ -222,10 +222,8 @@ fn config(ctx: &ClientContext, s: &AlgorithmSettings) -> RedlockConfig {
 }
 
 /// The algorithms on independent masters, in the order they run.
-static ALGORITHMS: [Entry<RedisMasters>; 2] = [
-    Entry { algorithm: &REDLOCK, build: build_plain },
-    Entry { algorithm: &REDLOCK_FENCED, build: build_fenced },
-];
+static ALGORITHMS: [Entry<RedisMasters>; 2] =
+    [Entry::mutex(&REDLOCK, build_plain), Entry::mutex(&REDLOCK_FENCED, build_fenced)];
 
 fn build_plain(masters: RedisMasters, ctx: ClientContext, s: &AlgorithmSettings) -> BuildFuture {
     let variant = RedlockVariant::Plain(config(&ctx, s));

@@ -422,7 +422,7 @@ impl ServerFaults {
         spec: super::ContenderSpec,
         settings: &'a super::algorithm::AlgorithmSettings,
         connect: impl FnOnce(Option<SocketAddr>) -> F + Send + 'a,
-    ) -> BoxFuture<'a, Result<Arc<dyn lock_core::Locker>, String>>
+    ) -> BoxFuture<'a, Result<crate::primitive::Asking, String>>
     where
         C: Send + 'static,
         F: std::future::Future<Output = Result<C, String>> + Send + 'a,

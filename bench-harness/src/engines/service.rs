@@ -26,6 +26,7 @@
 //! anyone may, and the holder is told `Revoked`; on a secured one the stranger is refused.
 
 use super::prelude::*;
+
 use lock_core::tls::TlsFiles;
 use lock_service::client::{ClientConfig, ServiceClient};
 use test_servers::{LockService, ServiceServer, TestPki};
@@ -266,12 +267,15 @@ impl Connect for Connector {
 }
 
 /// The lock service's lock.
-pub static SERVICE: Algorithm = Algorithm::new(
-    "service",
-    "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
-);
+pub static SERVICE: Algorithm = Algorithm {
+    primitives: &[PrimitiveKind::Rw, PrimitiveKind::Semaphore, PrimitiveKind::Election],
+    ..Algorithm::new(
+        "service",
+        "the lock service: Raft-replicated FIFO queue per lock, sessions kept by the leader, the grant pushed in the releasing commit",
+    )
+};
 
-per_owner_client!(ServiceClient);
+per_owner_client!(ServiceClient, rw: rw_locker, semaphore: semaphore, elector: elector);
 
 #[cfg(test)]
 mod tests {

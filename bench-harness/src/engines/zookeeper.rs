@@ -26,6 +26,7 @@
 //! "TLS").
 
 use super::prelude::*;
+
 use lock_core::tls::TlsFiles;
 use lock_zookeeper::{ZkBackend, ZkConfig};
 
@@ -210,9 +211,12 @@ impl Connect for Dial<ZkConfig> {
 }
 
 /// The recipe of seed 004.
-pub static RECIPE: Algorithm = Algorithm::new(
-    "zookeeper",
-    "ephemeral sequential znodes, each waiter watching its predecessor (seed 004)",
-);
+pub static RECIPE: Algorithm = Algorithm {
+    primitives: &[PrimitiveKind::Rw, PrimitiveKind::Semaphore, PrimitiveKind::Election],
+    ..Algorithm::new(
+        "zookeeper",
+        "ephemeral sequential znodes, each waiter watching its predecessor (seed 004)",
+    )
+};
 
-per_owner_client!(ZkBackend);
+per_owner_client!(ZkBackend, rw: rw_locker, semaphore: semaphore, elector: elector);

@@ -9,7 +9,10 @@
 //!   `scripts/compare-engines.sh`);
 //! - [`scale`]: every engine the harness can start against clients, locks and key
 //!   distribution, with what each point costs the servers and the harness (`bench-harness
-//!   scale`, `scripts/regenerate-results.sh`).
+//!   scale`, `scripts/regenerate-results.sh`);
+//! - [`primitives`]: the reader-writer locks, semaphores and elections of every engine that
+//!   has them, fair weather and under leader faults (`bench-harness primitives`,
+//!   `scripts/regenerate-results.sh`).
 //!
 //! The sweep writes `results/README.md`; the experiments measured apart keep their files in a
 //! directory of their own and a [`Section`] of that README, which both they and the sweep
@@ -17,6 +20,7 @@
 
 pub mod compare;
 pub mod longrun;
+pub mod primitives;
 pub mod safety;
 pub mod scale;
 pub mod soak;

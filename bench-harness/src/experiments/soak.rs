@@ -126,7 +126,7 @@ fn soak_one(
         let dir = out.join(algorithm.name).join(format!("run-{}", s.runs));
         files::prepare_dir(&dir)?;
         let outcome = runner::run_algorithm(&cfg, algorithm, None)?;
-        files::RunLogs::create(&dir)?.append(&outcome)?;
+        files::RunLogs::create(&dir, cfg.primitive)?.append(&outcome)?;
         let summary = crate::measure::summary::analyze(&cfg, algorithm, &outcome);
         let mut whole = crate::measure::summary::Summary::new(&cfg);
         whole.results.push(summary);

@@ -2,12 +2,14 @@
 //!
 //! FAULTS is a comma-separated list of `KIND:DURATION@PERIOD[/key=value...]`: a fault of KIND
 //! lasts DURATION and starts every PERIOD, the first time at an offset drawn from the run's
-//! seed in `[0, PERIOD)`. Two kinds take options after a `/`:
+//! seed in `[0, PERIOD)`. Some kinds take options after a `/`:
 //!
 //! - `replica-lag:5s@15s/lag=1s/drop=0.1`: how late the overloaded replica applies mutations
 //!   (default 1 s) and which fraction it drops (default 0.1);
 //! - `ring-loss:5s@15s/drop=0.5/lag=20ms`: the fraction of queue-push's doorbell rings lost
 //!   (default 1: all) and the extra delay of the others (default none);
+//! - `crash:2s@8s/who=holder`: the contender that dies holds a lock when one does (an
+//!   election's leader); by default (`who=any`) any contender;
 //! - `clock-jump:5s@20s`: DURATION is also the size of the jump (forwards or backwards, drawn
 //!   from the seed); the clock steps back after DURATION, as NTP would correct it.
 //!
@@ -217,6 +219,9 @@ pub struct FaultSpec {
     pub lag: Duration,
     /// `replica-lag`: the fraction of mutations dropped.
     pub drop: f64,
+    /// `crash/who=holder`: the contender that dies is one that holds a lock (a leader, in an
+    /// election) when one does; by default any contender.
+    pub holder: bool,
 }
 
 impl FaultSpec {
@@ -241,6 +246,9 @@ impl fmt::Display for FaultSpec {
         if self.kind == FaultKind::LaggedLeaderKill {
             write!(f, "/lag={}", format_duration(self.lag))?;
         }
+        if self.holder {
+            write!(f, "/who=holder")?;
+        }
         Ok(())
     }
 }
@@ -261,6 +269,7 @@ impl FromStr for FaultSpec {
             period: parse_duration(period).map_err(|e| bad(&e))?,
             lag: Self::DEFAULT_LAG,
             drop: Self::DEFAULT_DROP,
+            holder: false,
         };
         if spec.kind == FaultKind::RingLoss {
             // Every ring lost, none delayed, unless the options say otherwise.
@@ -288,6 +297,13 @@ impl FromStr for FaultSpec {
                         .ok()
                         .filter(|d| (0.0..=1.0).contains(d))
                         .ok_or_else(|| bad("drop is a fraction between 0 and 1"))?
+                }
+                (FaultKind::Crash, "who") => {
+                    spec.holder = match value {
+                        "holder" => true,
+                        "any" => false,
+                        _ => return Err(bad("who is holder or any")),
+                    }
                 }
                 _ => return Err(bad(&format!("{} takes no option '{key}'", spec.kind))),
             }

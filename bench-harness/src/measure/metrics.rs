@@ -9,6 +9,8 @@
 //! Every function here takes grants in any order; where an order matters they work per lock
 //! in grant order ([`by_lock`]).
 
+use super::conflict;
+use crate::primitive::Share;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -39,6 +41,10 @@ pub struct Grant {
     /// `grants.csv`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_us: Option<u64>,
+    /// How it held the lock: alone (a mutex, a write, a leadership), as a reader, or some
+    /// permits of a semaphore ([`Share`]).
+    #[serde(default, skip_serializing_if = "Share::is_exclusive_ref")]
+    pub share: Share,
 }
 
 impl Grant {
@@ -371,7 +377,8 @@ pub fn count_inversions(xs: &mut [u64]) -> u64 {
     count
 }
 
-/// Grants whose hold began before an earlier hold of the same lock ended (must be 0).
+/// Grants whose hold began while holds of the same lock it may not share with were open
+/// (must be 0): for a mutex, before an earlier hold ended ([`conflict`]).
 pub fn overlapping_holds(grants: &[Grant]) -> u64 {
     overlaps(&by_lock(grants)).len() as u64
 }
@@ -386,34 +393,46 @@ pub struct Overlap {
 }
 
 /// Every overlapping hold of `locks` ([`by_lock`]), in grant order per lock: each grant that
-/// began while an earlier hold was open, paired with the open hold that ends last.
+/// began while holds it may not share with were open ([`conflict::admits`]), paired with the
+/// open hold that ends last.
 pub fn overlaps(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<Overlap> {
     let mut found = Vec::new();
+    let mut open: Vec<Grant> = Vec::new();
     for list in locks.values() {
-        let mut open: Option<Grant> = None;
+        open.clear();
         for g in list {
-            if let Some(o) = open.filter(|o| g.granted_us < o.released_us) {
-                found.push(Overlap { first: o, second: *g });
+            open.retain(|o| o.released_us > g.granted_us);
+            if !conflict::admits(g.share, open.iter().map(|o| o.share)) {
+                let first = open.iter().max_by_key(|o| o.released_us).copied();
+                found.extend(first.map(|first| Overlap { first, second: *g }));
             }
-            if open.is_none_or(|o| g.released_us > o.released_us) {
-                open = Some(*g);
-            }
+            open.push(*g);
         }
     }
     found
 }
 
 /// Grants whose fencing token is not greater than every token granted before on the same
-/// lock (must be 0: tokens strictly increase in grant order).
+/// lock (must be 0: tokens strictly increase in grant order). A reader's token need only
+/// exceed every earlier writer's (readers admitted together may share one), and a semaphore's
+/// permits are not ordered against each other: each is a lease of its own.
 pub fn token_order_violations(grants: &[Grant]) -> u64 {
     let mut violations = 0;
     for list in by_lock(grants).values() {
-        let mut max_token: Option<u64> = None;
+        let (mut max_any, mut max_alone): (Option<u64>, Option<u64>) = (None, None);
         for g in list {
-            if max_token.is_some_and(|m| g.token <= m) {
+            let bound = match g.share {
+                Share::Exclusive | Share::Write => max_any,
+                Share::Read => max_alone,
+                Share::Permits { .. } => None,
+            };
+            if bound.is_some_and(|m| g.token <= m) {
                 violations += 1;
             }
-            max_token = Some(max_token.map_or(g.token, |m| m.max(g.token)));
+            max_any = Some(max_any.map_or(g.token, |m| m.max(g.token)));
+            if g.share.is_exclusive() {
+                max_alone = Some(max_alone.map_or(g.token, |m| m.max(g.token)));
+            }
         }
     }
     violations

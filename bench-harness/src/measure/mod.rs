@@ -9,7 +9,9 @@
 //! - [`summary`]: the one result contract, [`summary::Summary`], that the console table,
 //!   `summary.json`, the charts and the experiments read.
 
+pub mod conflict;
 pub mod log;
 pub mod metrics;
 pub mod safety;
+pub mod shares;
 pub mod summary;

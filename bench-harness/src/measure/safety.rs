@@ -20,6 +20,7 @@
 //!   the first grant (of any lock) at or after it: how long the run took to grant again once
 //!   the fault was healed (a restarted server answering, a partition healed).
 
+use super::conflict::broken_time_us;
 use super::log::{FaultWindow, ResourceWrite};
 use super::metrics::{by_lock, Grant};
 use serde::{Deserialize, Serialize};
@@ -76,38 +77,17 @@ impl SafetyFigures {
 
 pub use super::metrics::Overlap;
 
-/// Time during which at least two holds of one lock were open, summed over `locks`.
+/// Time during which the open holds of one lock conflicted (for a mutex: at least two were
+/// open; [`super::conflict`]), summed over `locks`.
 pub fn overlap_time_us(locks: &BTreeMap<u32, Vec<Grant>>) -> u64 {
     locks
         .values()
         .map(|list| {
-            let holds: Vec<(u64, u64)> =
-                list.iter().map(|g| (g.granted_us, g.released_us)).collect();
-            covered_at_least(&holds, 2)
+            let holds: Vec<_> =
+                list.iter().map(|g| (g.granted_us, g.released_us, g.share)).collect();
+            broken_time_us(&holds)
         })
         .sum()
-}
-
-/// Length of the time covered by at least `depth` of `intervals` (half-open).
-fn covered_at_least(intervals: &[(u64, u64)], depth: i64) -> u64 {
-    let mut edges: Vec<(u64, i64)> = Vec::with_capacity(intervals.len() * 2);
-    for &(a, b) in intervals {
-        if b > a {
-            edges.push((a, 1));
-            edges.push((b, -1));
-        }
-    }
-    // Ends before starts at one instant: back-to-back holds do not overlap.
-    edges.sort_by_key(|&(t, d)| (t, d));
-    let (mut level, mut since, mut total) = (0i64, 0u64, 0u64);
-    for (t, d) in edges {
-        if level >= depth {
-            total += t - since;
-        }
-        level += d;
-        since = t;
-    }
-    total
 }
 
 /// Which writes were stale: per write, whether another holder of its lock was granted after

@@ -8,6 +8,7 @@ use super::metrics::{
     self, CdfPoint, HandoffStats, LatencyStats, LongestRun, Overtakes, StoreLoad,
 };
 use super::safety::{self, SafetyFigures};
+use super::shares::{self, ShareFigures};
 use crate::config::RunConfig;
 use crate::engines::Algorithm;
 use serde::{Deserialize, Serialize};
@@ -172,6 +173,10 @@ pub struct AlgorithmReport {
     /// unavailability ([`super::safety`]).
     #[serde(default)]
     pub fault_safety: SafetyFigures,
+    /// What a reader-writer lock, a semaphore or an election measures besides (`--primitive`;
+    /// left out for the mutex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<ShareFigures>,
     /// Failures.
     pub errors: ErrorCounts,
     /// The latency CDF, for plotting.
@@ -275,6 +280,7 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
             &run.faults,
             cfg.ttl.as_micros() as u64,
         ),
+        shares: shares::figures(cfg.primitive, grants),
         errors: run.errors(),
         latency_cdf: metrics::latency_cdf(&histogram),
         contenders,

@@ -4,6 +4,7 @@
 
 use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::Grant;
+use crate::primitive::{Primitive, Share};
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::fs;
@@ -14,6 +15,12 @@ use std::path::{Path, PathBuf};
 /// before it let go; `crashed`: the holder crashed while holding (`released_us` is the crash).
 pub const GRANTS_CSV_HEADER: &str =
     "algorithm,lock,contender,requested_us,granted_us,released_us,token,lease_lost,crashed";
+
+/// The header of `grants.csv` for a run of another primitive than the mutex: one more
+/// column, `share`, how each grant held its lock (`x` alone, `r` read, `w` write, `HELD/OF`
+/// permits of a semaphore). A mutex's file stays without it.
+pub const GRANTS_SHARE_CSV_HEADER: &str =
+    "algorithm,lock,contender,requested_us,granted_us,released_us,token,lease_lost,crashed,share";
 
 /// The exact header of `resource.csv`: every write the fenced resource decided.
 pub const RESOURCE_CSV_HEADER: &str = "algorithm,lock,contender,token,at_us,accepted";
@@ -116,6 +123,11 @@ pub fn grant_line(g: &Grant) -> String {
     )
 }
 
+/// [`grant_line`] with the grant's share.
+pub fn grant_share_line(g: &Grant) -> String {
+    format!("{},{}", grant_line(g), g.share)
+}
+
 /// One line of `resource.csv` after the algorithm.
 pub fn resource_line(w: &ResourceWrite) -> String {
     format!("{},{},{},{},{}", w.lock, w.contender, w.token, w.at_us, w.accepted)
@@ -134,13 +146,19 @@ pub struct RunLogs {
     pub resource: CsvLog,
     /// `faults.csv`.
     pub faults: CsvLog,
+    /// `grants.csv` has the `share` column.
+    shares: bool,
 }
 
 impl RunLogs {
-    /// Creates all three in `dir`, each with its header.
-    pub fn create(dir: &Path) -> anyhow::Result<Self> {
+    /// Creates all three in `dir`, each with its header: `grants.csv` with the `share` column
+    /// unless the run's `primitive` is the mutex.
+    pub fn create(dir: &Path, primitive: Primitive) -> anyhow::Result<Self> {
+        let shares = !primitive.is_mutex();
+        let header = if shares { GRANTS_SHARE_CSV_HEADER } else { GRANTS_CSV_HEADER };
         Ok(RunLogs {
-            grants: CsvLog::create(&dir.join("grants.csv"), GRANTS_CSV_HEADER)?,
+            shares,
+            grants: CsvLog::create(&dir.join("grants.csv"), header)?,
             resource: CsvLog::create(&dir.join("resource.csv"), RESOURCE_CSV_HEADER)?,
             faults: CsvLog::create(&dir.join("faults.csv"), FAULTS_CSV_HEADER)?,
         })
@@ -149,7 +167,8 @@ impl RunLogs {
     /// Appends one algorithm's logs.
     pub fn append(&self, outcome: &crate::measure::log::RunOutcome) -> anyhow::Result<()> {
         let name = outcome.algorithm;
-        self.grants.append(name, &outcome.grants, grant_line)?;
+        let line = if self.shares { grant_share_line } else { grant_line };
+        self.grants.append(name, &outcome.grants, line)?;
         self.resource.append(name, &outcome.resource, resource_line)?;
         self.faults.append(name, &outcome.faults, fault_line)
     }
@@ -187,10 +206,13 @@ fn field<T: std::str::FromStr>(name: &str, line: usize, f: &[&str], k: usize) ->
     })
 }
 
-/// Reads a `grants.csv` back: `(algorithm, grant)` rows.
+/// Reads a `grants.csv` back, with or without the `share` column: `(algorithm, grant)` rows.
 pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
     let name = "grants.csv";
-    csv_rows(name, GRANTS_CSV_HEADER, text, 9)?
+    let shares = text.lines().next() == Some(GRANTS_SHARE_CSV_HEADER);
+    let (header, fields) =
+        if shares { (GRANTS_SHARE_CSV_HEADER, 10) } else { (GRANTS_CSV_HEADER, 9) };
+    csv_rows(name, header, text, fields)?
         .into_iter()
         .map(|(l, f)| {
             Ok((
@@ -205,6 +227,7 @@ pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
                     lease_lost: field(name, l, &f, 7)?,
                     crashed: field(name, l, &f, 8)?,
                     queued_us: None,
+                    share: if shares { field(name, l, &f, 9)? } else { Share::Exclusive },
                 },
             ))
         })
@@ -269,6 +292,7 @@ mod tests {
             lease_lost: true,
             crashed: false,
             queued_us: None,
+            share: Share::Exclusive,
         };
         csv.append("queue", &[g], grant_line).unwrap();
         csv.append("shadow", &[g, g], grant_line).unwrap();
@@ -277,6 +301,18 @@ mod tests {
         let back = read_grants_csv(&text).unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(back[2], ("shadow".to_string(), g));
+        // A reader-writer run's file has the share column, and reads back with it.
+        let shared = |share| Grant { share, ..g };
+        let rows =
+            [shared(Share::Read), shared(Share::Write), shared(Share::Permits { held: 2, of: 4 })];
+        let text = format!(
+            "{GRANTS_SHARE_CSV_HEADER}\n{}",
+            rows.iter().map(|g| format!("queue,{}\n", grant_share_line(g))).collect::<String>()
+        );
+        assert!(text.contains("queue,1,2,3,4,5,6,true,false,r\n"), "{text}");
+        let back: Vec<Grant> =
+            read_grants_csv(&text).unwrap().into_iter().map(|(_, g)| g).collect();
+        assert_eq!(back, rows);
         let w = ResourceWrite { lock: 0, contender: 3, token: 9, at_us: 12, accepted: false };
         let text = format!("{RESOURCE_CSV_HEADER}\nlwt,{}\n", resource_line(&w));
         assert_eq!(read_resource_csv(&text).unwrap(), [("lwt".to_string(), w)]);

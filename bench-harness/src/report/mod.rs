@@ -14,4 +14,5 @@ pub mod console;
 pub mod figures;
 pub mod files;
 pub mod progress;
+pub mod shares;
 pub mod table;

@@ -30,10 +30,11 @@ use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
 };
 use crate::measure::metrics::{new_histogram, Grant};
+use crate::primitive::{Asking, Primitive};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
 use lock_core::embedded::{OpCounts, StoreCounters};
-use lock_core::{LockError, LockGuard, Locker};
+use lock_core::{LockError, LockGuard};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
@@ -83,6 +84,10 @@ struct Plan {
     /// Seed of its lock draws: a stream apart from the hold and think draws, so that the key
     /// distribution leaves those unchanged.
     key_seed: u64,
+    /// What it asks for, and the seed of its share draws (read or write): a stream of its
+    /// own, for the same reason.
+    primitive: Primitive,
+    share_seed: u64,
     hold: Dist,
     think: Dist,
     scale: u32,
@@ -103,13 +108,14 @@ fn contender_spec(cfg: &RunConfig, index: usize, owner: String, skews: &[i64]) -
     }
 }
 
-/// Builds the lockers of contenders `indices` (global indices) on the opened `engine`.
+/// Builds the lockers (or the primitive `--primitive` names) of contenders `indices` (global
+/// indices) on the opened `engine`.
 pub async fn setup_contenders(
     cfg: &RunConfig,
     algorithm: &'static Algorithm,
     engine: &dyn OpenEngine,
     indices: std::ops::Range<usize>,
-) -> anyhow::Result<Vec<(usize, Arc<dyn Locker>)>> {
+) -> anyhow::Result<Vec<(usize, Asking)>> {
     let skews = cfg.contender_skews();
     let mut lockers = Vec::with_capacity(indices.len());
     for index in indices {
@@ -165,7 +171,7 @@ pub struct Rig {
 /// engine; reads the counters when the window ends.
 pub async fn drive(
     cfg: &RunConfig,
-    lockers: Vec<(usize, Arc<dyn Locker>)>,
+    lockers: Vec<(usize, Asking)>,
     start: Instant,
     stamp: Stamp,
     rig: Rig,
@@ -194,6 +200,8 @@ pub async fn drive(
             skew_us: skews.get(index).copied().unwrap_or(0),
             seed: cfg.contender_seed(index) ^ 0xC0DE_C0DE,
             key_seed: cfg.contender_seed(index) ^ 0x4B45_5953,
+            primitive: cfg.primitive,
+            share_seed: cfg.contender_seed(index) ^ 0x5348_4152,
             hold: cfg.hold,
             think: cfg.think,
             scale,
@@ -421,12 +429,13 @@ struct InProgress {
 }
 
 async fn contender(
-    mut locker: Arc<dyn Locker>,
+    mut locker: Asking,
     plan: Plan,
     shared: Shared,
 ) -> (Vec<Grant>, ContenderOutcome) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut key_rng = StdRng::seed_from_u64(plan.key_seed);
+    let mut share_rng = StdRng::seed_from_u64(plan.share_seed);
     let mut grants = Vec::new();
     let mut out = ContenderOutcome {
         index: plan.index as u32,
@@ -443,7 +452,7 @@ async fn contender(
         let ended = tokio::select! {
             biased;
             until = ctl.crashed(), if can_crash => Round::Crashed(until),
-            ended = round(locker.as_ref(), &plan, &shared, (&mut rng, &mut key_rng), &mut now, &mut grants, &mut out) => ended,
+            ended = round(&locker, &plan, &shared, (&mut rng, &mut key_rng, &mut share_rng), &mut now, &mut grants, &mut out) => ended,
         };
         match ended {
             Round::Done => {}
@@ -476,21 +485,28 @@ async fn contender(
 }
 
 /// One request → hold → release → think round, on the lock `keys` picks: `rngs` are the hold
-/// and think draws', then the lock draws'.
+/// and think draws', the lock draws', then the share draws'.
 async fn round(
-    locker: &dyn Locker,
+    locker: &Asking,
     plan: &Plan,
     shared: &Shared,
-    (rng, key_rng): (&mut StdRng, &mut StdRng),
+    (rng, key_rng, share_rng): (&mut StdRng, &mut StdRng, &mut StdRng),
     now: &mut InProgress,
     grants: &mut Vec<Grant>,
     out: &mut ContenderOutcome,
 ) -> Round {
     let ctl = &shared.control;
     let lock = plan.keys.next(plan.home, key_rng);
+    let share = plan.primitive.draw(share_rng);
     let requested = Instant::now();
     let requested_us = plan.stamp.at(requested);
-    let guard = match locker.lock(plan.keys.id(lock), Some(plan.drain_end - requested)).await {
+    let timeout = Some(plan.drain_end - requested);
+    let asked = match locker {
+        // The mutex's path, as it always was: no share to match.
+        Asking::Mutex(l) => l.lock(plan.keys.id(lock), timeout).await,
+        other => other.ask(plan.keys.id(lock), share, timeout).await,
+    };
+    let guard = match asked {
         Ok(guard) => Held(Some(guard)),
         Err(LockError::Timeout { .. }) => return Round::GaveUp(requested_us),
         Err(e) => {
@@ -519,6 +535,7 @@ async fn round(
         granted_us,
         token,
         queued_us,
+        share,
         ..Grant::default()
     };
     now.holding = Some(held);
@@ -528,13 +545,16 @@ async fn round(
         let resource = resource.clone();
         async move { resource.write(lock as u32, plan.index as u32, token, at_us).await }
     };
-    if let Some(r) = &shared.resource {
+    // Only a holder alone writes: readers and permit holders share the lock, and a fenced
+    // resource admits one writer's token at a time.
+    let resource = shared.resource.as_ref().filter(|_| share.writes());
+    if let Some(r) = resource {
         write(r).await;
     }
     ctl.sleep(plan.hold.sample(rng) * plan.scale).await;
     // The holder carries on where it was: no look at its lease before the last write.
     ctl.thawed().await;
-    if let Some(r) = &shared.resource {
+    if let Some(r) = resource {
         write(r).await;
     }
     let mut guard = guard;

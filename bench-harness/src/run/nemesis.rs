@@ -192,7 +192,7 @@ impl Nemesis {
         let mut at = self.start + offset;
         while at < self.end {
             tokio::time::sleep_until(at).await;
-            if prefers_holder(spec.kind) {
+            if prefers_holder(&spec) {
                 self.until_someone_holds(at + spec.duration * self.scale).await;
             }
             let struck = Instant::now();
@@ -276,26 +276,26 @@ impl Nemesis {
         let engine = self.engine()?;
         match spec.kind {
             FaultKind::Pause => {
-                let c = self.pick_contender(rng, prefers_holder(spec.kind));
+                let c = self.pick_contender(rng, prefers_holder(spec));
                 let owner = c.owner();
                 c.freeze(true);
                 engine.inject(Injection::Freeze { owner: &owner, on: true }).await?;
                 Ok(Target::Contender(c, owner, 0))
             }
             FaultKind::SilentPartition => {
-                let c = self.pick_contender(rng, prefers_holder(spec.kind));
+                let c = self.pick_contender(rng, prefers_holder(spec));
                 let owner = c.owner();
                 engine.inject(Injection::Freeze { owner: &owner, on: true }).await?;
                 Ok(Target::Contender(c, owner, 0))
             }
             FaultKind::Partition => {
-                let c = self.pick_contender(rng, prefers_holder(spec.kind));
+                let c = self.pick_contender(rng, prefers_holder(spec));
                 let owner = c.owner();
                 engine.inject(Injection::Partition { owner: &owner, on: true }).await?;
                 Ok(Target::Contender(c, owner, 0))
             }
             FaultKind::Crash => {
-                let c = self.pick_contender(rng, false);
+                let c = self.pick_contender(rng, prefers_holder(spec));
                 let owner = c.owner();
                 engine.inject(Injection::Kill { owner: &owner }).await?;
                 c.crash.send_replace(Some(until));
@@ -407,12 +407,13 @@ impl Nemesis {
     }
 }
 
-/// The kinds that hit a holder when there is one.
-fn prefers_holder(kind: FaultKind) -> bool {
+/// The faults that hit a holder when there is one (and wait for one, up to their duration):
+/// their kinds, and a crash told `who=holder`.
+fn prefers_holder(spec: &FaultSpec) -> bool {
     matches!(
-        kind,
+        spec.kind,
         FaultKind::Pause | FaultKind::Partition | FaultKind::SilentPartition | FaultKind::Stranger
-    )
+    ) || (spec.kind == FaultKind::Crash && spec.holder)
 }
 
 /// What one fault hit.

@@ -1,0 +1,183 @@
+//! What a run of another primitive than the mutex measures besides the mutex's figures, as
+//! pure functions over the grant log:
+//!
+//! - **concurrency**: how many hold at once, against the limit: the mean number of holders
+//!   (permits, for a semaphore) over the time somebody of that kind held, and the most at once;
+//!   for a reader-writer lock over the reads alone (how much sharing readers really get);
+//! - **latency by kind**: reads and writes apart (a writer's wait is what a reader-writer lock
+//!   trades against its readers'), with the longest writer wait;
+//! - **failover**: after each crash of a holder (`--faults crash/who=holder`; in an election,
+//!   the leader), the time until the next grant of its lock: when the next leader knows it
+//!   leads. The crashed holder's lease must run out first, so this is at least the TTL.
+
+use super::metrics::{by_lock, latency_stats, new_histogram, round4, Grant, LatencyStats};
+use crate::primitive::{Primitive, Share};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The figures of one run of a primitive other than the mutex.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareFigures {
+    /// What the contenders asked for.
+    pub primitive: Primitive,
+    /// Mean holders at once while somebody held (a semaphore: permits held; a reader-writer
+    /// lock: readers, over the time somebody read).
+    pub mean_holders: f64,
+    /// The most holders (permits, readers) at once.
+    pub max_holders: u64,
+    /// The most the primitive allows at once: a semaphore's size, 1 for an election, none
+    /// for readers.
+    pub limit: Option<u64>,
+    /// The reads' acquisition latency (reader-writer lock only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<LatencyStats>,
+    /// The writes' (every grant's, for a semaphore and an election).
+    pub writes: LatencyStats,
+    /// Crashes of a holder followed by a grant of its lock.
+    pub failovers: u64,
+    /// Median time from a holder's crash to the next grant of its lock, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_p50_ms: Option<f64>,
+    /// The longest such time, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_max_ms: Option<f64>,
+}
+
+/// The figures of `grants` for `primitive`; `None` for the mutex.
+pub fn figures(primitive: Primitive, grants: &[Grant]) -> Option<ShareFigures> {
+    if primitive.is_mutex() {
+        return None;
+    }
+    let locks = by_lock(grants);
+    let counted = |g: &Grant| match (primitive, g.share) {
+        (Primitive::Rw { .. }, s) => s == Share::Read,
+        _ => true,
+    };
+    let (mean, max) = concurrency(&locks, counted);
+    let latency = |keep: &dyn Fn(&Grant) -> bool| {
+        let mut h = new_histogram();
+        for g in grants.iter().filter(|g| keep(g)) {
+            h.saturating_record(g.latency_us());
+        }
+        latency_stats(&h)
+    };
+    let is_rw = matches!(primitive, Primitive::Rw { .. });
+    let failovers = failover_us(&locks);
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some(ShareFigures {
+        primitive,
+        mean_holders: round4(mean),
+        max_holders: max,
+        limit: match primitive {
+            Primitive::Semaphore { limit, .. } => Some(u64::from(limit)),
+            Primitive::Election => Some(1),
+            _ => None,
+        },
+        reads: is_rw.then(|| latency(&|g| g.share == Share::Read)),
+        writes: latency(&|g| g.share != Share::Read),
+        failovers: failovers.len() as u64,
+        failover_p50_ms: (!failovers.is_empty()).then(|| ms(failovers[failovers.len() / 2])),
+        failover_max_ms: failovers.last().map(|&us| ms(us)),
+    })
+}
+
+/// Over the holds `counted` keeps, weighted by the permits each holds (1 for others): the mean
+/// of the weight held while any was held, and its most, over every lock.
+fn concurrency(locks: &BTreeMap<u32, Vec<Grant>>, counted: impl Fn(&Grant) -> bool) -> (f64, u64) {
+    let (mut weighted_us, mut held_us, mut max) = (0u128, 0u128, 0i64);
+    for list in locks.values() {
+        let mut edges: Vec<(u64, i64)> = Vec::new();
+        for g in list.iter().filter(|g| counted(g) && g.released_us > g.granted_us) {
+            let w = match g.share {
+                Share::Permits { held, .. } => i64::from(held),
+                _ => 1,
+            };
+            edges.push((g.granted_us, w));
+            edges.push((g.released_us, -w));
+        }
+        // Ends before starts at one instant: back-to-back holds are not at once.
+        edges.sort_unstable();
+        let (mut level, mut since) = (0i64, 0u64);
+        for (t, d) in edges {
+            if level > 0 {
+                held_us += u128::from(t - since);
+                weighted_us += u128::from(t - since) * level as u128;
+            }
+            level += d;
+            max = max.max(level);
+            since = t;
+        }
+    }
+    let mean = if held_us == 0 { 0.0 } else { weighted_us as f64 / held_us as f64 };
+    (mean, max as u64)
+}
+
+/// For each crash of a holder, the time to the next grant of its lock, sorted.
+fn failover_us(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for list in locks.values() {
+        for crash in list.iter().filter(|g| g.crashed) {
+            let next = list
+                .iter()
+                .filter(|g| g.granted_us >= crash.released_us && !std::ptr::eq(*g, crash))
+                .map(|g| g.granted_us)
+                .min();
+            out.extend(next.map(|t| t - crash.released_us));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(contender: u32, req: u64, granted: u64, released: u64, share: Share) -> Grant {
+        Grant {
+            contender,
+            requested_us: req,
+            granted_us: granted,
+            released_us: released,
+            share,
+            ..Grant::default()
+        }
+    }
+
+    #[test]
+    fn readers_concurrency_and_latency_apart_from_writers() {
+        let grants = [
+            g(0, 0, 0, 10_000, Share::Read),
+            g(1, 0, 0, 10_000, Share::Read),
+            g(2, 0, 5_000, 20_000, Share::Read),
+            g(3, 0, 20_000, 30_000, Share::Write),
+        ];
+        let f = figures(Primitive::Rw { read_percent: 75, readers_first: false }, &grants).unwrap();
+        // Readers held from 0 to 20 ms: two at once for 5 ms, three for 5, one for 10.
+        assert_eq!(f.mean_holders, (2.0 * 5.0 + 3.0 * 5.0 + 10.0) / 20.0);
+        assert_eq!(f.max_holders, 3);
+        assert_eq!(f.limit, None);
+        // Latencies as the HDR histogram keeps them: within its 3 significant digits.
+        let near = |a: f64, b: f64| (a - b).abs() <= b / 500.0;
+        assert!(near(f.reads.unwrap().max_ms, 5.0));
+        assert!(near(f.writes.max_ms, 20.0));
+        assert_eq!(f.writes.count, 1);
+    }
+
+    #[test]
+    fn permits_are_weighted_and_the_limit_is_the_size() {
+        let p = Share::Permits { held: 2, of: 4 };
+        let grants = [g(0, 0, 0, 10, p), g(1, 0, 0, 10, p)];
+        let f = figures(Primitive::Semaphore { limit: 4, permits: 2 }, &grants).unwrap();
+        assert_eq!((f.mean_holders, f.max_holders, f.limit), (4.0, 4, Some(4)));
+    }
+
+    #[test]
+    fn failover_is_from_the_crash_to_the_next_grant() {
+        let crashed = Grant { crashed: true, ..g(0, 0, 0, 1_000, Share::Exclusive) };
+        let grants = [crashed, g(1, 500, 3_000, 4_000, Share::Exclusive)];
+        let f = figures(Primitive::Election, &grants).unwrap();
+        assert_eq!((f.failovers, f.failover_max_ms), (1, Some(2.0)));
+        assert!(figures(Primitive::Mutex, &grants).is_none());
+    }
+}
