@@ -7,7 +7,9 @@
 # the harness starts, then the cluster rows: failovers of etcd ×3, a ZooKeeper ensemble, the
 # lock service ×3, Redis with Sentinel and Redlock's 5 masters; they need redis-server,
 # redis-sentinel, zookeeper and etcd-server installed and about 55 minutes of wall time;
-# --quick leaves them out); then results/scale/ (every engine the harness can start, at one
+# --quick leaves them out); then results/primitives/ (the reader-writer locks, semaphores and
+# elections of every engine that has them, about 15 minutes; --quick keeps the embedded rows);
+# then results/scale/ (every engine the harness can start, at one
 # server and as its cluster, and the embedded store, against clients, locks and key
 # distribution: throughput and the servers' CPU per grant; about 75 minutes of wall time,
 # --quick leaves it out). One condition's rows can be re-run alone: bench-harness safety
@@ -46,6 +48,12 @@ safety_args=()
 for arg in "$@"; do [ "$arg" = "--quick" ] && safety_args+=(--no-servers); done
 ./target/release/bench-harness safety --quiet --out "$out_dir/safety" "${safety_args[@]}"
 echo "regenerate-results.sh: the safety table took $(( $(date +%s) - start )) s of wall time" >&2
+
+# The reader-writer locks, semaphores and elections of every engine that has them (the queue's
+# on the embedded store; --quick keeps only those), fair weather and under the leader faults.
+start=$(date +%s)
+./target/release/bench-harness primitives --quiet --out "$out_dir/primitives" "${safety_args[@]}"
+echo "regenerate-results.sh: the primitives table took $(( $(date +%s) - start )) s of wall time" >&2
 
 # The scale sweep runs servers only the harness starts (every engine at one server and as its
 # cluster, clients x locks x key distribution); --quick leaves it out.
