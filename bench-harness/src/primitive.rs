@@ -141,16 +141,6 @@ impl Primitive {
         }
     }
 
-    /// How many holders may hold one lock at once, when the primitive bounds it by a count
-    /// (a semaphore's size in asks); `None` for readers (unbounded).
-    pub fn holders_limit(self) -> Option<u32> {
-        match self {
-            Primitive::Mutex | Primitive::Election => Some(1),
-            Primitive::Rw { .. } => None,
-            Primitive::Semaphore { limit, permits } => Some(limit / permits.max(1)),
-        }
-    }
-
     /// The share of one ask, drawn with `rng` (a stream of its own: the mutex's runs draw
     /// nothing from it, so they stay the runs they were).
     pub fn draw(self, rng: &mut impl RngExt) -> Share {
