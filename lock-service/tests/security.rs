@@ -330,6 +330,16 @@ async fn tls_on_one_side_only_is_a_clear_error_within_seconds() {
         fails_quickly("a TLS client at a plain node", ServiceClient::connect(&endpoint, config))
             .await;
     assert!(e.contains("TLS handshake") && e.contains("does not seem to speak TLS"), "{e}");
+    // Credentials at a node that has no users: refused at once, not retried to the timeout.
+    let config = ClientConfig {
+        credentials: Some(Credentials::new("alice", Secret::new("x"))),
+        ..ClientConfig::default()
+    };
+    let e = fails_quickly("credentials at a node without users", async {
+        ServiceClient::connect(&endpoint, config).await
+    })
+    .await;
+    assert!(e.contains("does not take credentials"), "{e}");
     node.shutdown().await;
 }
 

@@ -132,9 +132,9 @@ impl Conn {
                     self.addr, c.user
                 )))
             }
-            Ok(Reply::Error { kind: ErrorKind::BadRequest, message })
-                if message.contains("Hello") || message.contains("malformed") =>
-            {
+            // A node without users answers a Hello that it takes no credentials ("already
+            // said who it is"); one of another version cannot read it: final either way.
+            Ok(Reply::Error { kind: ErrorKind::BadRequest, message }) => {
                 self.close();
                 Err(DialError::Refused(format!(
                     "{}: the node does not take credentials: {message}",

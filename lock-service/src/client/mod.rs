@@ -9,8 +9,9 @@
 //!   grant pushed while it was away is not lost. A session that holds or waits for a lock
 //!   does this as soon as its node drops the connection; an idle one at its next request.
 //! - **Retries are safe**: the server treats an acquire of a lock the owner already holds or
-//!   waits for as the same request, and a release of a lock it neither holds nor waits for as
-//!   done; so a request whose answer was lost is sent again (until
+//!   waits for as the same request, and answers a release of a lock it neither holds nor
+//!   waits for `NotHeld`, which this client counts as done (a retried release whose first try
+//!   committed); so a request whose answer was lost is sent again (until
 //!   [`ClientConfig::request_timeout`]).
 //! - **A release is sent until its outcome is known**: a guard's release for up to a session
 //!   TTL, after which the session is over if nothing was answered; one still unknown is sent
@@ -80,8 +81,9 @@ pub struct ClientConfig {
     /// Who this client is, on a service that authenticates its clients (`lock-server
     /// --users`): the user's name and its token. A refusal fails at once, naming the user.
     pub credentials: Option<Credentials>,
-    /// Speak TLS, trusting the CA in `ca` (required) and presenting `cert`/`key` if given;
-    /// the nodes' certificates must name the host or IP address the client dials.
+    /// Speak TLS, trusting the CA in `ca` (required); the nodes' certificates must name the
+    /// host or IP address the client dials. The nodes ask no client certificate: the client
+    /// says who it is with [`ClientConfig::credentials`].
     pub tls: Option<TlsFiles>,
 }
 
@@ -340,12 +342,20 @@ impl ServiceClient {
     }
 
     /// End the session: every lock it holds goes to the next waiter at once.
+    ///
+    /// A session found already over is closed too: the node pushes `SessionEnded` in the
+    /// commit that closes the session, often before the `Closed` reply, and the call then
+    /// ends as lost. Either way the session is gone, which is what was asked; a guard whose
+    /// lock went with an earlier end of the session was told then.
     pub async fn close(&self) -> Result<(), LockError> {
         let Some(s) = self.session.lock().await.take() else {
             return Ok(());
         };
         let result = s.call(Request::Close { session: s.id }).await;
         s.lose("the session was closed by its client".into());
-        result.map(|_| ())
+        match result {
+            Ok(_) | Err(LockError::LeaseLost { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
