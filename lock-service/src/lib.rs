@@ -40,6 +40,11 @@
 //! node started on another's directory refuses to start.
 //!
 //! ## The protocol, step by step
+//! This section tells the steps and why they are safe; the bytes on the wire (frames, every
+//! request, reply and push as JSON, errors, retries and limits), enough to write a client in
+//! another language, are in `docs/PROTOCOL.md` at the repository's root. The Python client
+//! in `lock-service/clients/python` is written from it alone.
+//!
 //! The replicated state ([`state::LockTable`]) holds every live session (id, TTL) and, per
 //! lock id, its holder `(session, owner, token, attempt)` and a FIFO queue of
 //! `(session, owner, attempt)`. The *attempt* numbers an owner's asks within its session.
@@ -49,7 +54,8 @@
 //!    stamp (below). The TTL is the client's choice, within the range the protocol allows
 //!    ([`proto::MIN_TTL`] to [`proto::MAX_TTL`]).
 //! 2. **Keep it alive.** The leader answers a keep-alive only after confirming with a quorum
-//!    that it still leads, then notes when it *received* it; keep-alives are not written to
+//!    that it still leads, and notes the time of that confirmation (after receiving it: the
+//!    safe side); keep-alives are not written to
 //!    the log. A command of the session that the leader commits counts the same (the commit
 //!    proves the quorum), so a busy session sends no keep-alive and an idle one sends one
 //!    every TTL/3.
@@ -275,7 +281,7 @@
 //! - **authenticates every client**: the first request on a connection is `Hello { user,
 //!   token }`, checked against the users file, which keeps only each token's SHA-256
 //!   ([`auth`] shows how to make a line). A wrong token closes the connection; any request
-//!   before a `Hello` is refused (`Unauthenticated`). The client sends it from
+//!   before a `Hello` but `Status` is refused (`Unauthenticated`). The client sends it from
 //!   [`client::ClientConfig::credentials`] on every connection it makes, failovers included;
 //! - **a session belongs to the identity that opened it**: the identity is in the session's
 //!   `Open` entry, and every request naming a session (keep-alive, resume, acquire, release,

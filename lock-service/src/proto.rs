@@ -4,8 +4,8 @@
 //! binary codec: a frame is a few dozen bytes, encoding it costs microseconds against a fsync
 //! of 100+ µs per commit, and anyone can read a captured stream (or write a probe, as
 //! `test-servers` does for the cluster's status) without our code. A frame longer than the
-//! reader's limit ([`MAX_CLIENT_FRAME`] from clients) is refused before it is read: the
-//! connection is closed and nothing else is touched.
+//! reader's limit ([`MAX_CLIENT_FRAME`] from clients) is refused before it is read: the node
+//! answers an id-0 `BadRequest` and closes the connection; nothing else is touched.
 //!
 //! A client's connection carries [`ClientFrame`]s up and [`ServerFrame`]s down: replies to its
 //! requests by id, and [`Push`]es, which come unasked (the grant of a lock it waited for, the

@@ -4,15 +4,16 @@
 //! - **clients → node**: the node presents its certificate (`--tls-cert`, `--tls-key`); the
 //!   client checks it against the CA it was given ([`lock_core::tls::TlsFiles`]) and the host
 //!   name or IP address it dialled. Who the client is, it says with a token inside the TLS
-//!   stream ([`crate::auth`]), or with a certificate of its own when it was given one.
+//!   stream ([`crate::auth`]): the node asks no client certificate.
 //! - **node ↔ node**: mutual TLS. With `--tls-ca`, a node accepts a peer only if the peer
 //!   presents a certificate that CA signed, and checks the certificate of every peer it dials
 //!   the same way; so a stranger on the network can neither join the cluster nor pose as a
 //!   node to another.
 //!
-//! A node started with TLS speaks nothing else on that listener. A plain client that dials it
-//! is answered with one plain error frame saying so ([`plain_refusal`]) before the node hangs
-//! up, so that the client's error names the cause instead of "connection closed".
+//! A node started with TLS speaks nothing else on that listener, but for one thing: a plain
+//! client that dials it is answered one plain frame before the node hangs up, so that the
+//! client's error names the cause instead of "connection closed" ([`plain_refusal`]), and a
+//! plain `Status` (a probe, a monitoring script) is answered with the status itself.
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::server::WebPkiClientVerifier;

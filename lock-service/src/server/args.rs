@@ -15,7 +15,8 @@ use std::path::PathBuf;
                   synced to disk before anything is acknowledged, sessions kept alive \
                   by the leader's monotonic clock, a FIFO queue per lock, and every grant \
                   pushed down the waiter's connection in the same commit as the release that \
-                  freed it. Fencing token: the Raft index of the granting entry.\n\n\
+                  freed it. Fencing token: the stamp of the granting command (the Raft index of its entry, \
+                  or above it within a batch), greater than every token before it.\n\n\
                   Start every node of a cluster with the same --cluster list and --init the \
                   first time:\n  lock-server --id 0 --data-dir /var/lib/locks/0 --init \\\n    \
                   --cluster 0=10.0.0.1:7400/10.0.0.1:7401,1=10.0.0.2:7400/10.0.0.2:7401,\

@@ -193,7 +193,8 @@ impl Handler {
         }
     }
 
-    /// Answer with `body` (as to request `id`, 0 when the frame had none).
+    /// Answer with `body` (as to request `id`; 0 for a frame that could not be decoded as a
+    /// whole, even when its id was readable: nothing of such a frame is kept).
     async fn reply(&self, id: u64, body: Reply) {
         let _ = self.out.send(encode(&ServerFrame::Reply { id, body })).await;
     }

@@ -3,7 +3,8 @@
 //!
 //! **Sessions are kept by the leader's monotonic clock.** A keep-alive is answered only after
 //! the leader confirmed with a quorum that it still leads (openraft's `is_leader`, one
-//! heartbeat round); the leader then notes the time it *received* the keep-alive. When a
+//! heartbeat round); the leader then notes the time of that confirmation (after it received
+//! the keep-alive: the session's lease is counted from no earlier than the client's). When a
 //! session's last keep-alive is a whole TTL old, the leader proposes
 //! [`Command::Expire`](crate::state::Command::Expire), and the session ends when that entry
 //! commits: every replica ends it at the same log position, and no wall clock is read
