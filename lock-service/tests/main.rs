@@ -13,6 +13,7 @@ mod election_failover;
 mod failover;
 mod group_commit;
 mod nemesis;
+mod python_client;
 mod secured_conformance;
 mod security;
 mod shared_requests;
