@@ -33,9 +33,11 @@
 //!
 //! The mandatory lock with a timeout deletes its znode before returning
 //! [`LockError::Timeout`], so nothing of it remains to delay the next contender. The soft
-//! lock (not in the seed) first lists the children and returns "not held" at once if there
-//! are any; if there are none it runs steps 2–3 once and, not being first, deletes its znode
-//! and returns "not held".
+//! lock (not in the seed) runs steps 2–3 once and, not being first, deletes its znode and
+//! returns "not held". It does not list the children first to skip the create when they look
+//! taken: on an ensemble that list may come from a follower that has not yet applied another
+//! client's release, and a lock freed a moment ago would be refused; the list after its own
+//! create sees every write committed before it.
 //!
 //! ## Other clients on the same path
 //! Other processes may take the same lock through another ZooKeeper client: Apache Curator's
@@ -285,8 +287,8 @@
 //! | uncontended lock and release | 4: `create`, `getChildren`, `exists` (the holder's watch on its own znode), `delete` |
 //! | the first lock of an id whose directory is missing (under an existing root) | 2 more: the `create` that finds no directory, and the directory's `create` (each missing parent costs two more: one that fails, one that makes it) |
 //! | lock after waiting behind one or more holders, and release | 6: `create`, `getChildren`, `exists` (setting the watch on the predecessor), `getChildren` (ours is first now), `exists` (the holder's watch), `delete` |
-//! | soft lock on a free lock, and release | 5: `getChildren` (empty), `create`, `getChildren`, `exists` (the holder's watch), `delete` |
-//! | soft lock refused | 1: `getChildren` |
+//! | soft lock on a free lock, and release | 4: `create`, `getChildren`, `exists` (the holder's watch), `delete` |
+//! | soft lock refused | 3: `create`, `getChildren`, `delete` |
 //!
 //! A waiter costs the same however long the queue ahead of it: it watches its predecessor
 //! alone, whose deletion comes after every earlier znode's. More requests come from a

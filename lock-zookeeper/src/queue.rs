@@ -184,10 +184,13 @@ impl Contender {
         }
     }
 
-    /// The try variant of [`Contender::wait_turn`]: `None` at once if a znode appended now
-    /// would have to wait (nothing is created then: no need to queue, and wake a successor,
-    /// only to leave); else queue one, and if its turn has not come after all (another
-    /// request came between), delete it and return `None`.
+    /// The try variant of [`Contender::wait_turn`]: queue a znode, and if its turn has not
+    /// come (someone holds, or asked first), delete it and return `None`.
+    ///
+    /// The queue is read only after the create, never before to skip it: on an ensemble a
+    /// read may come from a follower that has not yet applied another client's delete (a
+    /// lock released a moment ago would look held), while a read after this session's own
+    /// create sees every write committed before it, that delete included.
     pub(crate) async fn try_turn(
         &self,
         session: &Arc<Session>,
@@ -195,9 +198,6 @@ impl Contender {
         name: &str,
         rule: Rule,
     ) -> Result<Option<Turn>, LockError> {
-        if rule(&self.queue(session, dir).await?).is_some() {
-            return Ok(None);
-        }
         let (pending, stat) = self.create_node(session, dir, name, self.owner.as_bytes()).await?;
         let queued_at = Instant::now();
         let queue = self.queue(session, dir).await?;

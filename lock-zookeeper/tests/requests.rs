@@ -65,14 +65,15 @@ async fn an_uncontended_grant_costs_a_create_a_list_a_watch_and_a_delete() {
     assert_eq!(znode_requests(&tally), ((3, 1, 1, 1), 6), "{:?}", tally.counts());
     tally.reset();
 
-    // The soft lock: a list first, then as the mandatory lock when the lock is free.
+    // The soft lock: as the mandatory lock, and leaving at once when not first (no list
+    // before the create: on an ensemble it could be a follower's, behind a release).
     let guard = locker.try_lock("k").await.unwrap().expect("free");
-    assert_eq!(znode_requests(&tally), ((1, 2, 1, 0), 4), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((1, 1, 1, 0), 3), "{:?}", tally.counts());
     let (other, theirs) = counted(&root).await;
     assert!(other.locker("other").unwrap().try_lock("k").await.unwrap().is_none());
-    assert_eq!(znode_requests(&theirs), ((0, 1, 0, 0), 1), "refused: {:?}", theirs.counts());
+    assert_eq!(znode_requests(&theirs), ((1, 1, 0, 1), 3), "refused: {:?}", theirs.counts());
     guard.release().await.unwrap();
-    assert_eq!(znode_requests(&tally), ((1, 2, 1, 1), 5), "{:?}", tally.counts());
+    assert_eq!(znode_requests(&tally), ((1, 1, 1, 1), 4), "{:?}", tally.counts());
 
     // The backend's last user gone, its session is closed.
     tally.reset();
