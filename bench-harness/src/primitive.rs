@@ -104,17 +104,6 @@ impl Primitive {
         self.is_mutex()
     }
 
-    /// Its kind's name, for messages and the `share` of a table: `mutex`, `rw`, `semaphore`,
-    /// `election`.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Primitive::Mutex => "mutex",
-            Primitive::Rw { .. } => "rw",
-            Primitive::Semaphore { .. } => "semaphore",
-            Primitive::Election => "election",
-        }
-    }
-
     /// Its kind, `None` for the mutex (every algorithm has one).
     pub fn other_kind(self) -> Option<PrimitiveKind> {
         match self {
@@ -262,12 +251,6 @@ impl Share {
     /// the mutex's records stay as they were).
     pub fn is_exclusive_ref(&self) -> bool {
         *self == Share::Exclusive
-    }
-
-    /// True for a writer of a reader-writer lock or a mutex: the holders that write the
-    /// fenced resource.
-    pub fn writes(self) -> bool {
-        self.is_exclusive()
     }
 }
 

@@ -43,19 +43,14 @@ impl Open {
     }
 }
 
-/// True when a hold of `share` may begin while the holds of `open` are held.
+/// True when a hold of `share` may begin while the holds of `open` are held: together they
+/// keep the rule.
 pub fn admits(share: Share, open: impl IntoIterator<Item = Share>) -> bool {
     let mut now = Open::default();
-    for s in open {
+    for s in open.into_iter().chain([share]) {
         now.add(s, 1);
     }
-    match share {
-        Share::Exclusive | Share::Write => now.alone + now.readers + now.permits == 0,
-        Share::Read => now.alone == 0 && now.permits == 0,
-        Share::Permits { held, of } => {
-            now.alone == 0 && now.readers == 0 && now.permits + i64::from(held) <= i64::from(of)
-        }
-    }
+    !now.broken()
 }
 
 /// The time during which `holds` (half-open `[granted, released)` with their shares, of one

@@ -501,12 +501,7 @@ async fn round(
     let requested = Instant::now();
     let requested_us = plan.stamp.at(requested);
     let timeout = Some(plan.drain_end - requested);
-    let asked = match locker {
-        // The mutex's path, as it always was: no share to match.
-        Asking::Mutex(l) => l.lock(plan.keys.id(lock), timeout).await,
-        other => other.ask(plan.keys.id(lock), share, timeout).await,
-    };
-    let guard = match asked {
+    let guard = match locker.ask(plan.keys.id(lock), share, timeout).await {
         Ok(guard) => Held(Some(guard)),
         Err(LockError::Timeout { .. }) => return Round::GaveUp(requested_us),
         Err(e) => {
@@ -547,7 +542,7 @@ async fn round(
     };
     // Only a holder alone writes: readers and permit holders share the lock, and a fenced
     // resource admits one writer's token at a time.
-    let resource = shared.resource.as_ref().filter(|_| share.writes());
+    let resource = shared.resource.as_ref().filter(|_| share.is_exclusive());
     if let Some(r) = resource {
         write(r).await;
     }
