@@ -88,6 +88,8 @@ pub struct LogStore {
     failed: Arc<Mutex<Option<String>>>,
     /// The writer thread, until [`LogStore::stop`] joins it.
     thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The last committed index openraft reported, plus one (0: none yet), for status.
+    committed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -95,6 +97,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LogStore {
+    /// The last index this node knows to be committed (none before openraft first says).
+    pub fn committed(&self) -> Option<u64> {
+        self.committed.load(std::sync::atomic::Ordering::Relaxed).checked_sub(1)
+    }
+
     /// The log in `dir` (the segments of [`crate::wal`]) and the rest in `store`, read into
     /// memory, and its writer thread started. Entries a node of an earlier version kept in
     /// `store` move to the segments first.
@@ -120,7 +127,7 @@ impl LogStore {
             .map_err(|e| format!("cannot start the log writer: {e}"))?;
         let tail = Arc::new(Mutex::new(Tail { entries, purged }));
         let thread = Arc::new(Mutex::new(Some(thread)));
-        Ok(LogStore { store, tail, writer, failed, thread })
+        Ok(LogStore { store, tail, writer, failed, thread, committed: Arc::default() })
     }
 
     /// Finish the writes queued so far and stop the writer, closing its files, so that the
@@ -314,6 +321,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
+        let next = committed.map_or(0, |c| c.index + 1);
+        self.committed.fetch_max(next, std::sync::atomic::Ordering::Relaxed);
         self.queue(Write::Committed(committed)).map_err(|e| StorageIOError::write(anyerr(e)).into())
     }
 

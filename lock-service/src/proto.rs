@@ -197,6 +197,47 @@ pub enum Request {
     },
     /// This node's view of the cluster (any node answers).
     Status,
+    /// The locks whose ids start with `prefix`, in id order, each with its holders and its
+    /// queue, as the leader's applied state has them (leader only; any identity may ask). At
+    /// most `limit` locks (at most [`MAX_LOCKS_PER_REPLY`]) whose ids sort after `after`: a
+    /// client pages through many locks by asking again after the last id it was given.
+    Locks {
+        /// Only ids starting with this ("" for every lock).
+        #[serde(default)]
+        prefix: String,
+        /// Only ids after this one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// The most locks to list.
+        #[serde(default = "default_locks_limit")]
+        limit: u32,
+    },
+    /// Make a node a member of the cluster (administrators only; leader only): it is added as
+    /// a learner, sent the log until it has caught up, then made a voter. The node must be
+    /// running, started with this id and these addresses and without `--init`.
+    AddMember {
+        /// Its node id, never used before in this cluster.
+        id: u64,
+        /// Where the other nodes reach its peer port (`host:port`).
+        peer: String,
+        /// Where clients reach its client port (`host:port`).
+        client: String,
+    },
+    /// Take a node out of the cluster (administrators only; leader only). The node can be
+    /// stopped once the change is committed; its data directory is of no further use.
+    RemoveMember {
+        /// Its node id.
+        id: u64,
+    },
+}
+
+/// How many locks [`Request::Locks`] lists when it does not say.
+pub const DEFAULT_LOCKS_PER_REPLY: u32 = 1000;
+/// The most locks one [`Reply::Locks`] lists.
+pub const MAX_LOCKS_PER_REPLY: u32 = 10_000;
+
+fn default_locks_limit() -> u32 {
+    DEFAULT_LOCKS_PER_REPLY
 }
 
 /// What a server sends down a client's connection.
@@ -270,7 +311,19 @@ pub enum Reply {
     /// The session is closed.
     Closed,
     /// A node's view of the cluster.
-    Status(Status),
+    Status(Box<Status>),
+    /// Locks and who holds and waits for them ([`Request::Locks`]).
+    Locks {
+        /// The locks, in id order.
+        locks: Vec<LockInfo>,
+        /// Whether more locks match after the last one listed.
+        more: bool,
+    },
+    /// The cluster's members once a membership change has committed.
+    Members {
+        /// Every member.
+        members: Vec<Member>,
+    },
     /// This node does not lead; ask the leader (its client address, when known).
     NotLeader {
         /// The leader's client address.
@@ -348,6 +401,65 @@ pub enum Push {
     },
 }
 
+/// One lock's holders and queue, as [`Reply::Locks`] lists them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The lock id.
+    pub lock: String,
+    /// Who holds it: one exclusive holder, or every reader or permit holder.
+    pub holders: Vec<HolderInfo>,
+    /// Who waits for it, first in line first.
+    pub waiters: Vec<WaiterInfo>,
+}
+
+/// A grant of a lock.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HolderInfo {
+    /// The holder's session.
+    pub session: SessionId,
+    /// The identity that opened the session (none on a node without users).
+    pub identity: Option<String>,
+    /// The owner within the session.
+    pub owner: String,
+    /// The grant's fencing token (its first, for permits).
+    pub token: u64,
+    /// What the grant holds (left out: the lock alone).
+    #[serde(default, skip_serializing_if = "Share::is_exclusive")]
+    pub share: Share,
+    /// How long ago the answering node applied the grant, in milliseconds, by its own
+    /// monotonic clock; none when it does not know (it applied the grant before it last
+    /// started, replaying its log).
+    #[serde(default)]
+    pub held_ms: Option<u64>,
+}
+
+/// An ask waiting in a lock's queue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WaiterInfo {
+    /// The waiter's session.
+    pub session: SessionId,
+    /// The identity that opened the session (none on a node without users).
+    pub identity: Option<String>,
+    /// The owner within the session.
+    pub owner: String,
+    /// What it asks for (left out: the lock alone).
+    #[serde(default, skip_serializing_if = "Share::is_exclusive")]
+    pub share: Share,
+}
+
+/// A node of the cluster, as its membership lists it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Member {
+    /// Its node id.
+    pub id: u64,
+    /// Where its peers reach it.
+    pub peer: String,
+    /// Where clients reach it.
+    pub client: String,
+    /// Whether it votes (a learner only receives the log).
+    pub voter: bool,
+}
+
 /// A node's view, for probes and for clients looking for the leader.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Status {
@@ -366,6 +478,19 @@ pub struct Status {
     /// Locks administrators took from their holders, over the cluster's life.
     #[serde(default)]
     pub forced_releases: u64,
+    /// The last log index this node knows to be committed (on a follower, as its leader
+    /// last told it).
+    #[serde(default)]
+    pub committed: Option<u64>,
+    /// The last log index in this node's log.
+    #[serde(default)]
+    pub last_log: Option<u64>,
+    /// Locks held or waited for, in its state machine.
+    #[serde(default)]
+    pub locks: usize,
+    /// The cluster's members, as this node's last membership entry lists them.
+    #[serde(default)]
+    pub members: Vec<Member>,
 }
 
 /// Read the bytes of one frame of at most `max` bytes; `Ok(None)` at a clean end of stream

@@ -66,7 +66,7 @@
 //! (after the command's other events), so each change is told once, in log order; a plain
 //! lock's holder leads nothing and is never announced.
 
-use crate::proto::{Held, LeaderInfo, SessionId, Share};
+use crate::proto::{Held, HolderInfo, LeaderInfo, LockInfo, SessionId, Share, WaiterInfo};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -848,6 +848,52 @@ impl LockTable {
     pub fn lock_count(&self) -> usize {
         self.locks.len()
     }
+
+    /// At most `limit` locks whose ids start with `prefix` and sort after `after`, in id
+    /// order, with their holders and queues; and whether more match. A holder's `held_ms` is
+    /// left for the node to fill: the table keeps no time.
+    pub fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> (Vec<LockInfo>, bool) {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        let identity =
+            |session: SessionId| self.sessions.get(&session).and_then(|s| s.identity.clone());
+        let mut matching = self
+            .locks
+            .range((start, Bound::Unbounded))
+            .take_while(|(id, _)| id.starts_with(prefix));
+        let locks: Vec<LockInfo> = matching
+            .by_ref()
+            .take(limit)
+            .map(|(id, e)| LockInfo {
+                lock: id.clone(),
+                holders: e
+                    .holders()
+                    .map(|h| HolderInfo {
+                        session: h.session,
+                        identity: identity(h.session),
+                        owner: h.owner.clone(),
+                        token: h.token,
+                        share: h.share,
+                        held_ms: None,
+                    })
+                    .collect(),
+                waiters: e
+                    .queue
+                    .iter()
+                    .map(|w| WaiterInfo {
+                        session: w.session,
+                        identity: identity(w.session),
+                        owner: w.owner.clone(),
+                        share: w.share,
+                    })
+                    .collect(),
+            })
+            .collect();
+        (locks, matching.next().is_some())
+    }
 }
 
 #[cfg(test)]
@@ -1353,5 +1399,43 @@ mod tests {
         assert_eq!(t.apply(4, &release(1, "a"), &mut ev), Outcome::Released);
         assert!(ev.is_empty(), "{ev:?}");
         assert_eq!(t.leader_of("l"), None);
+    }
+
+    #[test]
+    fn a_listing_pages_through_the_locks_of_a_prefix_with_holders_and_queues() {
+        let mut t = two_sessions();
+        let mut ev = Vec::new();
+        let on = |lock: &str, session, owner: &str| Command::Acquire {
+            session,
+            lock: lock.into(),
+            owner: owner.into(),
+            wait: true,
+            attempt: 1,
+            by: None,
+            share: Share::Exclusive,
+            value: None,
+        };
+        for (i, lock) in ["a.1", "a.2", "a.3", "b.1"].into_iter().enumerate() {
+            assert_eq!(
+                t.apply(3 + i as u64, &on(lock, 1, "x"), &mut ev),
+                Outcome::Granted(3 + i as u64)
+            );
+        }
+        assert_eq!(t.apply(7, &on("a.2", 2, "y"), &mut ev), Outcome::Queued);
+        let (page, more) = t.list("a.", None, 2);
+        assert!(more);
+        let ids: Vec<_> = page.iter().map(|l| l.lock.as_str()).collect();
+        assert_eq!(ids, ["a.1", "a.2"]);
+        assert_eq!(page[1].holders.len(), 1);
+        assert_eq!((page[1].holders[0].session, page[1].holders[0].token), (1, 4));
+        assert_eq!(page[1].waiters.len(), 1);
+        assert_eq!((page[1].waiters[0].session, page[1].waiters[0].owner.as_str()), (2, "y"));
+        let (rest, more) = t.list("a.", Some("a.2"), 2);
+        assert!(!more);
+        assert_eq!(rest.iter().map(|l| l.lock.as_str()).collect::<Vec<_>>(), ["a.3"]);
+        assert_eq!(t.list("", None, 10).0.len(), 4);
+        assert!(t.list("c", None, 10).0.is_empty());
+        // An `after` before the prefix starts at the prefix.
+        assert_eq!(t.list("b.", Some("a.9"), 10).0.len(), 1);
     }
 }

@@ -169,6 +169,12 @@ impl Conn {
         lock(&self.pending).clear();
     }
 
+    /// Close the connection and tell the node so (it then drops its end at once).
+    pub(super) async fn hang_up(&self) {
+        self.close();
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut *self.wr.lock().await).await;
+    }
+
     /// Send `body` and wait for its answer until `deadline`; `Err` if the connection failed.
     pub(super) async fn request(
         &self,

@@ -26,8 +26,10 @@
 //!
 //! One concept a file: `connection` (one connection to one node), `leader` (which node
 //! to dial, and finding the leader), `session` (the session, its keep-alive and its
-//! resumption), `locker` (the `Locker` on a session).
+//! resumption), `locker` (the `Locker` on a session), `admin` (requests that need no
+//! session: status, the locks listed, force-release, membership).
 
+mod admin;
 mod connection;
 mod election;
 mod leader;
@@ -38,6 +40,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 
+pub use admin::ServiceAdmin;
 pub use election::ServiceElector;
 pub use locker::ServiceLocker;
 pub use rwlock::ServiceRwLocker;
@@ -132,6 +135,26 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(endpoints: &[String], config: ClientConfig) -> Result<Shared, LockError> {
+        if endpoints.is_empty() {
+            return Err(LockError::Config("no lock-service endpoint given".into()));
+        }
+        let tls = config
+            .tls
+            .as_ref()
+            .map(crate::tls::client_connector)
+            .transpose()
+            .map_err(|e| LockError::Config(format!("lock-service TLS: {e}")))?;
+        Ok(Shared {
+            endpoints: endpoints.to_vec(),
+            order: Mutex::new(endpoints.to_vec()),
+            failed: Mutex::new(Vec::new()),
+            config,
+            next_id: AtomicU64::new(1),
+            tls,
+        })
+    }
+
     pub(super) fn promote(&self, addr: &str) {
         lock(&self.failed).retain(|f| f != addr);
         let mut order = lock(&self.order);
@@ -194,6 +217,9 @@ pub(crate) fn kind_of(request: &Request) -> &'static str {
         Request::ForceRelease { .. } => "ForceRelease",
         Request::Proclaim { .. } => "Proclaim",
         Request::Observe { .. } => "Observe",
+        Request::Locks { .. } => "Locks",
+        Request::AddMember { .. } => "AddMember",
+        Request::RemoveMember { .. } => "RemoveMember",
     }
 }
 
@@ -238,9 +264,6 @@ impl ServiceClient {
     /// and open a session; fails within [`ClientConfig::request_timeout`] if no leader
     /// answers, naming what each node said.
     pub async fn connect(endpoints: &[String], config: ClientConfig) -> Result<Self, LockError> {
-        if endpoints.is_empty() {
-            return Err(LockError::Config("no lock-service endpoint given".into()));
-        }
         if !(crate::proto::MIN_TTL..=crate::proto::MAX_TTL).contains(&config.ttl) {
             return Err(LockError::Config(format!(
                 "session TTL {:?} is out of range: {:?} to {:?}",
@@ -249,20 +272,7 @@ impl ServiceClient {
                 crate::proto::MAX_TTL
             )));
         }
-        let tls = config
-            .tls
-            .as_ref()
-            .map(crate::tls::client_connector)
-            .transpose()
-            .map_err(|e| LockError::Config(format!("lock-service TLS: {e}")))?;
-        let shared = Arc::new(Shared {
-            endpoints: endpoints.to_vec(),
-            order: Mutex::new(endpoints.to_vec()),
-            failed: Mutex::new(Vec::new()),
-            config,
-            next_id: AtomicU64::new(1),
-            tls,
-        });
+        let shared = Arc::new(Shared::new(endpoints, config)?);
         let session: Arc<tokio::sync::Mutex<Option<Arc<Session>>>> = Arc::default();
         let client = ServiceClient {
             shared,

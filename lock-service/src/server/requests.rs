@@ -5,7 +5,7 @@ use super::gate::ConnId;
 use super::hub::Outbox;
 use super::{lock, Node, MAX_TTL, MIN_TTL};
 use crate::auth::{Identity, Role};
-use crate::proto::{ErrorKind, Reply, Request, SessionId, Share};
+use crate::proto::{ErrorKind, Reply, Request, SessionId, Share, MAX_LOCKS_PER_REPLY};
 use crate::raft::{NodeId, NodeInfo};
 use crate::state::{Command, Outcome};
 use std::time::Duration;
@@ -109,7 +109,7 @@ impl Node {
             Request::Hello { .. } => {
                 bad_request("this connection has already said who it is".into())
             }
-            Request::Status => Reply::Status(self.status()),
+            Request::Status => Reply::Status(Box::new(self.status())),
             Request::Open { ttl_ms } => self.open(ttl_ms, conn, out, who).await,
             Request::Resume { session } => {
                 // Shared like a keep-alive's: after a failover every session resumes at once,
@@ -210,6 +210,11 @@ impl Node {
                 }
             }
             Request::ForceRelease { lock } => self.force_release(lock, conn, who).await,
+            Request::Locks { prefix, after, limit } => {
+                self.list_locks(&prefix, after.as_deref(), limit)
+            }
+            Request::AddMember { id, peer, client } => self.add_member(id, peer, client, who).await,
+            Request::RemoveMember { id } => self.remove_member(id, who).await,
         }
     }
 
@@ -230,6 +235,23 @@ impl Node {
             )));
         }
         Ok(())
+    }
+
+    /// The leader's listing of locks (see [`Request::Locks`]), each holder with how long ago
+    /// this node applied its grant, when it knows.
+    pub(super) fn list_locks(&self, prefix: &str, after: Option<&str>, limit: u32) -> Reply {
+        if self.raft.metrics().borrow().current_leader != Some(self.id) {
+            return self.not_leader(None);
+        }
+        let limit = limit.clamp(1, MAX_LOCKS_PER_REPLY) as usize;
+        let (mut locks, more) = self.sm.read(|a| a.table.list(prefix, after, limit));
+        for lock in &mut locks {
+            for h in &mut lock.holders {
+                h.held_ms =
+                    self.held_since(&lock.lock, h.token).map(|at| at.elapsed().as_millis() as u64);
+            }
+        }
+        Reply::Locks { locks, more }
     }
 
     pub(super) async fn force_release(&self, lock: String, conn: ConnId, who: &Identity) -> Reply {
