@@ -74,6 +74,11 @@ if cargo tree -p lock-service --no-default-features -e normal --prefix none \
   echo "test.sh: lock-service's client-only build depends on the crates above" >&2
   exit 1
 fi
+# lockctl is such a program.
+if cargo tree -p lockctl -e normal --prefix none | grep -E '^(openraft|redb) '; then
+  echo "test.sh: lockctl depends on the lock service's server (the crates above)" >&2
+  exit 1
+fi
 step "cargo doc --profile test --no-deps --workspace (RUSTDOCFLAGS=-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --profile test --no-deps --workspace "${features[@]}"
 
@@ -81,7 +86,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --profile test --no-deps --workspace "${fea
 # doctests, so they go first (its summary line then closes the run).
 # The harness's etcd engine is a cargo feature (its client needs protoc to build, and the
 # default build must need nothing installed); the tests build it in (`features` above).
+# Most tests wait on timers and on servers in other processes rather than on a core (their
+# durations add up to about twice nextest's wall time at one test per core), so nextest runs two
+# per core; the suite is written to hold on a loaded machine. NEXTEST_TEST_THREADS or
+# `--test-threads` overrides it.
 if cargo nextest --version >/dev/null 2>&1; then
+  export NEXTEST_TEST_THREADS="${NEXTEST_TEST_THREADS:-$(( $(nproc) * 2 ))}"
   cargo test --workspace --doc "${features[@]}"
   cargo nextest run --workspace --no-fail-fast "${features[@]}" "$@"
 else
