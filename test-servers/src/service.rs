@@ -63,12 +63,20 @@ pub struct LockService {
     program: PathBuf,
     prefix: Vec<String>,
     extra: Vec<String>,
+    /// How many of the members form the cluster; the others start alone and wait to be added
+    /// (all, when `None`).
+    founders: Option<usize>,
 }
 
 impl LockService {
     /// Nodes run by `program` (the `lock-server` binary).
     pub fn new(program: impl Into<PathBuf>) -> LockService {
-        LockService { program: program.into(), prefix: Vec::new(), extra: Vec::new() }
+        LockService {
+            program: program.into(),
+            prefix: Vec::new(),
+            extra: Vec::new(),
+            founders: None,
+        }
     }
 
     /// The same nodes, each started with `args` too (`--users FILE`, `--tls-cert FILE`, …).
@@ -85,7 +93,18 @@ impl LockService {
             program: program.into(),
             prefix: prefix.iter().map(|s| s.to_string()).collect(),
             extra: Vec::new(),
+            founders: None,
         }
+    }
+
+    /// The same nodes, of which only the first `founders` form the cluster: each later member
+    /// starts alone (its `--cluster` names only itself, without `--init`) and serves nobody
+    /// until a membership change adds it, at its proxies' addresses ([`Cluster::peer_addr`],
+    /// [`Cluster::client_addr`]). The cluster's leader is then the one a majority of the
+    /// founders name.
+    pub fn with_founders(mut self, founders: usize) -> LockService {
+        self.founders = Some(founders);
+        self
     }
 }
 
@@ -160,7 +179,11 @@ impl ClusterEngine for LockService {
         start: Start,
     ) -> Result<Command, ServerError> {
         let addr = |port: u16| format!("127.0.0.1:{port}");
-        let cluster: Vec<String> = (0..layout.members())
+        let founders = self.founders.unwrap_or(layout.members());
+        let founding = i < founders;
+        let listed: Vec<usize> = if founding { (0..founders).collect() } else { vec![i] };
+        let cluster: Vec<String> = listed
+            .into_iter()
             .map(|j| {
                 format!("{j}={}/{}", addr(layout.reach(j, PEER)), addr(layout.reach(j, CLIENT)))
             })
@@ -175,17 +198,29 @@ impl ClusterEngine for LockService {
             .args(["--listen-peer", &addr(layout.listen(i, PEER))])
             .args(["--cluster-token", layout.token()])
             .args(&self.extra);
-        if start == Start::New {
+        if start == Start::New && founding {
             cmd.arg("--init");
         }
         Ok(cmd)
     }
 
-    /// The node a majority of all nodes name as leader in their status.
+    /// The node a majority of all nodes (of the founders, with [`LockService::with_founders`])
+    /// name as leader in their status.
     fn leader(&self, cluster: &Cluster<Self>) -> Option<usize> {
-        let id = cluster.majority(|i| {
-            json_u64(&service_status(cluster.direct_addr(i).port()).ok()?, "leader")
-        })?;
+        let ask =
+            |i: usize| json_u64(&service_status(cluster.direct_addr(i).port()).ok()?, "leader");
+        let id = match self.founders {
+            None => cluster.majority(ask)?,
+            Some(founders) => {
+                let mut votes = std::collections::BTreeMap::<u64, usize>::new();
+                for i in (0..founders).filter(|&i| cluster.is_up(i)) {
+                    if let Some(l) = ask(i) {
+                        *votes.entry(l).or_default() += 1;
+                    }
+                }
+                votes.into_iter().find(|(_, n)| *n > founders / 2)?.0
+            }
+        };
         usize::try_from(id).ok().filter(|&i| i < cluster.len())
     }
 }
@@ -194,6 +229,12 @@ impl Cluster<LockService> {
     /// The client addresses of every node (its client proxies), as the client takes them.
     pub fn endpoints(&self) -> Vec<String> {
         (0..self.len()).map(|i| self.client_addr(i).to_string()).collect()
+    }
+
+    /// Where the other nodes reach node `i`'s peer port (its peer proxy), as a membership
+    /// change names it.
+    pub fn peer_addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.layout().reach(i, PEER)))
     }
 }
 

@@ -70,6 +70,9 @@ pub(super) async fn find_leader(
                 }
                 Ok(reply) => {
                     shared.promote(&addr);
+                    if shared.config.follow_leader_hints {
+                        learn_members(shared, &conn, attempt).await;
+                    }
                     return Ok((conn, reply));
                 }
                 Err(e) => {
@@ -105,6 +108,19 @@ pub(super) async fn find_leader(
     }
 }
 
+/// Ask the node just found for the cluster's members and dial them too from now on, so that
+/// a client whose endpoints have all left the cluster (replaced one by one by membership
+/// changes) still finds it. One `Status` per connection to a new leader; a node that does not
+/// answer it in time teaches nothing.
+async fn learn_members(shared: &Shared, conn: &Conn, deadline: Instant) {
+    let deadline = deadline.max(Instant::now() + shared.config.connect_timeout);
+    if let Ok(Reply::Status(status)) = conn.request(shared, Request::Status, deadline).await {
+        if !status.members.is_empty() {
+            shared.learn(status.members.into_iter().map(|m| m.client).collect());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +151,16 @@ mod tests {
         shared.promote("a:1");
         assert_eq!(*lock(&shared.order), ["a:1", "b:1", "c:1"]);
         assert!(follows("a:1", "b:1"));
+    }
+
+    #[test]
+    fn members_learnt_are_dialled_after_the_ones_known_and_leavers_are_forgotten() {
+        let given = ["a:1".to_string(), "b:1".to_string()];
+        let shared = Shared::new(&given, ClientConfig::default()).unwrap();
+        shared.learn(vec!["b:1".into(), "c:1".into(), "d:1".into()]);
+        assert_eq!(*lock(&shared.order), ["a:1", "b:1", "c:1", "d:1"]);
+        // c leaves the cluster: it is dropped; the endpoints given are always kept.
+        shared.learn(vec!["d:1".into()]);
+        assert_eq!(*lock(&shared.order), ["a:1", "b:1", "d:1"]);
     }
 }

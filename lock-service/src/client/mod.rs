@@ -170,6 +170,19 @@ impl Shared {
         leader != from && !lock(&self.failed).iter().any(|f| f == leader)
     }
 
+    /// The cluster's members' client addresses, as a leader listed them: dial every one of
+    /// them (after the ones known), and forget those learnt before that are no longer
+    /// members. The endpoints the client was given are always kept.
+    pub(super) fn learn(&self, members: Vec<String>) {
+        let mut order = lock(&self.order);
+        order.retain(|a| self.endpoints.contains(a) || members.contains(a));
+        for m in members {
+            if !order.contains(&m) {
+                order.push(m);
+            }
+        }
+    }
+
     pub(super) fn demote(&self, addr: &str) {
         let mut failed = lock(&self.failed);
         if !failed.iter().any(|f| f == addr) {

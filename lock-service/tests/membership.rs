@@ -1,0 +1,248 @@
+//! Membership changed online and a rolling restart, each under contenders taking one lock in
+//! turn, every grant checked: 3 voters become 5, then 3 again with the founders gone and one
+//! of them replaced under a new id after its disk "died"; and every node of a 3-node cluster
+//! restarted in turn. No two holds may overlap, tokens rise in grant order, no holder loses
+//! its session, and the lock keeps being granted through every change.
+
+use crate::support;
+
+use lock_core::conformance::{assert_exclusive, Hold, HoldLog};
+use lock_core::Locker;
+use lock_service::client::{ClientConfig, ServiceAdmin, ServiceClient};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use test_servers::{ClusterOptions, LockService, ServiceCluster};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+const CONTENDERS: usize = 4;
+const LOCK: &str = "membership";
+
+/// Contenders taking `LOCK` in turn until stopped, their holds logged.
+struct Load {
+    log: HoldLog,
+    stop: Arc<AtomicBool>,
+    errors: Arc<AtomicUsize>,
+    lost: Arc<AtomicUsize>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    /// Start the contenders; each is given only `endpoints` and finds the rest itself.
+    async fn start(endpoints: &[String]) -> Load {
+        let log = HoldLog::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let errors = Arc::new(AtomicUsize::new(0));
+        let lost = Arc::new(AtomicUsize::new(0));
+        let config = ClientConfig {
+            ttl: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            ..ClientConfig::default()
+        };
+        let mut tasks = Vec::new();
+        for i in 0..CONTENDERS {
+            let client = ServiceClient::connect(endpoints, config.clone()).await.unwrap();
+            let locker = client.locker(&format!("c{i}")).unwrap();
+            let (log, stop, errors, lost) =
+                (log.clone(), stop.clone(), errors.clone(), lost.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let g = match locker.lock(LOCK, Some(Duration::from_secs(10))).await {
+                        Ok(g) => g,
+                        Err(e) => {
+                            if errors.fetch_add(1, Ordering::SeqCst) < 5 {
+                                eprintln!("c{i}: lock: {e}");
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let granted = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    if g.is_lost() {
+                        lost.fetch_add(1, Ordering::SeqCst);
+                    }
+                    log.push(Hold {
+                        lock_id: LOCK.into(),
+                        owner: g.owner().to_string(),
+                        granted,
+                        released: Instant::now(),
+                        token: g.token(),
+                    });
+                    if let Err(e) = g.release().await {
+                        if errors.fetch_add(1, Ordering::SeqCst) < 5 {
+                            eprintln!("c{i}: release: {e}");
+                        }
+                    }
+                }
+            }));
+        }
+        Load { log, stop, errors, lost, tasks }
+    }
+
+    fn grants(&self) -> usize {
+        self.log.holds().len()
+    }
+
+    /// Wait until `more` grants were made after this call, or panic naming `phase`.
+    async fn granting(&self, more: usize, phase: &str) {
+        let from = self.grants();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.grants() < from + more {
+            assert!(Instant::now() < deadline, "no grants for 30 s {phase}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The longest time the lock was free since `since`: from a release to the next grant.
+    fn longest_gap_since(&self, since: Instant) -> Duration {
+        let mut holds = self.log.holds();
+        holds.sort_by_key(|h| h.granted);
+        holds
+            .windows(2)
+            .filter(|w| w[1].granted >= since)
+            .map(|w| w[1].granted.saturating_duration_since(w[0].released))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Stop the contenders and check every hold; the longest gap between one release and
+    /// the next grant.
+    async fn finish(self) -> Duration {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .expect("contender stops")
+                .unwrap();
+        }
+        let mut holds = self.log.holds();
+        let checked = assert_exclusive(&holds);
+        assert_eq!(self.lost.load(Ordering::SeqCst), 0, "a holder lost its session");
+        holds.sort_by_key(|h| h.granted);
+        let gap = holds
+            .windows(2)
+            .map(|w| w[1].granted.saturating_duration_since(w[0].released))
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "{checked} grants checked, {} lock errors, longest gap between grants {gap:?}",
+            self.errors.load(Ordering::SeqCst)
+        );
+        gap
+    }
+}
+
+fn voters(members: &[lock_service::proto::Member]) -> Vec<u64> {
+    members.iter().filter(|m| m.voter).map(|m| m.id).collect()
+}
+
+/// 3 → 5 → 3 voters while contenders take the lock: nodes 3 and 4 join, node 2's disk "dies"
+/// and node 5 takes its place under a new id, and the founders 0 and 1 leave (the leader
+/// among them). The contenders were given the founders' addresses only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_voters_become_five_and_three_again_under_load() {
+    let cluster: Arc<ServiceCluster> = Arc::new(
+        tokio::task::spawn_blocking(|| {
+            let engine = LockService::new(env!("CARGO_BIN_EXE_lock-server")).with_founders(3);
+            ServiceCluster::launch(engine, &ClusterOptions::new(6))
+        })
+        .await
+        .unwrap()
+        .expect("a cluster of 3 founders and 3 nodes waiting to join"),
+    );
+    let founders: Vec<String> = cluster.endpoints()[..3].to_vec();
+    let admin = ServiceAdmin::new(
+        &cluster.endpoints(),
+        ClientConfig { request_timeout: Duration::from_secs(90), ..ClientConfig::default() },
+    )
+    .unwrap();
+    let load = Load::start(&founders).await;
+    load.granting(50, "before any change").await;
+    let add = |id: usize| {
+        let (peer, client) =
+            (cluster.peer_addr(id).to_string(), cluster.client_addr(id).to_string());
+        let admin = admin.clone();
+        async move { admin.add_member(id as u64, &peer, &client).await }
+    };
+    let started = Instant::now();
+    assert_eq!(voters(&add(3).await.unwrap()), [0, 1, 2, 3]);
+    load.granting(50, "after node 3 joined").await;
+    assert_eq!(voters(&add(4).await.unwrap()), [0, 1, 2, 3, 4]);
+    load.granting(50, "after node 4 joined").await;
+    eprintln!("3 -> 5 voters in {:?}", started.elapsed());
+
+    // Node 2 loses its disk: it is killed, and node 5 takes its place under a new id.
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.kill(2)).await.unwrap();
+    assert_eq!(voters(&add(5).await.unwrap()), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(voters(&admin.remove_member(2).await.unwrap()), [0, 1, 3, 4, 5]);
+    load.granting(50, "after node 2 was replaced by node 5").await;
+
+    // The founders leave, the leader among them.
+    let leader = admin.status().await.unwrap().leader;
+    eprintln!("leader before the founders leave: {leader:?}");
+    assert_eq!(voters(&admin.remove_member(0).await.unwrap()), [1, 3, 4, 5]);
+    assert_eq!(voters(&admin.remove_member(1).await.unwrap()), [3, 4, 5]);
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        c.kill(0);
+        c.kill(1);
+    })
+    .await
+    .unwrap();
+    load.granting(50, "after the founders left and were stopped").await;
+    let status = admin.status().await.unwrap();
+    assert!(matches!(status.leader, Some(3..=5)), "{status:?}");
+    assert_eq!(voters(&status.members), [3, 4, 5]);
+    let gap = load.finish().await;
+    eprintln!("membership: longest gap between grants {gap:?}");
+    // Refusals: a second voter under an id in use, the last voter, a non-member.
+    let again = admin.add_member(3, "127.0.0.1:1", "127.0.0.1:2").await.unwrap_err();
+    assert!(again.to_string().contains("already a voting member"), "{again}");
+    let gone = admin.remove_member(0).await.unwrap_err();
+    assert!(gone.to_string().contains("not a member"), "{gone}");
+}
+
+/// Every node of a 3-node cluster restarted in turn (with its data) while contenders take the
+/// lock: no overlap, no session lost, and the lock granted again after each restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_no_lock() {
+    let cluster = Arc::new(tokio::task::spawn_blocking(|| support::cluster(3)).await.unwrap());
+    let load = Load::start(&cluster.endpoints()).await;
+    load.granting(50, "before the restarts").await;
+    // Followers first, the leader last: what an operator does, so that one election is held.
+    let mut left: Vec<usize> = (0..3).collect();
+    while !left.is_empty() {
+        let c = cluster.clone();
+        let leader =
+            tokio::task::spawn_blocking(move || c.wait_for_leader(Duration::from_secs(20)))
+                .await
+                .unwrap()
+                .unwrap();
+        let at = left.iter().position(|&n| n != leader).unwrap_or(0);
+        let i = left.remove(at);
+        let grants = load.grants();
+        let c = cluster.clone();
+        let restarted = Instant::now();
+        tokio::task::spawn_blocking(move || {
+            c.restart(i)?;
+            c.wait_for_leader(Duration::from_secs(20))
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("restart node {i}: {e}"));
+        load.granting(50, &format!("after node {i} restarted")).await;
+        eprintln!(
+            "node {i}{} restarted: {:?} to a leader and 50 grants, {} grants meanwhile, the \
+             lock free for at most {:?}",
+            if i == leader { " (the leader)" } else { "" },
+            restarted.elapsed(),
+            load.grants() - grants,
+            load.longest_gap_since(restarted)
+        );
+    }
+    let gap = load.finish().await;
+    eprintln!("rolling restart: longest gap between grants {gap:?}");
+}
