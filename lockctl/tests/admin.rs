@@ -116,3 +116,37 @@ fn on_a_secured_node_only_an_admin_may_force_release() {
     assert_eq!(forced.status.code(), Some(0), "{}", String::from_utf8_lossy(&forced.stderr));
     assert_eq!(holder.wait().unwrap().code(), Some(76));
 }
+
+/// `lockctl member add` makes a waiting node a voter of a one-node cluster, `member remove`
+/// takes it out again; adding a voter again, or removing the last, is refused (64).
+#[test]
+fn members_are_added_and_removed_with_lockctl() {
+    let first = TestNode::start(&[]);
+    let second = TestNode::start_as(1, false, &[]);
+    let (peer, client) = (second.node.peer_addr().to_string(), second.endpoint());
+    let add = first
+        .lockctl()
+        .args(["--output", "json", "member", "add", "1", "--peer", &peer, "--client", &client])
+        .output()
+        .unwrap();
+    assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
+    let members = json_lines(&add);
+    let voters: Vec<_> =
+        members.iter().filter(|m| m["voter"] == true).map(|m| m["id"].as_u64()).collect();
+    assert_eq!(voters, [Some(0), Some(1)]);
+    // The new node knows the leader and serves locks through it.
+    let through_second = second.lockctl().args(["lock", "--try", "x", "--", "true"]).status();
+    assert_eq!(through_second.unwrap().code(), Some(0));
+    let again = first
+        .lockctl()
+        .args(["member", "add", "1", "--peer", &peer, "--client", &client])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(64), "{}", String::from_utf8_lossy(&again.stderr));
+    let removed = first.lockctl().args(["member", "remove", "1"]).output().unwrap();
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+    let text = String::from_utf8(removed.stdout).unwrap();
+    assert!(text.starts_with("ID") && !text.contains("\n1 "), "{text}");
+    let last = first.lockctl().args(["member", "remove", "0"]).output().unwrap();
+    assert_eq!(last.status.code(), Some(64), "{}", String::from_utf8_lossy(&last.stderr));
+}

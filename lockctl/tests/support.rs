@@ -21,24 +21,32 @@ pub struct TestNode {
 impl TestNode {
     /// Start a node with `extra` arguments and wait until it leads.
     pub fn start(extra: &[&str]) -> TestNode {
-        let dir = tempfile::tempdir().unwrap();
-        let (peer, client) = (test_servers::free_port(), test_servers::free_port());
-        let cluster = format!("0=127.0.0.1:{peer}/127.0.0.1:{client}");
-        let data = dir.path().join("data");
-        let mut argv = vec!["lock-server", "--id", "0", "--cluster", &cluster, "--init"];
-        let data = data.to_str().unwrap().to_string();
-        argv.extend_from_slice(&["--data-dir", &data]);
-        argv.extend_from_slice(extra);
-        let args = ServerArgs::try_parse_from(argv).expect("node arguments");
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let node = runtime.block_on(Node::start(&args)).expect("start a node");
-        let t = TestNode { node, runtime, dir };
+        let t = TestNode::start_as(0, true, extra);
         let deadline = Instant::now() + Duration::from_secs(20);
         while t.node.status().leader != Some(0) {
             assert!(Instant::now() < deadline, "the node did not lead within 20 s");
             std::thread::sleep(Duration::from_millis(20));
         }
         t
+    }
+
+    /// Start node `id` as a cluster of its own: formed (`init`), or waiting to be added.
+    pub fn start_as(id: u64, init: bool, extra: &[&str]) -> TestNode {
+        let dir = tempfile::tempdir().unwrap();
+        let (peer, client) = (test_servers::free_port(), test_servers::free_port());
+        let cluster = format!("{id}=127.0.0.1:{peer}/127.0.0.1:{client}");
+        let data = dir.path().join("data").to_str().unwrap().to_string();
+        let id = id.to_string();
+        let mut argv = vec!["lock-server", "--id", &id, "--cluster", &cluster];
+        argv.extend_from_slice(&["--data-dir", &data]);
+        if init {
+            argv.push("--init");
+        }
+        argv.extend_from_slice(extra);
+        let args = ServerArgs::try_parse_from(argv).expect("node arguments");
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let node = runtime.block_on(Node::start(&args)).expect("start a node");
+        TestNode { node, runtime, dir }
     }
 
     /// Its client address.
