@@ -12,7 +12,8 @@
 # then results/scale/ (every engine the harness can start, at one
 # server and as its cluster, and the embedded store, against clients, locks and key
 # distribution: throughput and the servers' CPU per grant; about 75 minutes of wall time,
-# --quick leaves it out). One condition's rows can be re-run alone: bench-harness safety
+# --quick leaves it out); then results/service-disk/ (the lock service's data directory over a
+# million grants, and a restart from it). One condition's rows can be re-run alone: bench-harness safety
 # --only "lagged leader kill"; one engine's: bench-harness safety --engines service. The
 # harness is built with its etcd engine, whose client needs protoc (apt-get install -y
 # protobuf-compiler).
@@ -62,6 +63,14 @@ if [ ${#safety_args[@]} -eq 0 ]; then
   ./target/release/bench-harness scale --quiet --out "$out_dir/scale"
   echo "regenerate-results.sh: the scale sweep took $(( $(date +%s) - start )) s of wall time" >&2
 fi
+
+# The lock service's data directory over a million grants, and a restart from it (about two
+# minutes; --quick runs 50,000 grants).
+disk_args=()
+for arg in "$@"; do [ "$arg" = "--quick" ] && disk_args+=(--grants 50000); done
+start=$(date +%s)
+cargo run --release -q -p lock-service --example disk -- --out "$out_dir/service-disk" "${disk_args[@]}"
+echo "regenerate-results.sh: the disk run took $(( $(date +%s) - start )) s of wall time" >&2
 
 # The top README shows the headline table and findings as generated above: copy them between
 # its markers, so no figure in it is typed by hand.

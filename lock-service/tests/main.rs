@@ -9,6 +9,7 @@ mod bad_input;
 mod burst;
 mod conformance;
 mod deadlines;
+mod disk;
 mod election_failover;
 mod failover;
 mod group_commit;
