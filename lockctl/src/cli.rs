@@ -145,7 +145,8 @@ pub enum MemberCommand {
     /// The members, as the leader's membership lists them.
     List,
     /// Add a running node (started with --id ID, its own addresses, and no --init) as a
-    /// learner, and make it a voter once it has caught up (administrators only).
+    /// learner, and make it a voter once it has caught up (administrators only). Give it a
+    /// --request-timeout long enough for the node to catch up (the service waits up to 60 s).
     Add {
         /// Its node id, never used before in this cluster (a node that lost its disk comes
         /// back under a new id).

@@ -6,6 +6,8 @@
 
 use lock_core::lock::LockError;
 use lock_core::BackendErrorKind;
+use lock_service::client::AdminError;
+use lock_service::proto::ErrorKind;
 
 /// Every code `lockctl` exits with that is not its command's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +67,10 @@ Exit codes:
   0         done
   1         release --force: the lock was not held; status: a member did not answer, or no
             node leads
-  64        bad command line (unknown option, invalid lock name, bad duration)
-  69        no node of the service answered, or none leads
+  64        bad command line (unknown option, invalid lock name, bad duration), or a
+            request the service found invalid (removing the last voter, say)
+  69        the service could not serve it: no node answered, none leads, or a limit
+            (sessions per user, locks per session) was reached
   70        the service answered something unexpected
   75        lock --try: the lock is held by another
   76        lock: the lock was lost while the command ran (session expired, or an
@@ -86,6 +90,17 @@ pub enum CtlError {
     /// A usage error found after parsing (a lock name the service refuses, say).
     #[error("{0}")]
     Usage(String),
+    /// An administration request failed.
+    #[error("{message}")]
+    Admin {
+        /// The code.
+        exit: Exit,
+        /// What happened.
+        message: String,
+        /// The client's error.
+        #[source]
+        source: AdminError,
+    },
     /// The service, or the way to it, failed.
     #[error("{message}")]
     Service {
@@ -118,11 +133,26 @@ impl CtlError {
         CtlError::Service { exit, message: format!("{doing}: {source}"), source }
     }
 
+    /// `source`, an administration request's error met while `doing`.
+    pub fn admin(doing: impl std::fmt::Display, source: AdminError) -> CtlError {
+        let exit = match &source {
+            AdminError::Refused { kind, .. } => match kind {
+                ErrorKind::BadRequest => Exit::Usage,
+                ErrorKind::Forbidden | ErrorKind::Unauthenticated => Exit::Refused,
+                ErrorKind::Unavailable | ErrorKind::LimitReached => Exit::Unavailable,
+                ErrorKind::SessionGone | ErrorKind::Superseded => Exit::Software,
+            },
+            AdminError::Unexpected(_) => Exit::Software,
+            AdminError::Client(e) => exit_of(e),
+        };
+        CtlError::Admin { exit, message: format!("{doing}: {source}"), source }
+    }
+
     /// The code to exit with.
     pub fn exit(&self) -> Exit {
         match self {
             CtlError::Usage(_) => Exit::Usage,
-            CtlError::Service { exit, .. } => *exit,
+            CtlError::Service { exit, .. } | CtlError::Admin { exit, .. } => *exit,
             CtlError::Spawn { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Exit::NotFoundCommand
             }
@@ -139,8 +169,8 @@ pub fn exit_of(e: &LockError) -> Exit {
         LockError::Timeout { .. } => Exit::TimedOut,
         LockError::LeaseLost { .. } => Exit::Lost,
         LockError::Backend { kind: BackendErrorKind::Refused, .. } => Exit::Refused,
-        LockError::Backend { kind: BackendErrorKind::Protocol, .. } => Exit::Usage,
-        LockError::Backend { kind: BackendErrorKind::Unavailable, .. } => Exit::Unavailable,
+        LockError::Backend { kind: BackendErrorKind::Protocol, .. } => Exit::Software,
+        // Unavailable, timed out, or refused for another reason (a limit reached).
         LockError::Backend { .. } | LockError::Store { .. } => Exit::Unavailable,
     }
 }

@@ -24,7 +24,7 @@ pub fn event(out: Output, value: Value, text: impl FnOnce() -> String) {
 /// `lockctl status`: every member's view. Exits 1 when a member does not answer or no node
 /// leads.
 pub async fn status(admin: &ServiceAdmin, out: Output) -> Result<i32, CtlError> {
-    let first = admin.status().await.map_err(|e| CtlError::service("status", e))?;
+    let first = admin.status().await.map_err(|e| CtlError::admin("status", e))?;
     let mut healthy = first.leader.is_some();
     let mut rows = Vec::new();
     for m in &first.members {
@@ -92,7 +92,7 @@ pub async fn status(admin: &ServiceAdmin, out: Output) -> Result<i32, CtlError> 
 
 /// `lockctl locks [PREFIX]`.
 pub async fn locks(admin: &ServiceAdmin, prefix: &str, out: Output) -> Result<i32, CtlError> {
-    let locks = admin.all_locks(prefix).await.map_err(|e| CtlError::service("locks", e))?;
+    let locks = admin.all_locks(prefix).await.map_err(|e| CtlError::admin("locks", e))?;
     match out {
         Output::Json => {
             for l in &locks {
@@ -146,7 +146,7 @@ pub async fn force_release(admin: &ServiceAdmin, name: &str, out: Output) -> Res
     let held = admin
         .force_release(name)
         .await
-        .map_err(|e| CtlError::service(format!("release --force {name:?}"), e))?;
+        .map_err(|e| CtlError::admin(format!("release --force {name:?}"), e))?;
     match out {
         Output::Json => println!("{}", json!({"lock": name, "released": held})),
         Output::Text if held => println!("released {name:?}: its holder was told"),
@@ -163,16 +163,16 @@ pub async fn member(
 ) -> Result<i32, CtlError> {
     let members = match command {
         MemberCommand::List => {
-            admin.status().await.map_err(|e| CtlError::service("member list", e))?.members
+            admin.status().await.map_err(|e| CtlError::admin("member list", e))?.members
         }
         MemberCommand::Add { id, peer, client } => admin
             .add_member(*id, peer, client)
             .await
-            .map_err(|e| CtlError::service(format!("member add {id}"), e))?,
+            .map_err(|e| CtlError::admin(format!("member add {id}"), e))?,
         MemberCommand::Remove { id } => admin
             .remove_member(*id)
             .await
-            .map_err(|e| CtlError::service(format!("member remove {id}"), e))?,
+            .map_err(|e| CtlError::admin(format!("member remove {id}"), e))?,
     };
     print_members(&members, out);
     Ok(Exit::Ok.code())

@@ -118,7 +118,8 @@ fn on_a_secured_node_only_an_admin_may_force_release() {
 }
 
 /// `lockctl member add` makes a waiting node a voter of a one-node cluster, `member remove`
-/// takes it out again; adding a voter again, or removing the last, is refused (64).
+/// takes it out again; adding a voter again changes nothing; moving a voter, or removing the
+/// last, is refused (64).
 #[test]
 fn members_are_added_and_removed_with_lockctl() {
     let first = TestNode::start(&[]);
@@ -137,12 +138,19 @@ fn members_are_added_and_removed_with_lockctl() {
     // The new node knows the leader and serves locks through it.
     let through_second = second.lockctl().args(["lock", "--try", "x", "--", "true"]).status();
     assert_eq!(through_second.unwrap().code(), Some(0));
+    // Sent again, it does nothing more; moving a voter to other addresses is refused (64).
     let again = first
         .lockctl()
         .args(["member", "add", "1", "--peer", &peer, "--client", &client])
         .output()
         .unwrap();
-    assert_eq!(again.status.code(), Some(64), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    let moved = first
+        .lockctl()
+        .args(["member", "add", "1", "--peer", &peer, "--client", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(moved.status.code(), Some(64), "{}", String::from_utf8_lossy(&moved.stderr));
     let removed = first.lockctl().args(["member", "remove", "1"]).output().unwrap();
     assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
     let text = String::from_utf8(removed.stdout).unwrap();

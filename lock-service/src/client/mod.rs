@@ -40,7 +40,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 
-pub use admin::ServiceAdmin;
+pub use admin::{AdminError, ServiceAdmin};
 pub use election::ServiceElector;
 pub use locker::ServiceLocker;
 pub use rwlock::ServiceRwLocker;

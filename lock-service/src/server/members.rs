@@ -56,14 +56,16 @@ impl Node {
             }
         }
         if let Some(m) = self.members().into_iter().find(|m| m.id == id) {
-            if m.voter {
-                return bad_request(format!("node {id} is already a voting member"));
-            }
             if (m.peer.as_str(), m.client.as_str()) != (peer.as_str(), client.as_str()) {
+                let what = if m.voter { "a voter" } else { "a learner" };
                 return bad_request(format!(
-                    "node {id} is already a learner at {}/{}: remove it first to move it",
+                    "node {id} is already {what} at {}/{}: remove it first to move it",
                     m.peer, m.client
                 ));
+            }
+            if m.voter {
+                // Already done (a request sent again after its answer was lost): say so.
+                return Reply::Members { members: self.members() };
             }
         }
         let info = NodeInfo { peer, client };
@@ -95,10 +97,8 @@ impl Node {
         }
         let members = self.members();
         let Some(member) = members.iter().find(|m| m.id == id) else {
-            return bad_request(format!(
-                "node {id} is not a member (members: {:?})",
-                members.iter().map(|m| m.id).collect::<Vec<_>>()
-            ));
+            // Already gone (or never a member): the members say which.
+            return Reply::Members { members };
         };
         let change = if member.voter {
             if members.iter().filter(|m| m.voter).count() == 1 {
