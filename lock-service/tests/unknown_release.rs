@@ -133,7 +133,7 @@ impl Leader {
     fn answer(request: &Request, releases: &AtomicBool, held: &Mutex<Vec<Held>>) -> Reply {
         let mut held = held.lock().unwrap();
         match request {
-            Request::Open { .. } => Reply::Opened { session: 1 },
+            Request::Open { .. } => Reply::Opened { session: 1, key: None },
             Request::Resume { .. } => Reply::Resumed { held: held.clone() },
             Request::KeepAlive { .. } => Reply::Alive,
             Request::Acquire { lock, owner, attempt, .. } => {
