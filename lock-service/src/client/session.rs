@@ -383,6 +383,16 @@ impl Session {
                 self.lose(message.clone());
                 Err(LockError::LeaseLost { lock_id: String::new(), reason: message })
             }
+            Reply::Error { kind, message } => {
+                conn.close();
+                Err(backend_of(
+                    refusal_kind(kind),
+                    format!(
+                        "the service refused to resume session {} ({kind:?}): {message}",
+                        self.id
+                    ),
+                ))
+            }
             other => {
                 conn.close();
                 Err(backend_of(
