@@ -360,21 +360,22 @@ impl Node {
         let per = self.limits.sessions_per_identity;
         // With users, the identity's sessions; without, all the sessions together (the
         // cap), and a place of the connection's own, reserved until the commit ends.
-        let (max, too_many) = match identity {
-            Some(_) => {
-                (per, format!("the most one identity may (--max-sessions-per-identity {per})"))
-            }
-            None => {
-                let cap = self.limits.anonymous_sessions;
-                (cap, format!("the most all clients of a node without users may (--max-anonymous-sessions {cap})"))
-            }
+        let cap = self.limits.anonymous_sessions;
+        let max = if identity.is_some() { per } else { cap };
+        let name = identity.clone();
+        let too_many = move |open: usize| match &name {
+            Some(name) => format!(
+                "{name} already has {open} sessions open, the most one identity may \
+                 (--max-sessions-per-identity {per})"
+            ),
+            None => format!(
+                "the clients of this node (it has no --users) already have {open} sessions \
+                 open, the most they may together (--max-anonymous-sessions {cap})"
+            ),
         };
         let open = self.sm.read(|a| a.table.sessions_of(identity.as_deref()));
         if open >= max {
-            return limit_reached(format!(
-                "{} already has {open} sessions open, {too_many}",
-                who.label()
-            ));
+            return limit_reached(too_many(open));
         }
         let opening = match identity {
             Some(_) => None,
@@ -410,10 +411,7 @@ impl Node {
                 self.touch(session);
                 Reply::Opened { session, key: Some(key) }
             }
-            Ok(Outcome::LimitReached) => limit_reached(format!(
-                "{} already has {max} sessions open, {too_many}",
-                who.label()
-            )),
+            Ok(Outcome::LimitReached) => limit_reached(too_many(max)),
             Ok(other) => unexpected(other),
             Err(r) => r,
         }
