@@ -88,6 +88,26 @@ pub fn token_hash(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A new session key: 32 random bytes from the TLS library's system generator, in hex. The
+/// node that opens a session draws it and keeps only its SHA-256 ([`token_hash`]) in the
+/// replicated `Open`.
+pub fn new_session_key() -> String {
+    let mut key = [0u8; 32];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut key)
+        .expect("the system's random generator works");
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `key` is the key whose hex SHA-256 is `hash` (compared in constant time).
+pub fn key_matches(hash: &str, key: &str) -> bool {
+    match (parse_hex(hash), parse_hex(&token_hash(key))) {
+        (Some(want), Some(got)) => constant_time_eq(&want, &got),
+        _ => false,
+    }
+}
+
 impl Users {
     /// Read a users file; an error names the line (the caller knows the file).
     pub fn load(path: &Path) -> Result<Users, UsersError> {

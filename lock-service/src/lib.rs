@@ -25,7 +25,8 @@
 //! ## Running a node and a cluster
 //! Every node is given the whole cluster as `ID=PEER_ADDR/CLIENT_ADDR` pairs, its own id and
 //! a data directory; `--init` bootstraps a new cluster on the first start (give it to every
-//! node; it is harmless later):
+//! node of the new cluster; on a node whose log is not empty it does nothing, but never give
+//! it to a node that lost its data directory, which would bootstrap again under its old id):
 //!
 //! ```text
 //! CLUSTER=1=10.0.0.1:7400/10.0.0.1:7401,2=10.0.0.2:7400/10.0.0.2:7401,3=10.0.0.3:7400/10.0.0.3:7401
@@ -50,9 +51,10 @@
 //! `(session, owner, attempt)`. The *attempt* numbers an owner's asks within its session.
 //!
 //! 1. **Open a session.** The client dials any node; a follower answers `NotLeader` with the
-//!    leader's address. The leader commits `Open { ttl }`; the session's id is that command's
-//!    stamp (below). The TTL is the client's choice, within the range the protocol allows
-//!    ([`proto::MIN_TTL`] to [`proto::MAX_TTL`]).
+//!    leader's address. The leader draws the session's key, a random secret, and commits
+//!    `Open { ttl, hash of the key }`; the session's id is that command's stamp (below), and
+//!    the client is answered the id and the key. The TTL is the client's choice, within the
+//!    range the protocol allows ([`proto::MIN_TTL`] to [`proto::MAX_TTL`]).
 //! 2. **Keep it alive.** The leader answers a keep-alive only after confirming with a quorum
 //!    that it still leads, and notes the time of that confirmation (after receiving it: the
 //!    safe side); keep-alives are not written to
@@ -75,8 +77,8 @@
 //!
 //! ## What a client sees on failover
 //! A client whose connection breaks, or that hears `NotLeader` or `Unavailable`, finds the
-//! leader again and sends `Resume { session }`. The reply lists what the session holds, so a
-//! grant pushed while it was away is not lost.
+//! leader again and sends `Resume { session, key }`. The reply lists what the session holds, so
+//! a grant pushed while it was away is not lost.
 //! - A session that holds or waits resumes as soon as its connection drops, not at its next
 //!   keep-alive, so a waiter hears of the new leader's grant without waiting up to TTL/3.
 //! - A node that keeps the connection open and answers nothing (paused, or stalled) is given
@@ -151,7 +153,11 @@
 //!   restart; damage anywhere else stops the node with the segment's name ([`wal`] argues
 //!   this).
 //! - A node that loses its disk must not rejoin under its old id: it could vote twice in a
-//!   term. Give it a new id, or restore its directory.
+//!   term, or count towards a quorum for entries it no longer has. It comes back under a new
+//!   id, added by a membership change (`lockctl member add`), and the old id is removed; a
+//!   copy of its directory from before is no better than an empty one, for the same reason.
+//!   `docs/DEPLOYMENT.md` (at the repository's root) says how to run a cluster: TLS, users,
+//!   systemd, membership, rolling restarts, backups.
 //!
 //! ## Choices, and what they cost
 //! - **Replication before a grant.** A grant is answered or pushed only once its entry is
@@ -288,13 +294,19 @@
 //!   close) is refused (`Forbidden`) when another identity sends it. The leader refuses it
 //!   before committing anything, and the state machine checks it again on every entry it
 //!   applies, so a request that slipped past a leader still catching up changes nothing;
+//! - **a session is resumed only with its key**: the node that opens a session draws a random
+//!   key outside the state machine (which reads no randomness), answers it to the client
+//!   alone and commits only its SHA-256 in the `Open` entry, so every replica can check it; a
+//!   `Resume` without the right key is refused;
 //! - **only an admin may force-release a lock** ([`client::ServiceClient::force_release`]):
 //!   the entry names the admin, the holder is pushed `Revoked` and its guard turns `Lost`
 //!   with the admin's name, the next waiter is granted in the same entry, the leader logs a
 //!   warning, and the cluster counts it (`Status::forced_releases`);
 //! - **bounds what one client can make it hold**: sessions per identity
 //!   (`--max-sessions-per-identity`), locks held or waited for per session
-//!   (`--max-asks-per-session`), requests in progress per connection (`--max-inflight`:
+//!   (`--max-asks-per-session`), both carried in the command and counted again when it is
+//!   applied, in log order, so requests in flight together (a pipelined burst, a change of
+//!   leader) never pass them; requests in progress per connection (`--max-inflight`:
 //!   further frames are not read, so a client pipelining more waits in its own socket),
 //!   frames of at most 64 KiB, and at most 4096 frames queued for a connection that does not
 //!   read (then it is dropped). Each limit is a clear error (`LimitReached`) that commits
@@ -309,9 +321,15 @@
 //!   closed connections the node gives the freed memory back to the system (`server`'s
 //!   `trim`).
 //!
-//! Without `--users`, every client is trusted with everything, admin included, as on a
-//! ZooKeeper with the open ACL: the stranger rows of `results/safety/README.md` show what
-//! that costs. **What security costs**: a connection costs one TLS handshake and one `Hello`
+//! Without `--users`, every client may do everything, force-releasing included (the holder is
+//! told), as on a ZooKeeper with the open ACL: the stranger rows of `results/safety/README.md`
+//! show what that costs. But one client cannot take another's session or every session: there
+//! a session belongs to the connections that opened it or resumed it with its key (the
+//! client resumes on each new connection, so a reconnect or a failover loses nothing), and
+//! the limit on sessions holds per connection, reserved before the `Open` is proposed, with a
+//! cap on all the sessions together (`--max-anonymous-sessions`) for a client that opens many
+//! connections. Per connection rather than per client address: an address would lump
+//! together every client behind one NAT, proxy or host. **What security costs**: a connection costs one TLS handshake and one `Hello`
 //! more; a commit costs nothing more.
 //!
 //! ## What the tests check
@@ -354,6 +372,14 @@
 //!   arbitrary frames from an authenticated client. `proto`'s property tests decode
 //!   arbitrary and damaged frames. `tests/secured_conformance.rs`: the conformance suite on
 //!   a 3-node cluster with TLS, mutual TLS between nodes and a user per contender.
+//! - `tests/limits.rs`: 1,200 opens of one identity written at once on four connections open
+//!   exactly the limit, and no more are ever live; a session's asks written at once on two
+//!   connections likewise; on a node without users, a client that fills its connection's
+//!   limit leaves another client room to open and lock, the cap on all sessions holds, a
+//!   stranger's release, keep-alive, ask, observe, proclaim, close or keyless resume of
+//!   another's session is refused with nothing committed and the holder still holds, the
+//!   session's own client resumes with its key on a new connection, and a force-release by
+//!   anyone tells the holder.
 //! - `tests/nemesis.rs`: a CI-sized Jepsen-style run, the leader killed again and again
 //!   under six contenders, every grant checked. The full run is a command of the harness
 //!   (the workspace README's "leader killed every 8s"); its results are in

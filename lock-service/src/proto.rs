@@ -121,6 +121,10 @@ pub enum Request {
     Resume {
         /// The session.
         session: SessionId,
+        /// The session's key, as [`Reply::Opened`] gave it: a session is resumed only with
+        /// it (left out only for a session opened by a server that gave no key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     /// Renew the session's lease (leader only; confirmed with a quorum, not committed).
     KeepAlive {
@@ -271,6 +275,12 @@ pub enum Reply {
     Opened {
         /// Its id.
         session: SessionId,
+        /// Its key, a secret drawn at random for this session and told only to the client
+        /// that opened it: [`Request::Resume`] must present it. On a server without users,
+        /// only a connection that opened the session or resumed it with its key may act for
+        /// it. (Absent from a server that gives no keys.)
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     /// The connection now serves the session; what it holds.
     Resumed {
@@ -349,10 +359,13 @@ pub enum ErrorKind {
     Unavailable,
     /// The connection has not said who it is, or said it wrongly.
     Unauthenticated,
-    /// The identity may not do this (act for another's session, force-release as a
+    /// The client may not do this (act for another identity's session, or, on a server
+    /// without users, for a session its connection neither opened nor resumed with the
+    /// session's key; resume a session without its key; force-release as a
     /// non-administrator): nothing was changed.
     Forbidden,
-    /// A limit per identity or per session was reached (sessions, asks): nothing was changed.
+    /// A limit was reached (sessions per identity, or per connection and in all on a server
+    /// without users; asks per session): nothing was changed.
     LimitReached,
     /// An ask arrived after a newer ask of the same owner for the same lock, which holds or
     /// waits: the older ask changed nothing (see [`crate::state`]).

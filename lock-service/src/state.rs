@@ -82,6 +82,18 @@ pub enum Command {
         /// that identity may act for the session (absent on an open server).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         identity: Option<String>,
+        /// The hex SHA-256 of the session's key, a secret the proposing node drew at random
+        /// and told the client alone: a resume of the session must present the key (absent
+        /// in entries written before sessions had keys: such a session resumes without one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// The most live sessions its identity may have (all the sessions opened without an
+        /// identity count together): past it the session is refused
+        /// ([`Outcome::LimitReached`]) and nothing changes. The leader puts its own limit
+        /// here, so that the count is taken in log order, where every command in flight
+        /// has been counted (absent: no limit, as in entries written before).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_sessions: Option<u64>,
     },
     /// Take `lock` for `owner` of `session`, or queue for it (`wait`).
     Acquire {
@@ -108,6 +120,12 @@ pub enum Command {
         /// (see the module docs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<Vec<u8>>,
+        /// The most asks (holds and queue places) the session may have: a new ask past it is
+        /// refused ([`Outcome::LimitReached`]) and changes nothing; an ask of an owner that
+        /// already holds or waits for this lock is not a new one. Counted in log order, like
+        /// [`Command::Open`]'s `max_sessions` (absent: no limit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_asks: Option<u64>,
     },
     /// The leader of the election of `lock` announces `value` instead.
     Proclaim {
@@ -194,6 +212,9 @@ pub enum Outcome {
     /// A newer ask of the same owner for the same lock holds or waits: this older ask
     /// arrived late and changed nothing.
     Superseded,
+    /// A limit the command carried (sessions of an identity, asks of a session) was reached:
+    /// nothing was changed.
+    LimitReached,
     /// The lock id is held or waited for by asks of another kind (a semaphore's permits
     /// against a lock's reads and writes) or for a semaphore of another size, as this share
     /// says: nothing was changed.
@@ -259,6 +280,9 @@ pub struct Session {
     /// The identity that opened it (see [`Command::Open`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     identity: Option<String>,
+    /// The hex SHA-256 of its key (see [`Command::Open`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -459,9 +483,17 @@ impl LockTable {
         match command {
             // Returned above.
             Command::Batch(_) => Outcome::Nothing,
-            Command::Open { ttl_ms, identity } => {
-                let s =
-                    Session { ttl_ms: *ttl_ms, locks: BTreeSet::new(), identity: identity.clone() };
+            Command::Open { ttl_ms, identity, key, max_sessions } => {
+                let open = self.sessions_of(identity.as_deref()) as u64;
+                if max_sessions.is_some_and(|max| open >= max) {
+                    return Outcome::LimitReached;
+                }
+                let s = Session {
+                    ttl_ms: *ttl_ms,
+                    locks: BTreeSet::new(),
+                    identity: identity.clone(),
+                    key: key.clone(),
+                };
                 self.sessions.insert(index, s);
                 Outcome::Opened(index)
             }
@@ -472,6 +504,13 @@ impl LockTable {
                 if !self.may_act(*session, by.as_deref()) =>
             {
                 Outcome::Forbidden
+            }
+            Command::Acquire { session, lock, owner, max_asks: Some(max), .. }
+                if self.has_session(*session)
+                    && !self.is_asking(*session, lock, owner)
+                    && self.asks_of(*session) as u64 >= *max =>
+            {
+                Outcome::LimitReached
             }
             Command::Acquire { session, lock, owner, wait, attempt, share, value, .. } => {
                 let value = value.as_deref();
@@ -819,6 +858,12 @@ impl LockTable {
         self.sessions.get(&session).map(|s| s.identity.as_deref())
     }
 
+    /// The hex SHA-256 of `session`'s key: `None` when it is not live, `Some(None)` when it
+    /// was opened by an entry written before sessions had keys.
+    pub fn key_of(&self, session: SessionId) -> Option<Option<&str>> {
+        self.sessions.get(&session).map(|s| s.key.as_deref())
+    }
+
     /// How many live sessions `identity` opened.
     pub fn sessions_of(&self, identity: Option<&str>) -> usize {
         self.sessions.values().filter(|s| s.identity.as_deref() == identity).count()
@@ -914,6 +959,7 @@ mod tests {
             by: None,
             share: Share::Exclusive,
             value: None,
+            max_asks: None,
         }
     }
 
@@ -939,11 +985,19 @@ mod tests {
         let mut t = LockTable::default();
         let mut ev = Vec::new();
         assert_eq!(
-            t.apply(1, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev),
+            t.apply(
+                1,
+                &Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None },
+                &mut ev
+            ),
             Outcome::Opened(1)
         );
         assert_eq!(
-            t.apply(2, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev),
+            t.apply(
+                2,
+                &Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None },
+                &mut ev
+            ),
             Outcome::Opened(2)
         );
         t
@@ -953,7 +1007,11 @@ mod tests {
     fn release_hands_the_lock_to_the_first_waiter_in_the_same_entry() {
         let mut t = two_sessions();
         let mut ev = Vec::new();
-        t.apply(3, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev);
+        t.apply(
+            3,
+            &Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None },
+            &mut ev,
+        );
         assert_eq!(t.apply(4, &acquire(1, "a", true), &mut ev), Outcome::Granted(4));
         assert_eq!(t.apply(5, &acquire(2, "b", true), &mut ev), Outcome::Queued);
         assert_eq!(t.apply(6, &acquire(3, "c", true), &mut ev), Outcome::Queued);
@@ -983,7 +1041,11 @@ mod tests {
     fn an_ended_session_frees_its_locks_and_leaves_every_queue() {
         let mut t = two_sessions();
         let mut ev = Vec::new();
-        t.apply(3, &Command::Open { ttl_ms: 1000, identity: None }, &mut ev);
+        t.apply(
+            3,
+            &Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None },
+            &mut ev,
+        );
         t.apply(4, &acquire(1, "a", true), &mut ev);
         t.apply(5, &acquire(2, "b", true), &mut ev);
         t.apply(6, &acquire(3, "c", true), &mut ev);
@@ -1023,7 +1085,7 @@ mod tests {
     fn a_batch_stamps_each_command_on_from_its_entry_and_later_entries_go_on_past_it() {
         let mut t = LockTable::default();
         let mut ev = Vec::new();
-        let open = Command::Open { ttl_ms: 1000, identity: None };
+        let open = Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None };
         assert_eq!(
             t.apply(5, &Command::Batch(vec![open.clone(), open.clone(), open.clone()]), &mut ev),
             Outcome::Batch(vec![Outcome::Opened(5), Outcome::Opened(6), Outcome::Opened(7)])
@@ -1154,12 +1216,27 @@ mod tests {
     fn a_session_belongs_to_the_identity_that_opened_it() {
         let mut t = LockTable::default();
         let mut ev = Vec::new();
-        let open = Command::Open { ttl_ms: 1000, identity: Some("alice".into()) };
+        let open = Command::Open {
+            ttl_ms: 1000,
+            identity: Some("alice".into()),
+            key: None,
+            max_sessions: None,
+        };
         assert_eq!(t.apply(1, &open, &mut ev), Outcome::Opened(1));
         let as_ = |by: Option<&str>, c: Command| match c {
             Command::Acquire { session, lock, owner, wait, attempt, share, value, .. } => {
                 let by = by.map(Into::into);
-                Command::Acquire { session, lock, owner, wait, attempt, by, share, value }
+                Command::Acquire {
+                    session,
+                    lock,
+                    owner,
+                    wait,
+                    attempt,
+                    by,
+                    share,
+                    value,
+                    max_asks: None,
+                }
             }
             Command::Release { session, lock, owner, attempt, .. } => {
                 Command::Release { session, lock, owner, attempt, by: by.map(Into::into) }
@@ -1187,6 +1264,49 @@ mod tests {
         assert_eq!(t.sessions_of(Some("alice")), 1);
         assert_eq!(t.asks_of(1), 1);
         assert_eq!(t.apply(4, &as_(Some("alice"), release(1, "a")), &mut ev), Outcome::Released);
+    }
+
+    /// A limit carried in a command is counted in log order: the command past it changes
+    /// nothing, whatever was in flight when the leader proposed it.
+    #[test]
+    fn a_command_past_its_limit_changes_nothing() {
+        let mut t = LockTable::default();
+        let mut ev = Vec::new();
+        let open = |identity: Option<&str>| Command::Open {
+            ttl_ms: 1000,
+            identity: identity.map(Into::into),
+            key: Some(crate::auth::token_hash("k")),
+            max_sessions: Some(2),
+        };
+        assert_eq!(t.apply(1, &open(Some("alice")), &mut ev), Outcome::Opened(1));
+        assert_eq!(t.apply(2, &open(Some("alice")), &mut ev), Outcome::Opened(2));
+        let before = locks_and_sessions(&t);
+        assert_eq!(t.apply(3, &open(Some("alice")), &mut ev), Outcome::LimitReached);
+        assert_eq!(locks_and_sessions(&t), before);
+        assert_eq!(t.apply(4, &open(Some("bob")), &mut ev), Outcome::Opened(4));
+        assert_eq!(t.key_of(4), Some(Some(crate::auth::token_hash("k").as_str())));
+        let limited = |lock: &str, attempt| Command::Acquire {
+            session: 4,
+            lock: lock.into(),
+            owner: "o".into(),
+            wait: true,
+            attempt,
+            by: Some("bob".into()),
+            share: Share::Exclusive,
+            value: None,
+            max_asks: Some(1),
+        };
+        assert_eq!(t.apply(5, &limited("l", 1), &mut ev), Outcome::Granted(5));
+        let before = locks_and_sessions(&t);
+        assert_eq!(t.apply(6, &limited("m", 1), &mut ev), Outcome::LimitReached);
+        assert_eq!(locks_and_sessions(&t), before);
+        // Asking again for a lock the owner holds is not a new ask.
+        assert_eq!(t.apply(7, &limited("l", 2), &mut ev), Outcome::Granted(7));
+        assert!(ev.is_empty(), "{ev:?}");
+        // An entry written before limits and keys reads as without them.
+        let old: Command = serde_json::from_str(r#"{"Open":{"ttl_ms":1000}}"#).unwrap();
+        assert_eq!(t.apply(8, &old, &mut ev), Outcome::Opened(8));
+        assert_eq!(t.key_of(8), Some(None));
     }
 
     #[test]
@@ -1237,6 +1357,7 @@ mod tests {
             by: None,
             share,
             value: None,
+            max_asks: None,
         }
     }
 
@@ -1352,6 +1473,7 @@ mod tests {
             by: None,
             share: Share::Exclusive,
             value: Some(value.to_vec()),
+            max_asks: None,
         }
     }
 
@@ -1412,6 +1534,7 @@ mod tests {
             wait: true,
             attempt: 1,
             by: None,
+            max_asks: None,
             share: Share::Exclusive,
             value: None,
         };

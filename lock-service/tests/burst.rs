@@ -82,7 +82,7 @@ async fn ask(s: &mut BoxIo, id: u64, body: Request) -> Reply {
 /// count of replies by kind.
 async fn burst(mut s: BoxIo, tag: usize) -> BTreeMap<String, usize> {
     let session = match ask(&mut s, 2, Request::Open { ttl_ms: 60_000 }).await {
-        Reply::Opened { session } => session,
+        Reply::Opened { session, .. } => session,
         other => panic!("open: {other:?}"),
     };
     let mut frames = Vec::new();

@@ -49,7 +49,7 @@ async fn client(addr: String, tag: usize) -> Vec<(String, u64, u64)> {
     let mut s = TcpStream::connect(&addr).await.expect("connect");
     s.set_nodelay(true).unwrap();
     let session = match pipeline(&mut s, 1, vec![Request::Open { ttl_ms: 60_000 }]).await[..] {
-        [Reply::Opened { session }] => session,
+        [Reply::Opened { session, .. }] => session,
         ref other => panic!("open: {other:?}"),
     };
     let locks: Vec<String> = (0..LOCKS).map(|j| format!("group-{tag}-{j}")).collect();

@@ -13,6 +13,7 @@ mod disk;
 mod election_failover;
 mod failover;
 mod group_commit;
+mod limits;
 mod membership;
 mod nemesis;
 mod python_client;

@@ -135,6 +135,31 @@ impl Load {
     }
 }
 
+/// The members once a change has committed; on failure, each node's last log lines first.
+fn changed(
+    cluster: &ServiceCluster,
+    result: Result<Vec<lock_service::proto::Member>, AdminError>,
+) -> Vec<lock_service::proto::Member> {
+    result.unwrap_or_else(|e| {
+        for i in 0..cluster.len() {
+            let log = std::fs::read_to_string(cluster.dir(i).join("lock-server.log"));
+            let log = log.unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            // A panic's message, and the last lines without the backtraces.
+            for (at, _) in lines.iter().enumerate().filter(|(_, l)| l.contains("panicked at")) {
+                eprintln!(
+                    "--- node {i} panicked:\n{}",
+                    lines[at..(at + 3).min(lines.len())].join("\n")
+                );
+            }
+            let tail: Vec<&str> =
+                lines.iter().rev().filter(|l| !l.starts_with(' ')).take(20).copied().collect();
+            eprintln!("--- node {i}:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        panic!("membership change: {e}")
+    })
+}
+
 fn voters(members: &[lock_service::proto::Member]) -> Vec<u64> {
     members.iter().filter(|m| m.voter).map(|m| m.id).collect()
 }
@@ -168,24 +193,24 @@ async fn three_voters_become_five_and_three_again_under_load() {
         async move { admin.add_member(id as u64, &peer, &client).await }
     };
     let started = Instant::now();
-    assert_eq!(voters(&add(3).await.unwrap()), [0, 1, 2, 3]);
+    assert_eq!(voters(&changed(&cluster, add(3).await)), [0, 1, 2, 3]);
     load.granting(50, "after node 3 joined").await;
-    assert_eq!(voters(&add(4).await.unwrap()), [0, 1, 2, 3, 4]);
+    assert_eq!(voters(&changed(&cluster, add(4).await)), [0, 1, 2, 3, 4]);
     load.granting(50, "after node 4 joined").await;
     eprintln!("3 -> 5 voters in {:?}", started.elapsed());
 
     // Node 2 loses its disk: it is killed, and node 5 takes its place under a new id.
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || c.kill(2)).await.unwrap();
-    assert_eq!(voters(&add(5).await.unwrap()), [0, 1, 2, 3, 4, 5]);
-    assert_eq!(voters(&admin.remove_member(2).await.unwrap()), [0, 1, 3, 4, 5]);
+    assert_eq!(voters(&changed(&cluster, add(5).await)), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(voters(&changed(&cluster, admin.remove_member(2).await)), [0, 1, 3, 4, 5]);
     load.granting(50, "after node 2 was replaced by node 5").await;
 
     // The founders leave, the leader among them.
     let leader = admin.status().await.unwrap().leader;
     eprintln!("leader before the founders leave: {leader:?}");
-    assert_eq!(voters(&admin.remove_member(0).await.unwrap()), [1, 3, 4, 5]);
-    assert_eq!(voters(&admin.remove_member(1).await.unwrap()), [3, 4, 5]);
+    assert_eq!(voters(&changed(&cluster, admin.remove_member(0).await)), [1, 3, 4, 5]);
+    assert_eq!(voters(&changed(&cluster, admin.remove_member(1).await)), [3, 4, 5]);
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || {
         c.kill(0);

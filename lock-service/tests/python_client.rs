@@ -5,7 +5,8 @@
 //! process of the machine), and the test reads the Rust client's holds from the same clock.
 //! No two holds may overlap, and the tokens must rise in grant order. Over TLS, with a users
 //! file, the same client says `Hello` with its token, a wrong token is refused, and a plain
-//! `Status` is still answered on the TLS port.
+//! `Status` is still answered on the TLS port. After a broken connection the client resumes
+//! its session with the session's key, which a stranger naming the session lacks.
 
 use crate::support;
 
@@ -242,4 +243,60 @@ fn python_client_over_tls_says_hello_and_a_tls_port_answers_a_plain_status() {
     };
     eprintln!("plain: {}", status(&[]));
     eprintln!("TLS: {}", status(&["--ca", ca.as_str()]));
+}
+
+/// The Python client keeps its session's key and resumes with it after a broken connection,
+/// on a node without users; a client that names the session without the key is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_resumes_its_session_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = lock_service::server::Node::start(&support::node_args(dir.path(), "py", &[]))
+        .await
+        .expect("start");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.status().leader != Some(0) {
+        assert!(Instant::now() < deadline, "the node did not elect itself");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let endpoint = node.client_addr().to_string();
+    let client_dir = script("").to_str().unwrap().to_string();
+    let program = format!(
+        r#"
+import sys, time
+sys.path.insert(0, {client_dir:?})
+import lockclient as lc
+c = lc.LockClient([{endpoint:?}], ttl_ms=5000)
+sid = c.open()
+assert c.key is not None and len(c.key) == 64, c.key
+hold = c.acquire("l", "o")
+c.conn.close()  # a broken connection: the release resumes first, with the key
+time.sleep(0.2)
+c.release(hold)
+stranger = lc.LockClient([{endpoint:?}], ttl_ms=5000)
+stranger.session = sid
+try:
+    stranger._connection(None, time.monotonic() + 5)
+    print("the stranger resumed")
+except lc.LockServiceError as e:
+    print("stranger refused:", e)
+c.close()
+print("done")
+"#
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-c", &program])
+            .output()
+            .expect("run python3")
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "python failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("stranger refused") && stdout.contains("Forbidden"), "{stdout}");
+    assert!(stdout.contains("done"), "{stdout}");
+    assert_eq!(node.status().sessions, 0, "closed");
+    node.shutdown().await;
 }

@@ -208,7 +208,7 @@ async fn another_identitys_session_cannot_be_used_and_a_refusal_changes_nothing(
             value: None,
         },
         Request::KeepAlive { session },
-        Request::Resume { session },
+        Request::Resume { session, key: None },
         Request::Close { session },
         Request::ForceRelease { lock: "l".into() },
     ];

@@ -25,9 +25,15 @@ async fn one_node() -> Arc<ServiceCluster> {
     Arc::new(tokio::task::spawn_blocking(|| support::cluster(1)).await.expect("cluster"))
 }
 
+/// A locker dialling only `endpoint` (a proxy the test cuts, say): it neither follows leader
+/// hints nor learns the members' addresses, which would lead it around the proxy.
 async fn locker(endpoint: String, owner: &str) -> ServiceLocker {
-    let config =
-        ClientConfig { ttl: TTL, request_timeout: REQUEST_TIMEOUT, ..ClientConfig::default() };
+    let config = ClientConfig {
+        ttl: TTL,
+        request_timeout: REQUEST_TIMEOUT,
+        follow_leader_hints: false,
+        ..ClientConfig::default()
+    };
     let client = ServiceClient::connect(&[endpoint], config).await.expect("connect");
     client.locker(owner).expect("locker")
 }
@@ -133,7 +139,7 @@ impl Leader {
     fn answer(request: &Request, releases: &AtomicBool, held: &Mutex<Vec<Held>>) -> Reply {
         let mut held = held.lock().unwrap();
         match request {
-            Request::Open { .. } => Reply::Opened { session: 1 },
+            Request::Open { .. } => Reply::Opened { session: 1, key: None },
             Request::Resume { .. } => Reply::Resumed { held: held.clone() },
             Request::KeepAlive { .. } => Reply::Alive,
             Request::Acquire { lock, owner, attempt, .. } => {

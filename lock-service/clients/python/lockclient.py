@@ -298,6 +298,7 @@ class LockClient:
         self.request_timeout = request_timeout
         self.follow_leader_hints = follow_leader_hints
         self.session = None
+        self.key = None
         self.conn = None
         self.mu = threading.RLock()
         self.conn_mu = threading.Lock()  # one leader search at a time
@@ -415,7 +416,10 @@ class LockClient:
             conn = self.conn
             if conn is not None and not conn.closed:
                 return conn
-            conn, reply = self._find_leader({"Resume": {"session": self.session}}, hint, deadline)
+            resume = {"session": self.session}
+            if self.key is not None:
+                resume["key"] = self.key
+            conn, reply = self._find_leader({"Resume": resume}, hint, deadline)
             name, fields = variant(reply)
             if name == "Resumed":
                 self.conn = conn
@@ -498,6 +502,8 @@ class LockClient:
                 raise LockServiceError(fields["kind"], fields["message"])
             raise LockServiceError("Protocol", f"unexpected answer to Open: {reply!r}")
         self.session = fields["session"]
+        # The session's secret: a resume must present it (a node that gives none wants none).
+        self.key = fields.get("key")
         self.renewed = sent
         self.conn = conn
         self.keeper = threading.Thread(target=self._keep_alive, name="lockclient-keepalive", daemon=True)

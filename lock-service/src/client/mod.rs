@@ -77,9 +77,10 @@ pub struct ClientConfig {
     /// the service. One grant costs an `Acquire` and a `Release`, plus a `KeepAlive` per
     /// session every TTL/3.
     pub requests: RequestHook,
-    /// Dial the leader a follower names (its advertised client address). Off, the client
-    /// dials only the endpoints it was given, in turn: for a client that must reach the
-    /// service through addresses of its own (a proxy, a tunnel).
+    /// Dial the leader a follower names (its advertised client address), and every member
+    /// the leader lists (so that a client whose endpoints have all left the cluster still
+    /// finds it). Off, the client dials only the endpoints it was given, in turn: for a
+    /// client that must reach the service through addresses of its own (a proxy, a tunnel).
     pub follow_leader_hints: bool,
     /// Who this client is, on a service that authenticates its clients (`lock-server
     /// --users`): the user's name and its token. A refusal fails at once, naming the user.

@@ -27,6 +27,8 @@ pub(super) fn renews(request: &Request) -> bool {
 /// A session: its connection, its holders and its waiters.
 pub(super) struct Session {
     pub(super) id: SessionId,
+    /// The key the node answered the `Open` with: a resume presents it.
+    pub(super) key: Option<String>,
     pub(super) shared: Arc<Shared>,
     pub(super) pushes: PushSink,
     pub(super) conn: tokio::sync::Mutex<Option<Conn>>,
@@ -61,8 +63,8 @@ impl Session {
         let ttl_ms = shared.config.ttl.as_millis() as u64;
         let (conn, reply) =
             find_leader(&shared, &Request::Open { ttl_ms }, None, &pushes, deadline).await?;
-        let id = match reply {
-            Reply::Opened { session } => session,
+        let (id, key) = match reply {
+            Reply::Opened { session, key } => (session, key),
             Reply::Error { kind: ErrorKind::BadRequest, message } => {
                 return Err(LockError::Config(message))
             }
@@ -81,6 +83,7 @@ impl Session {
         };
         let session = Arc::new(Session {
             id,
+            key,
             shared,
             pushes,
             conn: tokio::sync::Mutex::new(Some(conn)),
@@ -364,7 +367,7 @@ impl Session {
         if let Some(c) = slot.as_ref().filter(|c| c.is_open()) {
             return Ok(c.clone());
         }
-        let resume = Request::Resume { session: self.id };
+        let resume = Request::Resume { session: self.id, key: self.key.clone() };
         let (conn, reply) =
             find_leader(&self.shared, &resume, hint, &self.pushes, deadline).await?;
         match reply {
@@ -379,6 +382,16 @@ impl Session {
                 drop(slot);
                 self.lose(message.clone());
                 Err(LockError::LeaseLost { lock_id: String::new(), reason: message })
+            }
+            Reply::Error { kind, message } => {
+                conn.close();
+                Err(backend_of(
+                    refusal_kind(kind),
+                    format!(
+                        "the service refused to resume session {} ({kind:?}): {message}",
+                        self.id
+                    ),
+                ))
             }
             other => {
                 conn.close();

@@ -36,8 +36,9 @@ pub struct ServerArgs {
     /// this node of this cluster: a node started on another's directory refuses to start.
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Bootstrap the cluster from --cluster if this node's log is empty (the first start);
-    /// harmless later. Give it to every node of a new cluster.
+    /// Bootstrap the cluster from --cluster if this node's log is empty (the first start).
+    /// Give it to every node of a new cluster, and to no other: a node that lost its data
+    /// directory and is started with it bootstraps again under its old id.
     #[arg(long)]
     pub init: bool,
     /// A name shared by the nodes of one cluster: a node of another cluster is refused.
@@ -93,10 +94,15 @@ pub struct ServerArgs {
     /// TLS and accept only peers whose certificate it signed. Needs --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_ca: Option<PathBuf>,
-    /// The most sessions one identity may have open at once (all anonymous clients count as
-    /// one identity on a node without --users).
+    /// The most sessions one identity may have open at once. On a node without --users, the
+    /// most sessions one client connection may act for (those it opened or resumed) and be
+    /// opening: a client is told from another only by its connection there.
     #[arg(long, default_value_t = 1024)]
     pub max_sessions_per_identity: usize,
+    /// On a node without --users, the most sessions all its clients may have open together:
+    /// what bounds a client that opens many connections.
+    #[arg(long, default_value_t = 65_536)]
+    pub max_anonymous_sessions: usize,
     /// The most locks one session may hold or wait for at once.
     #[arg(long, default_value_t = 4096)]
     pub max_asks_per_session: usize,

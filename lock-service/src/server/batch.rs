@@ -160,7 +160,10 @@ mod tests {
             }
         });
         let batcher = Arc::new(batcher);
-        let session = match batcher.write(Command::Open { ttl_ms: 1000, identity: None }).await {
+        let session = match batcher
+            .write(Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None })
+            .await
+        {
             Ok(Outcome::Opened(s)) => s,
             other => panic!("not opened: {other:?}"),
         };
@@ -177,6 +180,7 @@ mod tests {
                     by: None,
                     share: Default::default(),
                     value: None,
+                    max_asks: None,
                 };
                 (lock, batcher.write(ask).await)
             })

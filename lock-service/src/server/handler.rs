@@ -63,6 +63,7 @@ pub(super) async fn serve_client(node: Arc<Node>, stream: TcpStream) {
     // sessions are forgotten at once: no grant can reach it any more.
     handler.run(rd).await;
     node.hub.detach(conn);
+    node.rights.forget(conn);
     // A client that does not read cannot hold the connection open: the writer has a frame's
     // deadline for each write, and the requests still running as long again to finish.
     let drain = node.limits.frame * 2;

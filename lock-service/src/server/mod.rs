@@ -14,7 +14,8 @@
 //! One concept a file: `args` (the command line), `hub` (pushes to the sessions'
 //! connections), `listener` (binding and accepting), `handler` (one client connection),
 //! `peer` (one peer connection), `requests` (what the node does with a client's
-//! request), `members` (membership changes), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
+//! request), `members` (membership changes), `rights` (what a connection may do on a node
+//! without users), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
 //! (client commands gathered into entries).
 
 mod args;
@@ -27,6 +28,7 @@ mod members;
 mod peer;
 mod raft_thread;
 mod requests;
+mod rights;
 mod sessions;
 mod trim;
 
@@ -113,7 +115,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What one identity or session may take (see [`ServerArgs`]).
 #[derive(Debug, Clone, Copy)]
 struct Limits {
+    /// Per identity; per connection on a node without users.
     sessions_per_identity: usize,
+    /// All the sessions together, on a node without users.
+    anonymous_sessions: usize,
     asks_per_session: usize,
     inflight: usize,
     /// From connecting to the end of the first frame (TLS included).
@@ -144,6 +149,8 @@ pub struct Node {
     confirmed: Mutex<Option<Instant>>,
     /// The identities clients must prove, if any.
     users: Option<Users>,
+    /// What each connection may do, on a node without users (see [`rights`]).
+    rights: rights::Rights,
     /// TLS for clients (and peers), if any.
     tls: Option<NodeTls>,
     limits: Limits,
@@ -260,9 +267,11 @@ impl Node {
             confirming: tokio::sync::Mutex::new(()),
             confirmed: Mutex::new(None),
             users,
+            rights: rights::Rights::default(),
             tls,
             limits: Limits {
                 sessions_per_identity: args.max_sessions_per_identity,
+                anonymous_sessions: args.max_anonymous_sessions,
                 asks_per_session: args.max_asks_per_session,
                 inflight: args.max_inflight as usize,
                 handshake: Duration::from_millis(args.handshake_timeout_ms),

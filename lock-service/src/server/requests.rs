@@ -1,13 +1,25 @@
-//! What a node does with a client's request: the checks (ids, identity, limits), the
-//! leadership check a keep-alive or a resume needs, and the command it commits.
+//! What a node does with a client's request: the checks (ids, identity, the connection's
+//! rights on a node without users, the session's key, limits), the leadership check a
+//! keep-alive or a resume needs, and the command it commits.
+//!
+//! **Limits hold for requests in flight.** The limits on sessions per identity (and on all
+//! the sessions of a node without users) and on asks per session are carried in the command
+//! ([`Command::Open`]'s `max_sessions`, [`Command::Acquire`]'s `max_asks`) and checked again
+//! when the command is applied, in log order: there every command committed before it has
+//! been counted, whichever leader proposed it, so no burst of pipelined requests and no
+//! change of leader lets a count pass its limit, and a refused command changes nothing. The
+//! leader also checks the applied state before proposing, so that a client at its limit is
+//! refused without a commit. The limit per connection of a node without users is the node's
+//! own and is reserved before proposing ([`super::rights`]).
 
 use super::gate::ConnId;
 use super::hub::Outbox;
 use super::{lock, Node, MAX_TTL, MIN_TTL};
-use crate::auth::{Identity, Role};
+use crate::auth::{key_matches, new_session_key, token_hash, Identity, Role};
 use crate::proto::{ErrorKind, Reply, Request, SessionId, Share, MAX_LOCKS_PER_REPLY};
 use crate::raft::{NodeId, NodeInfo};
 use crate::state::{Command, Outcome};
+use openraft::ServerState;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -96,6 +108,49 @@ impl Node {
         }
     }
 
+    /// Whether this node leads now, as far as it knows.
+    fn leads(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// On a node without users, whether connection `conn` may act for `session`: only one
+    /// that opened it or resumed it with its key may ([`super::rights`]). Else `Err` with the
+    /// answer: `NotLeader` from a node that does not lead (the client is looking for the
+    /// leader), `SessionGone` for a session that is not live, `Forbidden` otherwise. On a node
+    /// with users the identity decides ([`Node::check_owner`]).
+    pub(super) fn check_rights(&self, session: SessionId, conn: ConnId) -> Result<(), Reply> {
+        if self.users.is_some() || self.rights.allows(conn, session) {
+            return Ok(());
+        }
+        if !self.leads() {
+            return Err(self.not_leader(None));
+        }
+        if !self.sm.read(|a| a.table.has_session(session)) {
+            return Err(session_gone(session));
+        }
+        Err(forbidden(format!(
+            "session {session} was neither opened nor resumed on this connection: on a node \
+             without users only such a connection may act for it (resume it with its key)"
+        )))
+    }
+
+    /// Whether `key` is `session`'s key: `Err` with the answer when it is not (or the session
+    /// is not live). A session opened before sessions had keys resumes without one.
+    pub(super) fn check_key(&self, session: SessionId, key: Option<&str>) -> Result<(), Reply> {
+        let hash = self.sm.read(|a| a.table.key_of(session).map(|k| k.map(str::to_string)));
+        match hash {
+            None => Err(session_gone(session)),
+            Some(None) => Ok(()),
+            Some(Some(hash)) if key.is_some_and(|k| key_matches(&hash, k)) => Ok(()),
+            Some(Some(_)) => Err(forbidden(format!(
+                "the key given for session {session} is {}: a session is resumed only with \
+                 the key its Open was answered with",
+                if key.is_some() { "wrong" } else { "missing" }
+            ))),
+        }
+    }
+
     /// Serve `request` of client connection `conn` (whose frames go to `out`), sent by `who`.
     pub(super) async fn handle(
         &self,
@@ -111,15 +166,20 @@ impl Node {
             }
             Request::Status => Reply::Status(Box::new(self.status())),
             Request::Open { ttl_ms } => self.open(ttl_ms, conn, out, who).await,
-            Request::Resume { session } => {
+            Request::Resume { session, key } => {
                 // Shared like a keep-alive's: after a failover every session resumes at once,
                 // and one leadership check each (each a round of new peer connections)
                 // overran the heartbeat interval, failed, and was retried by all of them.
                 if let Err(r) = self.confirm_lead().await {
                     return r;
                 }
-                if let Err(r) = self.check_owner(session, who) {
+                if let Err(r) =
+                    self.check_owner(session, who).and(self.check_key(session, key.as_deref()))
+                {
                     return r;
+                }
+                if self.users.is_none() {
+                    self.rights.grant(conn, session);
                 }
                 // Attach before reading what it holds: a grant applied in between is then
                 // pushed as well as listed, never lost.
@@ -131,6 +191,9 @@ impl Node {
                 Reply::Resumed { held: self.sm.read(|a| a.table.held_by(session)) }
             }
             Request::KeepAlive { session } => {
+                if let Err(r) = self.check_rights(session, conn) {
+                    return r;
+                }
                 if let Err(r) = self.confirm_lead().await {
                     return r;
                 }
@@ -147,14 +210,27 @@ impl Node {
                 if let Err(r) = check_share(share).and(check_candidacy(share, value.as_deref())) {
                     return r;
                 }
+                if let Err(r) = self.check_rights(session, conn) {
+                    return r;
+                }
                 if let Err(r) = self.check_owner_known(session, who) {
                     return r;
                 }
                 if let Err(r) = self.check_asks(session, &lock, &owner) {
                     return r;
                 }
-                let ask =
-                    Command::Acquire { session, lock, owner, wait, attempt, by, share, value };
+                let max_asks = Some(self.limits.asks_per_session as u64);
+                let ask = Command::Acquire {
+                    session,
+                    lock,
+                    owner,
+                    wait,
+                    attempt,
+                    by,
+                    share,
+                    value,
+                    max_asks,
+                };
                 self.commit(conn, ask).await
             }
             Request::Proclaim { session, lock, owner, attempt, value } => {
@@ -162,6 +238,9 @@ impl Node {
                     return r;
                 }
                 if let Err(r) = check_candidacy(Share::Exclusive, Some(&value)) {
+                    return r;
+                }
+                if let Err(r) = self.check_rights(session, conn) {
                     return r;
                 }
                 if let Err(r) = self.check_owner_known(session, who) {
@@ -172,6 +251,9 @@ impl Node {
             }
             Request::Observe { session, lock } => {
                 if let Err(r) = check_ids(&lock, "observer") {
+                    return r;
+                }
+                if let Err(r) = self.check_rights(session, conn) {
                     return r;
                 }
                 // The leader's applied state is the newest: a deposed leader must not answer.
@@ -195,14 +277,20 @@ impl Node {
                 if let Err(r) = check_ids(&lock, &owner) {
                     return r;
                 }
+                if let Err(r) = self.check_rights(session, conn) {
+                    return r;
+                }
                 if let Err(r) = self.check_owner_known(session, who) {
                     return r;
                 }
                 self.commit(conn, Command::Release { session, lock, owner, attempt, by }).await
             }
             Request::Close { session } => {
-                if let Err(r) = self.check_owner_known(session, who) {
-                    return r;
+                match self.check_rights(session, conn).and(self.check_owner_known(session, who)) {
+                    // Nothing to close.
+                    Err(Reply::Error { kind: ErrorKind::SessionGone, .. }) => return Reply::Closed,
+                    Err(r) => return r,
+                    Ok(()) => {}
                 }
                 match self.commit(conn, Command::Close { session, by }).await {
                     Reply::Error { kind: ErrorKind::SessionGone, .. } => Reply::Closed,
@@ -291,21 +379,61 @@ impl Node {
             ));
         }
         let identity = who.name.clone();
-        let limit = self.limits.sessions_per_identity;
+        let per = self.limits.sessions_per_identity;
+        // With users, the identity's sessions; without, all the sessions together (the
+        // cap), and a place of the connection's own, reserved until the commit ends.
+        let cap = self.limits.anonymous_sessions;
+        let max = if identity.is_some() { per } else { cap };
+        let name = identity.clone();
+        let too_many = move |open: usize| match &name {
+            Some(name) => format!(
+                "{name} already has {open} sessions open, the most one identity may \
+                 (--max-sessions-per-identity {per})"
+            ),
+            None => format!(
+                "the clients of this node (it has no --users) already have {open} sessions \
+                 open, the most they may together (--max-anonymous-sessions {cap})"
+            ),
+        };
         let open = self.sm.read(|a| a.table.sessions_of(identity.as_deref()));
-        if open >= limit {
-            return limit_reached(format!(
-                "{} already has {open} sessions open, the most one identity may \
-                 (--max-sessions-per-identity {limit})",
-                who.label()
-            ));
+        if open >= max {
+            return limit_reached(too_many(open));
         }
-        match self.propose(conn, Command::Open { ttl_ms, identity }).await {
+        let opening = match identity {
+            Some(_) => None,
+            None => {
+                let live = |s| self.sm.read(|a| a.table.has_session(s));
+                match self.rights.reserve(conn, per, live) {
+                    Ok(place) => Some(place),
+                    Err(taken) => {
+                        return limit_reached(format!(
+                            "this connection already has {taken} sessions open or opening, the \
+                             most one connection may on a node without users \
+                             (--max-sessions-per-identity {per})"
+                        ))
+                    }
+                }
+            }
+        };
+        // The key is drawn here, outside the state machine, which reads no randomness; the
+        // log keeps only its hash.
+        let key = new_session_key();
+        let command = Command::Open {
+            ttl_ms,
+            identity,
+            key: Some(token_hash(&key)),
+            max_sessions: Some(max as u64),
+        };
+        match self.propose(conn, command).await {
             Ok(Outcome::Opened(session)) => {
+                if let Some(place) = opening {
+                    place.opened(session);
+                }
                 self.hub.attach(session, conn, out);
                 self.touch(session);
-                Reply::Opened { session }
+                Reply::Opened { session, key: Some(key) }
             }
+            Ok(Outcome::LimitReached) => limit_reached(too_many(max)),
             Ok(other) => unexpected(other),
             Err(r) => r,
         }
@@ -343,6 +471,11 @@ impl Node {
             Ok(Outcome::Forbidden) => {
                 forbidden(format!("session {session} belongs to another identity"))
             }
+            Ok(Outcome::LimitReached) => limit_reached(format!(
+                "session {session} already holds or waits for {} locks, the most a session \
+                 may (--max-asks-per-session {})",
+                self.limits.asks_per_session, self.limits.asks_per_session
+            )),
             Ok(Outcome::Superseded) => Reply::Error {
                 kind: ErrorKind::Superseded,
                 message: format!(
