@@ -12,6 +12,7 @@ mod deadlines;
 mod election_failover;
 mod failover;
 mod group_commit;
+mod metrics;
 mod nemesis;
 mod python_client;
 mod secured_conformance;

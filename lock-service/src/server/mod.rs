@@ -15,14 +15,17 @@
 //! connections), `listener` (binding and accepting), `handler` (one client connection),
 //! `peer` (one peer connection), `requests` (what the node does with a client's
 //! request), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
-//! (client commands gathered into entries).
+//! (client commands gathered into entries), [`metrics`] (what the node counts, and when it is
+//! healthy) and `http` (where it serves them, with `--metrics-addr`).
 
 mod args;
 mod batch;
 mod gate;
 mod handler;
+mod http;
 mod hub;
 mod listener;
+pub mod metrics;
 mod peer;
 mod raft_thread;
 mod requests;
@@ -30,6 +33,7 @@ mod sessions;
 mod trim;
 
 pub use args::{parse_cluster, ClusterSpec, ServerArgs};
+pub use metrics::GrantTimes;
 
 use crate::auth::{Users, UsersError};
 use crate::log::LogStore;
@@ -81,7 +85,7 @@ pub enum ServerError {
     /// A listener cannot be bound.
     #[error("cannot listen for {what} on {addr}: {source}")]
     Listen {
-        /// "clients" or "peers".
+        /// "clients", "peers" or "metrics".
         what: &'static str,
         /// The address.
         addr: String,
@@ -156,6 +160,10 @@ pub struct Node {
     next_conn: std::sync::atomic::AtomicU64,
     /// Gives closed connections' memory back (see [`trim`]).
     trimmer: Arc<trim::Trimmer>,
+    /// What the node counts (see [`metrics`]).
+    metrics: metrics::Metrics,
+    /// Where it serves them over HTTP, if it does.
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Node {
@@ -176,6 +184,10 @@ impl Node {
         // connections to peers are made on the Raft thread.
         let raft_thread = RaftThread::start()?;
         let clients = bind(client_listen, "clients").await?;
+        let http = match args.metrics_addr {
+            Some(addr) => Some(bind(addr, "metrics").await?),
+            None => None,
+        };
         let peers = raft_thread
             .handle()
             .spawn(bind(peer_listen, "peers"))
@@ -236,13 +248,25 @@ impl Node {
             })
             .await
             .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
-        let (batcher, batching) = batch::Batcher::start({
-            let raft = raft.clone();
-            move |command| {
+        let commit_latency = metrics::short_histogram();
+        let (batcher, batching) = batch::Batcher::start(
+            {
                 let raft = raft.clone();
-                async move { raft.client_write(command).await.map(|r| r.data) }
-            }
-        });
+                move |command| {
+                    let raft = raft.clone();
+                    async move { raft.client_write(command).await.map(|r| r.data) }
+                }
+            },
+            commit_latency.clone(),
+        );
+        let metrics =
+            metrics::Metrics::new(&sm.apply_metrics(), &commit_latency, &log.sync_seconds());
+        let metrics_addr = match &http {
+            Some(l) => Some(l.local_addr().map_err(|e| {
+                listen_err("metrics", args.metrics_addr.unwrap_or(client_listen), e)
+            })?),
+            None => None,
+        };
         let node = Arc::new(Node {
             id: args.id,
             raft,
@@ -274,8 +298,10 @@ impl Node {
             batcher,
             next_conn: Default::default(),
             trimmer: Arc::default(),
+            metrics,
+            metrics_addr,
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(
                 Listener {
                     node: node.clone(),
@@ -298,6 +324,14 @@ impl Node {
             batching,
             tokio::spawn(node.trimmer.clone().run()),
         ];
+        if let Some(http) = http {
+            tasks.push(tokio::spawn(http::run(node.clone(), http)));
+            tracing::info!(
+                "node {} serving metrics and health on {:?}",
+                node.id,
+                node.metrics_addr
+            );
+        }
         *lock(&node.tasks) = tasks;
         tracing::info!(
             "node {} serving clients on {} and peers on {}",
@@ -316,6 +350,16 @@ impl Node {
     /// Where this node listens for its peers.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr
+    }
+
+    /// Where this node serves `/metrics` and `/health` (`--metrics-addr`), if it does.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// When each grant held now was applied on this node (see [`GrantTimes`]).
+    pub fn grant_times(&self) -> GrantTimes {
+        self.sm.grant_times()
     }
 
     /// Stop serving and shut Raft down.
