@@ -6,7 +6,8 @@
 # `etcd-server` (and `etcd-client`, whose `etcdctl` the election tests run), `postgresql` and
 # `pgbouncer` (run as the `postgres` system user when the tests run as root) and
 # `mariadb-server` (as the `mysql` user), `python3-kazoo` for the ZooKeeper interoperability
-# tests; the etcd client crate runs `protoc`
+# tests, `prometheus` for the `promtool` that checks the lock service's metrics; the etcd
+# client crate runs `protoc`
 # (package `protobuf-compiler`) when it is built. This script installs them when they are
 # missing (as root directly, otherwise through sudo). The Cassandra integration tests run only when
 # LOCK_TEST_CASSANDRA=host:port names a cluster (see README.md).
@@ -28,8 +29,10 @@ command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need_packages+=(m
 command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need_packages+=(pgbouncer)
 python3 -c "import kazoo" 2>/dev/null || /usr/bin/python3 -c "import kazoo" 2>/dev/null || need_packages+=(python3-kazoo)
 command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || need_packages+=(protobuf-compiler)
+# lock-service's metrics test runs `promtool check metrics` on what a node serves.
+command -v promtool >/dev/null 2>&1 || need_packages+=(prometheus)
 if [ ${#need_packages[@]} -gt 0 ]; then
-  echo "test.sh: installing ${need_packages[*]} (needed by the Redis, ZooKeeper, etcd, PostgreSQL and MariaDB tests)" >&2
+  echo "test.sh: installing ${need_packages[*]} (needed by the Redis, ZooKeeper, etcd, PostgreSQL, MariaDB and lock-service metrics tests)" >&2
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive

@@ -332,6 +332,24 @@
 //! together every client behind one NAT, proxy or host. **What security costs**: a connection costs one TLS handshake and one `Hello`
 //! more; a commit costs nothing more.
 //!
+//! ## Metrics and health
+//! A node started with `--metrics-addr IP:PORT` serves HTTP there (off by default; plain
+//! HTTP without authentication, so bind it where only the monitoring reaches it):
+//! - `GET /metrics`: Prometheus' text format, without labels: grants, releases, session
+//!   expirations and forced releases (counters, counted by every node as it applies the
+//!   log), wait and hold times (histograms on the node's own monotonic clock as it applies:
+//!   node-local, not replicated), commit latency on the leader and the log's sync latency
+//!   (histograms), and sessions, grants held, waiters, Raft's term, whether the node leads,
+//!   the leader's id, and the applied and committed indexes (gauges).
+//!   [`server::metrics`] lists every name and where each comes from.
+//! - `GET /health`: 200 when the node knows a leader, its Raft runs, and within a second it
+//!   has applied every entry it knew committed when asked; else 503 with the reason (no
+//!   leader known, Raft stopped, still applying). Both answer a JSON object of the figures.
+//!
+//! The endpoint answers one request per connection, bounds each request's size and time, and
+//! runs on the client runtime, never on Raft's thread ([`server::metrics`], `server`'s `http`).
+//! The node also keeps when each current grant was applied ([`server::GrantTimes`]).
+//!
 //! ## What the tests check
 //! - `state`'s unit tests: FIFO handoff in the releasing entry, increasing tokens, idempotent
 //!   retries, a new ask taking an abandoned one's queue place, a new ask of a holder given a
@@ -380,6 +398,10 @@
 //!   another's session is refused with nothing committed and the holder still holds, the
 //!   session's own client resumes with its key on a new connection, and a force-release by
 //!   anyone tells the holder.
+//! - `tests/metrics.rs`: a node's `/metrics` after grants, releases, a queued wait and an
+//!   expiry (each counter's value, and `promtool check metrics` on the text), `/health` 200 on
+//!   a single node and on every node of a cluster, 503 on a node of three started alone, and
+//!   garbage, oversized and never-ending HTTP requests refused while the locks are served.
 //! - `tests/nemesis.rs`: a CI-sized Jepsen-style run, the leader killed again and again
 //!   under six contenders, every grant checked. The full run is a command of the harness
 //!   (the workspace README's "leader killed every 8s"); its results are in

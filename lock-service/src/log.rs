@@ -19,6 +19,9 @@
 //! only after its purge point is on disk. One thread does it all, so a truncation or a purge
 //! can never be overtaken by an append made after it.
 //!
+//! The writer times each sync of the segments, and the store keeps the last committed index
+//! openraft gave it, for the node's metrics ([`crate::server::metrics`]).
+//!
 //! **Failure.** A write that fails fails every operation after it (a later append would leave
 //! a hole in the log): the node stops acknowledging, and its peers carry on without it.
 
@@ -26,10 +29,12 @@ use crate::raft::{NodeId, Store, TypeConfig};
 use crate::wal::Wal;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
+use prometheus_client::metrics::histogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -88,8 +93,11 @@ pub struct LogStore {
     failed: Arc<Mutex<Option<String>>>,
     /// The writer thread, until [`LogStore::stop`] joins it.
     thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
-    /// The last committed index openraft reported, plus one (0: none yet), for status.
-    committed: Arc<std::sync::atomic::AtomicU64>,
+    /// How long each sync of the segments took (the node's metrics).
+    syncs: Histogram,
+    /// One more than the last index openraft said is committed (0: none yet), for the
+    /// node's metrics and health.
+    committed: Arc<AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -97,11 +105,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LogStore {
-    /// The last index this node knows to be committed (none before openraft first says).
-    pub fn committed(&self) -> Option<u64> {
-        self.committed.load(std::sync::atomic::Ordering::Relaxed).checked_sub(1)
-    }
-
     /// The log in `dir` (the segments of [`crate::wal`]) and the rest in `store`, read into
     /// memory, and its writer thread started. Entries a node of an earlier version kept in
     /// `store` move to the segments first.
@@ -121,13 +124,26 @@ impl LogStore {
         let (writer, queue) = mpsc::channel();
         let failed = Arc::new(Mutex::new(None));
         let (disk, flag) = (store.clone(), failed.clone());
+        let syncs = crate::server::metrics::short_histogram();
+        let timed = syncs.clone();
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())
-            .spawn(move || write_loop(&disk, wal, &queue, &flag))
+            .spawn(move || write_loop(&disk, wal, &queue, &flag, timed))
             .map_err(|e| format!("cannot start the log writer: {e}"))?;
         let tail = Arc::new(Mutex::new(Tail { entries, purged }));
         let thread = Arc::new(Mutex::new(Some(thread)));
-        Ok(LogStore { store, tail, writer, failed, thread, committed: Arc::default() })
+        let committed = Arc::default();
+        Ok(LogStore { store, tail, writer, failed, thread, syncs, committed })
+    }
+
+    /// How long each sync of the log's segments took, in seconds.
+    pub fn sync_seconds(&self) -> Histogram {
+        self.syncs.clone()
+    }
+
+    /// The last log index openraft said is committed, since this store was opened.
+    pub fn committed_index(&self) -> Option<u64> {
+        self.committed.load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// Finish the writes queued so far and stop the writer, closing its files, so that the
@@ -173,6 +189,8 @@ struct Writer<'a> {
     /// The latest committed index not yet written, and when it was last written.
     committed: Option<Option<LogId<NodeId>>>,
     committed_at: Instant,
+    /// Each sync's duration.
+    syncs: Histogram,
 }
 
 /// The writer thread: batches of queued writes, at most one sync of the segments and one
@@ -182,8 +200,9 @@ fn write_loop(
     wal: Wal,
     queue: &mpsc::Receiver<Write>,
     failed: &Mutex<Option<String>>,
+    syncs: Histogram,
 ) {
-    let mut writer = Writer { store, wal, committed: None, committed_at: Instant::now() };
+    let mut writer = Writer { store, wal, committed: None, committed_at: Instant::now(), syncs };
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
@@ -253,7 +272,10 @@ impl Writer<'_> {
             Write::Truncate(from, _) => self.wal.truncate(*from),
             _ => Ok(()),
         })?;
-        self.wal.sync()
+        let started = Instant::now();
+        let synced = self.wal.sync();
+        self.syncs.observe(started.elapsed().as_secs_f64());
+        synced
     }
 
     /// One redb transaction: the votes and purge points of `meta`, and the committed index if
@@ -321,17 +343,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
-        let next = committed.map_or(0, |c| c.index + 1);
-        self.committed.fetch_max(next, std::sync::atomic::Ordering::Relaxed);
+        if let Some(c) = committed {
+            self.committed.fetch_max(c.index + 1, Ordering::Relaxed);
+        }
         self.queue(Write::Committed(committed)).map_err(|e| StorageIOError::write(anyerr(e)).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, SErr> {
-        Ok(self
+        let committed = self
             .store
             .meta::<Option<LogId<NodeId>>>("committed")
             .map_err(|e| -> SErr { StorageIOError::read(anyerr(e)).into() })?
-            .flatten())
+            .flatten();
+        if let Some(c) = committed {
+            self.committed.fetch_max(c.index + 1, Ordering::Relaxed);
+        }
+        Ok(committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), SErr>

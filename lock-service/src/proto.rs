@@ -407,6 +407,13 @@ pub enum Push {
         /// Who leads now.
         leader: Option<LeaderInfo>,
     },
+    /// The cluster's membership changed (a node added or removed): its members now. A client
+    /// that follows leader hints dials them from now on, so that it still finds the cluster
+    /// once every node it was given has left.
+    Members {
+        /// Every member.
+        members: Vec<Member>,
+    },
     /// The session is over (expired, closed): every lock it held is gone.
     SessionEnded {
         /// Why.
@@ -439,9 +446,9 @@ pub struct HolderInfo {
     /// What the grant holds (left out: the lock alone).
     #[serde(default, skip_serializing_if = "Share::is_exclusive")]
     pub share: Share,
-    /// How long ago the answering node applied the grant, in milliseconds, by its own
-    /// monotonic clock; none when it does not know (it applied the grant before it last
-    /// started, replaying its log).
+    /// How long ago the answering node applied the grant (or, for a grant it loaded from a
+    /// snapshot when it started, loaded it), in milliseconds, by its own monotonic clock: at
+    /// most the time since that node last started. None from a node that keeps no such record.
     #[serde(default)]
     pub held_ms: Option<u64>,
 }

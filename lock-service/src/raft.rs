@@ -15,6 +15,7 @@
 //! names the cluster token: a node of another cluster is refused before it can vote.
 
 use crate::proto::{encode, read_frame, MAX_PEER_FRAME};
+use crate::server::metrics::{ApplyMetrics, GrantTimes, Tracker};
 use crate::state::{Command, Event, LockTable, Outcome};
 use crate::tls::BoxIo;
 use openraft::error::{
@@ -40,7 +41,7 @@ use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -246,12 +247,14 @@ struct StoredSnapshot {
 pub type EventSink = Arc<dyn Fn(Vec<Event>) + Send + Sync>;
 
 /// The state machine: a [`LockTable`] in memory, shared with the node that reads it, and its
-/// snapshots in the [`Store`].
+/// snapshots in the [`Store`]. Beside it, what the node's metrics count as entries are
+/// applied ([`crate::server::metrics`]): never part of the replicated state.
 #[derive(Clone)]
 pub struct StateMachine {
     state: Arc<Mutex<Applied>>,
     store: Store,
     sink: EventSink,
+    tracker: Arc<Mutex<Tracker>>,
 }
 
 impl StateMachine {
@@ -267,7 +270,25 @@ impl StateMachine {
             })?,
             None => Applied::default(),
         };
-        Ok(StateMachine { state: Arc::new(Mutex::new(applied)), store, sink })
+        let mut tracker = Tracker::default();
+        tracker.load(&applied.table, Instant::now());
+        let tracker = Arc::new(Mutex::new(tracker));
+        Ok(StateMachine { state: Arc::new(Mutex::new(applied)), store, sink, tracker })
+    }
+
+    /// When each current grant was applied on this node.
+    pub fn grant_times(&self) -> GrantTimes {
+        GrantTimes::new(self.tracker.clone())
+    }
+
+    /// The figures counted as entries are applied.
+    pub(crate) fn apply_metrics(&self) -> ApplyMetrics {
+        lock(&self.tracker).metrics()
+    }
+
+    /// The grants held and the asks queued, as applied.
+    pub(crate) fn asks(&self) -> (usize, usize) {
+        lock(&self.tracker).asks()
     }
 
     /// Read the state (briefly: appliers wait meanwhile).
@@ -312,13 +333,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut events = Vec::new();
         let mut outcomes = Vec::new();
         {
+            // One reading of the clock for every entry of this call: they are applied at once.
+            let now = Instant::now();
             let mut s = lock(&self.state);
+            let mut tracker = lock(&self.tracker);
             for entry in entries {
                 s.last = Some(entry.log_id);
                 let outcome = match entry.payload {
                     EntryPayload::Blank => Outcome::Nothing,
                     EntryPayload::Normal(ref command) => {
-                        s.table.apply(entry.log_id.index, command, &mut events)
+                        let index = entry.log_id.index;
+                        tracker.apply(&mut s.table, index, command, &mut events, now)
                     }
                     EntryPayload::Membership(ref m) => {
                         s.membership = StoredMembership::new(Some(entry.log_id), m.clone());
@@ -354,6 +379,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let applied: Applied = serde_json::from_slice(&data).map_err(|e| fail(e.to_string()))?;
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.store.put_meta("snapshot", &stored, Durability::Immediate).map_err(fail)?;
+        lock(&self.tracker).load(&applied.table, Instant::now());
         *lock(&self.state) = applied;
         Ok(())
     }

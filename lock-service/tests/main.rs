@@ -15,6 +15,7 @@ mod failover;
 mod group_commit;
 mod limits;
 mod membership;
+mod metrics;
 mod nemesis;
 mod python_client;
 mod secured_conformance;

@@ -125,6 +125,11 @@ impl Session {
             }
             Push::Revoked { lock, owner, token, by } => self.revoked(lock, owner, token, by),
             Push::Leader { lock, leader } => self.observations.pushed(&lock, leader),
+            Push::Members { members } => {
+                if self.shared.config.follow_leader_hints {
+                    self.shared.learn(members.into_iter().map(|m| m.client).collect());
+                }
+            }
             Push::SessionEnded { reason } => {
                 self.lose(format!("the service ended the session: {reason}"))
             }

@@ -128,6 +128,15 @@ pub struct ServerArgs {
     /// or the connection is closed.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub frame_timeout_ms: u64,
+    /// Serve HTTP here (IP:PORT; port 0 picks a free one): `GET /metrics` in Prometheus'
+    /// text format (grants, releases, expirations, forced releases, wait, hold, commit and
+    /// log sync times, sessions, grants held, waiters, Raft's term, leader and indexes) and
+    /// `GET /health`: 200 when this node knows a leader, its Raft runs, and it has applied
+    /// every entry it knew committed when asked (waiting up to a second for that), else 503
+    /// with the reason. Off by default. Plain HTTP, no authentication: bind it where only
+    /// the monitoring can reach it. The crate docs of `server::metrics` list every metric.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// The cluster's nodes by id.

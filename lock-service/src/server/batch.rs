@@ -16,6 +16,9 @@
 //! The entry is applied command by command in order ([`crate::state`]), each with a stamp of
 //! its own, so every session id and fencing token stays unique and rising.
 //!
+//! The batcher also times each command, from its handing here to its outcome: the commit
+//! latency of the node's metrics.
+//!
 //! **What it costs.** A command waits for the writes in flight before its own starts; at
 //! most [`WRITES_IN_FLIGHT`] entries are ever queued in openraft's core, so a vote or a
 //! heartbeat waits behind no more than those. The commit window ([`super::gate`]) still
@@ -25,8 +28,10 @@
 use crate::raft::{NodeId, NodeInfo};
 use crate::state::{Command, Outcome};
 use openraft::error::{ClientWriteError, Fatal, RaftError};
+use prometheus_client::metrics::histogram::Histogram;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -48,25 +53,33 @@ type Pending = (Command, oneshot::Sender<Result<Outcome, WriteError>>);
 /// The queue in front of Raft's writes.
 pub(super) struct Batcher {
     queue: mpsc::UnboundedSender<Pending>,
+    /// From a command's handing to the batcher to its outcome (the node's metrics).
+    latency: Histogram,
 }
 
 impl Batcher {
-    /// A batcher proposing entries with `write`, and its task (on the current runtime).
-    pub(super) fn start<W, F>(write: W) -> (Batcher, JoinHandle<()>)
+    /// A batcher proposing entries with `write`, and its task (on the current runtime); each
+    /// command's time to its outcome goes to `latency`.
+    pub(super) fn start<W, F>(write: W, latency: Histogram) -> (Batcher, JoinHandle<()>)
     where
         W: Fn(Command) -> F + Send + Sync + 'static,
         F: Future<Output = Result<Outcome, WriteError>> + Send + 'static,
     {
         let (queue, pending) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(pending, Arc::new(write)));
-        (Batcher { queue }, task)
+        (Batcher { queue, latency }, task)
     }
 
     /// Commit `command` in the next entry and return what applying it did.
     pub(super) async fn write(&self, command: Command) -> Result<Outcome, WriteError> {
+        let started = Instant::now();
         let (tx, rx) = oneshot::channel();
         self.queue.send((command, tx)).map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        let outcome = rx.await.map_err(|_| stopped())?;
+        if outcome.is_ok() {
+            self.latency.observe(started.elapsed().as_secs_f64());
+        }
+        outcome
     }
 }
 
@@ -144,21 +157,24 @@ mod tests {
     async fn commands_sent_together_share_entries_and_keep_their_own_outcomes() {
         let table = Arc::new(Mutex::new((LockTable::default(), 0u64, Vec::new())));
         let log = table.clone();
-        let (batcher, task) = Batcher::start(move |command: Command| {
-            let log = log.clone();
-            async move {
-                // An entry's append takes a while, as a disk sync does.
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                let mut guard = log.lock().unwrap();
-                let (table, index, sizes) = &mut *guard;
-                *index += 1;
-                sizes.push(match &command {
-                    Command::Batch(c) => c.len(),
-                    _ => 1,
-                });
-                Ok(table.apply(*index, &command, &mut Vec::new()))
-            }
-        });
+        let (batcher, task) = Batcher::start(
+            move |command: Command| {
+                let log = log.clone();
+                async move {
+                    // An entry's append takes a while, as a disk sync does.
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    let mut guard = log.lock().unwrap();
+                    let (table, index, sizes) = &mut *guard;
+                    *index += 1;
+                    sizes.push(match &command {
+                        Command::Batch(c) => c.len(),
+                        _ => 1,
+                    });
+                    Ok(table.apply(*index, &command, &mut Vec::new()))
+                }
+            },
+            crate::server::metrics::short_histogram(),
+        );
         let batcher = Arc::new(batcher);
         let session = match batcher
             .write(Command::Open { ttl_ms: 1000, identity: None, key: None, max_sessions: None })

@@ -104,6 +104,18 @@ impl Hub {
         lock(&self.conns).by_conn.contains_key(&conn)
     }
 
+    /// Push `push` to every connection that serves a session.
+    pub(super) fn broadcast(&self, push: Push) {
+        let frame = encode(&ServerFrame::Push(push));
+        let conns = lock(&self.conns);
+        let mut told = std::collections::HashSet::new();
+        for (conn, out) in conns.by_session.values() {
+            if told.insert(*conn) {
+                let _ = out.try_send(frame.clone());
+            }
+        }
+    }
+
     pub(super) fn deliver(&self, events: Vec<Event>) {
         let mut conns = lock(&self.conns);
         for event in events {

@@ -10,11 +10,12 @@
 use super::requests::{bad_request, forbidden, unavailable};
 use super::Node;
 use crate::auth::{Identity, Role};
-use crate::proto::{Member, Reply};
+use crate::proto::{Member, Push, Reply};
 use crate::raft::{NodeId, NodeInfo};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::ChangeMembers;
+use openraft::{ChangeMembers, ServerState};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a new learner may take to catch up before the change gives up (it stays a
@@ -37,6 +38,16 @@ impl Node {
             .collect()
     }
 
+    /// Whether this node leads and is a voter of its latest membership: a leader that has just
+    /// removed itself still calls itself leader until it steps down, and must neither list
+    /// locks nor start another membership change (openraft's core refuses that state).
+    pub(super) fn leads(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader
+            && m.current_leader == Some(self.id)
+            && m.membership_config.membership().voter_ids().any(|v| v == self.id)
+    }
+
     /// Make node `id` a voter: a learner first, a voter once it has caught up.
     pub(super) async fn add_member(
         &self,
@@ -47,6 +58,9 @@ impl Node {
     ) -> Reply {
         if let Err(r) = admin_only(who, "change the membership") {
             return r;
+        }
+        if !self.leads() {
+            return self.not_leader(None);
         }
         for (what, addr) in [("peer", &peer), ("client", &client)] {
             if !addr.contains(':') {
@@ -95,6 +109,9 @@ impl Node {
         if let Err(r) = admin_only(who, "change the membership") {
             return r;
         }
+        if !self.leads() {
+            return self.not_leader(None);
+        }
         let members = self.members();
         let Some(member) = members.iter().find(|m| m.id == id) else {
             // Already gone (or never a member): the members say which.
@@ -129,6 +146,20 @@ impl Node {
                 other => bad_request(other.to_string()),
             },
             other => self.refusal(other),
+        }
+    }
+}
+
+/// Tell every session's connection the members each time they change, so that clients
+/// learn of nodes added (and forget nodes removed) while they stay connected.
+pub(super) async fn announce_members(node: Arc<Node>) {
+    let mut metrics = node.raft.metrics();
+    let mut last = *metrics.borrow().membership_config.log_id();
+    while metrics.changed().await.is_ok() {
+        let now = *metrics.borrow().membership_config.log_id();
+        if now != last {
+            last = now;
+            node.hub.broadcast(Push::Members { members: node.members() });
         }
     }
 }

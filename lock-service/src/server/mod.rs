@@ -16,15 +16,18 @@
 //! `peer` (one peer connection), `requests` (what the node does with a client's
 //! request), `members` (membership changes), `rights` (what a connection may do on a node
 //! without users), `sessions` (the leader's session clock), `gate` (the commit window), `batch`
-//! (client commands gathered into entries).
+//! (client commands gathered into entries), [`metrics`] (what the node counts, and when it is
+//! healthy) and `http` (where it serves them, with `--metrics-addr`).
 
 mod args;
 mod batch;
 mod gate;
 mod handler;
+mod http;
 mod hub;
 mod listener;
 mod members;
+pub mod metrics;
 mod peer;
 mod raft_thread;
 mod requests;
@@ -33,6 +36,7 @@ mod sessions;
 mod trim;
 
 pub use args::{parse_cluster, ClusterSpec, ServerArgs};
+pub use metrics::GrantTimes;
 
 use crate::auth::{Users, UsersError};
 use crate::log::LogStore;
@@ -84,7 +88,7 @@ pub enum ServerError {
     /// A listener cannot be bound.
     #[error("cannot listen for {what} on {addr}: {source}")]
     Listen {
-        /// "clients" or "peers".
+        /// "clients", "peers" or "metrics".
         what: &'static str,
         /// The address.
         addr: String,
@@ -164,6 +168,10 @@ pub struct Node {
     next_conn: std::sync::atomic::AtomicU64,
     /// Gives closed connections' memory back (see [`trim`]).
     trimmer: Arc<trim::Trimmer>,
+    /// What the node counts (see [`metrics`]).
+    metrics: metrics::Metrics,
+    /// Where it serves them over HTTP, if it does.
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Node {
@@ -184,6 +192,10 @@ impl Node {
         // connections to peers are made on the Raft thread.
         let raft_thread = RaftThread::start()?;
         let clients = bind(client_listen, "clients").await?;
+        let http = match args.metrics_addr {
+            Some(addr) => Some(bind(addr, "metrics").await?),
+            None => None,
+        };
         let peers = raft_thread
             .handle()
             .spawn(bind(peer_listen, "peers"))
@@ -244,13 +256,25 @@ impl Node {
             })
             .await
             .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
-        let (batcher, batching) = batch::Batcher::start({
-            let raft = raft.clone();
-            move |command| {
+        let commit_latency = metrics::short_histogram();
+        let (batcher, batching) = batch::Batcher::start(
+            {
                 let raft = raft.clone();
-                async move { raft.client_write(command).await.map(|r| r.data) }
-            }
-        });
+                move |command| {
+                    let raft = raft.clone();
+                    async move { raft.client_write(command).await.map(|r| r.data) }
+                }
+            },
+            commit_latency.clone(),
+        );
+        let metrics =
+            metrics::Metrics::new(&sm.apply_metrics(), &commit_latency, &log.sync_seconds());
+        let metrics_addr = match &http {
+            Some(l) => Some(l.local_addr().map_err(|e| {
+                listen_err("metrics", args.metrics_addr.unwrap_or(client_listen), e)
+            })?),
+            None => None,
+        };
         let node = Arc::new(Node {
             id: args.id,
             raft,
@@ -284,8 +308,10 @@ impl Node {
             batcher,
             next_conn: Default::default(),
             trimmer: Arc::default(),
+            metrics,
+            metrics_addr,
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(
                 Listener {
                     node: node.clone(),
@@ -305,9 +331,18 @@ impl Node {
                 .run(),
             ),
             tokio::spawn(sessions::keep_sessions(node.clone())),
+            tokio::spawn(members::announce_members(node.clone())),
             batching,
             tokio::spawn(node.trimmer.clone().run()),
         ];
+        if let Some(http) = http {
+            tasks.push(tokio::spawn(http::run(node.clone(), http)));
+            tracing::info!(
+                "node {} serving metrics and health on {:?}",
+                node.id,
+                node.metrics_addr
+            );
+        }
         *lock(&node.tasks) = tasks;
         tracing::info!(
             "node {} serving clients on {} and peers on {}",
@@ -326,6 +361,16 @@ impl Node {
     /// Where this node listens for its peers.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr
+    }
+
+    /// Where this node serves `/metrics` and `/health` (`--metrics-addr`), if it does.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// When each grant held now was applied on this node (see [`GrantTimes`]).
+    pub fn grant_times(&self) -> GrantTimes {
+        self.sm.grant_times()
     }
 
     /// Stop serving and shut Raft down.
@@ -354,16 +399,11 @@ impl Node {
             applied: self.sm.read(|a| a.last.map(|l| l.index)),
             sessions: self.sm.read(|a| a.table.session_count()),
             forced_releases: self.sm.read(|a| a.table.forced_releases()),
-            committed: self.log.committed(),
+            committed: self.log.committed_index(),
             last_log: m.last_log_index,
             locks: self.sm.read(|a| a.table.lock_count()),
             members: self.members(),
         }
-    }
-
-    /// When this node applied the grant of `lock` with `token`, by its monotonic clock.
-    fn held_since(&self, _lock: &str, _token: u64) -> Option<Instant> {
-        None
     }
 }
 

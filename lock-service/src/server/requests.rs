@@ -19,7 +19,6 @@ use crate::auth::{key_matches, new_session_key, token_hash, Identity, Role};
 use crate::proto::{ErrorKind, Reply, Request, SessionId, Share, MAX_LOCKS_PER_REPLY};
 use crate::raft::{NodeId, NodeInfo};
 use crate::state::{Command, Outcome};
-use openraft::ServerState;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -106,12 +105,6 @@ impl Node {
             Err(Reply::Error { kind: ErrorKind::SessionGone, .. }) => Ok(()),
             other => other,
         }
-    }
-
-    /// Whether this node leads now, as far as it knows.
-    fn leads(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
     /// On a node without users, whether connection `conn` may act for `session`: only one
@@ -326,17 +319,18 @@ impl Node {
     }
 
     /// The leader's listing of locks (see [`Request::Locks`]), each holder with how long ago
-    /// this node applied its grant, when it knows.
+    /// this node applied its grant ([`super::GrantTimes`]).
     pub(super) fn list_locks(&self, prefix: &str, after: Option<&str>, limit: u32) -> Reply {
-        if self.raft.metrics().borrow().current_leader != Some(self.id) {
+        if !self.leads() {
             return self.not_leader(None);
         }
         let limit = limit.clamp(1, MAX_LOCKS_PER_REPLY) as usize;
         let (mut locks, more) = self.sm.read(|a| a.table.list(prefix, after, limit));
+        let times = self.grant_times();
         for lock in &mut locks {
             for h in &mut lock.holders {
-                h.held_ms =
-                    self.held_since(&lock.lock, h.token).map(|at| at.elapsed().as_millis() as u64);
+                let since = times.since(&lock.lock, h.token);
+                h.held_ms = since.map(|at| at.elapsed().as_millis() as u64);
             }
         }
         Reply::Locks { locks, more }
