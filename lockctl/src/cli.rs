@@ -33,11 +33,14 @@ const AFTER_LONG_HELP: &str = concat!(
     "  lockctl lock nightly-backup -- /usr/local/bin/backup --full\n",
     "  lockctl lock --try deploy -- ./deploy.sh || echo \"someone else is deploying\"\n",
     "  lockctl lock -n 4 --timeout 30s encoder-slots -- ffmpeg -i in.mkv out.mp4\n",
+    "  lockctl elect scheduler -- ./run-scheduler      # runs while it leads\n",
+    "  lockctl elect --observe scheduler\n",
     "  lockctl locks deploy\n",
     "  LOCK_SERVICE_TOKEN=... lockctl --service-user root release --force deploy\n",
     "\n",
     "The command runs with LOCK_NAME and LOCK_FENCING_TOKEN in its environment (and\n",
-    "LOCK_PERMITS, with -n), in a process group of its own: when the lock is lost, the whole\n",
+    "LOCK_PERMITS, with -n; with elect, the token is the leader's term and LOCK_LEADER_VALUE\n",
+    "what it announces), in a process group of its own: when the lock is lost, the whole\n",
     "group is sent SIGTERM, then SIGKILL after --grace, so nothing it started outlives the\n",
     "lock. lockctl forwards SIGINT, SIGTERM and SIGHUP to the group, waits for the command, then\n",
     "releases the lock. Not being the terminal's foreground group, the command cannot read from\n",
@@ -85,6 +88,9 @@ pub enum Output {
 pub enum Command {
     /// Run a command while holding a lock (or some of a semaphore's permits).
     Lock(LockArgs),
+    /// Run a command while leading an election (its term as the fencing token), or follow
+    /// who leads it (--observe).
+    Elect(ElectArgs),
     /// Every member's view of the cluster: leader, term, committed and applied index,
     /// sessions, locks.
     Status,
@@ -136,6 +142,40 @@ pub struct LockArgs {
     pub owner: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `lockctl elect`'s arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ElectArgs {
+    /// The election's name (a lock name: at most 200 bytes, no '/').
+    pub name: String,
+    /// What this candidate announces once it leads (default: its owner name).
+    #[arg(long, conflicts_with = "observe")]
+    pub value: Option<String>,
+    /// Do not campaign: print who leads, and each change, until interrupted.
+    #[arg(long)]
+    pub observe: bool,
+    /// Give up campaigning after this long (exit 124).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "observe")]
+    pub timeout: Option<Duration>,
+    /// The session's TTL: a lockctl that cannot reach the service for this long loses the
+    /// leadership (and stops the command).
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub ttl: Duration,
+    /// After the leadership is lost, how long the command has after SIGTERM before SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    pub grace: Duration,
+    /// The owner name the service shows for this candidate (default: lockctl-HOST-PID).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// The command to run while leading, and its arguments.
+    #[arg(
+        last = true,
+        required_unless_present = "observe",
+        conflicts_with = "observe",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -223,5 +263,8 @@ mod tests {
         let both = ["lockctl", "lock", "--try", "--timeout", "1s", "job", "--", "true"];
         assert!(Cli::try_parse_from(both).is_err(), "--try and --timeout");
         assert!(Cli::try_parse_from(["lockctl", "release", "job"]).is_err(), "no --force");
+        assert!(Cli::try_parse_from(["lockctl", "elect", "e", "--", "true"]).is_ok());
+        assert!(Cli::try_parse_from(["lockctl", "elect", "--observe", "e"]).is_ok());
+        assert!(Cli::try_parse_from(["lockctl", "elect", "e"]).is_err(), "no command");
     }
 }

@@ -1,5 +1,6 @@
-//! `lockctl lock`: take the lock, run the command while it is held, stop the command if it is
-//! lost, release the lock when the command ends.
+//! `lockctl lock` and `lockctl elect`: take the lock (or lead the election), run the command
+//! while it is held, stop the command if it is lost, release it when the command ends; and
+//! `elect --observe`, which follows who leads.
 //!
 //! The command runs in a process group of its own, so that a lost lock stops everything the
 //! command started (a shell's children too), not only the process lockctl started: SIGTERM to
@@ -7,10 +8,11 @@
 //! SIGTERM, SIGHUP) are passed on to the group, and lockctl waits for the command and releases
 //! the lock as it would had the command ended on its own.
 
-use crate::cli::{Connect, LockArgs, Output};
+use crate::cli::{Connect, ElectArgs, LockArgs, Output};
 use crate::connect::{config, endpoints};
 use crate::exit::{CtlError, Exit};
 use crate::show::event;
+use lock_core::election::Elector;
 use lock_core::lock::{validate_id, LockGuard};
 use lock_core::semaphore::Semaphore;
 use lock_core::Locker;
@@ -28,6 +30,68 @@ pub const LOCK_NAME: &str = "LOCK_NAME";
 pub const LOCK_FENCING_TOKEN: &str = "LOCK_FENCING_TOKEN";
 /// The command's environment, with `-n N`: the semaphore's size.
 pub const LOCK_PERMITS: &str = "LOCK_PERMITS";
+/// The command's environment, with `elect`: what the leader announces.
+pub const LOCK_LEADER_VALUE: &str = "LOCK_LEADER_VALUE";
+
+/// Run `lockctl elect`; the exit code.
+pub async fn elect(connect: &Connect, args: &ElectArgs, out: Output) -> Result<i32, CtlError> {
+    validate_id("election name", &args.name).map_err(|e| CtlError::Usage(e.to_string()))?;
+    let owner = args.owner.clone().unwrap_or_else(default_owner);
+    validate_id("owner", &owner).map_err(|e| CtlError::Usage(format!("--owner: {e}")))?;
+    let client = ServiceClient::connect(&endpoints(connect)?, config(connect, args.ttl)?)
+        .await
+        .map_err(|e| CtlError::service("cannot open a session", e))?;
+    let elector = client.elector(&owner).map_err(|e| CtlError::service("elect", e))?;
+    if args.observe {
+        let code = observe(&elector, &args.name, out).await;
+        let _ = client.close().await;
+        return code;
+    }
+    let value = args.value.clone().unwrap_or_else(|| owner.clone());
+    let leadership = elector
+        .campaign(&args.name, value.clone().into_bytes(), args.timeout)
+        .await
+        .map_err(|e| CtlError::service(format!("cannot lead {:?}", args.name), e))?;
+    let env = Some((LOCK_LEADER_VALUE, value));
+    let guard = leadership.into_guard();
+    let code =
+        run_while_held(guard, &args.name, &owner, &args.command, env, args.grace, out).await?;
+    let _ = client.close().await;
+    Ok(code)
+}
+
+/// Print who leads `name`, and each change, until SIGINT or SIGTERM (exit 0) or the session
+/// is lost.
+async fn observe(elector: &impl Elector, name: &str, out: Output) -> Result<i32, CtlError> {
+    let listen = |kind: SignalKind| {
+        signal(kind).map_err(|e| CtlError::Local(format!("cannot watch signals: {e}")))
+    };
+    let (mut int, mut term) = (listen(SignalKind::interrupt())?, listen(SignalKind::terminate())?);
+    let mut observer = elector
+        .observe(name)
+        .await
+        .map_err(|e| CtlError::service(format!("cannot observe {name:?}"), e))?;
+    loop {
+        tokio::select! {
+            change = observer.changed() => {
+                let leader = change.map_err(|e| CtlError::service(format!("observing {name:?}"), e))?;
+                match (out, leader) {
+                    (Output::Json, None) => println!("{}", json!({"election": name, "leader": null})),
+                    (Output::Json, Some(l)) => println!("{}", json!({
+                        "election": name,
+                        "leader": {"owner": l.owner, "term": l.term, "value": String::from_utf8_lossy(&l.value)},
+                    })),
+                    (Output::Text, None) => println!("no leader"),
+                    (Output::Text, Some(l)) => println!(
+                        "{} term {} value {}", l.owner, l.term, String::from_utf8_lossy(&l.value)
+                    ),
+                }
+            }
+            _ = int.recv() => return Ok(Exit::Ok.code()),
+            _ = term.recv() => return Ok(Exit::Ok.code()),
+        }
+    }
+}
 
 /// Run `lockctl lock`; the exit code.
 pub async fn hold(connect: &Connect, args: &LockArgs, out: Output) -> Result<i32, CtlError> {
@@ -45,28 +109,46 @@ pub async fn hold(connect: &Connect, args: &LockArgs, out: Output) -> Result<i32
         let _ = client.close().await;
         return Ok(Exit::Busy.code());
     };
+    let env = args.limit.map(|n| (LOCK_PERMITS, n.to_string()));
+    let code =
+        run_while_held(guard, &args.name, &owner, &args.command, env, args.grace, out).await?;
+    let _ = client.close().await;
+    Ok(code)
+}
+
+/// Run `command` while `guard` holds `name` (its token in the environment, and `env`); stop it
+/// if the lock is lost; release the lock when it ends. The exit code.
+async fn run_while_held(
+    guard: LockGuard,
+    name: &str,
+    owner: &str,
+    command: &[String],
+    env: Option<(&str, String)>,
+    grace: Duration,
+    out: Output,
+) -> Result<i32, CtlError> {
     let token = guard.token();
     event(
         out,
-        json!({"event": "acquired", "lock": args.name, "owner": owner, "token": token}),
+        json!({"event": "acquired", "lock": name, "owner": owner, "token": token}),
         String::new,
     );
-    let mut child = spawn(args, token)?;
-    let ended = supervise(&mut child, &guard, args.grace).await?;
+    let mut child = spawn(command, name, token, env)?;
+    let ended = supervise(&mut child, &guard, grace).await?;
     let code = match ended {
         Ended::Exited(status) => {
             let code = exit_code(status);
             match guard.release().await {
                 Ok(()) => event(
                     out,
-                    json!({"event": "released", "lock": args.name, "token": token, "exit": code}),
+                    json!({"event": "released", "lock": name, "token": token, "exit": code}),
                     String::new,
                 ),
                 Err(e) => event(
                     out,
-                    json!({"event": "release-failed", "lock": args.name, "error": e.to_string()}),
+                    json!({"event": "release-failed", "lock": name, "error": e.to_string()}),
                     || {
-                        format!("lockctl: the release of {:?} failed (its session's expiry frees it): {e}", args.name)
+                        format!("lockctl: the release of {:?} failed (its session's expiry frees it): {e}", name)
                     },
                 ),
             }
@@ -75,23 +157,19 @@ pub async fn hold(connect: &Connect, args: &LockArgs, out: Output) -> Result<i32
         Ended::Lost { reason, killed } => {
             event(
                 out,
-                json!({"event": "lost", "lock": args.name, "token": token, "reason": reason, "killed": killed}),
+                json!({"event": "lost", "lock": name, "token": token, "reason": reason, "killed": killed}),
                 || {
                     let how = if killed {
                         "killed (SIGKILL) after the grace period"
                     } else {
                         "stopped by SIGTERM"
                     };
-                    format!(
-                        "lockctl: lost the lock {:?} ({reason}): the command was {how}",
-                        args.name
-                    )
+                    format!("lockctl: lost the lock {:?} ({reason}): the command was {how}", name)
                 },
             );
             Exit::Lost.code()
         }
     };
-    let _ = client.close().await;
     Ok(code)
 }
 
@@ -124,15 +202,20 @@ async fn acquire(
     }
 }
 
-fn spawn(args: &LockArgs, token: u64) -> Result<Child, CtlError> {
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let mut command = tokio::process::Command::new(program);
-    command.args(rest).env(LOCK_NAME, &args.name).env(LOCK_FENCING_TOKEN, token.to_string());
-    if let Some(n) = args.limit {
-        command.env(LOCK_PERMITS, n.to_string());
+fn spawn(
+    command: &[String],
+    name: &str,
+    token: u64,
+    env: Option<(&str, String)>,
+) -> Result<Child, CtlError> {
+    let (program, rest) = command.split_first().expect("clap requires a command");
+    let mut c = tokio::process::Command::new(program);
+    c.args(rest).env(LOCK_NAME, name).env(LOCK_FENCING_TOKEN, token.to_string());
+    if let Some((var, value)) = env {
+        c.env(var, value);
     }
-    command.process_group(0);
-    command.spawn().map_err(|source| CtlError::Spawn { command: program.clone(), source })
+    c.process_group(0);
+    c.spawn().map_err(|source| CtlError::Spawn { command: program.clone(), source })
 }
 
 /// How the command's run ended.

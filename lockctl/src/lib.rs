@@ -6,6 +6,8 @@
 //! lockctl lock nightly-backup -- /usr/local/bin/backup --full
 //! lockctl lock --try deploy -- ./deploy.sh     # exits 75 at once if deploy is held
 //! lockctl lock -n 4 encoder -- ./encode.sh     # one of 4 permits
+//! lockctl elect scheduler -- ./scheduler       # runs while it leads; the term is its token
+//! lockctl elect --observe scheduler            # who leads, and each change
 //! lockctl locks                                # who holds what, who waits
 //! lockctl status                               # every member: role, term, indexes
 //! lockctl --service-user root release --force deploy
@@ -32,7 +34,7 @@
 //! `LOCK_SERVICE_TOKEN` or `--service-token-file`.
 //!
 //! One concept a file: `cli` (the command line), `connect` (from it to the client), `hold`
-//! (`lockctl lock`), `show` (the subcommands that print), `exit` (exit codes and errors).
+//! (`lockctl lock` and `elect`), `show` (the subcommands that print), `exit` (exit codes and errors).
 
 pub mod cli;
 pub mod connect;
@@ -47,6 +49,7 @@ use exit::CtlError;
 pub async fn run(cli: Cli) -> Result<i32, CtlError> {
     match &cli.command {
         Command::Lock(args) => hold::hold(&cli.connect, args, cli.output).await,
+        Command::Elect(args) => hold::elect(&cli.connect, args, cli.output).await,
         Command::Status => show::status(&connect::admin(&cli.connect)?, cli.output).await,
         Command::Locks { prefix } => {
             show::locks(&connect::admin(&cli.connect)?, prefix, cli.output).await

@@ -153,3 +153,49 @@ fn a_semaphore_admits_n_commands_at_once() {
     let after = node.lockctl().args(["lock", "-n", "2", "--try", "pool", "--", "true"]).status();
     assert_eq!(after.unwrap().code(), Some(0));
 }
+
+/// Two `lockctl elect` on one election lead one after the other, each with its term as its
+/// token and its value in the environment; `elect --observe` prints each leader and the
+/// vacancy between, and exits 0 on SIGTERM.
+#[test]
+fn candidates_lead_in_turn_and_an_observer_sees_each_leader() {
+    let node = TestNode::start(&[]);
+    let mut observer = node
+        .lockctl()
+        .args(["--output", "json", "elect", "--observe", "scheduler"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = node.dir.path().join("log");
+    let script =
+        format!("echo \"$LOCK_FENCING_TOKEN $LOCK_LEADER_VALUE\" >> {}; sleep 0.3", log.display());
+    let runs: Vec<_> = ["first", "second"]
+        .into_iter()
+        .map(|v| {
+            let args = ["elect", "--value", v, "scheduler", "--", "sh", "-c", &script];
+            node.lockctl().args(args).spawn().unwrap()
+        })
+        .collect();
+    for mut r in runs {
+        assert!(r.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let mut values: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    values.sort();
+    assert_eq!(values, ["first", "second"], "{text}");
+    let terms: Vec<u64> = lines.iter().map(|l| l[0].parse().unwrap()).collect();
+    assert!(terms[1] > terms[0], "{text}");
+    // The observer saw both leaders (it may have come after the first began).
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(observer.id() as i32, libc::SIGTERM) };
+    let out = observer.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let seen = String::from_utf8(out.stdout).unwrap();
+    let changes: Vec<serde_json::Value> =
+        seen.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+    let leaders: Vec<&str> = changes.iter().filter_map(|c| c["leader"]["value"].as_str()).collect();
+    assert!(leaders.contains(&lines[1][1]), "{seen}");
+    assert!(changes.last().unwrap()["leader"].is_null(), "{seen}");
+}
