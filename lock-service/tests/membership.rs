@@ -6,132 +6,23 @@
 
 use crate::support;
 
-use lock_core::conformance::{assert_exclusive, Hold, HoldLog};
-use lock_core::Locker;
-use lock_service::client::{AdminError, ClientConfig, ServiceAdmin, ServiceClient};
+use crate::support::load::Load;
+use lock_service::client::{AdminError, ClientConfig, ServiceAdmin};
 use lock_service::proto::ErrorKind;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use test_servers::{ClusterOptions, LockService, ServiceCluster};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const CONTENDERS: usize = 4;
 const LOCK: &str = "membership";
 
-/// Contenders taking `LOCK` in turn until stopped, their holds logged.
-struct Load {
-    log: HoldLog,
-    stop: Arc<AtomicBool>,
-    errors: Arc<AtomicUsize>,
-    lost: Arc<AtomicUsize>,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Load {
-    /// Start the contenders; each is given only `endpoints` and finds the rest itself.
-    async fn start(endpoints: &[String]) -> Load {
-        let log = HoldLog::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let errors = Arc::new(AtomicUsize::new(0));
-        let lost = Arc::new(AtomicUsize::new(0));
-        let config = ClientConfig {
-            ttl: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(10),
-            ..ClientConfig::default()
-        };
-        let mut tasks = Vec::new();
-        for i in 0..CONTENDERS {
-            let client = ServiceClient::connect(endpoints, config.clone()).await.unwrap();
-            let locker = client.locker(&format!("c{i}")).unwrap();
-            let (log, stop, errors, lost) =
-                (log.clone(), stop.clone(), errors.clone(), lost.clone());
-            tasks.push(tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
-                    let g = match locker.lock(LOCK, Some(Duration::from_secs(10))).await {
-                        Ok(g) => g,
-                        Err(e) => {
-                            if errors.fetch_add(1, Ordering::SeqCst) < 5 {
-                                eprintln!("c{i}: lock: {e}");
-                            }
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
-                    let granted = Instant::now();
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    if g.is_lost() {
-                        lost.fetch_add(1, Ordering::SeqCst);
-                    }
-                    log.push(Hold {
-                        lock_id: LOCK.into(),
-                        owner: g.owner().to_string(),
-                        granted,
-                        released: Instant::now(),
-                        token: g.token(),
-                    });
-                    if let Err(e) = g.release().await {
-                        if errors.fetch_add(1, Ordering::SeqCst) < 5 {
-                            eprintln!("c{i}: release: {e}");
-                        }
-                    }
-                }
-            }));
-        }
-        Load { log, stop, errors, lost, tasks }
-    }
-
-    fn grants(&self) -> usize {
-        self.log.holds().len()
-    }
-
-    /// Wait until `more` grants were made after this call, or panic naming `phase`.
-    async fn granting(&self, more: usize, phase: &str) {
-        let from = self.grants();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.grants() < from + more {
-            assert!(Instant::now() < deadline, "no grants for 30 s {phase}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// The longest time the lock was free since `since`: from a release to the next grant.
-    fn longest_gap_since(&self, since: Instant) -> Duration {
-        let mut holds = self.log.holds();
-        holds.sort_by_key(|h| h.granted);
-        holds
-            .windows(2)
-            .filter(|w| w[1].granted >= since)
-            .map(|w| w[1].granted.saturating_duration_since(w[0].released))
-            .max()
-            .unwrap_or_default()
-    }
-
-    /// Stop the contenders and check every hold; the longest gap between one release and
-    /// the next grant.
-    async fn finish(self) -> Duration {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.tasks {
-            tokio::time::timeout(Duration::from_secs(30), t)
-                .await
-                .expect("contender stops")
-                .unwrap();
-        }
-        let mut holds = self.log.holds();
-        let checked = assert_exclusive(&holds);
-        assert_eq!(self.lost.load(Ordering::SeqCst), 0, "a holder lost its session");
-        holds.sort_by_key(|h| h.granted);
-        let gap = holds
-            .windows(2)
-            .map(|w| w[1].granted.saturating_duration_since(w[0].released))
-            .max()
-            .unwrap_or_default();
-        eprintln!(
-            "{checked} grants checked, {} lock errors, longest gap between grants {gap:?}",
-            self.errors.load(Ordering::SeqCst)
-        );
-        gap
+/// The contenders' client: a TTL that outlives a failover.
+fn config() -> ClientConfig {
+    ClientConfig {
+        ttl: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
     }
 }
 
@@ -184,7 +75,7 @@ async fn three_voters_become_five_and_three_again_under_load() {
         ClientConfig { request_timeout: Duration::from_secs(90), ..ClientConfig::default() },
     )
     .unwrap();
-    let load = Load::start(&founders).await;
+    let load = Load::start(&founders, CONTENDERS, LOCK, config()).await;
     load.granting(50, "before any change").await;
     let add = |id: usize| {
         let (peer, client) =
@@ -237,7 +128,7 @@ async fn three_voters_become_five_and_three_again_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_under_load_loses_no_lock() {
     let cluster = Arc::new(tokio::task::spawn_blocking(|| support::cluster(3)).await.unwrap());
-    let load = Load::start(&cluster.endpoints()).await;
+    let load = Load::start(&cluster.endpoints(), CONTENDERS, LOCK, config()).await;
     load.granting(50, "before the restarts").await;
     // Followers first, the leader last: what an operator does, so that one election is held.
     let mut left: Vec<usize> = (0..3).collect();

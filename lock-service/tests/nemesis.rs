@@ -7,13 +7,10 @@
 
 use crate::support;
 
-use lock_core::conformance::{assert_exclusive, Hold, HoldLog};
-use lock_core::Locker;
-use lock_service::client::{ClientConfig, ServiceClient};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::support::load::Load;
+use lock_service::client::ClientConfig;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
 
 const CONTENDERS: usize = 6;
 const ROUNDS: usize = 4;
@@ -26,52 +23,12 @@ async fn every_grant_is_exclusive_while_the_leader_is_killed_again_and_again() {
         .try_init();
     let cluster =
         Arc::new(tokio::task::spawn_blocking(|| support::cluster(3)).await.expect("cluster"));
-    let log = HoldLog::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let errors = Arc::new(AtomicUsize::new(0));
-    let lost = Arc::new(AtomicUsize::new(0));
     let config = ClientConfig { ttl: Duration::from_secs(5), ..ClientConfig::default() };
-    let mut contenders = Vec::new();
-    for i in 0..CONTENDERS {
-        let client = ServiceClient::connect(&cluster.endpoints(), config.clone()).await.unwrap();
-        let locker = client.locker(&format!("c{i}")).unwrap();
-        let (log, stop, errors, lost) = (log.clone(), stop.clone(), errors.clone(), lost.clone());
-        contenders.push(tokio::spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
-                let g = match locker.lock("jepsen", Some(Duration::from_secs(10))).await {
-                    Ok(g) => g,
-                    Err(e) => {
-                        if errors.fetch_add(1, Ordering::SeqCst) < 5 {
-                            eprintln!("c{i}: lock: {e}");
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let granted = Instant::now();
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                if g.is_lost() {
-                    lost.fetch_add(1, Ordering::SeqCst);
-                }
-                log.push(Hold {
-                    lock_id: "jepsen".into(),
-                    owner: g.owner().to_string(),
-                    granted,
-                    released: Instant::now(),
-                    token: g.token(),
-                });
-                if let Err(e) = g.release().await {
-                    if errors.fetch_add(1, Ordering::SeqCst) < 5 {
-                        eprintln!("c{i}: release: {e}");
-                    }
-                }
-            }
-        }));
-    }
+    let load = Load::start(&cluster.endpoints(), CONTENDERS, "jepsen", config).await;
     let mut grants_before = Vec::new();
     for round in 0..ROUNDS {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        grants_before.push(log.holds().len());
+        grants_before.push(load.grants());
         let c = cluster.clone();
         let leader = tokio::task::spawn_blocking(move || {
             let leader = c.wait_for_leader(Duration::from_secs(10))?;
@@ -86,18 +43,9 @@ async fn every_grant_is_exclusive_while_the_leader_is_killed_again_and_again() {
         eprintln!("round {round}: killed and restarted leader {leader}");
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    grants_before.push(log.holds().len());
-    stop.store(true, Ordering::SeqCst);
-    for c in contenders {
-        tokio::time::timeout(Duration::from_secs(15), c).await.expect("contender stops").unwrap();
-    }
-    let holds = log.holds();
-    let checked = assert_exclusive(&holds);
-    eprintln!(
-        "{checked} grants checked, {} lock errors, grants by phase {grants_before:?}",
-        errors.load(Ordering::SeqCst)
-    );
-    assert_eq!(lost.load(Ordering::SeqCst), 0, "a holder lost its session in a failover");
+    grants_before.push(load.grants());
+    load.finish().await;
+    eprintln!("grants by phase {grants_before:?}");
     for w in grants_before.windows(2) {
         // A failover costs about a second of the two between kills; a lock that stalls
         // (a lost grant, a session nobody expires) makes a handful at most.

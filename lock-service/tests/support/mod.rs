@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod load;
+
 use clap::Parser;
 use lock_service::server::ServerArgs;
 use std::sync::OnceLock;
