@@ -130,19 +130,28 @@ pub struct LockArgs {
     /// of the lock alone.
     #[arg(short = 'n', long = "limit", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
+    /// The session and the command's stopping.
+    #[command(flatten)]
+    pub holding: Holding,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// What `lock` and `elect` share: the session that holds, and how the command is stopped.
+#[derive(Debug, Clone, Args)]
+pub struct Holding {
     /// The session's TTL: a lockctl that cannot reach the service for this long loses the
-    /// lock (and stops the command).
+    /// lock or the leadership (and stops the command).
     #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
     pub ttl: Duration,
-    /// After the lock is lost, how long the command has after SIGTERM before SIGKILL.
+    /// After the lock or the leadership is lost, how long the command has after SIGTERM
+    /// before SIGKILL.
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
     pub grace: Duration,
     /// The owner name the service shows for this holder (default: lockctl-HOST-PID).
     #[arg(long)]
     pub owner: Option<String>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 /// `lockctl elect`'s arguments.
@@ -159,16 +168,9 @@ pub struct ElectArgs {
     /// Give up campaigning after this long (exit 124).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "observe")]
     pub timeout: Option<Duration>,
-    /// The session's TTL: a lockctl that cannot reach the service for this long loses the
-    /// leadership (and stops the command).
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
-    pub ttl: Duration,
-    /// After the leadership is lost, how long the command has after SIGTERM before SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
-    pub grace: Duration,
-    /// The owner name the service shows for this candidate (default: lockctl-HOST-PID).
-    #[arg(long)]
-    pub owner: Option<String>,
+    /// The session and the command's stopping.
+    #[command(flatten)]
+    pub holding: Holding,
     /// The command to run while leading, and its arguments.
     #[arg(
         last = true,

@@ -36,9 +36,9 @@ pub const LOCK_LEADER_VALUE: &str = "LOCK_LEADER_VALUE";
 /// Run `lockctl elect`; the exit code.
 pub async fn elect(connect: &Connect, args: &ElectArgs, out: Output) -> Result<i32, CtlError> {
     validate_id("election name", &args.name).map_err(|e| CtlError::Usage(e.to_string()))?;
-    let owner = args.owner.clone().unwrap_or_else(default_owner);
+    let owner = args.holding.owner.clone().unwrap_or_else(default_owner);
     validate_id("owner", &owner).map_err(|e| CtlError::Usage(format!("--owner: {e}")))?;
-    let client = ServiceClient::connect(&endpoints(connect)?, config(connect, args.ttl)?)
+    let client = ServiceClient::connect(&endpoints(connect)?, config(connect, args.holding.ttl)?)
         .await
         .map_err(|e| CtlError::service("cannot open a session", e))?;
     let elector = client.elector(&owner).map_err(|e| CtlError::service("elect", e))?;
@@ -55,7 +55,8 @@ pub async fn elect(connect: &Connect, args: &ElectArgs, out: Output) -> Result<i
     let env = Some((LOCK_LEADER_VALUE, value));
     let guard = leadership.into_guard();
     let code =
-        run_while_held(guard, &args.name, &owner, &args.command, env, args.grace, out).await?;
+        run_while_held(guard, &args.name, &owner, &args.command, env, args.holding.grace, out)
+            .await?;
     let _ = client.close().await;
     Ok(code)
 }
@@ -96,10 +97,10 @@ async fn observe(elector: &impl Elector, name: &str, out: Output) -> Result<i32,
 /// Run `lockctl lock`; the exit code.
 pub async fn hold(connect: &Connect, args: &LockArgs, out: Output) -> Result<i32, CtlError> {
     validate_id("lock name", &args.name).map_err(|e| CtlError::Usage(e.to_string()))?;
-    let owner = args.owner.clone().unwrap_or_else(default_owner);
+    let owner = args.holding.owner.clone().unwrap_or_else(default_owner);
     validate_id("owner", &owner).map_err(|e| CtlError::Usage(format!("--owner: {e}")))?;
     let endpoints = endpoints(connect)?;
-    let client = ServiceClient::connect(&endpoints, config(connect, args.ttl)?)
+    let client = ServiceClient::connect(&endpoints, config(connect, args.holding.ttl)?)
         .await
         .map_err(|e| CtlError::service("cannot open a session", e))?;
     let Some(guard) = acquire(&client, &owner, args).await? else {
@@ -111,7 +112,8 @@ pub async fn hold(connect: &Connect, args: &LockArgs, out: Output) -> Result<i32
     };
     let env = args.limit.map(|n| (LOCK_PERMITS, n.to_string()));
     let code =
-        run_while_held(guard, &args.name, &owner, &args.command, env, args.grace, out).await?;
+        run_while_held(guard, &args.name, &owner, &args.command, env, args.holding.grace, out)
+            .await?;
     let _ = client.close().await;
     Ok(code)
 }

@@ -160,7 +160,7 @@ fn a_semaphore_admits_n_commands_at_once() {
 #[test]
 fn candidates_lead_in_turn_and_an_observer_sees_each_leader() {
     let node = TestNode::start(&[]);
-    let mut observer = node
+    let observer = node
         .lockctl()
         .args(["--output", "json", "elect", "--observe", "scheduler"])
         .stdout(Stdio::piped())
