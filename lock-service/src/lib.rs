@@ -412,6 +412,8 @@
 pub mod auth;
 pub mod client;
 #[cfg(feature = "server")]
+pub mod counts;
+#[cfg(feature = "server")]
 pub mod log;
 pub mod proto;
 #[cfg(feature = "server")]

@@ -20,7 +20,7 @@
 //! can never be overtaken by an append made after it.
 //!
 //! The writer times each sync of the segments, and the store keeps the last committed index
-//! openraft gave it, for the node's metrics ([`crate::server::metrics`]).
+//! openraft gave it, for the node's metrics ([`crate::counts`]).
 //!
 //! **Failure.** A write that fails fails every operation after it (a later append would leave
 //! a hole in the log): the node stops acknowledging, and its peers carry on without it.
@@ -124,7 +124,7 @@ impl LogStore {
         let (writer, queue) = mpsc::channel();
         let failed = Arc::new(Mutex::new(None));
         let (disk, flag) = (store.clone(), failed.clone());
-        let syncs = crate::server::metrics::short_histogram();
+        let syncs = crate::counts::short_histogram();
         let timed = syncs.clone();
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())

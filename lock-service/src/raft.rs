@@ -14,8 +14,8 @@
 //! request at a time over it, as length-prefixed JSON ([`crate::proto`]). The first frame
 //! names the cluster token: a node of another cluster is refused before it can vote.
 
+use crate::counts::{ApplyMetrics, GrantTimes, Tracker};
 use crate::proto::{encode, read_frame, MAX_PEER_FRAME};
-use crate::server::metrics::{ApplyMetrics, GrantTimes, Tracker};
 use crate::state::{Command, Event, LockTable, Outcome};
 use crate::tls::BoxIo;
 use openraft::error::{
@@ -248,7 +248,7 @@ pub type EventSink = Arc<dyn Fn(Vec<Event>) + Send + Sync>;
 
 /// The state machine: a [`LockTable`] in memory, shared with the node that reads it, and its
 /// snapshots in the [`Store`]. Beside it, what the node's metrics count as entries are
-/// applied ([`crate::server::metrics`]): never part of the replicated state.
+/// applied ([`crate::counts`]): never part of the replicated state.
 #[derive(Clone)]
 pub struct StateMachine {
     state: Arc<Mutex<Applied>>,

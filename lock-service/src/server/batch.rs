@@ -173,7 +173,7 @@ mod tests {
                     Ok(table.apply(*index, &command, &mut Vec::new()))
                 }
             },
-            crate::server::metrics::short_histogram(),
+            crate::counts::short_histogram(),
         );
         let batcher = Arc::new(batcher);
         let session = match batcher

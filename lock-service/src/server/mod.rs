@@ -35,8 +35,8 @@ mod rights;
 mod sessions;
 mod trim;
 
+pub use crate::counts::GrantTimes;
 pub use args::{parse_cluster, ClusterSpec, ServerArgs};
-pub use metrics::GrantTimes;
 
 use crate::auth::{Users, UsersError};
 use crate::log::LogStore;
@@ -256,7 +256,7 @@ impl Node {
             })
             .await
             .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
-        let commit_latency = metrics::short_histogram();
+        let commit_latency = crate::counts::short_histogram();
         let (batcher, batching) = batch::Batcher::start(
             {
                 let raft = raft.clone();
