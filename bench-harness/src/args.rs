@@ -33,7 +33,7 @@ pub struct RunArgs {
     /// How long contenders keep asking [default: 60s simulated, 10s wall].
     #[arg(short, long, value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
-    /// simulated: paused tokio clock, costs no wall time (embedded store only); wall: real
+    /// simulated: a virtual clock that costs no wall time (embedded store only); wall: real
     /// time [default: simulated on the embedded store, wall on real servers].
     #[arg(long, value_enum)]
     pub clock: Option<ClockMode>,

@@ -23,8 +23,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ClockMode {
-    /// A current-thread tokio runtime with a paused clock: every delay is simulated, a 60 s
-    /// run takes a moment, and the same seed gives the same numbers. In-process engines only.
+    /// lock-core's simulation executor (`lock_core::rt::Simulation`): one thread, a virtual
+    /// clock, every delay simulated; a 60 s run takes a moment, and the same seed gives the
+    /// same numbers. In-process engines only.
     Simulated,
     /// Real time on a multi-thread runtime.
     Wall,
@@ -501,17 +502,16 @@ impl fmt::Display for RunConfig {
 
 /// Simulated time is dilated by this factor.
 ///
-/// tokio's timers have a resolution of one millisecond: every deadline is rounded up to the
-/// next whole millisecond, and a paused clock only ever advances to such deadlines. An
-/// embedded store modelling 800 µs + up to 400 µs round trips would thus really take 1 or
-/// 2 ms per round trip (1.5 ms on average for a QUORUM write, 1.75 ms for a QUORUM read),
-/// and every other sub-millisecond delay would be distorted the same way. So in simulated
-/// time the harness multiplies every duration it hands to the store and the algorithms
-/// (latencies, timeouts, TTLs, poll intervals, backoff, holds, thinks, skews, the run's
-/// length, the time service's period) by this factor and divides every time it measures by
-/// it: one tick of tokio's clock is one microsecond of the model. The paused clock makes
-/// the larger numbers free. In wall time nothing is scaled (and the real timers round the
-/// same way: sub-millisecond latencies are not faithful there).
+/// In simulated time the harness multiplies every duration it hands to the store and the
+/// algorithms (latencies, timeouts, TTLs, poll intervals, backoff, holds, thinks, skews, the
+/// run's length, the time service's period) by this factor and divides every time it
+/// measures by it: one microsecond of the model is one millisecond of the simulation's
+/// clock. The simulation's timers are exact to the nanosecond, so the model keeps a
+/// resolution of a picosecond, far below anything it draws; the larger numbers cost nothing.
+/// The factor matters where the clock is tokio's instead, whose timers round every deadline
+/// up to the next millisecond: on a paused tokio runtime a model scaled by it still keeps
+/// microseconds. In wall time nothing is scaled (and the real timers round the same way:
+/// sub-millisecond latencies are not faithful there).
 pub const SIMULATED_TIME_SCALE: u32 = 1000;
 
 /// SplitMix64's finalizer: spreads seeds so that neighbouring indices get unrelated streams.

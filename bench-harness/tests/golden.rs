@@ -1,26 +1,16 @@
 //! The simulator's results do not move: the default scenario (`bench-harness --threads 64
 //! --seed S -q -o DIR`, every embedded algorithm, 60 s of simulated time) writes byte for byte
-//! the `summary.json` and `grants.csv` it wrote before the simulator was made faster.
+//! the `summary.json` and `grants.csv` recorded below. The test keeps FNV-1a (64 bits) digests,
+//! a dozen lines here rather than a dependency.
 //!
-//! The digests below were taken from the outputs of the code before that work (commit
-//! 3704288), whose MD5 sums were, for the record: seed 1 summary
-//! 293c891e4ba03fc8c2697a5033fbb5fc, grants 888a78d0a72670e11eb4d85ca5a9aedb; seed 2 summary
-//! 91bc21cb6499b2464888eaa0b1502546, grants 29d65e9220f59c78d9eb75405bb9797a; seed 3 summary
-//! 0cd258f8b9daa5eb6490de5fa79f76db, grants 5094efb2e3b7dca90b0147bbcecbbd2a. The test keeps
-//! FNV-1a (64 bits) instead, a dozen lines here rather than a dependency.
+//! A run depends on the seed, the model and the executor: lock-core's simulation orders the
+//! tasks woken at one instant by its seed, so a change to the executor's order changes every
+//! run, as a new model rule or another order of random draws does. Such a change records the
+//! new digests in the same commit and says why (CHANGELOG.md keeps the history). Any other
+//! change that trips this test changed behaviour it did not mean to.
 //!
-//! `summary.json`'s digests were recorded again when the queue locks and the bakery began to
-//! report their place in line (`fairness.overtakes.in_line`, 0 overtaken for all four): with
-//! those four blocks taken out, the new files hash to the digests recorded before (seed 1
-//! 0xfdb0_c10c_2ef2_6628, 167,522 bytes; seed 2 0x9cb4_cc4f_fba4_1bbc, 167,529; seed 3
-//! 0x33b4_33be_7be3_ea6e, 167,522), and `grants.csv` did not change: the simulation is the same.
-//!
-//! A change that is meant to alter the simulation (a new model rule, another order of random
-//! draws) changes these on purpose: record the new digests in the same commit and say why.
-//! Any other change that trips this test changed behaviour it did not mean to.
-//!
-//! Cost: three runs of the binary at once, each about 10 s of CPU in a release build and
-//! about twice that in the test profile; on two cores about 20–40 s of wall time.
+//! Cost: three runs of the binary at once, each a few seconds of CPU in a release build and
+//! about twice that in the test profile; on two cores about 15-30 s of wall time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,9 +19,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_bench-harness");
 
 /// Per seed: the FNV-1a digest and the length of `summary.json`, then of `grants.csv`.
 const GOLDEN: [(u64, [(u64, usize); 2]); 3] = [
-    (1, [(0xa84b_c17e_1ef5_8278, 167_958), (0x1f7a_a904_6f94_21d6, 1_068_414)]),
-    (2, [(0x2ba7_ca39_da83_5d86, 167_965), (0x0b87_a146_c6e8_e868, 1_068_432)]),
-    (3, [(0x6969_cb2c_7658_6e9c, 167_958), (0xff4a_ea43_acad_0af8, 1_074_861)]),
+    (1, [(0xb6ff_e1c1_fdff_d98a, 167_983), (0x9cd2_f540_33f6_f063, 1_068_043)]),
+    (2, [(0x2074_8148_6d5f_5404, 167_978), (0x43ff_eaf5_6ca2_7d14, 1_070_242)]),
+    (3, [(0x5a38_581e_9fad_2bbe, 167_955), (0xda36_222f_1484_273a, 1_074_346)]),
 ];
 
 const FILES: [&str; 2] = ["summary.json", "grants.csv"];

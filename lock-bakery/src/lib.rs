@@ -415,7 +415,7 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
         lock_id: &str,
         value: &[u8],
     ) -> Result<(), LockError> {
-        let started = Instant::now();
+        let started = lock_core::rt::now();
         lease.add(CellKey::new(table, lock_id, self.me()), value.to_vec(), started);
         let cell = CellWrite {
             column: self.ctx.owner.clone(),
@@ -436,14 +436,14 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
 
     /// Sleep one poll interval, or until the deadline if that comes first (then `Timeout`).
     async fn pause(&self, deadline: Option<Instant>) -> Result<(), Stop> {
-        let wake = Instant::now() + self.config.poll_interval;
+        let wake = lock_core::rt::now() + self.config.poll_interval;
         match deadline {
             Some(d) if wake >= d => {
-                tokio::time::sleep_until(d).await;
+                lock_core::rt::sleep_until(d).await;
                 Err(Stop::Timeout)
             }
             _ => {
-                tokio::time::sleep_until(wake).await;
+                lock_core::rt::sleep_until(wake).await;
                 Ok(())
             }
         }
@@ -459,7 +459,7 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
             LeaseConfig::new(self.ctx.ttl, self.ctx.consistency),
         );
         match self.draw_with(lock_id, &lease).await {
-            Ok(number) => Ok(Ticket { number, lease, drawn: Instant::now() }),
+            Ok(number) => Ok(Ticket { number, lease, drawn: lock_core::rt::now() }),
             Err(e) => {
                 self.abandon(lock_id, lease).await;
                 Err(e)
@@ -565,10 +565,12 @@ impl<S: CellStore + Clone> Locker for BakeryLocker<S> {
     /// Steps 1–7, waiting at steps 1, 6 and 7; a timeout deletes whatever was written.
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         validate_id("lock id", lock_id)?;
-        let start = Instant::now();
+        let start = lock_core::rt::now();
         let deadline = timeout.map(|t| start + t);
-        let timed_out =
-            || LockError::Timeout { lock_id: lock_id.to_string(), waited: start.elapsed() };
+        let timed_out = || LockError::Timeout {
+            lock_id: lock_id.to_string(),
+            waited: lock_core::rt::elapsed(start),
+        };
         // Step 1: nobody may be choosing when we start (nothing of ours is written yet).
         let mut choosing = Vec::new();
         loop {

@@ -161,12 +161,12 @@ async fn hold_for(
     granted: Instant,
     hold: Duration,
 ) -> Result<(), LockError> {
-    tokio::time::sleep(hold).await;
+    crate::rt::sleep(hold).await;
     log.push(Hold {
         lock_id: guard.lock_id().to_string(),
         owner: guard.owner().to_string(),
         granted,
-        released: Instant::now(),
+        released: crate::rt::now(),
         token: guard.token(),
     });
     guard.release().await
@@ -191,11 +191,11 @@ pub async fn one_lock_one_holder<F: Fixture>(fx: Arc<F>) {
     for i in 0..contenders {
         let locker = fx.locker(&format!("c{i}")).await;
         let (log, asks) = (log.clone(), asks.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             for _ in 0..rounds {
-                let requested = Instant::now();
+                let requested = crate::rt::now();
                 let g = locker.lock("one-lock", None).await.expect("lock");
-                let granted = Instant::now();
+                let granted = crate::rt::now();
                 let ask = Ask { requested, queued: g.queued_at(), granted };
                 asks.lock().unwrap_or_else(|e| e.into_inner()).push(ask);
                 hold_for(&log, g, granted, Duration::from_millis(20)).await.expect("release");
@@ -258,7 +258,7 @@ pub async fn many_locks_many_holders<F: Fixture>(fx: Arc<F>) {
     for i in 0..locks {
         let locker = fx.locker(&format!("solo{i}")).await;
         let barrier = barrier.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             let g = locker.lock(&format!("res-{i}"), None).await.expect("lock");
             // Every contender reaches this point only while holding its own lock.
             barrier.wait().await;
@@ -270,7 +270,7 @@ pub async fn many_locks_many_holders<F: Fixture>(fx: Arc<F>) {
             t.await.expect("contender task");
         }
     };
-    tokio::time::timeout(fx.ttl() * 3, all)
+    crate::rt::timeout(fx.ttl() * 3, all)
         .await
         .expect("distinct locks must be held at once, not in turn");
 
@@ -281,11 +281,11 @@ pub async fn many_locks_many_holders<F: Fixture>(fx: Arc<F>) {
         let locker = fx.locker(&format!("m{i}")).await;
         let log = log.clone();
         let rounds = wall_scale(fx.mode(), 4, 2);
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             for r in 0..rounds {
                 let id = format!("res-{}", (i + r) % locks);
                 let g = locker.lock(&id, None).await.expect("lock");
-                hold_for(&log, g, Instant::now(), Duration::from_millis(10))
+                hold_for(&log, g, crate::rt::now(), Duration::from_millis(10))
                     .await
                     .expect("release");
             }
@@ -304,20 +304,20 @@ pub async fn lease_outlives_ttl_by_renewal<F: Fixture>(fx: Arc<F>) {
     let holder = fx.locker("holder").await;
     let other = fx.locker("other").await;
     let g = holder.lock("leased", None).await.expect("lock");
-    let until = Instant::now() + ttl * 3;
+    let until = crate::rt::now() + ttl * 3;
     let mut checks = 0;
-    while Instant::now() < until {
+    while crate::rt::now() < until {
         assert!(
             other.try_lock("leased").await.expect("try_lock").is_none(),
             "lock taken while its lease was renewed"
         );
         assert!(!g.is_lost(), "lease lost although the store was reachable: {:?}", g.lease_state());
         checks += 1;
-        tokio::time::sleep(ttl / 4).await;
+        crate::rt::sleep(ttl / 4).await;
     }
     assert!(checks >= 10);
     g.release().await.expect("release");
-    let g2 = tokio::time::timeout(fx.notice_slack() + ttl, other.lock("leased", None))
+    let g2 = crate::rt::timeout(fx.notice_slack() + ttl, other.lock("leased", None))
         .await
         .expect("lock must be free right after release")
         .expect("lock");
@@ -333,9 +333,9 @@ pub async fn crashed_holder_frees_lock_after_ttl<F: Fixture>(fx: Arc<F>) {
     let crasher = fx.locker("crasher").await;
     let survivor = fx.locker("survivor").await;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
+    let task = crate::rt::spawn(async move {
         let g = crasher.lock("crash", None).await.expect("lock");
-        let _ = tx.send((Instant::now(), g.token()));
+        let _ = tx.send((crate::rt::now(), g.token()));
         std::future::pending::<()>().await;
         drop(g);
     });
@@ -349,13 +349,13 @@ pub async fn crashed_holder_frees_lock_after_ttl<F: Fixture>(fx: Arc<F>) {
             break g;
         }
         assert!(
-            Instant::now() < granted + ttl * 3,
+            crate::rt::now() < granted + ttl * 3,
             "lock of a crashed holder not freed within 3 x TTL"
         );
-        tokio::time::sleep(poll).await;
+        crate::rt::sleep(poll).await;
     };
     let freed_after = g.token();
-    let waited = Instant::now() - granted;
+    let waited = crate::rt::now() - granted;
     eprintln!("crashed holder: next grant {waited:?} after the crashed grant (TTL {ttl:?})");
     assert!(
         waited >= ttl.mul_f64(0.9),
@@ -379,12 +379,12 @@ pub async fn soft_lock_is_immediate_and_never_shared<F: Fixture>(fx: Arc<F>) {
     let g =
         a.try_lock("soft").await.expect("try_lock").expect("free lock must be granted to try_lock");
     for _ in 0..5 {
-        let start = Instant::now();
+        let start = crate::rt::now();
         assert!(
             b.try_lock("soft").await.expect("try_lock").is_none(),
             "soft lock granted while held"
         );
-        let took = start.elapsed();
+        let took = crate::rt::elapsed(start);
         assert!(took < Duration::from_secs(1), "soft lock took {took:?}: it must not wait");
     }
     g.release().await.expect("release");
@@ -400,7 +400,7 @@ pub async fn mandatory_lock_times_out_cleanly<F: Fixture>(fx: Arc<F>) {
     let c = fx.locker("c").await;
     let g = a.lock("timed", None).await.expect("lock");
     let timeout = Duration::from_millis(1500);
-    let start = Instant::now();
+    let start = crate::rt::now();
     match b.lock("timed", Some(timeout)).await {
         Err(LockError::Timeout { lock_id, waited }) => {
             assert_eq!(lock_id, "timed");
@@ -408,16 +408,16 @@ pub async fn mandatory_lock_times_out_cleanly<F: Fixture>(fx: Arc<F>) {
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    let took = start.elapsed();
+    let took = crate::rt::elapsed(start);
     assert!(took >= timeout && took < timeout + Duration::from_secs(2), "timeout took {took:?}");
     g.release().await.expect("release");
     // The timed-out waiter must not block the lock until its leftovers expire.
-    let start = Instant::now();
-    let g = tokio::time::timeout(fx.notice_slack() * 2, c.lock("timed", None))
+    let start = crate::rt::now();
+    let g = crate::rt::timeout(fx.notice_slack() * 2, c.lock("timed", None))
         .await
         .expect("a timed-out waiter left something that blocks the lock")
         .expect("lock");
-    assert!(start.elapsed() < fx.ttl(), "next grant waited for leftovers to expire");
+    assert!(crate::rt::elapsed(start) < fx.ttl(), "next grant waited for leftovers to expire");
     g.release().await.expect("release");
 }
 
@@ -428,16 +428,16 @@ pub async fn lost_lease_is_signalled<F: Fixture>(fx: Arc<F>) {
     let a = fx.locker("a").await;
     let b = fx.locker("b").await;
     let g = a.lock("lossy", None).await.expect("lock");
-    let cut = Instant::now();
+    let cut = crate::rt::now();
     fx.cut_off("a").await;
-    let lost = tokio::time::timeout(ttl * 2, g.lost())
+    let lost = crate::rt::timeout(ttl * 2, g.lost())
         .await
         .expect("lost lease not signalled within 2 x TTL");
     assert!(g.is_lost());
-    let after = cut.elapsed();
+    let after = crate::rt::elapsed(cut);
     eprintln!("lost lease signalled {after:?} after the cut ({lost})");
     assert!(after <= ttl + Duration::from_secs(1), "signalled only after {after:?}");
-    let g2 = tokio::time::timeout(ttl * 2 + fx.notice_slack(), b.lock("lossy", None))
+    let g2 = crate::rt::timeout(ttl * 2 + fx.notice_slack(), b.lock("lossy", None))
         .await
         .expect("lock of a holder with a lost lease not freed")
         .expect("lock");
@@ -491,12 +491,12 @@ pub async fn contended_holds<F: Fixture>(
         let locker = fx.locker(&format!("mx{i}")).await;
         let log = log.clone();
         let mut rng = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             for _ in 0..rounds {
                 let g = locker.lock("contended", None).await.expect("lock");
                 let hold = Duration::from_micros(rng.random_range(0..5_000));
-                hold_for(&log, g, Instant::now(), hold).await.expect("release");
-                tokio::time::sleep(Duration::from_micros(rng.random_range(0..2_000))).await;
+                hold_for(&log, g, crate::rt::now(), hold).await.expect("release");
+                crate::rt::sleep(Duration::from_micros(rng.random_range(0..2_000))).await;
             }
         }));
     }
@@ -545,18 +545,18 @@ pub async fn contention_log<F: Fixture>(
     think: Duration,
 ) -> Vec<Grant> {
     let log = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + duration;
+    let end = crate::rt::now() + duration;
     let mut tasks = Vec::new();
     for i in 0..contenders {
         let locker = fx.locker(&format!("p{i}")).await;
         let log = log.clone();
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < end {
-                let requested = Instant::now();
+        tasks.push(crate::rt::spawn(async move {
+            while crate::rt::now() < end {
+                let requested = crate::rt::now();
                 let g = locker.lock("property", None).await.expect("lock");
-                let granted = Instant::now();
-                tokio::time::sleep(hold).await;
-                let released = Instant::now();
+                let granted = crate::rt::now();
+                crate::rt::sleep(hold).await;
+                let released = crate::rt::now();
                 let token = g.token();
                 g.release().await.expect("release");
                 log.lock().unwrap_or_else(|e| e.into_inner()).push(Grant {
@@ -566,7 +566,7 @@ pub async fn contention_log<F: Fixture>(
                     released,
                     token,
                 });
-                tokio::time::sleep(think).await;
+                crate::rt::sleep(think).await;
             }
         }));
     }
@@ -824,7 +824,7 @@ mod tests {
 
     #[test]
     fn first_come_first_served_judges_only_requests_already_in_line() {
-        let t0 = Instant::now();
+        let t0 = crate::rt::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let ask =
             |r, q: Option<u64>, g| Ask { requested: at(r), queued: q.map(at), granted: at(g) };

@@ -155,12 +155,11 @@ impl Doorbell for LocalDoorbells {
             }
             faults.delay
         };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let delay = (self.delay)() + extra;
         let registry = Arc::clone(&self.registry);
         let (lock_id, owner, ticket) = (lock_id.to_owned(), owner.to_owned(), ticket.to_owned());
-        rt.spawn(async move {
-            tokio::time::sleep(delay).await;
+        let _ = crate::rt::try_spawn(async move {
+            crate::rt::sleep(delay).await;
             registry.deliver(&lock_id, &owner, &ticket);
         });
     }
@@ -174,7 +173,7 @@ pub struct UdpDoorbells {
     /// the runtime has seen it writable), a clone of the one the listener reads.
     sender: std::net::UdpSocket,
     address: SocketAddr,
-    listener: tokio::task::AbortHandle,
+    listener: crate::rt::AbortHandle,
 }
 
 impl UdpDoorbells {
@@ -187,7 +186,7 @@ impl UdpDoorbells {
         let socket = tokio::net::UdpSocket::from_std(std_socket)?;
         let address = socket.local_addr()?;
         let registry: Arc<Registry> = Arc::default();
-        let task = tokio::spawn({
+        let task = crate::rt::spawn({
             let registry = Arc::clone(&registry);
             async move {
                 let mut buf = vec![0u8; 2048];
@@ -196,7 +195,7 @@ impl UdpDoorbells {
                         Ok((n, _)) => n,
                         // Never spin on a socket that keeps failing.
                         Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            crate::rt::sleep(Duration::from_millis(10)).await;
                             continue;
                         }
                     };
@@ -261,13 +260,13 @@ mod tests {
     async fn a_local_ring_arrives_after_its_delay_and_only_for_the_current_place() {
         let bells = LocalDoorbells::new(|| Duration::from_millis(3), 1);
         let bell = bells.listen("L", "a", "0001");
-        let start = tokio::time::Instant::now();
+        let start = crate::rt::now();
         bells.ring(LOCAL_ADDRESS, "L", "a", "0001");
         bell.notified().await;
-        assert_eq!(start.elapsed(), Duration::from_millis(3));
+        assert_eq!(crate::rt::elapsed(start), Duration::from_millis(3));
         // A ring for an older place is dropped.
         bells.ring(LOCAL_ADDRESS, "L", "a", "0000");
-        let late = tokio::time::timeout(Duration::from_secs(1), bell.notified()).await;
+        let late = crate::rt::timeout(Duration::from_secs(1), bell.notified()).await;
         assert!(late.is_err(), "a stale ring woke the waiter");
         assert_eq!(bells.counts(), (2, 1));
     }
@@ -278,7 +277,7 @@ mod tests {
         bells.set_faults(RingFaults { drop: 1.0, delay: Duration::ZERO });
         let bell = bells.listen("L", "a", "1");
         bells.ring(LOCAL_ADDRESS, "L", "a", "1");
-        assert!(tokio::time::timeout(Duration::from_secs(1), bell.notified()).await.is_err());
+        assert!(crate::rt::timeout(Duration::from_secs(1), bell.notified()).await.is_err());
     }
 
     #[tokio::test]
@@ -288,7 +287,7 @@ mod tests {
         let bell = b.listen("L", "w", "t1");
         a.ring(&b.address(), "L", "nobody", "t1");
         a.ring(&b.address(), "L", "w", "t1");
-        tokio::time::timeout(Duration::from_secs(5), bell.notified())
+        crate::rt::timeout(Duration::from_secs(5), bell.notified())
             .await
             .expect("the ring crossed");
         assert_eq!(b.delivered(), 1);

@@ -39,12 +39,13 @@
 //!   `SIGSTOP` would: a request it would send waits until it resumes, and an answer that
 //!   arrives meanwhile is seen only then (a request already sent still reaches the replicas).
 //!   [`EmbeddedStore::jump_clock`] steps one client's clock.
-//! - **Time.** Every delay is a tokio sleep and every instant a [`tokio::time::Instant`];
+//! - **Time.** Every delay is a sleep of [`crate::rt`] and every instant its clock's;
 //!   TTLs run on the store's clock (the replica's apply instant plus the TTL, exactly, with no
-//!   rounding to seconds; a zero TTL expires at once). tokio's timer has millisecond
-//!   resolution: a sleep ends on the next millisecond tick, so sub-millisecond latencies round
-//!   up (a 200 µs round trip takes 1 ms). Latency models in whole milliseconds are taken as
-//!   they are.
+//!   rounding to seconds; a zero TTL expires at once). Inside a [`crate::rt::Simulation`]
+//!   timers are exact to the nanosecond. Under tokio (wall time, or a test's paused clock)
+//!   a sleep ends on the next millisecond tick, so sub-millisecond latencies round up (a
+//!   200 µs round trip takes 1 ms); latency models in whole milliseconds are taken as they
+//!   are.
 //! - **Tombstones stay**, as in Cassandra. A deletion leaves a tombstone, and a TTL cell past
 //!   its expiry becomes one, until a **compaction** purges it. The compaction model: each
 //!   replica compacts each row at the row's first access (read or write) at least
@@ -83,25 +84,23 @@
 //!   longrun` reruns the comparison: `results/longrun/README.md` sets the real node's grants
 //!   per 30 s beside the model's.
 //! - **Determinism.** The only randomness is the store's RNG seeded from
-//!   [`EmbeddedConfig::seed`], and nothing that affects a result iterates a hash map. On a
-//!   current-thread runtime with a paused clock (`start_paused = true`) the store costs no wall
-//!   time, and the same seed and the same client code give bit-for-bit the same run. On a
-//!   multi-thread runtime it runs in wall time.
+//!   [`EmbeddedConfig::seed`], and nothing that affects a result iterates a hash map. Inside a
+//!   [`crate::rt::Simulation`] the store costs no wall time, and the same seed and the same
+//!   client code give bit-for-bit the same run; so does a current-thread tokio runtime with a
+//!   paused clock (`start_paused = true`), with tokio's own order. On a multi-thread runtime
+//!   it runs in wall time.
 //! - **Cost.** With zero latency (the default) a request is served inline, without spawning,
-//!   followed by one `yield_now` so that tight loops of requests stay fair on a current-thread
-//!   runtime.
-//! - **Speed, and what bounds it.** With latency, a request is one tokio timer per replica
-//!   message that changes or reads a replica and per answer the coordinator waits for: four
-//!   wake-ups of a paused runtime for a `QUORUM` read of three replicas, five for a write. Two
-//!   tasks woken at one tick run in the order tokio's timer wheel and run queue give them, and
-//!   that order is part of the run: a read that runs first misses the write that runs second. So
-//!   the same seed gives the same run only as long as tokio orders them, and an executor of
-//!   our own, however much faster, would give other runs for the same seeds. Under tokio, a
-//!   large share of a simulated run's wall time goes to tokio's scheduler, timer wheel and
-//!   clock (`perf record` of `bench-harness --threads 64 -a ALGORITHM --duration 300s` shows
-//!   it per lock). That share stays whatever the store and the locks cost: it bounds the
-//!   grants per wall second of each lock at its figure divided by the share
-//!   (`benches/simulator.rs` in bench-harness measures the figure).
+//!   followed by one `yield_now` so that tight loops of requests stay fair on one thread.
+//! - **Speed, and what bounds it.** With latency, a request is one timer per replica message
+//!   that changes or reads a replica and per answer the coordinator waits for: four wake-ups
+//!   for a `QUORUM` read of three replicas, five for a write. Tasks woken at one instant run
+//!   in the order the executor gives them, and that order is part of the run: a read that runs
+//!   first misses the write that runs second. The simulation executor draws that order from
+//!   its seed, so a run depends on the seed and on the executor, not on a timer wheel's
+//!   layout. What is left of a simulated run's wall time is the store's own work (merging the
+//!   replicas' answers, scanning tombstones) and the locks' (`perf record` of `bench-harness
+//!   --threads 64 -a ALGORITHM --duration 300s` shows it per lock; `benches/simulator.rs` in
+//!   bench-harness measures grants per wall second).
 //!
 //! Besides what a real cluster does differently anyway (TTLs in whole seconds, speculative
 //! retries, read repair), one thing differs in how sliced reads are served: a replica answers
@@ -299,15 +298,14 @@ impl Drop for InFlight<'_> {
         if pending.is_empty() {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
         let inner = Arc::clone(self.inner);
         let table = self.table.to_owned();
         let row = self.row.to_owned();
         let mutation = self.mutation.to_owned_mutation();
-        handle.spawn(async move {
+        let _ = crate::rt::try_spawn(async move {
             for (at, replica) in pending {
-                tokio::time::sleep_until(at).await;
-                inner.deliver(replica, &table, &row, mutation.as_mutation(), Instant::now());
+                crate::rt::sleep_until(at).await;
+                inner.deliver(replica, &table, &row, mutation.as_mutation(), crate::rt::now());
             }
         });
     }
@@ -331,7 +329,7 @@ impl Caller<'_> {
         if !self.state.isolated.load(Ordering::Acquire) {
             return Ok(());
         }
-        tokio::time::sleep_until(self.inner.deadline(Instant::now())).await;
+        crate::rt::sleep_until(self.inner.deadline(crate::rt::now())).await;
         Err(StoreError::Unreachable(format!(
             "client '{}' is cut off from the embedded store (simulated partition)",
             self.id
@@ -348,30 +346,30 @@ impl Caller<'_> {
         self.count(table, m.kind());
         self.check_reachable().await?;
         let inner = self.inner;
-        let start = Instant::now();
+        let start = crate::rt::now();
         let required = c.required(inner.replicas.len());
 
         if inner.config.latency.is_zero() && inner.none_lagging() {
             let alive = inner.replicas.iter().filter(|r| r.is_running()).count();
             if alive < required {
-                tokio::task::yield_now().await;
+                crate::rt::yield_now().await;
                 return Err(StoreError::Unavailable { consistency: c, required, alive });
             }
             let policy = inner.config.row_policy();
             let acks =
                 inner.replicas.iter().filter(|r| r.apply(table, row, m, start, policy)).count();
-            tokio::task::yield_now().await;
+            crate::rt::yield_now().await;
             if acks >= required {
                 return Ok(());
             }
             // Only when a replica stopped between the check and the apply (another thread).
-            tokio::time::sleep_until(inner.deadline(start)).await;
+            crate::rt::sleep_until(inner.deadline(start)).await;
             return Err(StoreError::WriteTimeout { consistency: c, received: acks, required });
         }
 
         let live = inner.running();
         if live.len() < required {
-            tokio::task::yield_now().await;
+            crate::rt::yield_now().await;
             return Err(StoreError::Unavailable { consistency: c, required, alive: live.len() });
         }
         let deadline = inner.deadline(start);
@@ -389,9 +387,9 @@ impl Caller<'_> {
                 break;
             }
             if ev.at > now {
-                tokio::time::sleep_until(ev.at).await;
+                crate::rt::sleep_until(ev.at).await;
                 slept = true;
-                now = Instant::now();
+                now = crate::rt::now();
             }
             flight.next += 1;
             if ev.reply {
@@ -409,13 +407,13 @@ impl Caller<'_> {
             }
         }
         if !slept {
-            tokio::task::yield_now().await;
+            crate::rt::yield_now().await;
         }
         if acks >= required {
             return Ok(());
         }
         // Every event left is after the deadline, so waiting for it skips none of them.
-        tokio::time::sleep_until(deadline).await;
+        crate::rt::sleep_until(deadline).await;
         Err(StoreError::WriteTimeout { consistency: c, received: acks, required })
     }
 }

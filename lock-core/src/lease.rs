@@ -85,7 +85,7 @@ impl Shared {
 pub struct LeaseKeeper {
     shared: Arc<Shared>,
     state: Arc<watch::Sender<LeaseState>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<crate::rt::JoinHandle<()>>,
 }
 
 impl LeaseKeeper {
@@ -99,7 +99,7 @@ impl LeaseKeeper {
         let (tx, _) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);
         let task =
-            tokio::spawn(renew_loop(store, timestamps, config, shared.clone(), state.clone()));
+            crate::rt::spawn(renew_loop(store, timestamps, config, shared.clone(), state.clone()));
         LeaseKeeper { shared, state, task: Some(task) }
     }
 
@@ -125,7 +125,7 @@ impl LeaseKeeper {
 
     /// True while the lease is not lost and every kept cell is certainly in the store now.
     pub fn holds(&self) -> bool {
-        !self.is_lost() && self.valid_until().is_some_and(|d| Instant::now() < d)
+        !self.is_lost() && self.valid_until().is_some_and(|d| crate::rt::now() < d)
     }
 
     /// True when the lease was lost.
@@ -191,14 +191,14 @@ async fn renew_loop<S: CellStore>(
     state: Arc<watch::Sender<LeaseState>>,
 ) {
     let retry_every = (config.renew_every / 4).max(Duration::from_millis(10));
-    let mut next = Instant::now() + config.renew_every;
+    let mut next = crate::rt::now() + config.renew_every;
     loop {
         // Wake for the next renewal, or at the deadline if renewals keep failing.
         let deadline = shared.valid_until();
         let wake = deadline.map_or(next, |d| d.min(next));
-        tokio::time::sleep_until(wake).await;
+        crate::rt::sleep_until(wake).await;
 
-        let started = Instant::now();
+        let started = crate::rt::now();
         if let Some(d) = shared.valid_until() {
             if started >= d {
                 let _ = state.send(LeaseState::Lost(LeaseLost {
@@ -234,7 +234,7 @@ async fn renew_loop<S: CellStore>(
             // may see it seconds later, after others have taken the lock).
             let write = store.write(&table, &row, &writes, config.consistency);
             let answer = match shared.valid_until() {
-                Some(d) => tokio::time::timeout_at(d, write).await,
+                Some(d) => crate::rt::timeout_at(d, write).await,
                 None => Ok(write.await),
             };
             let Ok(answer) = answer else {
@@ -259,7 +259,7 @@ async fn renew_loop<S: CellStore>(
                 Err(_) => all_ok = false,
             }
         }
-        next = if all_ok { started + config.renew_every } else { Instant::now() + retry_every };
+        next = if all_ok { started + config.renew_every } else { crate::rt::now() + retry_every };
     }
 }
 

@@ -10,8 +10,11 @@
 //!   are generic over;
 //! - [`embedded`]: the default backend, an in-process store with exactly those semantics, a
 //!   latency model, replication with per-operation consistency, replicas that can be stopped,
-//!   per-client clock skew and isolation, and operation counters; it runs in simulated time on
-//!   a paused tokio runtime and in wall time on a multi-thread one;
+//!   per-client clock skew and isolation, and operation counters; it runs in simulated time in
+//!   a [`rt::Simulation`] and in wall time on a multi-thread tokio runtime;
+//! - [`rt`]: the runtime every lock and the embedded store call for time, sleeps and
+//!   tasks: a deterministic single-threaded executor in simulated time ([`rt::Simulation`]),
+//!   tokio elsewhere;
 //! - [`time`]: clocks and time sources (local clock with skew, the thesis's GlobalTime service,
 //!   a hybrid logical clock);
 //! - [`lease`]: the lease keeper that renews a holder's cells every TTL/2 and says when the
@@ -72,6 +75,7 @@ pub mod lock;
 pub mod order;
 pub mod requests;
 pub mod retry;
+pub mod rt;
 pub mod rwlock;
 pub mod secret;
 pub mod semaphore;

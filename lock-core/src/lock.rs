@@ -304,11 +304,10 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(r) = self.release.take() {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move {
-                    let _ = r.release().await;
-                });
-            }
+            // Without a runtime (it is shutting down) the lease runs out instead.
+            let _ = crate::rt::try_spawn(async move {
+                let _ = r.release().await;
+            });
         }
     }
 }

@@ -93,8 +93,8 @@ impl Retries {
             match attempt().await {
                 Ok(value) => return Ok(value),
                 Err(e) => {
-                    let wait = self.failed(e, Instant::now())?;
-                    tokio::time::sleep(wait).await;
+                    let wait = self.failed(e, crate::rt::now())?;
+                    crate::rt::sleep(wait).await;
                 }
             }
         }
@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn transient_failures_wait_longer_each_time_up_to_the_max() {
-        let t0 = Instant::now();
+        let t0 = crate::rt::now();
         let mut r = Retries::new(backoff(), Some(t0 + Duration::from_secs(10)));
         let waits: Vec<_> = (0..5).map(|_| r.failed(transient(), t0).unwrap()).collect();
         let ms = |n| Duration::from_millis(n);
@@ -133,14 +133,14 @@ mod tests {
     fn a_final_error_is_given_back_at_once() {
         let mut r = Retries::new(backoff(), None);
         let refused = LockError::backend("test", BackendErrorKind::Refused, "WRONGPASS");
-        assert!(matches!(r.failed(refused, Instant::now()), Err(LockError::Backend { .. })));
+        assert!(matches!(r.failed(refused, crate::rt::now()), Err(LockError::Backend { .. })));
         let invalid = LockError::Config("bad".into());
-        assert!(matches!(r.failed(invalid, Instant::now()), Err(LockError::Config(_))));
+        assert!(matches!(r.failed(invalid, crate::rt::now()), Err(LockError::Config(_))));
     }
 
     #[test]
     fn the_deadline_ends_the_retries_with_the_backends_error() {
-        let t0 = Instant::now();
+        let t0 = crate::rt::now();
         let deadline = t0 + Duration::from_millis(25);
         let mut r = Retries::new(backoff(), Some(deadline));
         assert_eq!(r.failed(transient(), t0).unwrap(), Duration::from_millis(10));
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn without_a_deadline_the_budget_bounds_a_run_of_failures() {
-        let t0 = Instant::now();
+        let t0 = crate::rt::now();
         let mut r = Retries::new(backoff(), None);
         assert!(r.failed(transient(), t0).is_ok());
         assert!(r.failed(transient(), t0 + Duration::from_millis(99)).is_ok());
@@ -166,7 +166,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_retries_until_the_attempt_succeeds() {
         let mut left = 3;
-        let start = Instant::now();
+        let start = crate::rt::now();
         let r = Retries::new(backoff(), None);
         let got = r
             .run(|| {
@@ -176,6 +176,10 @@ mod tests {
             })
             .await;
         assert_eq!(got.unwrap(), 7);
-        assert_eq!(start.elapsed(), Duration::from_millis(30), "waited 10 ms, then 20 ms");
+        assert_eq!(
+            crate::rt::elapsed(start),
+            Duration::from_millis(30),
+            "waited 10 ms, then 20 ms"
+        );
     }
 }

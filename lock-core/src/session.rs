@@ -101,7 +101,7 @@ impl<S: Ending> SessionSlot<S> {
             }
             Err(e) => {
                 let mut b = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-                b.retry_at = Some(Instant::now() + b.wait);
+                b.retry_at = Some(crate::rt::now() + b.wait);
                 b.wait = (b.wait * 2).min(MAX_SESSION_RETRY);
                 b.last_error = e.to_string();
                 Err(e)
@@ -120,8 +120,8 @@ impl<S: Ending> SessionSlot<S> {
     ) -> Result<(), LockError> {
         let b = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
         match b.retry_at {
-            Some(at) if Instant::now() < at => {
-                Err(refused(&b.last_error, at.saturating_duration_since(Instant::now())))
+            Some(at) if crate::rt::now() < at => {
+                Err(refused(&b.last_error, at.saturating_duration_since(crate::rt::now())))
             }
             _ => Ok(()),
         }
@@ -164,12 +164,12 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("server down"), "{e}");
-        tokio::time::sleep(FIRST_SESSION_RETRY).await;
+        crate::rt::sleep(FIRST_SESSION_RETRY).await;
         assert!(slot.get(down, refused).await.is_err());
         // The backoff doubled: 100 ms later it still runs.
-        tokio::time::sleep(FIRST_SESSION_RETRY).await;
+        crate::rt::sleep(FIRST_SESSION_RETRY).await;
         assert!(slot.get(|| async { panic!("still backing off") }, refused).await.is_err());
-        tokio::time::sleep(FIRST_SESSION_RETRY).await;
+        crate::rt::sleep(FIRST_SESSION_RETRY).await;
         let s = slot.get(|| async { Ok(fake(2)) }, refused).await.unwrap();
         assert_eq!((s.n, slot.made()), (2, 2));
         assert_eq!(slot.current().n, 2);
@@ -183,11 +183,11 @@ mod tests {
         let mut tasks = Vec::new();
         for _ in 0..8 {
             let (slot, opened) = (slot.clone(), opened.clone());
-            tasks.push(tokio::spawn(async move {
+            tasks.push(crate::rt::spawn(async move {
                 slot.get(
                     || async move {
                         opened.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        crate::rt::sleep(Duration::from_millis(50)).await;
                         Ok(fake(2))
                     },
                     refused,

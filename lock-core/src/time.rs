@@ -1,8 +1,9 @@
 //! Time: the clocks clients read, the write-timestamp generator, and the time sources that
 //! order the queue lock.
 //!
-//! Nothing here reads a global clock directly. [`PhysicalClock::Tokio`] reads tokio's
-//! [`Instant`], so under a paused runtime (`start_paused`) time is simulated and reproducible;
+//! Nothing here reads a global clock directly. [`PhysicalClock::Tokio`] reads [`crate::rt`]'s
+//! clock, so inside a [`crate::rt::Simulation`] (or under tokio's paused clock) time is
+//! simulated and reproducible;
 //! [`PhysicalClock::System`] reads the system clock for runs against a real cluster, where
 //! processes on different machines must agree on the epoch.
 //!
@@ -30,8 +31,8 @@ pub const SIMULATED_EPOCH_MICROS: Micros = 1_767_225_600_000_000;
 /// Where physical time comes from.
 #[derive(Debug, Clone, Copy)]
 pub enum PhysicalClock {
-    /// tokio's clock, anchored so that `origin` reads as `epoch`: simulated under a paused
-    /// runtime, wall time otherwise. One process only (instants are not comparable across
+    /// The runtime's clock ([`crate::rt::now`]), anchored so that `origin` reads as `epoch`:
+    /// simulated inside a simulation, wall time otherwise. One process only (instants are not comparable across
     /// processes).
     Tokio {
         /// The instant that reads as `epoch`.
@@ -46,14 +47,14 @@ pub enum PhysicalClock {
 impl PhysicalClock {
     /// A tokio clock that reads [`SIMULATED_EPOCH_MICROS`] now.
     pub fn tokio() -> Self {
-        PhysicalClock::Tokio { origin: Instant::now(), epoch: SIMULATED_EPOCH_MICROS }
+        PhysicalClock::Tokio { origin: crate::rt::now(), epoch: SIMULATED_EPOCH_MICROS }
     }
 
     /// Microseconds now.
     pub fn now_micros(&self) -> Micros {
         match *self {
             PhysicalClock::Tokio { origin, epoch } => {
-                epoch + Instant::now().saturating_duration_since(origin).as_micros() as Micros
+                epoch + crate::rt::now().saturating_duration_since(origin).as_micros() as Micros
             }
             PhysicalClock::System => SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -302,7 +303,7 @@ pub async fn try_update_global_time<S: CellStore>(
 /// The replicated time service: replicas that each run [`try_update_global_time`] every
 /// `period` (the thesis: 500 ms) with their own, possibly skewed, clocks.
 pub struct GlobalTimeService {
-    replicas: Vec<tokio::task::JoinHandle<()>>,
+    replicas: Vec<crate::rt::JoinHandle<()>>,
 }
 
 impl GlobalTimeService {
@@ -319,12 +320,13 @@ impl GlobalTimeService {
         let replicas = replicas
             .into_iter()
             .map(|(store, clock)| {
-                tokio::spawn(async move {
-                    let mut tick = tokio::time::interval(period);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                crate::rt::spawn(async move {
+                    // The first update at once, then one a period after the last began
+                    // (a late one delays the next instead of bunching them).
                     loop {
-                        tick.tick().await;
+                        let began = crate::rt::now();
                         let _ = try_update_global_time(&store, &clock, consistency).await;
+                        crate::rt::sleep_until((began + period).max(crate::rt::now())).await;
                     }
                 })
             })

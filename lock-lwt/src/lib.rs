@@ -278,7 +278,7 @@ impl<S: CellStore + Clone> LwtLocker<S> {
             let token = fence.map_or(1, |f| f + 1);
             let mine = self.owner_value(token);
             let request = acquire_request(fence, &mine, self.ctx.ttl);
-            let sent = Instant::now();
+            let sent = lock_core::rt::now();
             let answer = match self.cas(lock_id, &request).await {
                 Ok(answer) => answer,
                 Err(e) if e.may_have_applied() => {
@@ -335,10 +335,10 @@ impl<S: CellStore + Clone> LwtLocker<S> {
                 Err(e) => {
                     let pause = self.backoff(failures);
                     failures += 1;
-                    if Instant::now() + pause >= give_up {
+                    if lock_core::rt::now() + pause >= give_up {
                         return Err(LockError::store(lock_id, e));
                     }
-                    tokio::time::sleep(pause).await;
+                    lock_core::rt::sleep(pause).await;
                 }
             }
         }
@@ -379,14 +379,14 @@ impl<S: CellStore + Clone> LwtLocker<S> {
             serial: self.config.serial,
             commit: self.ctx.consistency,
         };
-        let renewal = tokio::spawn(keeper.clone().run(sent + self.ctx.ttl, state, stopped));
+        let renewal = lock_core::rt::spawn(keeper.clone().run(sent + self.ctx.ttl, state, stopped));
         let release = LwtRelease { keeper, stop: Some(stop), renewal: Some(renewal) };
         LockGuard::new(lock_id, self.ctx.owner.clone(), token, watch, Box::new(release))
     }
 
     fn granted(&self, lock_id: &str, token: u64, sent: Instant) -> Option<LockGuard> {
         // A grant resolved too late to be of use: its lease is already over.
-        (Instant::now() < sent + self.ctx.ttl).then(|| self.guard(lock_id, token, sent))
+        (lock_core::rt::now() < sent + self.ctx.ttl).then(|| self.guard(lock_id, token, sent))
     }
 }
 
@@ -455,7 +455,7 @@ impl<S: CellStore + Clone> Locker for LwtLocker<S> {
 
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         validate_id("lock id", lock_id)?;
-        let start = Instant::now();
+        let start = lock_core::rt::now();
         let deadline = timeout.map(|t| start + t);
         let mut failures = 0;
         loop {
@@ -464,20 +464,22 @@ impl<S: CellStore + Clone> Locker for LwtLocker<S> {
                     return Ok(guard);
                 }
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| lock_core::rt::now() >= d) {
                 return Err(LockError::Timeout {
                     lock_id: lock_id.to_owned(),
-                    waited: start.elapsed(),
+                    waited: lock_core::rt::elapsed(start),
                 });
             }
             // Wait until the lock looks free (or the deadline comes: one last attempt then).
             loop {
                 let pause = self.backoff(failures);
                 failures = failures.saturating_add(1);
-                let wake =
-                    deadline.map_or(Instant::now() + pause, |d| d.min(Instant::now() + pause));
-                tokio::time::sleep_until(wake).await;
-                if deadline.is_some_and(|d| Instant::now() >= d) || self.looks_free(lock_id).await {
+                let wake = deadline
+                    .map_or(lock_core::rt::now() + pause, |d| d.min(lock_core::rt::now() + pause));
+                lock_core::rt::sleep_until(wake).await;
+                if deadline.is_some_and(|d| lock_core::rt::now() >= d)
+                    || self.looks_free(lock_id).await
+                {
                     break;
                 }
             }
@@ -512,24 +514,26 @@ impl<S: CellStore> Keeper<S> {
         state: watch::Sender<LeaseState>,
         mut stopped: oneshot::Receiver<()>,
     ) {
-        let mut next = Instant::now() + self.ttl / 2;
+        let mut next = lock_core::rt::now() + self.ttl / 2;
         let retry = (self.ttl / 10).min(Duration::from_secs(1));
         loop {
             tokio::select! {
+                biased;
                 _ = &mut stopped => return,
-                _ = tokio::time::sleep_until(valid_until) => {
+                _ = lock_core::rt::sleep_until(valid_until) => {
                     lost(&state, "the lease ran out before a renewal succeeded");
                     return;
                 }
-                _ = tokio::time::sleep_until(next) => {}
+                _ = lock_core::rt::sleep_until(next) => {}
             }
-            let sent = Instant::now();
+            let sent = lock_core::rt::now();
             let request = renew_request(&self.mine, self.ttl);
             let renewal =
                 self.store.cas(LOCK_TABLE, &self.lock_id, &request, self.serial, self.commit);
             let answer = tokio::select! {
+                biased;
                 _ = &mut stopped => return,
-                _ = tokio::time::sleep_until(valid_until) => {
+                _ = lock_core::rt::sleep_until(valid_until) => {
                     lost(&state, "the lease ran out while a renewal was in flight");
                     return;
                 }
@@ -552,7 +556,7 @@ impl<S: CellStore> Keeper<S> {
                     return;
                 }
                 // Unknown or failed: the cell keeps its old TTL at worst; try again soon.
-                Err(_) => next = Instant::now() + retry,
+                Err(_) => next = lock_core::rt::now() + retry,
             }
         }
     }
@@ -562,7 +566,7 @@ impl<S: CellStore> Keeper<S> {
     /// does nothing. After one TTL the cell has expired anyway, and the error is returned.
     async fn release(&self) -> Result<(), LockError> {
         let request = release_request(self.mine.clone());
-        let give_up = Instant::now() + self.ttl;
+        let give_up = lock_core::rt::now() + self.ttl;
         let mut pause = (self.ttl / 100).max(Duration::from_millis(10));
         loop {
             match self
@@ -571,8 +575,8 @@ impl<S: CellStore> Keeper<S> {
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(e) if e.may_have_applied() && Instant::now() + pause < give_up => {
-                    tokio::time::sleep(pause).await;
+                Err(e) if e.may_have_applied() && lock_core::rt::now() + pause < give_up => {
+                    lock_core::rt::sleep(pause).await;
                     pause = (pause * 2).min(self.ttl / 10);
                 }
                 Err(e) => return Err(LockError::store(&self.lock_id, e)),
@@ -589,7 +593,7 @@ fn lost(state: &watch::Sender<LeaseState>, reason: &str) {
 struct LwtRelease<S> {
     keeper: Keeper<S>,
     stop: Option<oneshot::Sender<()>>,
-    renewal: Option<tokio::task::JoinHandle<()>>,
+    renewal: Option<lock_core::rt::JoinHandle<()>>,
 }
 
 impl<S> Drop for LwtRelease<S> {

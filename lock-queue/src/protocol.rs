@@ -136,11 +136,12 @@ pub(crate) trait Queue: Send + Sync {
     async fn wait(&self, place: &Place, until: Instant) -> bool {
         match &place.bell {
             Some(bell) => tokio::select! {
+                biased;
                 _ = bell.notified() => true,
-                _ = tokio::time::sleep_until(until) => false,
+                _ = lock_core::rt::sleep_until(until) => false,
             },
             None => {
-                tokio::time::sleep_until(until).await;
+                lock_core::rt::sleep_until(until).await;
                 false
             }
         }
@@ -174,7 +175,7 @@ pub(crate) async fn join_queue<Q: Queue>(
         ctx.timestamps.clone(),
         LeaseConfig::new(ctx.ttl, ctx.consistency),
     );
-    let started = Instant::now();
+    let started = lock_core::rt::now();
     let write = write_of(ctx, column, value);
     let key = CellKey::new(table, lock_id, column);
     if let Err(e) = store.write(table, lock_id, &[write], ctx.consistency).await {
@@ -188,7 +189,7 @@ pub(crate) async fn join_queue<Q: Queue>(
         bell: None,
         ahead: Default::default(),
         looked: Default::default(),
-        queued_at: Instant::now(),
+        queued_at: lock_core::rt::now(),
     })
 }
 
@@ -207,7 +208,7 @@ async fn try_main<Q: Queue>(q: &Q, lock_id: &str) -> Result<HeadCheck, LockError
     let (store, ctx) = (&q.parts().store, &q.parts().ctx);
     let c = ctx.consistency;
     let err = |e| LockError::store(lock_id, e);
-    let started = Instant::now();
+    let started = lock_core::rt::now();
     let main_write = write_of(ctx, &ctx.owner, &q.main_value());
     let main_key = CellKey::new(Q::MAIN_TABLE, lock_id, &ctx.owner);
     let main = match store.write(Q::MAIN_TABLE, lock_id, &[main_write], c).await {
@@ -267,7 +268,7 @@ pub(crate) async fn lock<Q: Queue>(
     timeout: Option<Duration>,
 ) -> Result<LockGuard, LockError> {
     validate_id("lock id", lock_id)?;
-    let start = Instant::now();
+    let start = lock_core::rt::now();
     let deadline = timeout.map(|t| start + t);
     let place = q.join(lock_id).await?;
     let mut rung = false;
@@ -289,14 +290,14 @@ pub(crate) async fn lock<Q: Queue>(
                 return Err(e);
             }
         }
-        let wake = Instant::now() + q.next_poll(&place);
+        let wake = lock_core::rt::now() + q.next_poll(&place);
         match deadline {
             Some(d) if wake >= d => {
-                tokio::time::sleep_until(d).await;
+                lock_core::rt::sleep_until(d).await;
                 leave(q, lock_id, place).await;
                 return Err(LockError::Timeout {
                     lock_id: lock_id.to_string(),
-                    waited: start.elapsed(),
+                    waited: lock_core::rt::elapsed(start),
                 });
             }
             _ => rung = q.wait(&place, wake).await,
@@ -326,7 +327,7 @@ pub(crate) async fn try_lock<Q: Queue>(
                 return grant(q, lock_id, place, written).await.map(Some)
             }
             Ok(HeadCheck::Occupied) => {
-                q.wait(&place, Instant::now() + q.parts().config.poll_interval).await;
+                q.wait(&place, lock_core::rt::now() + q.parts().config.poll_interval).await;
             }
             Ok(HeadCheck::NotFirst) => {
                 leave(q, lock_id, place).await;

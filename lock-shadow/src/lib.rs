@@ -241,7 +241,7 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
         let main = self.main_row(lock_id).await?;
         if main.len() == 1 {
             if main[0].column != self.ctx.owner {
-                return Ok((AttemptResult::AnotherThreadIsOwner, Instant::now()));
+                return Ok((AttemptResult::AnotherThreadIsOwner, lock_core::rt::now()));
             }
             return self.own_leftover(lock_id).await;
         }
@@ -254,7 +254,7 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
                     if self.config.reread_main { self.main_row(lock_id).await } else { Ok(main) };
                 match main_now {
                     Ok(main) if main.is_empty() => {
-                        let started = Instant::now();
+                        let started = lock_core::rt::now();
                         match self.store.write(MAIN_TABLE, lock_id, &[self.cell()], c).await {
                             Ok(()) => Ok((AttemptResult::Success, started)),
                             Err(e) => {
@@ -266,11 +266,11 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
                             }
                         }
                     }
-                    Ok(_) => Ok((AttemptResult::ConcurrentAttempt, Instant::now())),
+                    Ok(_) => Ok((AttemptResult::ConcurrentAttempt, lock_core::rt::now())),
                     Err(e) => Err(e),
                 }
             }
-            Ok(_) => Ok((AttemptResult::ConcurrentAttempt, Instant::now())),
+            Ok(_) => Ok((AttemptResult::ConcurrentAttempt, lock_core::rt::now())),
             Err(e) => Err(err(e)),
         };
         // Steps 12 and 14: our shadow cell goes in every case.
@@ -290,7 +290,7 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
             OwnCell::Reenter => {
                 // The listing: ours, so ours. Rewrite it so the lease starts from a write we
                 // know the time of.
-                let started = Instant::now();
+                let started = lock_core::rt::now();
                 self.store.write(MAIN_TABLE, lock_id, &[self.cell()], c).await.map_err(err)?;
                 Ok((AttemptResult::Success, started))
             }
@@ -299,7 +299,7 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
                 // them may be winning the lock right now: take it back, then compete.
                 let key = CellKey::new(MAIN_TABLE, lock_id, &self.ctx.owner);
                 delete_cells(&self.store, &[key], &self.ctx.timestamps, c).await.map_err(err)?;
-                Ok((AttemptResult::ConcurrentAttempt, Instant::now()))
+                Ok((AttemptResult::ConcurrentAttempt, lock_core::rt::now()))
             }
         }
     }
@@ -351,7 +351,7 @@ impl<S: CellStore + Clone> Locker for ShadowLocker<S> {
     /// Listing 4.
     async fn lock(&self, lock_id: &str, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         validate_id("lock id", lock_id)?;
-        let start = Instant::now();
+        let start = lock_core::rt::now();
         let deadline = timeout.map(|t| start + t);
         let mut attempt = 1;
         loop {
@@ -361,14 +361,14 @@ impl<S: CellStore + Clone> Locker for ShadowLocker<S> {
             }
             let pause = self.sleep_for(result, &mut attempt);
             match deadline {
-                Some(d) if Instant::now() + pause >= d => {
-                    tokio::time::sleep_until(d).await;
+                Some(d) if lock_core::rt::now() + pause >= d => {
+                    lock_core::rt::sleep_until(d).await;
                     return Err(LockError::Timeout {
                         lock_id: lock_id.to_string(),
-                        waited: start.elapsed(),
+                        waited: lock_core::rt::elapsed(start),
                     });
                 }
-                _ => tokio::time::sleep(pause).await,
+                _ => lock_core::rt::sleep(pause).await,
             }
         }
     }

@@ -185,7 +185,7 @@ where
         if waited > s.scaled(Duration::from_secs(5)) {
             return Err("the GlobalTime service wrote no value within 5 s".into());
         }
-        tokio::time::sleep(step).await;
+        lock_core::rt::sleep(step).await;
         waited += step;
     }
     Ok(Some(service))

@@ -2,8 +2,8 @@
 //!
 //! Each algorithm's run opens a fresh [`EmbeddedStore`] with the run's seed (and the GlobalTime
 //! service when asked); each contender gets a client handle of its own, with its clock skew.
-//! The store counts every request itself. It runs in simulated time (the default: a paused
-//! tokio clock, dilated by the run's time scale) or in wall time.
+//! The store counts every request itself. It runs in simulated time (the default: lock-core's
+//! simulation executor, dilated by the run's time scale) or in wall time.
 //!
 //! Options: `--latency FIXED+JITTER` (the round trip to one replica), `--replicas`,
 //! `--gc-grace` (how long tombstones stay before a compaction may purge them: Cassandra's

@@ -56,7 +56,7 @@ pub struct LongrunArgs {
     /// Leave out the calibration against the real node (8 contenders, 180 s).
     #[arg(long)]
     pub no_calibration: bool,
-    /// OS threads running runs in parallel, each with its own paused runtime.
+    /// OS threads running runs in parallel, each running its own simulation.
     #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: u32,
     /// No progress bar.

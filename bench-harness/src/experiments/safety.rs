@@ -71,7 +71,7 @@ pub struct SafetyArgs {
     /// Output directory.
     #[arg(short, long, value_name = "DIR", default_value = "results/safety")]
     pub out: PathBuf,
-    /// OS threads running runs in parallel, each with its own paused runtime.
+    /// OS threads running runs in parallel, each running its own simulation.
     #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: u32,
     /// No progress bar.

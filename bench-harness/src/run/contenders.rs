@@ -1,14 +1,13 @@
 //! The contenders: N of them on one algorithm, each looping request → hold → release → think
 //! until the run's duration ends.
 //!
-//! Each algorithm runs on a freshly opened engine (a fresh embedded store with the run's seed),
-//! in its own tokio runtime: in simulated time a current-thread runtime with a paused clock, so that
+//! Each algorithm runs on a freshly opened engine (a fresh embedded store with the run's seed):
+//! in simulated time inside a `lock_core::rt::Simulation` seeded with the run's seed, so that
 //! the store's latencies, the holds and the thinks cost no wall time and the same seed gives
-//! the same grant log; in wall time a two-worker multi-thread runtime.
+//! the same grant log; in wall time on a two-worker multi-thread tokio runtime.
 //!
-//! In simulated time the tokio clock is dilated ([`crate::config::SIMULATED_TIME_SCALE`]):
-//! durations going in are multiplied, times coming out divided, so that the model keeps
-//! microsecond resolution despite tokio's millisecond timers.
+//! In simulated time the clock is dilated ([`crate::config::SIMULATED_TIME_SCALE`]):
+//! durations going in are multiplied, times coming out divided.
 //!
 //! The run's clock starts once the backend and every contender's locker are ready; every time
 //! in the grant log is microseconds since then. When the duration ends contenders make no new
@@ -42,17 +41,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A tokio runtime for `clock`.
-pub fn runtime(clock: ClockMode) -> anyhow::Result<tokio::runtime::Runtime> {
-    let rt = match clock {
-        ClockMode::Simulated => {
-            tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()
-        }
-        ClockMode::Wall => {
-            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
-        }
-    };
-    rt.context("cannot start the tokio runtime")
+/// The tokio runtime of wall-time runs: two workers, every driver.
+pub fn wall_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")
 }
 
 /// Runs `algorithm` under `cfg` in a runtime of its own, every contender in this process.
@@ -64,10 +59,21 @@ pub fn run_in_process(
     progress: Option<&ProgressBar>,
 ) -> anyhow::Result<RunOutcome> {
     let wall = std::time::Instant::now();
-    let rt = runtime(cfg.clock)?;
-    let mut outcome = rt.block_on(run_async(cfg, algorithm, progress))?;
-    // Leases, the time service and in-flight store messages die with the runtime.
-    drop(rt);
+    let mut outcome = match cfg.clock {
+        ClockMode::Simulated => {
+            let mut sim = lock_core::rt::Simulation::new(cfg.seed);
+            let outcome = sim.block_on(run_async(cfg, algorithm, progress));
+            // Leases, the time service and in-flight store messages die with the simulation.
+            drop(sim);
+            outcome?
+        }
+        ClockMode::Wall => {
+            let rt = wall_runtime()?;
+            let outcome = rt.block_on(run_async(cfg, algorithm, progress));
+            drop(rt);
+            outcome?
+        }
+    };
     outcome.wall_time = wall.elapsed();
     Ok(outcome)
 }
@@ -181,8 +187,8 @@ pub async fn drive(
     let skews = cfg.contender_skews();
     let end = start + cfg.scaled(cfg.duration);
     let drain_end = end + cfg.scaled(cfg.duration);
-    if Instant::now() < start {
-        tokio::time::sleep_until(start).await;
+    if lock_core::rt::now() < start {
+        lock_core::rt::sleep_until(start).await;
     }
     // What the engine's setup sent (sessions opened, leases granted, keep-alives while the
     // other contenders connected) is not the window's load: counts start here, before any
@@ -216,7 +222,7 @@ pub async fn drive(
         });
         let shared =
             Shared { control: Arc::clone(control), resource: rig.resource.clone(), reviver };
-        tasks.push(tokio::spawn(contender(locker, plan, shared)));
+        tasks.push(lock_core::rt::spawn(contender(locker, plan, shared)));
     }
     let nemesis = match (&rig.engine, cfg.faults.is_empty()) {
         (Some(engine), false) => {
@@ -231,15 +237,15 @@ pub async fn drive(
                 end,
             });
             let plan = cfg.faults.clone();
-            Some(tokio::spawn(async move { nemesis.run(&plan).await }))
+            Some(lock_core::rt::spawn(async move { nemesis.run(&plan).await }))
         }
         _ => None,
     };
     let ticker = progress_ticker(cfg, progress, start);
     let snapshot = counter_snapshots(cfg, rig.counters, base, start, end, stamp);
     let sessions = rig.sessions.map(|read| {
-        tokio::spawn(async move {
-            tokio::time::sleep_until(end).await;
+        lock_core::rt::spawn(async move {
+            lock_core::rt::sleep_until(end).await;
             read()
         })
     });
@@ -255,8 +261,8 @@ pub async fn drive(
         t.abort();
     }
     let finished_us = stamp.now_us();
-    if Instant::now() < end {
-        tokio::time::sleep_until(end).await;
+    if lock_core::rt::now() < end {
+        lock_core::rt::sleep_until(end).await;
     }
     let faults = match nemesis {
         Some(task) => task
@@ -288,15 +294,15 @@ fn progress_ticker(
     cfg: &RunConfig,
     progress: Option<&ProgressBar>,
     start: Instant,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<lock_core::rt::JoinHandle<()>> {
     match (cfg.clock, progress) {
         (ClockMode::Wall, Some(bar)) => {
             let bar = bar.clone();
             bar.set_length(cfg.duration.as_millis() as u64);
-            Some(tokio::spawn(async move {
+            Some(lock_core::rt::spawn(async move {
                 loop {
-                    bar.set_position(start.elapsed().as_millis() as u64);
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    bar.set_position(lock_core::rt::elapsed(start).as_millis() as u64);
+                    lock_core::rt::sleep(Duration::from_millis(200)).await;
                 }
             }))
         }
@@ -313,20 +319,20 @@ fn counter_snapshots(
     start: Instant,
     end: Instant,
     stamp: Stamp,
-) -> tokio::task::JoinHandle<(Vec<CounterSample>, Option<StoreCounters>)> {
+) -> lock_core::rt::JoinHandle<(Vec<CounterSample>, Option<StoreCounters>)> {
     let sample_every = cfg.sample_every.map(|d| cfg.scaled(d));
-    tokio::spawn(async move {
+    lock_core::rt::spawn(async move {
         let mut samples = Vec::new();
         if let (Some(every), Some(read)) = (sample_every, counters.as_ref()) {
             let mut next = start + every;
             while next < end {
-                tokio::time::sleep_until(next).await;
+                lock_core::rt::sleep_until(next).await;
                 let counters = since(&base, read());
                 samples.push(CounterSample { at_us: stamp.at(next), counters });
                 next += every;
             }
         }
-        tokio::time::sleep_until(end).await;
+        lock_core::rt::sleep_until(end).await;
         (samples, counters.map(|read| since(&base, read())))
     })
 }
@@ -358,7 +364,7 @@ pub async fn run_async(
     let engine: Arc<dyn OpenEngine> =
         cfg.backend.open(cfg.engine_setup(&namespace)).await.map_err(|e| anyhow!(e))?.into();
     let lockers = setup_contenders(cfg, algorithm, engine.as_ref(), 0..cfg.threads).await?;
-    let start = Instant::now();
+    let start = lock_core::rt::now();
     let stamp = Stamp::Tokio { start, scale: cfg.time_scale() };
     let rig = Rig {
         counters: engine.counters(),
@@ -447,7 +453,7 @@ async fn contender(
     };
     let ctl = &shared.control;
     let can_crash = shared.reviver.is_some();
-    while Instant::now() < plan.end {
+    while lock_core::rt::now() < plan.end {
         let mut now = InProgress::default();
         let ended = tokio::select! {
             biased;
@@ -465,7 +471,7 @@ async fn contender(
                     grants.push(Grant { released_us: plan.stamp.now_us(), crashed: true, ..held });
                 }
                 ctl.set_holding(false);
-                tokio::time::sleep_until(until).await;
+                lock_core::rt::sleep_until(until).await;
                 let Some(reviver) = &shared.reviver else { break };
                 let spec = ContenderSpec { owner: ctl.revive(), ..reviver.spec.clone() };
                 match reviver.engine.contender(reviver.algorithm, spec).await {
@@ -498,7 +504,7 @@ async fn round(
     let ctl = &shared.control;
     let lock = plan.keys.next(plan.home, key_rng);
     let share = plan.primitive.draw(share_rng);
-    let requested = Instant::now();
+    let requested = lock_core::rt::now();
     let requested_us = plan.stamp.at(requested);
     let timeout = Some(plan.drain_end - requested);
     let guard = match locker.ask(plan.keys.id(lock), share, timeout).await {
@@ -514,7 +520,7 @@ async fn round(
     };
     // A frozen process sees the grant only when it is thawed.
     ctl.thawed().await;
-    let granted = Instant::now();
+    let granted = lock_core::rt::now();
     let granted_us = plan.stamp.at(granted);
     let latency_us = match plan.stamp {
         Stamp::Tokio { .. } => us_between(plan.scale, requested, granted),

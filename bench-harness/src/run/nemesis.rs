@@ -5,7 +5,7 @@
 //! contenders: it sleeps to a start drawn from the run's seed in `[0, PERIOD)`, injects, heals
 //! DURATION later, and repeats every PERIOD until the run's window ends. What it hit and when
 //! is logged as a [`FaultWindow`] (`faults.csv`). In simulated time everything is on the
-//! paused tokio clock and every choice comes from the seed, so a run with faults is
+//! simulation's clock and every choice comes from the seed, so a run with faults is
 //! reproducible byte for byte.
 //!
 //! How each kind is made, and who takes part:
@@ -102,11 +102,12 @@ impl Control {
         let mut left = d;
         loop {
             let _ = rx.wait_for(|f| !*f).await;
-            let began = Instant::now();
+            let began = lock_core::rt::now();
             tokio::select! {
-                _ = tokio::time::sleep(left) => return,
+                biased;
+                _ = lock_core::rt::sleep(left) => return,
                 _ = rx.wait_for(|f| *f) => {
-                    left = left.saturating_sub(began.elapsed());
+                    left = left.saturating_sub(lock_core::rt::elapsed(began));
                 }
             }
         }
@@ -168,7 +169,7 @@ impl Nemesis {
             let spec = spec.clone();
             let log = Arc::clone(&log);
             let seed = crate::config::mix(self.seed ^ crate::config::mix(0xFA17 + i as u64));
-            tasks.push(tokio::spawn(async move { me.entry(spec, seed, log).await }));
+            tasks.push(lock_core::rt::spawn(async move { me.entry(spec, seed, log).await }));
         }
         for t in tasks {
             t.await.map_err(|e| format!("a fault task panicked: {e}"))??;
@@ -191,17 +192,17 @@ impl Nemesis {
         let offset = Duration::from_nanos(rng.random_range(0..period.as_nanos() as u64));
         let mut at = self.start + offset;
         while at < self.end {
-            tokio::time::sleep_until(at).await;
+            lock_core::rt::sleep_until(at).await;
             if prefers_holder(&spec) {
                 self.until_someone_holds(at + spec.duration * self.scale).await;
             }
-            let struck = Instant::now();
+            let struck = lock_core::rt::now();
             // Stamped when they happen (a system-clock stamp reads the clock, not the instant).
             let start_us = self.stamp.at(struck);
             let until = struck + spec.duration * self.scale;
             let target = self.strike(&spec, &mut rng, until).await?;
-            let healed = until.min(self.end.max(Instant::now()));
-            tokio::time::sleep_until(healed).await;
+            let healed = until.min(self.end.max(lock_core::rt::now()));
+            lock_core::rt::sleep_until(healed).await;
             let end_us = self.stamp.at(healed);
             self.heal(&spec, &target).await?;
             let window = FaultWindow {
@@ -221,8 +222,8 @@ impl Nemesis {
     /// nobody holds for a while.
     async fn until_someone_holds(&self, deadline: Instant) {
         let step = Duration::from_millis(1) * self.scale;
-        while !self.controls.iter().any(|c| c.is_holding()) && Instant::now() < deadline {
-            tokio::time::sleep(step).await;
+        while !self.controls.iter().any(|c| c.is_holding()) && lock_core::rt::now() < deadline {
+            lock_core::rt::sleep(step).await;
         }
     }
 
@@ -234,8 +235,8 @@ impl Nemesis {
             self.controls.iter().map(|c| u64::from(c.grants.load(Ordering::Acquire))).sum()
         };
         let before = total();
-        while total() == before && Instant::now() < deadline {
-            tokio::time::sleep(step).await;
+        while total() == before && lock_core::rt::now() < deadline {
+            lock_core::rt::sleep(step).await;
         }
     }
 
@@ -340,7 +341,7 @@ impl Nemesis {
                 if kind == FaultKind::LaggedLeaderKill {
                     // Its replication now held back, the leader is killed right after the next
                     // grant: a grant it acknowledged and no replica has, whose holder works on.
-                    self.until_next_grant(Instant::now() + spec.lag * self.scale).await;
+                    self.until_next_grant(lock_core::rt::now() + spec.lag * self.scale).await;
                     engine.inject(Injection::KillHitMember).await?;
                 }
                 Ok(Target::Member(match kind {
@@ -464,17 +465,17 @@ mod tests {
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_frozen_contender_sleeps_longer_by_the_pause() {
         let c = Arc::new(Control::new(3));
-        let start = Instant::now();
-        let sleeper = tokio::spawn({
+        let start = lock_core::rt::now();
+        let sleeper = lock_core::rt::spawn({
             let c = Arc::clone(&c);
             async move { c.sleep(Duration::from_secs(10)).await }
         });
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        lock_core::rt::sleep(Duration::from_secs(2)).await;
         c.freeze(true);
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        lock_core::rt::sleep(Duration::from_secs(5)).await;
         c.freeze(false);
         sleeper.await.unwrap();
-        assert_eq!(start.elapsed().as_secs(), 15);
+        assert_eq!(lock_core::rt::elapsed(start).as_secs(), 15);
     }
 
     #[test]

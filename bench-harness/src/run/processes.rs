@@ -30,7 +30,7 @@ use super::contenders as runner;
 use super::nemesis::Nemesis;
 use super::resource::{serve, FencedResource, RemoteResource, Resource};
 use super::stamp::{system_now_us, Stamp};
-use crate::config::{ClockMode, RunConfig};
+use crate::config::RunConfig;
 use crate::engines::Algorithm;
 
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
@@ -366,7 +366,7 @@ impl Services {
         let cfg = cfg.clone();
         let thread =
             std::thread::Builder::new().name("fault-services".into()).spawn(move || {
-                let rt = runner::runtime(ClockMode::Wall)?;
+                let rt = runner::wall_runtime()?;
                 rt.block_on(async move {
                     let resource = Arc::new(FencedResource::new());
                     let (addr, server) = serve(Arc::clone(&resource))
@@ -424,7 +424,7 @@ impl Services {
 /// One connection first: an unreachable server fails once, here, and Cassandra's tables exist
 /// before the workers prepare their statements.
 fn probe(cfg: &RunConfig, namespace: &str) -> anyhow::Result<()> {
-    let rt = runner::runtime(ClockMode::Wall)?;
+    let rt = runner::wall_runtime()?;
     let probe = RunConfig { time_source: crate::engines::TimeSourceKind::Local, ..cfg.clone() };
     rt.block_on(probe.backend.open(probe.engine_setup(namespace))).map(drop).map_err(|e| anyhow!(e))
 }
@@ -616,7 +616,7 @@ pub fn worker_main() -> anyhow::Result<()> {
     let algorithm = cfg.backend.algorithm(&spec.algorithm).ok_or_else(|| {
         anyhow!("algorithm '{}' does not run on the {} backend", spec.algorithm, cfg.backend)
     })?;
-    let rt = runner::runtime(ClockMode::Wall)?;
+    let rt = runner::wall_runtime()?;
     let (engine, lockers, resource) = rt.block_on(async {
         let resource = match spec.resource {
             Some(addr) => Some(Resource::Remote(Arc::new(

@@ -53,13 +53,13 @@ impl Resource {
 /// Serves `resource` on a loopback port of its own until the returned task is aborted.
 pub async fn serve(
     resource: Arc<FencedResource>,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> std::io::Result<(SocketAddr, lock_core::rt::JoinHandle<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let task = tokio::spawn(async move {
+    let task = lock_core::rt::spawn(async move {
         while let Ok((conn, _)) = listener.accept().await {
             let _ = conn.set_nodelay(true);
-            tokio::spawn(answer(Arc::clone(&resource), conn));
+            lock_core::rt::spawn(answer(Arc::clone(&resource), conn));
         }
     });
     Ok((addr, task))

@@ -38,7 +38,7 @@ impl Stamp {
         match *self {
             Stamp::Tokio { start, scale } => us_between(scale, start, t),
             Stamp::System { start_us } => {
-                let ago = Instant::now().saturating_duration_since(t).as_micros() as u64;
+                let ago = lock_core::rt::now().saturating_duration_since(t).as_micros() as u64;
                 system_now_us().saturating_sub(start_us).saturating_sub(ago)
             }
         }
@@ -46,7 +46,7 @@ impl Stamp {
 
     /// Microseconds since the run's start, now.
     pub fn now_us(&self) -> u64 {
-        self.at(Instant::now())
+        self.at(lock_core::rt::now())
     }
 }
 

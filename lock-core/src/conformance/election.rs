@@ -17,7 +17,6 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// Handles of an election, one per contender.
 pub trait ElectionFixture: Contenders<dyn Elector> {}
@@ -30,20 +29,20 @@ async fn leader_becomes(
     within: Duration,
     check: impl Fn(&Option<Leader>) -> bool,
 ) -> Option<Leader> {
-    let until = Instant::now() + within;
+    let until = crate::rt::now() + within;
     loop {
         let leader = e.leader(election).await.expect("leader");
         if check(&leader) {
             return leader;
         }
-        assert!(Instant::now() < until, "the leader of {election:?} stayed {leader:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(crate::rt::now() < until, "the leader of {election:?} stayed {leader:?}");
+        crate::rt::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// The observer's next change, within `within`.
 async fn next_change(observer: &mut crate::election::Observer, within: Duration) -> Option<Leader> {
-    tokio::time::timeout(within, observer.changed())
+    crate::rt::timeout(within, observer.changed())
         .await
         .expect("a change is observed in time")
         .expect("observation goes on")
@@ -86,24 +85,24 @@ pub async fn observers_see_every_change_in_order<F: ElectionFixture>(fx: Arc<F>)
         term,
     };
     assert_eq!(next_change(&mut observer, within).await, Some(lead(&a, b"a:1", la.term())));
-    tokio::time::sleep(pause).await;
+    crate::rt::sleep(pause).await;
     la.proclaim(b"a:2".to_vec()).await.expect("proclaim");
     assert_eq!(next_change(&mut observer, within).await, Some(lead(&a, b"a:2", la.term())));
-    tokio::time::sleep(pause).await;
+    crate::rt::sleep(pause).await;
     let first_term = la.term();
     la.resign().await.expect("resign");
     assert_eq!(next_change(&mut observer, within).await, None, "after the resignation: nobody");
     let lb = b.campaign("el-watched", b"b:1".to_vec(), None).await.expect("campaign");
     assert!(lb.term() > first_term, "term {} after {first_term}", lb.term());
     assert_eq!(next_change(&mut observer, within).await, Some(lead(&b, b"b:1", lb.term())));
-    tokio::time::sleep(pause).await;
+    crate::rt::sleep(pause).await;
     lb.resign().await.expect("resign");
     assert_eq!(
         next_change(&mut observer, within).await,
         None,
         "after the last resignation: nobody"
     );
-    let quiet = tokio::time::timeout(fx.notice_slack(), observer.changed()).await;
+    let quiet = crate::rt::timeout(fx.notice_slack(), observer.changed()).await;
     assert!(quiet.is_err(), "a change reported twice or made up: {quiet:?}");
 }
 
@@ -121,13 +120,12 @@ pub async fn a_candidacy_times_out_cleanly<F: ElectionFixture>(fx: Arc<F>) {
     }
     let term = l.term();
     l.resign().await.expect("resign");
-    let start = Instant::now();
-    let lc =
-        tokio::time::timeout(fx.notice_slack() * 2, c.campaign("el-timed", b"c".to_vec(), None))
-            .await
-            .expect("a timed-out candidacy left something that blocks the election")
-            .expect("campaign");
-    assert!(start.elapsed() < fx.ttl(), "the next leader waited for leftovers to expire");
+    let start = crate::rt::now();
+    let lc = crate::rt::timeout(fx.notice_slack() * 2, c.campaign("el-timed", b"c".to_vec(), None))
+        .await
+        .expect("a timed-out candidacy left something that blocks the election")
+        .expect("campaign");
+    assert!(crate::rt::elapsed(start) < fx.ttl(), "the next leader waited for leftovers to expire");
     assert!(lc.term() > term);
     lc.resign().await.expect("resign");
 }
@@ -140,11 +138,15 @@ pub async fn a_lost_leadership_is_signalled_and_replaced<F: ElectionFixture>(fx:
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
     let mut l = a.campaign("el-lossy", b"a".to_vec(), None).await.expect("campaign");
-    let cut = Instant::now();
+    let cut = crate::rt::now();
     fx.cut_off("a").await;
-    tokio::time::timeout(ttl * 2, l.lost()).await.expect("lost leadership not signalled");
-    assert!(cut.elapsed() <= ttl + Duration::from_secs(1), "signalled after {:?}", cut.elapsed());
-    let lb = tokio::time::timeout(
+    crate::rt::timeout(ttl * 2, l.lost()).await.expect("lost leadership not signalled");
+    assert!(
+        crate::rt::elapsed(cut) <= ttl + Duration::from_secs(1),
+        "signalled after {:?}",
+        crate::rt::elapsed(cut)
+    );
+    let lb = crate::rt::timeout(
         ttl * 2 + fx.notice_slack(),
         b.campaign("el-lossy", b"b".to_vec(), None),
     )
@@ -163,7 +165,7 @@ pub async fn a_lost_leadership_is_signalled_and_replaced<F: ElectionFixture>(fx:
 pub async fn bad_input_is_refused<F: ElectionFixture>(fx: Arc<F>) {
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
-    let start = Instant::now();
+    let start = crate::rt::now();
     let long = vec![b'x'; MAX_VALUE_LEN + 1];
     match a.campaign("el-bad", long, Some(Duration::from_secs(30))).await {
         Err(LockError::Usage(UsageError::ValueTooLarge { len, max })) => {
@@ -171,8 +173,8 @@ pub async fn bad_input_is_refused<F: ElectionFixture>(fx: Arc<F>) {
         }
         other => panic!("expected ValueTooLarge, got {other:?}"),
     }
-    assert!(start.elapsed() < Duration::from_secs(1), "the refusal must not wait");
-    let l = tokio::time::timeout(
+    assert!(crate::rt::elapsed(start) < Duration::from_secs(1), "the refusal must not wait");
+    let l = crate::rt::timeout(
         fx.notice_slack(),
         b.campaign("el-bad", vec![b'y'; MAX_VALUE_LEN], None),
     )
@@ -202,23 +204,23 @@ pub async fn one_leader_at_a_time<F: ElectionFixture>(
         let e = fx.contender(&format!("c{i}")).await;
         let log = log.clone();
         let mut rng = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             for _ in 0..rounds {
                 let lead = Duration::from_millis(rng.random_range(1..20));
                 let pause = Duration::from_millis(rng.random_range(0..10));
                 let l = e.campaign("el-contended", e.owner().as_bytes().to_vec(), None).await;
                 let l = l.expect("campaign");
-                let granted = Instant::now();
-                tokio::time::sleep(lead).await;
+                let granted = crate::rt::now();
+                crate::rt::sleep(lead).await;
                 log.lock().unwrap_or_else(|e| e.into_inner()).push(Hold {
                     lock_id: l.election().to_string(),
                     owner: l.owner().to_string(),
                     granted,
-                    released: Instant::now(),
+                    released: crate::rt::now(),
                     token: l.term(),
                 });
                 l.resign().await.expect("resign");
-                tokio::time::sleep(pause).await;
+                crate::rt::sleep(pause).await;
             }
         }));
     }

@@ -127,15 +127,15 @@ async fn hold_for(
     requested: Instant,
     hold: Duration,
 ) {
-    let granted = Instant::now();
-    tokio::time::sleep(hold).await;
+    let granted = crate::rt::now();
+    crate::rt::sleep(hold).await;
     log.push(RwHold {
         lock_id: guard.lock_id().to_string(),
         owner: guard.owner().to_string(),
         access,
         requested,
         granted,
-        released: Instant::now(),
+        released: crate::rt::now(),
         token: guard.token(),
     });
     guard.release().await.expect("release");
@@ -151,14 +151,14 @@ pub async fn readers_share_and_writers_wait<F: RwFixture>(fx: Arc<F>) {
     for i in 0..readers {
         let r = fx.contender(&format!("r{i}")).await;
         let (barrier, mut done) = (barrier.clone(), done_tx.subscribe());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             let g = r.read("rw-shared", None).await.expect("read");
             barrier.wait().await;
             let _ = done.recv().await;
             g.release().await.expect("release");
         }));
     }
-    tokio::time::timeout(fx.ttl() * 3, barrier.wait())
+    crate::rt::timeout(fx.ttl() * 3, barrier.wait())
         .await
         .expect("readers must hold the lock together, not in turn");
     let w = fx.contender("w").await;
@@ -168,19 +168,19 @@ pub async fn readers_share_and_writers_wait<F: RwFixture>(fx: Arc<F>) {
     );
     let writer = {
         let w = w.clone();
-        tokio::spawn(async move {
+        crate::rt::spawn(async move {
             let g = w.write("rw-shared", None).await.expect("write");
-            (Instant::now(), g)
+            (crate::rt::now(), g)
         })
     };
-    tokio::time::sleep(fx.notice_slack()).await;
+    crate::rt::sleep(fx.notice_slack()).await;
     assert!(!writer.is_finished(), "a writer was granted while readers held the lock");
-    let all_released = Instant::now();
+    let all_released = crate::rt::now();
     done_tx.send(()).expect("readers listen");
     for t in tasks {
         t.await.expect("reader task");
     }
-    let (granted, g) = tokio::time::timeout(fx.ttl() + fx.notice_slack(), writer)
+    let (granted, g) = crate::rt::timeout(fx.ttl() + fx.notice_slack(), writer)
         .await
         .expect("writer granted once the readers left")
         .expect("writer task");
@@ -205,9 +205,9 @@ pub async fn later_readers_follow_the_writer_policy<F: RwFixture>(fx: Arc<F>) {
     let policy = later.writer_policy();
     let g = first.read("rw-policy", None).await.expect("read");
     let waiting =
-        tokio::spawn(async move { writer.write("rw-policy", None).await.expect("write") });
+        crate::rt::spawn(async move { writer.write("rw-policy", None).await.expect("write") });
     // Long enough for the writer's ask to be in line on every backend.
-    tokio::time::sleep(fx.notice_slack()).await;
+    crate::rt::sleep(fx.notice_slack()).await;
     let passed = later.try_lock("rw-policy", Access::Read).await.expect("try read");
     match policy {
         WriterPolicy::Fifo => assert!(
@@ -223,7 +223,7 @@ pub async fn later_readers_follow_the_writer_policy<F: RwFixture>(fx: Arc<F>) {
         p.release().await.expect("release");
     }
     g.release().await.expect("release");
-    let w = tokio::time::timeout(fx.ttl() + fx.notice_slack(), waiting)
+    let w = crate::rt::timeout(fx.ttl() + fx.notice_slack(), waiting)
         .await
         .expect("the writer is granted once the readers leave")
         .expect("writer task");
@@ -239,7 +239,7 @@ pub async fn asks_time_out_cleanly<F: RwFixture>(fx: Arc<F>) {
     let timeout = Duration::from_millis(1500);
     for (held, asked) in [(Access::Read, Access::Write), (Access::Write, Access::Read)] {
         let g = a.lock("rw-timed", held, None).await.expect("lock");
-        let start = Instant::now();
+        let start = crate::rt::now();
         match b.lock("rw-timed", asked, Some(timeout)).await {
             Err(LockError::Timeout { lock_id, waited }) => {
                 assert_eq!(lock_id, "rw-timed");
@@ -249,16 +249,18 @@ pub async fn asks_time_out_cleanly<F: RwFixture>(fx: Arc<F>) {
                 panic!("{} behind {}: expected a timeout, got {other:?}", asked.name(), held.name())
             }
         }
-        let took = start.elapsed();
+        let took = crate::rt::elapsed(start);
         assert!(took < timeout + Duration::from_secs(2), "the timeout took {took:?}");
         g.release().await.expect("release");
-        let start = Instant::now();
-        let g =
-            tokio::time::timeout(fx.notice_slack() * 2, c.lock("rw-timed", Access::Write, None))
-                .await
-                .expect("a timed-out ask left something that blocks the lock")
-                .expect("write");
-        assert!(start.elapsed() < fx.ttl(), "the next grant waited for leftovers to expire");
+        let start = crate::rt::now();
+        let g = crate::rt::timeout(fx.notice_slack() * 2, c.lock("rw-timed", Access::Write, None))
+            .await
+            .expect("a timed-out ask left something that blocks the lock")
+            .expect("write");
+        assert!(
+            crate::rt::elapsed(start) < fx.ttl(),
+            "the next grant waited for leftovers to expire"
+        );
         g.release().await.expect("release");
     }
 }
@@ -270,14 +272,14 @@ pub async fn upgrade_is_refused<F: RwFixture>(fx: Arc<F>) {
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
     let g = a.read("rw-upgrade", None).await.expect("read");
-    let start = Instant::now();
+    let start = crate::rt::now();
     match a.lock("rw-upgrade", Access::Write, Some(Duration::from_secs(30))).await {
         Err(LockError::Usage(UsageError::Upgrade { lock_id, owner })) => {
             assert_eq!((lock_id.as_str(), owner.as_str()), ("rw-upgrade", a.owner()));
         }
         other => panic!("expected the upgrade to be refused, got {other:?}"),
     }
-    assert!(start.elapsed() < Duration::from_secs(1), "the refusal must not wait");
+    assert!(crate::rt::elapsed(start) < Duration::from_secs(1), "the refusal must not wait");
     assert!(matches!(
         a.try_lock("rw-upgrade", Access::Write).await,
         Err(LockError::Usage(UsageError::Upgrade { .. }))
@@ -299,17 +301,17 @@ pub async fn lost_holders_are_told<F: RwFixture>(fx: Arc<F>) {
         let b = fx.contender(&format!("next-{i}")).await;
         let lock_id = format!("rw-lossy-{i}");
         let g = a.lock(&lock_id, access, None).await.expect("lock");
-        let cut = Instant::now();
+        let cut = crate::rt::now();
         fx.cut_off(&name).await;
-        tokio::time::timeout(ttl * 2, g.lost()).await.unwrap_or_else(|_| {
+        crate::rt::timeout(ttl * 2, g.lost()).await.unwrap_or_else(|_| {
             panic!("a lost {} lease not signalled within 2 x TTL", access.name())
         });
         assert!(
-            cut.elapsed() <= ttl + Duration::from_secs(1),
+            crate::rt::elapsed(cut) <= ttl + Duration::from_secs(1),
             "signalled after {:?}",
-            cut.elapsed()
+            crate::rt::elapsed(cut)
         );
-        let g2 = tokio::time::timeout(ttl * 2 + fx.notice_slack(), b.write(&lock_id, None))
+        let g2 = crate::rt::timeout(ttl * 2 + fx.notice_slack(), b.write(&lock_id, None))
             .await
             .expect("the lock of a lost holder is not freed")
             .expect("write");
@@ -353,7 +355,7 @@ pub async fn readers_writers_under_contention<F: RwFixture>(
         let l = fx.contender(&format!("c{i}")).await;
         let log = log.clone();
         let mut rng = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             for _ in 0..rounds {
                 let access = if rng.random_range(0..100) < reads_percent {
                     Access::Read
@@ -362,10 +364,10 @@ pub async fn readers_writers_under_contention<F: RwFixture>(
                 };
                 let hold = Duration::from_millis(rng.random_range(1..20));
                 let pause = Duration::from_millis(rng.random_range(0..10));
-                let requested = Instant::now();
+                let requested = crate::rt::now();
                 let g = l.lock("rw-contended", access, None).await.expect("lock");
                 hold_for(&log, g, access, requested, hold).await;
-                tokio::time::sleep(pause).await;
+                crate::rt::sleep(pause).await;
             }
         }));
     }
@@ -484,7 +486,7 @@ mod tests {
     use super::*;
 
     fn hold(owner: &str, access: Access, from: u64, to: u64, token: u64) -> RwHold {
-        let t0 = Instant::now();
+        let t0 = crate::rt::now();
         RwHold {
             lock_id: "l".into(),
             owner: owner.into(),

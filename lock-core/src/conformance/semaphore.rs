@@ -120,15 +120,15 @@ impl Log {
 
 /// Hold `permits` for `hold`, log them, release them.
 async fn hold_for(log: &Log, permits: Permits, requested: Instant, hold: Duration) {
-    let granted = Instant::now();
-    tokio::time::sleep(hold).await;
+    let granted = crate::rt::now();
+    crate::rt::sleep(hold).await;
     log.push(PermitHold {
         semaphore_id: permits.semaphore_id().to_string(),
         owner: permits.owner().to_string(),
         limit: permits.limit(),
         requested,
         granted,
-        released: Instant::now(),
+        released: crate::rt::now(),
         tokens: permits.tokens().to_vec(),
     });
     permits.release().await.expect("release");
@@ -143,32 +143,32 @@ pub async fn n_permits_are_held_at_once<F: SemaphoreFixture>(fx: Arc<F>) {
     for i in 0..n {
         let s = fx.contender(&format!("h{i}")).await;
         let barrier = barrier.clone();
-        holders.push(tokio::spawn(async move {
+        holders.push(crate::rt::spawn(async move {
             let p = s.acquire("sem-pool", n, 1, None).await.expect("acquire");
             assert_eq!((p.count(), p.limit(), p.tokens().len()), (1, n, 1));
             barrier.wait().await;
             p
         }));
     }
-    tokio::time::timeout(fx.ttl() * 3, barrier.wait())
+    crate::rt::timeout(fx.ttl() * 3, barrier.wait())
         .await
         .expect("N permits must be held together, not in turn");
     let extra = fx.contender("extra").await;
-    let start = Instant::now();
+    let start = crate::rt::now();
     assert!(
         extra.try_acquire("sem-pool", n, 1).await.expect("try_acquire").is_none(),
         "a permit beyond the semaphore's size was granted"
     );
-    assert!(start.elapsed() < Duration::from_secs(1), "try_acquire must not wait");
-    let waiting = tokio::spawn(async move { extra.acquire("sem-pool", n, 1, None).await });
-    tokio::time::sleep(fx.notice_slack()).await;
+    assert!(crate::rt::elapsed(start) < Duration::from_secs(1), "try_acquire must not wait");
+    let waiting = crate::rt::spawn(async move { extra.acquire("sem-pool", n, 1, None).await });
+    crate::rt::sleep(fx.notice_slack()).await;
     assert!(!waiting.is_finished(), "a permit beyond the semaphore's size was granted");
     let mut held = Vec::new();
     for h in holders {
         held.push(h.await.expect("holder task"));
     }
     held.pop().expect("a holder").release().await.expect("release");
-    let p = tokio::time::timeout(fx.ttl() + fx.notice_slack(), waiting)
+    let p = crate::rt::timeout(fx.ttl() + fx.notice_slack(), waiting)
         .await
         .expect("a released permit goes to the waiter")
         .expect("waiter task")
@@ -195,12 +195,12 @@ pub async fn acquire_times_out_cleanly<F: SemaphoreFixture>(fx: Arc<F>) {
         other => panic!("expected a timeout, got {other:?}"),
     }
     held.release().await.expect("release");
-    let start = Instant::now();
-    let p = tokio::time::timeout(fx.notice_slack() * 2, c.acquire("sem-timed", 2, 2, None))
+    let start = crate::rt::now();
+    let p = crate::rt::timeout(fx.notice_slack() * 2, c.acquire("sem-timed", 2, 2, None))
         .await
         .expect("a timed-out acquire left something that holds permits")
         .expect("acquire");
-    assert!(start.elapsed() < fx.ttl(), "the next grant waited for leftovers to expire");
+    assert!(crate::rt::elapsed(start) < fx.ttl(), "the next grant waited for leftovers to expire");
     p.release().await.expect("release");
 }
 
@@ -214,14 +214,14 @@ pub async fn bad_requests_are_refused<F: SemaphoreFixture>(fx: Arc<F>) {
         Err(LockError::Usage(u)) => u,
         other => panic!("expected a usage error, got {other:?}"),
     };
-    let start = Instant::now();
+    let start = crate::rt::now();
     let u = refused(a.acquire("sem-sized", 3, 4, Some(Duration::from_secs(30))).await.map(Some));
     assert!(matches!(u, UsageError::TooManyPermits { asked: 4, limit: 3, .. }), "{u:?}");
     let u = refused(a.try_acquire("sem-sized", 0, 1).await);
     assert!(matches!(u, UsageError::NoPermits { .. }), "{u:?}");
     let u = refused(a.try_acquire("sem-sized", 3, 0).await);
     assert!(matches!(u, UsageError::ZeroAsked { .. }), "{u:?}");
-    assert!(start.elapsed() < quick, "refusals must not wait");
+    assert!(crate::rt::elapsed(start) < quick, "refusals must not wait");
     // Nothing of those is held: all three permits are free.
     let p = b.try_acquire("sem-sized", 3, 3).await.expect("try_acquire");
     let p = p.expect("every permit free after refused requests");
@@ -238,13 +238,15 @@ pub async fn lost_permits_are_signalled<F: SemaphoreFixture>(fx: Arc<F>) {
     let a = fx.contender("a").await;
     let b = fx.contender("b").await;
     let p = a.acquire("sem-lossy", 2, 2, None).await.expect("acquire");
-    let cut = Instant::now();
+    let cut = crate::rt::now();
     fx.cut_off("a").await;
-    tokio::time::timeout(ttl * 2, p.lost())
-        .await
-        .expect("lost permits not signalled within 2 x TTL");
-    assert!(cut.elapsed() <= ttl + Duration::from_secs(1), "signalled after {:?}", cut.elapsed());
-    let q = tokio::time::timeout(ttl * 2 + fx.notice_slack(), b.acquire("sem-lossy", 2, 2, None))
+    crate::rt::timeout(ttl * 2, p.lost()).await.expect("lost permits not signalled within 2 x TTL");
+    assert!(
+        crate::rt::elapsed(cut) <= ttl + Duration::from_secs(1),
+        "signalled after {:?}",
+        crate::rt::elapsed(cut)
+    );
+    let q = crate::rt::timeout(ttl * 2 + fx.notice_slack(), b.acquire("sem-lossy", 2, 2, None))
         .await
         .expect("lost permits are not freed")
         .expect("acquire");
@@ -284,16 +286,16 @@ pub async fn permits_under_contention<F: SemaphoreFixture>(
         let s = fx.contender(&format!("c{i}")).await;
         let log = log.clone();
         let mut rng = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.push(tokio::spawn(async move {
+        tasks.push(crate::rt::spawn(async move {
             for _ in 0..rounds {
                 let k = rng.random_range(1..=2u32.min(limit));
                 let hold = Duration::from_millis(rng.random_range(1..20));
                 let pause = Duration::from_millis(rng.random_range(0..10));
-                let requested = Instant::now();
+                let requested = crate::rt::now();
                 let p = s.acquire("sem-contended", limit, k, None).await.expect("acquire");
                 assert_eq!(p.count(), k);
                 hold_for(&log, p, requested, hold).await;
-                tokio::time::sleep(pause).await;
+                crate::rt::sleep(pause).await;
             }
         }));
     }
@@ -410,7 +412,7 @@ mod tests {
     use super::*;
 
     fn hold(owner: &str, from: u64, to: u64, tokens: &[u64]) -> PermitHold {
-        let t0 = Instant::now();
+        let t0 = crate::rt::now();
         PermitHold {
             semaphore_id: "s".into(),
             owner: owner.into(),

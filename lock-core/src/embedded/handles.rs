@@ -150,7 +150,7 @@ impl EmbeddedStore {
             inner: Arc::new(Inner {
                 rng: Mutex::new(StdRng::seed_from_u64(config.seed)),
                 config,
-                origin: Instant::now(),
+                origin: crate::rt::now(),
                 replicas,
                 clients: Mutex::new(clients),
                 anonymous,
@@ -291,7 +291,7 @@ impl EmbeddedStore {
     /// of range.
     pub fn inspect_replica(&self, index: usize, table: &str, row: &str) -> Option<Vec<Cell>> {
         let policy = self.inner.config.row_policy();
-        self.inner.replicas.get(index).map(|r| r.snapshot(table, row, Instant::now(), policy))
+        self.inner.replicas.get(index).map(|r| r.snapshot(table, row, crate::rt::now(), policy))
     }
 
     /// The dead cells (tombstones, expired TTL cells) replica `index` keeps in a row now, after
@@ -300,7 +300,7 @@ impl EmbeddedStore {
     pub fn inspect_tombstones(&self, index: usize, table: &str, row: &str) -> Option<usize> {
         let policy = self.inner.config.row_policy();
         let r = self.inner.replicas.get(index)?;
-        r.is_running().then(|| r.tombstones(table, row, Instant::now(), policy))
+        r.is_running().then(|| r.tombstones(table, row, crate::rt::now(), policy))
     }
 
     /// Tombstones scanned by reads, per table, since the store was created or its counters

@@ -259,7 +259,7 @@ impl Inner {
     /// The coordinator's clock for ballots: the store's clock in microseconds.
     fn physical_now(&self) -> Micros {
         crate::time::SIMULATED_EPOCH_MICROS
-            + Instant::now().saturating_duration_since(self.origin).as_micros() as Micros
+            + crate::rt::now().saturating_duration_since(self.origin).as_micros() as Micros
     }
 
     /// A Paxos message reaches replica `replica` at `now`: an overloaded replica may drop it.
@@ -415,14 +415,14 @@ impl Caller<'_> {
         commit: Consistency,
     ) -> Result<Outcome, StoreError> {
         let inner = self.inner;
-        let start = Instant::now();
+        let start = crate::rt::now();
         let give_up = start.checked_add(inner.config.cas_contention_timeout).unwrap_or(start);
         let required = serial.required(inner.replicas.len());
         let mut contentions = 0u32;
         let mut min_micros = Micros::MIN;
         let mut first = true;
         loop {
-            if !std::mem::take(&mut first) && Instant::now() >= give_up {
+            if !std::mem::take(&mut first) && crate::rt::now() >= give_up {
                 return Err(StoreError::CasTimeout {
                     kind: CasTimeoutKind::Paxos,
                     received: 0,
@@ -432,7 +432,7 @@ impl Caller<'_> {
             }
             let live = inner.running();
             if live.len() < required {
-                tokio::task::yield_now().await;
+                crate::rt::yield_now().await;
                 return Err(StoreError::Unavailable {
                     consistency: Consistency::Quorum,
                     required,
@@ -452,7 +452,7 @@ impl Caller<'_> {
                             .unwrap_or(u64::MAX)
                             .max(1);
                         let pause = Duration::from_nanos(lock(&inner.rng).random_range(0..bound));
-                        tokio::time::sleep(pause).await;
+                        crate::rt::sleep(pause).await;
                     }
                 }
             }
@@ -675,7 +675,7 @@ impl Caller<'_> {
     /// Sends `message` to `replicas` without waiting for their answers.
     fn send(&self, table: &str, row: &str, replicas: &[usize], message: Message) {
         let events: Vec<(Instant, usize)> =
-            timeline(self.inner, Instant::now(), replicas.iter().copied(), true)
+            timeline(self.inner, crate::rt::now(), replicas.iter().copied(), true)
                 .into_iter()
                 .filter(|e| !e.reply)
                 .map(|e| (e.at, e.slot))
@@ -696,7 +696,7 @@ impl Caller<'_> {
     ) -> Phase {
         self.count_round_trips(table, 1);
         let inner = self.inner;
-        let start = Instant::now();
+        let start = crate::rt::now();
         let deadline = inner.deadline(start);
         let events = timeline(inner, start, live.iter().copied(), true);
         let mut replies: Vec<Option<Reply>> = (0..inner.replicas.len()).map(|_| None).collect();
@@ -708,8 +708,8 @@ impl Caller<'_> {
             if ev.at > deadline {
                 break;
             }
-            if ev.at > Instant::now() {
-                tokio::time::sleep_until(ev.at).await;
+            if ev.at > crate::rt::now() {
+                crate::rt::sleep_until(ev.at).await;
                 slept = true;
             }
             next += 1;
@@ -722,11 +722,11 @@ impl Caller<'_> {
                     }
                 }
             } else if let Some(slot) = replies.get_mut(ev.slot) {
-                *slot = inner.deliver_paxos(ev.slot, table, row, &message, Instant::now());
+                *slot = inner.deliver_paxos(ev.slot, table, row, &message, crate::rt::now());
             }
         }
         if !slept {
-            tokio::task::yield_now().await;
+            crate::rt::yield_now().await;
         }
         let pending: Vec<(Instant, usize)> = events
             .get(next..)
@@ -738,7 +738,7 @@ impl Caller<'_> {
         deliver_later(inner, table, row, message, pending);
         if !complete {
             // Every answer left is due after the deadline: the coordinator waits until then.
-            tokio::time::sleep_until(deadline).await;
+            crate::rt::sleep_until(deadline).await;
         }
         Phase { answers, complete }
     }
@@ -756,13 +756,12 @@ fn deliver_later(
     if pending.is_empty() {
         return;
     }
-    let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
     let inner = Arc::clone(inner);
     let (table, row) = (table.to_owned(), row.to_owned());
-    handle.spawn(async move {
+    let _ = crate::rt::try_spawn(async move {
         for (at, replica) in pending {
-            tokio::time::sleep_until(at).await;
-            inner.deliver_paxos(replica, &table, &row, &message, Instant::now());
+            crate::rt::sleep_until(at).await;
+            inner.deliver_paxos(replica, &table, &row, &message, crate::rt::now());
         }
     });
 }

@@ -54,7 +54,7 @@ impl Caller<'_> {
         let required = c.required(inner.replicas.len());
         let mut chosen = inner.running();
         if chosen.len() < required {
-            tokio::task::yield_now().await;
+            crate::rt::yield_now().await;
             return Err(StoreError::Unavailable { consistency: c, required, alive: chosen.len() });
         }
         if required < chosen.len() {
@@ -137,7 +137,7 @@ impl Caller<'_> {
         read: impl Fn(usize, Instant) -> Option<(Answer, u64)>,
     ) -> Result<Vec<Answer>, StoreError> {
         let inner = self.inner;
-        let start = Instant::now();
+        let start = crate::rt::now();
         let required = chosen.len();
         let mut answers: Vec<Option<Answer>> = Vec::with_capacity(required);
         let mut received = 0usize;
@@ -151,9 +151,9 @@ impl Caller<'_> {
                 answers.push(answer.map(|(a, _)| a));
             }
             if delay.is_zero() {
-                tokio::task::yield_now().await;
+                crate::rt::yield_now().await;
             } else {
-                tokio::time::sleep(delay).await;
+                crate::rt::sleep(delay).await;
             }
         } else {
             answers.resize_with(required, || None);
@@ -169,9 +169,9 @@ impl Caller<'_> {
                     break;
                 }
                 if ev.at > now {
-                    tokio::time::sleep_until(ev.at).await;
+                    crate::rt::sleep_until(ev.at).await;
                     slept = true;
-                    now = Instant::now();
+                    now = crate::rt::now();
                 }
                 let Some(answer) = answers.get_mut(ev.slot) else { continue };
                 if ev.reply {
@@ -196,7 +196,7 @@ impl Caller<'_> {
                 }
             }
             if !slept {
-                tokio::task::yield_now().await;
+                crate::rt::yield_now().await;
             }
         }
 
@@ -206,7 +206,7 @@ impl Caller<'_> {
             return Err(scan.overwhelmed(*scanned));
         }
         if received < required {
-            tokio::time::sleep_until(inner.deadline(start)).await;
+            crate::rt::sleep_until(inner.deadline(start)).await;
             return Err(StoreError::ReadTimeout { consistency: c, received, required });
         }
         Ok(answers.into_iter().flatten().collect())

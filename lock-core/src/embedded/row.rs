@@ -374,7 +374,7 @@ mod tests {
     use super::*;
 
     fn dead(n: usize) -> DeadCells {
-        let now = Instant::now();
+        let now = crate::rt::now();
         let mut d = DeadCells::default();
         for i in 0..n {
             d.insert(Arc::from(format!("{i:08}")), DeadCell { timestamp: i as i64, dead_at: now });
@@ -395,7 +395,7 @@ mod tests {
         assert!(d.get("00000010").is_none());
         assert_eq!(d.rank(Some("00002500")), 2499);
         let snapshot = d.clone();
-        d.insert(Arc::from("00000010"), DeadCell { timestamp: 99, dead_at: Instant::now() });
+        d.insert(Arc::from("00000010"), DeadCell { timestamp: 99, dead_at: crate::rt::now() });
         assert!(snapshot.get("00000010").is_none(), "a snapshot does not see later changes");
         assert_eq!(d.iter().count(), 5000);
         d.retain(|c| c.timestamp % 2 == 1);

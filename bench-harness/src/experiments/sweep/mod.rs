@@ -12,8 +12,8 @@
 //!    (local clock, hybrid logical clock, the GlobalTime service), the others once as a
 //!    reference.
 //!
-//! Points run in parallel on `--jobs` OS threads, each point in its own current-thread
-//! runtime with a paused clock, so the result does not depend on the number of jobs. The
+//! Points run in parallel on `--jobs` OS threads, each point in a simulation of its
+//! own (`lock_core::rt::Simulation`), so the result does not depend on the number of jobs. The
 //! charts, `sweep.json` (every point's [`AlgorithmReport`]) and `README.md` (the headline
 //! table and the charts) go to `--out` (default `results/`). Nothing written depends on the
 //! wall clock: the same seed regenerates the same files.
@@ -50,7 +50,7 @@ pub struct SweepArgs {
     /// README) [default: 60s, 10s with --quick].
     #[arg(short, long, value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
-    /// OS threads running sweep points in parallel, each with its own paused runtime.
+    /// OS threads running sweep points in parallel, each running its own simulation.
     #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: u32,
     /// A small sweep (few points, short runs) to check the pipeline.
