@@ -275,6 +275,14 @@ pub trait OpenEngine: Send + Sync {
         Box::pin(async { Err("this engine has no stranger (--faults stranger)".to_string()) })
     }
 
+    /// The `terminate` fault: the server's administrator ends the session holding each of the
+    /// run's locks that is held; what it did (`ended N`, `none held`, `failed: …`), for the
+    /// fault log. Only engines whose [`Engine::fault_kinds`] include [`FaultKind::Terminate`]
+    /// are asked.
+    fn terminate(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async { Err("this engine has no administrator (--faults terminate)".to_string()) })
+    }
+
     /// How many replicas a `replica-*` fault may pick from.
     fn replicas(&self) -> usize {
         0
