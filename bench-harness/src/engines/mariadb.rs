@@ -96,6 +96,7 @@ impl ServerEngine for Mariadb {
     type Options = Options;
     const FLAGS: &'static ServerFlags = &FLAGS;
     const CLUSTERS: bool = false;
+    const SPAWNED_LOGIN: SpawnedLogin = SpawnedLogin::Password;
 
     fn faults(o: &Options) -> &'static [FaultKind] {
         server::sql_fault_kinds(o, o.admin_user.is_some())

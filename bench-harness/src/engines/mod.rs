@@ -139,6 +139,12 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Who may log in to the server [`Engine::spawned`] starts when the run names no user:
+    /// anyone, or only a client with a password (then a stranger is refused there too).
+    fn spawned_login(&self) -> server::SpawnedLogin {
+        server::SpawnedLogin::Open
+    }
+
     /// The shape of the cluster `options` start, in a word or two for tables ("×3" for three
     /// members, "sentinel" for Redis with Sentinel); "" for one server or a model.
     fn topology(&self, _options: &EngineOptions) -> String {

@@ -163,6 +163,8 @@ impl ServerEngine for Postgres {
             server::sql_fault_kinds(o, o.admin_user.is_some())
         }
     }
+
+    const SPAWNED_LOGIN: SpawnedLogin = SpawnedLogin::Password;
 }
 
 /// A primary with its standby, in tables: two servers.

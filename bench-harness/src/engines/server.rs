@@ -24,6 +24,18 @@ use std::path::{Path, PathBuf};
 /// The user of the secured server the safety table's "stranger (secured)" rows run on.
 pub const SECURED_USER: &str = "bench-harness";
 
+/// Who may log in to a server the harness starts when the run names no user (no `--X-user`):
+/// what a stranger, a client with no credentials, finds there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnedLogin {
+    /// Any client: the server admits everyone as it starts (Redis, ZooKeeper, etcd, the lock
+    /// service).
+    Open,
+    /// Only a client with the password of one of its users: the server asks every client for
+    /// one (PostgreSQL, MariaDB), so a stranger is refused even where no user is named.
+    Password,
+}
+
 /// How many members a cluster the safety table starts has.
 pub const CLUSTER_MEMBERS: u16 = 3;
 
