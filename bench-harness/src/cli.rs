@@ -75,9 +75,14 @@ DURATION later under a new owner id), clock-jump (a contender's clock steps by
 closed), silent-partition (a holder's connections stay open and carry nothing until healed,
 while it works on), replica-stop and
 replica-lag[/lag=1s/drop=0.1] (the embedded store: a replica stops and misses writes, or
-applies them late and drops some), server-restart (servers the harness can restart); on a
-cluster the harness starts, leader-kill, leader-pause and leader-cut (etcd, ZooKeeper, the lock
-service, Redis with Sentinel: the member that leads; leader-kill on PostgreSQL with
+applies them late and drops some), server-restart (servers the harness can restart),
+stranger (as soon as someone holds, a client with no credentials deletes the holder's key or
+znode, or ends its session), terminate (PostgreSQL, MariaDB: as soon as someone holds, the
+server's administrator ends the holder's session, pg_terminate_backend or KILL CONNECTION; its
+superuser on the server --spawn-postgres or --spawn-mariadb starts, or on yours the one
+--postgres-admin-user or --mariadb-admin-user names); on a cluster the harness starts,
+leader-kill, leader-pause and leader-cut (etcd, ZooKeeper, the lock service, Redis with
+Sentinel: the member that leads; leader-kill on PostgreSQL with
 --postgres-standby: the primary killed, the standby promoted), follower-pause and cluster-restart (etcd,
 ZooKeeper, the lock service: a follower stopped; every member killed at once and restarted
 with its data), lagged-leader-kill[/lag=1s] (Redis: replication held back, the master killed

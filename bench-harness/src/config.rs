@@ -399,6 +399,8 @@ impl RunConfig {
                     && !self.backend.in_process()
                 {
                     " (server-restart needs a server the harness starts itself: see the backend's --spawn option in --help)"
+                } else if kind == crate::faults::FaultKind::Terminate {
+                    " (an administrator ends the holders' sessions: --backend postgres or mariadb, on the server --spawn-postgres or --spawn-mariadb starts, or on yours with --postgres-admin-user or --mariadb-admin-user)"
                 } else if kind == crate::faults::FaultKind::LaggedLeaderKill {
                     " (it holds back a Redis master's replication to its replicas: --backend redis --spawn-redis=sentinel)"
                 } else if crate::faults::FaultKind::LEADER.contains(&kind) {

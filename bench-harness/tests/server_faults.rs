@@ -541,3 +541,139 @@ fn stranger_open_then_secured(engine: &str, base: &[&str], user_flags: &[&str], 
     assert_eq!(f.overlapping_holds, 0, "{f:?}");
     assert!(!text.contains("a-password-for-this-test"), "{text}");
 }
+
+/// `--faults terminate` on `base` (an engine and its server), holds of a few hundred
+/// milliseconds: the administrator ends the session holding the lock at least once, the
+/// server frees the lock with it and the next waiter is granted while the holder still works
+/// (the run exits 3), the holder is told its lease is lost, and the fenced resource rejects
+/// every stale write. A lease of 1 s: MariaDB's client notices a closed connection at its next
+/// ping, a third of a lease later at most. Returns the output directory and the output.
+fn an_administrator_ends_the_holders_session(name: &str, base: &[&str]) -> (PathBuf, String) {
+    let dir = scratch(name);
+    let run = [
+        "--threads",
+        "4",
+        "--duration",
+        "6s",
+        "--ttl",
+        "1s",
+        "--hold",
+        "uniform:400ms..600ms",
+        "--faults",
+        "terminate:1s@2s",
+    ];
+    let args = [base, &run[..]].concat();
+    let (exit, text) = run_checked(&dir, &args);
+    assert_eq!(exit, Some(3), "a holder whose session ended overlaps the next one: {text}");
+    let strikes = windows(&dir, "terminate");
+    let ended: u32 = strikes
+        .iter()
+        .filter_map(|(t, ..)| {
+            t.strip_prefix("holder (ended ")?.strip_suffix(')')?.parse::<u32>().ok()
+        })
+        .sum();
+    assert!(ended > 0, "no session was ended: {strikes:?}\n{text}");
+    assert!(
+        strikes.iter().all(|(t, ..)| t.starts_with("holder (ended") || t == "holder (none held)"),
+        "{strikes:?}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let f = &summary["results"][0]["fault_safety"];
+    let figure = |name: &str| f[name].as_u64().unwrap_or_else(|| panic!("no {name}: {f}"));
+    assert!(figure("overlapping_holds") > 0, "the next waiter was not granted: {f}");
+    assert!(figure("stale_holders") > 0, "{f}");
+    assert_eq!(figure("stale_accepted"), 0, "the fenced resource must reject every stale write");
+    assert!(figure("leases_lost_signalled") > 0, "no holder was told: {f}\n{text}");
+    assert!(figure("stale_holders_told") > 0, "no stale holder was told: {f}");
+    (dir, text)
+}
+
+#[test]
+fn an_administrator_ends_a_postgres_holders_backend_and_the_next_waiter_is_granted() {
+    an_administrator_ends_the_holders_session(
+        "postgres-terminate",
+        &["--backend", "postgres", "--spawn-postgres", "--algorithms", "postgres"],
+    );
+}
+
+#[test]
+fn an_administrator_ends_a_postgres_xact_holders_backend_and_the_next_waiter_is_granted() {
+    an_administrator_ends_the_holders_session(
+        "postgres-xact-terminate",
+        &["--backend", "postgres", "--spawn-postgres", "--algorithms", "postgres-xact"],
+    );
+}
+
+#[test]
+fn an_administrator_ends_a_mariadb_holders_connection_and_the_next_waiter_is_granted() {
+    an_administrator_ends_the_holders_session(
+        "mariadb-terminate",
+        &["--backend", "mariadb", "--spawn-mariadb"],
+    );
+}
+
+/// On the user's own server the administrator is the one `--postgres-admin-user` names, its
+/// password read from a file and never written out; the contenders log in as another role.
+#[test]
+fn the_administrator_of_a_users_postgres_is_named_by_a_flag() {
+    let server = test_servers::PostgresServer::start();
+    let secrets = scratch("postgres-terminate-secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    let (user, admin) = (server.conn(), server.superuser_conn());
+    let user_file = secrets.join("user");
+    std::fs::write(&user_file, format!("{}\n", user.password)).unwrap();
+    let admin_file = secrets.join("admin");
+    std::fs::write(&admin_file, format!("{}\n", admin.password)).unwrap();
+    let address = format!("127.0.0.1:{}", server.port);
+    let (dir, text) = an_administrator_ends_the_holders_session(
+        "postgres-terminate-users",
+        &[
+            "--backend",
+            "postgres",
+            "--postgres",
+            &address,
+            "--postgres-user",
+            &user.user,
+            "--postgres-password-file",
+            user_file.to_str().unwrap(),
+            "--postgres-admin-user",
+            &admin.user,
+            "--postgres-admin-password-file",
+            admin_file.to_str().unwrap(),
+            "--algorithms",
+            "postgres",
+        ],
+    );
+    let written = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    for out in [&written, &text] {
+        assert!(!out.contains(&admin.password), "the administrator's password is written out");
+    }
+    assert!(written.contains("postgres-terminate-secrets"), "the file is named: {written}");
+}
+
+/// `terminate` where no administrator can log in is a usage error naming the engines and the
+/// flags that give one; an administrator named for a server the harness starts is one too.
+#[test]
+fn terminate_without_an_administrator_is_a_usage_error() {
+    let usage = |args: &[&str], says: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{args:?} must say {s:?}: {err}");
+        }
+    };
+    usage(
+        &["--backend", "redis", "--spawn-redis", "--faults", "terminate:1s@5s"],
+        &["--spawn-postgres", "--spawn-mariadb", "--postgres-admin-user"],
+    );
+    usage(
+        &["--backend", "postgres", "--postgres", "127.0.0.1:1", "--faults", "terminate:1s@5s"],
+        &["--postgres-admin-user"],
+    );
+    usage(
+        &["--backend", "mariadb", "--spawn-mariadb", "--mariadb-admin-user", "root"],
+        &["has its own superuser"],
+    );
+}

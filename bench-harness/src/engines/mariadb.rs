@@ -21,6 +21,13 @@
 //! with `--spawn-mariadb` the harness creates it, or uses the server's own user when none is
 //! given. `--mariadb-ca` (and `--mariadb-cert`, `--mariadb-key`): TLS, the server's
 //! certificate checked against the CA and the host dialled.
+//!
+//! `--faults terminate:…` logs in as an administrator, asks the server which connection holds
+//! each of the run's locks (`IS_USED_LOCK`) and ends it (`KILL CONNECTION`): on the server
+//! `--spawn-mariadb` starts, its `root`; on the user's, the user `--mariadb-admin-user` names
+//! (with the `CONNECTION ADMIN` privilege, or `SUPER`), its password in
+//! `LOCK_MARIADB_ADMIN_PASSWORD` or `--mariadb-admin-password-file`. The holder's client
+//! notices at its next ping (a third of a lease later at most).
 
 use super::prelude::*;
 use lock_mariadb::{MariaBackend, MariaConfig};
@@ -89,6 +96,11 @@ impl ServerEngine for Mariadb {
     type Options = Options;
     const FLAGS: &'static ServerFlags = &FLAGS;
     const CLUSTERS: bool = false;
+    const SPAWNED_LOGIN: SpawnedLogin = SpawnedLogin::Password;
+
+    fn faults(o: &Options) -> &'static [FaultKind] {
+        server::sql_fault_kinds(o, o.admin_user.is_some())
+    }
 }
 
 /// Its options: its command-line flags besides the shared ones ([`FLAGS`]), and what result
@@ -107,11 +119,42 @@ pub struct Options {
     #[arg(id = "mariadb-database", long = "mariadb-database", value_name = "NAME")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
+    /// The administrator `--faults terminate` logs in as on --mariadb to end the holders'
+    /// connections (`KILL CONNECTION`): a user with the CONNECTION ADMIN privilege (or SUPER).
+    /// Its password from the environment variable LOCK_MARIADB_ADMIN_PASSWORD or from
+    /// --mariadb-admin-password-file (never on the command line). The server --spawn-mariadb
+    /// starts has its own administrator.
+    #[arg(id = "mariadb-admin-user", long = "mariadb-admin-user", value_name = "USER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_user: Option<String>,
+    /// A file whose first line is the password of --mariadb-admin-user.
+    #[arg(
+        id = "mariadb-admin-password-file",
+        long = "mariadb-admin-password-file",
+        value_name = "FILE",
+        requires = "mariadb-admin-user"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_password_file: Option<std::path::PathBuf>,
+}
+
+impl Options {
+    /// `--mariadb-admin-user` and its password file.
+    fn admin(&self) -> super::Login {
+        super::Login {
+            user: self.admin_user.clone(),
+            password_file: self.admin_password_file.clone(),
+        }
+    }
 }
 
 impl super::Options for Options {
     fn server_mut(&mut self) -> Option<&mut Spawn> {
         Some(&mut self.server)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        FLAGS.admin(&self.server, &self.admin()).map(drop)
     }
 }
 
@@ -122,19 +165,24 @@ pub fn lease_ttl(ttl: Duration) -> Duration {
     Duration::from_secs(whole.max(1))
 }
 
-/// Where contenders log in: the database, and the settings with the user and password.
+/// Where contenders log in: the database, and the settings with the user and password; and
+/// for `--faults terminate`, the administrator and the run's locks.
 #[derive(Clone)]
 pub struct Login {
     database: String,
     config: MariaConfig,
+    admin: Option<server::Admin>,
+    locks: Vec<String>,
 }
 
 impl Open for Mariadb {
     async fn open<'a>(&'a self, options: Options, setup: EngineSetup<'a>) -> OpenResult {
+        super::Options::check(&options)?;
         let given = FLAGS.credentials(&options.server)?;
+        let given_admin = FLAGS.admin(&options.server, &options.admin())?;
         // The server the harness starts names its own database and, without a user given, its
         // own user; the closure that starts it leaves them here.
-        let found: Arc<Mutex<Option<(String, Credentials)>>> = Arc::default();
+        let found: Arc<Mutex<Option<server::SqlSpawned>>> = Arc::default();
         let (wanted, leave) = (given.clone(), found.clone());
         let one = move || {
             let mut engine = test_servers::Mariadb::default();
@@ -150,7 +198,16 @@ impl Open for Mariadb {
                     lock_core::secret::Secret::new(conn.password.clone()),
                 )
             });
-            *leave.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn.database, who));
+            let root = server.admin();
+            let admin = server::Admin {
+                address: server.addr().to_string(),
+                credentials: Credentials::new(
+                    root.name.clone(),
+                    lock_core::secret::Secret::new(root.password.clone()),
+                ),
+            };
+            *leave.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(server::SqlSpawned { database: conn.database, login: who, admin });
             Ok(server)
         };
         let starts = Starts {
@@ -162,8 +219,14 @@ impl Open for Mariadb {
         let (address, faults) =
             server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
         let spawned = found.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let (database, credentials) =
-            server::sql_login(spawned, given, options.database.clone(), "root");
+        let (database, credentials, admin) = server::sql_login_and_admin(
+            spawned,
+            given,
+            given_admin,
+            options.database.clone(),
+            "root",
+            &address,
+        );
         let config = MariaConfig {
             lease_ttl: lease_ttl(setup.settings.scaled(setup.settings.ttl)),
             connect_timeout: server::CONNECT_TIMEOUT,
@@ -172,7 +235,12 @@ impl Open for Mariadb {
             credentials,
             ..MariaConfig::default()
         };
-        let connector = Dial { address, config: Login { database, config } };
+        let login = Login { database, config, admin, locks: setup.lock_ids.clone() };
+        if setup.fault_kinds.contains(&FaultKind::Terminate) {
+            let admin = login.admin_conn().await.map_err(|e| format!("--faults terminate: {e}"))?;
+            let _ = admin.disconnect().await;
+        }
+        let connector = Dial { address, config: login };
         Opened::probe(connector, setup.settings, faults).await
     }
 }
@@ -193,7 +261,67 @@ impl Login {
             .collect();
         format!("mysql://{address}/{db}")
     }
+
+    /// A connection of the administrator, to no database (user locks are the server's, not a
+    /// database's); an error names the server and the user when the login fails.
+    async fn admin_conn(&self) -> Result<mysql_async::Conn, String> {
+        let Some(admin) = &self.admin else {
+            return Err("no administrator: --spawn-mariadb, or --mariadb-admin-user".into());
+        };
+        let url = format!("mysql://{}", admin.address);
+        let opts = mysql_async::Opts::from_url(&url).map_err(|e| e.to_string())?;
+        let opts = mysql_async::OptsBuilder::from_opts(opts)
+            .user(Some(admin.credentials.user.as_str()))
+            .pass(Some(admin.credentials.password.expose()))
+            .prefer_socket(false);
+        let cannot = |why: String| {
+            format!(
+                "the administrator '{}' cannot log in to MariaDB at {}: {why}",
+                admin.credentials.user, admin.address
+            )
+        };
+        match tokio::time::timeout(ADMIN_TIMEOUT, mysql_async::Conn::new(opts)).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(cannot(e.to_string())),
+            Err(_) => Err(cannot(format!("no answer within {ADMIN_TIMEOUT:?}"))),
+        }
+    }
+
+    /// Ends the connection holding each of the run's locks that is held (`IS_USED_LOCK` names
+    /// it); how many it ended. A holder that let go and closed meanwhile is not counted.
+    async fn end_holders(&self) -> Result<usize, String> {
+        use mysql_async::prelude::Queryable;
+        let mut conn = self.admin_conn().await?;
+        let work = async {
+            let mut holders = std::collections::BTreeSet::new();
+            for name in &self.locks {
+                let id: Option<Option<u64>> =
+                    conn.exec_first("SELECT IS_USED_LOCK(?)", (name.as_str(),)).await?;
+                holders.extend(id.flatten());
+            }
+            let mut ended = 0;
+            for id in holders {
+                match conn.query_drop(format!("KILL CONNECTION {id}")).await {
+                    Ok(()) => ended += 1,
+                    // ER_NO_SUCH_THREAD: it ended by itself after IS_USED_LOCK answered.
+                    Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(ended)
+        };
+        let ended = tokio::time::timeout(ADMIN_TIMEOUT, work).await;
+        let _ = conn.disconnect().await;
+        match ended {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {ADMIN_TIMEOUT:?}")),
+        }
+    }
 }
+
+/// How long the administrator waits to log in, and for its statements' answers.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Connect for Dial<Login> {
     type Engine = Mariadb;
@@ -254,6 +382,13 @@ impl Connect for Dial<Login> {
         let _ = conn.disconnect().await;
         Ok(server_faults::stranger_outcome(killed, None))
     }
+
+    /// The `terminate` fault: the administrator ends the connection holding each of the run's
+    /// locks (`KILL CONNECTION`), which frees the lock; the holder's client notices at its
+    /// next ping.
+    async fn terminate(&self) -> Result<String, String> {
+        Ok(server_faults::terminate_outcome(self.config.end_holders().await))
+    }
 }
 
 /// `GET_LOCK` named locks.
@@ -288,7 +423,12 @@ mod tests {
 
     #[test]
     fn the_url_carries_the_database_encoded() {
-        let login = Login { database: "a b".into(), config: MariaConfig::default() };
+        let login = Login {
+            database: "a b".into(),
+            config: MariaConfig::default(),
+            admin: None,
+            locks: Vec::new(),
+        };
         assert_eq!(login.url("127.0.0.1:3306"), "mysql://127.0.0.1:3306/a%20b");
     }
 }

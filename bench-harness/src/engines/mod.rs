@@ -139,6 +139,12 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Who may log in to the server [`Engine::spawned`] starts when the run names no user:
+    /// anyone, or only a client with a password (then a stranger is refused there too).
+    fn spawned_login(&self) -> server::SpawnedLogin {
+        server::SpawnedLogin::Open
+    }
+
     /// The shape of the cluster `options` start, in a word or two for tables ("×3" for three
     /// members, "sentinel" for Redis with Sentinel); "" for one server or a model.
     fn topology(&self, _options: &EngineOptions) -> String {
@@ -273,6 +279,14 @@ pub trait OpenEngine: Send + Sync {
     /// [`FaultKind::Stranger`] are asked.
     fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
         Box::pin(async { Err("this engine has no stranger (--faults stranger)".to_string()) })
+    }
+
+    /// The `terminate` fault: the server's administrator ends the session holding each of the
+    /// run's locks that is held; what it did (`ended N`, `none held`, `failed: …`), for the
+    /// fault log. Only engines whose [`Engine::fault_kinds`] include [`FaultKind::Terminate`]
+    /// are asked.
+    fn terminate(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async { Err("this engine has no administrator (--faults terminate)".to_string()) })
     }
 
     /// How many replicas a `replica-*` fault may pick from.

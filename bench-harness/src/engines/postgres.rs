@@ -37,6 +37,13 @@
 //! it, or uses the server's own user when none is given. `--postgres-ca` (and
 //! `--postgres-cert`, `--postgres-key`): TLS, the server's certificate checked against the CA
 //! and the host dialled.
+//!
+//! `--faults terminate:…` logs in as an administrator and ends the backend of every holder of
+//! one of the run's advisory locks (`pg_terminate_backend`), session-level or
+//! transaction-level: on the server `--spawn-postgres` starts, its superuser (straight to the
+//! server, past a PgBouncer in front); on the user's, the role `--postgres-admin-user` names
+//! (a superuser, or a member of `pg_signal_backend`), its password in
+//! `LOCK_POSTGRES_ADMIN_PASSWORD` or `--postgres-admin-password-file`.
 
 use super::prelude::*;
 use lock_postgres::{PgBackend, PgConfig};
@@ -153,9 +160,11 @@ impl ServerEngine for Postgres {
         if o.standby {
             &[FaultKind::ClockJump, FaultKind::LeaderKill]
         } else {
-            server::fault_kinds(o)
+            server::sql_fault_kinds(o, o.admin_user.is_some())
         }
     }
+
+    const SPAWNED_LOGIN: SpawnedLogin = SpawnedLogin::Password;
 }
 
 /// A primary with its standby, in tables: two servers.
@@ -196,6 +205,33 @@ pub struct Options {
     #[arg(long = "postgres-standby")]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub standby: bool,
+    /// The administrator `--faults terminate` logs in as on --postgres to end the holders'
+    /// backends (`pg_terminate_backend`): a superuser, or a member of `pg_signal_backend`. Its
+    /// password from the environment variable LOCK_POSTGRES_ADMIN_PASSWORD or from
+    /// --postgres-admin-password-file (never on the command line). The server --spawn-postgres
+    /// starts has its own superuser.
+    #[arg(id = "postgres-admin-user", long = "postgres-admin-user", value_name = "USER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_user: Option<String>,
+    /// A file whose first line is the password of --postgres-admin-user.
+    #[arg(
+        id = "postgres-admin-password-file",
+        long = "postgres-admin-password-file",
+        value_name = "FILE",
+        requires = "postgres-admin-user"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_password_file: Option<std::path::PathBuf>,
+}
+
+impl Options {
+    /// `--postgres-admin-user` and its password file.
+    fn admin(&self) -> super::Login {
+        super::Login {
+            user: self.admin_user.clone(),
+            password_file: self.admin_password_file.clone(),
+        }
+    }
 }
 
 /// How the PgBouncer the harness starts pools (`--postgres-pool`).
@@ -214,6 +250,7 @@ impl super::Options for Options {
     }
 
     fn check(&self) -> Result<(), String> {
+        FLAGS.admin(&self.server, &self.admin())?;
         if self.standby {
             let s = &self.server;
             if !s.spawn || s.members.is_some() {
@@ -270,11 +307,14 @@ pub fn lease_ttl(ttl: Duration) -> Duration {
     ttl.max(Duration::from_millis(200))
 }
 
-/// Where contenders log in: the database and the role (with its password).
+/// Where contenders log in: the database and the role (with its password); and for
+/// `--faults terminate`, the administrator and the run's locks.
 #[derive(Clone)]
 pub struct Login {
     database: String,
     config: PgConfig,
+    admin: Option<server::Admin>,
+    locks: Vec<String>,
 }
 
 impl Open for Postgres {
@@ -284,6 +324,7 @@ impl Open for Postgres {
             return open_pair(setup).await;
         }
         let given = FLAGS.credentials(&options.server)?;
+        let given_admin = FLAGS.admin(&options.server, &options.admin())?;
         let pool = options.pool.map(|p| match p {
             Pool::Session => test_servers::PoolMode::Session,
             Pool::Transaction => test_servers::PoolMode::Transaction,
@@ -291,7 +332,7 @@ impl Open for Postgres {
         let pool_size = options.pool_size.unwrap_or(4);
         // The server the harness starts names its own database and, without a user given, its
         // own role; the closure that starts it leaves them here.
-        let found: Arc<Mutex<Option<(String, Credentials)>>> = Arc::default();
+        let found: Arc<Mutex<Option<server::SqlSpawned>>> = Arc::default();
         let (wanted, leave) = (given.clone(), found.clone());
         let one = move || {
             let server = test_servers::PostgresServer::launch()?;
@@ -317,7 +358,16 @@ impl Open for Postgres {
                     lock_core::secret::Secret::new(conn.password.clone()),
                 ),
             };
-            *leave.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn.dbname.clone(), who));
+            let superuser = server.superuser();
+            let admin = server::Admin {
+                address: server.addr().to_string(),
+                credentials: Credentials::new(
+                    superuser.name.clone(),
+                    lock_core::secret::Secret::new(superuser.password.clone()),
+                ),
+            };
+            *leave.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(server::SqlSpawned { database: conn.dbname.clone(), login: who, admin });
             let bouncer = match pool {
                 Some(mode) => Some(test_servers::PgBouncer::launch(&server, mode, pool_size)?),
                 None => None,
@@ -333,10 +383,20 @@ impl Open for Postgres {
         let (address, faults) =
             server::locate(&FLAGS, &options.server, &setup.fault_kinds, starts).await?;
         let spawned = found.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let (database, credentials) =
-            server::sql_login(spawned, given, options.database.clone(), "postgres");
+        let (database, credentials, admin) = server::sql_login_and_admin(
+            spawned,
+            given,
+            given_admin,
+            options.database.clone(),
+            "postgres",
+            &address,
+        );
         let config = client_config(&setup, options.server.tls(), credentials);
-        let connector = Dial { address, config: Login { database, config } };
+        let login = Login { database, config, admin, locks: setup.lock_ids.clone() };
+        if setup.fault_kinds.contains(&FaultKind::Terminate) {
+            login.admin_client().await.map_err(|e| format!("--faults terminate: {e}"))?;
+        }
+        let connector = Dial { address, config: login };
         Opened::probe(connector, setup.settings, faults).await
     }
 }
@@ -371,7 +431,8 @@ async fn open_pair(setup: EngineSetup<'_>) -> OpenResult {
         Credentials::new(conn.user.clone(), lock_core::secret::Secret::new(conn.password.clone()));
     let config = client_config(&setup, None, Some(credentials));
     let faults = ServerFaults::on_cluster(Arc::new(Pair::new(pair)));
-    let connector = Dial { address, config: Login { database: conn.dbname, config } };
+    let login = Login { database: conn.dbname, config, admin: None, locks: Vec::new() };
+    let connector = Dial { address, config: login };
     Opened::probe(connector, setup.settings, faults).await
 }
 
@@ -464,7 +525,57 @@ impl Login {
         pg.dbname(&self.database).user("postgres");
         pg
     }
+
+    /// A client of the administrator on the run's database, and the task driving its
+    /// connection; an error names the server and the role when the login fails.
+    async fn admin_client(
+        &self,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), String> {
+        let Some(admin) = &self.admin else {
+            return Err("no administrator: --spawn-postgres, or --postgres-admin-user".into());
+        };
+        let mut pg = self.at(&admin.address);
+        pg.user(&admin.credentials.user).password(admin.credentials.password.expose());
+        pg.connect_timeout(ADMIN_TIMEOUT);
+        let (client, connection) = pg.connect(tokio_postgres::NoTls).await.map_err(|e| {
+            format!(
+                "the administrator '{}' cannot log in to PostgreSQL at {}: {e}",
+                admin.credentials.user, admin.address
+            )
+        })?;
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok((client, driver))
+    }
+
+    /// Ends the backend of every holder of one of the run's advisory locks, in the run's
+    /// database (a transaction-level lock shows in `pg_locks` as a session-level one does);
+    /// how many it ended.
+    async fn end_holders(&self) -> Result<usize, String> {
+        let (client, driver) = self.admin_client().await?;
+        let keys: Vec<i64> = self.locks.iter().map(|l| lock_postgres::advisory_key(l)).collect();
+        let ended = tokio::time::timeout(ADMIN_TIMEOUT, client.query_one(END_HOLDERS, &[&keys]))
+            .await
+            .map_err(|_| format!("no answer within {ADMIN_TIMEOUT:?}"))
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        driver.abort();
+        Ok(ended?.get::<_, i64>(0) as usize)
+    }
 }
+
+/// How long the administrator waits to log in, and for an answer.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Ends the backends holding the advisory keys `$1` in the current database: a key shows in
+/// `pg_locks` as `classid` (its high 32 bits) and `objid` (its low 32 bits), `objsubid = 1`.
+const END_HOLDERS: &str = "\
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (\
+        SELECT DISTINCT pid FROM pg_locks \
+        WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+        AND ((classid::bigint << 32) | objid::bigint) = ANY($1)\
+    ) AS holders";
 
 impl Connect for Dial<Login> {
     type Engine = Postgres;
@@ -516,6 +627,13 @@ impl Connect for Dial<Login> {
             Ok(row) => server_faults::stranger_outcome(row.get::<_, i64>(0) as usize, None),
             Err(e) => server_faults::stranger_outcome(0, Some(e.to_string())),
         })
+    }
+
+    /// The `terminate` fault: the administrator ends the backend of every holder of one of the
+    /// run's locks (`pg_terminate_backend`), which frees the lock; the holder's client sees
+    /// its connection end and tells the holder at once.
+    async fn terminate(&self) -> Result<String, String> {
+        Ok(server_faults::terminate_outcome(self.config.end_holders().await))
     }
 }
 

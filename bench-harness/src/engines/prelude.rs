@@ -8,8 +8,8 @@ pub(super) use super::algorithm::{
 pub(super) use super::counting::Kind;
 pub(super) use super::options::Spawn;
 pub(super) use super::server::{
-    self, AddressFlag, Dial, Endpoint, LoginFlags, RunLine, ServerFlags, ServerOnly, Starts,
-    TlsFlags,
+    self, AddressFlag, Dial, Endpoint, LoginFlags, RunLine, ServerFlags, ServerOnly, SpawnedLogin,
+    Starts, TlsFlags,
 };
 pub(super) use super::server_faults::{
     self, Connect, Connected, Managed, Opened, ServerFaults, Via,

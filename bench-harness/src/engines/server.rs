@@ -24,6 +24,18 @@ use std::path::{Path, PathBuf};
 /// The user of the secured server the safety table's "stranger (secured)" rows run on.
 pub const SECURED_USER: &str = "bench-harness";
 
+/// Who may log in to a server the harness starts when the run names no user (no `--X-user`):
+/// what a stranger, a client with no credentials, finds there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnedLogin {
+    /// Any client: the server admits everyone as it starts (Redis, ZooKeeper, etcd, the lock
+    /// service).
+    Open,
+    /// Only a client with the password of one of its users: the server asks every client for
+    /// one (PostgreSQL, MariaDB), so a stranger is refused even where no user is named.
+    Password,
+}
+
 /// How many members a cluster the safety table starts has.
 pub const CLUSTER_MEMBERS: u16 = 3;
 
@@ -153,7 +165,7 @@ pub fn sql_name(namespace: &str) -> String {
 /// The database and the credentials a SQL engine's clients log in with: the server's own when
 /// the harness started it (`spawned`), otherwise the user's (`given`) and `database`, which
 /// defaults to the user's name as the engines' own clients do (`anonymous` without a user).
-pub fn sql_login(
+fn sql_login(
     spawned: Option<(String, Credentials)>,
     given: Option<Credentials>,
     database: Option<String>,
@@ -165,6 +177,62 @@ pub fn sql_login(
             let user = given.as_ref().map_or(anonymous, |c| c.user.as_str());
             (database.unwrap_or_else(|| user.to_string()), given)
         }
+    }
+}
+
+/// The database and the credentials a SQL engine's clients log in with (those of the server
+/// started for the run, else the user's, the database defaulting to the user's name), and the
+/// administrator: the started server's superuser, or on the user's server the one `admin`
+/// names (at `address`, where the clients go).
+pub fn sql_login_and_admin(
+    spawned: Option<SqlSpawned>,
+    given: Option<Credentials>,
+    admin: Option<Credentials>,
+    database: Option<String>,
+    anonymous: &str,
+    address: &str,
+) -> (String, Option<Credentials>, Option<Admin>) {
+    let (started, admin) = match spawned {
+        Some(s) => (Some((s.database, s.login)), Some(s.admin)),
+        None => {
+            let admin = admin.map(|credentials| Admin { address: address.into(), credentials });
+            (None, admin)
+        }
+    };
+    let (database, login) = sql_login(started, given, database, anonymous);
+    (database, login, admin)
+}
+
+/// The administrator of a SQL server, for `--faults terminate`: where it logs in (the server
+/// itself, not a pooler in front of it) and as whom.
+#[derive(Clone)]
+pub struct Admin {
+    /// The server's `host:port`.
+    pub address: String,
+    /// Its user and password.
+    pub credentials: Credentials,
+}
+
+/// What a SQL engine's server started for a run names: its database, the user its clients
+/// log in as, and its administrator.
+pub struct SqlSpawned {
+    /// The database the clients use.
+    pub database: String,
+    /// The clients' user.
+    pub login: Credentials,
+    /// The server's superuser.
+    pub admin: Admin,
+}
+
+/// The fault kinds of a SQL server (PostgreSQL, MariaDB): [`fault_kinds`], and `terminate` on
+/// one server whose administrator can log in: the one the harness starts (its superuser), or
+/// the user's when `admin` (`--<name>-admin-user`) is given.
+pub fn sql_fault_kinds<O: Options>(options: &O, admin: bool) -> &'static [FaultKind] {
+    match options.server() {
+        Some(Spawn { members: None, spawn, .. }) if spawn || admin => {
+            server_faults::kinds_with_terminate(spawn)
+        }
+        _ => fault_kinds(options),
     }
 }
 
@@ -357,6 +425,31 @@ impl ServerFlags {
     /// The credentials of `--<name>-user`, their secret read now.
     pub fn credentials(&self, server: &Spawn) -> Result<Option<Credentials>, String> {
         server.credentials(&self.login.secret)
+    }
+
+    /// The administrator `--<name>-admin-user` names (`login`) for `--faults terminate` on the
+    /// user's server, its password read now from `--<name>-admin-password-file` or
+    /// `LOCK_<NAME>_ADMIN_PASSWORD`; `None` without one. A usage error on a server the harness
+    /// starts (its own superuser is the administrator there) and over TLS (the administrator's
+    /// connection speaks none).
+    pub fn admin(&self, server: &Spawn, login: &Login) -> Result<Option<Credentials>, String> {
+        let name = self.name();
+        let Some(user) = login.user.as_deref() else { return Ok(None) };
+        if server.spawn {
+            return Err(format!(
+                "--{name}-admin-user names the administrator of your own server (--{name}): the \
+                 server --spawn-{name} starts has its own superuser"
+            ));
+        }
+        if server.ca.is_some() {
+            return Err(format!(
+                "--{name}-admin-user with --{name}-ca: the administrator's connection speaks no \
+                 TLS; drop one of the two"
+            ));
+        }
+        let var = format!("LOCK_{}_ADMIN_PASSWORD", name.to_ascii_uppercase());
+        let file = login.password_file.as_deref();
+        super::options::credentials(&format!("{name}-admin"), "password", Some(user), file, &var)
     }
 
     /// Where `server` is when the harness starts it; `None` for the user's own.

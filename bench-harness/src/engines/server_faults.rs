@@ -96,6 +96,36 @@ pub fn kinds_with_stranger(managed: bool) -> &'static [FaultKind] {
     }
 }
 
+/// [`kinds_with_stranger`], and the `terminate` fault: for a SQL server whose administrator
+/// can log in (the superuser of a server the harness started, or one the user names), which
+/// [`Connect::terminate`] logs in as to end the holders' sessions (PostgreSQL, MariaDB).
+pub fn kinds_with_terminate(managed: bool) -> &'static [FaultKind] {
+    const CONTENDER: [FaultKind; 7] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::SilentPartition,
+        FaultKind::Stranger,
+        FaultKind::Terminate,
+    ];
+    const ALL: [FaultKind; 8] = [
+        FaultKind::Pause,
+        FaultKind::Crash,
+        FaultKind::ClockJump,
+        FaultKind::Partition,
+        FaultKind::SilentPartition,
+        FaultKind::ServerRestart,
+        FaultKind::Stranger,
+        FaultKind::Terminate,
+    ];
+    if managed {
+        &ALL
+    } else {
+        &CONTENDER
+    }
+}
+
 /// The fault kinds of an engine whose contenders cannot go through proxies (a Cassandra
 /// driver finds the cluster's nodes itself): clock jumps, and restarts when it knows how.
 pub fn kinds_without_proxies(restartable: bool) -> &'static [FaultKind] {
@@ -559,6 +589,11 @@ pub trait Connect: Send + Sync + 'static {
     fn stranger(&self) -> impl std::future::Future<Output = Result<String, String>> + Send + '_ {
         async { Err("this engine has no stranger (--faults stranger)".to_string()) }
     }
+    /// The `terminate` fault ([`super::OpenEngine::terminate`]): the server's administrator
+    /// ends the session holding each of the run's locks that is held.
+    fn terminate(&self) -> impl std::future::Future<Output = Result<String, String>> + Send + '_ {
+        async { Err("this engine has no administrator (--faults terminate)".to_string()) }
+    }
 }
 
 /// What a stranger did, for the fault log: `deleted N` (holders' keys or znodes), `refused:
@@ -568,6 +603,16 @@ pub fn stranger_outcome(deleted: usize, refused: Option<String>) -> String {
         (0, Some(why)) => format!("refused: {}", short_reason(&why)),
         (0, None) => "none held".to_string(),
         (n, _) => format!("deleted {n}"),
+    }
+}
+
+/// What an administrator did, for the fault log: `ended N` (sessions holding the run's locks),
+/// `none held`, or `failed: why` (it could not log in, or the server refused the statement).
+pub fn terminate_outcome(ended: Result<usize, String>) -> String {
+    match ended {
+        Ok(0) => "none held".to_string(),
+        Ok(n) => format!("ended {n}"),
+        Err(why) => format!("failed: {}", short_reason(&why)),
     }
 }
 
@@ -662,6 +707,10 @@ impl<C: Connect> super::OpenEngine for Opened<C> {
 
     fn stranger(&self) -> BoxFuture<'_, Result<String, String>> {
         Box::pin(self.connector.stranger())
+    }
+
+    fn terminate(&self) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(self.connector.terminate())
     }
 }
 
@@ -762,5 +811,16 @@ mod tests {
         );
         assert_eq!(stranger_outcome(2, Some("x".into())), "deleted 2");
         assert_eq!(stranger_outcome(0, None), "none held");
+    }
+
+    #[test]
+    fn an_administrators_outcome_fits_a_csv_field() {
+        assert_eq!(terminate_outcome(Ok(2)), "ended 2");
+        assert_eq!(terminate_outcome(Ok(0)), "none held");
+        let denied = "ERROR 1095 (HY000): You are not owner of thread 7, \"bench\"";
+        assert_eq!(
+            terminate_outcome(Err(denied.into())),
+            "failed: ERROR 1095 (HY000): You are not owner of thread 7 bench"
+        );
     }
 }

@@ -16,7 +16,7 @@
 
 use super::algorithm::{Entry, PerOwner};
 use super::options::{EngineOptions, Options, OptionsError, Sharing};
-use super::server::ServerFlags;
+use super::server::{ServerFlags, SpawnedLogin};
 use super::{
     given, server, Algorithm, AlgorithmSettings, BoxFuture, Engine, EngineSetup, OpenEngine,
 };
@@ -172,6 +172,10 @@ pub trait ParseOptions: Describe {
         o.server().is_some_and(|s| s.spawn)
     }
 
+    /// Who may log in to a server the harness starts with no user named (see
+    /// [`Engine::spawned_login`]).
+    const SPAWNED_LOGIN: SpawnedLogin = SpawnedLogin::Open;
+
     /// Its options with one server the harness starts itself (see [`Engine::spawned`]).
     fn spawned(&self) -> Option<Self::Options> {
         server::spawned()
@@ -238,6 +242,8 @@ pub trait ServerEngine: Send + Sync + 'static {
     /// Whether the harness can start a cluster of it (`--spawn-X=N`, the clusters of the
     /// comparisons and of the safety table).
     const CLUSTERS: bool = true;
+    /// Who may log in to a server the harness starts with no user named.
+    const SPAWNED_LOGIN: SpawnedLogin = SpawnedLogin::Open;
     /// Its algorithms, in the order they run: by default the one its flags name, each owner's
     /// lock made by its client.
     const LOCKS: &'static [Entry<Self::Client>] = &[Entry::per_owner(Self::FLAGS.algorithm)];
@@ -286,6 +292,7 @@ impl<E: ServerEngine> ParseOptions for E {
     type Options = E::Options;
     type Args = E::Options;
     const SERVER_FLAGS: Option<&'static ServerFlags> = Some(E::FLAGS);
+    const SPAWNED_LOGIN: SpawnedLogin = E::SPAWNED_LOGIN;
 
     fn clustered(&self) -> Option<E::Options> {
         E::cluster_options()
@@ -382,6 +389,9 @@ impl<E: Open> Engine for E {
     }
     fn spawned(&self) -> Option<EngineOptions> {
         erased(ParseOptions::spawned(self))
+    }
+    fn spawned_login(&self) -> SpawnedLogin {
+        E::SPAWNED_LOGIN
     }
     fn topology(&self, options: &EngineOptions) -> String {
         ParseOptions::topology(self, &typed(self, options))

@@ -19,6 +19,7 @@
 
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::parse_positive_duration;
+use crate::engines::server::SpawnedLogin;
 use crate::engines::{self, EngineOptions, EngineRef};
 use crate::measure::summary;
 use crate::report::{console, files, progress};
@@ -100,6 +101,9 @@ pub enum Applies {
     /// The same servers, secured ([`engines::Engine::secured`]): the contenders authenticate,
     /// the stranger has no credentials.
     SecuredStrangers,
+    /// On the servers whose administrator can end a holder's session (`--faults terminate`:
+    /// PostgreSQL, MariaDB).
+    Administered,
 }
 
 /// One condition of the table.
@@ -127,7 +131,7 @@ const fn condition(
 }
 
 /// The conditions, in the table's order.
-pub const CONDITIONS: [Condition; 14] = [
+pub const CONDITIONS: [Condition; 15] = [
     condition("no fault", "none", Consistency::Quorum, Applies::Everywhere),
     condition("pause 5s > TTL", "pause:5s@20s", Consistency::Quorum, Applies::Everywhere),
     condition("crash", "crash:3s@10s", Consistency::Quorum, Applies::Everywhere),
@@ -170,6 +174,17 @@ pub const CONDITIONS: [Condition; 14] = [
             "stranger:1s@5s",
             Consistency::Quorum,
             Applies::SecuredStrangers,
+        )
+    },
+    // The server's administrator ends the holder's session every 5 s (`pg_terminate_backend`,
+    // `KILL CONNECTION`): the server frees the lock with it at once. Holds as the strangers'.
+    Condition {
+        hold: Some(STRANGER_HOLD),
+        ..condition(
+            "backend terminated",
+            "terminate:1s@5s",
+            Consistency::Quorum,
+            Applies::Administered,
         )
     },
 ];
@@ -389,6 +404,7 @@ pub fn render(args: &SafetyArgs, rows: &[Row]) -> String {
     if singles {
         out.push_str(&markdown_table(rows.iter().filter(|r| !r.cluster)));
         out.push_str(&stranger_findings(rows));
+        out.push_str(&terminate_findings(rows));
         out.push_str(&silence_and_pooling_findings(rows));
     }
     let clustered: Vec<&Row> = rows.iter().filter(|r| r.cluster).collect();
@@ -409,15 +425,79 @@ fn stranger_findings(rows: &[Row]) -> String {
     let mut out = format!(
         "\n### Strangers\n\nThe \"stranger\" rows hold the lock `{STRANGER_HOLD}` each, and every \
          5 s, as soon as someone holds, a client with no credentials deletes the holder's key or \
-         znode, or on the lock service force-releases the lock (`--faults stranger`). \"open\": \
-         the servers as they start, any client may; \"secured\": the contenders authenticate as \
+         znode, on the lock service force-releases the lock, or on PostgreSQL and MariaDB logs in \
+         as the contenders' user and ends their sessions (`--faults stranger`). \"open\": the \
+         servers as they start, no user named: any client may, unless the server asks every \
+         client for a password; \"secured\": the contenders authenticate as \
          a user whom the server's ACLs give the lock's keys (`--zookeeper-user`, `--etcd-user`, \
          `--redis-user`), or, on the service, a user of its users file over TLS \
          (`--service-user`), the stranger none.\n\n"
     );
     for r in &strangers {
         let what = held_or_not(&r.figures);
+        let asks_password = r.condition == open_stranger().name
+            && engine_of(r).is_some_and(|e| e.spawned_login() == SpawnedLogin::Password);
+        let what = if asks_password {
+            format!(
+                "the server the harness starts asks every client for a password, so \"open\" \
+                 here means the stranger (none) is refused: {what}"
+            )
+        } else {
+            what
+        };
         let _ = writeln!(out, "- {} on {}, {}: {what}.", r.algorithm, r.engine, r.condition);
+    }
+    out
+}
+
+/// The condition of the stranger on a server as it starts.
+fn open_stranger() -> &'static Condition {
+    let open = CONDITIONS.iter().find(|c| c.applies == Applies::Strangers);
+    open.expect("the table has a stranger on open servers")
+}
+
+/// The engine a row ran on ("postgres via PgBouncer (transaction)": postgres).
+fn engine_of(row: &Row) -> Option<EngineRef> {
+    EngineRef::all()
+        .find(|e| row.engine == e.name() || row.engine.starts_with(&format!("{} ", e.name())))
+}
+
+/// What the rows of the administrator's fault showed, read off their figures: how long the
+/// holder whose session ended overlapped its successor, what the fenced resource did with its
+/// writes, and whether it was told. Empty without such rows.
+fn terminate_findings(rows: &[Row]) -> String {
+    let terminated: Vec<&Row> =
+        rows.iter().filter(|r| !r.cluster && r.faults.starts_with("terminate")).collect();
+    if terminated.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n### Backends terminated\n\nThe \"backend terminated\" rows hold the lock \
+         `{STRANGER_HOLD}` each, and every 5 s, as soon as someone holds, an administrator (the \
+         superuser of the server the harness starts) ends the session holding the lock \
+         (`--faults terminate`): `pg_terminate_backend` on PostgreSQL, for the backends \
+         `pg_locks` shows holding the run's advisory keys; `KILL CONNECTION` on MariaDB, for the \
+         connection `IS_USED_LOCK` names. The server frees the lock with the session, and the \
+         next waiter is granted while the holder still works.\n\n"
+    );
+    for r in &terminated {
+        let f = &r.figures;
+        let what = if f.overlapping_holds == 0 {
+            "no lock held twice".to_string()
+        } else {
+            let mean_ms = f.overlap_us as f64 / 1000.0 / f.overlapping_holds as f64;
+            let untold = if f.stale_holders_told < f.stale_holders {
+                "; the others let go before their client noticed its session had ended"
+            } else {
+                ""
+            };
+            format!(
+                "**held twice** {} times, {mean_ms:.0} ms each on average {}{untold}",
+                f.overlapping_holds,
+                held_twice(f)
+            )
+        };
+        let _ = writeln!(out, "- {} on {}: {what}.", r.algorithm, r.engine);
     }
     out
 }
@@ -676,8 +756,8 @@ fn merge(mut previous: Vec<Row>, fresh: Vec<Row>) -> Vec<Row> {
 /// rows by engine and condition, then each cluster's. The sort is stable: the algorithms of one
 /// engine and condition keep their order; unknown names go last.
 fn table_order(row: &Row) -> (u8, usize, usize) {
-    let engine = EngineRef::all()
-        .position(|e| row.engine == e.name() || row.engine.starts_with(&format!("{} ", e.name())))
+    let engine = engine_of(row)
+        .and_then(|found| EngineRef::all().position(|e| e == found))
         .unwrap_or(usize::MAX);
     let conditions: &[Condition] = if row.cluster { &CLUSTER_CONDITIONS } else { &CONDITIONS };
     let condition = conditions.iter().position(|c| c.name == row.condition).unwrap_or(usize::MAX);
@@ -773,7 +853,11 @@ pub fn run(args: &SafetyArgs) -> anyhow::Result<()> {
             for c in CONDITIONS.iter().filter(|c| wanted(c)) {
                 let options = match c.applies {
                     Applies::Everywhere | Applies::Servers => options.clone(),
-                    Applies::Strangers if can_inject(engine, &options, c) => options.clone(),
+                    Applies::Strangers | Applies::Administered
+                        if can_inject(engine, &options, c) =>
+                    {
+                        options.clone()
+                    }
                     Applies::Pooled => match engine.pooled() {
                         Some(pooled) => pooled,
                         None => continue,
@@ -927,6 +1011,87 @@ mod tests {
                 "follower pause 5s/zookeeper ×3/zookeeper",
             ]
         );
+    }
+
+    /// A server row of `condition` on `engine`, with `figures`.
+    fn server_row(
+        condition: &Condition,
+        engine: &str,
+        figures: crate::measure::safety::SafetyFigures,
+    ) -> Row {
+        Row {
+            condition: condition.name.into(),
+            faults: condition.faults.into(),
+            engine: engine.into(),
+            cluster: false,
+            consistency: Consistency::Quorum,
+            algorithm: engine.into(),
+            duration_s: 30.0,
+            grants_per_second: 5.0,
+            figures,
+        }
+    }
+
+    /// On a server that asks every client for a password, the open stranger's row says it was
+    /// refused; on an open one it does not.
+    #[test]
+    fn an_open_stranger_on_a_server_that_asks_for_a_password_is_said_refused() {
+        let held =
+            crate::measure::safety::SafetyFigures { overlapping_holds: 7, ..Default::default() };
+        let rows = [
+            server_row(open_stranger(), "postgres", Default::default()),
+            server_row(open_stranger(), "zookeeper", held),
+        ];
+        let text = stranger_findings(&rows);
+        let line = |engine: &str| {
+            let on = format!("on {engine},");
+            text.lines().find(|l| l.contains(&on)).unwrap_or_default().to_string()
+        };
+        assert!(line("postgres").contains("the stranger (none) is refused"), "{text}");
+        assert!(line("postgres").contains("no lock held twice"), "{text}");
+        assert!(!line("zookeeper").contains("refused"), "{text}");
+        assert!(line("zookeeper").contains("**held twice** 7 times"), "{text}");
+    }
+
+    /// The terminated rows' findings read the overlaps' mean length, the stale writes and the
+    /// holders told off the figures, and say when some holders were not told.
+    #[test]
+    fn the_terminated_rows_findings_are_read_off_their_figures() {
+        let terminated = CONDITIONS.iter().find(|c| c.applies == Applies::Administered).unwrap();
+        assert_eq!(terminated.name, "backend terminated");
+        let figures = |told| crate::measure::safety::SafetyFigures {
+            overlapping_holds: 4,
+            overlap_us: 800_000,
+            stale_accepted_without_fencing: 4,
+            stale_holders: 4,
+            stale_holders_told: told,
+            ..Default::default()
+        };
+        let rows = [
+            server_row(terminated, "postgres", figures(4)),
+            server_row(terminated, "mariadb", figures(1)),
+        ];
+        let text = terminate_findings(&rows);
+        assert!(text.contains("### Backends terminated"), "{text}");
+        let postgres = text.lines().find(|l| l.starts_with("- postgres")).unwrap();
+        assert!(postgres.contains("**held twice** 4 times, 200 ms each on average"), "{text}");
+        assert!(postgres.contains("0 / 4; holders told: 4/4."), "{text}");
+        let mariadb = text.lines().find(|l| l.starts_with("- mariadb")).unwrap();
+        assert!(mariadb.contains("holders told: 1/4; the others let go before"), "{text}");
+        assert_eq!(terminate_findings(&rows[..0]), "");
+    }
+
+    /// The administrator's condition applies to the engines that have one (PostgreSQL and
+    /// MariaDB) on the servers the harness starts, and to no other.
+    #[test]
+    fn the_terminated_condition_applies_to_postgres_and_mariadb() {
+        let terminated = CONDITIONS.iter().find(|c| c.applies == Applies::Administered).unwrap();
+        let on: Vec<String> = servers()
+            .into_iter()
+            .filter(|(e, o)| can_inject(*e, o, terminated))
+            .map(|(e, _)| e.to_string())
+            .collect();
+        assert_eq!(on, ["postgres", "mariadb"]);
     }
 
     /// Every cluster condition runs somewhere: some engine's cluster can inject its faults

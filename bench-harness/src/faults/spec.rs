@@ -23,6 +23,13 @@
 //! spaces the faults). On an open server the next waiter is then granted while the holder
 //! works; on a secured one (`--zookeeper-user`, `--etcd-user`, `--redis-user`) it is refused.
 //!
+//! `terminate:1s@5s` is the same moment for an administrator: once per PERIOD, as soon as
+//! someone holds, a client logged in as the server's administrator ends the sessions holding
+//! the run's locks (PostgreSQL's `pg_terminate_backend`, MariaDB's `KILL CONNECTION`), which
+//! frees the locks; DURATION only spaces the faults. The administrator is the superuser of the
+//! server the harness starts, or on the user's server the one `--postgres-admin-user` or
+//! `--mariadb-admin-user` names.
+//!
 //! The member faults hit one member of a cluster the harness started:
 //!
 //! - on a cluster with a leader (`--spawn-etcd=3`, `--spawn-zookeeper=3`,
@@ -81,6 +88,9 @@ pub enum FaultKind {
     /// (each lock's, when several are held): what any client can do on an open server, and
     /// what an ACL refuses.
     Stranger,
+    /// An administrator of the server (PostgreSQL, MariaDB) ends the session holding each of
+    /// the run's locks that is held: what an operator's `pg_terminate_backend` or `KILL` does.
+    Terminate,
     /// The cluster's leader (etcd, ZooKeeper) is killed (`SIGKILL`) and started again, with
     /// its data, when the fault ends.
     LeaderKill,
@@ -112,7 +122,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in the order of the docs.
-    pub const ALL: [FaultKind; 21] = [
+    pub const ALL: [FaultKind; 22] = [
         FaultKind::Pause,
         FaultKind::Crash,
         FaultKind::ClockJump,
@@ -124,6 +134,7 @@ impl FaultKind {
         FaultKind::ServerRestart,
         FaultKind::ProcessPause,
         FaultKind::Stranger,
+        FaultKind::Terminate,
         FaultKind::LeaderKill,
         FaultKind::LeaderPause,
         FaultKind::LeaderCut,
@@ -143,7 +154,7 @@ impl FaultKind {
     /// The kinds that hit members of a cluster the harness started: the leader's, those of
     /// independent masters, then a follower's and the whole cluster's (the tail of
     /// [`FaultKind::ALL`]).
-    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(11).1;
+    pub const MEMBER: &[FaultKind] = FaultKind::ALL.split_at(12).1;
 
     /// The kinds that hit a cluster's leader, whoever it is when the fault starts (the head of
     /// [`FaultKind::MEMBER`]).
@@ -163,6 +174,7 @@ impl FaultKind {
             FaultKind::ProcessPause => "process-pause",
             FaultKind::RingLoss => "ring-loss",
             FaultKind::Stranger => "stranger",
+            FaultKind::Terminate => "terminate",
             FaultKind::LeaderKill => "leader-kill",
             FaultKind::LeaderPause => "leader-pause",
             FaultKind::LeaderCut => "leader-cut",
@@ -406,6 +418,9 @@ mod tests {
         let lag: FaultSpec = "replica-lag:2s@10s/lag=300ms/drop=0.5".parse().unwrap();
         assert_eq!((lag.lag, lag.drop), (Duration::from_millis(300), 0.5));
         assert!("none".parse::<FaultPlan>().unwrap().is_empty());
+        let terminate: FaultSpec = "terminate:1s@5s".parse().unwrap();
+        assert_eq!(terminate.kind, FaultKind::Terminate);
+        assert_eq!(terminate.to_string(), "terminate:1s@5s");
     }
 
     #[test]
@@ -418,6 +433,7 @@ mod tests {
             ("pause:0s@5s", "positive"),
             ("pause:1s@5s/lag=1s", "takes no option 'lag'"),
             ("replica-lag:1s@5s/drop=2", "between 0 and 1"),
+            ("terminate:1s@5s/who=holder", "takes no option 'who'"),
         ]);
     }
 }

@@ -22,6 +22,7 @@
 //! | `process-pause` (`--processes`: a worker process, any) | — | the whole process is stopped (`SIGSTOP`) and continued (`SIGCONT`): its contenders, lease keepers and connections |
 //! | `ring-loss` | queue-push's doorbell rings are lost (a fraction) or late | — |
 //! | `stranger` (when someone holds) | a client of its own with no credentials deletes the holders' keys or znodes | — |
+//! | `terminate` (when someone holds) | its administrator ends the holders' sessions (`pg_terminate_backend`, `KILL CONNECTION`) | — |
 //!
 //! The contender's side of `pause` matters: a real GC pause freezes the critical section too,
 //! so the holder's second write to the fenced resource comes after the pause, when another
@@ -355,7 +356,8 @@ impl Nemesis {
                 engine.inject(Injection::Rings { drop: spec.drop, delay: spec.lag }).await?;
                 Ok(Target::Doorbells)
             }
-            FaultKind::Stranger => Ok(Target::Stranger(engine.stranger().await?)),
+            FaultKind::Stranger => Ok(Target::Holders(engine.stranger().await?)),
+            FaultKind::Terminate => Ok(Target::Holders(engine.terminate().await?)),
             FaultKind::ProcessPause => unreachable!("handled above"),
         }
     }
@@ -401,8 +403,8 @@ impl Nemesis {
             (FaultKind::RingLoss, _) => {
                 engine.inject(Injection::Rings { drop: 0.0, delay: Duration::ZERO }).await
             }
-            // What the stranger did is done: nothing to undo.
-            (FaultKind::Stranger, _) => Ok(()),
+            // What the stranger or the administrator did is done: nothing to undo.
+            (FaultKind::Stranger | FaultKind::Terminate, _) => Ok(()),
             (kind, _) => Err(format!("cannot heal {kind}: it hit nothing")),
         }
     }
@@ -413,7 +415,11 @@ impl Nemesis {
 fn prefers_holder(spec: &FaultSpec) -> bool {
     matches!(
         spec.kind,
-        FaultKind::Pause | FaultKind::Partition | FaultKind::SilentPartition | FaultKind::Stranger
+        FaultKind::Pause
+            | FaultKind::Partition
+            | FaultKind::SilentPartition
+            | FaultKind::Stranger
+            | FaultKind::Terminate
     ) || (spec.kind == FaultKind::Crash && spec.holder)
 }
 
@@ -427,8 +433,9 @@ enum Target {
     /// remembers which member it was.
     Member(&'static str),
     Doorbells,
-    /// The holders' keys or znodes, and what the stranger did to them.
-    Stranger(String),
+    /// The holders (their keys, znodes or sessions), and what the stranger or the administrator
+    /// did to them.
+    Holders(String),
     /// A worker process: its number and process id.
     Process(usize, u32),
 }
@@ -452,7 +459,7 @@ impl Target {
             Target::Server => "server".into(),
             Target::Member(role) => (*role).into(),
             Target::Doorbells => "doorbells".into(),
-            Target::Stranger(outcome) => format!("holder ({outcome})"),
+            Target::Holders(outcome) => format!("holder ({outcome})"),
             Target::Process(w, _) => format!("worker-{w}"),
         }
     }
