@@ -226,8 +226,33 @@ pub fn parallel<J: Sync, R: Send>(
         .collect()
 }
 
+/// `previous` with each row of `fresh` in place of the row with the same key, or else added at
+/// the end: how an experiment re-run for some of its rows keeps the others.
+pub fn replace_rows<T, K: PartialEq>(
+    mut previous: Vec<T>,
+    fresh: Vec<T>,
+    key: impl Fn(&T) -> K,
+) -> Vec<T> {
+    for row in fresh {
+        let k = key(&row);
+        match previous.iter_mut().find(|r| key(r) == k) {
+            Some(old) => *old = row,
+            None => previous.push(row),
+        }
+    }
+    previous
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn replaced_rows_keep_their_place_and_new_rows_go_last() {
+        let previous = vec![("a", 1), ("b", 2), ("c", 3)];
+        let fresh = vec![("b", 20), ("d", 40)];
+        let merged = super::replace_rows(previous, fresh, |r| r.0);
+        assert_eq!(merged, vec![("a", 1), ("b", 20), ("c", 3), ("d", 40)]);
+    }
+
     use super::*;
 
     #[test]

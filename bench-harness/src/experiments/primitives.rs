@@ -47,7 +47,9 @@ pub struct PrimitivesArgs {
     /// Leave out the cluster rows.
     #[arg(long)]
     pub no_clusters: bool,
-    /// Only these engines' rows (e.g. `service`; `embedded` for the queue's).
+    /// Re-run only these engines' rows (e.g. `service`; `embedded` for the queue's) and merge
+    /// them into the output directory's `primitives.json`, keeping every other row as it was
+    /// (or start one, in a directory without it).
     #[arg(long, value_name = "ENGINE,...", value_delimiter = ',', value_parser = crate::args::engine_parser())]
     pub engines: Vec<EngineRef>,
     /// Seed.
@@ -547,8 +549,14 @@ pub fn run(args: &PrimitivesArgs) -> anyhow::Result<()> {
     let bar = progress::bar(jobs.len() as u64, "primitives", args.quiet, "runs");
     // One at a time: a wall-time run beside another would load the machine it measures.
     let order: Vec<usize> = (0..jobs.len()).collect();
-    let rows = super::parallel(&jobs, &order, 1, &bar, run_one)?;
+    let mut rows = super::parallel(&jobs, &order, 1, &bar, run_one)?;
     bar.finish_and_clear();
+    if !args.engines.is_empty() && json.exists() {
+        let previous: Vec<Row> = files::read_earlier(&json)?;
+        rows = super::replace_rows(previous, rows, |r| {
+            (r.workload.clone(), r.engine.clone(), r.algorithm.clone())
+        });
+    }
     files::write_json(&json, &rows)?;
     files::write_atomic(&args.out.join("README.md"), render(args, &rows).as_bytes())?;
     print!("{}", console_table(&rows));
