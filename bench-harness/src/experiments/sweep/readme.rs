@@ -281,8 +281,9 @@ fn regenerating(md: &mut String, out: &Path) {
     let _ = writeln!(
         md,
         "```sh\nscripts/regenerate-results.sh          # = cargo run --release -p bench-harness -- sweep --out {}\n```\n\n\
-         Simulated time: a paused tokio clock, dilated {}x so that the store's sub-millisecond round trips survive tokio's \
-         millisecond timers. The points run in parallel on two threads; the result does not depend on how many.",
+         Simulated time: lock-core's simulation executor (`lock_core::rt::Simulation`), one per point, its clock dilated {}x; \
+         the tasks woken at one instant run in an order drawn from the seed. The points run in parallel on two threads; \
+         the result does not depend on how many.",
         out.display(),
         crate::config::SIMULATED_TIME_SCALE
     );
