@@ -45,85 +45,56 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use test_servers::{Proxy, RedisServer, ZkServer};
 
+/// Every fault kind a server the harness started may have, in the order they are listed: what
+/// the contenders' proxies and clocks make, the server's restart, then the kinds only some
+/// engines know how to make (see [`kinds_with_stranger`], [`kinds_with_terminate`]).
+const MANAGED: [FaultKind; 8] = [
+    FaultKind::Pause,
+    FaultKind::Crash,
+    FaultKind::ClockJump,
+    FaultKind::Partition,
+    FaultKind::SilentPartition,
+    FaultKind::ServerRestart,
+    FaultKind::Stranger,
+    FaultKind::Terminate,
+];
+
+/// [`MANAGED`] without the restart: a server the user runs.
+const CONTENDER: [FaultKind; 7] = [
+    FaultKind::Pause,
+    FaultKind::Crash,
+    FaultKind::ClockJump,
+    FaultKind::Partition,
+    FaultKind::SilentPartition,
+    FaultKind::Stranger,
+    FaultKind::Terminate,
+];
+
+/// The common kinds and the first `extra` of the engine-specific ones.
+fn kinds_plus(managed: bool, extra: usize) -> &'static [FaultKind] {
+    if managed {
+        &MANAGED[..6 + extra]
+    } else {
+        &CONTENDER[..5 + extra]
+    }
+}
+
 /// The fault kinds a server engine can inject: `managed` when the harness started the server.
 pub fn kinds(managed: bool) -> &'static [FaultKind] {
-    const CONTENDER: [FaultKind; 5] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-        FaultKind::SilentPartition,
-    ];
-    const ALL: [FaultKind; 6] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-        FaultKind::SilentPartition,
-        FaultKind::ServerRestart,
-    ];
-    if managed {
-        &ALL
-    } else {
-        &CONTENDER
-    }
+    kinds_plus(managed, 0)
 }
 
 /// [`kinds`], and the `stranger` fault: for the engines whose [`Connect::stranger`] knows
 /// where the holders' keys or znodes are (Redis, ZooKeeper, etcd).
 pub fn kinds_with_stranger(managed: bool) -> &'static [FaultKind] {
-    const CONTENDER: [FaultKind; 6] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-        FaultKind::SilentPartition,
-        FaultKind::Stranger,
-    ];
-    const ALL: [FaultKind; 7] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-        FaultKind::SilentPartition,
-        FaultKind::ServerRestart,
-        FaultKind::Stranger,
-    ];
-    if managed {
-        &ALL
-    } else {
-        &CONTENDER
-    }
+    kinds_plus(managed, 1)
 }
 
 /// [`kinds_with_stranger`], and the `terminate` fault: for a SQL server whose administrator
 /// can log in (the superuser of a server the harness started, or one the user names), which
 /// [`Connect::terminate`] logs in as to end the holders' sessions (PostgreSQL, MariaDB).
 pub fn kinds_with_terminate(managed: bool) -> &'static [FaultKind] {
-    const CONTENDER: [FaultKind; 7] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-        FaultKind::SilentPartition,
-        FaultKind::Stranger,
-        FaultKind::Terminate,
-    ];
-    const ALL: [FaultKind; 8] = [
-        FaultKind::Pause,
-        FaultKind::Crash,
-        FaultKind::ClockJump,
-        FaultKind::Partition,
-        FaultKind::SilentPartition,
-        FaultKind::ServerRestart,
-        FaultKind::Stranger,
-        FaultKind::Terminate,
-    ];
-    if managed {
-        &ALL
-    } else {
-        &CONTENDER
-    }
+    kinds_plus(managed, 2)
 }
 
 /// The fault kinds of an engine whose contenders cannot go through proxies (a Cassandra
