@@ -13,6 +13,7 @@ use super::conflict;
 use crate::primitive::Share;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// One acquisition in the grant log.
@@ -54,16 +55,35 @@ impl Grant {
     }
 }
 
-/// The grants of each lock, each list in grant order (ties by contender).
-pub fn by_lock(grants: &[Grant]) -> BTreeMap<u32, Vec<Grant>> {
+/// The grants of each lock, each list in grant order (ties by the release, then by
+/// contender).
+pub type ByLock<'a> = BTreeMap<u32, Cow<'a, [Grant]>>;
+
+/// The order of [`by_lock`]'s lists.
+fn grant_order(g: &Grant) -> (u32, u64, u64, u32) {
+    (g.lock, g.granted_us, g.released_us, g.contender)
+}
+
+/// The grants of each lock in grant order ([`ByLock`]). A run's log already comes sorted
+/// that way, and then the lists borrow it: every metric groups the log by lock, and a copy
+/// per metric would cost as much memory as the log itself.
+pub fn by_lock(grants: &[Grant]) -> ByLock<'_> {
+    if grants.is_sorted_by_key(grant_order) {
+        return grants
+            .chunk_by(|a, b| a.lock == b.lock)
+            .filter_map(|list| Some((list.first()?.lock, Cow::Borrowed(list))))
+            .collect();
+    }
     let mut map: BTreeMap<u32, Vec<Grant>> = BTreeMap::new();
     for g in grants {
         map.entry(g.lock).or_default().push(*g);
     }
-    for list in map.values_mut() {
-        list.sort_by_key(|g| (g.granted_us, g.released_us, g.contender));
-    }
-    map
+    map.into_iter()
+        .map(|(lock, mut list)| {
+            list.sort_by_key(grant_order);
+            (lock, Cow::Owned(list))
+        })
+        .collect()
 }
 
 /// Highest latency a histogram records exactly: one hour. Longer values saturate.
@@ -274,7 +294,7 @@ pub fn longest_run(grants: &[Grant]) -> LongestRun {
     for (lock, list) in by_lock(grants) {
         let mut run = 0u64;
         let mut prev: Option<u32> = None;
-        for g in &list {
+        for g in list.iter() {
             run = if prev == Some(g.contender) { run + 1 } else { 1 };
             prev = Some(g.contender);
             if run > best.length {
@@ -395,12 +415,12 @@ pub struct Overlap {
 /// Every overlapping hold of `locks` ([`by_lock`]), in grant order per lock: each grant that
 /// began while holds it may not share with were open ([`conflict::admits`]), paired with the
 /// open hold that ends last.
-pub fn overlaps(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<Overlap> {
+pub fn overlaps(locks: &ByLock<'_>) -> Vec<Overlap> {
     let mut found = Vec::new();
     let mut open: Vec<Grant> = Vec::new();
     for list in locks.values() {
         open.clear();
-        for g in list {
+        for g in list.iter() {
             open.retain(|o| o.released_us > g.granted_us);
             if !conflict::admits(g.share, open.iter().map(|o| o.share)) {
                 let first = open.iter().max_by_key(|o| o.released_us).copied();
@@ -420,7 +440,7 @@ pub fn token_order_violations(grants: &[Grant]) -> u64 {
     let mut violations = 0;
     for list in by_lock(grants).values() {
         let (mut max_any, mut max_alone): (Option<u64>, Option<u64>) = (None, None);
-        for g in list {
+        for g in list.iter() {
             let bound = match g.share {
                 Share::Exclusive | Share::Write => max_any,
                 Share::Read => max_alone,
@@ -646,6 +666,23 @@ mod tests {
         assert_eq!(s.mean_round_trips, Some(4.0));
         assert_eq!(s.ratio_to_ideal, Some(1.0));
         assert_eq!(handoff_stats(&[1000], 0.0, None).p50_round_trips, None);
+    }
+
+    #[test]
+    fn by_lock_borrows_a_sorted_log_and_sorts_any_other() {
+        let mut log = fifo();
+        log.extend([g(1, 2, 0, 12, 30, 1), g(1, 0, 0, 31, 40, 2)]);
+        let sorted = by_lock(&log);
+        assert!(sorted.values().all(|l| matches!(l, Cow::Borrowed(_))));
+        let mut shuffled = log.clone();
+        shuffled.reverse();
+        let owned = by_lock(&shuffled);
+        assert!(owned.values().all(|l| matches!(l, Cow::Owned(_))));
+        assert_eq!(sorted, owned);
+        assert_eq!(sorted[&1].iter().map(|g| g.contender).collect::<Vec<_>>(), [2, 0]);
+        // Equal grant instants are ordered by release, then by contender.
+        let ties = [g(0, 1, 0, 10, 30, 2), g(0, 0, 0, 10, 20, 1)];
+        assert_eq!(by_lock(&ties)[&0].iter().map(|g| g.contender).collect::<Vec<_>>(), [0, 1]);
     }
 
     #[test]

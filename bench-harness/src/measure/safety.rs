@@ -22,7 +22,7 @@
 
 use super::conflict::broken_time_us;
 use super::log::{FaultWindow, ResourceWrite};
-use super::metrics::{by_lock, Grant};
+use super::metrics::{by_lock, ByLock, Grant};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -79,7 +79,7 @@ pub use super::metrics::Overlap;
 
 /// Time during which the open holds of one lock conflicted (for a mutex: at least two were
 /// open; [`super::conflict`]), summed over `locks`.
-pub fn overlap_time_us(locks: &BTreeMap<u32, Vec<Grant>>) -> u64 {
+pub fn overlap_time_us(locks: &ByLock<'_>) -> u64 {
     locks
         .values()
         .map(|list| {
@@ -95,10 +95,10 @@ pub fn overlap_time_us(locks: &BTreeMap<u32, Vec<Grant>>) -> u64 {
 /// the write's lock, contender and token up to the write (a contender's holds never overlap
 /// each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches over the
 /// grants in grant order: a soak's run has hundreds of thousands of writes.
-pub fn stale_flags(locks: &BTreeMap<u32, Vec<Grant>>, writes: &[ResourceWrite]) -> Vec<bool> {
+pub fn stale_flags(locks: &ByLock<'_>, writes: &[ResourceWrite]) -> Vec<bool> {
     let mut granted: HashMap<(u32, u32, u64), Vec<u64>> = HashMap::new();
     for (&lock, list) in locks {
-        for g in list {
+        for g in list.iter() {
             granted.entry((lock, g.contender, g.token)).or_default().push(g.granted_us);
         }
     }
@@ -120,14 +120,14 @@ pub fn stale_flags(locks: &BTreeMap<u32, Vec<Grant>>, writes: &[ResourceWrite]) 
 }
 
 /// The intervals, per lock, during which someone waited on the lock and nobody held it.
-pub fn idle_intervals(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<(u64, u64)> {
+pub fn idle_intervals(locks: &ByLock<'_>) -> Vec<(u64, u64)> {
     let mut idle = Vec::new();
     for list in locks.values() {
         // +1 per waiting request, +WAY per hold: waited on and not held means a level in
         // [1, WAY).
         const WAY: i64 = 1 << 32;
         let mut edges: Vec<(u64, i64)> = Vec::with_capacity(list.len() * 4);
-        for g in list {
+        for g in list.iter() {
             if g.granted_us > g.requested_us {
                 edges.push((g.requested_us, 1));
                 edges.push((g.granted_us, -1));

@@ -10,10 +10,9 @@
 //!   the leader), the time until the next grant of its lock: when the next leader knows it
 //!   leads. The crashed holder's lease must run out first, so this is at least the TTL.
 
-use super::metrics::{by_lock, latency_stats, new_histogram, round4, Grant, LatencyStats};
+use super::metrics::{by_lock, latency_stats, new_histogram, round4, ByLock, Grant, LatencyStats};
 use crate::primitive::{Primitive, Share};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// The figures of one run of a primitive other than the mutex.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,7 +82,7 @@ pub fn figures(primitive: Primitive, grants: &[Grant]) -> Option<ShareFigures> {
 
 /// Over the holds `counted` keeps, weighted by the permits each holds (1 for others): the mean
 /// of the weight held while any was held, and its most, over every lock.
-fn concurrency(locks: &BTreeMap<u32, Vec<Grant>>, counted: impl Fn(&Grant) -> bool) -> (f64, u64) {
+fn concurrency(locks: &ByLock<'_>, counted: impl Fn(&Grant) -> bool) -> (f64, u64) {
     let (mut weighted_us, mut held_us, mut max) = (0u128, 0u128, 0i64);
     for list in locks.values() {
         let mut edges: Vec<(u64, i64)> = Vec::new();
@@ -114,7 +113,7 @@ fn concurrency(locks: &BTreeMap<u32, Vec<Grant>>, counted: impl Fn(&Grant) -> bo
 
 /// For each crash of a holder, the time to the next grant of its lock, sorted. Each list is
 /// in grant order ([`by_lock`]): the next grant is a binary search away.
-fn failover_us(locks: &BTreeMap<u32, Vec<Grant>>) -> Vec<u64> {
+fn failover_us(locks: &ByLock<'_>) -> Vec<u64> {
     let mut out = Vec::new();
     for list in locks.values() {
         for (i, crash) in list.iter().enumerate().filter(|(_, g)| g.crashed) {

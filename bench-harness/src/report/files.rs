@@ -6,7 +6,6 @@ use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::Grant;
 use crate::primitive::{Primitive, Share};
 use anyhow::Context;
-use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -90,16 +89,17 @@ impl CsvLog {
         rows: &[T],
         line: impl Fn(&T) -> String,
     ) -> anyhow::Result<()> {
-        let mut text = String::with_capacity(rows.len() * 48);
-        for row in rows {
-            let _ = writeln!(text, "{algorithm},{}", line(row));
-        }
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .with_context(|| format!("cannot append to {}", self.path.display()))?;
-        f.write_all(text.as_bytes())
-            .with_context(|| format!("cannot append to {}", self.path.display()))
+        // Streamed through a buffer: a long run's log is tens of megabytes of text, which
+        // need not be in memory at once.
+        let append = || -> std::io::Result<()> {
+            let f = fs::OpenOptions::new().append(true).open(&self.path)?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, f);
+            for row in rows {
+                writeln!(out, "{algorithm},{}", line(row))?;
+            }
+            out.flush()
+        };
+        append().with_context(|| format!("cannot append to {}", self.path.display()))
     }
 
     /// Where it is.

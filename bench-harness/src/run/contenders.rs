@@ -250,12 +250,18 @@ pub async fn drive(
         })
     });
 
-    let mut grants = Vec::new();
+    let mut logs = Vec::with_capacity(tasks.len());
     let mut contenders = Vec::with_capacity(tasks.len());
     for task in tasks {
-        let (mut outcome_grants, outcome) = task.await.context("a contender task panicked")?;
-        grants.append(&mut outcome_grants);
+        let (log, outcome) = task.await.context("a contender task panicked")?;
+        logs.push(log);
         contenders.push(outcome);
+    }
+    // One allocation of the log's size: growing it contender by contender would hold up to
+    // twice the log at once.
+    let mut grants = Vec::with_capacity(logs.iter().map(Vec::len).sum());
+    for log in logs {
+        grants.extend(log);
     }
     if let Some(t) = ticker {
         t.abort();
