@@ -1,12 +1,12 @@
 //! `bench-harness scale`, end to end: a tiny grid on the embedded store and one lock-service
-//! node the harness starts, every figure read back from the files it wrote; and a server it
-//! cannot start, which fails naming what to install.
+//! node the harness starts, every figure read back from the files it wrote; `--engines` merging
+//! into an earlier scale.json; and a server it cannot start, which fails naming what to install.
 
 use crate::support;
 
 use bench_harness::config::ClockMode;
 use bench_harness::engines::EngineRef;
-use bench_harness::experiments::scale::ScaleSummary;
+use bench_harness::experiments::scale::{ScalePoint, ScaleSummary};
 use std::process::Command;
 
 #[test]
@@ -70,6 +70,68 @@ fn a_tiny_grid_writes_every_figure_measured() {
         .expect("the binary runs");
     assert!(redraw.status.success(), "{}", String::from_utf8_lossy(&redraw.stderr));
     assert_eq!(std::fs::read_to_string(dir.join("README.md")).unwrap(), readme);
+}
+
+/// `bench-harness scale ARGS --quiet --out DIR`: its exit code and what it printed.
+fn scale(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(support::BIN)
+        .arg("scale")
+        .args(args)
+        .args(["--quiet", "--out"])
+        .arg(dir)
+        .output()
+        .expect("the binary runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+fn read(dir: &std::path::Path) -> ScaleSummary {
+    let json = std::fs::read_to_string(dir.join("scale.json")).expect("scale.json");
+    serde_json::from_str(&json).expect("parses")
+}
+
+#[test]
+fn engines_replace_their_own_points_and_keep_the_others() {
+    let dir = support::scratch("bench-harness-scale", "merge");
+    let embedded = ["--quick", "--engines", "embedded"];
+    let (code, text) = scale(&dir, &embedded);
+    assert_eq!(code, Some(0), "{text}");
+    let first = read(&dir);
+    assert!(!first.points.is_empty());
+
+    // A point of another engine, as a full run would have left it, after the embedded store's.
+    let mut with_other = first.clone();
+    let mut other = first.points[0].clone();
+    other.backend = EngineRef::find("service").unwrap();
+    other.algorithm = other.backend.algorithm_names()[0].into();
+    other.clock = ClockMode::Wall;
+    other.grants_per_second = 12345.0;
+    let same_point = |p: &&ScalePoint| (p.cell, p.clients) == (other.cell, other.clients);
+    let at = first.points.iter().take_while(same_point).count();
+    with_other.points.insert(at, other.clone());
+    let json = serde_json::to_string_pretty(&with_other).unwrap();
+    std::fs::write(dir.join("scale.json"), json).unwrap();
+
+    let (code, text) = scale(&dir, &embedded);
+    assert_eq!(code, Some(0), "{text}");
+    let second = read(&dir);
+    assert_eq!(second.points.len(), first.points.len() + 1);
+    assert_eq!(second.points[at], other, "the other engine's point stays in its place");
+    let again: Vec<_> = second.points.iter().filter(|p| p.backend.name() == "embedded").collect();
+    assert_eq!(again.len(), first.points.len(), "the embedded store's points replaced, not added");
+    for (a, b) in again.iter().zip(&first.points) {
+        assert_eq!((a.series(), a.cell, a.clients), (b.series(), b.cell, b.clients));
+    }
+    let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+    assert!(readme.contains("| service | 12345 |"), "{readme}");
+
+    // Another scenario is refused before anything runs, and scale.json stays as it was.
+    let before = std::fs::read_to_string(dir.join("scale.json")).unwrap();
+    let (code, text) = scale(&dir, &["--engines", "embedded", "--clients", "3", "--locks", "1"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("scale.json") && text.contains("clients 2, 8 (this run: 3)"), "{text}");
+    assert_eq!(std::fs::read_to_string(dir.join("scale.json")).unwrap(), before);
 }
 
 #[test]

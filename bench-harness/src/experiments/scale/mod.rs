@@ -24,6 +24,10 @@
 //! | `scale.png` / `.svg` | aggregate grants/s against clients, a panel per locks × distribution, a line per engine |
 //! | `README.md` | per locks × distribution, tables with a row per engine and members and a column per client count, the service's throughput over etcd's and ZooKeeper's; generated from `scale.json` |
 //!
+//! With `--engines`, the points measured are merged into the `scale.json` already in `--out`
+//! when it is of the same scenario (see [`ScaleArgs::engines`]), and the other engines' points
+//! stay; a `scale.json` of another scenario is refused.
+//!
 //! A server the harness cannot start fails the sweep with what to install
 //! ([`test_servers::INSTALL_HINT`]); none is skipped.
 
@@ -72,8 +76,12 @@ pub struct ScaleArgs {
     #[arg(long, conflicts_with_all = ["clients", "locks", "dists", "duration"])]
     pub quick: bool,
     /// The engines, comma-separated [default: every engine the harness can start, and the
-    /// in-process ones].
-    #[arg(long, value_delimiter = ',', value_parser = engine_parser())]
+    /// in-process ones]. When --out already holds a scale.json of the same scenario (clients,
+    /// cells, window, hold, think, TTL, poll interval and seed), the points measured replace
+    /// those of the same engine, variant, algorithm, cell and client count, and every other
+    /// point stays where a full run puts it; a scale.json of another scenario is refused before
+    /// anything runs.
+    #[arg(long, value_name = "ENGINE,...", value_delimiter = ',', value_parser = engine_parser())]
     pub engines: Vec<EngineRef>,
     /// Only one server per engine, not the clusters the harness starts.
     #[arg(long)]
@@ -256,12 +264,7 @@ fn variants(args: &ScaleArgs) -> anyhow::Result<Vec<(EngineRef, EngineOptions)>>
         if !args.engines.is_empty() && !named {
             continue;
         }
-        if e.in_process() {
-            out.push((e, e.default_options()));
-            continue;
-        }
-        let clustered = if args.no_clusters { None } else { e.clustered() };
-        let found: Vec<EngineOptions> = e.spawned().into_iter().chain(clustered).collect();
+        let found = engine_variants(e, !args.no_clusters);
         if found.is_empty() && named {
             return Err(anyhow::Error::new(crate::UsageError(format!(
                 "--engines {e}: the harness cannot start a {e} server, and scale runs only servers it starts"
@@ -271,6 +274,16 @@ fn variants(args: &ScaleArgs) -> anyhow::Result<Vec<(EngineRef, EngineOptions)>>
     }
     anyhow::ensure!(!out.is_empty(), "no engine to measure");
     Ok(out)
+}
+
+/// The variants of `e` a run measures, in order: an in-process engine as it is; a server as
+/// one server the harness starts, then (with `clusters`) as the cluster it starts.
+fn engine_variants(e: EngineRef, clusters: bool) -> Vec<EngineOptions> {
+    if e.in_process() {
+        return vec![e.default_options()];
+    }
+    let clustered = if clusters { e.clustered() } else { None };
+    e.spawned().into_iter().chain(clustered).collect()
 }
 
 /// The runs of `args`, cell by cell and client count by client count, every engine at one
@@ -318,19 +331,144 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<()> {
         scenario,
         points: Vec::new(),
     };
+    let previous = previous_points(args, &summary.scenario)?;
+    let kept = match &previous {
+        Some(points) => format!(", merged into the {} points of scale.json", points.len()),
+        None => String::new(),
+    };
     progress::status(
         args.quiet,
         &format!(
-            "scale: {} points of {} each (plus the servers' start and the drain)",
+            "scale: {} points of {} each (plus the servers' start and the drain){kept}",
             runs.len(),
             format_duration(summary.scenario.timing.duration)
         ),
     );
+    let mut fresh = Vec::new();
     for cfg in &runs {
-        summary.points.push(measure_point(cfg, args.quiet)?);
+        fresh.push(measure_point(cfg, args.quiet)?);
+        // Written after every point, so that a sweep cut short keeps what it measured.
+        summary.points = match &previous {
+            Some(previous) => merge(&summary.scenario, previous.clone(), fresh.clone()),
+            None => fresh.clone(),
+        };
         files::write_json(&args.out.join("scale.json"), &summary)?;
     }
     report::write_outputs(args, &summary, wall)
+}
+
+/// With `--engines`, the points of the `scale.json` already in `--out`, which the points
+/// measured now are merged into; `None` without `--engines` or without that file. A file of
+/// another layout version or another scenario is refused before anything is measured: its
+/// points and the new ones would not be comparable.
+fn previous_points(
+    args: &ScaleArgs,
+    scenario: &ScaleScenario,
+) -> anyhow::Result<Option<Vec<ScalePoint>>> {
+    if args.engines.is_empty() {
+        return Ok(None);
+    }
+    let path = args.out.join("scale.json");
+    let text = match std::fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(crate::UsageError(format!(
+                "--engines merges into {}, which cannot be read: {e}",
+                path.display()
+            ))
+            .into())
+        }
+        Ok(text) => text,
+    };
+    let earlier: ScaleSummary = serde_json::from_str(&text).with_context(|| {
+        format!("--engines merges into {}, which is not a scale summary", path.display())
+    })?;
+    let version = crate::measure::summary::SCHEMA_VERSION;
+    if earlier.schema_version != version {
+        return Err(crate::UsageError(format!(
+            "--engines merges into {}, which is of layout version {} where this harness writes \
+             {version}; run scale without --engines to measure every engine again, or choose \
+             another --out",
+            path.display(),
+            earlier.schema_version
+        ))
+        .into());
+    }
+    if earlier.scenario != *scenario {
+        let mut differences = scenario_differences(&earlier.scenario, scenario);
+        if differences.is_empty() {
+            differences.push(format!("{:?} (this run: {scenario:?})", earlier.scenario));
+        }
+        return Err(crate::UsageError(format!(
+            "--engines merges into {}, whose points were measured with other settings: {}. \
+             Re-run with the settings it was measured with, without --engines to measure every \
+             engine again, or into another --out",
+            path.display(),
+            differences.join("; ")
+        ))
+        .into());
+    }
+    Ok(Some(earlier.points))
+}
+
+/// What differs between the scenario of `earlier` points and that of this run, a phrase each:
+/// "clients 64, 256 (this run: 2, 8)".
+fn scenario_differences(earlier: &ScaleScenario, now: &ScaleScenario) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, there: String, here: String| {
+        if there != here {
+            out.push(format!("{name} {there} (this run: {here})"));
+        }
+    };
+    let (a, b) = (&earlier.timing, &now.timing);
+    let list =
+        |clients: &[usize]| clients.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    field("clients", list(&earlier.clients), list(&now.clients));
+    let cells = |cells: &[Cell]| cells.iter().map(Cell::title).collect::<Vec<_>>().join(" / ");
+    field("cells", cells(&earlier.cells), cells(&now.cells));
+    field("duration", format_duration(a.duration), format_duration(b.duration));
+    field("hold", a.hold.to_string(), b.hold.to_string());
+    field("think", a.think.to_string(), b.think.to_string());
+    field("ttl", format_duration(a.ttl), format_duration(b.ttl));
+    field("poll interval", format_duration(a.poll_interval), format_duration(b.poll_interval));
+    field("seed", a.seed.to_string(), b.seed.to_string());
+    out
+}
+
+/// `previous` with every point of `fresh` in place of the one of the same engine, variant,
+/// algorithm, cell and client count, or else added; then in the order a full run of
+/// `scenario` measures them ([`run_order`]), so that an engine measured later sits where it
+/// would have, not at the end.
+fn merge(
+    scenario: &ScaleScenario,
+    previous: Vec<ScalePoint>,
+    fresh: Vec<ScalePoint>,
+) -> Vec<ScalePoint> {
+    let mut points = crate::experiments::replace_rows(previous, fresh, |p| {
+        (p.backend, p.topology.clone(), p.algorithm.clone(), p.cell, p.clients)
+    });
+    let variants: Vec<(EngineRef, String)> = EngineRef::all()
+        .flat_map(|e| engine_variants(e, true).into_iter().map(move |o| (e, e.topology(&o))))
+        .collect();
+    points.sort_by_cached_key(|p| run_order(scenario, &variants, p));
+    points
+}
+
+/// Where a full run puts `p`: by cell and client count as `scenario` lists them, then by
+/// engine and variant as `variants` lists them, then by algorithm as its engine lists them.
+/// The sort is stable; what the lists do not hold goes last.
+fn run_order(
+    scenario: &ScaleScenario,
+    variants: &[(EngineRef, String)],
+    p: &ScalePoint,
+) -> [usize; 4] {
+    let position = |found: Option<usize>| found.unwrap_or(usize::MAX);
+    [
+        position(scenario.cells.iter().position(|c| *c == p.cell)),
+        position(scenario.clients.iter().position(|n| *n == p.clients)),
+        position(variants.iter().position(|(e, t)| *e == p.backend && *t == p.topology)),
+        position(p.backend.algorithm_names().iter().position(|a| *a == p.algorithm)),
+    ]
 }
 
 /// `x / grants × per`, `None` without grants.
@@ -455,6 +593,149 @@ mod tests {
             "5"
         ])
         .is_err());
+    }
+
+    fn point(
+        backend: EngineRef,
+        topology: &str,
+        algorithm: &str,
+        cell: Cell,
+        n: usize,
+    ) -> ScalePoint {
+        ScalePoint {
+            backend,
+            algorithm: algorithm.into(),
+            topology: topology.into(),
+            clock: if backend.in_process() { ClockMode::Simulated } else { ClockMode::Wall },
+            cell,
+            clients: n,
+            grants: 10,
+            grants_per_second: 1.0,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+            requests_per_grant: None,
+            errors: 0,
+            first_error: None,
+            overlaps: 0,
+            server: None,
+            harness_cpu_s: 1.0,
+            harness_cpu_ms_per_grant: None,
+            wall_s: 1.0,
+        }
+    }
+
+    /// A point of each run of `cfgs`, in their order.
+    fn points_of(cfgs: &[RunConfig]) -> Vec<ScalePoint> {
+        cfgs.iter()
+            .map(|r| {
+                let cell = Cell { locks: r.locks, key_dist: r.key_dist };
+                let topology = r.backend.topology(&r.engine);
+                point(r.backend, &topology, &r.algorithms[0], cell, r.threads)
+            })
+            .collect()
+    }
+
+    fn summary(scenario: ScaleScenario, points: Vec<ScalePoint>) -> ScaleSummary {
+        ScaleSummary {
+            schema_version: crate::measure::summary::SCHEMA_VERSION,
+            tool: crate::experiments::tool(),
+            scenario,
+            points,
+        }
+    }
+
+    #[test]
+    fn merged_points_replace_their_own_and_take_the_place_a_full_run_gives_them() {
+        let all = ["--quick", "--engines", "embedded,zookeeper,service"];
+        let (scenario, runs) = plan(&parse(&all)).unwrap();
+        let full = points_of(&runs);
+        // The order a full run measures in is the order merged points are sorted into.
+        let mut sorted = full.clone();
+        sorted.reverse();
+        assert_eq!(merge(&scenario, Vec::new(), sorted), full);
+
+        // An earlier run without the embedded store, then the service's points measured again
+        // and the embedded store's added: the service's replace theirs, the embedded store's
+        // go first at each point, as in a full run, and the others stay as they were.
+        let (_, without) = plan(&parse(&["--quick", "--engines", "zookeeper,service"])).unwrap();
+        let previous = points_of(&without);
+        let (_, again) = plan(&parse(&["--quick", "--engines", "service,embedded"])).unwrap();
+        let mut fresh = points_of(&again);
+        for p in &mut fresh {
+            p.grants_per_second = 2.0;
+        }
+        let merged = merge(&scenario, previous.clone(), fresh.clone());
+        assert_eq!(merged.len(), full.len());
+        let keys = |ps: &[ScalePoint]| -> Vec<(String, Cell, usize)> {
+            ps.iter().map(|p| (p.series(), p.cell, p.clients)).collect()
+        };
+        assert_eq!(keys(&merged), keys(&full));
+        for p in &merged {
+            let measured_again = p.backend.name() != "zookeeper";
+            let expected = if measured_again { 2.0 } else { 1.0 };
+            assert_eq!(p.grants_per_second, expected, "{} on {}", p.series(), p.cell.title());
+        }
+        // A re-run without clusters keeps the clusters' earlier points.
+        let (_, single) =
+            plan(&parse(&["--quick", "--no-clusters", "--engines", "service"])).unwrap();
+        let mut fresh = points_of(&single);
+        for p in &mut fresh {
+            p.grants_per_second = 3.0;
+        }
+        let merged = merge(&scenario, previous, fresh);
+        assert_eq!(keys(&merged), keys(&points_of(&without)));
+        for p in &merged {
+            let expected = if p.series() == "service" { 3.0 } else { 1.0 };
+            assert_eq!(p.grants_per_second, expected, "{} on {}", p.series(), p.cell.title());
+        }
+    }
+
+    #[test]
+    fn engines_merge_only_into_a_scale_json_of_the_same_scenario() {
+        let dir = std::env::temp_dir().join(format!("bench-harness-scale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.to_str().unwrap();
+        let quick = |engines: &str| parse(&["--quick", "--engines", engines, "--out", out]);
+        let (scenario, runs) = plan(&quick("embedded,service")).unwrap();
+        // No file yet: nothing to merge into.
+        assert_eq!(previous_points(&quick("service"), &scenario).unwrap(), None);
+        let points = points_of(&runs);
+        let json = dir.join("scale.json");
+        files::write_json(&json, &summary(scenario.clone(), points.clone())).unwrap();
+        assert_eq!(previous_points(&quick("service"), &scenario).unwrap(), Some(points.clone()));
+        // Without --engines the run is whole, as before.
+        let whole = parse(&["--quick", "--out", out]);
+        assert_eq!(previous_points(&whole, &scenario).unwrap(), None);
+
+        // Another scenario is refused, naming the file and every setting that differs.
+        let other = parse(&["--engines", "service", "--seed", "7", "--out", out]);
+        let (other_scenario, _) = plan(&other).unwrap();
+        let e = previous_points(&other, &other_scenario).unwrap_err();
+        assert_eq!(crate::Failure::of(&e), crate::Failure::Usage, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&json.display().to_string()), "{text}");
+        for expected in [
+            "clients 2, 8 (this run: 64, 256, 1000)",
+            "cells 1 lock / 10 locks, uniform (this run: 1 lock / 100 locks, uniform /",
+            "duration 1s (this run: 10s)",
+            "seed 1 (this run: 7)",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in {text}");
+        }
+        assert!(!text.contains("hold") && !text.contains("ttl"), "{text}");
+
+        // So is another layout, and a file that is no scale summary.
+        let mut old = summary(scenario.clone(), points);
+        old.schema_version += 1;
+        files::write_json(&json, &old).unwrap();
+        let e = previous_points(&quick("service"), &scenario).unwrap_err();
+        assert_eq!(crate::Failure::of(&e), crate::Failure::Usage, "{e}");
+        assert!(e.to_string().contains("layout version"), "{e}");
+        std::fs::write(&json, "[]").unwrap();
+        let e = previous_points(&quick("service"), &scenario).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a scale summary"), "{e:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
