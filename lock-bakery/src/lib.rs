@@ -142,8 +142,12 @@ use lock_core::context::ClientContext;
 use lock_core::lease::{CellKey, CellRelease, LeaseConfig, LeaseKeeper};
 use lock_core::lock::{validate_id, LockError, LockGuard, Locker};
 use lock_core::store::{Cell, CellStore, CellWrite, Consistency, Slice, StoreError};
+use poll::{Place, Polled};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+
+mod poll;
 
 /// The `Choosing` column family: one row per lock id, one cell per contender that is taking,
 /// or has taken, a number.
@@ -392,16 +396,12 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
             .map_err(|e| LockError::store(lock_id, e))
     }
 
-    /// [`BakeryLocker::read`] into a waiter's buffer: the waits read a whole row at every
-    /// poll, and reusing the cells of the last poll keeps them from allocating anew.
-    async fn read_into(
-        &self,
-        table: &str,
-        lock_id: &str,
-        out: &mut Vec<Cell>,
-    ) -> Result<(), LockError> {
+    /// [`BakeryLocker::read`] as a shared snapshot ([`CellStore::read_shared`]): the waits
+    /// read a whole row at every poll, and a store that hands out one snapshot per unchanged
+    /// row lets a waiter tell an unchanged row by its address ([`Polled`]).
+    async fn read_shared(&self, table: &str, lock_id: &str) -> Result<Arc<[Cell]>, LockError> {
         self.store
-            .read_into(table, lock_id, Slice::all(), self.ctx.consistency, out)
+            .read_shared(table, lock_id, Slice::all(), self.ctx.consistency)
             .await
             .map_err(|e| LockError::store(lock_id, e))
     }
@@ -469,7 +469,7 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
 
     async fn draw_with(&self, lock_id: &str, lease: &LeaseKeeper) -> Result<u64, LockError> {
         self.put(lease, CHOOSING_TABLE, lock_id, CHOOSING_TRUE).await?;
-        let numbers = self.read(NUMBERS_TABLE, lock_id).await?;
+        let numbers = self.read_shared(NUMBERS_TABLE, lock_id).await?;
         let number = next_number(&numbers, self.me());
         self.put(lease, NUMBERS_TABLE, lock_id, &number_value(number)).await?;
         // `Choosing[me] = true` must not have vanished (expired) while we chose: others would
@@ -490,15 +490,15 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
         deadline: Option<Instant>,
         soft: bool,
     ) -> Result<(), Stop> {
-        let mut choosing = Vec::new();
+        let mut choosing = Polled::default();
         loop {
             if ticket.lease.is_lost() {
                 return Err(Stop::Failed(
                     ticket.lease.lost_error(lock_id, "lease lost while waiting"),
                 ));
             }
-            self.read_into(CHOOSING_TABLE, lock_id, &mut choosing).await.map_err(Stop::Failed)?;
-            if first_choosing(&choosing, self.me()).is_none() {
+            let cells = self.read_shared(CHOOSING_TABLE, lock_id).await.map_err(Stop::Failed)?;
+            if choosing.verdict(cells, |c| first_choosing(c, self.me()).is_none()) {
                 return Ok(());
             }
             if soft {
@@ -517,25 +517,26 @@ impl<S: CellStore + Clone> BakeryLocker<S> {
         deadline: Option<Instant>,
         soft: bool,
     ) -> Result<(), Stop> {
-        let mut numbers = Vec::new();
+        let mut numbers = Polled::default();
         loop {
             if ticket.lease.is_lost() {
                 return Err(Stop::Failed(
                     ticket.lease.lost_error(lock_id, "lease lost while waiting"),
                 ));
             }
-            self.read_into(NUMBERS_TABLE, lock_id, &mut numbers).await.map_err(Stop::Failed)?;
-            match ahead_of(&numbers, self.me(), ticket.number) {
-                Ahead::Nobody => return Ok(()),
-                Ahead::Gone => {
+            let cells = self.read_shared(NUMBERS_TABLE, lock_id).await.map_err(Stop::Failed)?;
+            let me = self.me();
+            match numbers.verdict(cells, |c| poll::place_of(c, me, ticket.number)) {
+                Place::First => return Ok(()),
+                Place::Gone => {
                     return Err(Stop::Failed(
                         ticket
                             .lease
                             .lost_error(lock_id, "our number is no longer in the Numbers row"),
                     ))
                 }
-                Ahead::Owner { .. } if soft => return Err(Stop::Timeout),
-                Ahead::Owner { .. } => self.pause(deadline).await?,
+                Place::Behind if soft => return Err(Stop::Timeout),
+                Place::Behind => self.pause(deadline).await?,
             }
         }
     }
@@ -572,10 +573,10 @@ impl<S: CellStore + Clone> Locker for BakeryLocker<S> {
             waited: lock_core::rt::elapsed(start),
         };
         // Step 1: nobody may be choosing when we start (nothing of ours is written yet).
-        let mut choosing = Vec::new();
+        let mut choosing = Polled::default();
         loop {
-            self.read_into(CHOOSING_TABLE, lock_id, &mut choosing).await?;
-            if first_choosing(&choosing, self.me()).is_none() {
+            let cells = self.read_shared(CHOOSING_TABLE, lock_id).await?;
+            if choosing.verdict(cells, |c| first_choosing(c, self.me()).is_none()) {
                 break;
             }
             if self.pause(deadline).await.is_err() {

@@ -117,6 +117,7 @@
 //! - `row`: one row on one replica, live and dead cells apart;
 //! - `handles`: [`EmbeddedStore`] and [`EmbeddedClient`], the handles callers hold;
 //! - `read`: the read path, rounds and tombstone scans; `merge`: how replicas' answers merge;
+//!   `cache`: the answers of the last reads, shared by the readers of an unchanged row;
 //! - `paxos`: lightweight transactions;
 //! - this module itself: the coordinator (how a request reaches the replicas: timelines,
 //!   writes in flight) and the replicas (their data and the mutations they apply). Every
@@ -141,6 +142,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod cache;
 mod config;
 mod counters;
 mod handles;

@@ -581,6 +581,23 @@ pub trait CellStore: Send + Sync + 'static {
         Ok(())
     }
 
+    /// [`CellStore::read`] answered as a shared, immutable snapshot: the same request, for a
+    /// caller that only looks at the cells (a waiter polling a row). A store that can hands
+    /// out one snapshot to every reader of an unchanged row, so a poll copies no cell, and
+    /// two reads that return the same allocation ([`Arc::ptr_eq`]) returned the same cells;
+    /// the default wraps [`CellStore::read`]'s answer.
+    ///
+    /// [`Arc::ptr_eq`]: std::sync::Arc::ptr_eq
+    async fn read_shared(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        consistency: Consistency,
+    ) -> Result<std::sync::Arc<[Cell]>, StoreError> {
+        Ok(self.read(table, row, slice, consistency).await?.into())
+    }
+
     /// A lightweight transaction on one row (rules 8–12 of the [module docs](self)): one
     /// request, several round trips inside the store. `commit` is the consistency of the
     /// commit phase (QUORUM for the lock algorithms). A store without lightweight
@@ -661,6 +678,15 @@ impl<S: CellStore + ?Sized> CellStore for std::sync::Arc<S> {
         out: &mut Vec<Cell>,
     ) -> Result<(), StoreError> {
         (**self).read_into(table, row, slice, c, out).await
+    }
+    async fn read_shared(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<std::sync::Arc<[Cell]>, StoreError> {
+        (**self).read_shared(table, row, slice, c).await
     }
     async fn cas(
         &self,

@@ -152,15 +152,9 @@ impl<S: CellStore + Clone> Queue for BoundedQueueLocker<S> {
     /// then [`crate::protocol`]'s, as in the thesis's lock.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
-        let mut queue = place.take_buffer();
-        let read =
-            self.parts.store.read_into(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c, &mut queue);
-        let verdict = match read.await {
-            Ok(()) => self.head_of(&queue, lock_id, place),
-            Err(e) => Err(LockError::store(lock_id, e)),
-        };
-        place.keep_buffer(queue);
-        verdict
+        let read = self.parts.store.read_shared(BOUNDED_QUEUE_TABLE, lock_id, Slice::all(), c);
+        let queue = read.await.map_err(|e| LockError::store(lock_id, e))?;
+        self.head_of(&queue, lock_id, place)
     }
 }
 

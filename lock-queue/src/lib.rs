@@ -283,7 +283,7 @@ impl<S: CellStore + Clone> Queue for QueueLocker<S> {
     /// main row (the rest of the steps) is [`protocol`]'s.
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
-        let head = self.parts.store.read(QUEUE_TABLE, lock_id, Slice::first(1), c).await;
+        let head = self.parts.store.read_shared(QUEUE_TABLE, lock_id, Slice::first(1), c).await;
         let head = head.map_err(|e| LockError::store(lock_id, e))?;
         let Some(first) = head.first() else {
             // Our own cell is gone (expired, or the store lost it): the lease says so.

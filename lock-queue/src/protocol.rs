@@ -34,25 +34,9 @@ pub(crate) struct Place {
     pub(crate) bell: Option<std::sync::Arc<tokio::sync::Notify>>,
     /// Waiters ahead of this place at the last look at the queue (kept by the push lock).
     pub(crate) ahead: std::sync::atomic::AtomicUsize,
-    /// The cells of the last look at the queue, kept for the next one to read into
-    /// ([`CellStore::read_into`]): a waiter reads the whole queue at every poll.
-    looked: std::sync::Mutex<Vec<Cell>>,
     /// When our queue cell's write was acknowledged: a request that begins later reads a
     /// later time and queues behind us ([`LockGuard::with_queued_at`]).
     pub(crate) queued_at: Instant,
-}
-
-impl Place {
-    /// The buffer of the last look at the queue, taken out for the next look (no lock is
-    /// held across the read).
-    pub(crate) fn take_buffer(&self) -> Vec<Cell> {
-        std::mem::take(&mut *self.looked.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Puts the buffer back for the next look.
-    pub(crate) fn keep_buffer(&self, cells: Vec<Cell>) {
-        *self.looked.lock().unwrap_or_else(|e| e.into_inner()) = cells;
-    }
 }
 
 /// One look at the queue and, when we are first, at the main row.
@@ -183,14 +167,7 @@ pub(crate) async fn join_queue<Q: Queue>(
         return Err(LockError::store(lock_id, e));
     }
     lease.add(key, value.to_vec(), started);
-    Ok(Place {
-        id,
-        lease,
-        bell: None,
-        ahead: Default::default(),
-        looked: Default::default(),
-        queued_at: lock_core::rt::now(),
-    })
+    Ok(Place { id, lease, bell: None, ahead: Default::default(), queued_at: lock_core::rt::now() })
 }
 
 /// The head check, once: if we are first, try the main row.

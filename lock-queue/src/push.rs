@@ -184,8 +184,8 @@ impl<S: CellStore + Clone> Queue for PushQueueLocker<S> {
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
         let err = |e| LockError::store(lock_id, e);
-        let queue =
-            self.parts.store.read(PUSH_QUEUE_TABLE, lock_id, Slice::all(), c).await.map_err(err)?;
+        let read = self.parts.store.read_shared(PUSH_QUEUE_TABLE, lock_id, Slice::all(), c);
+        let queue = read.await.map_err(err)?;
         let ours = queue.iter().find(|cell| cell.column == self.parts.ctx.owner);
         if ours.and_then(|cell| parse_value(&cell.value)).is_none_or(|(t, _)| t != place.id) {
             return Err(place

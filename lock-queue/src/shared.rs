@@ -159,10 +159,9 @@ impl<S: CellStore + Clone, T: Tables> Queue for Asking<'_, S, T> {
     /// Read the queue: do we fit beside every ask ahead of us?
     async fn is_head(&self, lock_id: &str, place: &Place) -> Result<bool, LockError> {
         let c = self.parts.ctx.consistency;
-        let mut cells = place.take_buffer();
-        let read = self.parts.store.read_into(T::QUEUE, lock_id, Slice::all(), c, &mut cells).await;
-        read.map_err(|e| LockError::store(lock_id, e))?;
-        let decided = match cells.iter().position(|cell| cell.column == place.id) {
+        let read = self.parts.store.read_shared(T::QUEUE, lock_id, Slice::all(), c).await;
+        let cells = read.map_err(|e| LockError::store(lock_id, e))?;
+        match cells.iter().position(|cell| cell.column == place.id) {
             Some(ours) => {
                 if let Some(t) = cells.first().and_then(|h| crate::queue_column_time(&h.column)) {
                     self.parts.ctx.time.observe(t);
@@ -173,9 +172,7 @@ impl<S: CellStore + Clone, T: Tables> Queue for Asking<'_, S, T> {
             None => {
                 Err(place.lease.lost_error(lock_id, "our queue cell is no longer in the queue"))
             }
-        };
-        place.keep_buffer(cells);
-        decided
+        }
     }
 
     fn main_slice(&self) -> Slice {

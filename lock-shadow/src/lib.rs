@@ -222,9 +222,12 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
         }
     }
 
-    async fn main_row(&self, lock_id: &str) -> Result<Vec<lock_core::Cell>, LockError> {
+    async fn main_row(
+        &self,
+        lock_id: &str,
+    ) -> Result<std::sync::Arc<[lock_core::Cell]>, LockError> {
         self.store
-            .read(MAIN_TABLE, lock_id, Slice::all(), self.ctx.consistency)
+            .read_shared(MAIN_TABLE, lock_id, Slice::all(), self.ctx.consistency)
             .await
             .map_err(|e| LockError::store(lock_id, e))
     }
@@ -246,7 +249,7 @@ impl<S: CellStore + Clone> ShadowLocker<S> {
             return self.own_leftover(lock_id).await;
         }
         self.store.write(SHADOW_TABLE, lock_id, &[self.cell()], c).await.map_err(err)?;
-        let shadow = self.store.read(SHADOW_TABLE, lock_id, Slice::all(), c).await;
+        let shadow = self.store.read_shared(SHADOW_TABLE, lock_id, Slice::all(), c).await;
         let result = match shadow {
             Ok(shadow) if shadow.len() == 1 && shadow[0].column == self.ctx.owner => {
                 // Step 10, with a fresh read (see the crate docs).

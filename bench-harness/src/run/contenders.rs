@@ -215,7 +215,9 @@ pub async fn drive(
             end,
             drain_end,
         };
-        let reviver = rig.engine.clone().map(|engine| Reviver {
+        // Only the nemesis crashes contenders: without faults none needs to come back, and
+        // none then waits on the crash signal at every wake-up.
+        let reviver = rig.engine.clone().filter(|_| !cfg.faults.is_empty()).map(|engine| Reviver {
             engine,
             algorithm: rig.algorithm,
             spec: contender_spec(cfg, index, String::new(), &skews),

@@ -2,6 +2,7 @@
 //! counters, and [`EmbeddedClient`], one client's view of it, with the per-client state the
 //! handles of one id share. Both hand their requests to the coordinator.
 
+use super::cache::ReadCache;
 use super::counters::{OpCounts, OpKind, StoreCounters, TombstoneStats};
 use super::Caller;
 use super::{lock, EmbeddedConfig};
@@ -116,6 +117,8 @@ pub(super) struct Inner {
     anonymous: Arc<ClientState>,
     pub(super) table_counts: Mutex<BTreeMap<String, OpCounts>>,
     pub(super) tombstones: Mutex<BTreeMap<String, TombstoneStats>>,
+    /// The answers of the last reads, per row and slice ([`ReadCache`]).
+    pub(super) reads: Mutex<ReadCache>,
     doorbells: std::sync::OnceLock<Arc<crate::doorbell::LocalDoorbells>>,
 }
 
@@ -156,6 +159,7 @@ impl EmbeddedStore {
                 anonymous,
                 table_counts: Mutex::new(BTreeMap::new()),
                 tombstones: Mutex::new(BTreeMap::new()),
+                reads: Mutex::new(ReadCache::default()),
                 doorbells: std::sync::OnceLock::new(),
             }),
         }
@@ -360,6 +364,15 @@ impl CellStore for EmbeddedStore {
     ) -> Result<(), StoreError> {
         self.caller().read(table, row, &slice, c, out).await
     }
+    async fn read_shared(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Arc<[Cell]>, StoreError> {
+        self.caller().read_shared(table, row, &slice, c).await
+    }
     async fn cas(
         &self,
         table: &str,
@@ -497,6 +510,15 @@ impl CellStore for EmbeddedClient {
         out: &mut Vec<Cell>,
     ) -> Result<(), StoreError> {
         self.request(self.caller().read(table, row, &slice, c, out)).await
+    }
+    async fn read_shared(
+        &self,
+        table: &str,
+        row: &str,
+        slice: Slice,
+        c: Consistency,
+    ) -> Result<Arc<[Cell]>, StoreError> {
+        self.request(self.caller().read_shared(table, row, &slice, c)).await
     }
     async fn cas(
         &self,

@@ -20,16 +20,16 @@ use tokio::time::Instant;
 /// several replicas answer comes through here (the bakery's waiters read 64-cell rows 50
 /// times a simulated second each), so it borrows what it compares and copies only the cells
 /// it returns.
-pub(super) fn merge(answers: Vec<Answer>, limit: Option<usize>) -> Option<Vec<Cell>> {
+pub(super) fn merge(answers: &[Answer], limit: Option<usize>) -> Option<Vec<Cell>> {
     let mut out = Vec::new();
     merge_into(answers, limit, &mut out).then_some(out)
 }
 
 /// [`merge`] into `out`, reusing its cells; false when the answers cannot tell (`out` then
 /// holds no meaningful cells).
-pub(super) fn merge_into(answers: Vec<Answer>, limit: Option<usize>, out: &mut Vec<Cell>) -> bool {
-    let raws: Vec<RawAnswer> = answers
-        .into_iter()
+pub(super) fn merge_into(answers: &[Answer], limit: Option<usize>, out: &mut Vec<Cell>) -> bool {
+    let raws: Vec<&RawAnswer> = answers
+        .iter()
         .filter_map(|a| match a {
             Answer::Raw(raw) => Some(raw),
             _ => None,
@@ -104,10 +104,12 @@ impl<'a> Filler<'a> {
     }
 }
 
-/// The replicas' next live cell when every replica's is the same version, taken off every
+/// The replicas' next live cell when every replica's is the same write, taken off every
 /// list: the common case, since replicas that applied the same writes hold the same
-/// allocations (one per written cell). Reconciling equal versions keeps that version, so this
-/// is what [`least_next`] and [`winner`] would find, without weighing it against itself.
+/// allocations (one per written cell). Their expiries may differ (each replica counts a TTL
+/// from its own apply instant), but the answer holds no expiry: whichever of them
+/// reconciliation picks, it answers the same column, value and timestamp, which is what
+/// [`least_next`] and [`winner`] would find, without weighing the versions.
 fn shared_head<'a, L>(lists: &mut [Peekable<L>]) -> Option<(&'a Arc<str>, &'a LiveCell)>
 where
     L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,
@@ -119,7 +121,6 @@ where
             Arc::ptr_eq(k, column)
                 && Arc::ptr_eq(&c.value, &cell.value)
                 && c.timestamp == cell.timestamp
-                && c.expires_at == cell.expires_at
         })
     };
     if !rest.iter_mut().all(same) {
@@ -145,7 +146,7 @@ where
 pub(super) fn winner<'a, L>(
     column: &Arc<str>,
     lists: &mut [Peekable<L>],
-    raws: &[RawAnswer],
+    raws: &[&RawAnswer],
 ) -> Option<Weighed<'a, Instant>>
 where
     L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,

@@ -798,5 +798,5 @@ fn merge_reads(answers: &mut [(usize, Reply)], limit: Option<usize>) -> Option<V
         let Reply::Promise { read, .. } = reply else { return None };
         reads.push(Answer::Raw(read.take()?));
     }
-    merge(reads, limit)
+    merge(&reads, limit)
 }

@@ -6,10 +6,12 @@ use super::config::EmbeddedConfig;
 use super::counters::OpKind;
 use super::lock;
 use super::merge::{merge_into, Filler};
+use super::row::LiveSlice;
 use super::Answer;
 use super::{timeline, Caller, Event};
 use crate::store::{Cell, Consistency, Slice, StoreError};
 use rand::RngExt;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -27,6 +29,25 @@ impl Caller<'_> {
         self.quorum_read_into(table, row, slice, c, out).await
     }
 
+    /// [`Caller::read`] as a shared snapshot ([`CellStore::read_shared`]).
+    ///
+    /// [`CellStore::read_shared`]: crate::store::CellStore::read_shared
+    pub(super) async fn read_shared(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        c: Consistency,
+    ) -> Result<Arc<[Cell]>, StoreError> {
+        self.count(table, OpKind::Read);
+        self.check_reachable().await?;
+        let mut out = Vec::new();
+        match self.quorum_read_shared(table, row, slice, c, &mut out).await? {
+            Some(cells) => Ok(cells),
+            None => Ok(Arc::from(out)),
+        }
+    }
+
     /// A read at `c` as a coordinator runs it, not counted as a request of its own (a
     /// lightweight transaction's reads are part of it).
     pub(super) async fn quorum_read(
@@ -42,6 +63,8 @@ impl Caller<'_> {
     }
 
     /// [`Caller::quorum_read`] into `out`, reusing its cells ([`CellStore::read_into`]).
+    ///
+    /// [`CellStore::read_into`]: crate::store::CellStore::read_into
     async fn quorum_read_into(
         &self,
         table: &str,
@@ -50,6 +73,26 @@ impl Caller<'_> {
         c: Consistency,
         out: &mut Vec<Cell>,
     ) -> Result<(), StoreError> {
+        if let Some(cells) = self.quorum_read_shared(table, row, slice, c, out).await? {
+            let mut filled = Filler::new(out);
+            for cell in cells.iter() {
+                filled.push(&cell.column, &cell.value, cell.timestamp);
+            }
+            filled.finish();
+        }
+        Ok(())
+    }
+
+    /// A read at `c`: its answer as the read cache's shared cells, or `None` when it was
+    /// written into `out` instead (a second round, which the cache does not keep).
+    async fn quorum_read_shared(
+        &self,
+        table: &str,
+        row: &str,
+        slice: &Slice,
+        c: Consistency,
+        out: &mut Vec<Cell>,
+    ) -> Result<Option<Arc<[Cell]>>, StoreError> {
         let inner = self.inner;
         let required = c.required(inner.replicas.len());
         let mut chosen = inner.running();
@@ -75,7 +118,10 @@ impl Caller<'_> {
         result
     }
 
-    /// The rounds of one read: one, or two when merged answers came up short.
+    /// The rounds of one read: one, or two when merged answers came up short. The answer of
+    /// one round comes from the read cache ([`ReadCache`]), that of two is written into `out`.
+    ///
+    /// [`ReadCache`]: super::cache::ReadCache
     async fn read_rounds(
         &self,
         chosen: &[usize],
@@ -83,7 +129,7 @@ impl Caller<'_> {
         c: Consistency,
         scan: &mut ReadScan<'_>,
         out: &mut Vec<Cell>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Arc<[Cell]>>, StoreError> {
         let inner = self.inner;
         let (table, row) = (scan.table, scan.row);
         let policy = inner.config.row_policy();
@@ -94,16 +140,21 @@ impl Caller<'_> {
                     inner.replicas.get(replica)?.read_live(table, row, slice, now, policy)?;
                 Some((Answer::Live(live), tombstones))
             };
-            let mut filled = Filler::new(out);
-            if let Some(Answer::Live(live)) =
-                self.read_round(chosen, c, scan, read_live).await?.pop()
-            {
+            let answers = self.read_round(chosen, c, scan, read_live).await?;
+            let empty = LiveSlice::default();
+            let live = match answers.last() {
+                Some(Answer::Live(live)) => live,
+                _ => &empty,
+            };
+            let fill = |buffer: &mut Vec<Cell>| {
+                let mut filled = Filler::new(buffer);
                 for (column, cell) in live.iter() {
                     filled.push(column, &cell.value, cell.timestamp);
                 }
-            }
-            filled.finish();
-            return Ok(());
+                filled.finish();
+                true
+            };
+            return Ok(lock(&inner.reads).answer(table, row, slice, &[live], fill));
         }
 
         let start = slice.start.as_deref();
@@ -115,14 +166,23 @@ impl Caller<'_> {
             }
         };
         let answers = self.read_round(chosen, c, scan, read_raw(slice.limit)).await?;
-        if merge_into(answers, slice.limit, out) {
-            return Ok(());
+        let lives: Vec<&LiveSlice> = answers
+            .iter()
+            .filter_map(|a| match a {
+                Answer::Raw(raw) => Some(&raw.live),
+                _ => None,
+            })
+            .collect();
+        let merged = lock(&inner.reads)
+            .answer(table, row, slice, &lives, |buffer| merge_into(&answers, slice.limit, buffer));
+        if merged.is_some() {
+            return Ok(merged);
         }
         let answers = self.read_round(chosen, c, scan, read_raw(None)).await?;
-        if !merge_into(answers, slice.limit, out) {
+        if !merge_into(&answers, slice.limit, out) {
             out.clear();
         }
-        Ok(())
+        Ok(None)
     }
 
     /// One round of a read: every chosen replica reads half-way through its round trip and

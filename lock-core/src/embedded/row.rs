@@ -206,6 +206,45 @@ impl LiveSlice {
     pub fn last(&self) -> Option<&str> {
         self.last.as_deref()
     }
+
+    /// How many cells the slice holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// What tells this slice's cells apart from any other's while the snapshot lasts: the
+    /// snapshot, held weakly (see [`SliceId`]), where the slice starts in it and its length.
+    /// `None` for an empty slice.
+    pub fn id(&self) -> Option<SliceId> {
+        let (map, first) = self.cells.as_ref()?;
+        Some(SliceId {
+            map: Arc::downgrade(map),
+            first: Arc::as_ptr(first).cast::<u8>() as usize,
+            len: self.len,
+        })
+    }
+
+    /// Whether this slice is the one `id` was taken from, or one with the same cells.
+    pub fn is(&self, id: &SliceId) -> bool {
+        self.cells.as_ref().is_some_and(|(map, first)| {
+            std::ptr::eq(Arc::as_ptr(map), id.map.as_ptr())
+                && Arc::as_ptr(first).cast::<u8>() as usize == id.first
+                && self.len == id.len
+        })
+    }
+}
+
+/// A slice of one snapshot of a row's live cells, identified without keeping the cells
+/// alive. The snapshot is held by a `Weak`: its allocation then cannot be freed and reused
+/// by another map, and a snapshot is changed in place only when nothing else refers to it,
+/// `Weak`s included (`Arc::make_mut` moves it out otherwise), so a live slice whose map is
+/// at the same address holds the very cells the slice held. Holding it weakly keeps a
+/// replica's next write from copying the map, as holding it strongly would.
+pub(super) struct SliceId {
+    map: std::sync::Weak<LiveMap>,
+    /// The address of the first column's name: a key of that snapshot, only compared.
+    first: usize,
+    len: usize,
 }
 
 /// What one replica's scan of a slice found.

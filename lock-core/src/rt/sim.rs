@@ -82,8 +82,9 @@ impl ReadyQueue {
     fn push(&self, task: (u32, u32)) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push_back(task);
     }
-    fn pop(&self) -> Option<(u32, u32)> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    /// Moves every woken task, in order, to the back of `batch` (one lock for all of them).
+    fn drain_into(&self, batch: &mut VecDeque<(u32, u32)>) {
+        batch.append(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
     }
 }
 
@@ -275,6 +276,8 @@ impl Core {
 
     /// Polls task `index` once, if it is still the task that was woken.
     fn run(&self, index: u32, generation: u32) {
+        // The future, its waker and its header are taken out of the slot while it runs (a
+        // task it spawns may grow the slab) and put back after: moved, not cloned.
         let (mut future, waker, header) = {
             let mut tasks = self.tasks.borrow_mut();
             let Some(slot) = tasks.get_mut(index as usize) else { return };
@@ -282,8 +285,8 @@ impl Core {
                 return;
             }
             let Some(future) = slot.future.take() else { return };
-            let waker = slot.waker.clone().expect("a live task has a waker");
-            let header = slot.header.clone().expect("a live task has a header");
+            let waker = slot.waker.take().expect("a live task has a waker");
+            let header = slot.header.take().expect("a live task has a header");
             (future, waker, header)
         };
         header.queued.store(false, Ordering::Release);
@@ -300,7 +303,11 @@ impl Core {
                 self.free_task(index);
             }
             Poll::Pending => {
-                self.tasks.borrow_mut()[index as usize].future = Some(future);
+                let mut tasks = self.tasks.borrow_mut();
+                let slot = &mut tasks[index as usize];
+                slot.future = Some(future);
+                slot.waker = Some(waker);
+                slot.header = Some(header);
             }
         }
     }
@@ -390,14 +397,23 @@ impl Simulation {
         let waker = Waker::from(main.clone());
         let mut cx = Context::from_waker(&waker);
         let mut future = std::pin::pin!(future);
+        let mut batch = VecDeque::new();
         loop {
             if main.0.swap(false, Ordering::AcqRel) {
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     return out;
                 }
             }
-            while let Some((index, generation)) = core.ready.pop() {
-                core.run(index, generation);
+            // Run in batches, each one lock of the ready queue: the tasks a batch wakes go
+            // to the queue's back and run in the next batch, first in, first out as before.
+            loop {
+                core.ready.drain_into(&mut batch);
+                if batch.is_empty() {
+                    break;
+                }
+                while let Some((index, generation)) = batch.pop_front() {
+                    core.run(index, generation);
+                }
             }
             if main.0.load(Ordering::Acquire) {
                 continue;
