@@ -20,8 +20,11 @@
 //! - **Panics** in a task unwind through [`Simulation::block_on`]: a simulated run is one
 //!   program, and a panic anywhere in it is that program's failure.
 //!
-//! Wakers are `Send` and `Sync` (tokio's synchronisation types require it), so the ready
-//! queue sits behind a mutex that only this thread ever takes in practice.
+//! Wakers are `Send` and `Sync` (tokio's synchronisation types require it), yet the ready
+//! queue is a plain queue of the simulation's thread: a waker called on that thread, while
+//! the simulation is entered, queues its task there directly. A waker called anywhere else
+//! (another thread, or after the simulation ended) queues it behind a mutex instead, and the
+//! executor moves those tasks to the back of its own queue before it runs the next task.
 
 use super::JoinError;
 use std::cell::{Cell, RefCell};
@@ -74,17 +77,40 @@ struct TaskSlot {
     waker: Option<Waker>,
 }
 
-/// The tasks that were woken, in order.
-#[derive(Default)]
-struct ReadyQueue(Mutex<VecDeque<(u32, u32)>>);
+/// Tasks woken away from the simulation's thread (or outside the simulation), in order.
+struct RemoteQueue {
+    /// The simulation the tasks belong to.
+    sim: u64,
+    /// Set when `queue` may hold tasks.
+    pending: AtomicBool,
+    queue: Mutex<VecDeque<(u32, u32)>>,
+}
 
-impl ReadyQueue {
-    fn push(&self, task: (u32, u32)) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push_back(task);
+impl RemoteQueue {
+    fn new(sim: u64) -> Self {
+        RemoteQueue { sim, pending: AtomicBool::new(false), queue: Mutex::new(VecDeque::new()) }
     }
-    /// Moves every woken task, in order, to the back of `batch` (one lock for all of them).
-    fn drain_into(&self, batch: &mut VecDeque<(u32, u32)>) {
-        batch.append(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+
+    /// Queues `task` on its simulation's own queue when this thread runs that simulation,
+    /// behind the mutex otherwise.
+    fn push(&self, task: (u32, u32)) {
+        let local = with_core(|core| {
+            if core.id == self.sim {
+                core.ready.borrow_mut().push_back(task);
+            }
+            core.id == self.sim
+        });
+        if local != Some(true) {
+            self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(task);
+            self.pending.store(true, Ordering::Release);
+        }
+    }
+
+    /// Moves every task queued behind the mutex, in order, to the back of `ready`.
+    fn drain_into(&self, ready: &RefCell<VecDeque<(u32, u32)>>) {
+        if self.pending.swap(false, Ordering::AcqRel) {
+            ready.borrow_mut().append(&mut self.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        }
     }
 }
 
@@ -94,7 +120,7 @@ struct Header {
     generation: u32,
     queued: AtomicBool,
     aborted: AtomicBool,
-    ready: Arc<ReadyQueue>,
+    remote: Arc<RemoteQueue>,
 }
 
 impl Wake for Header {
@@ -103,7 +129,7 @@ impl Wake for Header {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.queued.swap(true, Ordering::AcqRel) {
-            self.ready.push((self.index, self.generation));
+            self.remote.push((self.index, self.generation));
         }
     }
 }
@@ -118,7 +144,9 @@ struct Core {
     free_slots: RefCell<Vec<u32>>,
     tasks: RefCell<Vec<TaskSlot>>,
     free_tasks: RefCell<Vec<u32>>,
-    ready: Arc<ReadyQueue>,
+    /// The tasks that were woken, in order.
+    ready: RefCell<VecDeque<(u32, u32)>>,
+    remote: Arc<RemoteQueue>,
     due: RefCell<Vec<Waker>>,
     closing: Cell<bool>,
     polls: Cell<u64>,
@@ -254,13 +282,13 @@ impl Core {
             generation: slot.generation,
             queued: AtomicBool::new(true),
             aborted: AtomicBool::new(false),
-            ready: self.ready.clone(),
+            remote: self.remote.clone(),
         });
         slot.future = Some(Box::pin(task));
         slot.waker = Some(Waker::from(header.clone()));
         slot.header = Some(header.clone());
         *state.header.lock().unwrap_or_else(|e| e.into_inner()) = Some(header);
-        self.ready.push((index, slot.generation));
+        self.ready.borrow_mut().push_back((index, slot.generation));
         JoinHandle { state }
     }
 
@@ -365,9 +393,10 @@ pub struct Simulation {
 impl Simulation {
     /// A simulation whose ties `seed` orders, its clock at zero.
     pub fn new(seed: u64) -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         Simulation {
             core: Rc::new(Core {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                id,
                 base: std::time::Instant::now(),
                 now: Cell::new(0),
                 rng: Cell::new(seed),
@@ -376,7 +405,8 @@ impl Simulation {
                 free_slots: RefCell::new(Vec::new()),
                 tasks: RefCell::new(Vec::new()),
                 free_tasks: RefCell::new(Vec::new()),
-                ready: Arc::new(ReadyQueue::default()),
+                ready: RefCell::new(VecDeque::new()),
+                remote: Arc::new(RemoteQueue::new(id)),
                 due: RefCell::new(Vec::new()),
                 closing: Cell::new(false),
                 polls: Cell::new(0),
@@ -397,22 +427,22 @@ impl Simulation {
         let waker = Waker::from(main.clone());
         let mut cx = Context::from_waker(&waker);
         let mut future = std::pin::pin!(future);
-        let mut batch = VecDeque::new();
         loop {
             if main.0.swap(false, Ordering::AcqRel) {
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     return out;
                 }
             }
-            // Run in batches, each one lock of the ready queue: the tasks a batch wakes go
-            // to the queue's back and run in the next batch, first in, first out as before.
+            // First in, first out; the queue is not borrowed while a task runs, so the tasks
+            // it wakes go to the back.
             loop {
-                core.ready.drain_into(&mut batch);
-                if batch.is_empty() {
-                    break;
+                if core.remote.pending.load(Ordering::Relaxed) {
+                    core.remote.drain_into(&core.ready);
                 }
-                while let Some((index, generation)) = batch.pop_front() {
-                    core.run(index, generation);
+                let next = core.ready.borrow_mut().pop_front();
+                match next {
+                    Some((index, generation)) => core.run(index, generation),
+                    None => break,
                 }
             }
             if main.0.load(Ordering::Acquire) {

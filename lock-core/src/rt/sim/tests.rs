@@ -1,5 +1,5 @@
 use crate::rt::{self, JoinError, Simulation};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -217,6 +217,47 @@ fn yielding_lets_every_ready_task_run_first() {
         order
     });
     assert_eq!(order, vec!["other", "main"]);
+}
+
+#[test]
+fn a_waker_called_from_another_thread_still_wakes_its_task() {
+    let mut sim = Simulation::new(1);
+    let polls = sim.block_on(async {
+        let woken = Arc::new(AtomicBool::new(false));
+        let flag = Arc::new(AtomicBool::new(false));
+        let (flag_in_task, woken_in_task) = (flag.clone(), woken.clone());
+        let waiter = rt::spawn(async move {
+            let (flag, woken) = (flag_in_task, woken_in_task);
+            let mut polls = 0;
+            std::future::poll_fn(|cx| {
+                polls += 1;
+                if flag.load(Ordering::SeqCst) {
+                    return std::task::Poll::Ready(());
+                }
+                if polls == 1 {
+                    let (waker, flag, woken) = (cx.waker().clone(), flag.clone(), woken.clone());
+                    std::thread::spawn(move || {
+                        flag.store(true, Ordering::SeqCst);
+                        waker.wake();
+                        woken.store(true, Ordering::SeqCst);
+                    });
+                }
+                std::task::Poll::Pending
+            })
+            .await;
+            polls
+        });
+        // Keeps the simulation busy until the other thread has woken the waiter.
+        let spinner = rt::spawn(async move {
+            while !woken.load(Ordering::SeqCst) {
+                rt::yield_now().await;
+            }
+        });
+        let polls = waiter.await.unwrap();
+        spinner.await.unwrap();
+        polls
+    });
+    assert_eq!(polls, 2);
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
