@@ -281,3 +281,34 @@ async fn outside_a_simulation_the_calls_go_to_tokio() {
 fn outside_any_runtime_try_spawn_drops_the_work() {
     assert!(rt::try_spawn(async {}).is_none());
 }
+
+#[test]
+fn the_timer_heap_pops_in_the_order_of_a_binary_heap() {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut ours = super::TimerHeap::default();
+    let mut theirs = BinaryHeap::new();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for step in 0..20_000u32 {
+        let r = next();
+        // Few distinct due times and tie-breakers, so that entries tie on them.
+        if r % 3 != 0 {
+            let entry = (r % 64, (r >> 8) % 4, (r >> 16) as u32 % 8, step);
+            ours.push(entry);
+            theirs.push(Reverse(entry));
+        } else {
+            assert_eq!(ours.pop(), theirs.pop().map(|Reverse(e)| e));
+        }
+        assert_eq!(ours.peek(), theirs.peek().map(|Reverse(e)| e));
+    }
+    while let Some(Reverse(e)) = theirs.pop() {
+        assert_eq!(ours.pop(), Some(e));
+    }
+    assert_eq!(ours.pop(), None);
+}
