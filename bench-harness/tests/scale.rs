@@ -19,8 +19,7 @@ fn a_tiny_grid_writes_every_figure_measured() {
         .arg(&dir)
         .output()
         .expect("the binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text = support::output_text(&out);
     assert!(out.status.success(), "{text}");
 
     let json = std::fs::read_to_string(dir.join("scale.json")).expect("scale.json");
@@ -81,9 +80,7 @@ fn scale(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
         .arg(dir)
         .output()
         .expect("the binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
+    (out.status.code(), support::output_text(&out))
 }
 
 fn read(dir: &std::path::Path) -> ScaleSummary {

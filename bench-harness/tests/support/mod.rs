@@ -22,9 +22,12 @@ pub fn run_checked(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
         .arg(dir)
         .output()
         .expect("the binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
+    (out.status.code(), output_text(&out))
+}
+
+/// A finished command's standard output followed by its standard error.
+pub fn output_text(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
 /// Fault windows of `kind` in `dir/faults.csv`: (target, start_us, end_us).
