@@ -261,10 +261,7 @@ pub async fn drive(
     }
     // One allocation of the log's size: growing it contender by contender would hold up to
     // twice the log at once.
-    let mut grants = Vec::with_capacity(logs.iter().map(Vec::len).sum());
-    for log in logs {
-        grants.extend(log);
-    }
+    let grants = logs.concat();
     if let Some(t) = ticker {
         t.abort();
     }

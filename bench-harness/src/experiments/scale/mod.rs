@@ -344,14 +344,17 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<()> {
             format_duration(summary.scenario.timing.duration)
         ),
     );
-    let mut fresh = Vec::new();
+    let merging = previous.is_some();
+    summary.points = previous.unwrap_or_default();
     for cfg in &runs {
-        fresh.push(measure_point(cfg, args.quiet)?);
+        let point = measure_point(cfg, args.quiet)?;
+        if merging {
+            let earlier = std::mem::take(&mut summary.points);
+            summary.points = merge(&summary.scenario, earlier, vec![point]);
+        } else {
+            summary.points.push(point);
+        }
         // Written after every point, so that a sweep cut short keeps what it measured.
-        summary.points = match &previous {
-            Some(previous) => merge(&summary.scenario, previous.clone(), fresh.clone()),
-            None => fresh.clone(),
-        };
         files::write_json(&args.out.join("scale.json"), &summary)?;
     }
     report::write_outputs(args, &summary, wall)
