@@ -305,3 +305,26 @@ async fn concurrent_writers_on_a_multi_thread_runtime_in_wall_time() {
         ((writers * per_writer) as u64, (writers * per_writer + 1) as u64)
     );
 }
+
+/// A coordinator wakes up only when something happens that someone can see: a replica
+/// reading or applying at its instant, and the answer that completes the request. A QUORUM
+/// read of two replicas is two reads and one completing answer: three timers; a QUORUM write
+/// to three replicas is three applies and the second acknowledgement: four. (Round trips of
+/// 800-1200 us: every replica acts, half-way, before any answer arrives.)
+#[test]
+fn a_coordinator_wakes_for_what_happens_not_for_every_answer() {
+    let mut sim = lock_core::rt::Simulation::new(3);
+    let s = three(LatencyModel::new(Duration::from_micros(800), Duration::from_micros(400)));
+    sim.block_on(s.write(T, ROW, &[cell("x", "v", 1)], Consistency::All)).unwrap();
+    for _ in 0..20 {
+        let before = sim.timers_fired();
+        let read = sim.block_on(s.read(T, ROW, Slice::all(), Consistency::Quorum)).unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(sim.timers_fired() - before, 3, "two reads and the completing answer");
+    }
+    for i in 2..22 {
+        let before = sim.timers_fired();
+        sim.block_on(s.write(T, ROW, &[cell("x", "w", i)], Consistency::Quorum)).unwrap();
+        assert_eq!(sim.timers_fired() - before, 4, "three applies and the completing answer");
+    }
+}

@@ -708,20 +708,28 @@ impl Caller<'_> {
             if ev.at > deadline {
                 break;
             }
-            if ev.at > crate::rt::now() {
-                crate::rt::sleep_until(ev.at).await;
-                slept = true;
-            }
             next += 1;
             if ev.reply {
+                // A reply that does not complete the phase changes nothing anyone can see, so
+                // the coordinator takes it in without waking up at its instant.
                 if let Some(reply) = replies.get_mut(ev.slot).and_then(Option::take) {
                     answers.push((ev.slot, reply));
                     if wait.satisfied(&answers, live.len()) {
+                        if ev.at > crate::rt::now() {
+                            crate::rt::sleep_until(ev.at).await;
+                            slept = true;
+                        }
                         complete = true;
                         break;
                     }
                 }
-            } else if let Some(slot) = replies.get_mut(ev.slot) {
+                continue;
+            }
+            if ev.at > crate::rt::now() {
+                crate::rt::sleep_until(ev.at).await;
+                slept = true;
+            }
+            if let Some(slot) = replies.get_mut(ev.slot) {
                 *slot = inner.deliver_paxos(ev.slot, table, row, &message, crate::rt::now());
             }
         }
