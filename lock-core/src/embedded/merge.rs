@@ -1,7 +1,7 @@
 //! How a coordinator merges several replicas' answers to a read: per column, by the cell
 //! reconciliation rules, before it drops dead cells and applies the slice's limit.
 
-use super::row::{self, LiveCell};
+use super::row::{self, DeadCursor, LiveCell};
 use super::Answer;
 use super::RawAnswer;
 use crate::store::{reconcile_weighed, Cell, Micros, Weighed};
@@ -40,6 +40,7 @@ pub(super) fn merge_into(answers: &[Answer], limit: Option<usize>, out: &mut Vec
         raws.iter().filter(|r| r.truncated).filter_map(|r| r.live.last()).min();
     let cap = limit.unwrap_or(usize::MAX);
     let mut lists: Vec<_> = raws.iter().map(|r| r.live.iter().peekable()).collect();
+    let mut cursors = vec![DeadCursor::default(); raws.len()];
     let mut filled = Filler::new(out);
     // A k-way merge of the sorted live lists, k being the few replicas read.
     while filled.len() < cap {
@@ -54,7 +55,7 @@ pub(super) fn merge_into(answers: &[Answer], limit: Option<usize>, out: &mut Vec
         if bound.is_some_and(|b| &**column > b) {
             break;
         }
-        if let Some(best) = winner(column, &mut lists, &raws) {
+        if let Some(best) = winner(column, &mut lists, &raws, &mut cursors) {
             filled.push(column, best.value, best.timestamp);
         }
     }
@@ -142,20 +143,22 @@ where
 }
 
 /// The reconciled version of `column` over the replicas' answers, when it is live; takes the
-/// column off the live lists.
+/// column off the live lists. Columns come in increasing order, so each replica's dead cells
+/// are searched on from where its `cursors` entry says the last search ended.
 pub(super) fn winner<'a, L>(
     column: &Arc<str>,
     lists: &mut [Peekable<L>],
     raws: &[&RawAnswer],
+    cursors: &mut [DeadCursor],
 ) -> Option<Weighed<'a, Instant>>
 where
     L: Iterator<Item = (&'a Arc<str>, &'a LiveCell)>,
 {
     let mut best: Option<Weighed<'a, Instant>> = None;
-    for (list, raw) in lists.iter_mut().zip(raws) {
+    for ((list, raw), cursor) in lists.iter_mut().zip(raws).zip(cursors) {
         let version = match list.next_if(|&(k, _)| Arc::ptr_eq(k, column) || k == column) {
             Some((_, c)) => row::weigh_live(c),
-            None => match raw.dead.get(column) {
+            None => match raw.dead.get_after(cursor, column) {
                 Some(d) => Weighed::dead(d.timestamp),
                 None => continue,
             },

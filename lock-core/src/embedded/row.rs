@@ -79,6 +79,13 @@ impl Incoming {
 
 type Chunk = Vec<(Arc<str>, DeadCell)>;
 
+/// Where the last of a series of increasing lookups ([`DeadCells::get_after`]) ended.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct DeadCursor {
+    chunk: Option<usize>,
+    pos: usize,
+}
+
 /// Dead cells sorted by column, chunked for cheap ranks and snapshots (see the module docs).
 #[derive(Clone, Default)]
 pub(super) struct DeadCells {
@@ -94,14 +101,61 @@ impl DeadCells {
     /// The chunk that holds `column` or would hold it: the last one whose first column is
     /// `<= column` (the first chunk for a column before all of them).
     fn chunk_of(&self, column: &str) -> usize {
+        // Most lookups are for columns at or past the last chunk's first: rows grow at their
+        // end (queue entries, ticket numbers), so the newest columns are the ones asked for.
+        let last = self.chunks.len().saturating_sub(1);
+        if self.chunks.get(last).and_then(|c| c.first()).is_some_and(|(k, _)| &**k <= column) {
+            return last;
+        }
         self.chunks
             .partition_point(|c| c.first().is_some_and(|(k, _)| &**k <= column))
             .saturating_sub(1)
     }
 
     pub fn get(&self, column: &str) -> Option<DeadCell> {
+        // A column past every dead one, as a live cell written after the deletions usually
+        // is, is answered by one comparison.
+        let (greatest, _) = self.chunks.last()?.last()?;
+        if column > &**greatest {
+            return None;
+        }
         let chunk = self.chunks.get(self.chunk_of(column))?;
         chunk.binary_search_by(|(k, _)| (**k).cmp(column)).ok().map(|i| chunk[i].1)
+    }
+
+    /// [`DeadCells::get`] for a caller that asks for columns in increasing order, as a merge
+    /// does: `cursor` remembers where the last one was, and the search gallops on from there
+    /// (a handful of comparisons when the columns asked for lie close together, instead of a
+    /// binary search over every dead cell each time).
+    pub fn get_after(&self, cursor: &mut DeadCursor, column: &str) -> Option<DeadCell> {
+        let (greatest, _) = self.chunks.last()?.last()?;
+        if column > &**greatest {
+            return None;
+        }
+        let mut at = match *cursor {
+            DeadCursor { chunk: Some(c), pos } => (c, pos),
+            DeadCursor { chunk: None, .. } => (self.chunk_of(column), 0),
+        };
+        // Into the chunk that holds `column` (a few steps forward, or a search past many).
+        let past = |c: usize| {
+            self.chunks.get(c).and_then(|c| c.last()).is_some_and(|(k, _)| &**k < column)
+        };
+        if past(at.0) {
+            at = if past(at.0 + 1) { (self.chunk_of(column), 0) } else { (at.0 + 1, 0) };
+        }
+        let chunk = self.chunks.get(at.0)?;
+        let rest = chunk.get(at.1..)?;
+        // Gallop: the first index at `2^k - 1` whose column is not less, then a binary search
+        // below it.
+        let mut bound = 1;
+        while bound <= rest.len() && *rest[bound - 1].0 < *column {
+            bound *= 2;
+        }
+        let low = bound / 2;
+        let high = bound.min(rest.len());
+        let i = low + rest[low..high].partition_point(|(k, _)| &**k < column);
+        *cursor = DeadCursor { chunk: Some(at.0), pos: at.1 + i };
+        rest.get(i).filter(|(k, _)| &**k == column).map(|(_, c)| *c)
     }
 
     pub fn insert(&mut self, column: Arc<str>, cell: DeadCell) {
@@ -141,8 +195,16 @@ impl DeadCells {
     /// How many dead cells sort before `column` (`None`: all of them).
     pub fn rank(&self, column: Option<&str>) -> usize {
         let Some(column) = column else { return self.len };
+        match self.chunks.last().and_then(|c| c.last()) {
+            Some((greatest, _)) if column > &**greatest => return self.len,
+            None => return 0,
+            Some(_) => {}
+        }
         let i = self.chunk_of(column);
-        let before: usize = self.chunks[..i.min(self.chunks.len())].iter().map(|c| c.len()).sum();
+        let before: usize = match self.chunks.len().checked_sub(1) {
+            Some(last) if i == last => self.len - self.chunks[last].len(),
+            _ => self.chunks[..i.min(self.chunks.len())].iter().map(|c| c.len()).sum(),
+        };
         let inside = self.chunks.get(i).map_or(0, |c| c.partition_point(|(k, _)| &**k < column));
         before + inside
     }
@@ -419,6 +481,28 @@ mod tests {
             d.insert(Arc::from(format!("{i:08}")), DeadCell { timestamp: i as i64, dead_at: now });
         }
         d
+    }
+
+    /// Increasing lookups through a cursor find what [`DeadCells::get`] finds, for columns
+    /// present, absent, between chunks, before and past every dead cell, near and far apart.
+    #[tokio::test(start_paused = true)]
+    async fn cursor_lookups_agree_with_plain_ones() {
+        let mut d = dead(3000);
+        d.retain(|c| c.timestamp % 3 != 0);
+        let columns: Vec<String> =
+            (0..3100).flat_map(|i| [format!("{i:08}"), format!("{i:08}x")]).collect();
+        for stride in [1, 2, 7, 64, 500, 2999] {
+            for first in [0, 1, 255, 256, 4000] {
+                let mut cursor = DeadCursor::default();
+                for column in columns.iter().skip(first).step_by(stride) {
+                    let plain = d.get(column).map(|c| c.timestamp);
+                    let after = d.get_after(&mut cursor, column).map(|c| c.timestamp);
+                    assert_eq!(after, plain, "{column} (stride {stride}, from {first})");
+                }
+            }
+        }
+        let mut cursor = DeadCursor::default();
+        assert!(DeadCells::default().get_after(&mut cursor, "0").is_none());
     }
 
     #[tokio::test(start_paused = true)]
