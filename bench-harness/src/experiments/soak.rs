@@ -91,13 +91,13 @@ fn add(sum: &mut crate::measure::safety::SafetyFigures, f: &crate::measure::safe
     sum.crashed_holds += f.crashed_holds;
 }
 
-/// The configuration of run `k` of `algorithm`.
-fn config(args: &SoakArgs, algorithm: &str, k: u32) -> Result<RunConfig, String> {
+/// The configuration of run `k` of `algorithm`, `length` of simulated time long.
+fn config(args: &SoakArgs, algorithm: &str, k: u32, length: Duration) -> Result<RunConfig, String> {
     let mut cfg = RunConfig::on(engines::EngineRef::default_engine());
     cfg.algorithms = vec![algorithm.to_string()];
     cfg.threads = args.threads as usize;
     cfg.locks = args.locks as usize;
-    cfg.duration = args.run_length;
+    cfg.duration = length;
     cfg.faults = args.faults.clone();
     cfg.seed = args.seed + u64::from(k);
     cfg.validate()?;
@@ -121,8 +121,11 @@ fn soak_one(
         wall: Duration::ZERO,
         unsafe_runs: Vec::new(),
     };
+    let mut simulated = Duration::ZERO;
     while s.grants < args.grants {
-        let cfg = config(args, algorithm.name, s.runs).map_err(crate::UsageError)?;
+        let length = next_length(args, s.grants, simulated);
+        let cfg = config(args, algorithm.name, s.runs, length).map_err(crate::UsageError)?;
+        simulated += length;
         let dir = out.join(algorithm.name).join(format!("run-{}", s.runs));
         files::prepare_dir(&dir)?;
         let outcome = runner::run_algorithm(&cfg, algorithm, None)?;
@@ -156,6 +159,29 @@ fn soak_one(
     }
     s.wall = wall.elapsed();
     Ok(s)
+}
+
+/// Shortest last run: long enough for every kind of fault of the schedule to come round.
+const MIN_RUN: Duration = Duration::from_secs(20);
+
+/// The length of the next run: the full run length, or, once the runs so far tell how many
+/// grants a simulated second yields and fewer than a full run's are missing, a tenth more
+/// than that rate says the missing grants take (at least [`MIN_RUN`]). A soak then checks
+/// about the grants asked for, not up to a whole run more. It depends only on the
+/// algorithm's own runs, so the runs and their lengths are the same however the soak's
+/// algorithms share the processors.
+fn next_length(args: &SoakArgs, grants: u64, simulated: Duration) -> Duration {
+    let full = args.run_length;
+    if grants == 0 || simulated.is_zero() {
+        return full;
+    }
+    let rate = grants as f64 / simulated.as_secs_f64();
+    let missing = args.grants.saturating_sub(grants) as f64;
+    let secs = (missing / rate * 1.1).ceil();
+    if secs >= full.as_secs_f64() {
+        return full;
+    }
+    Duration::from_secs_f64(secs).max(MIN_RUN).min(full)
 }
 
 /// Soaks every algorithm, as many at once as the machine has processors: each run is a
@@ -193,7 +219,8 @@ pub fn render(args: &SoakArgs, soaked: &[Soaked]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Soak: {} contenders on {} locks, QUORUM, {}s runs of simulated time, faults {}\n",
+        "Soak: {} contenders on {} locks, QUORUM, runs of {}s of simulated time (the last one \
+         shorter when fewer grants are missing), faults {}\n",
         args.threads,
         args.locks,
         args.run_length.as_secs(),
@@ -251,7 +278,7 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
         .map_err(crate::UsageError)?;
     // Validate once before any run starts.
     for a in &algorithms {
-        config(args, a.name, 0).map_err(crate::UsageError)?;
+        config(args, a.name, 0, args.run_length).map_err(crate::UsageError)?;
     }
     files::prepare_dir(&args.out)?;
     let soaked = soak_all(args, &algorithms)?;
@@ -276,6 +303,31 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
 mod console_tests {
     use super::*;
     use crate::report::console::{widest_line, WIDTH};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        soak: SoakArgs,
+    }
+
+    fn args(line: &[&str]) -> SoakArgs {
+        Cli::parse_from(std::iter::once("soak").chain(line.iter().copied())).soak
+    }
+
+    #[test]
+    fn the_last_run_is_as_long_as_the_missing_grants_need() {
+        let a = args(&[]);
+        let s = Duration::from_secs;
+        assert_eq!(next_length(&a, 0, Duration::ZERO), s(120), "nothing measured yet");
+        // 300,000 grants in 120 s: 2,500 a second.
+        assert_eq!(next_length(&a, 300_000, s(120)), s(120));
+        assert_eq!(next_length(&a, 900_000, s(360)), s(44), "100,000 missing, a tenth more");
+        assert_eq!(next_length(&a, 990_000, s(360)), MIN_RUN);
+        assert_eq!(next_length(&a, 700_000, s(360)), s(120), "a full run is not enough");
+        let short = args(&["--run-length", "10s", "--grants", "1000"]);
+        assert_eq!(next_length(&short, 900, s(10)), s(10), "never past the run length");
+    }
 
     /// Every Cassandra-model lock with figures as wide as a long faulty soak gives.
     #[test]
