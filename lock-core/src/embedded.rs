@@ -390,16 +390,15 @@ impl Caller<'_> {
             }
             // An acknowledgement that does not complete the request changes nothing anyone
             // can see, so the coordinator counts it without waking up at its instant.
-            let decisive =
-                ev.reply && applied.get(ev.slot).copied().unwrap_or(false) && acks + 1 >= required;
-            if ev.at > now && (!ev.reply || decisive) {
+            let acked = ev.reply && applied.get(ev.slot).copied().unwrap_or(false);
+            if ev.at > now && (!ev.reply || (acked && acks + 1 >= required)) {
                 crate::rt::sleep_until(ev.at).await;
                 slept = true;
                 now = crate::rt::now();
             }
             flight.next += 1;
             if ev.reply {
-                if applied.get(ev.slot).copied().unwrap_or(false) {
+                if acked {
                     acks += 1;
                     if acks >= required {
                         break;

@@ -112,11 +112,14 @@ impl DeadCells {
             .saturating_sub(1)
     }
 
+    /// True when `column` sorts after every dead cell (or there are none): a live cell written
+    /// after the deletions usually does, and is then answered by one comparison.
+    fn after_all(&self, column: &str) -> bool {
+        self.chunks.last().and_then(|c| c.last()).is_none_or(|(greatest, _)| column > &**greatest)
+    }
+
     pub fn get(&self, column: &str) -> Option<DeadCell> {
-        // A column past every dead one, as a live cell written after the deletions usually
-        // is, is answered by one comparison.
-        let (greatest, _) = self.chunks.last()?.last()?;
-        if column > &**greatest {
+        if self.after_all(column) {
             return None;
         }
         let chunk = self.chunks.get(self.chunk_of(column))?;
@@ -128,8 +131,7 @@ impl DeadCells {
     /// (a handful of comparisons when the columns asked for lie close together, instead of a
     /// binary search over every dead cell each time).
     pub fn get_after(&self, cursor: &mut DeadCursor, column: &str) -> Option<DeadCell> {
-        let (greatest, _) = self.chunks.last()?.last()?;
-        if column > &**greatest {
+        if self.after_all(column) {
             return None;
         }
         let mut at = match *cursor {
@@ -195,10 +197,8 @@ impl DeadCells {
     /// How many dead cells sort before `column` (`None`: all of them).
     pub fn rank(&self, column: Option<&str>) -> usize {
         let Some(column) = column else { return self.len };
-        match self.chunks.last().and_then(|c| c.last()) {
-            Some((greatest, _)) if column > &**greatest => return self.len,
-            None => return 0,
-            Some(_) => {}
+        if self.after_all(column) {
+            return self.len;
         }
         let i = self.chunk_of(column);
         let before: usize = match self.chunks.len().checked_sub(1) {
