@@ -24,7 +24,7 @@ use super::conflict::broken_time_us;
 use super::log::{FaultWindow, ResourceWrite};
 use super::metrics::{by_lock, ByLock, Grant};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The safety figures of one algorithm's run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,25 +94,31 @@ pub fn overlap_time_us(locks: &ByLock<'_>) -> u64 {
 /// the writer's grant and not after the write. The writer's grant is its latest grant with
 /// the write's lock, contender and token up to the write (a contender's holds never overlap
 /// each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches over the
-/// grants in grant order: a soak's run has hundreds of thousands of writes.
+/// grants in grant order and over one sorted list of `(lock, contender, token, granted)`: a
+/// soak's run has hundreds of thousands of writes, and one flat list costs a third of what a
+/// map holding a list per grant does.
 pub fn stale_flags(locks: &ByLock<'_>, writes: &[ResourceWrite]) -> Vec<bool> {
-    let mut granted: HashMap<(u32, u32, u64), Vec<u64>> = HashMap::new();
+    let mut granted: Vec<(u32, u32, u64, u64)> =
+        Vec::with_capacity(locks.values().map(|list| list.len()).sum());
     for (&lock, list) in locks {
-        for g in list.iter() {
-            granted.entry((lock, g.contender, g.token)).or_default().push(g.granted_us);
-        }
+        granted.extend(list.iter().map(|g| (lock, g.contender, g.token, g.granted_us)));
     }
+    granted.sort_unstable();
     writes
         .iter()
         .map(|w| {
-            let (Some(times), Some(list)) =
-                (granted.get(&(w.lock, w.contender, w.token)), locks.get(&w.lock))
-            else {
+            let Some(list) = locks.get(&w.lock) else { return false };
+            let key = (w.lock, w.contender, w.token);
+            // The writer's grants up to the write: the keys equal to `key` with a grant time
+            // at or before it; the latest of them is the last such entry.
+            let end = granted
+                .partition_point(|&(l, c, t, at)| (l, c, t, at) <= (key.0, key.1, key.2, w.at_us));
+            let Some(&(l, c, t, mine)) = end.checked_sub(1).and_then(|i| granted.get(i)) else {
                 return false;
             };
-            let Some(&mine) = times[..times.partition_point(|&t| t <= w.at_us)].last() else {
+            if (l, c, t) != key {
                 return false;
-            };
+            }
             let next = list.partition_point(|g| g.granted_us <= mine);
             list.get(next).is_some_and(|g| g.granted_us <= w.at_us)
         })
@@ -235,12 +241,19 @@ pub fn judge(
 
 /// Per fault kind, the longest wait from a window's end to the first grant at or after it.
 pub fn resumed_after(grants: &[Grant], faults: &[FaultWindow]) -> BTreeMap<String, u64> {
-    let mut granted: Vec<u64> = grants.iter().map(|g| g.granted_us).collect();
-    granted.sort_unstable();
+    // Each lock's grants are in grant order: the first grant at or after an instant is the
+    // earliest of each lock's first one there.
+    let locks = by_lock(grants);
+    let first_from = |end_us: u64| {
+        locks
+            .values()
+            .filter_map(|list| list.get(list.partition_point(|g| g.granted_us < end_us)))
+            .map(|g| g.granted_us)
+            .min()
+    };
     let mut out: BTreeMap<String, u64> = BTreeMap::new();
     for w in faults {
-        let i = granted.partition_point(|&t| t < w.end_us);
-        if let Some(&next) = granted.get(i) {
+        if let Some(next) = first_from(w.end_us) {
             let wait = next - w.end_us;
             let most = out.entry(w.kind.clone()).or_insert(0);
             *most = (*most).max(wait);
@@ -297,6 +310,12 @@ mod tests {
         // latest grant, not its first.
         let again = [g(0, 0, 10, 20, 1), g(1, 0, 30, 40, 2), g(0, 0, 50, 60, 1)];
         assert_eq!(stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]), [false]);
+        // A write before any grant of its key, and a write whose token no grant of that
+        // contender carried, are not stale (nothing says which hold made them).
+        assert_eq!(
+            stale_flags(&by_lock(&grants), &[w(0, 1, 5, true), w(0, 9, 49, true)]),
+            [false, false]
+        );
         let mut lost = grants;
         lost[0].lease_lost = true;
         let f = figures(&lost, &writes, &[], 0);
