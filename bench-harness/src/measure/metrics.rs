@@ -89,16 +89,27 @@ pub fn by_lock(grants: &[Grant]) -> ByLock<'_> {
 /// Highest latency a histogram records exactly: one hour. Longer values saturate.
 pub const HISTOGRAM_MAX_US: u64 = 3_600_000_000;
 
-/// An empty latency histogram: microseconds, three significant digits, up to an hour.
+/// An empty latency histogram: microseconds, three significant digits. Its counts grow to the
+/// largest latency recorded instead of being allocated up to an hour at once: a run keeps one
+/// per contender, and most latencies stay under a few seconds, where a histogram is half the
+/// size. Record through [`record_latency`], which saturates at [`HISTOGRAM_MAX_US`].
 pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_max(HISTOGRAM_MAX_US, 3).expect("valid histogram bounds")
+    Histogram::new(3).expect("valid histogram bounds")
+}
+
+/// Records one latency, saturating at [`HISTOGRAM_MAX_US`] (its bucket is the one a histogram
+/// bounded at an hour saturates into, so quantiles are the same as with such a histogram).
+pub fn record_latency(h: &mut Histogram<u64>, latency_us: u64) {
+    // A growing histogram resizes for any value up to its hard limit, which an hour is far
+    // below: recording cannot fail.
+    let _ = h.record(latency_us.min(HISTOGRAM_MAX_US));
 }
 
 /// A histogram of the grants' acquisition latencies.
 pub fn latency_histogram(grants: &[Grant]) -> Histogram<u64> {
     let mut h = new_histogram();
     for g in grants {
-        h.saturating_record(g.latency_us());
+        record_latency(&mut h, g.latency_us());
     }
     h
 }
@@ -797,6 +808,30 @@ mod tests {
         assert_eq!(grants_in_window(&grants, 50_000), 50);
         assert_eq!(grants_per_second_per_lock(&grants, 50_000, 1), 1000.0);
         assert_eq!(latency_stats(&new_histogram()), LatencyStats::default());
+    }
+
+    #[test]
+    fn a_latency_histogram_grows_to_what_it_records_and_saturates_at_an_hour() {
+        let bounded = || Histogram::<u64>::new_with_max(HISTOGRAM_MAX_US, 3).unwrap();
+        let mut h = new_histogram();
+        let mut reference = bounded();
+        for us in [1, 999, 20_000, 1_500_000] {
+            record_latency(&mut h, us);
+            reference.saturating_record(us);
+        }
+        // Up to a second and a half: about half of an hour-bounded histogram's counts.
+        assert!(
+            h.distinct_values() * 3 < reference.distinct_values() * 2,
+            "{}",
+            h.distinct_values()
+        );
+        assert_eq!(latency_stats(&h), latency_stats(&reference));
+        assert_eq!(latency_cdf(&h), latency_cdf(&reference));
+        // Past an hour: the same bucket as the bounded histogram's saturation.
+        record_latency(&mut h, 2 * HISTOGRAM_MAX_US);
+        reference.saturating_record(2 * HISTOGRAM_MAX_US);
+        assert_eq!(latency_stats(&h), latency_stats(&reference));
+        assert_eq!(h.max(), reference.max());
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   the leader), the time until the next grant of its lock: when the next leader knows it
 //!   leads. The crashed holder's lease must run out first, so this is at least the TTL.
 
-use super::metrics::{by_lock, latency_stats, new_histogram, round4, ByLock, Grant, LatencyStats};
+use super::metrics::{
+    by_lock, latency_stats, new_histogram, record_latency, round4, ByLock, Grant, LatencyStats,
+};
 use crate::primitive::{Primitive, Share};
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +58,7 @@ pub fn figures(primitive: Primitive, grants: &[Grant]) -> Option<ShareFigures> {
     let latency = |keep: &dyn Fn(&Grant) -> bool| {
         let mut h = new_histogram();
         for g in grants.iter().filter(|g| keep(g)) {
-            h.saturating_record(g.latency_us());
+            record_latency(&mut h, g.latency_us());
         }
         latency_stats(&h)
     };

@@ -28,7 +28,7 @@ use crate::keys::Keys;
 use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
 };
-use crate::measure::metrics::{new_histogram, Grant};
+use crate::measure::metrics::{new_histogram, record_latency, Grant};
 use crate::primitive::{Asking, Primitive};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
@@ -531,7 +531,7 @@ async fn round(
         Stamp::Tokio { .. } => us_between(plan.scale, requested, granted),
         Stamp::System { .. } => granted_us.saturating_sub(requested_us),
     };
-    out.histogram.saturating_record(latency_us);
+    record_latency(&mut out.histogram, latency_us);
     let token = guard.0.as_ref().map_or(0, LockGuard::token);
     let queued_us = guard.0.as_ref().and_then(LockGuard::queued_at).map(|t| plan.stamp.past(t));
     let held = Grant {

@@ -35,7 +35,7 @@ use crate::engines::Algorithm;
 
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
 use crate::measure::log::{FaultWindow, ResourceWrite};
-use crate::measure::metrics::{new_histogram, Grant, OpCount};
+use crate::measure::metrics::{new_histogram, record_latency, Grant, OpCount};
 use anyhow::{anyhow, bail, Context};
 use indicatif::ProgressBar;
 use lock_core::embedded::{OpCounts, StoreCounters};
@@ -209,7 +209,7 @@ pub fn merge(
     }
     let mut histograms: Vec<_> = (0..n).map(|_| new_histogram()).collect();
     for g in &grants {
-        histograms[g.contender as usize].saturating_record(g.latency_us());
+        record_latency(&mut histograms[g.contender as usize], g.latency_us());
     }
     let contenders = records
         .into_iter()
