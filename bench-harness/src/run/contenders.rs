@@ -18,6 +18,7 @@
 //! granted before its end, requests sent between its start and its end: the counters are
 //! read at both).
 
+use super::chunked::ChunkedLog;
 use super::nemesis::{Control, Nemesis};
 use super::resource::{FencedResource, Resource};
 use super::stamp::{us_between, Stamp};
@@ -40,6 +41,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// A contender's grants as it makes them: small chunks, since every contender of a run keeps
+/// one part-filled.
+type GrantLog = ChunkedLog<Grant, 256>;
 
 /// The tokio runtime of wall-time runs: two workers, every driver.
 pub fn wall_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -259,9 +264,8 @@ pub async fn drive(
         logs.push(log);
         contenders.push(outcome);
     }
-    // One allocation of the log's size: growing it contender by contender would hold up to
-    // twice the log at once.
-    let grants = logs.concat();
+    // One allocation of the log's size, each contender's chunks freed as they are moved.
+    let grants = ChunkedLog::concat(logs);
     if let Some(t) = ticker {
         t.abort();
     }
@@ -439,15 +443,11 @@ struct InProgress {
     holding: Option<Grant>,
 }
 
-async fn contender(
-    mut locker: Asking,
-    plan: Plan,
-    shared: Shared,
-) -> (Vec<Grant>, ContenderOutcome) {
+async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> (GrantLog, ContenderOutcome) {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut key_rng = StdRng::seed_from_u64(plan.key_seed);
     let mut share_rng = StdRng::seed_from_u64(plan.share_seed);
-    let mut grants = Vec::new();
+    let mut grants = GrantLog::new();
     let mut out = ContenderOutcome {
         index: plan.index as u32,
         lock: plan.keys.is_fixed().then_some(plan.home as u32),
@@ -503,7 +503,7 @@ async fn round(
     shared: &Shared,
     (rng, key_rng, share_rng): (&mut StdRng, &mut StdRng, &mut StdRng),
     now: &mut InProgress,
-    grants: &mut Vec<Grant>,
+    grants: &mut GrantLog,
     out: &mut ContenderOutcome,
 ) -> Round {
     let ctl = &shared.control;

@@ -14,6 +14,7 @@
 //! TCP ([`serve`], [`RemoteResource`]): one line per write, `lock contender token at_us`,
 //! answered `1` (accepted) or `0` (rejected), decided in arrival order as in one process.
 
+use super::chunked::ChunkedLog;
 use crate::measure::log::ResourceWrite;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -130,7 +131,8 @@ pub struct FencedResource {
 #[derive(Debug, Default)]
 struct State {
     highest: BTreeMap<u32, u64>,
-    log: Vec<ResourceWrite>,
+    /// Every write of a run, two per hold: chunks, so that it never holds twice its writes.
+    log: ChunkedLog<ResourceWrite, 4096>,
 }
 
 impl FencedResource {
@@ -154,7 +156,7 @@ impl FencedResource {
 
     /// Every write so far, in the order decided.
     pub fn take_log(&self) -> Vec<ResourceWrite> {
-        std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).log)
+        std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).log).into_vec()
     }
 }
 
