@@ -43,6 +43,25 @@
 //!    summary alone;
 //! 6. [`experiments`]: many runs into `results/`: the sweep and the engines comparison.
 //!
+//! ## Memory
+//!
+//! What a run holds grows with what it records, not only with its contenders:
+//!
+//! - **constant**: one latency histogram per contender (grown to its largest latency), the
+//!   counters, the store's live cells;
+//! - **per grant**: the grant log and the fenced resource's log (two writes a hold), kept
+//!   whole until the analysis, which needs each lock's grants in grant order (overtakes are
+//!   inversions of request order, overlaps and unavailability are sweeps over holds); they
+//!   are kept in chunks and handed to the analysis in one exact allocation
+//!   ([`run::chunked`]);
+//! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
+//!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes;
+//!   `--gc-grace` shorter than the run lets compaction purge them, and changes what reads
+//!   scan.
+//!
+//! The binary's allocator (mimalloc) asks for no huge pages and returns freed memory at
+//! once; with either default a run's resident memory was mostly the allocator's.
+//!
 //! ## Example
 //!
 //! Measure the queue lock with eight contenders for five simulated seconds:
