@@ -42,3 +42,38 @@ fn main() -> ExitCode {
     }
     ExitCode::from(failure.exit_code())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::{c_char, c_void, CStr};
+
+    extern "C" {
+        fn mi_options_print_out(
+            out: unsafe extern "C" fn(*const c_char, *mut c_void),
+            arg: *mut c_void,
+        );
+    }
+
+    /// Appends one line of mimalloc's output to the `String` behind `arg`.
+    unsafe extern "C" fn collect(msg: *const c_char, arg: *mut c_void) {
+        // SAFETY: mimalloc passes a NUL-terminated message and the `arg` given below, a
+        // `String` that outlives the call.
+        let (msg, out) = unsafe { (CStr::from_ptr(msg), &mut *arg.cast::<String>()) };
+        out.push_str(&msg.to_string_lossy());
+    }
+
+    /// The option number is mimalloc's purge delay (its enumeration is not in any Rust
+    /// binding): after the call, mimalloc's own listing shows `purge_delay` at 0.
+    #[test]
+    fn the_option_set_is_mimallocs_purge_delay() {
+        return_freed_memory_at_once();
+        let mut printed = String::new();
+        // SAFETY: `collect` matches mimalloc's `mi_output_fun`; `printed` lives past the call.
+        unsafe { mi_options_print_out(collect, (&raw mut printed).cast::<c_void>()) };
+        let line = printed.lines().find(|l| l.contains("'purge_delay'")).unwrap_or_else(|| {
+            panic!("no purge_delay in mimalloc's options:\n{printed}");
+        });
+        assert!(line.trim_end().ends_with(": 0"), "{line}");
+    }
+}
