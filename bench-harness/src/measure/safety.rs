@@ -260,15 +260,14 @@ pub fn judge(
         f.unavailable_us_by_fault.insert(kind.to_string(), total_us(&idle, Some(&windows)));
         f.window_us_by_fault.insert(kind.to_string(), windows.iter().map(|(a, b)| b - a).sum());
     }
-    f.resumed_after_us_by_fault = resumed_after(grants, faults);
+    f.resumed_after_us_by_fault = resumed_after(&locks, faults);
     (f, found)
 }
 
 /// Per fault kind, the longest wait from a window's end to the first grant at or after it.
-pub fn resumed_after(grants: &[Grant], faults: &[FaultWindow]) -> BTreeMap<String, u64> {
+pub fn resumed_after(locks: &ByLock<'_>, faults: &[FaultWindow]) -> BTreeMap<String, u64> {
     // Each lock's grants are in grant order: the first grant at or after an instant is the
     // earliest of each lock's first one there.
-    let locks = by_lock(grants);
     let first_from = |end_us: u64| {
         locks
             .values()
@@ -360,7 +359,7 @@ mod tests {
             end_us,
         };
         let got = resumed_after(
-            &grants,
+            &by_lock(&grants),
             &[w("server-restart", 20, 100), w("server-restart", 160, 380), w("pause", 500, 600)],
         );
         assert_eq!(got.get("server-restart"), Some(&30));
