@@ -2,6 +2,7 @@
 //! contender's latencies and failures, and the store's request counters. The metrics
 //! ([`super::metrics`]) and the summary ([`super::summary`]) are computed from it alone.
 
+use super::latencies::Latencies;
 use super::metrics::{new_histogram, Grant};
 use hdrhistogram::Histogram;
 use lock_core::embedded::StoreCounters;
@@ -66,12 +67,6 @@ impl ErrorCounts {
     }
 }
 
-/// A contender's latency histogram. It counts in `u32`, half the memory of `u64` counts: a run
-/// keeps one per contender (a thousand contenders keep a thousand), and no contender's count
-/// of one bucket comes near 2^32 (a grant a microsecond for over an hour). The run's merged
-/// histogram counts in `u64` ([`RunOutcome::histogram`]).
-pub type ContenderHistogram = Histogram<u32>;
-
 /// What one contender did.
 #[derive(Debug, Clone)]
 pub struct ContenderOutcome {
@@ -83,7 +78,7 @@ pub struct ContenderOutcome {
     /// Its clock skew.
     pub skew_us: i64,
     /// Its acquisition latencies, in microseconds.
-    pub histogram: ContenderHistogram,
+    pub latencies: Latencies,
     /// When its last request began, if the run ended before it was granted.
     pub unfinished_since_us: Option<u64>,
     /// Its failures.
@@ -158,24 +153,13 @@ impl RunOutcome {
         sum
     }
 
-    /// All contenders' histograms merged, counting in `u64`.
+    /// All contenders' latencies in one histogram.
     pub fn histogram(&self) -> Histogram<u64> {
         let mut h = new_histogram();
         for c in &self.contenders {
-            merge_into(&mut h, &c.histogram);
+            c.latencies.add_to(&mut h);
         }
         h
-    }
-}
-
-/// Adds `from`'s counts to `into`, bucket by bucket: each bucket's count is recorded at a value
-/// of the same bucket, so every quantile, the mean, the least and the greatest value come out
-/// as if `into` had recorded `from`'s values itself.
-pub fn merge_into(into: &mut Histogram<u64>, from: &ContenderHistogram) {
-    for bucket in from.iter_recorded() {
-        // A growing histogram resizes for any value a latency histogram holds: this cannot
-        // fail.
-        let _ = into.record_n(bucket.value_iterated_to(), u64::from(bucket.count_at_value()));
     }
 }
 
@@ -186,38 +170,4 @@ pub struct CounterSample {
     pub at_us: u64,
     /// The counters since the run's start.
     pub counters: StoreCounters,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::measure::metrics::{latency_cdf, latency_stats, record_latency, HISTOGRAM_MAX_US};
-    use rand::{RngExt, SeedableRng};
-
-    #[test]
-    fn contenders_merged_read_as_one_histogram_of_every_latency() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        let mut direct: Histogram<u64> = new_histogram();
-        let mut merged: Histogram<u64> = new_histogram();
-        for contender in 0..8 {
-            let mut own: ContenderHistogram = new_histogram();
-            for _ in 0..rng.random_range(0..2_000) {
-                let latency = match rng.random_range(0..10) {
-                    0 => rng.random_range(0..100),
-                    1 => 2 * HISTOGRAM_MAX_US,
-                    _ => rng.random_range(0..30_000_000u64 >> contender),
-                };
-                record_latency(&mut own, latency);
-                record_latency(&mut direct, latency);
-            }
-            merge_into(&mut merged, &own);
-        }
-        assert!(!direct.is_empty());
-        assert_eq!(latency_stats(&merged), latency_stats(&direct));
-        assert_eq!(latency_cdf(&merged), latency_cdf(&direct));
-        assert_eq!(
-            (merged.min(), merged.max(), merged.len()),
-            (direct.min(), direct.max(), direct.len())
-        );
-    }
 }

@@ -94,8 +94,7 @@ pub const HISTOGRAM_MAX_US: u64 = 3_600_000_000;
 /// per contender, and most latencies stay under a few seconds, where a histogram is half the
 /// size. Record through [`record_latency`], which saturates at [`HISTOGRAM_MAX_US`].
 ///
-/// The count type is the caller's: a run's merged histogram counts in `u64`, a contender's in
-/// `u32` ([`super::log::ContenderHistogram`]).
+/// The count type is the caller's (any count type has the same buckets).
 pub fn new_histogram<T: Counter>() -> Histogram<T> {
     Histogram::new(3).expect("valid histogram bounds")
 }

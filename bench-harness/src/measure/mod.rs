@@ -2,6 +2,7 @@
 //!
 //! - [`log`]: what the contenders leave behind: the grant log, per-contender latencies and
 //!   failures, the store's request counters;
+//! - [`latencies`]: a contender's latencies, as a histogram of the buckets it hit;
 //! - [`metrics`]: pure functions over the grant log (latency, throughput, handoff gaps,
 //!   fairness, store load, safety), unit-tested;
 //! - [`safety`]: safety under faults from the grant log, the fenced resource's writes and the
@@ -10,6 +11,7 @@
 //!   `summary.json`, the charts and the experiments read.
 
 pub mod conflict;
+pub mod latencies;
 pub mod log;
 pub mod metrics;
 pub mod safety;

@@ -229,7 +229,7 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
         .contenders
         .iter()
         .map(|c| {
-            let s = metrics::latency_stats(&c.histogram);
+            let s = metrics::latency_stats(&c.latencies.histogram());
             ContenderReport {
                 contender: c.index,
                 lock: c.lock,

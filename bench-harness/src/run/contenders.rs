@@ -26,10 +26,11 @@ use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine, SessionCount};
 use crate::keys::Keys;
+use crate::measure::latencies::Latencies;
 use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
 };
-use crate::measure::metrics::{new_histogram, record_latency, Grant};
+use crate::measure::metrics::Grant;
 use crate::primitive::{Asking, Primitive};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
@@ -452,7 +453,7 @@ async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> (GrantLog,
         index: plan.index as u32,
         lock: plan.keys.is_fixed().then_some(plan.home as u32),
         skew_us: plan.skew_us,
-        histogram: new_histogram(),
+        latencies: Latencies::new(),
         unfinished_since_us: None,
         errors: ErrorCounts::default(),
     };
@@ -531,7 +532,7 @@ async fn round(
         Stamp::Tokio { .. } => us_between(plan.scale, requested, granted),
         Stamp::System { .. } => granted_us.saturating_sub(requested_us),
     };
-    record_latency(&mut out.histogram, latency_us);
+    out.latencies.record(latency_us);
     let token = guard.0.as_ref().map_or(0, LockGuard::token);
     let queued_us = guard.0.as_ref().and_then(LockGuard::queued_at).map(|t| plan.stamp.past(t));
     let held = Grant {

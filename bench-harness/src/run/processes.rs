@@ -33,9 +33,10 @@ use super::stamp::{system_now_us, Stamp};
 use crate::config::RunConfig;
 use crate::engines::Algorithm;
 
+use crate::measure::latencies::Latencies;
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
 use crate::measure::log::{FaultWindow, ResourceWrite};
-use crate::measure::metrics::{new_histogram, record_latency, Grant, OpCount};
+use crate::measure::metrics::{Grant, OpCount};
 use anyhow::{anyhow, bail, Context};
 use indicatif::ProgressBar;
 use lock_core::embedded::{OpCounts, StoreCounters};
@@ -207,20 +208,20 @@ pub fn merge(
     if !missing.is_empty() {
         bail!("no worker reported contenders {missing:?}");
     }
-    let mut histograms: Vec<_> = (0..n).map(|_| new_histogram()).collect();
+    let mut latencies = vec![Latencies::new(); n];
     for g in &grants {
-        record_latency(&mut histograms[g.contender as usize], g.latency_us());
+        latencies[g.contender as usize].record(g.latency_us());
     }
     let contenders = records
         .into_iter()
-        .zip(histograms)
-        .map(|(r, histogram)| {
+        .zip(latencies)
+        .map(|(r, latencies)| {
             let r = r.expect("checked above");
             ContenderOutcome {
                 index: r.contender,
                 lock: r.lock,
                 skew_us: r.skew_us,
-                histogram,
+                latencies,
                 unfinished_since_us: r.unfinished_since_us,
                 errors: r.errors,
             }
@@ -774,8 +775,8 @@ mod tests {
         assert_eq!(run.grants.iter().map(|g| g.token).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(run.finished_us, 80);
         assert_eq!(run.contenders.len(), 2);
-        assert_eq!(run.contenders[0].histogram.len(), 2);
-        assert_eq!(run.contenders[1].histogram.max(), 17);
+        assert_eq!(run.contenders[0].latencies.len(), 2);
+        assert_eq!(run.contenders[1].latencies.histogram().max(), 17);
         let total = run.counters.as_ref().unwrap().total();
         assert_eq!((total.reads, total.writes, total.deletes), (3, 2, 1));
         assert_eq!(run.sessions_opened, Some(3));
