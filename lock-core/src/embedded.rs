@@ -135,7 +135,7 @@ use counters::OpKind;
 use handles::{ClientState, Inner};
 use rand::RngExt;
 use read::ReadScan;
-use row::{DeadCell, DeadCells, Incoming, LiveCell, LiveSlice, Row};
+use row::{DeadAt, DeadCell, DeadCells, Incoming, LiveCell, LiveSlice, Row};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -514,7 +514,11 @@ impl Replica {
                 }
             }
             Mutation::Delete { column, timestamp } => {
-                cells.merge(column, Incoming::Dead(DeadCell { timestamp, dead_at: now }), now);
+                cells.merge(
+                    column,
+                    Incoming::Dead(DeadCell { timestamp, dead_at: DeadAt::of(now) }),
+                    now,
+                );
             }
         }
         true

@@ -52,7 +52,35 @@ pub(super) struct LiveCell {
 pub(super) struct DeadCell {
     pub timestamp: Micros,
     /// The apply instant of a tombstone, the expiry of a TTL cell; `gc_grace` counts from it.
-    pub dead_at: Instant,
+    pub dead_at: DeadAt,
+}
+
+/// The instant a cell died, in 8 bytes where an `Instant` takes 16: nanoseconds from a fixed
+/// origin of the process, before or after it. Dead cells are most of a long run's store (one
+/// per deletion and replica, kept for `gc_grace`), and this makes each a fifth smaller. The
+/// age it gives is exact: instants are nanoseconds apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct DeadAt(i64);
+
+impl DeadAt {
+    /// The origin every `DeadAt` counts from (any fixed instant will do).
+    fn origin() -> Instant {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now))
+    }
+
+    /// `at`, as nanoseconds from the origin (saturating some 292 years away).
+    pub fn of(at: Instant) -> Self {
+        let origin = Self::origin();
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        DeadAt(if at >= origin { nanos(at - origin) } else { -nanos(origin - at) })
+    }
+
+    /// How long the cell has been dead at `now` (zero for a `now` before it died).
+    pub fn age_at(self, now: Instant) -> Duration {
+        let age = DeadAt::of(now).0.saturating_sub(self.0);
+        Duration::from_nanos(u64::try_from(age).unwrap_or(0))
+    }
 }
 
 /// A version arriving at a replica.
@@ -68,7 +96,7 @@ impl Incoming {
         match self {
             Incoming::Live(c) => match c.expires_at {
                 Some(at) if at <= now => {
-                    Incoming::Dead(DeadCell { timestamp: c.timestamp, dead_at: at })
+                    Incoming::Dead(DeadCell { timestamp: c.timestamp, dead_at: DeadAt::of(at) })
                 }
                 _ => Incoming::Live(c),
             },
@@ -341,11 +369,14 @@ impl Row {
         while self.expiries.first().is_some_and(|(at, _)| *at <= now) {
             let Some((at, column)) = self.expiries.pop_first() else { break };
             if let Some(cell) = Arc::make_mut(&mut self.live).remove(&column) {
-                self.dead.insert(column, DeadCell { timestamp: cell.timestamp, dead_at: at });
+                self.dead.insert(
+                    column,
+                    DeadCell { timestamp: cell.timestamp, dead_at: DeadAt::of(at) },
+                );
             }
         }
         if now >= self.next_compaction {
-            self.dead.retain(|c| now.saturating_duration_since(c.dead_at) < grace);
+            self.dead.retain(|c| c.dead_at.age_at(now) < grace);
             self.next_compaction = far_after(now, interval);
         }
     }
@@ -474,11 +505,30 @@ fn far_after(now: Instant, d: Duration) -> Instant {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_dead_cells_age_is_exact_before_and_after_the_origin() {
+        let origin = DeadAt::origin();
+        for (died, now) in [
+            (origin, origin + Duration::from_nanos(1)),
+            (origin - Duration::from_secs(30), origin + Duration::from_nanos(999_999_937)),
+            (origin + Duration::from_secs(864_000), origin + Duration::new(864_001, 7)),
+            (origin - Duration::new(5, 3), origin - Duration::new(2, 1)),
+        ] {
+            assert_eq!(DeadAt::of(died).age_at(now), now - died);
+            assert_eq!(DeadAt::of(now).age_at(died), Duration::ZERO, "not dead yet");
+        }
+        // Eight bytes less per dead cell and replica than an `Instant`.
+        assert_eq!(std::mem::size_of::<(Arc<str>, DeadCell)>(), 32);
+    }
+
     fn dead(n: usize) -> DeadCells {
         let now = crate::rt::now();
         let mut d = DeadCells::default();
         for i in 0..n {
-            d.insert(Arc::from(format!("{i:08}")), DeadCell { timestamp: i as i64, dead_at: now });
+            d.insert(
+                Arc::from(format!("{i:08}")),
+                DeadCell { timestamp: i as i64, dead_at: DeadAt::of(now) },
+            );
         }
         d
     }
@@ -518,7 +568,10 @@ mod tests {
         assert!(d.get("00000010").is_none());
         assert_eq!(d.rank(Some("00002500")), 2499);
         let snapshot = d.clone();
-        d.insert(Arc::from("00000010"), DeadCell { timestamp: 99, dead_at: crate::rt::now() });
+        d.insert(
+            Arc::from("00000010"),
+            DeadCell { timestamp: 99, dead_at: DeadAt::of(crate::rt::now()) },
+        );
         assert!(snapshot.get("00000010").is_none(), "a snapshot does not see later changes");
         assert_eq!(d.iter().count(), 5000);
         d.retain(|c| c.timestamp % 2 == 1);

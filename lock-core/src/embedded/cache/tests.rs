@@ -1,6 +1,6 @@
 use super::*;
 use crate::embedded::merge::{merge, merge_into};
-use crate::embedded::row::{DeadCell, Incoming, LiveCell, Row};
+use crate::embedded::row::{DeadAt, DeadCell, Incoming, LiveCell, Row};
 use crate::embedded::{Answer, RawAnswer};
 use crate::embedded::{EmbeddedConfig, EmbeddedStore, LatencyModel};
 use crate::store::{CellStore, CellWrite, Consistency};
@@ -56,7 +56,7 @@ async fn answers_what_a_merge_answers_through_writes_deletions_expiries_and_comp
             match op {
                 0..=1 => row.merge(
                     column,
-                    Incoming::Dead(DeadCell { timestamp: step, dead_at: now }),
+                    Incoming::Dead(DeadCell { timestamp: step, dead_at: DeadAt::of(now) }),
                     now,
                 ),
                 2..=7 => {
