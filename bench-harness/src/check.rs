@@ -102,7 +102,7 @@ pub fn check_dir(dir: &Path, ttl: Duration) -> anyhow::Result<Vec<Verdict>> {
         .into_iter()
         .map(|(algorithm, logs)| {
             let (figures, overlaps) =
-                safety::judge(&logs.grants, &logs.writes, &logs.faults, ttl_us);
+                safety::judge(&logs.grants, logs.writes.iter().copied(), &logs.faults, ttl_us);
             Verdict { figures, overlaps, grants: logs.grants.len(), algorithm }
         })
         .collect())

@@ -47,15 +47,17 @@
 //!
 //! What a run holds grows with what it records, not only with its contenders:
 //!
-//! - **constant**: one latency histogram per contender (grown to its largest latency), the
-//!   counters, the store's live cells;
+//! - **constant**: the counters, the store's live cells, and per contender its latencies as
+//!   the histogram buckets it hit ([`measure::latencies`]: a dense histogram per contender
+//!   was most of the memory of a run of a thousand contenders);
 //! - **per grant**: the grant log and the fenced resource's log (two writes a hold), kept
 //!   whole until the analysis, which needs each lock's grants in grant order (overtakes are
 //!   inversions of request order, overlaps and unavailability are sweeps over holds); they
 //!   are kept in chunks and handed to the analysis in one exact allocation
 //!   ([`run::chunked`]);
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
-//!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes;
+//!   Cassandra does; 32 bytes per replica, plus its column's name shared by the replicas), so
+//!   a simulated hour holds six times the tombstones of ten minutes;
 //!   `--gc-grace` shorter than the run lets compaction purge them, and changes what reads
 //!   scan.
 //!

@@ -4,6 +4,7 @@
 
 use super::latencies::Latencies;
 use super::metrics::{new_histogram, Grant};
+use super::spool::{Record, Spooled};
 use hdrhistogram::Histogram;
 use lock_core::embedded::StoreCounters;
 use lock_core::LockError;
@@ -109,8 +110,8 @@ pub struct RunOutcome {
     pub finished_us: u64,
     /// How long the run took in wall time (not part of any result file: it varies).
     pub wall_time: Duration,
-    /// Every write the fenced resource saw, in the order it decided them.
-    pub resource: Vec<ResourceWrite>,
+    /// Every write the fenced resource saw, in the order it decided them, on disk.
+    pub resource: ResourceLog,
     /// Every fault injected, in start order.
     pub faults: Vec<FaultWindow>,
 }
@@ -128,6 +129,34 @@ pub struct ResourceWrite {
     pub at_us: u64,
     /// Whether the resource accepted it (its token was not below the highest accepted).
     pub accepted: bool,
+}
+
+/// The fenced resource's log, kept on disk: two writes a hold, as many as the grant log's
+/// grants twice over, and read in order only ([`super::spool`]).
+pub type ResourceLog = Spooled<ResourceWrite>;
+
+impl Record for ResourceWrite {
+    const SIZE: usize = 25;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend(self.lock.to_le_bytes());
+        out.extend(self.contender.to_le_bytes());
+        out.extend(self.token.to_le_bytes());
+        out.extend(self.at_us.to_le_bytes());
+        out.push(u8::from(self.accepted));
+    }
+
+    fn get(b: &[u8]) -> Self {
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        ResourceWrite {
+            lock: half(0),
+            contender: half(4),
+            token: word(8),
+            at_us: word(16),
+            accepted: b[24] != 0,
+        }
+    }
 }
 
 /// One injected fault (a line of `faults.csv`).
@@ -170,4 +199,28 @@ pub struct CounterSample {
     pub at_us: u64,
     /// The counters since the run's start.
     pub counters: StoreCounters,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_write_comes_back_from_its_bytes() {
+        for w in [
+            ResourceWrite { lock: 0, contender: 0, token: 0, at_us: 0, accepted: false },
+            ResourceWrite {
+                lock: u32::MAX,
+                contender: 7,
+                token: u64::MAX - 1,
+                at_us: 3_600_000_001,
+                accepted: true,
+            },
+        ] {
+            let mut bytes = Vec::new();
+            w.put(&mut bytes);
+            assert_eq!(bytes.len(), ResourceWrite::SIZE);
+            assert_eq!(ResourceWrite::get(&bytes), w);
+        }
+    }
 }

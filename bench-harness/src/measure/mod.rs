@@ -7,6 +7,7 @@
 //!   fairness, store load, safety), unit-tested;
 //! - [`safety`]: safety under faults from the grant log, the fenced resource's writes and the
 //!   fault windows (the checker recomputes it from the CSV files);
+//! - [`spool`]: logs kept on disk and read back in order (the fenced resource's);
 //! - [`summary`]: the one result contract, [`summary::Summary`], that the console table,
 //!   `summary.json`, the charts and the experiments read.
 
@@ -16,4 +17,5 @@ pub mod log;
 pub mod metrics;
 pub mod safety;
 pub mod shares;
+pub mod spool;
 pub mod summary;

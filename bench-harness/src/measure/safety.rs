@@ -90,39 +90,49 @@ pub fn overlap_time_us(locks: &ByLock<'_>) -> u64 {
         .sum()
 }
 
-/// Which writes were stale: per write, whether another holder of its lock was granted after
-/// the writer's grant and not after the write. The writer's grant is its latest grant with
-/// the write's lock, contender and token up to the write (a contender's holds never overlap
-/// each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches over the
-/// grants in grant order and over one sorted list of `(lock, contender, token, granted)`: a
-/// soak's run has hundreds of thousands of writes, and one flat list costs a third of what a
-/// map holding a list per grant does.
-pub fn stale_flags(locks: &ByLock<'_>, writes: &[ResourceWrite]) -> Vec<bool> {
-    let mut granted: Vec<(u32, u32, u64, u64)> =
-        Vec::with_capacity(locks.values().map(|list| list.len()).sum());
-    for (&lock, list) in locks {
-        granted.extend(list.iter().map(|g| (lock, g.contender, g.token, g.granted_us)));
+/// Tells which writes were stale: whether another holder of the write's lock was granted
+/// after the writer's grant and not after the write. The writer's grant is its latest grant
+/// with the write's lock, contender and token up to the write (a contender's holds never
+/// overlap each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches
+/// over the grants in grant order and over one sorted list of `(lock, contender, token,
+/// granted)`: a soak's run has hundreds of thousands of writes, and one flat list costs a
+/// third of what a map holding a list per grant does. The writes are judged one at a time,
+/// as they are read from their log.
+pub struct StaleCheck<'a> {
+    locks: &'a ByLock<'a>,
+    granted: Vec<(u32, u32, u64, u64)>,
+}
+
+impl<'a> StaleCheck<'a> {
+    /// The check against the grants of `locks`.
+    pub fn new(locks: &'a ByLock<'a>) -> Self {
+        let mut granted: Vec<(u32, u32, u64, u64)> =
+            Vec::with_capacity(locks.values().map(|list| list.len()).sum());
+        for (&lock, list) in locks {
+            granted.extend(list.iter().map(|g| (lock, g.contender, g.token, g.granted_us)));
+        }
+        granted.sort_unstable();
+        StaleCheck { locks, granted }
     }
-    granted.sort_unstable();
-    writes
-        .iter()
-        .map(|w| {
-            let Some(list) = locks.get(&w.lock) else { return false };
-            let key = (w.lock, w.contender, w.token);
-            // The writer's grants up to the write: the keys equal to `key` with a grant time
-            // at or before it; the latest of them is the last such entry.
-            let end = granted
-                .partition_point(|&(l, c, t, at)| (l, c, t, at) <= (key.0, key.1, key.2, w.at_us));
-            let Some(&(l, c, t, mine)) = end.checked_sub(1).and_then(|i| granted.get(i)) else {
-                return false;
-            };
-            if (l, c, t) != key {
-                return false;
-            }
-            let next = list.partition_point(|g| g.granted_us <= mine);
-            list.get(next).is_some_and(|g| g.granted_us <= w.at_us)
-        })
-        .collect()
+
+    /// Whether `w` was stale.
+    pub fn is_stale(&self, w: &ResourceWrite) -> bool {
+        let Some(list) = self.locks.get(&w.lock) else { return false };
+        let key = (w.lock, w.contender, w.token);
+        // The writer's grants up to the write: the keys equal to `key` with a grant time at or
+        // before it; the latest of them is the last such entry.
+        let end = self
+            .granted
+            .partition_point(|&(l, c, t, at)| (l, c, t, at) <= (key.0, key.1, key.2, w.at_us));
+        let Some(&(l, c, t, mine)) = end.checked_sub(1).and_then(|i| self.granted.get(i)) else {
+            return false;
+        };
+        if (l, c, t) != key {
+            return false;
+        }
+        let next = list.partition_point(|g| g.granted_us <= mine);
+        list.get(next).is_some_and(|g| g.granted_us <= w.at_us)
+    }
 }
 
 /// The intervals, per lock, during which someone waited on the lock and nobody held it.
@@ -215,7 +225,7 @@ pub fn windows_of(faults: &[FaultWindow], kind: &str, extend_us: u64) -> Vec<(u6
 /// pause-caused overlaps apart.
 pub fn judge(
     grants: &[Grant],
-    writes: &[ResourceWrite],
+    writes: impl IntoIterator<Item = ResourceWrite>,
     faults: &[FaultWindow],
     ttl_us: u64,
 ) -> (SafetyFigures, Vec<Overlap>) {
@@ -229,15 +239,16 @@ pub fn judge(
         overlap_us: overlap_time_us(&locks),
         overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count()
             as u64,
-        resource_writes: writes.len() as u64,
         leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
         crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
         unavailable_us: total_us(&idle, None),
         ..SafetyFigures::default()
     };
     let mut stale_grants = BTreeSet::new();
-    for (w, is_stale) in writes.iter().zip(stale_flags(&locks, writes)) {
-        if !is_stale {
+    let stale = StaleCheck::new(&locks);
+    for w in writes {
+        f.resource_writes += 1;
+        if !stale.is_stale(&w) {
             continue;
         }
         f.stale_writes += 1;
@@ -290,7 +301,7 @@ pub fn resumed_after(locks: &ByLock<'_>, faults: &[FaultWindow]) -> BTreeMap<Str
 /// overlapping grants).
 pub fn figures(
     grants: &[Grant],
-    writes: &[ResourceWrite],
+    writes: impl IntoIterator<Item = ResourceWrite>,
     faults: &[FaultWindow],
     ttl_us: u64,
 ) -> SafetyFigures {
@@ -304,6 +315,11 @@ mod tests {
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
         crate::measure::metrics::test_grant(0, contender, req, granted, released, token)
+    }
+
+    fn stale_flags(locks: &ByLock<'_>, writes: &[ResourceWrite]) -> Vec<bool> {
+        let check = StaleCheck::new(locks);
+        writes.iter().map(|w| check.is_stale(w)).collect()
     }
 
     fn w(contender: u32, token: u64, at_us: u64, accepted: bool) -> ResourceWrite {
@@ -342,7 +358,7 @@ mod tests {
         );
         let mut lost = grants;
         lost[0].lease_lost = true;
-        let f = figures(&lost, &writes, &[], 0);
+        let f = figures(&lost, writes, &[], 0);
         assert_eq!((f.stale_writes, f.stale_rejected, f.stale_accepted), (1, 1, 0));
         assert_eq!(f.stale_accepted_without_fencing, 1);
         assert_eq!((f.stale_holders, f.stale_holders_told), (1, 1));
@@ -375,7 +391,7 @@ mod tests {
         assert_eq!(total_us(&idle, Some(&[(0, 15)])), 5);
         let faults =
             [FaultWindow { kind: "crash".into(), target: "c0".into(), start_us: 8, end_us: 9 }];
-        let f = figures(&grants, &[], &faults, 4);
+        let f = figures(&grants, [], &faults, 4);
         assert_eq!(f.unavailable_us_by_fault["crash"], 3, "window [8, 13) holds 10..13");
         assert_eq!(f.overlaps_outside_pauses, 0);
     }

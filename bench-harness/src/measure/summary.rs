@@ -276,7 +276,7 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
         },
         fault_safety: safety::figures(
             grants,
-            &run.resource,
+            run.resource.iter(),
             &run.faults,
             cfg.ttl.as_micros() as u64,
         ),

@@ -86,7 +86,7 @@ impl CsvLog {
     pub fn append<T>(
         &self,
         algorithm: &str,
-        rows: &[T],
+        rows: impl IntoIterator<Item = T>,
         line: impl Fn(&T) -> String,
     ) -> anyhow::Result<()> {
         // Streamed through a buffer: a long run's log is tens of megabytes of text, which
@@ -95,7 +95,7 @@ impl CsvLog {
             let f = fs::OpenOptions::new().append(true).open(&self.path)?;
             let mut out = std::io::BufWriter::with_capacity(1 << 16, f);
             for row in rows {
-                writeln!(out, "{algorithm},{}", line(row))?;
+                writeln!(out, "{algorithm},{}", line(&row))?;
             }
             out.flush()
         };
@@ -168,9 +168,9 @@ impl RunLogs {
     pub fn append(&self, outcome: &crate::measure::log::RunOutcome) -> anyhow::Result<()> {
         let name = outcome.algorithm;
         let line = if self.shares { grant_share_line } else { grant_line };
-        self.grants.append(name, &outcome.grants, line)?;
-        self.resource.append(name, &outcome.resource, resource_line)?;
-        self.faults.append(name, &outcome.faults, fault_line)
+        self.grants.append(name, outcome.grants.iter().copied(), line)?;
+        self.resource.append(name, outcome.resource.iter(), resource_line)?;
+        self.faults.append(name, outcome.faults.iter().cloned(), fault_line)
     }
 }
 
@@ -294,8 +294,8 @@ mod tests {
             queued_us: None,
             share: Share::Exclusive,
         };
-        csv.append("queue", &[g], grant_line).unwrap();
-        csv.append("shadow", &[g, g], grant_line).unwrap();
+        csv.append("queue", [g], grant_line).unwrap();
+        csv.append("shadow", [g, g], grant_line).unwrap();
         let text = fs::read_to_string(csv.path()).unwrap();
         assert!(text.starts_with(&format!("{GRANTS_CSV_HEADER}\nqueue,1,2,3,4,5,6,true,false\n")));
         let back = read_grants_csv(&text).unwrap();

@@ -345,7 +345,7 @@ mod tests {
             duration_us: 1,
             finished_us: 1,
             wall_time: std::time::Duration::ZERO,
-            resource: Vec::new(),
+            resource: Default::default(),
             faults: Vec::new(),
         };
         let algorithm = cfg.backend.algorithm("queue").unwrap();

@@ -28,7 +28,7 @@ use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine, Sessio
 use crate::keys::Keys;
 use crate::measure::latencies::Latencies;
 use crate::measure::log::{
-    ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceWrite, RunOutcome,
+    ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceLog, RunOutcome,
 };
 use crate::measure::metrics::Grant;
 use crate::primitive::{Asking, Primitive};
@@ -157,7 +157,7 @@ pub struct Driven {
     /// When the last contender finished, in microseconds since the start.
     pub finished_us: u64,
     /// The fenced resource's log (empty when the contenders wrote to none).
-    pub resource: Vec<ResourceWrite>,
+    pub resource: ResourceLog,
     /// The faults injected.
     pub faults: Vec<FaultWindow>,
 }
@@ -293,7 +293,7 @@ pub async fn drive(
         sessions_opened,
         samples,
         finished_us,
-        resource: rig.resource.map(|r| r.take_log()).unwrap_or_default(),
+        resource: rig.resource.map(|r| r.take_log()).transpose()?.unwrap_or_default(),
         faults,
     })
 }

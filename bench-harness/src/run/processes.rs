@@ -35,7 +35,7 @@ use crate::engines::Algorithm;
 
 use crate::measure::latencies::Latencies;
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
-use crate::measure::log::{FaultWindow, ResourceWrite};
+use crate::measure::log::{FaultWindow, ResourceLog};
 use crate::measure::metrics::{Grant, OpCount};
 use anyhow::{anyhow, bail, Context};
 use indicatif::ProgressBar;
@@ -239,7 +239,7 @@ pub fn merge(
         finished_us,
         wall_time: Duration::ZERO,
         // The parent adds its resource's log and its faults ([`Services`]).
-        resource: Vec::new(),
+        resource: ResourceLog::default(),
         faults: Vec::new(),
     })
 }
@@ -356,7 +356,7 @@ struct Services {
     resource: std::net::SocketAddr,
     go: Option<tokio::sync::oneshot::Sender<(u64, Vec<u32>)>>,
     stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<anyhow::Result<(Vec<ResourceWrite>, Vec<FaultWindow>)>>,
+    thread: std::thread::JoinHandle<anyhow::Result<(ResourceLog, Vec<FaultWindow>)>>,
 }
 
 impl Services {
@@ -375,7 +375,7 @@ impl Services {
                         .context("cannot serve the fenced resource")?;
                     let _ = addr_tx.send(addr);
                     let Ok((start_us, pids)) = go_rx.await else {
-                        return Ok((Vec::new(), Vec::new()));
+                        return Ok((ResourceLog::default(), Vec::new()));
                     };
                     let delay = Duration::from_micros(start_us.saturating_sub(system_now_us()));
                     let start = tokio::time::Instant::now() + delay;
@@ -397,7 +397,7 @@ impl Services {
                     // The workers' last writes come in the drain: serve until they are done.
                     let _ = stop_rx.await;
                     server.abort();
-                    anyhow::Ok((resource.take_log(), faults))
+                    anyhow::Ok((resource.take_log()?, faults))
                 })
             })?;
         let Ok(resource) = addr_rx.recv() else {
@@ -416,7 +416,7 @@ impl Services {
     }
 
     /// The resource's log and the fault windows, once every worker is done.
-    fn finish(self) -> anyhow::Result<(Vec<ResourceWrite>, Vec<FaultWindow>)> {
+    fn finish(self) -> anyhow::Result<(ResourceLog, Vec<FaultWindow>)> {
         let _ = self.stop.send(());
         self.thread.join().map_err(|_| anyhow!("the fault services thread panicked"))?
     }

@@ -14,8 +14,8 @@
 //! TCP ([`serve`], [`RemoteResource`]): one line per write, `lock contender token at_us`,
 //! answered `1` (accepted) or `0` (rejected), decided in arrival order as in one process.
 
-use super::chunked::ChunkedLog;
-use crate::measure::log::ResourceWrite;
+use crate::measure::log::{ResourceLog, ResourceWrite};
+use crate::measure::spool::Spool;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -42,11 +42,12 @@ impl Resource {
         }
     }
 
-    /// The log of a local resource (a remote one's is its owner's to take).
-    pub fn take_log(&self) -> Vec<ResourceWrite> {
+    /// The log of a local resource (a remote one's is its owner's to take); the error of a
+    /// log that could not be kept.
+    pub fn take_log(&self) -> std::io::Result<ResourceLog> {
         match self {
             Resource::Local(r) => r.take_log(),
-            Resource::Remote(_) => Vec::new(),
+            Resource::Remote(_) => Ok(ResourceLog::default()),
         }
     }
 }
@@ -131,8 +132,8 @@ pub struct FencedResource {
 #[derive(Debug, Default)]
 struct State {
     highest: BTreeMap<u32, u64>,
-    /// Every write of a run, two per hold: chunks, so that it never holds twice its writes.
-    log: ChunkedLog<ResourceWrite, 4096>,
+    /// Every write of a run, two per hold, on disk: a run's longest log.
+    log: Spool<ResourceWrite>,
 }
 
 impl FencedResource {
@@ -150,13 +151,17 @@ impl FencedResource {
         if accepted {
             *highest = token;
         }
-        s.log.push(ResourceWrite { lock, contender, token, at_us, accepted });
+        s.log.push(&ResourceWrite { lock, contender, token, at_us, accepted });
         accepted
     }
 
-    /// Every write so far, in the order decided.
-    pub fn take_log(&self) -> Vec<ResourceWrite> {
-        std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).log).into_vec()
+    /// Every write so far, in the order decided (and a fresh log for what follows); the error
+    /// of a log that could not be written whole.
+    pub fn take_log(&self) -> std::io::Result<ResourceLog> {
+        let log = std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).log);
+        log.finish().map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot keep the fenced resource's log: {e}"))
+        })
     }
 }
 
@@ -172,7 +177,7 @@ mod tests {
         assert!(r.write(0, 2, 6, 30));
         assert!(!r.write(0, 1, 5, 40), "the stale holder");
         assert!(r.write(1, 1, 1, 50), "another lock has its own highest token");
-        let log = r.take_log();
+        let log: Vec<_> = r.take_log().unwrap().iter().collect();
         assert_eq!(log.len(), 5);
         assert!(!log[3].accepted && log[3].at_us == 40);
     }
@@ -186,7 +191,7 @@ mod tests {
         assert!(a.write(0, 1, 5, 10).await.unwrap());
         assert!(b.write(0, 2, 6, 20).await.unwrap());
         assert!(!a.write(0, 1, 5, 30).await.unwrap(), "stale, from another process");
-        let log = parent.take_log();
+        let log = parent.take_log().unwrap();
         assert_eq!(log.iter().map(|w| w.accepted).collect::<Vec<_>>(), [true, true, false]);
         assert_eq!(parse_write("1 2 3"), None);
         assert_eq!(parse_write("1 2 3 4 5"), None);
