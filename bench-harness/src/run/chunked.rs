@@ -1,11 +1,11 @@
 //! An append-only log held in chunks of a fixed size, for the records a run piles up as it
-//! goes (grants, the fenced resource's writes).
+//! goes (each contender's grants).
 //!
 //! A `Vec` grown by pushes doubles its buffer: it holds up to twice its records, half again
 //! as many on average, and copies all of them at each doubling, while both buffers are
 //! alive. Chunks are never copied and never more than one is part-filled, so a log holds its
-//! records plus at most one chunk. [`ChunkedLog::into_vec`] hands the records over as one
-//! `Vec` of exactly their number, freeing each chunk as soon as it is moved: at no moment are
+//! records plus at most one chunk. [`ChunkedLog::concat`] hands several logs' records over as
+//! one `Vec` of exactly their number, freeing each chunk as soon as it is moved: at no moment are
 //! the records held twice over, save one chunk.
 
 /// An append-only log in chunks of `CHUNK` records.
@@ -51,18 +51,11 @@ impl<T, const CHUNK: usize> ChunkedLog<T, CHUNK> {
     }
 
     /// Moves every record, in order, onto the end of `out`, freeing each chunk once moved.
-    pub fn drain_into(self, out: &mut Vec<T>) {
+    fn drain_into(self, out: &mut Vec<T>) {
         out.reserve_exact(self.len);
         for chunk in self.chunks {
             out.extend(chunk);
         }
-    }
-
-    /// The records in order, in one `Vec` of exactly their number.
-    pub fn into_vec(self) -> Vec<T> {
-        let mut out = Vec::new();
-        self.drain_into(&mut out);
-        out
     }
 
     /// Several logs' records one log after the other, in one `Vec` of exactly their number;
@@ -90,7 +83,7 @@ mod tests {
         assert_eq!(log.len(), 10);
         assert_eq!(log.chunks.len(), 3, "4 + 4 + 2");
         assert!(log.chunks.iter().all(|c| c.capacity() == 4), "no chunk grows past its size");
-        let v = log.into_vec();
+        let v = ChunkedLog::concat(vec![log]);
         assert_eq!(v, (0..10).collect::<Vec<_>>());
         assert_eq!(v.capacity(), 10, "exactly the records' number");
     }
