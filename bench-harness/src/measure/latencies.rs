@@ -22,8 +22,8 @@ pub struct Latencies {
 }
 
 /// The bucket layout of [`new_histogram`], whose arithmetic [`Latencies`] borrows.
-fn layout() -> &'static Histogram<u8> {
-    static LAYOUT: OnceLock<Histogram<u8>> = OnceLock::new();
+fn layout() -> &'static Histogram<u64> {
+    static LAYOUT: OnceLock<Histogram<u64>> = OnceLock::new();
     LAYOUT.get_or_init(new_histogram)
 }
 

@@ -11,7 +11,7 @@
 
 use super::conflict;
 use crate::primitive::Share;
-use hdrhistogram::{Counter, Histogram};
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -93,15 +93,13 @@ pub const HISTOGRAM_MAX_US: u64 = 3_600_000_000;
 /// largest latency recorded instead of being allocated up to an hour at once: a run keeps one
 /// per contender, and most latencies stay under a few seconds, where a histogram is half the
 /// size. Record through [`record_latency`], which saturates at [`HISTOGRAM_MAX_US`].
-///
-/// The count type is the caller's (any count type has the same buckets).
-pub fn new_histogram<T: Counter>() -> Histogram<T> {
+pub fn new_histogram() -> Histogram<u64> {
     Histogram::new(3).expect("valid histogram bounds")
 }
 
 /// Records one latency, saturating at [`HISTOGRAM_MAX_US`] (its bucket is the one a histogram
 /// bounded at an hour saturates into, so quantiles are the same as with such a histogram).
-pub fn record_latency<T: Counter>(h: &mut Histogram<T>, latency_us: u64) {
+pub fn record_latency(h: &mut Histogram<u64>, latency_us: u64) {
     // A growing histogram resizes for any value up to its hard limit, which an hour is far
     // below: recording cannot fail.
     let _ = h.record(latency_us.min(HISTOGRAM_MAX_US));
@@ -140,7 +138,7 @@ fn ms(us: u64) -> f64 {
 }
 
 /// The percentiles of a histogram of microseconds (all zero when it is empty).
-pub fn latency_stats<T: Counter>(h: &Histogram<T>) -> LatencyStats {
+pub fn latency_stats(h: &Histogram<u64>) -> LatencyStats {
     if h.is_empty() {
         return LatencyStats::default();
     }
@@ -165,7 +163,7 @@ pub struct CdfPoint {
 }
 
 /// The CDF of a histogram at quantiles 0, 0.01, …, 0.99, 0.995, 0.999, 0.9999 and 1.
-pub fn latency_cdf<T: Counter>(h: &Histogram<T>) -> Vec<CdfPoint> {
+pub fn latency_cdf(h: &Histogram<u64>) -> Vec<CdfPoint> {
     if h.is_empty() {
         return Vec::new();
     }
@@ -809,13 +807,13 @@ mod tests {
         // Grants after the window (the drain) do not count.
         assert_eq!(grants_in_window(&grants, 50_000), 50);
         assert_eq!(grants_per_second_per_lock(&grants, 50_000, 1), 1000.0);
-        assert_eq!(latency_stats(&new_histogram::<u64>()), LatencyStats::default());
+        assert_eq!(latency_stats(&new_histogram()), LatencyStats::default());
     }
 
     #[test]
     fn a_latency_histogram_grows_to_what_it_records_and_saturates_at_an_hour() {
         let bounded = || Histogram::<u64>::new_with_max(HISTOGRAM_MAX_US, 3).unwrap();
-        let mut h = new_histogram::<u64>();
+        let mut h = new_histogram();
         let mut reference = bounded();
         for us in [1, 999, 20_000, 1_500_000] {
             record_latency(&mut h, us);

@@ -56,7 +56,7 @@ pub fn figures(primitive: Primitive, grants: &[Grant]) -> Option<ShareFigures> {
     };
     let (mean, max) = concurrency(&locks, counted);
     let latency = |keep: &dyn Fn(&Grant) -> bool| {
-        let mut h = new_histogram::<u64>();
+        let mut h = new_histogram();
         for g in grants.iter().filter(|g| keep(g)) {
             record_latency(&mut h, g.latency_us());
         }

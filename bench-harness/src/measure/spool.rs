@@ -33,7 +33,7 @@ const BLOCK_RECORDS: usize = 4096;
 #[derive(Debug)]
 pub struct Spool<T> {
     /// Created at the first record; `None` before, or once a write failed.
-    out: Option<(Arc<File>, BufWriter<File>)>,
+    out: Option<BufWriter<File>>,
     len: u64,
     error: Option<std::io::Error>,
     scratch: Vec<u8>,
@@ -69,12 +69,10 @@ impl<T: Record> Spool<T> {
     }
 
     fn write_scratch(&mut self) -> std::io::Result<()> {
-        if self.out.is_none() {
-            let file = tempfile::tempfile()?;
-            let writer = BufWriter::with_capacity(1 << 16, file.try_clone()?);
-            self.out = Some((Arc::new(file), writer));
-        }
-        let (_, writer) = self.out.as_mut().expect("created above");
+        let writer = match &mut self.out {
+            Some(writer) => writer,
+            None => self.out.insert(BufWriter::with_capacity(1 << 16, tempfile::tempfile()?)),
+        };
         writer.write_all(&self.scratch)
     }
 
@@ -83,14 +81,9 @@ impl<T: Record> Spool<T> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let file = match self.out {
-            Some((file, mut writer)) => {
-                writer.flush()?;
-                Some(file)
-            }
-            None => None,
-        };
-        Ok(Spooled { file, len: self.len, _records: PhantomData })
+        // Flushed, and the file handed over for reading.
+        let file = self.out.map(BufWriter::into_inner).transpose().map_err(|e| e.into_error())?;
+        Ok(Spooled { file: file.map(Arc::new), len: self.len, _records: PhantomData })
     }
 }
 
@@ -115,15 +108,6 @@ impl<T> Default for Spooled<T> {
 }
 
 impl<T: Record> Spooled<T> {
-    /// `records`, spooled.
-    pub fn of(records: impl IntoIterator<Item = T>) -> std::io::Result<Self> {
-        let mut spool = Spool::new();
-        for r in records {
-            spool.push(&r);
-        }
-        spool.finish()
-    }
-
     /// How many records it holds.
     pub fn len(&self) -> u64 {
         self.len
@@ -183,11 +167,20 @@ mod tests {
         }
     }
 
+    /// `records`, spooled.
+    fn spooled<T: Record>(records: impl IntoIterator<Item = T>) -> std::io::Result<Spooled<T>> {
+        let mut spool = Spool::new();
+        for r in records {
+            spool.push(&r);
+        }
+        spool.finish()
+    }
+
     #[test]
     fn records_come_back_in_order_across_blocks_and_to_several_readers() {
         let records: Vec<(u32, u64)> =
             (0..3 * BLOCK_RECORDS as u32 + 7).map(|i| (i, u64::MAX - u64::from(i))).collect();
-        let spooled = Spooled::of(records.iter().copied()).unwrap();
+        let spooled = spooled(records.iter().copied()).unwrap();
         assert_eq!(spooled.len(), records.len() as u64);
         let again = spooled.clone();
         let mut a = spooled.iter();
@@ -203,7 +196,7 @@ mod tests {
     fn a_failed_write_is_the_logs_error() {
         let full = File::options().write(true).open("/dev/full").unwrap();
         let mut spool = Spool::<(u32, u64)>::new();
-        spool.out = Some((Arc::new(full.try_clone().unwrap()), BufWriter::new(full)));
+        spool.out = Some(BufWriter::new(full));
         for i in 0..10 {
             spool.push(&(i, 0));
         }

@@ -50,20 +50,12 @@ impl<T, const CHUNK: usize> ChunkedLog<T, CHUNK> {
         self.len == 0
     }
 
-    /// Moves every record, in order, onto the end of `out`, freeing each chunk once moved.
-    fn drain_into(self, out: &mut Vec<T>) {
-        out.reserve_exact(self.len);
-        for chunk in self.chunks {
-            out.extend(chunk);
-        }
-    }
-
     /// Several logs' records one log after the other, in one `Vec` of exactly their number;
     /// each chunk is freed once moved.
     pub fn concat(logs: Vec<Self>) -> Vec<T> {
         let mut out = Vec::with_capacity(logs.iter().map(Self::len).sum());
-        for log in logs {
-            log.drain_into(&mut out);
+        for chunk in logs.into_iter().flat_map(|log| log.chunks) {
+            out.extend(chunk);
         }
         out
     }

@@ -77,8 +77,8 @@ impl DeadAt {
     }
 
     /// How long the cell has been dead at `now` (zero for a `now` before it died).
-    pub fn age_at(self, now: Instant) -> Duration {
-        let age = DeadAt::of(now).0.saturating_sub(self.0);
+    pub fn age_at(self, now: DeadAt) -> Duration {
+        let age = now.0.saturating_sub(self.0);
         Duration::from_nanos(u64::try_from(age).unwrap_or(0))
     }
 }
@@ -376,7 +376,8 @@ impl Row {
             }
         }
         if now >= self.next_compaction {
-            self.dead.retain(|c| c.dead_at.age_at(now) < grace);
+            let dead_now = DeadAt::of(now);
+            self.dead.retain(|c| c.dead_at.age_at(dead_now) < grace);
             self.next_compaction = far_after(now, interval);
         }
     }
@@ -514,8 +515,9 @@ mod tests {
             (origin + Duration::from_secs(864_000), origin + Duration::new(864_001, 7)),
             (origin - Duration::new(5, 3), origin - Duration::new(2, 1)),
         ] {
-            assert_eq!(DeadAt::of(died).age_at(now), now - died);
-            assert_eq!(DeadAt::of(now).age_at(died), Duration::ZERO, "not dead yet");
+            let (died_at, now_at) = (DeadAt::of(died), DeadAt::of(now));
+            assert_eq!(died_at.age_at(now_at), now - died);
+            assert_eq!(now_at.age_at(died_at), Duration::ZERO, "not dead yet");
         }
         // Eight bytes less per dead cell and replica than an `Instant`.
         assert_eq!(std::mem::size_of::<(Arc<str>, DeadCell)>(), 32);
