@@ -50,11 +50,12 @@
 //! - **constant**: the counters, the store's live cells, and per contender its latencies as
 //!   the histogram buckets it hit ([`measure::latencies`]: a dense histogram per contender
 //!   was most of the memory of a run of a thousand contenders);
-//! - **per grant**: the grant log, kept whole until the analysis, which needs each lock's
-//!   grants in grant order (overtakes are inversions of request order, overlaps and
-//!   unavailability are sweeps over holds); it is kept in chunks and handed to the analysis in
-//!   one exact allocation ([`run::chunked`]). The fenced resource's log (two writes a hold) is
-//!   read in order only, so it is kept on disk ([`measure::spool`]);
+//! - **per grant**: the grant log and the fenced resource's log (two writes a hold) are
+//!   written to disk as the run goes ([`measure::spool`]). The resource's log is read in
+//!   order only and stays there. The grant log is read back whole for the analysis, which
+//!   needs each lock's grants in grant order (overtakes are inversions of request order,
+//!   overlaps and unavailability are sweeps over holds), but only once the run's engine is
+//!   gone: the grants and the store's tombstones never take memory at once;
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
 //!   Cassandra does; 32 bytes per replica, plus its column's name shared by the replicas), so
 //!   a simulated hour holds six times the tombstones of ten minutes;

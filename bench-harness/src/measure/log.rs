@@ -5,6 +5,7 @@
 use super::latencies::Latencies;
 use super::metrics::{new_histogram, Grant};
 use super::spool::{Record, Spooled};
+use crate::primitive::Share;
 use hdrhistogram::Histogram;
 use lock_core::embedded::StoreCounters;
 use lock_core::LockError;
@@ -65,6 +66,61 @@ impl ErrorCounts {
     /// True when nothing failed.
     pub fn is_clean(&self) -> bool {
         self.lock_errors == 0 && self.release_errors == 0 && self.leases_lost_while_holding == 0
+    }
+}
+
+/// The grant log as a run writes it, on disk: one record a hold, in the order the holds ended
+/// ([`super::spool`]). The run reads it back and sorts it into [`RunOutcome::grants`] once the
+/// store that made it is gone, so that the two never take memory at once.
+pub type GrantSpool = Spooled<Grant>;
+
+impl Record for Grant {
+    const SIZE: usize = 58;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend(self.lock.to_le_bytes());
+        out.extend(self.contender.to_le_bytes());
+        for word in [self.requested_us, self.granted_us, self.released_us, self.token] {
+            out.extend(word.to_le_bytes());
+        }
+        out.extend(self.queued_us.unwrap_or(0).to_le_bytes());
+        out.push(
+            u8::from(self.lease_lost)
+                | u8::from(self.crashed) << 1
+                | u8::from(self.queued_us.is_some()) << 2,
+        );
+        let (kind, held, of) = match self.share {
+            Share::Exclusive => (0u8, 0u32, 0u32),
+            Share::Read => (1, 0, 0),
+            Share::Write => (2, 0, 0),
+            Share::Permits { held, of } => (3, held, of),
+        };
+        out.push(kind);
+        out.extend(held.to_le_bytes());
+        out.extend(of.to_le_bytes());
+    }
+
+    fn get(b: &[u8]) -> Self {
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let flags = b[48];
+        Grant {
+            lock: half(0),
+            contender: half(4),
+            requested_us: word(8),
+            granted_us: word(16),
+            released_us: word(24),
+            token: word(32),
+            queued_us: (flags & 4 != 0).then(|| word(40)),
+            lease_lost: flags & 1 != 0,
+            crashed: flags & 2 != 0,
+            share: match b[49] {
+                0 => Share::Exclusive,
+                1 => Share::Read,
+                2 => Share::Write,
+                _ => Share::Permits { held: half(50), of: half(54) },
+            },
+        }
     }
 }
 
@@ -204,6 +260,42 @@ pub struct CounterSample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_comes_back_from_its_bytes() {
+        let plain = Grant {
+            lock: 3,
+            contender: 9,
+            requested_us: 1,
+            granted_us: 2,
+            released_us: 3,
+            token: 4,
+            ..Grant::default()
+        };
+        let grants = [
+            plain,
+            Grant { lease_lost: true, queued_us: Some(0), share: Share::Read, ..plain },
+            Grant { crashed: true, share: Share::Write, ..plain },
+            Grant {
+                lock: u32::MAX,
+                contender: u32::MAX,
+                requested_us: u64::MAX,
+                granted_us: u64::MAX - 1,
+                released_us: u64::MAX - 2,
+                token: u64::MAX - 3,
+                lease_lost: true,
+                crashed: true,
+                queued_us: Some(u64::MAX - 4),
+                share: Share::Permits { held: 7, of: u32::MAX },
+            },
+        ];
+        for g in grants {
+            let mut bytes = Vec::new();
+            g.put(&mut bytes);
+            assert_eq!(bytes.len(), Grant::SIZE);
+            assert_eq!(Grant::get(&bytes), g);
+        }
+    }
 
     #[test]
     fn a_resource_write_comes_back_from_its_bytes() {

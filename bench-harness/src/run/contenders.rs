@@ -18,7 +18,6 @@
 //! granted before its end, requests sent between its start and its end: the counters are
 //! read at both).
 
-use super::chunked::ChunkedLog;
 use super::nemesis::{Control, Nemesis};
 use super::resource::{FencedResource, Resource};
 use super::stamp::{us_between, Stamp};
@@ -28,9 +27,10 @@ use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine, Sessio
 use crate::keys::Keys;
 use crate::measure::latencies::Latencies;
 use crate::measure::log::{
-    ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, ResourceLog, RunOutcome,
+    ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, GrantSpool, ResourceLog, RunOutcome,
 };
 use crate::measure::metrics::Grant;
+use crate::measure::spool::Spool;
 use crate::primitive::{Asking, Primitive};
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
@@ -39,13 +39,9 @@ use lock_core::{LockError, LockGuard};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// A contender's grants as it makes them: small chunks, since every contender of a run keeps
-/// one part-filled.
-type GrantLog = ChunkedLog<Grant, 256>;
 
 /// The tokio runtime of wall-time runs: two workers, every driver.
 pub fn wall_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -68,16 +64,17 @@ pub fn run_in_process(
     let mut outcome = match cfg.clock {
         ClockMode::Simulated => {
             let mut sim = lock_core::rt::Simulation::new(cfg.seed);
-            let outcome = sim.block_on(run_async(cfg, algorithm, progress));
-            // Leases, the time service and in-flight store messages die with the simulation.
+            let driven = sim.block_on(run_async(cfg, algorithm, progress));
+            // Leases, the time service, in-flight store messages and with them the store
+            // die with the simulation: only then is the grant log read back into memory.
             drop(sim);
-            outcome?
+            outcome(cfg, algorithm, driven?)?
         }
         ClockMode::Wall => {
             let rt = wall_runtime()?;
-            let outcome = rt.block_on(run_async(cfg, algorithm, progress));
+            let driven = rt.block_on(run_async(cfg, algorithm, progress));
             drop(rt);
-            outcome?
+            outcome(cfg, algorithm, driven?)?
         }
     };
     outcome.wall_time = wall.elapsed();
@@ -144,8 +141,8 @@ pub async fn setup_contenders(
 /// What [`drive`] measured.
 #[derive(Debug)]
 pub struct Driven {
-    /// The grant log, unsorted.
-    pub grants: Vec<Grant>,
+    /// The grant log, in the order the holds ended.
+    pub grants: GrantSpool,
     /// Per contender, in the order given.
     pub contenders: Vec<ContenderOutcome>,
     /// The counters when the window ended.
@@ -203,6 +200,7 @@ pub async fn drive(
     let controls: Vec<Arc<Control>> =
         lockers.iter().map(|(i, _)| Arc::new(Control::new(*i))).collect();
     let keys = cfg.keys();
+    let log = Arc::new(Mutex::new(Spool::new()));
     let mut tasks = Vec::with_capacity(lockers.len());
     for ((index, locker), control) in lockers.into_iter().zip(&controls) {
         let plan = Plan {
@@ -228,8 +226,12 @@ pub async fn drive(
             algorithm: rig.algorithm,
             spec: contender_spec(cfg, index, String::new(), &skews),
         });
-        let shared =
-            Shared { control: Arc::clone(control), resource: rig.resource.clone(), reviver };
+        let shared = Shared {
+            control: Arc::clone(control),
+            resource: rig.resource.clone(),
+            reviver,
+            grants: Arc::clone(&log),
+        };
         tasks.push(lock_core::rt::spawn(contender(locker, plan, shared)));
     }
     let nemesis = match (&rig.engine, cfg.faults.is_empty()) {
@@ -258,15 +260,13 @@ pub async fn drive(
         })
     });
 
-    let mut logs = Vec::with_capacity(tasks.len());
     let mut contenders = Vec::with_capacity(tasks.len());
     for task in tasks {
-        let (log, outcome) = task.await.context("a contender task panicked")?;
-        logs.push(log);
-        contenders.push(outcome);
+        contenders.push(task.await.context("a contender task panicked")?);
     }
-    // One allocation of the log's size, each contender's chunks freed as they are moved.
-    let grants = ChunkedLog::concat(logs);
+    let grants = std::mem::take(&mut *log.lock().expect("no contender panicked holding the log"))
+        .finish()
+        .context("cannot write the grant log to its temporary file")?;
     if let Some(t) = ticker {
         t.abort();
     }
@@ -363,12 +363,14 @@ fn since(base: &StoreCounters, mut now: StoreCounters) -> StoreCounters {
     now
 }
 
-/// Runs `algorithm` under `cfg` on the current runtime, every contender in this process.
+/// Runs `algorithm` under `cfg` on the current runtime, every contender in this process; the
+/// record is made a [`RunOutcome`] by [`outcome`] once the runtime, and the engine with it, is
+/// gone.
 pub async fn run_async(
     cfg: &RunConfig,
     algorithm: &'static Algorithm,
     progress: Option<&ProgressBar>,
-) -> anyhow::Result<RunOutcome> {
+) -> anyhow::Result<Driven> {
     cfg.validate().map_err(|e| anyhow!(e))?;
     let namespace = crate::engines::fresh_namespace();
     let engine: Arc<dyn OpenEngine> =
@@ -383,8 +385,19 @@ pub async fn run_async(
         algorithm,
         resource: Some(Resource::Local(Arc::new(FencedResource::new()))),
     };
-    let driven = drive(cfg, lockers, start, stamp, rig, progress).await?;
-    let mut grants = driven.grants;
+    drive(cfg, lockers, start, stamp, rig, progress).await
+}
+
+/// The run's record from what [`drive`] measured: the grant log read back from its file and
+/// sorted by lock, then grant time, then contender (a stable sort: one contender's grants at
+/// one instant stay in the order it made them).
+pub fn outcome(
+    cfg: &RunConfig,
+    algorithm: &'static Algorithm,
+    driven: Driven,
+) -> anyhow::Result<RunOutcome> {
+    let mut grants = Vec::with_capacity(driven.grants.len() as usize);
+    grants.extend(driven.grants.iter());
     grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
     Ok(RunOutcome {
         algorithm: algorithm.name,
@@ -413,6 +426,14 @@ struct Shared {
     control: Arc<Control>,
     resource: Option<Resource>,
     reviver: Option<Reviver>,
+    /// The run's grant log, which every contender appends to as its holds end.
+    grants: Arc<Mutex<Spool<Grant>>>,
+}
+
+impl Shared {
+    fn log(&self, grant: Grant) {
+        self.grants.lock().expect("no contender panicked holding the log").push(&grant);
+    }
 }
 
 /// A held guard that is abandoned, not released, when dropped: the contender's task was
@@ -444,11 +465,10 @@ struct InProgress {
     holding: Option<Grant>,
 }
 
-async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> (GrantLog, ContenderOutcome) {
+async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> ContenderOutcome {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut key_rng = StdRng::seed_from_u64(plan.key_seed);
     let mut share_rng = StdRng::seed_from_u64(plan.share_seed);
-    let mut grants = GrantLog::new();
     let mut out = ContenderOutcome {
         index: plan.index as u32,
         lock: plan.keys.is_fixed().then_some(plan.home as u32),
@@ -464,7 +484,7 @@ async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> (GrantLog,
         let ended = tokio::select! {
             biased;
             until = ctl.crashed(), if can_crash => Round::Crashed(until),
-            ended = round(&locker, &plan, &shared, (&mut rng, &mut key_rng, &mut share_rng), &mut now, &mut grants, &mut out) => ended,
+            ended = round(&locker, &plan, &shared, (&mut rng, &mut key_rng, &mut share_rng), &mut now, &mut out) => ended,
         };
         match ended {
             Round::Done => {}
@@ -474,7 +494,7 @@ async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> (GrantLog,
             }
             Round::Crashed(until) => {
                 if let Some(held) = now.holding {
-                    grants.push(Grant { released_us: plan.stamp.now_us(), crashed: true, ..held });
+                    shared.log(Grant { released_us: plan.stamp.now_us(), crashed: true, ..held });
                 }
                 ctl.set_holding(false);
                 lock_core::rt::sleep_until(until).await;
@@ -493,7 +513,7 @@ async fn contender(mut locker: Asking, plan: Plan, shared: Shared) -> (GrantLog,
             }
         }
     }
-    (grants, out)
+    out
 }
 
 /// One request → hold → release → think round, on the lock `keys` picks: `rngs` are the hold
@@ -504,7 +524,6 @@ async fn round(
     shared: &Shared,
     (rng, key_rng, share_rng): (&mut StdRng, &mut StdRng, &mut StdRng),
     now: &mut InProgress,
-    grants: &mut GrantLog,
     out: &mut ContenderOutcome,
 ) -> Round {
     let ctl = &shared.control;
@@ -573,7 +592,7 @@ async fn round(
     let released_us = plan.stamp.now_us();
     now.holding = None;
     ctl.set_holding(false);
-    grants.push(Grant { released_us, lease_lost, ..held });
+    shared.log(Grant { released_us, lease_lost, ..held });
     if let Err(e) = guard.release().await {
         out.errors.release_errors += 1;
         out.errors.note(&e);

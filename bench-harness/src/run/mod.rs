@@ -5,10 +5,8 @@
 //!   think on a freshly opened engine, in simulated or wall time, with the drain at the end;
 //! - [`processes`]: the same contenders spread over P worker processes of this binary against
 //!   one shared server, their grant logs merged;
-//! - [`resource`]: the fenced resource every critical section writes to;
-//! - [`chunked`]: the append-only log both keep their records in.
+//! - [`resource`]: the fenced resource every critical section writes to.
 
-pub mod chunked;
 pub mod contenders;
 pub mod nemesis;
 pub mod processes;

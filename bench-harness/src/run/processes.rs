@@ -667,8 +667,8 @@ fn emit(out: &mut impl Write, line: &WorkerLine) -> anyhow::Result<()> {
 /// A worker's output after its run: a line per grant and per contender, the counters when
 /// the engine counts, and `done`.
 fn report(out: &mut impl Write, worker: usize, driven: &runner::Driven) -> anyhow::Result<()> {
-    for g in &driven.grants {
-        emit(out, &WorkerLine::Grant(*g))?;
+    for g in driven.grants.iter() {
+        emit(out, &WorkerLine::Grant(g))?;
     }
     for c in &driven.contenders {
         emit(
