@@ -7,6 +7,8 @@
 //! holds are the case where every hold is alone.
 
 use crate::primitive::Share;
+use std::cmp::Reverse;
+use std::collections::binary_heap::{BinaryHeap, PeekMut};
 
 /// The holds open at one instant, as counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,26 +56,79 @@ pub fn admits(share: Share, open: impl IntoIterator<Item = Share>) -> bool {
 }
 
 /// The time during which `holds` (half-open `[granted, released)` with their shares, of one
-/// lock) broke the rule together.
-pub fn broken_time_us(holds: &[(u64, u64, Share)]) -> u64 {
-    let mut edges: Vec<(u64, i64, Share)> = Vec::with_capacity(holds.len() * 2);
-    for &(a, b, share) in holds {
-        if b > a {
-            edges.push((a, 1, share));
-            edges.push((b, -1, share));
+/// lock, in order of their start: a lock's grants in grant order) broke the rule together.
+///
+/// A sweep over the holds' edges in time order: the starts come in order, and the ends of the
+/// holds still open wait in a heap, so that what it keeps is the holds open at once, not the
+/// lock's every edge. Edges at one instant may be taken in any order: the time up to the next
+/// instant is judged on the holds open once all of them are taken.
+pub fn broken_time_us(holds: impl IntoIterator<Item = (u64, u64, Share)>) -> u64 {
+    let mut ends: BinaryHeap<Reverse<(u64, Shared)>> = BinaryHeap::new();
+    let mut sweep = Sweep::default();
+    for (a, b, share) in holds {
+        debug_assert!(a >= sweep.since, "holds come in order of their start");
+        if b <= a {
+            continue;
+        }
+        while let Some(Reverse((end, s))) =
+            ends.peek_mut().filter(|e| e.0 .0 <= a).map(PeekMut::pop)
+        {
+            sweep.take(end, s.0, -1);
+        }
+        sweep.take(a, share, 1);
+        ends.push(Reverse((b, Shared(share))));
+    }
+    while let Some(Reverse((end, s))) = ends.pop() {
+        sweep.take(end, s.0, -1);
+    }
+    sweep.total
+}
+
+/// The holds open as the sweep stands at `since`, and the broken time up to it.
+#[derive(Default)]
+struct Sweep {
+    open: Open,
+    since: u64,
+    total: u64,
+}
+
+impl Sweep {
+    /// Takes an edge at `t`: a hold of `share` starting (`sign` 1) or ending (-1).
+    fn take(&mut self, t: u64, share: Share, sign: i64) {
+        if self.open.broken() {
+            self.total += t - self.since;
+        }
+        self.open.add(share, sign);
+        self.since = t;
+    }
+}
+
+/// A share in the heap of open holds, ordered by its fields (the order is only a tie-break
+/// between holds ending at one instant, which may be taken in any order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shared(Share);
+
+impl Shared {
+    fn key(self) -> (u8, u32, u32) {
+        match self.0 {
+            Share::Exclusive => (0, 0, 0),
+            Share::Read => (1, 0, 0),
+            Share::Write => (2, 0, 0),
+            Share::Permits { held, of } => (3, held, of),
         }
     }
-    // Ends before starts at one instant: back-to-back holds do not overlap.
-    edges.sort_by_key(|&(t, d, _)| (t, d));
-    let (mut open, mut since, mut total) = (Open::default(), 0u64, 0u64);
-    for (t, d, share) in edges {
-        if open.broken() {
-            total += t - since;
-        }
-        open.add(share, d);
-        since = t;
+}
+
+impl Ord for Shared {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
     }
-    total
+}
+
+impl PartialOrd for Shared {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 #[cfg(test)]
@@ -103,12 +158,49 @@ mod tests {
     #[test]
     fn broken_time_is_the_time_the_rule_was_broken() {
         // Two readers over a writer's tail: broken while the writer and a reader overlap.
-        assert_eq!(broken_time_us(&[(0, 10, Write), (5, 20, Read), (8, 30, Read)]), 5);
+        assert_eq!(broken_time_us([(0, 10, Write), (5, 20, Read), (8, 30, Read)]), 5);
         // Readers alone, back to back writers: never.
-        assert_eq!(broken_time_us(&[(0, 10, Read), (5, 20, Read), (20, 30, Write)]), 0);
+        assert_eq!(broken_time_us([(0, 10, Read), (5, 20, Read), (20, 30, Write)]), 0);
         // Three permits of two from 6 to 9.
-        assert_eq!(broken_time_us(&[(0, 10, P(1)), (3, 9, P(1)), (6, 12, P(1))]), 3);
+        assert_eq!(broken_time_us([(0, 10, P(1)), (3, 9, P(1)), (6, 12, P(1))]), 3);
         // The mutex's case: two holds alone.
-        assert_eq!(broken_time_us(&[(0, 10, Exclusive), (4, 12, Exclusive)]), 6);
+        assert_eq!(broken_time_us([(0, 10, Exclusive), (4, 12, Exclusive)]), 6);
+    }
+
+    /// The broken time by brute force: each unit of time judged on the holds open in it (holds
+    /// of no length are none).
+    fn broken_by_units(holds: &[(u64, u64, Share)]) -> u64 {
+        let end = holds.iter().map(|h| h.1).max().unwrap_or(0);
+        let mut of = Open::default();
+        (0..end)
+            .filter(|&t| {
+                let mut open = Open::default();
+                for &(_, b, share) in holds.iter().filter(|h| h.0 <= t && h.1 > h.0) {
+                    // A semaphore's size is the largest seen so far, open or not.
+                    of.add(share, 0);
+                    if t < b {
+                        open.add(share, 1);
+                    }
+                }
+                Open { of: of.of, ..open }.broken()
+            })
+            .count() as u64
+    }
+
+    #[test]
+    fn the_sweep_agrees_with_judging_every_instant() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let shares = [Exclusive, Read, Write, P(1), P(2), Permits { held: 1, of: 3 }];
+        for _ in 0..500 {
+            let mut holds: Vec<(u64, u64, Share)> = (0..rng.random_range(0..8))
+                .map(|_| {
+                    let a = rng.random_range(0..20);
+                    (a, a + rng.random_range(0..10), shares[rng.random_range(0..shares.len())])
+                })
+                .collect();
+            holds.sort_by_key(|h| h.0);
+            assert_eq!(broken_time_us(holds.iter().copied()), broken_by_units(&holds), "{holds:?}");
+        }
     }
 }

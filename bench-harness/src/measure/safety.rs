@@ -82,11 +82,7 @@ pub use super::metrics::Overlap;
 pub fn overlap_time_us(locks: &ByLock<'_>) -> u64 {
     locks
         .values()
-        .map(|list| {
-            let holds: Vec<_> =
-                list.iter().map(|g| (g.granted_us, g.released_us, g.share)).collect();
-            broken_time_us(&holds)
-        })
+        .map(|list| broken_time_us(list.iter().map(|g| (g.granted_us, g.released_us, g.share))))
         .sum()
 }
 
