@@ -57,10 +57,10 @@
 //!   overlaps and unavailability are sweeps over holds), but only once the run's engine is
 //!   gone: the grants and the store's tombstones never take memory at once;
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
-//!   Cassandra does; 32 bytes per replica, plus its column's name shared by the replicas), so
-//!   a simulated hour holds six times the tombstones of ten minutes;
-//!   `--gc-grace` shorter than the run lets compaction purge them, and changes what reads
-//!   scan.
+//!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes; as
+//!   Cassandra, it keeps all but each row's newest ones on disk
+//!   (`lock_core::embedded::EmbeddedConfig::dead_cells_on_disk`). `--gc-grace` shorter than
+//!   the run lets compaction purge them, and changes what reads scan.
 //!
 //! The binary's allocator (mimalloc) asks for no huge pages and returns freed memory at
 //! once; with either default a run's resident memory was mostly the allocator's.

@@ -56,6 +56,9 @@
 //!   a short `gc_grace` (the harness's `--gc-grace`), the old lazy purge's behaviour, roughly.
 //!   Compacting on access rather than on a timer keeps the store deterministic and costs nothing
 //!   for rows nobody reads; a row nobody reads has nobody paying for its tombstones either.
+//!   As Cassandra keeps them in SSTables, the store keeps a row's older dead cells on disk
+//!   ([`EmbeddedConfig::dead_cells_on_disk`], on by default): a store holding an hour of
+//!   tombstones takes the memory of one holding minutes, and what it answers is the same.
 //! - **Reads pay for tombstones.** A replica reading a slice scans the dead cells between the
 //!   slice's start and its `limit`-th live cell (to the row's end when the row has fewer), as
 //!   Cassandra counts "tombstone cells" scanned; each costs
@@ -114,7 +117,8 @@
 //! - `config`: [`EmbeddedConfig`] and its [`LatencyModel`];
 //! - `counters`: the request counters ([`OpCounts`], [`StoreCounters`]) and the tombstone
 //!   statistics ([`TombstoneStats`], [`TombstoneHistogram`]);
-//! - `row`: one row on one replica, live and dead cells apart;
+//! - `row`: one row on one replica, live and dead cells apart; `spill`: the file its older
+//!   dead cells are sealed into;
 //! - `handles`: [`EmbeddedStore`] and [`EmbeddedClient`], the handles callers hold;
 //! - `read`: the read path, rounds and tombstone scans; `merge`: how replicas' answers merge;
 //!   `cache`: the answers of the last reads, shared by the readers of an unchanged row;
@@ -136,6 +140,7 @@ use handles::{ClientState, Inner};
 use rand::RngExt;
 use read::ReadScan;
 use row::{DeadAt, DeadCell, DeadCells, Incoming, LiveCell, LiveSlice, Row};
+use spill::Spill;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -150,6 +155,7 @@ mod merge;
 mod paxos;
 mod read;
 mod row;
+mod spill;
 
 pub use config::{EmbeddedConfig, LatencyModel};
 pub use counters::{OpCounts, StoreCounters, TombstoneHistogram, TombstoneStats};
@@ -455,11 +461,14 @@ struct Replica {
     /// The Paxos state of every row a lightweight transaction touched (Cassandra's
     /// `system.paxos`): promised ballot, accepted proposal, most recent commit.
     paxos: Mutex<BTreeMap<(String, String), paxos::PaxosState>>,
+    /// Where its rows seal their older dead cells, when the store keeps them on disk.
+    spill: Option<Arc<Spill>>,
 }
 
 impl Replica {
-    fn new() -> Self {
+    fn new(spill: Option<Arc<Spill>>) -> Self {
         Replica {
+            spill,
             running: AtomicBool::new(true),
             lag_nanos: AtomicU64::new(0),
             drop_ppm: AtomicU32::new(0),
@@ -500,7 +509,8 @@ impl Replica {
         }
         let Some(rows) = tables.get_mut(table) else { return true };
         if !rows.contains_key(row) {
-            rows.insert(row.to_owned(), Row::new(now, policy.compaction_interval));
+            let spill = self.spill.clone();
+            rows.insert(row.to_owned(), Row::new(now, policy.compaction_interval, spill));
         }
         let Some(cells) = rows.get_mut(row) else { return true };
         cells.advance(now, policy.grace, policy.compaction_interval);

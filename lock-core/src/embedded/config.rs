@@ -89,6 +89,11 @@ pub struct EmbeddedConfig {
     /// The upper bound of the uniformly random sleep of a lightweight transaction after it
     /// lost a round to another proposer (Cassandra: 100 ms). Default 100 ms.
     pub cas_contention_backoff: Duration,
+    /// Whether each row's older dead cells are written to a temporary file and dropped from
+    /// memory, as Cassandra keeps tombstones in SSTables: a store's memory then stays flat
+    /// however long its tombstones live, and only a read or a write that reaches an old
+    /// tombstone reads it back. What the store answers is the same either way. Default true.
+    pub dead_cells_on_disk: bool,
 }
 
 impl EmbeddedConfig {
@@ -142,6 +147,7 @@ impl Default for EmbeddedConfig {
             paxos: PaxosVariant::default(),
             cas_contention_timeout: Self::DEFAULT_CAS_CONTENTION_TIMEOUT,
             cas_contention_backoff: Self::DEFAULT_CAS_CONTENTION_BACKOFF,
+            dead_cells_on_disk: true,
         }
     }
 }

@@ -6,7 +6,7 @@ use super::cache::ReadCache;
 use super::counters::{OpCounts, OpKind, StoreCounters, TombstoneStats};
 use super::Caller;
 use super::{lock, EmbeddedConfig};
-use super::{Mutation, Replica, SharedWrite};
+use super::{Mutation, Replica, SharedWrite, Spill};
 use crate::store::{
     CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
     Slice, StoreError,
@@ -145,7 +145,9 @@ impl EmbeddedStore {
     pub fn new(config: EmbeddedConfig) -> Self {
         let mut config = config;
         config.replicas = config.replicas.max(1);
-        let replicas = (0..config.replicas).map(|_| Replica::new()).collect();
+        // One file for every replica's sealed dead cells, created at the first one sealed.
+        let spill = config.dead_cells_on_disk.then(|| Arc::new(Spill::default()));
+        let replicas = (0..config.replicas).map(|_| Replica::new(spill.clone())).collect();
         let anonymous = Arc::new(ClientState::default());
         let mut clients = BTreeMap::new();
         clients.insert(String::new(), Arc::clone(&anonymous));
@@ -188,6 +190,12 @@ impl EmbeddedStore {
         let id: String = id.into();
         let state = self.inner.client_state(&id);
         EmbeddedClient { store: self.clone(), id: Arc::from(id), state, skew: 0 }
+    }
+
+    /// The first error met writing dead cells to disk ([`EmbeddedConfig::dead_cells_on_disk`]),
+    /// if any: from then on they stay in memory, and what the store answers is the same.
+    pub fn dead_cells_file_error(&self) -> Option<String> {
+        self.inner.replicas.first()?.spill.as_ref()?.error()
     }
 
     /// The configuration, with `replicas` raised to at least one.

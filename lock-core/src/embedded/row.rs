@@ -23,10 +23,18 @@
 //!     snapshot costs O(1) and a deletion O(n / CHUNK_MAX + CHUNK_MAX): with 256 cells a
 //!     chunk, a few hundred steps for the tens of thousands of tombstones of a long queue
 //!     row, instead of copying a chunk of a thousand cells at nearly every deletion.
+//!   - **sealing**: when the store keeps dead cells on disk, every chunk but the row's last
+//!     two is written to the store's file and dropped from memory ([`super::spill`]), keeping
+//!     its bounds, its length and its earliest death. Ranks, bounds checks and compactions
+//!     with nothing to purge in it need no more; a lookup, a rank or a change that falls
+//!     inside it reads it back (a change brings it back into memory until the row's next
+//!     split seals it again). Rows grow at their end, so the sealed chunks are the ones
+//!     nothing asks about again.
 //!
 //! Dead cells keep only what reconciliation and compaction use: their timestamp (a dead cell
 //! beats a live one of equal timestamp whatever its value) and since when they are dead.
 
+use super::spill::{Chunk, Sealed, Spill};
 use crate::store::{reconcile_weighed, Micros, Weighed};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,6 +84,16 @@ impl DeadAt {
         DeadAt(if at >= origin { nanos(at - origin) } else { -nanos(origin - at) })
     }
 
+    /// Its nanoseconds from the origin, as written to disk.
+    pub fn nanos(self) -> i64 {
+        self.0
+    }
+
+    /// Back from [`DeadAt::nanos`].
+    pub fn from_nanos(nanos: i64) -> Self {
+        DeadAt(nanos)
+    }
+
     /// How long the cell has been dead at `now` (zero for a `now` before it died).
     pub fn age_at(self, now: DeadAt) -> Duration {
         let age = now.0.saturating_sub(self.0);
@@ -105,7 +123,73 @@ impl Incoming {
     }
 }
 
-type Chunk = Vec<(Arc<str>, DeadCell)>;
+/// One chunk of a row's dead cells: in memory, or sealed on disk ([`super::spill`]).
+#[derive(Clone)]
+enum Piece {
+    Mem(Arc<Chunk>),
+    Disk(Arc<Sealed>),
+}
+
+impl Piece {
+    fn first(&self) -> Option<&str> {
+        match self {
+            Piece::Mem(c) => c.first().map(|(k, _)| &**k),
+            Piece::Disk(s) => Some(&s.first),
+        }
+    }
+
+    fn last(&self) -> Option<&str> {
+        match self {
+            Piece::Mem(c) => c.last().map(|(k, _)| &**k),
+            Piece::Disk(s) => Some(&s.last),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Piece::Mem(c) => c.len(),
+            Piece::Disk(s) => s.len,
+        }
+    }
+
+    /// Its cells: shared when in memory, read back when sealed.
+    fn cells(&self) -> Arc<Chunk> {
+        match self {
+            Piece::Mem(c) => Arc::clone(c),
+            Piece::Disk(s) => Arc::new(s.load()),
+        }
+    }
+
+    /// Whether `column` may be one of its cells (it lies between its first and last).
+    fn spans(&self, column: &str) -> bool {
+        self.first().is_some_and(|f| f <= column) && self.last().is_some_and(|l| column <= l)
+    }
+
+    /// How many of its cells sort before `column`; a sealed chunk is read only when `column`
+    /// falls inside it.
+    fn rank_of(&self, column: &str) -> usize {
+        match self {
+            Piece::Disk(s) if column <= &*s.first => 0,
+            Piece::Disk(s) if column > &*s.last => s.len,
+            piece => piece.cells().partition_point(|(k, _)| &**k < column),
+        }
+    }
+
+    /// Its cells to change: a sealed chunk comes back into memory first.
+    fn make_mut(&mut self) -> &mut Chunk {
+        if let Piece::Disk(s) = self {
+            *self = Piece::Mem(Arc::new(s.load()));
+        }
+        match self {
+            Piece::Mem(c) => Arc::make_mut(c),
+            Piece::Disk(_) => unreachable!("brought into memory above"),
+        }
+    }
+}
+
+/// Chunks a row keeps in memory at its end, where rows grow: the rest are sealed on disk when
+/// the row has a [`Spill`].
+const CHUNKS_IN_MEMORY: usize = 2;
 
 /// Where the last of a series of increasing lookups ([`DeadCells::get_after`]) ended.
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,14 +198,21 @@ pub(super) struct DeadCursor {
     pos: usize,
 }
 
-/// Dead cells sorted by column, chunked for cheap ranks and snapshots (see the module docs).
+/// Dead cells sorted by column, chunked for cheap ranks and snapshots (see the module docs);
+/// with a [`Spill`], all but the last chunks are sealed on disk.
 #[derive(Clone, Default)]
 pub(super) struct DeadCells {
-    chunks: Arc<Vec<Arc<Chunk>>>,
+    chunks: Arc<Vec<Piece>>,
     len: usize,
+    spill: Option<Arc<Spill>>,
 }
 
 impl DeadCells {
+    /// No dead cells; chunks are sealed into `spill` when given.
+    pub fn new(spill: Option<Arc<Spill>>) -> Self {
+        DeadCells { spill, ..DeadCells::default() }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -132,25 +223,24 @@ impl DeadCells {
         // Most lookups are for columns at or past the last chunk's first: rows grow at their
         // end (queue entries, ticket numbers), so the newest columns are the ones asked for.
         let last = self.chunks.len().saturating_sub(1);
-        if self.chunks.get(last).and_then(|c| c.first()).is_some_and(|(k, _)| &**k <= column) {
+        if self.chunks.get(last).and_then(Piece::first).is_some_and(|k| k <= column) {
             return last;
         }
-        self.chunks
-            .partition_point(|c| c.first().is_some_and(|(k, _)| &**k <= column))
-            .saturating_sub(1)
+        self.chunks.partition_point(|c| c.first().is_some_and(|k| k <= column)).saturating_sub(1)
     }
 
     /// True when `column` sorts after every dead cell (or there are none): a live cell written
     /// after the deletions usually does, and is then answered by one comparison.
     fn after_all(&self, column: &str) -> bool {
-        self.chunks.last().and_then(|c| c.last()).is_none_or(|(greatest, _)| column > &**greatest)
+        self.chunks.last().and_then(Piece::last).is_none_or(|greatest| column > greatest)
     }
 
     pub fn get(&self, column: &str) -> Option<DeadCell> {
         if self.after_all(column) {
             return None;
         }
-        let chunk = self.chunks.get(self.chunk_of(column))?;
+        let piece = self.chunks.get(self.chunk_of(column)).filter(|p| p.spans(column))?;
+        let chunk = piece.cells();
         chunk.binary_search_by(|(k, _)| (**k).cmp(column)).ok().map(|i| chunk[i].1)
     }
 
@@ -167,13 +257,18 @@ impl DeadCells {
             DeadCursor { chunk: None, .. } => (self.chunk_of(column), 0),
         };
         // Into the chunk that holds `column` (a few steps forward, or a search past many).
-        let past = |c: usize| {
-            self.chunks.get(c).and_then(|c| c.last()).is_some_and(|(k, _)| &**k < column)
-        };
+        let past = |c: usize| self.chunks.get(c).and_then(Piece::last).is_some_and(|k| k < column);
         if past(at.0) {
             at = if past(at.0 + 1) { (self.chunk_of(column), 0) } else { (at.0 + 1, 0) };
         }
-        let chunk = self.chunks.get(at.0)?;
+        let piece = self.chunks.get(at.0)?;
+        if let Piece::Disk(s) = piece {
+            if column < &*s.first {
+                // Before the sealed chunk: not a dead cell, and the cursor stays put.
+                return None;
+            }
+        }
+        let chunk = piece.cells();
         let rest = chunk.get(at.1..)?;
         // Gallop: the first index at `2^k - 1` whose column is not less, then a binary search
         // below it.
@@ -192,9 +287,9 @@ impl DeadCells {
         let i = self.chunk_of(&column);
         let chunks = Arc::make_mut(&mut self.chunks);
         if chunks.is_empty() {
-            chunks.push(Arc::new(Vec::new()));
+            chunks.push(Piece::Mem(Arc::default()));
         }
-        let chunk = Arc::make_mut(&mut chunks[i]);
+        let chunk = chunks[i].make_mut();
         match chunk.binary_search_by(|(k, _)| (**k).cmp(&column)) {
             Ok(j) => chunk[j].1 = cell,
             Err(j) => {
@@ -204,16 +299,41 @@ impl DeadCells {
         }
         if chunk.len() > CHUNK_MAX {
             let upper = chunk.split_off(chunk.len() / 2);
-            chunks.insert(i + 1, Arc::new(upper));
+            chunks.insert(i + 1, Piece::Mem(Arc::new(upper)));
+            self.seal_old();
+        }
+    }
+
+    /// Seals every chunk in memory but the last [`CHUNKS_IN_MEMORY`], when there is a spill.
+    fn seal_old(&mut self) {
+        let Some(spill) = &self.spill else { return };
+        let chunks = Arc::make_mut(&mut self.chunks);
+        let old = chunks.len().saturating_sub(CHUNKS_IN_MEMORY);
+        for piece in &mut chunks[..old] {
+            if let Piece::Mem(chunk) = piece {
+                if let Some(sealed) = spill.seal(chunk) {
+                    *piece = Piece::Disk(Arc::new(sealed));
+                }
+            }
         }
     }
 
     pub fn remove(&mut self, column: &str) -> Option<DeadCell> {
         let i = self.chunk_of(column);
-        // Found before anything is made mutable: a copy only for a cell that is there.
-        let j = self.chunks.get(i)?.binary_search_by(|(k, _)| (**k).cmp(column)).ok()?;
+        // Found before anything is made mutable: a copy only for a cell that is there, and a
+        // sealed chunk read only when the column lies inside it.
+        let piece = self.chunks.get(i).filter(|p| p.spans(column))?;
+        let j = match piece {
+            Piece::Mem(chunk) => chunk.binary_search_by(|(k, _)| (**k).cmp(column)).ok()?,
+            Piece::Disk(sealed) => {
+                let cells = sealed.load();
+                let j = cells.binary_search_by(|(k, _)| (**k).cmp(column)).ok()?;
+                Arc::make_mut(&mut self.chunks)[i] = Piece::Mem(Arc::new(cells));
+                j
+            }
+        };
         let chunks = Arc::make_mut(&mut self.chunks);
-        let chunk = Arc::make_mut(&mut chunks[i]);
+        let chunk = chunks[i].make_mut();
         let (_, cell) = chunk.remove(j);
         if chunk.is_empty() {
             chunks.remove(i);
@@ -231,26 +351,58 @@ impl DeadCells {
         let i = self.chunk_of(column);
         let before: usize = match self.chunks.len().checked_sub(1) {
             Some(last) if i == last => self.len - self.chunks[last].len(),
-            _ => self.chunks[..i.min(self.chunks.len())].iter().map(|c| c.len()).sum(),
+            _ => self.chunks[..i.min(self.chunks.len())].iter().map(Piece::len).sum(),
         };
-        let inside = self.chunks.get(i).map_or(0, |c| c.partition_point(|(k, _)| &**k < column));
+        let inside = self.chunks.get(i).map_or(0, |c| c.rank_of(column));
         before + inside
     }
 
-    /// Drops the cells `purge` says to, rebuilding the chunks (compaction).
-    pub fn retain(&mut self, mut keep: impl FnMut(&DeadCell) -> bool) {
-        let kept: Vec<(Arc<str>, DeadCell)> =
-            self.chunks.iter().flat_map(|c| c.iter()).filter(|(_, c)| keep(c)).cloned().collect();
-        if kept.len() == self.len {
-            return;
+    /// Compaction: drops the cells dead for at least `grace` at `now`. A sealed chunk whose
+    /// earliest death is younger than that is kept unread.
+    pub fn purge(&mut self, now: DeadAt, grace: Duration) {
+        self.retain_where(|s| s.oldest.age_at(now) >= grace, |c| c.dead_at.age_at(now) < grace);
+    }
+
+    /// Drops the cells `keep` refuses, looking only into the sealed chunks `look` accepts;
+    /// each chunk that lost cells is cut again into chunks of half the most.
+    fn retain_where(
+        &mut self,
+        mut look: impl FnMut(&Sealed) -> bool,
+        mut keep: impl FnMut(&DeadCell) -> bool,
+    ) {
+        let mut pieces = Vec::with_capacity(self.chunks.len());
+        let mut changed = false;
+        for piece in self.chunks.iter() {
+            if matches!(piece, Piece::Disk(s) if !look(s)) {
+                pieces.push(piece.clone());
+                continue;
+            }
+            let cells = piece.cells();
+            let kept: Chunk = cells.iter().filter(|(_, c)| keep(c)).cloned().collect();
+            if kept.len() == cells.len() {
+                pieces.push(piece.clone());
+                continue;
+            }
+            changed = true;
+            pieces.extend(kept.chunks(CHUNK_MAX / 2).map(|c| Piece::Mem(Arc::new(c.to_vec()))));
         }
-        self.len = kept.len();
-        self.chunks = Arc::new(kept.chunks(CHUNK_MAX / 2).map(|c| Arc::new(c.to_vec())).collect());
+        if changed {
+            self.len = pieces.iter().map(Piece::len).sum();
+            self.chunks = Arc::new(pieces);
+        }
     }
 
     #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = &(Arc<str>, DeadCell)> {
-        self.chunks.iter().flat_map(|c| c.iter())
+    pub fn retain(&mut self, keep: impl FnMut(&DeadCell) -> bool) {
+        self.retain_where(|_| true, keep);
+    }
+
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = (Arc<str>, DeadCell)> + '_ {
+        self.chunks.iter().flat_map(|p| {
+            let cells = p.cells();
+            (0..cells.len()).map(move |i| cells[i].clone())
+        })
     }
 }
 
@@ -349,10 +501,10 @@ pub(super) struct Scan {
 }
 
 impl Row {
-    pub fn new(now: Instant, interval: Duration) -> Self {
+    pub fn new(now: Instant, interval: Duration, spill: Option<Arc<Spill>>) -> Self {
         Row {
             live: Arc::default(),
-            dead: DeadCells::default(),
+            dead: DeadCells::new(spill),
             expiries: BTreeSet::new(),
             next_compaction: far_after(now, interval),
         }
@@ -376,8 +528,7 @@ impl Row {
             }
         }
         if now >= self.next_compaction {
-            let dead_now = DeadAt::of(now);
-            self.dead.retain(|c| c.dead_at.age_at(dead_now) < grace);
+            self.dead.purge(DeadAt::of(now), grace);
             self.next_compaction = far_after(now, interval);
         }
     }
@@ -579,5 +730,84 @@ mod tests {
         d.retain(|c| c.timestamp % 2 == 1);
         assert_eq!(d.len(), 2501);
         assert_eq!(d.rank(None), 2501);
+    }
+
+    fn cell(timestamp: i64, dead_at: DeadAt) -> DeadCell {
+        DeadCell { timestamp, dead_at }
+    }
+
+    /// Everything asked of dead cells sealed on disk is answered as it is of the same cells in
+    /// memory: random inserts (mostly at the end, as rows grow), removes, lookups, increasing
+    /// lookups, ranks, purges and snapshots taken along the way.
+    #[tokio::test(start_paused = true)]
+    async fn sealed_dead_cells_answer_as_dead_cells_in_memory() {
+        use rand::{RngExt, SeedableRng};
+        let spill = Arc::new(Spill::default());
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let origin = crate::rt::now();
+        let at = |s: u64| DeadAt::of(origin + Duration::from_secs(s));
+        let (mut mem, mut disk) = (DeadCells::default(), DeadCells::new(Some(Arc::clone(&spill))));
+        let mut snapshots = Vec::new();
+        let name = |i: u64| format!("{i:08}");
+        for step in 0..20_000u64 {
+            let column = match rng.random_range(0..10) {
+                0 => name(rng.random_range(0..=step)),
+                1 => format!("{}x", name(rng.random_range(0..=step))),
+                _ => name(step),
+            };
+            match rng.random_range(0..20) {
+                0 => assert_eq!(
+                    mem.remove(&column).map(|c| c.timestamp),
+                    disk.remove(&column).map(|c| c.timestamp),
+                    "remove {column}"
+                ),
+                1 if step % 500 == 0 => {
+                    let grace = Duration::from_secs(rng.random_range(0..step.max(1)));
+                    mem.purge(at(step), grace);
+                    disk.purge(at(step), grace);
+                }
+                2 if step % 1000 == 0 => snapshots.push((mem.clone(), disk.clone())),
+                _ => {
+                    let c = cell(step as i64, at(step.saturating_sub(rng.random_range(0..50))));
+                    mem.insert(Arc::from(column.as_str()), c);
+                    disk.insert(Arc::from(column.as_str()), c);
+                }
+            }
+            assert_eq!(mem.len(), disk.len());
+        }
+        assert!(disk.chunks.iter().filter(|p| matches!(p, Piece::Disk(_))).count() > 10);
+        snapshots.push((mem, disk));
+        let probes: Vec<String> =
+            (0..20_100).step_by(7).flat_map(|i| [name(i), format!("{}x", name(i))]).collect();
+        for (mem, disk) in &snapshots {
+            let (mut cm, mut cd) = (DeadCursor::default(), DeadCursor::default());
+            for p in &probes {
+                let key = |c: Option<DeadCell>| c.map(|c| (c.timestamp, c.dead_at));
+                assert_eq!(key(mem.get(p)), key(disk.get(p)), "get {p}");
+                assert_eq!(key(mem.get_after(&mut cm, p)), key(disk.get_after(&mut cd, p)));
+                assert_eq!(mem.rank(Some(p)), disk.rank(Some(p)), "rank {p}");
+            }
+            let cells = |d: &DeadCells| {
+                d.iter().map(|(k, c)| (k.to_string(), c.timestamp, c.dead_at)).collect::<Vec<_>>()
+            };
+            assert_eq!(cells(mem), cells(disk));
+        }
+        assert!(spill.error().is_none());
+    }
+
+    /// A spill that cannot write keeps every chunk in memory, loses nothing, and says why.
+    #[tokio::test(start_paused = true)]
+    async fn a_spill_that_cannot_write_keeps_the_cells_in_memory() {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let spill = Arc::new(Spill::with_file(full));
+        let now = DeadAt::of(crate::rt::now());
+        let mut d = DeadCells::new(Some(Arc::clone(&spill)));
+        for i in 0..3000 {
+            d.insert(Arc::from(format!("{i:08}")), cell(i, now));
+        }
+        assert!(d.chunks.iter().all(|p| matches!(p, Piece::Mem(_))));
+        assert_eq!(d.iter().count(), 3000);
+        assert_eq!(d.rank(Some("00001500")), 1500);
+        assert!(spill.error().is_some_and(|e| e.contains("cannot write")), "{:?}", spill.error());
     }
 }

@@ -32,7 +32,7 @@ fn live(answer: &Answer) -> &LiveSlice {
 async fn answers_what_a_merge_answers_through_writes_deletions_expiries_and_compactions() {
     let mut rng = StdRng::seed_from_u64(7);
     let start = Instant::now();
-    let mut rows: Vec<Row> = (0..3).map(|_| Row::new(start, INTERVAL)).collect();
+    let mut rows: Vec<Row> = (0..3).map(|_| Row::new(start, INTERVAL, None)).collect();
     let columns: Vec<Arc<str>> = (0..8).map(|i| Arc::from(format!("c{i}"))).collect();
     let values: Vec<Arc<[u8]>> = (0..3).map(|i| Arc::from(vec![b'a' + i; 4])).collect();
     let slices = [
