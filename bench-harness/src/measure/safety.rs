@@ -134,10 +134,17 @@ impl<'a> StaleCheck<'a> {
 /// The intervals, per lock, during which someone waited on the lock and nobody held it.
 pub fn idle_intervals(locks: &ByLock<'_>) -> Vec<(u64, u64)> {
     let mut idle = Vec::new();
-    for list in locks.values() {
-        idle_of_lock(list, &mut idle);
-    }
+    each_idle(locks, |interval| idle.push(interval));
     idle
+}
+
+/// Calls `visit` with each idle interval of `locks` ([`idle_intervals`]) instead of keeping
+/// them: a lock handed from waiter to waiter is idle between every two holds, so there are
+/// about as many intervals as grants.
+pub fn each_idle(locks: &ByLock<'_>, mut visit: impl FnMut((u64, u64))) {
+    for list in locks.values() {
+        idle_of_lock(list, &mut visit);
+    }
 }
 
 /// One lock's idle intervals, by a sweep over its edges in time order: +1 per waiting
@@ -147,7 +154,7 @@ pub fn idle_intervals(locks: &ByLock<'_>) -> Vec<(u64, u64)> {
 /// number each, instead of four edges of two numbers per grant. Only the level before each
 /// instant's first edge decides whether the time up to that instant was idle, so edges at
 /// one instant may be taken in any order.
-fn idle_of_lock(list: &[Grant], idle: &mut Vec<(u64, u64)>) {
+fn idle_of_lock(list: &[Grant], visit: &mut impl FnMut((u64, u64))) {
     const WAY: i64 = 1 << 32;
     let waited = |g: &Grant| g.granted_us > g.requested_us;
     let held = |g: &Grant| g.released_us > g.granted_us;
@@ -180,7 +187,7 @@ fn idle_of_lock(list: &[Grant], idle: &mut Vec<(u64, u64)>) {
             1
         };
         if (1..WAY).contains(&level) && t > since {
-            idle.push((since, t));
+            visit((since, t));
         }
         level += d;
         since = t;
@@ -189,13 +196,15 @@ fn idle_of_lock(list: &[Grant], idle: &mut Vec<(u64, u64)>) {
 
 /// The total length of `intervals`, clipped to `within` when given (half-open windows).
 pub fn total_us(intervals: &[(u64, u64)], within: Option<&[(u64, u64)]>) -> u64 {
-    intervals
-        .iter()
-        .map(|&(a, b)| match within {
-            None => b - a,
-            Some(windows) => windows.iter().map(|&(x, y)| b.min(y).saturating_sub(a.max(x))).sum(),
-        })
-        .sum()
+    intervals.iter().map(|&interval| length_us(interval, within)).sum()
+}
+
+/// The length of `(a, b)`, clipped to `within` when given.
+fn length_us((a, b): (u64, u64), within: Option<&[(u64, u64)]>) -> u64 {
+    match within {
+        None => b - a,
+        Some(windows) => windows.iter().map(|&(x, y)| b.min(y).saturating_sub(a.max(x))).sum(),
+    }
 }
 
 /// The windows of `kind`, each extended by `extend_us`, merged so that none is counted twice.
@@ -229,7 +238,17 @@ pub fn judge(
     let found = super::metrics::overlaps(&locks);
     let pauses = windows_of(faults, "pause", ttl_us);
     let in_pause = |t: u64| pauses.iter().any(|&(a, b)| (a..b).contains(&t));
-    let idle = idle_intervals(&locks);
+    // Each kind's windows, and the idle time in all and within each, in one sweep.
+    let kinds: BTreeSet<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
+    let windows: Vec<(&str, Vec<(u64, u64)>)> =
+        kinds.into_iter().map(|kind| (kind, windows_of(faults, kind, ttl_us))).collect();
+    let (mut unavailable_us, mut unavailable_by_kind) = (0, vec![0; windows.len()]);
+    each_idle(&locks, |interval| {
+        unavailable_us += length_us(interval, None);
+        for (sum, (_, w)) in unavailable_by_kind.iter_mut().zip(&windows) {
+            *sum += length_us(interval, Some(w));
+        }
+    });
     let mut f = SafetyFigures {
         overlapping_holds: found.len() as u64,
         overlap_us: overlap_time_us(&locks),
@@ -237,7 +256,7 @@ pub fn judge(
             as u64,
         leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
         crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
-        unavailable_us: total_us(&idle, None),
+        unavailable_us,
         ..SafetyFigures::default()
     };
     let mut stale_grants = BTreeSet::new();
@@ -261,10 +280,8 @@ pub fn judge(
         .iter()
         .filter(|g| g.lease_lost && stale_grants.contains(&(g.lock, g.contender, g.token)))
         .count() as u64;
-    let kinds: BTreeSet<&str> = faults.iter().map(|w| w.kind.as_str()).collect();
-    for kind in kinds {
-        let windows = windows_of(faults, kind, ttl_us);
-        f.unavailable_us_by_fault.insert(kind.to_string(), total_us(&idle, Some(&windows)));
+    for ((kind, windows), unavailable) in windows.iter().zip(unavailable_by_kind) {
+        f.unavailable_us_by_fault.insert(kind.to_string(), unavailable);
         f.window_us_by_fault.insert(kind.to_string(), windows.iter().map(|(a, b)| b - a).sum());
     }
     f.resumed_after_us_by_fault = resumed_after(&locks, faults);

@@ -389,8 +389,9 @@ pub async fn run_async(
 }
 
 /// The run's record from what [`drive`] measured: the grant log read back from its file and
-/// sorted by lock, then grant time, then contender (a stable sort: one contender's grants at
-/// one instant stay in the order it made them).
+/// sorted by lock, then grant time, then contender. One contender's grants at one instant
+/// follow by request, release and token, which is the order it made them (each request comes
+/// after the previous release), so the sort needs no buffer of its own as a stable one does.
 pub fn outcome(
     cfg: &RunConfig,
     algorithm: &'static Algorithm,
@@ -398,7 +399,9 @@ pub fn outcome(
 ) -> anyhow::Result<RunOutcome> {
     let mut grants = Vec::with_capacity(driven.grants.len() as usize);
     grants.extend(driven.grants.iter());
-    grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
+    grants.sort_unstable_by_key(|g| {
+        (g.lock, g.granted_us, g.contender, g.requested_us, g.released_us, g.token)
+    });
     Ok(RunOutcome {
         algorithm: algorithm.name,
         grants,
