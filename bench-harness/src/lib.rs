@@ -227,7 +227,7 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         csv.append(&outcome)?;
         files::write_json(&out.join("summary.json"), &summary)?;
         faults.insert(algorithm.name.to_string(), outcome.faults);
-        logs.push((algorithm.name.to_string(), outcome.grants));
+        logs.push((algorithm.name.to_string(), figures::holds_of_lock0(&outcome.grants)));
         figures::draw_run(out, &summary, &logs, &faults)?;
     }
     progress::status(

@@ -17,8 +17,13 @@ use crate::measure::summary::Summary;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Who held lock 0 when, as timeline bars: contender, grant and release in seconds. A run's
+/// charts keep these of each algorithm, not its grant log (a third of its size, and only lock
+/// 0's).
+pub type Holds = Vec<(u32, f64, f64)>;
+
 /// Holds of lock 0 as timeline bars, in seconds.
-pub fn holds_of_lock0(grants: &[Grant]) -> Vec<(u32, f64, f64)> {
+pub fn holds_of_lock0(grants: &[Grant]) -> Holds {
     grants
         .iter()
         .filter(|g| g.lock == 0)
@@ -28,14 +33,13 @@ pub fn holds_of_lock0(grants: &[Grant]) -> Vec<(u32, f64, f64)> {
 
 /// The time window in seconds that shows about `holds` holds of lock 0 of the busiest
 /// algorithm (but no more than the run).
-pub fn timeline_window(logs: &[(String, Vec<Grant>)], holds: usize, duration_s: f64) -> (f64, f64) {
+pub fn timeline_window(logs: &[(String, Holds)], holds: usize, duration_s: f64) -> (f64, f64) {
     let end = logs
         .iter()
-        .filter_map(|(_, grants)| {
-            let mut times: Vec<u64> =
-                grants.iter().filter(|g| g.lock == 0).map(|g| g.released_us).collect();
-            times.sort_unstable();
-            times.get(holds.saturating_sub(1)).map(|t| *t as f64 / 1e6)
+        .filter_map(|(_, lock0)| {
+            let mut times: Vec<f64> = lock0.iter().map(|&(_, _, released)| released).collect();
+            times.sort_unstable_by(f64::total_cmp);
+            times.get(holds.saturating_sub(1)).copied()
         })
         .fold(f64::INFINITY, f64::min);
     (0.0, if end.is_finite() && end > 0.0 { end.min(duration_s) } else { duration_s })
@@ -82,7 +86,7 @@ pub fn fault_window(faults: &[FaultWindow], duration_s: f64) -> Option<(f64, f64
 pub fn draw_run(
     dir: &Path,
     summary: &Summary,
-    logs: &[(String, Vec<Grant>)],
+    logs: &[(String, Holds)],
     faults: &BTreeMap<String, Vec<FaultWindow>>,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let cfg = &summary.config;
@@ -102,7 +106,7 @@ pub fn draw_run(
         .unwrap_or_else(|| timeline_window(logs, 120, duration_s));
     let panels: Vec<TimelinePanel> = logs
         .iter()
-        .map(|(name, grants)| TimelinePanel {
+        .map(|(name, holds)| TimelinePanel {
             faults: faults
                 .get(name)
                 .into_iter()
@@ -125,7 +129,7 @@ pub fn draw_run(
             },
             color: algorithm_color(name),
             contenders: cfg.threads,
-            holds: holds_of_lock0(grants),
+            holds: holds.clone(),
             window,
         })
         .collect();

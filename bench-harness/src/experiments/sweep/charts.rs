@@ -1,13 +1,12 @@
 //! The sweep's charts, a function per figure, every value read from [`SweepSummary`].
 
 use super::{Experiment, SweepSummary, HEADLINE_CONTENDERS, SIDE_CONTENDERS, TIMELINE_CONTENDERS};
-use crate::measure::metrics::Grant;
 use crate::measure::summary::{AlgorithmReport, Summary};
 use crate::report::charts::{
     algorithm_color, lighter, render_lines, render_timelines, Formats, Legend, LineChart, Series,
     TimelinePanel, PALETTE,
 };
-use crate::report::figures::{cdf_chart, holds_of_lock0, timeline_window};
+use crate::report::figures::{cdf_chart, timeline_window, Holds};
 use std::path::{Path, PathBuf};
 
 fn pts(
@@ -73,7 +72,7 @@ fn figure(files: Vec<PathBuf>, caption: &str) -> Figure {
 pub fn draw(
     dir: &Path,
     s: &SweepSummary,
-    timelines: &[(usize, String, Vec<Grant>)],
+    timelines: &[(usize, String, Holds)],
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figs = Vec::new();
     if !s.series_names(Experiment::Contention).is_empty() {
@@ -257,11 +256,11 @@ fn push_vs_polling(dir: &Path, s: &SweepSummary) -> anyhow::Result<Option<Figure
 fn timeline(
     dir: &Path,
     s: &SweepSummary,
-    timelines: &[(usize, String, Vec<Grant>)],
+    timelines: &[(usize, String, Holds)],
     n: usize,
 ) -> anyhow::Result<Option<Figure>> {
     let both = Formats::PngAndSvg;
-    let logs: Vec<(String, Vec<Grant>)> = timelines
+    let logs: Vec<(String, Holds)> = timelines
         .iter()
         .filter(|(t, _, _)| *t == n)
         .map(|(_, name, g)| (name.clone(), g.clone()))
@@ -273,11 +272,11 @@ fn timeline(
         timeline_window(&logs, if n <= 2 { 40 } else { 80 }, s.base.duration.as_secs_f64());
     let panels: Vec<TimelinePanel> = logs
         .iter()
-        .map(|(name, grants)| TimelinePanel {
+        .map(|(name, holds)| TimelinePanel {
             title: format!("{name}: who holds the lock, {n} contenders"),
             color: algorithm_color(name),
             contenders: n,
-            holds: holds_of_lock0(grants),
+            holds: holds.clone(),
             window,
             faults: Vec::new(),
         })

@@ -28,8 +28,8 @@ use crate::args::ScenarioArgs;
 use crate::config::{ClockMode, RunConfig};
 use crate::dist::parse_positive_duration;
 use crate::engines::{self, Algorithm, TimeSourceKind};
-use crate::measure::metrics::Grant;
 use crate::measure::summary::{analyze, AlgorithmReport};
+use crate::report::figures::{holds_of_lock0, Holds};
 use crate::report::{files, progress};
 use anyhow::{anyhow, Context};
 use clap::Args;
@@ -172,7 +172,8 @@ struct Job {
 
 struct Done {
     point: SweepPoint,
-    grants: Option<Vec<Grant>>,
+    /// Lock 0's holds, for the owner timelines.
+    holds: Option<Holds>,
 }
 
 /// The sweep's plan: base scenario, contender counts, side experiments.
@@ -366,7 +367,7 @@ fn run_job(job: &Job) -> anyhow::Result<Done> {
             time_source: job.cfg.time_source,
             report,
         },
-        grants: job.keep_grants.then_some(run.grants),
+        holds: job.keep_grants.then(|| holds_of_lock0(&run.grants)),
     })
 }
 
@@ -403,11 +404,11 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<()> {
     let done = execute(&plan, args.jobs as usize, &bar)?;
     bar.finish_and_clear();
 
-    let mut timelines: Vec<(usize, String, Vec<Grant>)> = Vec::new();
+    let mut timelines: Vec<(usize, String, Holds)> = Vec::new();
     let mut points = Vec::with_capacity(done.len());
     for d in done {
-        if let Some(grants) = d.grants {
-            timelines.push((d.point.threads, d.point.series.clone(), grants));
+        if let Some(holds) = d.holds {
+            timelines.push((d.point.threads, d.point.series.clone(), holds));
         }
         points.push(d.point);
     }
