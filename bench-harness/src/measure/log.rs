@@ -4,7 +4,7 @@
 
 use super::latencies::Latencies;
 use super::metrics::{new_histogram, Grant};
-use super::spool::{Record, Spooled};
+use super::spool::{self, Record, Spooled};
 use crate::primitive::Share;
 use hdrhistogram::Histogram;
 use lock_core::embedded::StoreCounters;
@@ -101,8 +101,7 @@ impl Record for Grant {
     }
 
     fn get(b: &[u8]) -> Self {
-        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let (word, half) = (|at| spool::u64_at(b, at), |at| spool::u32_at(b, at));
         let flags = b[48];
         Grant {
             lock: half(0),
@@ -203,8 +202,7 @@ impl Record for ResourceWrite {
     }
 
     fn get(b: &[u8]) -> Self {
-        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let (word, half) = (|at| spool::u64_at(b, at), |at| spool::u32_at(b, at));
         ResourceWrite {
             lock: half(0),
             contender: half(4),

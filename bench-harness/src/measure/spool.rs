@@ -26,6 +26,16 @@ pub trait Record: Sized {
     fn get(bytes: &[u8]) -> Self;
 }
 
+/// The little-endian `u64` at `at` of a record's bytes.
+pub fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The little-endian `u32` at `at` of a record's bytes.
+pub fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
 /// Records per block read back at once.
 const BLOCK_RECORDS: usize = 4096;
 
