@@ -90,39 +90,54 @@ pub fn overlap_time_us(locks: &ByLock<'_>) -> u64 {
 /// after the writer's grant and not after the write. The writer's grant is its latest grant
 /// with the write's lock, contender and token up to the write (a contender's holds never
 /// overlap each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches
-/// over the grants in grant order and over one sorted list of `(lock, contender, token,
-/// granted)`: a soak's run has hundreds of thousands of writes, and one flat list costs a
-/// third of what a map holding a list per grant does. The writes are judged one at a time,
-/// as they are read from their log.
+/// over the grants in grant order and over one index of every grant sorted by `(lock,
+/// contender, token, granted)`, which names each grant by its lock's place and its own in
+/// that lock's list (8 bytes a grant, where a copy of the four fields took 24): a soak's run
+/// has hundreds of thousands of writes, and the index is the analysis's largest table beside
+/// the grant log. The writes are judged one at a time, as they are read from their log.
 pub struct StaleCheck<'a> {
-    locks: &'a ByLock<'a>,
-    granted: Vec<(u32, u32, u64, u64)>,
+    /// Each lock's id and grants, in lock order.
+    locks: Vec<(u32, &'a [Grant])>,
+    /// `(place of the lock in `locks`, place of the grant in its list)`, sorted by
+    /// [`StaleCheck::key`].
+    index: Vec<(u32, u32)>,
 }
 
 impl<'a> StaleCheck<'a> {
     /// The check against the grants of `locks`.
     pub fn new(locks: &'a ByLock<'a>) -> Self {
-        let mut granted: Vec<(u32, u32, u64, u64)> =
-            Vec::with_capacity(locks.values().map(|list| list.len()).sum());
-        for (&lock, list) in locks {
-            granted.extend(list.iter().map(|g| (lock, g.contender, g.token, g.granted_us)));
+        let locks: Vec<(u32, &[Grant])> = locks.iter().map(|(&id, list)| (id, &**list)).collect();
+        let mut index: Vec<(u32, u32)> = Vec::with_capacity(locks.iter().map(|l| l.1.len()).sum());
+        for (place, (_, list)) in locks.iter().enumerate() {
+            index.extend((0..list.len()).map(|i| (place as u32, i as u32)));
         }
-        granted.sort_unstable();
-        StaleCheck { locks, granted }
+        let mut check = StaleCheck { locks, index: Vec::new() };
+        index.sort_unstable_by_key(|&entry| check.key(entry));
+        check.index = index;
+        check
+    }
+
+    /// The sort key of an index entry: its lock's place, then the grant's contender, token
+    /// and grant time.
+    fn key(&self, (place, i): (u32, u32)) -> (u32, u32, u64, u64) {
+        let g = &self.locks[place as usize].1[i as usize];
+        (place, g.contender, g.token, g.granted_us)
     }
 
     /// Whether `w` was stale.
     pub fn is_stale(&self, w: &ResourceWrite) -> bool {
-        let Some(list) = self.locks.get(&w.lock) else { return false };
-        let key = (w.lock, w.contender, w.token);
-        // The writer's grants up to the write: the keys equal to `key` with a grant time at or
-        // before it; the latest of them is the last such entry.
-        let end = self
-            .granted
-            .partition_point(|&(l, c, t, at)| (l, c, t, at) <= (key.0, key.1, key.2, w.at_us));
-        let Some(&(l, c, t, mine)) = end.checked_sub(1).and_then(|i| self.granted.get(i)) else {
+        let Ok(place) = self.locks.binary_search_by_key(&w.lock, |&(id, _)| id) else {
             return false;
         };
+        let list = self.locks[place].1;
+        let key = (place as u32, w.contender, w.token);
+        // The writer's grants up to the write: the keys equal to `key` with a grant time at or
+        // before it; the latest of them is the last such entry.
+        let end = self.index.partition_point(|&e| self.key(e) <= (key.0, key.1, key.2, w.at_us));
+        let Some(&entry) = end.checked_sub(1).and_then(|i| self.index.get(i)) else {
+            return false;
+        };
+        let (l, c, t, mine) = self.key(entry);
         if (l, c, t) != key {
             return false;
         }
