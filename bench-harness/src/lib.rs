@@ -230,7 +230,9 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         csv.append(&outcome)?;
         files::write_json(&out.join("summary.json"), &summary)?;
         faults.insert(algorithm.name.to_string(), outcome.faults);
-        logs.push((algorithm.name.to_string(), figures::holds_of_lock0(&outcome.grants)));
+        let holds = figures::holds_for_timeline(&outcome.grants, !cfg.faults.is_empty());
+        drop(outcome.grants);
+        logs.push((algorithm.name.to_string(), holds));
         figures::draw_run(out, &summary, &logs, &faults)?;
     }
     progress::status(

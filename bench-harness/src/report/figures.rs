@@ -31,6 +31,39 @@ pub fn holds_of_lock0(grants: &[Grant]) -> Holds {
         .collect()
 }
 
+/// Holds of lock 0 in a run's owner timeline: without faults it shows the run's start, up to
+/// the release of the [`TIMELINE_HOLDS`]-th hold of lock 0 of the busiest algorithm.
+pub const TIMELINE_HOLDS: usize = 120;
+
+/// What a run's owner timeline needs of one algorithm's grant log (in grant order): lock 0's
+/// holds, of a run `with_faults` all of them (its window follows the first fault of any
+/// algorithm), otherwise the ones granted by the release of its [`TIMELINE_HOLDS`]-th hold,
+/// since the window ends there or before ([`timeline_window`]) and no other hold is drawn.
+pub fn holds_for_timeline(grants: &[Grant], with_faults: bool) -> Holds {
+    let lock0 = grants.iter().filter(|g| g.lock == 0);
+    let end_us = if with_faults { None } else { nth_release(lock0.clone(), TIMELINE_HOLDS) };
+    lock0
+        .take_while(|g| end_us.is_none_or(|end| g.granted_us <= end))
+        .map(|g| (g.contender, g.granted_us as f64 / 1e6, g.released_us as f64 / 1e6))
+        .collect()
+}
+
+/// The `n`-th earliest release of `grants` (in grant order), keeping `n` of them: once a grant
+/// comes after the `n`-th earliest release so far, no later one releases before it.
+fn nth_release<'a>(grants: impl Iterator<Item = &'a Grant>, n: usize) -> Option<u64> {
+    let mut earliest = std::collections::BinaryHeap::with_capacity(n + 1);
+    for g in grants {
+        if earliest.len() == n && earliest.peek().is_some_and(|&nth| g.granted_us > nth) {
+            break;
+        }
+        earliest.push(g.released_us);
+        if earliest.len() > n {
+            earliest.pop();
+        }
+    }
+    (earliest.len() == n && n > 0).then(|| earliest.peek().copied()).flatten()
+}
+
 /// The time window in seconds that shows about `holds` holds of lock 0 of the busiest
 /// algorithm (but no more than the run).
 pub fn timeline_window(logs: &[(String, Holds)], holds: usize, duration_s: f64) -> (f64, f64) {
@@ -103,7 +136,7 @@ pub fn draw_run(
     let duration_s = cfg.duration.as_secs_f64();
     let all_faults: Vec<FaultWindow> = faults.values().flatten().cloned().collect();
     let window = fault_window(&all_faults, duration_s)
-        .unwrap_or_else(|| timeline_window(logs, 120, duration_s));
+        .unwrap_or_else(|| timeline_window(logs, TIMELINE_HOLDS, duration_s));
     let panels: Vec<TimelinePanel> = logs
         .iter()
         .map(|(name, holds)| TimelinePanel {
@@ -167,4 +200,61 @@ pub fn draw_run(
         Formats::Png,
     )?);
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without faults the timeline draws the same bars from the holds kept as from every hold
+    /// of lock 0, and finds the same window, whichever algorithm is the busiest.
+    #[test]
+    fn the_holds_kept_draw_the_timeline_every_hold_draws() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let log = |rng: &mut rand::rngs::StdRng, n: usize| {
+            let mut grants: Vec<Grant> = (0..n)
+                .map(|i| {
+                    let granted = rng.random_range(0..1_000_000u64);
+                    let held = rng.random_range(0..200_000);
+                    let lock = rng.random_range(0..2);
+                    crate::measure::metrics::test_grant(
+                        lock,
+                        i as u32 % 7,
+                        0,
+                        granted,
+                        granted + held,
+                        0,
+                    )
+                })
+                .collect();
+            grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
+            grants
+        };
+        let mut cut = 0;
+        for round in 0..50 {
+            let logs: Vec<Vec<Grant>> = (0..3)
+                .map(|_| {
+                    let n = rng.random_range(0..400);
+                    log(&mut rng, n)
+                })
+                .collect();
+            let every: Vec<(String, Holds)> =
+                logs.iter().map(|g| (String::new(), holds_of_lock0(g))).collect();
+            let kept: Vec<(String, Holds)> =
+                logs.iter().map(|g| (String::new(), holds_for_timeline(g, false))).collect();
+            let window = timeline_window(&every, TIMELINE_HOLDS, 1.0);
+            assert_eq!(timeline_window(&kept, TIMELINE_HOLDS, 1.0), window, "round {round}");
+            let (t0, t1) = window;
+            let drawn = |holds: &Holds| -> Holds {
+                holds.iter().filter(|(_, s, e)| *e >= t0 && *s <= t1).copied().collect()
+            };
+            for ((_, all), (_, some)) in every.iter().zip(&kept) {
+                assert_eq!(drawn(all), drawn(some), "round {round}");
+                assert!(some.len() <= all.len());
+                cut += usize::from(some.len() < all.len());
+            }
+        }
+        assert!(cut > 10, "the holds were cut in {cut} logs only");
+    }
 }
