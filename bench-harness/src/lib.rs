@@ -56,9 +56,9 @@
 //!   needs each lock's grants in grant order (overtakes are inversions of request order,
 //!   overlaps and unavailability are sweeps over holds), but only once the run's engine is
 //!   gone: the grants and the store's tombstones never take memory at once. Beside it the
-//!   analysis keeps one index of the grants for the stale-write check; its sweeps keep what
-//!   is open at one instant, not a list per grant. Once analysed, a run keeps only lock 0's
-//!   holds, for the owner timeline;
+//!   analysis keeps one index of the grants (8 bytes each) for the stale-write check; its
+//!   sweeps keep what is open at one instant, not a list per grant. Once analysed, a run
+//!   keeps only the lock-0 holds its owner timeline can show;
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
 //!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes; as
 //!   Cassandra, it keeps all but each row's newest ones on disk
