@@ -34,7 +34,7 @@
 //! Dead cells keep only what reconciliation and compaction use: their timestamp (a dead cell
 //! beats a live one of equal timestamp whatever its value) and since when they are dead.
 
-use super::spill::{Chunk, Sealed, Spill};
+use super::spill::Spill;
 use crate::store::{reconcile_weighed, Micros, Weighed};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,16 +84,6 @@ impl DeadAt {
         DeadAt(if at >= origin { nanos(at - origin) } else { -nanos(origin - at) })
     }
 
-    /// Its nanoseconds from the origin, as written to disk.
-    pub fn nanos(self) -> i64 {
-        self.0
-    }
-
-    /// Back from [`DeadAt::nanos`].
-    pub fn from_nanos(nanos: i64) -> Self {
-        DeadAt(nanos)
-    }
-
     /// How long the cell has been dead at `now` (zero for a `now` before it died).
     pub fn age_at(self, now: DeadAt) -> Duration {
         let age = now.0.saturating_sub(self.0);
@@ -120,6 +110,78 @@ impl Incoming {
             },
             dead => dead,
         }
+    }
+}
+
+/// The dead cells of one chunk: sorted by column.
+type Chunk = Vec<(Arc<str>, DeadCell)>;
+
+/// A chunk of dead cells written to the store's [`Spill`]: what is known of it without
+/// reading it back.
+#[derive(Debug)]
+struct Sealed {
+    spill: Arc<Spill>,
+    at: u64,
+    bytes: usize,
+    /// How many cells it holds.
+    len: usize,
+    /// Its first column.
+    first: Arc<str>,
+    /// Its last column.
+    last: Arc<str>,
+    /// The earliest death among its cells: nothing in it is purgeable before this is.
+    oldest: DeadAt,
+}
+
+impl Sealed {
+    /// Writes `chunk` (at least one cell) to `spill`: per cell its column's length and bytes,
+    /// its timestamp and its death. `None` when the spill cannot take it.
+    fn seal(spill: &Arc<Spill>, chunk: &Chunk) -> Option<Sealed> {
+        let (first, last) = (chunk.first()?, chunk.last()?);
+        let mut bytes = Vec::with_capacity(chunk.len() * 40);
+        for (column, cell) in chunk {
+            bytes.extend(u32::try_from(column.len()).ok()?.to_le_bytes());
+            bytes.extend_from_slice(column.as_bytes());
+            bytes.extend(cell.timestamp.to_le_bytes());
+            bytes.extend(cell.dead_at.0.to_le_bytes());
+        }
+        Some(Sealed {
+            at: spill.write(&bytes)?,
+            spill: Arc::clone(spill),
+            bytes: bytes.len(),
+            len: chunk.len(),
+            first: Arc::clone(&first.0),
+            last: Arc::clone(&last.0),
+            oldest: chunk.iter().map(|(_, c)| c.dead_at).min_by_key(|d| d.0)?,
+        })
+    }
+
+    /// Its cells, read back (its first and last columns shared with it).
+    fn load(&self) -> Chunk {
+        let bytes = self.spill.read(self.at, self.bytes);
+        let mut cells = Vec::with_capacity(self.len);
+        let mut rest = &bytes[..];
+        let mut take = |n: usize| {
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            head
+        };
+        let word = |b: &[u8]| i64::from_le_bytes(b.try_into().expect("8 bytes"));
+        while cells.len() < self.len {
+            let n = u32::from_le_bytes(take(4).try_into().expect("4 bytes")) as usize;
+            let name = std::str::from_utf8(take(n)).expect("written from a str");
+            let column: Arc<str> = if *name == *self.first {
+                Arc::clone(&self.first)
+            } else if *name == *self.last {
+                Arc::clone(&self.last)
+            } else {
+                Arc::from(name)
+            };
+            let timestamp = word(take(8));
+            let dead_at = DeadAt(word(take(8)));
+            cells.push((column, DeadCell { timestamp, dead_at }));
+        }
+        cells
     }
 }
 
@@ -311,7 +373,7 @@ impl DeadCells {
         let old = chunks.len().saturating_sub(CHUNKS_IN_MEMORY);
         for piece in &mut chunks[..old] {
             if let Piece::Mem(chunk) = piece {
-                if let Some(sealed) = spill.seal(chunk) {
+                if let Some(sealed) = Sealed::seal(spill, chunk) {
                     *piece = Piece::Disk(Arc::new(sealed));
                 }
             }
