@@ -86,7 +86,8 @@ pub type ZkServer = Server<Zk>;
 /// a killed or cut-off leader is replaced within a few seconds. [`Cluster::leader`] asks
 /// every member `srvr` and names the one in `Mode: leader` that a majority of the ensemble
 /// follows (`mntr`'s `zk_synced_followers`), so a cut-off leader that has not yet noticed is
-/// not named.
+/// not named. The ensemble has formed when a leader is named and every member serves
+/// clients: a member that has not joined the quorum refuses sessions.
 pub type ZkCluster = Cluster<Zk>;
 
 /// The ZooKeeper engine: a server on `java` with the jars of the classpath (see
@@ -386,6 +387,24 @@ impl ClusterEngine for Zk {
             (0..cluster.len()).filter(|&i| cluster.is_up(i) && followed_by_majority(i));
         let leader = leaders.next();
         leader.filter(|_| leaders.next().is_none())
+    }
+
+    /// A leader, and every member serving clients (`srvr` names its mode). A leader needs a
+    /// majority only, and a member that has not yet joined it refuses every session: a test
+    /// that reaches each member (the ensembles' warm-up does) would wait on it.
+    fn formed(&self, cluster: &Cluster<Self>) -> Result<(), ServerError> {
+        if self.leader(cluster).is_none() {
+            return Err(ServerError::NotReady("no leader elected".into()));
+        }
+        let serving = |i: usize| {
+            let port = cluster.direct_addr(i).port();
+            four_letter(port, "srvr").is_some_and(|s| s.contains("Mode: "))
+        };
+        let idle: Vec<usize> = (0..cluster.len()).filter(|&i| !serving(i)).collect();
+        match idle.as_slice() {
+            [] => Ok(()),
+            _ => Err(ServerError::NotReady(format!("members {idle:?} not serving clients yet"))),
+        }
     }
 }
 
