@@ -12,7 +12,7 @@
 //! stops renewing — a late renewal would put the cell back after another thread may have taken
 //! the lock — and publishes [`LeaseState::Lost`].
 
-use crate::lock::{LeaseLost, LeaseState};
+use crate::lock::{LeaseDeadline, LeaseLost, LeaseState};
 use crate::store::{CellStore, CellWrite, Consistency};
 use crate::time::TimestampGenerator;
 use std::collections::BTreeMap;
@@ -69,6 +69,8 @@ struct Leased {
 struct Shared {
     cells: Mutex<BTreeMap<CellKey, Leased>>,
     ttl: Duration,
+    /// [`Shared::valid_until`], for the guard to read.
+    deadline: LeaseDeadline,
 }
 
 impl Shared {
@@ -77,6 +79,10 @@ impl Shared {
     }
     fn valid_until(&self) -> Option<Instant> {
         self.lock().values().map(|c| c.confirmed_at + self.ttl).min()
+    }
+    /// Publish the deadline of `cells` (the map, locked by the caller after a change).
+    fn publish(&self, cells: &BTreeMap<CellKey, Leased>) {
+        self.deadline.set(cells.values().map(|c| c.confirmed_at + self.ttl).min());
     }
 }
 
@@ -95,7 +101,11 @@ impl LeaseKeeper {
         timestamps: Arc<TimestampGenerator>,
         config: LeaseConfig,
     ) -> Self {
-        let shared = Arc::new(Shared { cells: Mutex::new(BTreeMap::new()), ttl: config.ttl });
+        let shared = Arc::new(Shared {
+            cells: Mutex::new(BTreeMap::new()),
+            ttl: config.ttl,
+            deadline: LeaseDeadline::default(),
+        });
         let (tx, _) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);
         let task =
@@ -105,12 +115,16 @@ impl LeaseKeeper {
 
     /// Keep `key` alive from now on; `written_at` is when the write that created it started.
     pub fn add(&self, key: CellKey, value: Vec<u8>, written_at: Instant) {
-        self.shared.lock().insert(key, Leased { value, confirmed_at: written_at });
+        let mut cells = self.shared.lock();
+        cells.insert(key, Leased { value, confirmed_at: written_at });
+        self.shared.publish(&cells);
     }
 
     /// Stop renewing `key` (before deleting it).
     pub fn remove(&self, key: &CellKey) {
-        self.shared.lock().remove(key);
+        let mut cells = self.shared.lock();
+        cells.remove(key);
+        self.shared.publish(&cells);
     }
 
     /// The cells being kept.
@@ -121,6 +135,11 @@ impl LeaseKeeper {
     /// Until when every kept cell is certainly in the store.
     pub fn valid_until(&self) -> Option<Instant> {
         self.shared.valid_until()
+    }
+
+    /// [`LeaseKeeper::valid_until`], kept up to date for a guard to read.
+    pub fn deadline(&self) -> LeaseDeadline {
+        self.shared.deadline.clone()
     }
 
     /// True while the lease is not lost and every kept cell is certainly in the store now.
@@ -255,6 +274,7 @@ async fn renew_loop<S: CellStore>(
                             c.confirmed_at = started;
                         }
                     }
+                    shared.publish(&map);
                 }
                 Err(_) => all_ok = false,
             }
@@ -363,7 +383,9 @@ impl<S: CellStore + Clone> CellRelease<S> {
         self.fence_token = Some(token);
         let watch = self.lease.subscribe();
         let lock_id = self.lock_id.clone();
-        let guard = crate::lock::LockGuard::new(lock_id, owner, token, watch, Box::new(self));
+        let deadline = self.lease.deadline();
+        let guard = crate::lock::LockGuard::new(lock_id, owner, token, watch, Box::new(self))
+            .with_deadline(deadline);
         Ok((guard, tokens.collect()))
     }
 }

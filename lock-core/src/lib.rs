@@ -90,7 +90,7 @@ pub mod conformance;
 
 pub use backend::{BackendError, BackendErrorKind};
 pub use election::{Elector, Leader, Leadership, Observer};
-pub use lock::{AttemptResult, LeaseState, LockError, LockGuard, Locker};
+pub use lock::{AttemptResult, LeaseDeadline, LeaseState, LockError, LockGuard, Locker};
 pub use rwlock::{Access, RwLocker, WriterPolicy};
 pub use semaphore::{Permits, Semaphore};
 pub use store::{Cell, CellStore, CellWrite, Consistency, Micros, Slice, StoreError};

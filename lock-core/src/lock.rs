@@ -52,6 +52,40 @@ pub enum LeaseState {
     Released,
 }
 
+/// Until when a lease is certainly held, by its holder's own clock: whatever keeps the lease
+/// moves it on at each confirmed renewal, and the guard reads it.
+///
+/// The keeper also says [`LeaseState::Lost`] when this instant passes, but it is a task: on a
+/// loaded machine it runs late, and the server may already have granted the lock to another.
+/// The deadline is never later than the server's (it counts from when the renewal was sent,
+/// the server from when it arrived), so a guard that compares it with the clock knows of the
+/// loss before anyone else can be granted the lock. `None`: no deadline is known (nothing is
+/// leased yet, or the lease is not kept by time).
+#[derive(Clone, Debug, Default)]
+pub struct LeaseDeadline(std::sync::Arc<std::sync::Mutex<Option<crate::rt::Instant>>>);
+
+impl LeaseDeadline {
+    /// A lease certainly held until `until`.
+    pub fn new(until: crate::rt::Instant) -> Self {
+        LeaseDeadline(std::sync::Arc::new(std::sync::Mutex::new(Some(until))))
+    }
+
+    /// Move the deadline to `until` (a confirmed renewal), or forget it (`None`).
+    pub fn set(&self, until: Option<crate::rt::Instant>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = until;
+    }
+
+    /// The deadline now.
+    pub fn until(&self) -> Option<crate::rt::Instant> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True once the deadline has passed on the current clock ([`crate::rt::now`]).
+    pub fn passed(&self) -> bool {
+        self.until().is_some_and(|d| crate::rt::now() >= d)
+    }
+}
+
 /// What a lock operation can fail with.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum LockError {
@@ -183,6 +217,7 @@ pub struct LockGuard {
     lease: watch::Receiver<LeaseState>,
     release: Option<Box<dyn Release>>,
     queued_at: Option<tokio::time::Instant>,
+    deadline: Option<LeaseDeadline>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -193,6 +228,7 @@ impl fmt::Debug for LockGuard {
             .field("token", &self.token)
             .field("lease", &*self.lease.borrow())
             .field("queued_at", &self.queued_at)
+            .field("deadline", &self.deadline.as_ref().and_then(LeaseDeadline::until))
             .finish()
     }
 }
@@ -213,7 +249,15 @@ impl LockGuard {
             lease,
             release: Some(release),
             queued_at: None,
+            deadline: None,
         }
+    }
+
+    /// Lets the guard read its lease's deadline ([`LeaseDeadline`]): once it has passed, the
+    /// lease counts as lost whether or not its keeper has said so yet.
+    pub fn with_deadline(mut self, deadline: LeaseDeadline) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Records when this acquisition's place in line was fixed: the instant its client learned
@@ -250,26 +294,61 @@ impl LockGuard {
     pub fn token(&self) -> u64 {
         self.token
     }
-    /// The lease's state now.
+    /// The lease's state now: [`LeaseState::Lost`] also once the lease's deadline
+    /// ([`LockGuard::with_deadline`]) has passed, before its keeper says so.
     pub fn lease_state(&self) -> LeaseState {
-        self.lease.borrow().clone()
+        let state = self.lease.borrow().clone();
+        match state {
+            LeaseState::Held if self.deadline_passed() => LeaseState::Lost(self.ran_out()),
+            state => state,
+        }
     }
     /// True when the lease was lost: stop acting under the lock.
     pub fn is_lost(&self) -> bool {
-        matches!(*self.lease.borrow(), LeaseState::Lost(_))
+        match &*self.lease.borrow() {
+            LeaseState::Lost(_) => true,
+            LeaseState::Held => self.deadline_passed(),
+            LeaseState::Released => false,
+        }
     }
     /// Resolves when the lease is lost (never, while it is held). Use in `tokio::select!`
     /// beside the critical section to abort it.
     pub async fn lost(&self) -> LeaseLost {
         let mut rx = self.lease.clone();
         loop {
-            if let LeaseState::Lost(l) = &*rx.borrow_and_update() {
-                return l.clone();
+            let until = match &*rx.borrow_and_update() {
+                LeaseState::Lost(l) => return l.clone(),
+                LeaseState::Held => self.deadline.as_ref().and_then(LeaseDeadline::until),
+                LeaseState::Released => None,
+            };
+            if until.is_some_and(|d| crate::rt::now() >= d) {
+                return self.ran_out();
             }
-            if rx.changed().await.is_err() {
-                // The lease keeper is gone without saying "lost": the guard was released.
-                std::future::pending::<()>().await;
+            let ran_out = async {
+                match until {
+                    Some(d) => crate::rt::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(ran_out);
+            tokio::select! {
+                alive = rx.changed() => if alive.is_err() {
+                    // The keeper is gone without saying "lost": the guard was released, or
+                    // abandoned and its lease left to run out.
+                    ran_out.await;
+                    return self.ran_out();
+                },
+                // Look again: a renewal may have moved the deadline on.
+                () = &mut ran_out => {}
             }
+        }
+    }
+    fn deadline_passed(&self) -> bool {
+        self.deadline.as_ref().is_some_and(LeaseDeadline::passed)
+    }
+    fn ran_out(&self) -> LeaseLost {
+        LeaseLost {
+            reason: "the lease ran out on the holder's clock before a renewal was confirmed".into(),
         }
     }
     /// A receiver of lease-state changes.
@@ -332,6 +411,75 @@ pub trait Locker: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Nothing;
+
+    #[async_trait]
+    impl Release for Nothing {
+        async fn release(self: Box<Self>) -> Result<(), LockError> {
+            Ok(())
+        }
+    }
+
+    fn guard_until(
+        until: crate::rt::Instant,
+    ) -> (LockGuard, watch::Sender<LeaseState>, LeaseDeadline) {
+        let (tx, rx) = watch::channel(LeaseState::Held);
+        let deadline = LeaseDeadline::new(until);
+        let guard =
+            LockGuard::new("l", "o", 1, rx, Box::new(Nothing)).with_deadline(deadline.clone());
+        (guard, tx, deadline)
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_lease_past_its_deadline_is_lost_before_its_keeper_says_so() {
+        let ttl = Duration::from_secs(2);
+        let (guard, _keeper, _) = guard_until(crate::rt::now() + ttl);
+        assert!(!guard.is_lost());
+        assert_eq!(guard.lease_state(), LeaseState::Held);
+        let started = crate::rt::now();
+        let why = crate::rt::timeout(ttl * 5, guard.lost()).await.expect("never told");
+        assert_eq!(crate::rt::now() - started, ttl, "told at the deadline, not later");
+        assert!(why.reason.contains("ran out"), "{why}");
+        assert!(guard.is_lost());
+        assert!(matches!(guard.lease_state(), LeaseState::Lost(_)));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_renewal_moves_the_deadline_on_and_a_release_is_never_lost() {
+        let ttl = Duration::from_secs(2);
+        let (guard, keeper, deadline) = guard_until(crate::rt::now() + ttl);
+        let renew = async {
+            crate::rt::sleep(ttl / 2).await;
+            deadline.set(Some(crate::rt::now() + ttl));
+        };
+        let started = crate::rt::now();
+        let ((), why) = tokio::join!(renew, guard.lost());
+        assert_eq!(crate::rt::now() - started, ttl * 3 / 2, "lost at the renewed deadline");
+        assert!(why.reason.contains("ran out"), "{why}");
+        // The keeper's own word wins over the deadline's.
+        keeper.send_replace(LeaseState::Lost(LeaseLost { reason: "cut off".into() }));
+        assert_eq!(guard.lost().await.reason, "cut off");
+
+        let (released, keeper, _) = guard_until(crate::rt::now() + ttl);
+        keeper.send_replace(LeaseState::Released);
+        crate::rt::sleep(ttl * 2).await;
+        assert!(!released.is_lost(), "a released guard's deadline means nothing");
+        assert_eq!(released.lease_state(), LeaseState::Released);
+        drop(keeper);
+        let never = crate::rt::timeout(ttl * 5, released.lost()).await;
+        assert!(never.is_err(), "a released guard's lease is never lost");
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn an_abandoned_lease_is_lost_at_its_deadline() {
+        let ttl = Duration::from_secs(2);
+        let (guard, keeper, _) = guard_until(crate::rt::now() + ttl);
+        drop(keeper);
+        let started = crate::rt::now();
+        crate::rt::timeout(ttl * 5, guard.lost()).await.expect("never told");
+        assert_eq!(crate::rt::now() - started, ttl);
+    }
 
     #[test]
     fn ids_are_validated() {

@@ -5,7 +5,7 @@ use crate::conn::{bounded, Conn, Idle};
 use crate::errors::BACKEND;
 use async_trait::async_trait;
 use lock_core::lock::{LeaseLost, Release};
-use lock_core::{LeaseState, LockError};
+use lock_core::{LeaseDeadline, LeaseState, LockError};
 use mysql_async::prelude::Queryable;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +18,8 @@ use tokio::time::Instant;
 type Stop = oneshot::Receiver<()>;
 
 /// Start keeping the lock `name` just granted on `conn`, its lease counted from `started` (a
-/// request sent on the connection after the grant's answer arrived): returns the lease's state
-/// and the release.
+/// request sent on the connection after the grant's answer arrived): returns the lease's
+/// state, its deadline and the release.
 pub(crate) fn hold(
     conn: Conn,
     name: String,
@@ -28,12 +28,13 @@ pub(crate) fn hold(
     started: Instant,
     target: String,
     idle: Arc<Idle>,
-) -> (watch::Receiver<LeaseState>, Box<dyn Release>) {
+) -> (watch::Receiver<LeaseState>, LeaseDeadline, Box<dyn Release>) {
     let (lease_tx, lease_rx) = watch::channel(LeaseState::Held);
+    let deadline = LeaseDeadline::new(started + ttl);
     let lease_tx = Arc::new(lease_tx);
     let (stop, stopped) = oneshot::channel();
     let linger = ttl * 2 + request_timeout;
-    let keeper = tokio::spawn(keep(conn, ttl, started + ttl, lease_tx.clone(), stopped, linger));
+    let keeper = tokio::spawn(keep(conn, ttl, deadline.clone(), lease_tx.clone(), stopped, linger));
     let held = Held {
         name,
         request_timeout,
@@ -43,16 +44,16 @@ pub(crate) fn hold(
         stop: Some(stop),
         keeper: Some(keeper),
     };
-    (lease_rx, Box::new(held))
+    (lease_rx, deadline, Box::new(held))
 }
 
-/// Ping (`COM_PING`) every third of the lease; say the lease is lost when it ends without an
-/// answered ping, or when the connection breaks (the connection is then closed). Returns the
+/// Ping (`COM_PING`) every third of the lease, moving `deadline` on at each answer; say the
+/// lease is lost when it ends without an answered ping, or when the connection breaks (the connection is then closed). Returns the
 /// connection when told to stop for a release, `None` when it was lost.
 async fn keep(
     mut conn: Conn,
     ttl: Duration,
-    mut valid_until: Instant,
+    deadline: LeaseDeadline,
     lease: Arc<watch::Sender<LeaseState>>,
     mut stop: Stop,
     linger: Duration,
@@ -74,9 +75,9 @@ async fn keep(
             _ = tokio::time::sleep(ttl / 3) => {}
         }
         let sent = Instant::now();
-        let left = valid_until.saturating_duration_since(sent);
+        let left = deadline.until().unwrap_or(sent).saturating_duration_since(sent);
         match tokio::time::timeout(left, conn.send("COM_PING").ping()).await {
-            Ok(Ok(())) => valid_until = sent + ttl,
+            Ok(Ok(())) => deadline.set(Some(sent + ttl)),
             Ok(Err(e)) => {
                 lost(format!("the connection to {BACKEND} broke: {e}"));
                 return None;

@@ -213,7 +213,7 @@ impl MariaLocker {
     /// The guard of a grant whose lease starts at `started`.
     fn guard(&self, lock_id: &str, conn: Conn, token: u64, started: Instant) -> LockGuard {
         let config = &self.inner.backend.config;
-        let (lease, release) = holder::hold(
+        let (lease, deadline, release) = holder::hold(
             conn,
             lock_id.to_string(),
             config.lease_ttl,
@@ -223,6 +223,7 @@ impl MariaLocker {
             self.inner.idle.clone(),
         );
         LockGuard::new(lock_id, self.inner.owner.clone(), token, lease, release)
+            .with_deadline(deadline)
     }
 
     async fn attempt(

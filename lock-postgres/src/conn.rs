@@ -5,7 +5,7 @@
 use crate::errors::{backend_error, client_error, BACKEND};
 use lock_core::lock::LeaseLost;
 use lock_core::requests::RequestHook;
-use lock_core::{BackendErrorKind, LeaseState, LockError};
+use lock_core::{BackendErrorKind, LeaseDeadline, LeaseState, LockError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -107,15 +107,15 @@ pub(crate) async fn lease_start(
     Ok(now)
 }
 
-/// Ping every third of the lease; say the lease is lost when it ends without an answered
-/// ping, or as soon as the connection ends (`closed`): a server that closed it, or saw it
-/// closed, has ended the session and freed its locks at once.
+/// Ping every third of the lease, moving `deadline` on at each answer; say the lease is lost
+/// when it ends without an answered ping, or as soon as the connection ends (`closed`): a
+/// server that closed it, or saw it closed, has ended the session and freed its locks at once.
 pub(crate) async fn keep(
     client: Arc<Client>,
     mut closed: watch::Receiver<bool>,
     requests: RequestHook,
     ttl: Duration,
-    mut valid_until: Instant,
+    deadline: LeaseDeadline,
     lease: Arc<watch::Sender<LeaseState>>,
     mut stop: oneshot::Receiver<()>,
 ) {
@@ -133,6 +133,7 @@ pub(crate) async fn keep(
             _ = tokio::time::sleep(ttl / 3) => {}
         }
         let sent = Instant::now();
+        let valid_until = deadline.until().unwrap_or(sent);
         let left = valid_until.saturating_duration_since(sent);
         requests.sent(BACKEND, "ping");
         let ping = tokio::select! {
@@ -140,7 +141,7 @@ pub(crate) async fn keep(
             answer = tokio::time::timeout(left, client.simple_query("SELECT 1")) => answer,
         };
         match ping {
-            Ok(Ok(_)) => valid_until = sent + ttl,
+            Ok(Ok(_)) => deadline.set(Some(sent + ttl)),
             Ok(Err(e)) if e.is_closed() || client.is_closed() => {
                 return lost(format!("the connection to {BACKEND} broke: {e}"));
             }

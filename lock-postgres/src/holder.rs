@@ -4,7 +4,7 @@
 use crate::conn::{bounded, first_value, keep, Conn, Idle};
 use async_trait::async_trait;
 use lock_core::lock::Release;
-use lock_core::{LeaseState, LockError};
+use lock_core::{LeaseDeadline, LeaseState, LockError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Start keeping the lock `key` just granted on `conn` (the grant's request was sent at
-/// `sent`): returns the lease's state and the release.
+/// `sent`): returns the lease's state, its deadline and the release.
 pub(crate) fn hold(
     conn: Conn,
     key: i64,
@@ -21,8 +21,9 @@ pub(crate) fn hold(
     sent: Instant,
     target: String,
     idle: Arc<Idle>,
-) -> (watch::Receiver<LeaseState>, Box<dyn Release>) {
+) -> (watch::Receiver<LeaseState>, LeaseDeadline, Box<dyn Release>) {
     let (lease_tx, lease_rx) = watch::channel(LeaseState::Held);
+    let deadline = LeaseDeadline::new(sent + ttl);
     let lease_tx = Arc::new(lease_tx);
     let (stop, stopped) = oneshot::channel();
     let keeper = tokio::spawn(keep(
@@ -30,7 +31,7 @@ pub(crate) fn hold(
         conn.closed(),
         conn.requests(),
         ttl,
-        sent + ttl,
+        deadline.clone(),
         lease_tx.clone(),
         stopped,
     ));
@@ -45,7 +46,7 @@ pub(crate) fn hold(
         stop: Some(stop),
         keeper,
     };
-    (lease_rx, Box::new(held))
+    (lease_rx, deadline, Box::new(held))
 }
 
 struct Held {

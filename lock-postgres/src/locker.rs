@@ -221,7 +221,7 @@ impl PgLocker {
             )
         })?;
         let config = &self.inner.backend.config;
-        let (lease, release) = holder::hold(
+        let (lease, deadline, release) = holder::hold(
             conn,
             key,
             config.lease_ttl,
@@ -230,7 +230,8 @@ impl PgLocker {
             self.inner.backend.target.clone(),
             self.inner.idle.clone(),
         );
-        Ok(LockGuard::new(lock_id, self.inner.owner.clone(), token, lease, release))
+        let guard = LockGuard::new(lock_id, self.inner.owner.clone(), token, lease, release);
+        Ok(guard.with_deadline(deadline))
     }
 
     async fn attempt(

@@ -18,7 +18,7 @@ use crate::conn::{keep, Conn, Idle};
 use crate::errors::{backend_error, client_error};
 use async_trait::async_trait;
 use lock_core::lock::Release;
-use lock_core::{BackendErrorKind, LeaseState, LockError, LockGuard};
+use lock_core::{BackendErrorKind, LeaseDeadline, LeaseState, LockError, LockGuard};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -34,6 +34,7 @@ pub struct XactGuard {
     lock_id: String,
     token: u64,
     lease: watch::Receiver<LeaseState>,
+    deadline: LeaseDeadline,
     stop: Option<oneshot::Sender<()>>,
     keeper: JoinHandle<()>,
     target: String,
@@ -64,13 +65,14 @@ impl XactGuard {
         idle: Arc<Idle>,
     ) -> XactGuard {
         let (lease_tx, lease) = watch::channel(LeaseState::Held);
+        let deadline = LeaseDeadline::new(sent + ttl);
         let (stop, stopped) = oneshot::channel();
         let keeper = tokio::spawn(keep(
             conn.client.clone(),
             conn.closed(),
             conn.requests(),
             ttl,
-            sent + ttl,
+            deadline.clone(),
             Arc::new(lease_tx),
             stopped,
         ));
@@ -79,6 +81,7 @@ impl XactGuard {
             lock_id: lock_id.to_string(),
             token,
             lease,
+            deadline,
             stop: Some(stop),
             keeper,
             target,
@@ -103,9 +106,10 @@ impl XactGuard {
         &self.conn.as_ref().expect("a guard has its connection until it ends").client
     }
 
-    /// True when the lease was lost: the transaction is, or is about to be, rolled back.
+    /// True when the lease was lost, or ran out on this client's clock: the transaction is,
+    /// or is about to be, rolled back (a commit rolls it back).
     pub fn is_lost(&self) -> bool {
-        matches!(*self.lease.borrow(), LeaseState::Lost(_))
+        matches!(*self.lease.borrow(), LeaseState::Lost(_)) || self.deadline.passed()
     }
 
     /// Commit: the writes become visible and the lock is freed, at once. A transaction the
@@ -129,6 +133,15 @@ impl XactGuard {
         let lost = |reason: String| LockError::LeaseLost { lock_id: self.lock_id.clone(), reason };
         if let LeaseState::Lost(why) = &*self.lease.borrow() {
             return Err(lost(format!("{why}; the transaction was rolled back")));
+        }
+        // The server may end the session at any moment now, or already has: a commit could
+        // not be told from a rollback. Closing the connection rolls back for certain.
+        if self.deadline.passed() {
+            drop(conn);
+            return Err(lost(format!(
+                "the lease ran out on this client's clock before the {how}: the connection was \
+                 closed, so the transaction was rolled back"
+            )));
         }
         conn.sent(how);
         match tokio::time::timeout(self.request_timeout, conn.client.batch_execute(how)).await {
@@ -160,7 +173,8 @@ impl XactGuard {
     /// guard's.
     pub fn into_lock_guard(self, owner: &str) -> LockGuard {
         let (lock_id, token, lease) = (self.lock_id.clone(), self.token, self.lease.clone());
-        LockGuard::new(lock_id, owner, token, lease, Box::new(self))
+        let deadline = self.deadline.clone();
+        LockGuard::new(lock_id, owner, token, lease, Box::new(self)).with_deadline(deadline)
     }
 }
 
