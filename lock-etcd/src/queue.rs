@@ -413,6 +413,7 @@ pub(crate) fn grant(
     own_writes: Option<Arc<OwnWrites>>,
 ) -> LockGuard {
     let session = pending.session.clone();
+    let deadline = session.deadline();
     let key = pending.key.clone();
     let (keys, slot) = pending.keep();
     let (tx, rx) = watch::channel(LeaseState::Held);
@@ -428,7 +429,7 @@ pub(crate) fn grant(
     };
     tokio::spawn(holder.run());
     let release = EtcdRelease { session, keys, stop, state, slot };
-    LockGuard::new(lock_id, owner, revision as u64, rx, Box::new(release))
+    LockGuard::new(lock_id, owner, revision as u64, rx, Box::new(release)).with_deadline(deadline)
 }
 
 struct EtcdRelease {

@@ -20,7 +20,7 @@ use crate::{backend_err, kind_of, said, EtcdConfig};
 use etcd_client::Client;
 use lock_core::requests::RequestHook;
 use lock_core::retry::{Backoff, Retries};
-use lock_core::{BackendErrorKind, LockError};
+use lock_core::{BackendErrorKind, LeaseDeadline, LockError};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +55,8 @@ pub(crate) struct Session {
     /// The backend's identity, through which every key-value and watch request goes.
     auth: Arc<Auth>,
     state: watch::Receiver<Lease>,
+    /// Until when the lease is certainly alive by our clock, for the guards to read.
+    deadline: LeaseDeadline,
     keeper: tokio::task::JoinHandle<()>,
     next_key: AtomicU64,
     /// Per election, the slot of the session's one candidacy (its key is named after the
@@ -102,11 +104,12 @@ impl Session {
         }
         let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         let (tx, state) = watch::channel(Lease::Alive);
+        let deadline = LeaseDeadline::new(sent + ttl);
         let keeper = tokio::spawn(keep_alive(
             client.clone(),
             granted.id(),
             ttl,
-            sent + ttl,
+            deadline.clone(),
             endpoints.clone(),
             config.requests.clone(),
             tx,
@@ -119,10 +122,16 @@ impl Session {
             requests: config.requests.clone(),
             auth: auth.clone(),
             state,
+            deadline,
             keeper,
             next_key: AtomicU64::new(0),
             candidacies: std::sync::Mutex::default(),
         })
+    }
+
+    /// Until when the lease is certainly alive by our clock ([`LeaseDeadline`]).
+    pub fn deadline(&self) -> LeaseDeadline {
+        self.deadline.clone()
     }
 
     /// Why the lease is over, or `None` while it stands.
@@ -218,13 +227,13 @@ impl Drop for Session {
 }
 
 /// Renew `lease` (granted for `ttl`) every TTL/3 until it is over, publishing the end on
-/// `state`. `safe_until` is the moment the grant made the lease safe to: the send time of the
-/// grant plus its TTL.
+/// `state`. `deadline` starts at the moment the grant made the lease safe to (the send time of
+/// the grant plus its TTL) and moves on with each answered renewal.
 async fn keep_alive(
     client: Client,
     lease: i64,
     mut ttl: Duration,
-    mut safe_until: Instant,
+    deadline: LeaseDeadline,
     endpoints: Arc<str>,
     requests: RequestHook,
     state: watch::Sender<Lease>,
@@ -243,6 +252,7 @@ async fn keep_alive(
         tokio::spawn(revoke_lapsed(client.clone(), lease, ttl, requests.clone()));
         over(lapsed(ttl))
     };
+    let mut safe_until = deadline.until().unwrap_or_else(Instant::now);
     loop {
         // One keep-alive stream; a broken one is opened again until the lease may have lapsed.
         let sent = Instant::now();
@@ -270,6 +280,7 @@ async fn keep_alive(
         // The crate keeps the opening renewal's answer to itself (it only checks that the lease
         // exists): its TTL is the last one granted.
         safe_until = sent + ttl;
+        deadline.set(Some(safe_until));
         loop {
             tokio::time::sleep(ttl / 3).await;
             let sent = Instant::now();
@@ -283,6 +294,7 @@ async fn keep_alive(
                 Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
                     ttl = Duration::from_secs(answer.ttl() as u64);
                     safe_until = sent + ttl;
+                    deadline.set(Some(safe_until));
                 }
                 Ok(Ok(Some(_))) => {
                     return over(format!(

@@ -120,7 +120,9 @@
 
 use async_trait::async_trait;
 use lock_core::context::ClientContext;
-use lock_core::lock::{validate_id, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release};
+use lock_core::lock::{
+    validate_id, LeaseDeadline, LeaseLost, LeaseState, LockError, LockGuard, Locker, Release,
+};
 use lock_core::store::{
     CasChange, CasCondition, CasRequest, CellStore, SerialConsistency, Slice, StoreError,
 };
@@ -379,9 +381,11 @@ impl<S: CellStore + Clone> LwtLocker<S> {
             serial: self.config.serial,
             commit: self.ctx.consistency,
         };
-        let renewal = lock_core::rt::spawn(keeper.clone().run(sent + self.ctx.ttl, state, stopped));
+        let deadline = LeaseDeadline::new(sent + self.ctx.ttl);
+        let renewal = lock_core::rt::spawn(keeper.clone().run(deadline.clone(), state, stopped));
         let release = LwtRelease { keeper, stop: Some(stop), renewal: Some(renewal) };
         LockGuard::new(lock_id, self.ctx.owner.clone(), token, watch, Box::new(release))
+            .with_deadline(deadline)
     }
 
     fn granted(&self, lock_id: &str, token: u64, sent: Instant) -> Option<LockGuard> {
@@ -507,15 +511,17 @@ struct Keeper<S> {
 }
 
 impl<S: CellStore> Keeper<S> {
-    /// Step 4: renew every TTL/2 until stopped; say when the lease ends without a renewal.
+    /// Step 4: renew every TTL/2 until stopped, moving `deadline` on; say when the lease ends
+    /// without a renewal.
     async fn run(
         self,
-        mut valid_until: Instant,
+        deadline: LeaseDeadline,
         state: watch::Sender<LeaseState>,
         mut stopped: oneshot::Receiver<()>,
     ) {
         let mut next = lock_core::rt::now() + self.ttl / 2;
         let retry = (self.ttl / 10).min(Duration::from_secs(1));
+        let mut valid_until = deadline.until().unwrap_or_else(lock_core::rt::now);
         loop {
             tokio::select! {
                 biased;
@@ -542,6 +548,7 @@ impl<S: CellStore> Keeper<S> {
             match answer {
                 Ok(r) if r.applied => {
                     valid_until = sent + self.ttl;
+                    deadline.set(Some(valid_until));
                     next = sent + self.ttl / 2;
                 }
                 Ok(r) => {

@@ -202,8 +202,10 @@ impl JedisLock {
         let every = self.config.renewal.then_some(self.config.expiry / 2);
         let (lease, keeper) =
             Keeper::spawn(valid_until, every, self.config.retry_interval, Box::new(renew), None);
+        let deadline = keeper.deadline();
         let release = RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::Del };
-        Ok(LockGuard::new(lock_id, &self.owner, token as u64, lease, Box::new(release)))
+        let guard = LockGuard::new(lock_id, &self.owner, token as u64, lease, Box::new(release));
+        Ok(guard.with_deadline(deadline))
     }
 }
 

@@ -7,7 +7,7 @@
 use crate::tracking::{Alert, Watch};
 use crate::RedisBackend;
 use async_trait::async_trait;
-use lock_core::lock::{LeaseLost, LeaseState, Release};
+use lock_core::lock::{LeaseDeadline, LeaseLost, LeaseState, Release};
 use lock_core::LockError;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -83,6 +83,7 @@ pub(crate) fn check_lease(
 
 pub(crate) struct Keeper {
     state: Arc<watch::Sender<LeaseState>>,
+    deadline: LeaseDeadline,
     task: JoinHandle<()>,
 }
 
@@ -111,6 +112,11 @@ impl Keeper {
         self.task.abort();
     }
 
+    /// The lease's deadline, moved on at each renewal, for the guard to read.
+    pub(crate) fn deadline(&self) -> LeaseDeadline {
+        self.deadline.clone()
+    }
+
     /// Tell the holder the guard was released (after its keys are deleted).
     pub(crate) fn released(&self) {
         self.state.send_replace(LeaseState::Released);
@@ -129,8 +135,10 @@ impl Keeper {
     ) -> (watch::Receiver<LeaseState>, Keeper) {
         let (tx, rx) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);
-        let task = tokio::spawn(run(renew, state.clone(), valid_until, every, retry, watch));
-        (rx, Keeper { state, task })
+        let deadline = LeaseDeadline::new(valid_until);
+        let lease = (state.clone(), deadline.clone());
+        let task = tokio::spawn(run(renew, lease, valid_until, every, retry, watch));
+        (rx, Keeper { state, deadline, task })
     }
 }
 
@@ -151,7 +159,7 @@ async fn wake(until: Instant, watch: &mut Option<Watch>) -> Cause {
 
 async fn run(
     mut renew: Box<dyn Renew>,
-    state: Arc<watch::Sender<LeaseState>>,
+    (state, deadline): (Arc<watch::Sender<LeaseState>>, LeaseDeadline),
     mut valid_until: Instant,
     every: Option<Duration>,
     retry: Duration,
@@ -187,6 +195,7 @@ async fn run(
         match tokio::time::timeout(valid_until - now, renew.renew(cause)).await {
             Ok(Ok(Renewal::Extended(until))) => {
                 valid_until = valid_until.max(until);
+                deadline.set(Some(valid_until));
                 next = Some(now + every);
                 last_error = None;
                 invalidated = false;

@@ -446,13 +446,14 @@ impl Asker<'_> {
             Box::new(renew),
             None,
         );
+        let deadline = keeper.deadline();
         let release = RedisRelease {
             keeper,
             backend: self.backend.clone(),
             key: self.keys.order.clone(),
             undo: entry.undo(),
         };
-        LockGuard::new(self.id, self.owner, last, lease, Box::new(release))
+        LockGuard::new(self.id, self.owner, last, lease, Box::new(release)).with_deadline(deadline)
     }
 }
 

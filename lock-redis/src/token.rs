@@ -162,9 +162,11 @@ impl TokenLock {
             Box::new(renew),
             watch,
         );
+        let deadline = keeper.deadline();
         let release =
             RedisRelease { keeper, backend: self.backend.clone(), key, undo: Undo::IfToken(token) };
-        Ok(Some(LockGuard::new(lock_id, &self.owner, fence as u64, lease, Box::new(release))))
+        let guard = LockGuard::new(lock_id, &self.owner, fence as u64, lease, Box::new(release));
+        Ok(Some(guard.with_deadline(deadline)))
     }
 }
 

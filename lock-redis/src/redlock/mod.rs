@@ -258,8 +258,10 @@ impl Redlock {
             Box::new(lease.clone()),
             None,
         );
+        let deadline = keeper.deadline();
         let release = RedlockRelease { keeper, lease };
         LockGuard::new(lock_id, &self.owner, token, watch, Box::new(release))
+            .with_deadline(deadline)
     }
 }
 

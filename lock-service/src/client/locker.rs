@@ -138,8 +138,9 @@ impl ServiceLocker {
                 tx.send_replace(LeaseState::Lost(LeaseLost { reason }));
             }
         }
+        let deadline = session.deadline.clone();
         let release = ServiceRelease { session, key, attempt };
-        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(release))
+        LockGuard::new(lock_id, &self.owner, token, rx, Box::new(release)).with_deadline(deadline)
     }
 
     pub(super) fn with_lock(e: LockError, lock_id: &str) -> LockError {

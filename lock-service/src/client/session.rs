@@ -7,7 +7,7 @@ use super::observations::Observations;
 use super::{backend_of, lock, refusal_kind};
 use super::{PushSink, Shared};
 use crate::proto::{ErrorKind, Held, Push, Reply, Request, SessionId};
-use lock_core::lock::{LeaseLost, LeaseState, LockError};
+use lock_core::lock::{LeaseDeadline, LeaseLost, LeaseState, LockError};
 use lock_core::{BackendError, BackendErrorKind};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +36,8 @@ pub(super) struct Session {
     /// The send time of the last request the leader answered (the session stands until a
     /// TTL after it; see the module docs).
     pub(super) renewed: Mutex<Instant>,
+    /// `renewed` plus the TTL, for the guards to read.
+    pub(super) deadline: LeaseDeadline,
     pub(super) held: Mutex<HashMap<Key, watch::Sender<LeaseState>>>,
     /// Each waiting ask, by lock and owner: its attempt and where its token goes.
     pub(super) waiting: Mutex<HashMap<Key, (u64, oneshot::Sender<u64>)>>,
@@ -81,6 +83,7 @@ impl Session {
                 ))
             }
         };
+        let ttl = shared.config.ttl;
         let session = Arc::new(Session {
             id,
             key,
@@ -89,6 +92,7 @@ impl Session {
             conn: tokio::sync::Mutex::new(Some(conn)),
             lost: watch::channel(None).0,
             renewed: Mutex::new(sent),
+            deadline: LeaseDeadline::new(sent + ttl),
             held: Mutex::default(),
             waiting: Mutex::default(),
             asks: AtomicU64::new(0),
@@ -111,6 +115,7 @@ impl Session {
         let mut at = lock(&self.renewed);
         if sent > *at {
             *at = sent;
+            self.deadline.set(Some(sent + self.shared.config.ttl));
         }
     }
 
