@@ -4,8 +4,9 @@
 //!
 //! - [`lock`]: the lock interface (thesis listing 1): a mandatory lock with an optional
 //!   timeout, a soft lock, a guard with lock id, owner id and fencing token that releases on
-//!   [`LockGuard::release`] or drop, a signal when the lease is lost, the three attempt states
-//!   of the 2012 algorithm, and typed errors;
+//!   [`LockGuard::release`] or drop, a signal when the lease is lost (from its keeper, or from
+//!   its [`LeaseDeadline`] passing on the holder's clock, whichever comes first), the three
+//!   attempt states of the 2012 algorithm, and typed errors;
 //! - [`store`]: the Cassandra cell model, as the [`CellStore`] trait the Cassandra algorithms
 //!   are generic over;
 //! - [`embedded`]: the default backend, an in-process store with exactly those semantics, a
