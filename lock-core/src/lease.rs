@@ -104,7 +104,10 @@ impl LeaseKeeper {
         let shared = Arc::new(Shared {
             cells: Mutex::new(BTreeMap::new()),
             ttl: config.ttl,
-            deadline: LeaseDeadline::default(),
+            deadline: LeaseDeadline::new(
+                None,
+                format!("cells were not renewed within their TTL of {:?}", config.ttl),
+            ),
         });
         let (tx, _) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);

@@ -59,30 +59,44 @@ pub enum LeaseState {
 /// loaded machine it runs late, and the server may already have granted the lock to another.
 /// The deadline is never later than the server's (it counts from when the renewal was sent,
 /// the server from when it arrived), so a guard that compares it with the clock knows of the
-/// loss before anyone else can be granted the lock. `None`: no deadline is known (nothing is
-/// leased yet, or the lease is not kept by time).
-#[derive(Clone, Debug, Default)]
-pub struct LeaseDeadline(std::sync::Arc<std::sync::Mutex<Option<crate::rt::Instant>>>);
+/// loss before anyone else can be granted the lock. It carries the sentence the holder is
+/// told then, the one its keeper would say. Without an instant (nothing is leased yet, or
+/// the lease is not kept by time) it never passes.
+#[derive(Clone, Debug)]
+pub struct LeaseDeadline(std::sync::Arc<DeadlineInner>);
+
+#[derive(Debug)]
+struct DeadlineInner {
+    until: std::sync::Mutex<Option<crate::rt::Instant>>,
+    lapsed: String,
+}
 
 impl LeaseDeadline {
-    /// A lease certainly held until `until`.
-    pub fn new(until: crate::rt::Instant) -> Self {
-        LeaseDeadline(std::sync::Arc::new(std::sync::Mutex::new(Some(until))))
+    /// A lease certainly held until `until` (`None`: not yet known); `lapsed` says why it is
+    /// lost once that has passed (what went unanswered).
+    pub fn new(until: Option<crate::rt::Instant>, lapsed: impl Into<String>) -> Self {
+        let inner = DeadlineInner { until: std::sync::Mutex::new(until), lapsed: lapsed.into() };
+        LeaseDeadline(std::sync::Arc::new(inner))
     }
 
     /// Move the deadline to `until` (a confirmed renewal), or forget it (`None`).
     pub fn set(&self, until: Option<crate::rt::Instant>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = until;
+        *self.0.until.lock().unwrap_or_else(|e| e.into_inner()) = until;
     }
 
     /// The deadline now.
     pub fn until(&self) -> Option<crate::rt::Instant> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.0.until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True once the deadline has passed on the current clock ([`crate::rt::now`]).
     pub fn passed(&self) -> bool {
         self.until().is_some_and(|d| crate::rt::now() >= d)
+    }
+
+    /// Why the lease is lost once the deadline has passed.
+    pub fn lapsed(&self) -> LeaseLost {
+        LeaseLost { reason: format!("{} (the lease ran out on the holder's clock)", self.0.lapsed) }
     }
 }
 
@@ -332,6 +346,7 @@ impl LockGuard {
             };
             tokio::pin!(ran_out);
             tokio::select! {
+                biased;
                 alive = rx.changed() => if alive.is_err() {
                     // The keeper is gone without saying "lost": the guard was released, or
                     // abandoned and its lease left to run out.
@@ -347,8 +362,9 @@ impl LockGuard {
         self.deadline.as_ref().is_some_and(LeaseDeadline::passed)
     }
     fn ran_out(&self) -> LeaseLost {
-        LeaseLost {
-            reason: "the lease ran out on the holder's clock before a renewal was confirmed".into(),
+        match &self.deadline {
+            Some(deadline) => deadline.lapsed(),
+            None => LeaseLost { reason: "the lease ran out on the holder's clock".into() },
         }
     }
     /// A receiver of lease-state changes.
@@ -425,7 +441,7 @@ mod tests {
         until: crate::rt::Instant,
     ) -> (LockGuard, watch::Sender<LeaseState>, LeaseDeadline) {
         let (tx, rx) = watch::channel(LeaseState::Held);
-        let deadline = LeaseDeadline::new(until);
+        let deadline = LeaseDeadline::new(Some(until), "no renewal answered");
         let guard =
             LockGuard::new("l", "o", 1, rx, Box::new(Nothing)).with_deadline(deadline.clone());
         (guard, tx, deadline)
@@ -440,7 +456,7 @@ mod tests {
         let started = crate::rt::now();
         let why = crate::rt::timeout(ttl * 5, guard.lost()).await.expect("never told");
         assert_eq!(crate::rt::now() - started, ttl, "told at the deadline, not later");
-        assert!(why.reason.contains("ran out"), "{why}");
+        assert!(why.reason.contains("no renewal answered"), "{why}");
         assert!(guard.is_lost());
         assert!(matches!(guard.lease_state(), LeaseState::Lost(_)));
     }
@@ -456,7 +472,7 @@ mod tests {
         let started = crate::rt::now();
         let ((), why) = tokio::join!(renew, guard.lost());
         assert_eq!(crate::rt::now() - started, ttl * 3 / 2, "lost at the renewed deadline");
-        assert!(why.reason.contains("ran out"), "{why}");
+        assert!(why.reason.contains("no renewal answered"), "{why}");
         // The keeper's own word wins over the deadline's.
         keeper.send_replace(LeaseState::Lost(LeaseLost { reason: "cut off".into() }));
         assert_eq!(guard.lost().await.reason, "cut off");

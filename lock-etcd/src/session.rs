@@ -104,7 +104,12 @@ impl Session {
         }
         let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         let (tx, state) = watch::channel(Lease::Alive);
-        let deadline = LeaseDeadline::new(sent + ttl);
+        let lapsed = format!(
+            "no keep-alive of lease {:x} answered by etcd at {endpoints} for its TTL ({ttl:?}): \
+             the server may have expired it, and deleted its keys",
+            granted.id()
+        );
+        let deadline = LeaseDeadline::new(Some(sent + ttl), lapsed);
         let keeper = tokio::spawn(keep_alive(
             client.clone(),
             granted.id(),

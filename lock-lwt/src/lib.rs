@@ -381,7 +381,10 @@ impl<S: CellStore + Clone> LwtLocker<S> {
             serial: self.config.serial,
             commit: self.ctx.consistency,
         };
-        let deadline = LeaseDeadline::new(sent + self.ctx.ttl);
+        let deadline = LeaseDeadline::new(
+            Some(sent + self.ctx.ttl),
+            "no renewal succeeded before the lease ran out",
+        );
         let renewal = lock_core::rt::spawn(keeper.clone().run(deadline.clone(), state, stopped));
         let release = LwtRelease { keeper, stop: Some(stop), renewal: Some(renewal) };
         LockGuard::new(lock_id, self.ctx.owner.clone(), token, watch, Box::new(release))

@@ -30,7 +30,10 @@ pub(crate) fn hold(
     idle: Arc<Idle>,
 ) -> (watch::Receiver<LeaseState>, LeaseDeadline, Box<dyn Release>) {
     let (lease_tx, lease_rx) = watch::channel(LeaseState::Held);
-    let deadline = LeaseDeadline::new(started + ttl);
+    let deadline = LeaseDeadline::new(
+        Some(started + ttl),
+        format!("no ping answered within the lease ({ttl:?})"),
+    );
     let lease_tx = Arc::new(lease_tx);
     let (stop, stopped) = oneshot::channel();
     let linger = ttl * 2 + request_timeout;

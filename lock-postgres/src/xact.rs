@@ -65,7 +65,10 @@ impl XactGuard {
         idle: Arc<Idle>,
     ) -> XactGuard {
         let (lease_tx, lease) = watch::channel(LeaseState::Held);
-        let deadline = LeaseDeadline::new(sent + ttl);
+        let deadline = LeaseDeadline::new(
+            Some(sent + ttl),
+            format!("no ping answered within the lease ({ttl:?})"),
+        );
         let (stop, stopped) = oneshot::channel();
         let keeper = tokio::spawn(keep(
             conn.client.clone(),

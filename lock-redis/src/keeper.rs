@@ -135,7 +135,11 @@ impl Keeper {
     ) -> (watch::Receiver<LeaseState>, Keeper) {
         let (tx, rx) = watch::channel(LeaseState::Held);
         let state = Arc::new(tx);
-        let deadline = LeaseDeadline::new(valid_until);
+        let lapsed = match every {
+            None => "the lock's expiry passed and renewal is off: another client may hold it now",
+            Some(_) => "no renewal succeeded before the lease ran out",
+        };
+        let deadline = LeaseDeadline::new(Some(valid_until), lapsed);
         let lease = (state.clone(), deadline.clone());
         let task = tokio::spawn(run(renew, lease, valid_until, every, retry, watch));
         (rx, Keeper { state, deadline, task })

@@ -92,7 +92,10 @@ impl Session {
             conn: tokio::sync::Mutex::new(Some(conn)),
             lost: watch::channel(None).0,
             renewed: Mutex::new(sent),
-            deadline: LeaseDeadline::new(sent + ttl),
+            deadline: LeaseDeadline::new(
+                Some(sent + ttl),
+                format!("no request answered within the session TTL ({ttl:?})"),
+            ),
             held: Mutex::default(),
             waiting: Mutex::default(),
             asks: AtomicU64::new(0),
