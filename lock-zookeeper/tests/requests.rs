@@ -135,19 +135,20 @@ impl Packets {
     }
 }
 
+/// The session timeout of the count below: the servers' longest (`maxSessionTimeout`).
+const PING_SESSION: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_received_every_request_the_hooks_reported_and_no_other() {
     let server = tokio::task::block_in_place(test_servers::ZkServer::launch).expect("a server");
     let mut packets = Packets { port: server.addr().port(), reads: 0 };
     packets.received();
     let tally = RequestTally::new();
-    // A long session: the client pings after 3/20 of it without a request (6 s), which this
-    // test never leaves it.
-    let config = ZkConfig {
-        session_timeout: Duration::from_secs(40),
-        requests: tally.hook(),
-        ..ZkConfig::default()
-    };
+    // A long session (the servers' longest): the client pings after 3/20 of it without a
+    // request (9 s), which this test leaves it only on a machine loaded enough to take that
+    // long (see the count below).
+    let config =
+        ZkConfig { session_timeout: PING_SESSION, requests: tally.hook(), ..ZkConfig::default() };
     let (a, b) = (
         ZkBackend::connect_with(&server.hosts(), config.clone()).await.unwrap(),
         ZkBackend::connect_with(&server.hosts(), config).await.unwrap(),
@@ -164,6 +165,7 @@ async fn the_server_received_every_request_the_hooks_reported_and_no_other() {
         before = now;
     }
     tally.reset();
+    let counted_from = Instant::now();
 
     let (la, lb) = (a.locker("a").unwrap(), b.locker("b").unwrap());
     la.lock("k", None).await.unwrap().release().await.unwrap();
@@ -184,7 +186,15 @@ async fn the_server_received_every_request_the_hooks_reported_and_no_other() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         seen = packets.received() - before;
     }
-    assert_eq!(seen, tally.total(), "{:?}", tally.counts());
+    // The client's pings go unreported: none unless a session went 9 s without a request,
+    // at most one per session per 9 s since the count began.
+    let pings = 2 * (counted_from.elapsed().as_secs() / (PING_SESSION * 3 / 20).as_secs());
+    assert!(
+        (tally.total()..=tally.total() + pings).contains(&seen),
+        "{seen} packets for {} requests ({pings} pings allowed): {:?}",
+        tally.total(),
+        tally.counts()
+    );
     assert_eq!(tally.of("session", "closeSession"), 2, "{:?}", tally.counts());
 }
 
