@@ -55,10 +55,12 @@
 //!   order only and stays there. The grant log is read back whole for the analysis, which
 //!   needs each lock's grants in grant order (overtakes are inversions of request order,
 //!   overlaps and unavailability are sweeps over holds), but only once the run's engine is
-//!   gone: the grants and the store's tombstones never take memory at once. Beside it the
-//!   analysis keeps one index of the grants (8 bytes each) for the stale-write check; its
-//!   sweeps keep what is open at one instant, not a list per grant. Once analysed, a run
-//!   keeps only the lock-0 holds its owner timeline can show;
+//!   gone: the grants and the store's tombstones never take memory at once. Every metric but
+//!   the stale-write check reads the log in passes ([`measure::passes`]) and keeps only what
+//!   it carries from one grant to the next: the holds still open, the requests of the last
+//!   longest wait, counters for exact quantiles. The stale-write check keeps one index of
+//!   the grants (8 bytes each). Once analysed, a run keeps only the lock-0 holds its owner
+//!   timeline can show;
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
 //!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes; as
 //!   Cassandra, it keeps all but each row's newest ones on disk

@@ -21,20 +21,44 @@
 pub fn overtaken_in_line<T: Ord + Copy>(
     asks: impl IntoIterator<Item = (T, Option<T>)>,
 ) -> Vec<(usize, usize)> {
-    let mut overtaken = Vec::new();
-    // The request granted so far that began last, and its start.
-    let mut latest: Option<(usize, T)> = None;
-    for (i, (requested, place)) in asks.into_iter().enumerate() {
-        if let (Some(p), Some((j, began))) = (place, latest) {
-            if began > p {
-                overtaken.push((i, j));
-            }
-        }
-        if latest.is_none_or(|(_, began)| requested > began) {
-            latest = Some((i, requested));
-        }
+    let mut judge = LineJudge::default();
+    let judged = asks.into_iter().map(|(requested, place)| judge.next(requested, place));
+    judged.enumerate().filter_map(|(i, by)| Some((i, by?))).collect()
+}
+
+/// [`overtaken_in_line`] one request at a time, for a caller that reads a lock's grants as
+/// they come and keeps none of them: it remembers only the request granted so far that began
+/// last.
+#[derive(Debug, Clone)]
+pub struct LineJudge<T> {
+    /// The request granted so far that began last: its index and its start.
+    latest: Option<(usize, T)>,
+    /// The index the next request gets.
+    next: usize,
+}
+
+impl<T> Default for LineJudge<T> {
+    fn default() -> Self {
+        LineJudge { latest: None, next: 0 }
     }
-    overtaken
+}
+
+impl<T: Ord + Copy> LineJudge<T> {
+    /// Judges the next request granted (its start, and when its place in line was fixed):
+    /// the index of a request granted before it that began after its place was fixed (the
+    /// one that began last), or `None`.
+    pub fn next(&mut self, requested: T, place: Option<T>) -> Option<usize> {
+        let i = self.next;
+        self.next += 1;
+        let by = match (place, self.latest) {
+            (Some(p), Some((j, began))) if began > p => Some(j),
+            _ => None,
+        };
+        if self.latest.is_none_or(|(_, began)| requested > began) {
+            self.latest = Some((i, requested));
+        }
+        by
+    }
 }
 
 #[cfg(test)]

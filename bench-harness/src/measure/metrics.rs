@@ -7,62 +7,24 @@
 //! own store requests.
 //!
 //! Every function here takes grants in any order; where an order matters they work per lock
-//! in grant order ([`by_lock`]).
+//! in grant order ([`by_lock`], or a pass of [`GrantPasses`]). Those over a whole run's log
+//! read it in passes and keep no copy of it, nor a field per grant.
 
 use super::conflict;
+#[cfg(test)]
+pub(crate) use super::grant::test_grant;
+pub use super::grant::Grant;
+pub use super::passes::GrantPasses;
+use super::passes::{grant_order, with_previous};
 use crate::primitive::Share;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-
-/// One acquisition in the grant log.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Grant {
-    /// Lock index.
-    pub lock: u32,
-    /// Contender index.
-    pub contender: u32,
-    /// When the contender called `lock`.
-    pub requested_us: u64,
-    /// When `lock` returned the guard.
-    pub granted_us: u64,
-    /// When the holder called `release`.
-    pub released_us: u64,
-    /// The fencing token.
-    pub token: u64,
-    /// The holder's guard said its lease was lost before it let go.
-    #[serde(default)]
-    pub lease_lost: bool,
-    /// The holder crashed while holding (`released_us` is the crash): it let go of nothing.
-    #[serde(default)]
-    pub crashed: bool,
-    /// When the request's place in line was fixed (`LockGuard::queued_at`), for locks that
-    /// have a line; fairness "in line" ([`Overtakes::in_line`]) is judged from it. Not in
-    /// `grants.csv`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queued_us: Option<u64>,
-    /// How it held the lock: alone (a mutex, a write, a leadership), as a reader, or some
-    /// permits of a semaphore ([`Share`]).
-    #[serde(default, skip_serializing_if = "Share::is_exclusive_ref")]
-    pub share: Share,
-}
-
-impl Grant {
-    /// Acquisition latency.
-    pub fn latency_us(&self) -> u64 {
-        self.granted_us.saturating_sub(self.requested_us)
-    }
-}
+use std::collections::{BTreeMap, VecDeque};
 
 /// The grants of each lock, each list in grant order (ties by the release, then by
 /// contender).
 pub type ByLock<'a> = BTreeMap<u32, Cow<'a, [Grant]>>;
-
-/// The order of [`by_lock`]'s lists.
-fn grant_order(g: &Grant) -> (u32, u64, u64, u32) {
-    (g.lock, g.granted_us, g.released_us, g.contender)
-}
 
 /// The grants of each lock in grant order ([`ByLock`]). A run's log already comes sorted
 /// that way, and then the lists borrow it: every metric groups the log by lock, and a copy
@@ -178,13 +140,17 @@ pub fn latency_cdf(h: &Histogram<u64>) -> Vec<CdfPoint> {
 }
 
 /// Grants granted within the run's window `[0, duration_us]`.
-pub fn grants_in_window(grants: &[Grant], duration_us: u64) -> usize {
-    grants.iter().filter(|g| g.granted_us <= duration_us).count()
+pub fn grants_in_window(grants: &(impl GrantPasses + ?Sized), duration_us: u64) -> usize {
+    grants.pass().filter(|g| g.granted_us <= duration_us).count()
 }
 
 /// Grants per second per lock: the grants granted within the window over its length and the
 /// number of locks.
-pub fn grants_per_second_per_lock(grants: &[Grant], duration_us: u64, locks: usize) -> f64 {
+pub fn grants_per_second_per_lock(
+    grants: &(impl GrantPasses + ?Sized),
+    duration_us: u64,
+    locks: usize,
+) -> f64 {
     if duration_us == 0 || locks == 0 {
         return 0.0;
     }
@@ -195,18 +161,36 @@ pub fn grants_per_second_per_lock(grants: &[Grant], duration_us: u64, locks: usi
 /// holder's grant, counted only when the next holder was already waiting (its request came
 /// before the release). Overlapping holds (negative gaps) are left out: they are counted by
 /// [`overlapping_holds`].
-pub fn handoff_gaps(grants: &[Grant]) -> Vec<u64> {
+pub fn handoff_gaps(grants: &(impl GrantPasses + ?Sized)) -> Vec<u64> {
     let mut gaps = Vec::new();
-    for list in by_lock(grants).values() {
-        for pair in list.windows(2) {
-            let (prev, next) = (pair[0], pair[1]);
-            if next.requested_us < prev.released_us && next.granted_us >= prev.released_us {
-                gaps.push(next.granted_us - prev.released_us);
-            }
-        }
-    }
+    each_handoff_gap(grants, &mut |gap| gaps.push(gap));
     gaps
 }
+
+/// Calls `visit` with each handoff gap ([`handoff_gaps`]) instead of keeping them.
+pub fn each_handoff_gap(grants: &(impl GrantPasses + ?Sized), visit: &mut dyn FnMut(u64)) {
+    for (prev, next) in with_previous(grants) {
+        let Some(prev) = prev else { continue };
+        if next.requested_us < prev.released_us && next.granted_us >= prev.released_us {
+            visit(next.granted_us - prev.released_us);
+        }
+    }
+}
+
+/// [`handoff_stats`] of the log's [`handoff_gaps`], from two passes over the log instead of
+/// a list of its gaps ([`super::quantiles::exact`]).
+pub fn handoff(
+    grants: &(impl GrantPasses + ?Sized),
+    round_trip_us: f64,
+    ideal_us: Option<f64>,
+) -> HandoffStats {
+    let found = super::quantiles::exact(|visit| each_handoff_gap(grants, visit), &HANDOFF_QS);
+    let [p50, p90, p99] = [0, 1, 2].map(|i| found.quantiles[i]);
+    gap_stats(found.count, found.sum, [p50, p90, p99], round_trip_us, ideal_us)
+}
+
+/// The quantiles of the handoff gaps reported: p50, p90, p99.
+const HANDOFF_QS: [f64; 3] = [0.5, 0.9, 0.99];
 
 /// Handoff gaps summarized, in time and in store round trips.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -242,24 +226,36 @@ pub fn quantile_sorted(sorted: &[u64], q: f64) -> Option<u64> {
 
 /// Summarizes gaps; `round_trip_us` converts to round trips, `ideal_us` gives the ratio.
 pub fn handoff_stats(gaps: &[u64], round_trip_us: f64, ideal_us: Option<f64>) -> HandoffStats {
-    if gaps.is_empty() {
-        return HandoffStats { ideal_ms: ideal_us.map(|i| i / 1000.0), ..HandoffStats::default() };
-    }
     let mut sorted = gaps.to_vec();
     sorted.sort_unstable();
-    let q = |p| quantile_sorted(&sorted, p).unwrap_or(0) as f64;
-    let mean = sorted.iter().sum::<u64>() as f64 / sorted.len() as f64;
+    let qs = HANDOFF_QS.map(|q| quantile_sorted(&sorted, q));
+    gap_stats(sorted.len() as u64, sorted.iter().sum(), qs, round_trip_us, ideal_us)
+}
+
+/// [`HandoffStats`] from the gaps' count, sum and quantiles ([`HANDOFF_QS`]).
+fn gap_stats(
+    count: u64,
+    sum: u64,
+    [p50, p90, p99]: [Option<u64>; 3],
+    round_trip_us: f64,
+    ideal_us: Option<f64>,
+) -> HandoffStats {
+    if count == 0 {
+        return HandoffStats { ideal_ms: ideal_us.map(|i| i / 1000.0), ..HandoffStats::default() };
+    }
+    let q = |v: Option<u64>| v.unwrap_or(0) as f64;
+    let mean = sum as f64 / count as f64;
     let per_rt = |x: f64| (round_trip_us > 0.0).then(|| round4(x / round_trip_us));
     HandoffStats {
-        count: sorted.len() as u64,
-        p50_ms: q(0.5) / 1000.0,
-        p90_ms: q(0.9) / 1000.0,
-        p99_ms: q(0.99) / 1000.0,
+        count,
+        p50_ms: q(p50) / 1000.0,
+        p90_ms: q(p90) / 1000.0,
+        p99_ms: q(p99) / 1000.0,
         mean_ms: round4(mean / 1000.0),
-        p50_round_trips: per_rt(q(0.5)),
+        p50_round_trips: per_rt(q(p50)),
         mean_round_trips: per_rt(mean),
         ideal_ms: ideal_us.map(|i| i / 1000.0),
-        ratio_to_ideal: ideal_us.filter(|i| *i > 0.0).map(|i| round4(q(0.5) / i)),
+        ratio_to_ideal: ideal_us.filter(|i| *i > 0.0).map(|i| round4(q(p50) / i)),
     }
 }
 
@@ -269,9 +265,9 @@ pub fn round4(x: f64) -> f64 {
 }
 
 /// Grants per contender, for contenders `0..contenders`.
-pub fn grants_per_contender(grants: &[Grant], contenders: usize) -> Vec<u64> {
+pub fn grants_per_contender(grants: &(impl GrantPasses + ?Sized), contenders: usize) -> Vec<u64> {
     let mut counts = vec![0u64; contenders];
-    for g in grants {
+    for g in grants.pass() {
         if let Some(c) = counts.get_mut(g.contender as usize) {
             *c += 1;
         }
@@ -300,17 +296,13 @@ pub struct LongestRun {
 
 /// The longest run of consecutive grants to one contender on one lock (the first such run
 /// on a tie).
-pub fn longest_run(grants: &[Grant]) -> LongestRun {
+pub fn longest_run(grants: &(impl GrantPasses + ?Sized)) -> LongestRun {
     let mut best = LongestRun::default();
-    for (lock, list) in by_lock(grants) {
-        let mut run = 0u64;
-        let mut prev: Option<u32> = None;
-        for g in list.iter() {
-            run = if prev == Some(g.contender) { run + 1 } else { 1 };
-            prev = Some(g.contender);
-            if run > best.length {
-                best = LongestRun { length: run, contender: g.contender, lock };
-            }
+    let mut run = 0u64;
+    for (prev, g) in with_previous(grants) {
+        run = if prev.is_some_and(|p| p.contender == g.contender) { run + 1 } else { 1 };
+        if run > best.length {
+            best = LongestRun { length: run, contender: g.contender, lock: g.lock };
         }
     }
     best
@@ -353,25 +345,46 @@ pub struct InLine {
     pub overtaken_fraction: f64,
 }
 
-/// Counts overtakes per lock, in O(n log n).
-pub fn overtakes(grants: &[Grant]) -> Overtakes {
-    let mut pairs = 0u64;
-    let mut overtaken = 0u64;
-    let mut in_line = 0u64;
-    for list in by_lock(grants).values() {
+/// Counts overtakes per lock, in two passes: the first finds the longest wait, the second
+/// counts. A request can be overtaken only by one made while it waited, so the second pass
+/// keeps the requests of the last longest wait only (the ones a later grant may still have
+/// asked before), sorted, and counts the inversions of the request order against them.
+pub fn overtakes(grants: &(impl GrantPasses + ?Sized)) -> Overtakes {
+    let (mut longest_wait, mut placed) = (0u64, false);
+    for g in grants.pass() {
+        longest_wait = longest_wait.max(g.latency_us());
+        placed |= g.queued_us.is_some();
+    }
+    let (mut pairs, mut overtaken, mut in_line) = (0u64, 0u64, 0u64);
+    let mut lock = None;
+    let mut began = lock_core::order::LineJudge::default();
+    let mut in_place = lock_core::order::LineJudge::default();
+    // The requests granted so far on this lock that a later grant may have asked before.
+    let mut recent: VecDeque<u64> = VecDeque::new();
+    for g in grants.pass() {
+        if lock != Some(g.lock) {
+            lock = Some(g.lock);
+            (began, in_place) = Default::default();
+            recent.clear();
+        }
         // In grant order, a grant is overtaken when an earlier grant was requested later,
         // and overtaken in line when that request began after this one's place was fixed
         // (judged from its request when it has no place).
-        let began = |g: &Grant| (g.requested_us, Some(g.requested_us));
-        overtaken += lock_core::order::overtaken_in_line(list.iter().map(began)).len() as u64;
-        let placed = |g: &Grant| (g.requested_us, Some(g.queued_us.unwrap_or(g.requested_us)));
-        in_line += lock_core::order::overtaken_in_line(list.iter().map(placed)).len() as u64;
-        let mut seq: Vec<u64> = list.iter().map(|g| g.requested_us).collect();
-        pairs += count_inversions(&mut seq);
+        overtaken += u64::from(began.next(g.requested_us, Some(g.requested_us)).is_some());
+        let place = g.queued_us.unwrap_or(g.requested_us);
+        in_line += u64::from(in_place.next(g.requested_us, Some(place)).is_some());
+        // Every later grant of this lock asked at or after this grant's time less the longest
+        // wait: requests at or before that overtake none of them.
+        let horizon = g.granted_us.saturating_sub(longest_wait);
+        while recent.front().is_some_and(|&r| r <= horizon) {
+            recent.pop_front();
+        }
+        let at = recent.partition_point(|&r| r <= g.requested_us);
+        pairs += (recent.len() - at) as u64;
+        recent.insert(at, g.requested_us);
     }
-    let n = grants.len() as u64;
+    let n = grants.grant_count();
     let fraction = |k: u64| if n == 0 { 0.0 } else { round4(k as f64 / n as f64) };
-    let placed = grants.iter().any(|g| g.queued_us.is_some());
     Overtakes {
         pairs,
         overtaken_grants: overtaken,
@@ -381,37 +394,10 @@ pub fn overtakes(grants: &[Grant]) -> Overtakes {
     }
 }
 
-/// Pairs `i < j` with `xs[i] > xs[j]` (strictly), by merge sort; sorts `xs`.
-pub fn count_inversions(xs: &mut [u64]) -> u64 {
-    let n = xs.len();
-    if n < 2 {
-        return 0;
-    }
-    let mid = n / 2;
-    let mut count = count_inversions(&mut xs[..mid]) + count_inversions(&mut xs[mid..]);
-    let mut merged = Vec::with_capacity(n);
-    let (mut i, mut j) = (0, mid);
-    while i < mid && j < n {
-        if xs[i] <= xs[j] {
-            merged.push(xs[i]);
-            i += 1;
-        } else {
-            // Every remaining left element is greater than xs[j].
-            count += (mid - i) as u64;
-            merged.push(xs[j]);
-            j += 1;
-        }
-    }
-    merged.extend_from_slice(&xs[i..mid]);
-    merged.extend_from_slice(&xs[j..n]);
-    xs.copy_from_slice(&merged);
-    count
-}
-
 /// Grants whose hold began while holds of the same lock it may not share with were open
 /// (must be 0): for a mutex, before an earlier hold ended ([`conflict`]).
-pub fn overlapping_holds(grants: &[Grant]) -> u64 {
-    overlaps(&by_lock(grants)).len() as u64
+pub fn overlapping_holds(grants: &(impl GrantPasses + ?Sized)) -> u64 {
+    overlaps_in(grants.pass()).len() as u64
 }
 
 /// Two grants of one lock whose holds overlapped.
@@ -427,18 +413,25 @@ pub struct Overlap {
 /// began while holds it may not share with were open ([`conflict::admits`]), paired with the
 /// open hold that ends last.
 pub fn overlaps(locks: &ByLock<'_>) -> Vec<Overlap> {
+    overlaps_in(locks.values().flat_map(|list| list.iter().copied()))
+}
+
+/// [`overlaps`] of grants lock by lock, each lock's in grant order: keeps the holds still open.
+fn overlaps_in(grants: impl Iterator<Item = Grant>) -> Vec<Overlap> {
     let mut found = Vec::new();
     let mut open: Vec<Grant> = Vec::new();
-    for list in locks.values() {
-        open.clear();
-        for g in list.iter() {
-            open.retain(|o| o.released_us > g.granted_us);
-            if !conflict::admits(g.share, open.iter().map(|o| o.share)) {
-                let first = open.iter().max_by_key(|o| o.released_us).copied();
-                found.extend(first.map(|first| Overlap { first, second: *g }));
-            }
-            open.push(*g);
+    let mut lock = None;
+    for g in grants {
+        if lock != Some(g.lock) {
+            lock = Some(g.lock);
+            open.clear();
         }
+        open.retain(|o| o.released_us > g.granted_us);
+        if !conflict::admits(g.share, open.iter().map(|o| o.share)) {
+            let first = open.iter().max_by_key(|o| o.released_us).copied();
+            found.extend(first.map(|first| Overlap { first, second: g }));
+        }
+        open.push(g);
     }
     found
 }
@@ -447,23 +440,24 @@ pub fn overlaps(locks: &ByLock<'_>) -> Vec<Overlap> {
 /// lock (must be 0: tokens strictly increase in grant order). A reader's token need only
 /// exceed every earlier writer's (readers admitted together may share one), and a semaphore's
 /// permits are not ordered against each other: each is a lease of its own.
-pub fn token_order_violations(grants: &[Grant]) -> u64 {
+pub fn token_order_violations(grants: &(impl GrantPasses + ?Sized)) -> u64 {
     let mut violations = 0;
-    for list in by_lock(grants).values() {
-        let (mut max_any, mut max_alone): (Option<u64>, Option<u64>) = (None, None);
-        for g in list.iter() {
-            let bound = match g.share {
-                Share::Exclusive | Share::Write => max_any,
-                Share::Read => max_alone,
-                Share::Permits { .. } => None,
-            };
-            if bound.is_some_and(|m| g.token <= m) {
-                violations += 1;
-            }
-            max_any = Some(max_any.map_or(g.token, |m| m.max(g.token)));
-            if g.share.is_exclusive() {
-                max_alone = Some(max_alone.map_or(g.token, |m| m.max(g.token)));
-            }
+    let (mut max_any, mut max_alone): (Option<u64>, Option<u64>) = (None, None);
+    for (prev, g) in with_previous(grants) {
+        if prev.is_none() {
+            (max_any, max_alone) = (None, None);
+        }
+        let bound = match g.share {
+            Share::Exclusive | Share::Write => max_any,
+            Share::Read => max_alone,
+            Share::Permits { .. } => None,
+        };
+        if bound.is_some_and(|m| g.token <= m) {
+            violations += 1;
+        }
+        max_any = Some(max_any.map_or(g.token, |m| m.max(g.token)));
+        if g.share.is_exclusive() {
+            max_alone = Some(max_alone.map_or(g.token, |m| m.max(g.token)));
         }
     }
     violations
@@ -622,33 +616,39 @@ pub fn store_load(
     }
 }
 
-/// A grant of `lock` to `contender`, requested, granted and released at these times with
-/// this token, for tests.
-#[cfg(test)]
-pub(crate) fn test_grant(
-    lock: u32,
-    contender: u32,
-    req: u64,
-    granted: u64,
-    released: u64,
-    token: u64,
-) -> Grant {
-    Grant {
-        lock,
-        contender,
-        requested_us: req,
-        granted_us: granted,
-        released_us: released,
-        token,
-        ..Grant::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use super::test_grant as g;
+
+    /// The overtake pairs as first counted: every lock's requests in grant order, sorted.
+    /// Pairs `i < j` with `xs[i] > xs[j]` (strictly), by merge sort; sorts `xs`.
+    fn count_inversions(xs: &mut [u64]) -> u64 {
+        let n = xs.len();
+        if n < 2 {
+            return 0;
+        }
+        let mid = n / 2;
+        let mut count = count_inversions(&mut xs[..mid]) + count_inversions(&mut xs[mid..]);
+        let mut merged = Vec::with_capacity(n);
+        let (mut i, mut j) = (0, mid);
+        while i < mid && j < n {
+            if xs[i] <= xs[j] {
+                merged.push(xs[i]);
+                i += 1;
+            } else {
+                // Every remaining left element is greater than xs[j].
+                count += (mid - i) as u64;
+                merged.push(xs[j]);
+                j += 1;
+            }
+        }
+        merged.extend_from_slice(&xs[i..mid]);
+        merged.extend_from_slice(&xs[j..n]);
+        xs.copy_from_slice(&merged);
+        count
+    }
 
     /// Three contenders on one lock, handed over in request order.
     fn fifo() -> Vec<Grant> {
@@ -743,6 +743,57 @@ mod tests {
         let mut xs = vec![3, 1, 2, 5, 4];
         assert_eq!(count_inversions(&mut xs), 3);
         assert_eq!(xs, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn the_passes_agree_with_judging_each_lock_list_whole() {
+        use lock_core::order::overtaken_in_line;
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for round in 0..300 {
+            // Coarse instants: ties, holds of length 0, long and short waits, two locks.
+            let grants: Vec<Grant> = (0..rng.random_range(0..60))
+                .map(|i| {
+                    let granted = rng.random_range(0..100u64);
+                    let requested = granted.saturating_sub(rng.random_range(0..[3, 40][i % 2]));
+                    let released = granted + rng.random_range(0..6);
+                    let queued =
+                        rng.random_bool(0.5).then(|| rng.random_range(requested..=granted));
+                    let lock = rng.random_range(0..2);
+                    let grant = g(lock, i as u32 % 7, requested, granted, released, i as u64);
+                    Grant { queued_us: queued, ..grant }
+                })
+                .collect();
+            let locks = by_lock(&grants);
+            let (mut pairs, mut overtaken, mut in_line, mut gaps) = (0, 0, 0, Vec::new());
+            for list in locks.values() {
+                pairs +=
+                    count_inversions(&mut list.iter().map(|g| g.requested_us).collect::<Vec<_>>());
+                let began = list.iter().map(|g| (g.requested_us, Some(g.requested_us)));
+                overtaken += overtaken_in_line(began).len() as u64;
+                let placed = list
+                    .iter()
+                    .map(|g| (g.requested_us, Some(g.queued_us.unwrap_or(g.requested_us))));
+                in_line += overtaken_in_line(placed).len() as u64;
+                for pair in list.windows(2) {
+                    let (prev, next) = (pair[0], pair[1]);
+                    if next.requested_us < prev.released_us && next.granted_us >= prev.released_us {
+                        gaps.push(next.granted_us - prev.released_us);
+                    }
+                }
+            }
+            let o = overtakes(&grants);
+            let got =
+                (o.pairs, o.overtaken_grants, o.in_line.map_or(in_line, |l| l.overtaken_grants));
+            assert_eq!(got, (pairs, overtaken, in_line), "round {round}: {grants:?}");
+            assert_eq!(handoff_gaps(&grants), gaps, "round {round}");
+            let ideal = Some(3.0);
+            assert_eq!(
+                handoff(&grants, 2.0, ideal),
+                handoff_stats(&gaps, 2.0, ideal),
+                "round {round}"
+            );
+        }
     }
 
     #[test]

@@ -2,9 +2,13 @@
 //!
 //! - [`log`]: what the contenders leave behind: the grant log, per-contender latencies and
 //!   failures, the store's request counters;
+//! - [`grant`]: one acquisition in the grant log;
 //! - [`latencies`]: a contender's latencies, as a histogram of the buckets it hit;
 //! - [`metrics`]: pure functions over the grant log (latency, throughput, handoff gaps,
 //!   fairness, store load, safety), unit-tested;
+//! - [`passes`]: the grant log read in passes, lock by lock in grant order, which the
+//!   metrics over a whole log fold instead of copying it; [`quantiles`]: exact quantiles of
+//!   values read twice;
 //! - [`safety`]: safety under faults from the grant log, the fenced resource's writes and the
 //!   fault windows (the checker recomputes it from the CSV files);
 //! - [`spool`]: logs kept on disk and read back in order (the fenced resource's);
@@ -12,9 +16,12 @@
 //!   `summary.json`, the charts and the experiments read.
 
 pub mod conflict;
+pub mod grant;
 pub mod latencies;
 pub mod log;
 pub mod metrics;
+pub mod passes;
+pub mod quantiles;
 pub mod safety;
 pub mod shares;
 pub mod spool;

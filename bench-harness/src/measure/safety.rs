@@ -22,9 +22,10 @@
 
 use super::conflict::broken_time_us;
 use super::log::{FaultWindow, ResourceWrite};
-use super::metrics::{by_lock, ByLock, Grant};
+use super::metrics::{by_lock, ByLock, Grant, GrantPasses};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// The safety figures of one algorithm's run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,12 +79,15 @@ impl SafetyFigures {
 pub use super::metrics::Overlap;
 
 /// Time during which the open holds of one lock conflicted (for a mutex: at least two were
-/// open; [`super::conflict`]), summed over `locks`.
-pub fn overlap_time_us(locks: &ByLock<'_>) -> u64 {
-    locks
-        .values()
-        .map(|list| broken_time_us(list.iter().map(|g| (g.granted_us, g.released_us, g.share))))
-        .sum()
+/// open; [`super::conflict`]), summed over the locks of `grants`.
+pub fn overlap_time_us(grants: &(impl GrantPasses + ?Sized)) -> u64 {
+    let mut pass = grants.pass().peekable();
+    let mut total = 0;
+    while let Some(lock) = pass.peek().map(|g| g.lock) {
+        let holds = std::iter::from_fn(|| pass.next_if(|g| g.lock == lock));
+        total += broken_time_us(holds.map(|g| (g.granted_us, g.released_us, g.share)));
+    }
+    total
 }
 
 /// Tells which writes were stale: whether another holder of the write's lock was granted
@@ -147,65 +151,66 @@ impl<'a> StaleCheck<'a> {
 }
 
 /// The intervals, per lock, during which someone waited on the lock and nobody held it.
-pub fn idle_intervals(locks: &ByLock<'_>) -> Vec<(u64, u64)> {
+pub fn idle_intervals(grants: &(impl GrantPasses + ?Sized)) -> Vec<(u64, u64)> {
     let mut idle = Vec::new();
-    each_idle(locks, |interval| idle.push(interval));
+    each_idle(grants, |interval| idle.push(interval));
     idle
 }
 
-/// Calls `visit` with each idle interval of `locks` ([`idle_intervals`]) instead of keeping
+/// Calls `visit` with each idle interval of `grants` ([`idle_intervals`]) instead of keeping
 /// them: a lock handed from waiter to waiter is idle between every two holds, so there are
 /// about as many intervals as grants.
-pub fn each_idle(locks: &ByLock<'_>, mut visit: impl FnMut((u64, u64))) {
-    for list in locks.values() {
-        idle_of_lock(list, &mut visit);
-    }
-}
-
-/// One lock's idle intervals, by a sweep over its edges in time order: +1 per waiting
-/// request at its start, -1 at its grant, +WAY per hold at its grant, -WAY at its release;
-/// waited on and not held means a level in [1, WAY). The grants come in grant order, so the
-/// grant edges are already sorted; only the request starts and the releases are sorted, one
-/// number each, instead of four edges of two numbers per grant. Only the level before each
-/// instant's first edge decides whether the time up to that instant was idle, so edges at
-/// one instant may be taken in any order.
-fn idle_of_lock(list: &[Grant], visit: &mut impl FnMut((u64, u64))) {
+///
+/// A sweep over each lock's edges in time order: +1 per waiting request at its start, -1 at
+/// its grant, +WAY per hold at its grant, -WAY at its release; waited on and not held means a
+/// level in [1, WAY). The grants come in grant order, but their requests and releases do not:
+/// the edges wait in a heap until no grant to come can have an earlier one. A request waits
+/// at most the log's longest wait (found by a first pass), so every edge to come is at or
+/// after the latest grant less that wait, and the heap holds one longest wait's edges and the
+/// open holds' releases. Only the level before each instant's first edge decides whether the
+/// time up to that instant was idle, so edges at one instant may be taken in any order.
+pub fn each_idle(grants: &(impl GrantPasses + ?Sized), mut visit: impl FnMut((u64, u64))) {
     const WAY: i64 = 1 << 32;
-    let waited = |g: &Grant| g.granted_us > g.requested_us;
-    let held = |g: &Grant| g.released_us > g.granted_us;
-    let mut starts: Vec<u64> = list.iter().filter(|g| waited(g)).map(|g| g.requested_us).collect();
-    starts.sort_unstable();
-    let mut releases: Vec<u64> = list.iter().filter(|g| held(g)).map(|g| g.released_us).collect();
-    releases.sort_unstable();
-    let mut grants = list
-        .iter()
-        .map(|g| (g.granted_us, if waited(g) { -1 } else { 0 } + if held(g) { WAY } else { 0 }))
-        .filter(|&(_, d)| d != 0)
-        .peekable();
-    let (mut starts, mut releases) =
-        (starts.into_iter().peekable(), releases.into_iter().peekable());
+    let longest_wait = grants.pass().map(|g| g.latency_us()).max().unwrap_or(0);
     let (mut level, mut since) = (0i64, 0u64);
-    loop {
-        let next_start = starts.peek().copied();
-        let next_grant = grants.peek().map(|&(t, _)| t);
-        let next_release = releases.peek().copied();
-        let Some(t) = [next_start, next_grant, next_release].into_iter().flatten().min() else {
-            break;
-        };
-        let d = if next_release == Some(t) {
-            releases.next();
-            -WAY
-        } else if next_grant == Some(t) {
-            grants.next().map_or(0, |(_, d)| d)
-        } else {
-            starts.next();
-            1
-        };
+    let mut take = |(t, d): (u64, i64)| {
         if (1..WAY).contains(&level) && t > since {
             visit((since, t));
         }
         level += d;
         since = t;
+    };
+    // The edges not yet taken, earliest first. Every lock's are taken before the next lock's
+    // first, so each lock starts at level 0.
+    let mut edges: BinaryHeap<Reverse<(u64, i64)>> = BinaryHeap::new();
+    let mut lock = None;
+    for g in grants.pass() {
+        if lock != Some(g.lock) {
+            lock = Some(g.lock);
+            while let Some(Reverse(edge)) = edges.pop() {
+                take(edge);
+            }
+        }
+        let waited = g.granted_us > g.requested_us;
+        let held = g.released_us > g.granted_us;
+        if waited {
+            edges.push(Reverse((g.requested_us, 1)));
+        }
+        let d = if waited { -1 } else { 0 } + if held { WAY } else { 0 };
+        if d != 0 {
+            edges.push(Reverse((g.granted_us, d)));
+        }
+        if held {
+            edges.push(Reverse((g.released_us, -WAY)));
+        }
+        let horizon = g.granted_us.saturating_sub(longest_wait);
+        while let Some(&Reverse(edge)) = edges.peek().filter(|e| e.0 .0 < horizon) {
+            edges.pop();
+            take(edge);
+        }
+    }
+    while let Some(Reverse(edge)) = edges.pop() {
+        take(edge);
     }
 }
 
@@ -258,7 +263,7 @@ pub fn judge(
     let windows: Vec<(&str, Vec<(u64, u64)>)> =
         kinds.into_iter().map(|kind| (kind, windows_of(faults, kind, ttl_us))).collect();
     let (mut unavailable_us, mut unavailable_by_kind) = (0, vec![0; windows.len()]);
-    each_idle(&locks, |interval| {
+    each_idle(grants, |interval| {
         unavailable_us += length_us(interval, None);
         for (sum, (_, w)) in unavailable_by_kind.iter_mut().zip(&windows) {
             *sum += length_us(interval, Some(w));
@@ -266,7 +271,7 @@ pub fn judge(
     });
     let mut f = SafetyFigures {
         overlapping_holds: found.len() as u64,
-        overlap_us: overlap_time_us(&locks),
+        overlap_us: overlap_time_us(grants),
         overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count()
             as u64,
         leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
@@ -299,24 +304,38 @@ pub fn judge(
         f.unavailable_us_by_fault.insert(kind.to_string(), unavailable);
         f.window_us_by_fault.insert(kind.to_string(), windows.iter().map(|(a, b)| b - a).sum());
     }
-    f.resumed_after_us_by_fault = resumed_after(&locks, faults);
+    f.resumed_after_us_by_fault = resumed_after(grants, faults);
     (f, found)
 }
 
 /// Per fault kind, the longest wait from a window's end to the first grant at or after it.
-pub fn resumed_after(locks: &ByLock<'_>, faults: &[FaultWindow]) -> BTreeMap<String, u64> {
-    // Each lock's grants are in grant order: the first grant at or after an instant is the
-    // earliest of each lock's first one there.
-    let first_from = |end_us: u64| {
-        locks
-            .values()
-            .filter_map(|list| list.get(list.partition_point(|g| g.granted_us < end_us)))
-            .map(|g| g.granted_us)
-            .min()
-    };
+/// One pass: each lock's grants come in grant order, so the first grant at or after an end is
+/// the earliest of each lock's first one there, and each lock moves once through the ends in
+/// order.
+pub fn resumed_after(
+    grants: &(impl GrantPasses + ?Sized),
+    faults: &[FaultWindow],
+) -> BTreeMap<String, u64> {
+    let mut ends: Vec<(u64, usize)> =
+        faults.iter().enumerate().map(|(i, w)| (w.end_us, i)).collect();
+    ends.sort_unstable();
+    // Per window, the first grant at or after its end, over the locks seen so far.
+    let mut first_from: Vec<Option<u64>> = vec![None; faults.len()];
+    // Per lock, the ends already given their first grant of this lock: a prefix of `ends`.
+    let (mut lock, mut done) = (None, 0);
+    for g in grants.pass() {
+        if lock != Some(g.lock) {
+            (lock, done) = (Some(g.lock), 0);
+        }
+        while let Some(&(_, i)) = ends.get(done).filter(|(end, _)| *end <= g.granted_us) {
+            let first = first_from[i].get_or_insert(g.granted_us);
+            *first = (*first).min(g.granted_us);
+            done += 1;
+        }
+    }
     let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    for w in faults {
-        if let Some(next) = first_from(w.end_us) {
+    for (w, next) in faults.iter().zip(first_from) {
+        if let Some(next) = next {
             let wait = next - w.end_us;
             let most = out.entry(w.kind.clone()).or_insert(0);
             *most = (*most).max(wait);
@@ -362,7 +381,7 @@ mod tests {
         let found = overlaps(&by_lock(&grants));
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].first.contender, found[0].second.contender), (0, 1));
-        assert_eq!(overlap_time_us(&by_lock(&grants)), 10);
+        assert_eq!(overlap_time_us(&grants), 10);
         // Back to back is not an overlap.
         assert!(overlaps(&by_lock(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)])).is_empty());
     }
@@ -403,7 +422,7 @@ mod tests {
             end_us,
         };
         let got = resumed_after(
-            &by_lock(&grants),
+            &grants,
             &[w("server-restart", 20, 100), w("server-restart", 160, 380), w("pause", 500, 600)],
         );
         assert_eq!(got.get("server-restart"), Some(&30));
@@ -414,7 +433,7 @@ mod tests {
     fn unavailability_is_waiting_with_nobody_holding() {
         // 0 holds [0, 10); 1 waits from 5, is granted at 30: 20 us unavailable.
         let grants = [g(0, 0, 0, 10, 1), g(1, 5, 30, 40, 2)];
-        let idle = idle_intervals(&by_lock(&grants));
+        let idle = idle_intervals(&grants);
         assert_eq!(total_us(&idle, None), 20);
         assert_eq!(total_us(&idle, Some(&[(0, 15)])), 5);
         let faults =
@@ -457,14 +476,37 @@ mod tests {
             let grants: Vec<Grant> = (0..rng.random_range(0..40))
                 .map(|i| {
                     let granted = rng.random_range(0..60u64);
-                    let requested = granted.saturating_sub(rng.random_range(0..8));
+                    let requested =
+                        granted.saturating_sub(rng.random_range(0..[3, 30][i as usize % 2]));
                     let released = granted + rng.random_range(0..6);
-                    g(i % 5, requested, granted, released, u64::from(i))
+                    let lock = rng.random_range(0..2);
+                    Grant { lock, ..g(i % 5, requested, granted, released, u64::from(i)) }
                 })
                 .collect();
-            let locks = by_lock(&grants);
-            let list = &locks.get(&0).map(|l| l.to_vec()).unwrap_or_default();
-            assert_eq!(idle_intervals(&locks), by_sorting_edges(list), "round {round}: {grants:?}");
+            let each_lock: Vec<(u64, u64)> =
+                by_lock(&grants).values().flat_map(|list| by_sorting_edges(list)).collect();
+            assert_eq!(idle_intervals(&grants), each_lock, "round {round}: {grants:?}");
+            // The first grant after each window's end, by a search of each lock's list.
+            let faults: Vec<FaultWindow> = (0..rng.random_range(0..4))
+                .map(|k| {
+                    let end_us = rng.random_range(0..70);
+                    let kind = ["crash", "pause"][k % 2].into();
+                    FaultWindow { kind, target: "c".into(), start_us: 0, end_us }
+                })
+                .collect();
+            let mut resumed: BTreeMap<String, u64> = BTreeMap::new();
+            for w in &faults {
+                let next = by_lock(&grants)
+                    .values()
+                    .filter_map(|l| l.get(l.partition_point(|g| g.granted_us < w.end_us)))
+                    .map(|g| g.granted_us)
+                    .min();
+                if let Some(next) = next {
+                    let most = resumed.entry(w.kind.clone()).or_insert(0);
+                    *most = (*most).max(next - w.end_us);
+                }
+            }
+            assert_eq!(resumed_after(&grants, &faults), resumed, "round {round}");
         }
     }
 

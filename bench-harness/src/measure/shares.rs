@@ -11,10 +11,12 @@
 //!   leads. The crashed holder's lease must run out first, so this is at least the TTL.
 
 use super::metrics::{
-    by_lock, latency_stats, new_histogram, record_latency, round4, ByLock, Grant, LatencyStats,
+    latency_stats, new_histogram, record_latency, round4, Grant, GrantPasses, LatencyStats,
 };
 use crate::primitive::{Primitive, Share};
 use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// The figures of one run of a primitive other than the mutex.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,26 +46,26 @@ pub struct ShareFigures {
     pub failover_max_ms: Option<f64>,
 }
 
-/// The figures of `grants` for `primitive`; `None` for the mutex.
-pub fn figures(primitive: Primitive, grants: &[Grant]) -> Option<ShareFigures> {
+/// The figures of `grants` for `primitive`; `None` for the mutex. Each figure is one pass over
+/// the log, keeping the holds still open and the crashes not yet followed by a grant.
+pub fn figures(primitive: Primitive, grants: &(impl GrantPasses + ?Sized)) -> Option<ShareFigures> {
     if primitive.is_mutex() {
         return None;
     }
-    let locks = by_lock(grants);
     let counted = |g: &Grant| match (primitive, g.share) {
         (Primitive::Rw { .. }, s) => s == Share::Read,
         _ => true,
     };
-    let (mean, max) = concurrency(&locks, counted);
+    let (mean, max) = concurrency(grants, counted);
     let latency = |keep: &dyn Fn(&Grant) -> bool| {
         let mut h = new_histogram();
-        for g in grants.iter().filter(|g| keep(g)) {
+        for g in grants.pass().filter(|g| keep(g)) {
             record_latency(&mut h, g.latency_us());
         }
         latency_stats(&h)
     };
     let is_rw = matches!(primitive, Primitive::Rw { .. });
-    let failovers = failover_us(&locks);
+    let failovers = failover_us(grants);
     let ms = |us: u64| us as f64 / 1000.0;
     Some(ShareFigures {
         primitive,
@@ -83,45 +85,90 @@ pub fn figures(primitive: Primitive, grants: &[Grant]) -> Option<ShareFigures> {
 }
 
 /// Over the holds `counted` keeps, weighted by the permits each holds (1 for others): the mean
-/// of the weight held while any was held, and its most, over every lock.
-fn concurrency(locks: &ByLock<'_>, counted: impl Fn(&Grant) -> bool) -> (f64, u64) {
+/// of the weight held while any was held, and its most, over every lock. A sweep over each
+/// lock's grants as they come, with the open holds' ends in a heap; ends before starts at one
+/// instant: back-to-back holds are not at once.
+fn concurrency(
+    grants: &(impl GrantPasses + ?Sized),
+    counted: impl Fn(&Grant) -> bool,
+) -> (f64, u64) {
     let (mut weighted_us, mut held_us, mut max) = (0u128, 0u128, 0i64);
-    for list in locks.values() {
-        let mut edges: Vec<(u64, i64)> = Vec::new();
-        for g in list.iter().filter(|g| counted(g) && g.released_us > g.granted_us) {
-            let w = match g.share {
-                Share::Permits { held, .. } => i64::from(held),
-                _ => 1,
-            };
-            edges.push((g.granted_us, w));
-            edges.push((g.released_us, -w));
+    let (mut level, mut since) = (0i64, 0u64);
+    // Every edge of a lock is taken before the next lock's first: each lock starts at level 0.
+    let mut step = |t: u64, d: i64| {
+        if level > 0 {
+            held_us += u128::from(t - since);
+            weighted_us += u128::from(t - since) * level as u128;
         }
-        // Ends before starts at one instant: back-to-back holds are not at once.
-        edges.sort_unstable();
-        let (mut level, mut since) = (0i64, 0u64);
-        for (t, d) in edges {
-            if level > 0 {
-                held_us += u128::from(t - since);
-                weighted_us += u128::from(t - since) * level as u128;
+        level += d;
+        max = max.max(level);
+        since = t;
+    };
+    // The open holds' ends, earliest first, with their weights.
+    let mut ends: BinaryHeap<Reverse<(u64, i64)>> = BinaryHeap::new();
+    let mut lock = None;
+    for g in grants.pass() {
+        if lock != Some(g.lock) {
+            lock = Some(g.lock);
+            while let Some(Reverse((t, w))) = ends.pop() {
+                step(t, -w);
             }
-            level += d;
-            max = max.max(level);
-            since = t;
         }
+        if !(counted(&g) && g.released_us > g.granted_us) {
+            continue;
+        }
+        while let Some(&Reverse((t, w))) = ends.peek().filter(|e| e.0 .0 <= g.granted_us) {
+            ends.pop();
+            step(t, -w);
+        }
+        let w = match g.share {
+            Share::Permits { held, .. } => i64::from(held),
+            _ => 1,
+        };
+        step(g.granted_us, w);
+        ends.push(Reverse((g.released_us, w)));
     }
+    while let Some(Reverse((t, w))) = ends.pop() {
+        step(t, -w);
+    }
+
     let mean = if held_us == 0 { 0.0 } else { weighted_us as f64 / held_us as f64 };
     (mean, max as u64)
 }
 
-/// For each crash of a holder, the time to the next grant of its lock, sorted. Each list is
-/// in grant order ([`by_lock`]): the next grant is a binary search away.
-fn failover_us(locks: &ByLock<'_>) -> Vec<u64> {
+/// For each crash of a holder, the time to the next grant of its lock (the first in grant
+/// order granted at or after the crash, other than the crashed hold itself), sorted. One
+/// pass, keeping the crashes not yet followed by a grant.
+fn failover_us(grants: &(impl GrantPasses + ?Sized)) -> Vec<u64> {
     let mut out = Vec::new();
-    for list in locks.values() {
-        for (i, crash) in list.iter().enumerate().filter(|(_, g)| g.crashed) {
-            let after = list.partition_point(|g| g.granted_us < crash.released_us);
-            let next = list[after..].iter().enumerate().find(|(k, _)| after + k != i);
-            out.extend(next.map(|(_, g)| g.granted_us - crash.released_us));
+    // Crashes of this lock waiting for the next grant: when each let go.
+    let mut waiting: Vec<u64> = Vec::new();
+    // The first grant of this lock at the latest grant instant.
+    let mut first_at: Option<Grant> = None;
+    let mut lock = None;
+    for g in grants.pass() {
+        if lock != Some(g.lock) {
+            lock = Some(g.lock);
+            (waiting, first_at) = (Vec::new(), None);
+        }
+        waiting.retain(|&crash| {
+            let followed = crash <= g.granted_us;
+            if followed {
+                out.push(g.granted_us - crash);
+            }
+            !followed
+        });
+        if first_at.is_none_or(|f| f.granted_us != g.granted_us) {
+            first_at = Some(g);
+        }
+        if !g.crashed {
+            continue;
+        }
+        // A crash at its own grant instant is followed by the first grant of that instant,
+        // which may come before it in grant order.
+        match first_at.filter(|f| g.released_us == g.granted_us && *f != g) {
+            Some(first) => out.push(first.granted_us - g.released_us),
+            None => waiting.push(g.released_us),
         }
     }
     out.sort_unstable();
@@ -169,6 +216,69 @@ mod tests {
         let grants = [g(0, 0, 0, 10, p), g(1, 0, 0, 10, p)];
         let f = figures(Primitive::Semaphore { limit: 4, permits: 2 }, &grants).unwrap();
         assert_eq!((f.mean_holders, f.max_holders, f.limit), (4.0, 4, Some(4)));
+    }
+
+    #[test]
+    fn the_sweeps_agree_with_sorting_each_lock_list() {
+        use crate::measure::metrics::by_lock;
+        // As first written: every edge of a lock sorted, and a search per crash.
+        fn by_edges(list: &[Grant]) -> (u128, u128, i64) {
+            let (mut weighted_us, mut held_us, mut max) = (0u128, 0u128, 0i64);
+            let mut edges: Vec<(u64, i64)> = Vec::new();
+            for g in list.iter().filter(|g| g.released_us > g.granted_us) {
+                let w = match g.share {
+                    Share::Permits { held, .. } => i64::from(held),
+                    _ => 1,
+                };
+                edges.extend([(g.granted_us, w), (g.released_us, -w)]);
+            }
+            edges.sort_unstable();
+            let (mut level, mut since) = (0i64, 0u64);
+            for (t, d) in edges {
+                if level > 0 {
+                    held_us += u128::from(t - since);
+                    weighted_us += u128::from(t - since) * level as u128;
+                }
+                level += d;
+                max = max.max(level);
+                since = t;
+            }
+            (weighted_us, held_us, max)
+        }
+        fn by_search(list: &[Grant]) -> Vec<u64> {
+            let mut out = Vec::new();
+            for (i, crash) in list.iter().enumerate().filter(|(_, g)| g.crashed) {
+                let after = list.partition_point(|g| g.granted_us < crash.released_us);
+                let next = list[after..].iter().enumerate().find(|(k, _)| after + k != i);
+                out.extend(next.map(|(_, g)| g.granted_us - crash.released_us));
+            }
+            out
+        }
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for round in 0..300 {
+            let grants: Vec<Grant> = (0..rng.random_range(0..40))
+                .map(|i| {
+                    let granted = rng.random_range(0..50u64);
+                    let share = Share::Permits { held: rng.random_range(1..4), of: 8 };
+                    Grant {
+                        lock: rng.random_range(0..2),
+                        crashed: rng.random_bool(0.2),
+                        ..g(i % 5, granted, granted, granted + rng.random_range(0..6), share)
+                    }
+                })
+                .collect();
+            let (mut weighted, mut held, mut max, mut failovers) = (0, 0, 0, Vec::new());
+            for list in by_lock(&grants).values() {
+                let (w, h, m) = by_edges(list);
+                (weighted, held, max) = (weighted + w, held + h, max.max(m));
+                failovers.extend(by_search(list));
+            }
+            failovers.sort_unstable();
+            let mean = if held == 0 { 0.0 } else { weighted as f64 / held as f64 };
+            assert_eq!(concurrency(&grants, |_| true), (mean, max as u64), "round {round}");
+            assert_eq!(failover_us(&grants), failovers, "round {round}: {grants:?}");
+        }
     }
 
     #[test]

@@ -212,7 +212,7 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
         .ideal_handoff
         .zip(round_trip)
         .map(|(f, rt)| f(rt, &cfg.settings()).as_micros() as f64);
-    let handoff = metrics::handoff_stats(&metrics::handoff_gaps(grants), round_trip_us, ideal_us);
+    let handoff = metrics::handoff(grants, round_trip_us, ideal_us);
     let store = run
         .counters
         .as_ref()
