@@ -27,8 +27,8 @@ pub struct Grant {
     #[serde(default)]
     pub crashed: bool,
     /// When the request's place in line was fixed (`LockGuard::queued_at`), for locks that
-    /// have a line; fairness "in line" ([`Overtakes::in_line`]) is judged from it. Not in
-    /// `grants.csv`.
+    /// have a line; fairness "in line" ([`super::metrics::Overtakes::in_line`]) is judged
+    /// from it. Not in `grants.csv`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_us: Option<u64>,
     /// How it held the lock: alone (a mutex, a write, a leadership), as a reader, or some
