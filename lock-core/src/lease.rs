@@ -69,7 +69,8 @@ struct Leased {
 struct Shared {
     cells: Mutex<BTreeMap<CellKey, Leased>>,
     ttl: Duration,
-    /// [`Shared::valid_until`], for the guard to read.
+    /// Until when every kept cell is certainly in the store, published at each change of
+    /// `cells`; the keeper and the guard read it.
     deadline: LeaseDeadline,
 }
 
@@ -77,10 +78,12 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<CellKey, Leased>> {
         self.cells.lock().unwrap_or_else(|e| e.into_inner())
     }
+    /// Until when every kept cell is certainly in the store: the earliest confirmation plus
+    /// the TTL, as last published.
     fn valid_until(&self) -> Option<Instant> {
-        self.lock().values().map(|c| c.confirmed_at + self.ttl).min()
+        self.deadline.until()
     }
-    /// Publish the deadline of `cells` (the map, locked by the caller after a change).
+    /// Publish the deadline of `cells` (the map, locked by the caller after each change).
     fn publish(&self, cells: &BTreeMap<CellKey, Leased>) {
         self.deadline.set(cells.values().map(|c| c.confirmed_at + self.ttl).min());
     }
