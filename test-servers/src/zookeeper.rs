@@ -52,6 +52,9 @@ pub const ZK_TLS_JARS: &str = "/usr/share/java/netty-codec.jar:/usr/share/java/n
 /// nothing from its leader for `syncLimit` (5) ticks, 1 s, drops it and elects another.
 pub const ZK_TICK_MS: u64 = 200;
 
+/// The longest a member looking for a leader waits before it asks its peers again.
+const NOTIFICATION_MAX_MS: u64 = 1000;
+
 /// The client port's role.
 const CLIENT: usize = 0;
 /// The quorum port's role (followers to their leader).
@@ -357,6 +360,11 @@ impl ClusterEngine for Zk {
         cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
             .arg("-Dzookeeper.admin.enableServer=false")
+            // A member looking for a leader asks its peers again after a wait that doubles,
+            // up to a minute by default: one that found no peer answering while the others
+            // started (a loaded machine starts JVMs slowly) could sit out the ensemble it
+            // then formed for that long. A second keeps it asking.
+            .arg(format!("-Dzookeeper.fastleader.maxNotificationInterval={NOTIFICATION_MAX_MS}"))
             .args(["-cp", &self.classpath(), "org.apache.zookeeper.server.quorum.QuorumPeerMain"])
             .arg(&cfg_path);
         Ok(cmd)
@@ -401,10 +409,25 @@ impl ClusterEngine for Zk {
             four_letter(port, "srvr").is_some_and(|s| s.contains("Mode: "))
         };
         let idle: Vec<usize> = (0..cluster.len()).filter(|&i| !serving(i)).collect();
-        match idle.as_slice() {
-            [] => Ok(()),
-            _ => Err(ServerError::NotReady(format!("members {idle:?} not serving clients yet"))),
+        if idle.is_empty() {
+            return Ok(());
         }
+        // What the idle members last logged (warnings and worse) says why, should the
+        // deadline pass.
+        let logs: Vec<String> = idle
+            .iter()
+            .map(|&i| {
+                let log = std::fs::read_to_string(cluster.dir(i).join(LAUNCH.log));
+                let log = log.unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(8)..].join("\n");
+                format!("member {i}'s log ends:\n{tail}")
+            })
+            .collect();
+        Err(ServerError::NotReady(format!(
+            "members {idle:?} not serving clients yet\n{}",
+            logs.join("\n")
+        )))
     }
 }
 
