@@ -11,16 +11,19 @@
 //! Code that wants both writes against this module only: `rt::now()` instead of
 //! `Instant::now()`, `rt::sleep` instead of `tokio::time::sleep`, `rt::spawn` instead of
 //! `tokio::spawn`. tokio's synchronisation types (`Notify`, `watch`, `mpsc`, `oneshot`,
-//! `Mutex`) need no runtime and work in both. Instants are tokio's [`Instant`] in both, so
-//! types that store them are unchanged; in a simulation they read as the simulation's start
-//! plus its virtual time.
+//! `Mutex`) need no runtime and work in both; but a value several tasks wait on together is
+//! a [`Signal`], which wakes them in a fixed order where `watch` wakes them in a random one.
+//! Instants are tokio's [`Instant`] in both, so types that store them are unchanged; in a
+//! simulation they read as the simulation's start plus its virtual time.
 //!
 //! Calling tokio's own timers or `tokio::spawn` inside a simulation panics ("no reactor
 //! running"): a call that escaped this module is found the first time it runs, never
 //! silently timed by the wall clock.
 
+mod signal;
 pub mod sim;
 
+pub use signal::Signal;
 pub use sim::Simulation;
 pub use tokio::time::Instant;
 

@@ -6,12 +6,9 @@
 //! the store's latencies, the holds and the thinks cost no wall time and the same seed gives
 //! the same grant log; in wall time on a two-worker multi-thread tokio runtime.
 //!
-//! One known exception: a run with both `pause` and `crash` faults (e.g. queue, 8 contenders,
-//! 25 s, `pause:2s@10s,crash:1s@7s/who=holder`) gives one of two grant logs: a grant just
-//! after a frozen client's thaw moves by 44 µs. The likely cause: a tokio `watch` receiver
-//! waits on one of eight queues picked by a thread-local random number, so the tasks a
-//! change wakes (the frozen client's requests, at its thaw) are woken in an order the seed
-//! does not fix, and the executor runs them in that order.
+//! Tasks woken together run in the order they began waiting: the waits on a frozen
+//! contender or client are [`lock_core::rt::Signal`]s, not tokio `watch`es, which wake their
+//! waiters in a random order.
 //!
 //! In simulated time the clock is dilated ([`crate::config::SIMULATED_TIME_SCALE`]):
 //! durations going in are multiplied, times coming out divided.

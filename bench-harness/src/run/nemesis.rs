@@ -32,21 +32,21 @@ use super::stamp::Stamp;
 use crate::engines::{Injection, OpenEngine};
 use crate::faults::{FaultKind, FaultPlan, FaultSpec};
 use crate::measure::log::FaultWindow;
+use lock_core::rt::Signal;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// What the nemesis can do to one contender, and what the contender tells it.
 #[derive(Debug)]
 pub struct Control {
     index: usize,
-    frozen: watch::Sender<bool>,
+    frozen: Signal<bool>,
     /// The end of the current crash (a tokio instant), when the contender must die.
-    crash: watch::Sender<Option<Instant>>,
+    crash: Signal<Option<Instant>>,
     holding: AtomicBool,
     /// How many grants it was given (a fault that waits for the next grant watches it).
     grants: AtomicU32,
@@ -58,8 +58,8 @@ impl Control {
     pub fn new(index: usize) -> Self {
         Control {
             index,
-            frozen: watch::Sender::new(false),
-            crash: watch::Sender::new(None),
+            frozen: Signal::new(false),
+            crash: Signal::new(None),
             holding: AtomicBool::new(false),
             grants: AtomicU32::new(0),
             life: AtomicU32::new(0),
@@ -86,8 +86,7 @@ impl Control {
 
     /// Resolves once the contender is not frozen.
     pub async fn thawed(&self) {
-        let mut rx = self.frozen.subscribe();
-        let _ = rx.wait_for(|f| !*f).await;
+        self.frozen.wait_for(|f| (!f).then_some(())).await;
     }
 
     /// Sleeps `d` of the contender's own time: time spent frozen does not count, as a
@@ -99,15 +98,14 @@ impl Control {
         if d.is_zero() {
             return self.thawed().await;
         }
-        let mut rx = self.frozen.subscribe();
         let mut left = d;
         loop {
-            let _ = rx.wait_for(|f| !*f).await;
+            self.thawed().await;
             let began = lock_core::rt::now();
             tokio::select! {
                 biased;
                 _ = lock_core::rt::sleep(left) => return,
-                _ = rx.wait_for(|f| *f) => {
+                _ = self.frozen.wait_for(|f| f.then_some(())) => {
                     left = left.saturating_sub(lock_core::rt::elapsed(began));
                 }
             }
@@ -116,26 +114,18 @@ impl Control {
 
     /// Resolves with the end of the crash when the contender is told to die.
     pub async fn crashed(&self) -> Instant {
-        let mut rx = self.crash.subscribe();
-        let until = match rx.wait_for(Option::is_some).await {
-            Ok(until) => *until,
-            Err(_) => None,
-        };
-        match until {
-            Some(until) => until,
-            None => std::future::pending().await,
-        }
+        self.crash.wait_for(|until| *until).await
     }
 
     /// After a crash: the contender comes back under its next owner id.
     pub fn revive(&self) -> String {
-        self.crash.send_replace(None);
+        self.crash.replace(None);
         self.life.fetch_add(1, Ordering::AcqRel);
         self.owner()
     }
 
     fn freeze(&self, on: bool) {
-        self.frozen.send_replace(on);
+        self.frozen.replace(on);
     }
 }
 
@@ -300,7 +290,7 @@ impl Nemesis {
                 let c = self.pick_contender(rng, prefers_holder(spec));
                 let owner = c.owner();
                 engine.inject(Injection::Kill { owner: &owner }).await?;
-                c.crash.send_replace(Some(until));
+                c.crash.replace(Some(until));
                 Ok(Target::Contender(c, owner, 0))
             }
             FaultKind::ClockJump => {

@@ -7,6 +7,7 @@ use super::counters::{OpCounts, OpKind, StoreCounters, TombstoneStats};
 use super::Caller;
 use super::{lock, EmbeddedConfig};
 use super::{Mutation, Replica, SharedWrite, Spill};
+use crate::rt::Signal;
 use crate::store::{
     CasRequest, CasResult, Cell, CellStore, CellWrite, Consistency, Micros, SerialConsistency,
     Slice, StoreError,
@@ -20,14 +21,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Per-client state shared by all handles with the same id.
 pub(super) struct ClientState {
     pub(super) isolated: AtomicBool,
     /// True while the client is frozen ([`EmbeddedStore::pause_client`]).
-    pub(super) paused: watch::Sender<bool>,
+    pub(super) paused: Signal<bool>,
     /// The client's clock steps ([`EmbeddedStore::jump_clock`]).
     jump: ClockJump,
     pub(super) reads: AtomicU64,
@@ -45,7 +45,7 @@ impl Default for ClientState {
     fn default() -> Self {
         ClientState {
             isolated: AtomicBool::new(false),
-            paused: watch::Sender::new(false),
+            paused: Signal::new(false),
             jump: ClockJump::new(),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -61,15 +61,9 @@ impl Default for ClientState {
 impl ClientState {
     /// Returns once the client is not frozen (at once when it is not).
     async fn thawed(&self) {
-        // Every request passes here twice and almost no client is ever frozen: looking at the
-        // value costs less than a receiver (whose drop, the last one's, notifies the sender).
-        // `wait_for` would return at once too, without yielding, so nothing else changes.
-        if !*self.paused.borrow() {
-            return;
-        }
-        let mut rx = self.paused.subscribe();
-        // `wait_for` fails only when the sender is gone, and `self` holds it.
-        let _ = rx.wait_for(|paused| !*paused).await;
+        // Its requests wait here together while it is frozen, and wake in the order they
+        // came when it thaws: the order a simulated run takes them in.
+        self.paused.wait_for(|paused| (!paused).then_some(())).await;
     }
 
     pub(super) fn bump(&self, kind: OpKind) {
@@ -244,7 +238,7 @@ impl EmbeddedStore {
     /// (its own timers): the store only holds its messages. Works for handles created before
     /// or after the call.
     pub fn pause_client(&self, client_id: &str, paused: bool) {
-        self.inner.client_state(client_id).paused.send_replace(paused);
+        self.inner.client_state(client_id).paused.replace(paused);
     }
 
     /// Step the clock of client `client_id` by `micros` (negative: backwards), on top of its
