@@ -232,7 +232,7 @@ pub fn run_scenario(cfg: &config::RunConfig, out: &Path, quiet: bool) -> anyhow:
         csv.append(&outcome)?;
         files::write_json(&out.join("summary.json"), &summary)?;
         faults.insert(algorithm.name.to_string(), outcome.faults);
-        let holds = figures::holds_for_timeline(&outcome.grants, !cfg.faults.is_empty());
+        let holds = figures::holds_for_timeline(outcome.grants.iter(), !cfg.faults.is_empty());
         drop(outcome.grants);
         logs.push((algorithm.name.to_string(), holds));
         figures::draw_run(out, &summary, &logs, &faults)?;

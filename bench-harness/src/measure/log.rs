@@ -2,6 +2,7 @@
 //! contender's latencies and failures, and the store's request counters. The metrics
 //! ([`super::metrics`]) and the summary ([`super::summary`]) are computed from it alone.
 
+use super::grant_log::GrantLog;
 use super::latencies::Latencies;
 use super::metrics::{new_histogram, Grant};
 use super::spool::{self, Record, Spooled};
@@ -70,8 +71,7 @@ impl ErrorCounts {
 }
 
 /// The grant log as a run writes it, on disk: one record a hold, in the order the holds ended
-/// ([`super::spool`]). The run reads it back and sorts it into [`RunOutcome::grants`] once the
-/// store that made it is gone, so that the two never take memory at once.
+/// ([`super::spool`]). The run sorts it on disk into [`RunOutcome::grants`].
 pub type GrantSpool = Spooled<Grant>;
 
 impl Record for Grant {
@@ -146,8 +146,8 @@ pub struct ContenderOutcome {
 pub struct RunOutcome {
     /// The algorithm.
     pub algorithm: &'static str,
-    /// The grant log, sorted by lock, then grant time, then contender.
-    pub grants: Vec<Grant>,
+    /// The grant log, sorted, on disk.
+    pub grants: GrantLog,
     /// Per contender, in index order.
     pub contenders: Vec<ContenderOutcome>,
     /// The store's request counters at the end of the run's window (before the drain), when

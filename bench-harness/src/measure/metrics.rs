@@ -7,28 +7,32 @@
 //! own store requests.
 //!
 //! Every function here takes grants in any order; where an order matters they work per lock
-//! in grant order ([`by_lock`], or a pass of [`GrantPasses`]). Those over a whole run's log
-//! read it in passes and keep no copy of it, nor a field per grant.
+//! in grant order (a pass of [`GrantPasses`]). Those over a whole run's log read it in passes
+//! and keep no copy of it, nor a field per grant.
 
 use super::conflict;
 #[cfg(test)]
 pub(crate) use super::grant::test_grant;
 pub use super::grant::Grant;
+#[cfg(test)]
+use super::passes::grant_order;
+use super::passes::with_previous;
 pub use super::passes::GrantPasses;
-use super::passes::{grant_order, with_previous};
 use crate::primitive::Share;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+#[cfg(test)]
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The grants of each lock, each list in grant order (ties by the release, then by
-/// contender).
+/// contender): the tests' oracles hold the whole log this way.
+#[cfg(test)]
 pub type ByLock<'a> = BTreeMap<u32, Cow<'a, [Grant]>>;
 
-/// The grants of each lock in grant order ([`ByLock`]). A run's log already comes sorted
-/// that way, and then the lists borrow it: every metric groups the log by lock, and a copy
-/// per metric would cost as much memory as the log itself.
+/// The grants of each lock in grant order ([`ByLock`]), borrowed from a log already sorted
+/// that way.
+#[cfg(test)]
 pub fn by_lock(grants: &[Grant]) -> ByLock<'_> {
     if grants.is_sorted_by_key(grant_order) {
         return grants
@@ -397,7 +401,7 @@ pub fn overtakes(grants: &(impl GrantPasses + ?Sized)) -> Overtakes {
 /// Grants whose hold began while holds of the same lock it may not share with were open
 /// (must be 0): for a mutex, before an earlier hold ended ([`conflict`]).
 pub fn overlapping_holds(grants: &(impl GrantPasses + ?Sized)) -> u64 {
-    overlaps_in(grants.pass()).len() as u64
+    overlaps(grants).len() as u64
 }
 
 /// Two grants of one lock whose holds overlapped.
@@ -409,11 +413,11 @@ pub struct Overlap {
     pub second: Grant,
 }
 
-/// Every overlapping hold of `locks` ([`by_lock`]), in grant order per lock: each grant that
-/// began while holds it may not share with were open ([`conflict::admits`]), paired with the
-/// open hold that ends last.
-pub fn overlaps(locks: &ByLock<'_>) -> Vec<Overlap> {
-    overlaps_in(locks.values().flat_map(|list| list.iter().copied()))
+/// Every overlapping hold of `grants`, in grant order per lock: each grant that began while
+/// holds it may not share with were open ([`conflict::admits`]), paired with the open hold
+/// that ends last.
+pub fn overlaps(grants: &(impl GrantPasses + ?Sized)) -> Vec<Overlap> {
+    overlaps_in(grants.pass())
 }
 
 /// [`overlaps`] of grants lock by lock, each lock's in grant order: keeps the holds still open.

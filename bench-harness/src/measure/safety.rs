@@ -22,7 +22,8 @@
 
 use super::conflict::broken_time_us;
 use super::log::{FaultWindow, ResourceWrite};
-use super::metrics::{by_lock, ByLock, Grant, GrantPasses};
+use super::metrics::{Grant, GrantPasses};
+use super::spool::{self, Record};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -90,63 +91,107 @@ pub fn overlap_time_us(grants: &(impl GrantPasses + ?Sized)) -> u64 {
     total
 }
 
-/// Tells which writes were stale: whether another holder of the write's lock was granted
-/// after the writer's grant and not after the write. The writer's grant is its latest grant
-/// with the write's lock, contender and token up to the write (a contender's holds never
-/// overlap each other; tokens may repeat when a lock is unsafe, as at ONE). Binary searches
-/// over the grants in grant order and over one index of every grant sorted by `(lock,
-/// contender, token, granted)`, which names each grant by its lock's place and its own in
-/// that lock's list (8 bytes a grant, where a copy of the four fields took 24): a soak's run
-/// has hundreds of thousands of writes, and the index is the analysis's largest table beside
-/// the grant log. The writes are judged one at a time, as they are read from their log.
-pub struct StaleCheck<'a> {
-    /// Each lock's id and grants, in lock order.
-    locks: Vec<(u32, &'a [Grant])>,
-    /// `(place of the lock in `locks`, place of the grant in its list)`, sorted by
-    /// [`StaleCheck::key`].
-    index: Vec<(u32, u32)>,
+/// A grant as the stale-write check reads it: who held which lock with which token from
+/// when, and when that lock's next grant at a later instant came (`u64::MAX` for none).
+#[derive(Debug, Clone, Copy)]
+struct Tenure {
+    lock: u32,
+    contender: u32,
+    token: u64,
+    granted_us: u64,
+    next_granted_us: u64,
 }
 
-impl<'a> StaleCheck<'a> {
-    /// The check against the grants of `locks`.
-    pub fn new(locks: &'a ByLock<'a>) -> Self {
-        let locks: Vec<(u32, &[Grant])> = locks.iter().map(|(&id, list)| (id, &**list)).collect();
-        let mut index: Vec<(u32, u32)> = Vec::with_capacity(locks.iter().map(|l| l.1.len()).sum());
-        for (place, (_, list)) in locks.iter().enumerate() {
-            index.extend((0..list.len()).map(|i| (place as u32, i as u32)));
+impl Tenure {
+    /// Its place in the order the check merges in: the writer, then the grant time.
+    fn key(&self) -> (u32, u32, u64, u64) {
+        (self.lock, self.contender, self.token, self.granted_us)
+    }
+}
+
+impl Record for Tenure {
+    const SIZE: usize = 32;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend(self.lock.to_le_bytes());
+        out.extend(self.contender.to_le_bytes());
+        for word in [self.token, self.granted_us, self.next_granted_us] {
+            out.extend(word.to_le_bytes());
         }
-        let mut check = StaleCheck { locks, index: Vec::new() };
-        index.sort_unstable_by_key(|&entry| check.key(entry));
-        check.index = index;
-        check
     }
 
-    /// The sort key of an index entry: its lock's place, then the grant's contender, token
-    /// and grant time.
-    fn key(&self, (place, i): (u32, u32)) -> (u32, u32, u64, u64) {
-        let g = &self.locks[place as usize].1[i as usize];
-        (place, g.contender, g.token, g.granted_us)
-    }
-
-    /// Whether `w` was stale.
-    pub fn is_stale(&self, w: &ResourceWrite) -> bool {
-        let Ok(place) = self.locks.binary_search_by_key(&w.lock, |&(id, _)| id) else {
-            return false;
-        };
-        let list = self.locks[place].1;
-        let key = (place as u32, w.contender, w.token);
-        // The writer's grants up to the write: the keys equal to `key` with a grant time at or
-        // before it; the latest of them is the last such entry.
-        let end = self.index.partition_point(|&e| self.key(e) <= (key.0, key.1, key.2, w.at_us));
-        let Some(&entry) = end.checked_sub(1).and_then(|i| self.index.get(i)) else {
-            return false;
-        };
-        let (l, c, t, mine) = self.key(entry);
-        if (l, c, t) != key {
-            return false;
+    fn get(b: &[u8]) -> Self {
+        let (word, half) = (|at| spool::u64_at(b, at), |at| spool::u32_at(b, at));
+        Tenure {
+            lock: half(0),
+            contender: half(4),
+            token: word(8),
+            granted_us: word(16),
+            next_granted_us: word(24),
         }
-        let next = list.partition_point(|g| g.granted_us <= mine);
-        list.get(next).is_some_and(|g| g.granted_us <= w.at_us)
+    }
+}
+
+/// Each grant of a pass as a [`Tenure`]: a lock's grants at one instant all have the lock's
+/// first grant after that instant as their next.
+fn tenures(grants: &(impl GrantPasses + ?Sized)) -> impl Iterator<Item = Tenure> + '_ {
+    let mut pass = grants.pass().peekable();
+    let mut instant: Vec<Grant> = Vec::new();
+    let mut next_granted_us = u64::MAX;
+    std::iter::from_fn(move || {
+        if instant.is_empty() {
+            let first = pass.next()?;
+            instant.push(first);
+            let same = |g: &Grant| (g.lock, g.granted_us) == (first.lock, first.granted_us);
+            while let Some(g) = pass.next_if(same) {
+                instant.push(g);
+            }
+            let next = pass.peek().filter(|g| g.lock == first.lock);
+            next_granted_us = next.map_or(u64::MAX, |g| g.granted_us);
+        }
+        let g = instant.pop()?;
+        let (lock, contender, token, granted_us) = (g.lock, g.contender, g.token, g.granted_us);
+        Some(Tenure { lock, contender, token, granted_us, next_granted_us })
+    })
+}
+
+/// Calls `visit` with each of `writes` and whether it was stale: whether another holder of
+/// the write's lock was granted after the writer's grant and not after the write. The
+/// writer's grant is its latest grant with the write's lock, contender and token up to the
+/// write (a contender's holds never overlap each other; tokens may repeat when a lock is
+/// unsafe, as at ONE).
+///
+/// A merge: the grants, each with its lock's next grant time, and the writes are both sorted
+/// on disk by lock, contender, token and time ([`spool::sorted`]), so each write meets its
+/// writer's latest grant as the two are read side by side. The writes come in that order, not
+/// the resource's. What the check holds in memory is a sort's run, whatever the length of the
+/// logs: a soak has millions of writes.
+///
+/// # Panics
+///
+/// When the sorts' temporary files cannot be written or read back: a failing disk, which no
+/// figure of the run can survive (as [`spool::Spooled::iter`]).
+pub fn each_write_judged(
+    grants: &(impl GrantPasses + ?Sized),
+    writes: impl IntoIterator<Item = ResourceWrite>,
+    mut visit: impl FnMut(&ResourceWrite, bool),
+) {
+    let on_disk = |e: std::io::Error| -> ! {
+        panic!("cannot sort the stale-write check's logs in a temporary file: {e}")
+    };
+    let held = spool::sorted(tenures(grants), Tenure::key).unwrap_or_else(|e| on_disk(e));
+    let writes = spool::sorted(writes, |w| (w.lock, w.contender, w.token, w.at_us))
+        .unwrap_or_else(|e| on_disk(e));
+    let mut held = held.iter().peekable();
+    let mut latest: Option<Tenure> = None;
+    for w in writes.iter() {
+        let at = (w.lock, w.contender, w.token, w.at_us);
+        while let Some(t) = held.next_if(|t| t.key() <= at) {
+            latest = Some(t);
+        }
+        let mine =
+            latest.filter(|t| (t.lock, t.contender, t.token) == (w.lock, w.contender, w.token));
+        visit(&w, mine.is_some_and(|t| t.next_granted_us <= w.at_us));
     }
 }
 
@@ -249,13 +294,12 @@ pub fn windows_of(faults: &[FaultWindow], kind: &str, extend_us: u64) -> Vec<(u6
 /// `ttl_us` extends each fault window for the unavailability by kind and for telling
 /// pause-caused overlaps apart.
 pub fn judge(
-    grants: &[Grant],
+    grants: &(impl GrantPasses + ?Sized),
     writes: impl IntoIterator<Item = ResourceWrite>,
     faults: &[FaultWindow],
     ttl_us: u64,
 ) -> (SafetyFigures, Vec<Overlap>) {
-    let locks = by_lock(grants);
-    let found = super::metrics::overlaps(&locks);
+    let found = super::metrics::overlaps(grants);
     let pauses = windows_of(faults, "pause", ttl_us);
     let in_pause = |t: u64| pauses.iter().any(|&(a, b)| (a..b).contains(&t));
     // Each kind's windows, and the idle time in all and within each, in one sweep.
@@ -274,17 +318,16 @@ pub fn judge(
         overlap_us: overlap_time_us(grants),
         overlaps_outside_pauses: found.iter().filter(|o| !in_pause(o.second.granted_us)).count()
             as u64,
-        leases_lost_signalled: grants.iter().filter(|g| g.lease_lost).count() as u64,
-        crashed_holds: grants.iter().filter(|g| g.crashed).count() as u64,
+        leases_lost_signalled: grants.pass().filter(|g| g.lease_lost).count() as u64,
+        crashed_holds: grants.pass().filter(|g| g.crashed).count() as u64,
         unavailable_us,
         ..SafetyFigures::default()
     };
     let mut stale_grants = BTreeSet::new();
-    let stale = StaleCheck::new(&locks);
-    for w in writes {
+    each_write_judged(grants, writes, |w, stale| {
         f.resource_writes += 1;
-        if !stale.is_stale(&w) {
-            continue;
+        if !stale {
+            return;
         }
         f.stale_writes += 1;
         f.stale_accepted_without_fencing += 1;
@@ -294,10 +337,10 @@ pub fn judge(
             f.stale_rejected += 1;
         }
         stale_grants.insert((w.lock, w.contender, w.token));
-    }
+    });
     f.stale_holders = stale_grants.len() as u64;
     f.stale_holders_told = grants
-        .iter()
+        .pass()
         .filter(|g| g.lease_lost && stale_grants.contains(&(g.lock, g.contender, g.token)))
         .count() as u64;
     for ((kind, windows), unavailable) in windows.iter().zip(unavailable_by_kind) {
@@ -347,7 +390,7 @@ pub fn resumed_after(
 /// Every safety figure of one algorithm from its three logs ([`judge`] without the list of
 /// overlapping grants).
 pub fn figures(
-    grants: &[Grant],
+    grants: &(impl GrantPasses + ?Sized),
     writes: impl IntoIterator<Item = ResourceWrite>,
     faults: &[FaultWindow],
     ttl_us: u64,
@@ -358,15 +401,20 @@ pub fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::metrics::overlaps;
+    use crate::measure::metrics::{by_lock, overlaps};
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
         crate::measure::metrics::test_grant(0, contender, req, granted, released, token)
     }
 
-    fn stale_flags(locks: &ByLock<'_>, writes: &[ResourceWrite]) -> Vec<bool> {
-        let check = StaleCheck::new(locks);
-        writes.iter().map(|w| check.is_stale(w)).collect()
+    /// Whether each of `writes` was stale, in their order.
+    fn stale_flags(grants: &[Grant], writes: &[ResourceWrite]) -> Vec<bool> {
+        let judged = |w: &ResourceWrite| {
+            let mut stale = None;
+            each_write_judged(grants, [*w], |_, s| stale = Some(s));
+            stale.expect("one write judged")
+        };
+        writes.iter().map(judged).collect()
     }
 
     fn w(contender: u32, token: u64, at_us: u64, accepted: bool) -> ResourceWrite {
@@ -378,12 +426,12 @@ mod tests {
         // 0 holds [10, 50); 1 is granted at 30 (a paused holder's lease ran out), holds to 40;
         // 2 follows at 50.
         let grants = [g(0, 0, 10, 50, 1), g(1, 5, 30, 40, 2), g(2, 6, 50, 60, 3)];
-        let found = overlaps(&by_lock(&grants));
+        let found = overlaps(&grants);
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].first.contender, found[0].second.contender), (0, 1));
         assert_eq!(overlap_time_us(&grants), 10);
         // Back to back is not an overlap.
-        assert!(overlaps(&by_lock(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)])).is_empty());
+        assert!(overlaps(&[g(0, 0, 0, 10, 1), g(1, 0, 10, 20, 2)]).is_empty());
     }
 
     #[test]
@@ -392,17 +440,14 @@ mod tests {
         // 0 writes at its grant (fresh), 1 writes at its grant (fresh), 0 writes at 49 after 1
         // was granted (stale, rejected by fencing), 1 writes at 39 (fresh).
         let writes = [w(0, 1, 10, true), w(1, 2, 30, true), w(1, 2, 39, true), w(0, 1, 49, false)];
-        assert_eq!(stale_flags(&by_lock(&grants), &writes), [false, false, false, true]);
+        assert_eq!(stale_flags(&grants, &writes), [false, false, false, true]);
         // A token seen again later (an unsafe lock repeats tokens) is matched to the writer's
         // latest grant, not its first.
         let again = [g(0, 0, 10, 20, 1), g(1, 0, 30, 40, 2), g(0, 0, 50, 60, 1)];
-        assert_eq!(stale_flags(&by_lock(&again), &[w(0, 1, 59, false)]), [false]);
+        assert_eq!(stale_flags(&again, &[w(0, 1, 59, false)]), [false]);
         // A write before any grant of its key, and a write whose token no grant of that
         // contender carried, are not stale (nothing says which hold made them).
-        assert_eq!(
-            stale_flags(&by_lock(&grants), &[w(0, 1, 5, true), w(0, 9, 49, true)]),
-            [false, false]
-        );
+        assert_eq!(stale_flags(&grants, &[w(0, 1, 5, true), w(0, 9, 49, true)]), [false, false]);
         let mut lost = grants;
         lost[0].lease_lost = true;
         let f = figures(&lost, writes, &[], 0);
@@ -507,6 +552,56 @@ mod tests {
                 }
             }
             assert_eq!(resumed_after(&grants, &faults), resumed, "round {round}");
+        }
+    }
+
+    /// The merge judges every write as the definition does: the writer's latest grant up to
+    /// the write, and a grant of the lock after that one and not after the write.
+    #[test]
+    fn writes_are_judged_as_a_search_of_the_whole_log_judges_them() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for round in 0..300 {
+            // Tokens repeat (as at ONE) and grants share instants.
+            let grants: Vec<Grant> = (0..rng.random_range(0..40))
+                .map(|i: u32| {
+                    let granted = rng.random_range(0..60u64);
+                    let released = granted + rng.random_range(0..6);
+                    let lock = rng.random_range(0..2);
+                    let token = rng.random_range(0..8);
+                    Grant { lock, ..g(i % 4, granted, granted, released, token) }
+                })
+                .collect();
+            let writes: Vec<ResourceWrite> = (0..rng.random_range(0..60))
+                .map(|_| ResourceWrite {
+                    lock: rng.random_range(0..3),
+                    contender: rng.random_range(0..4),
+                    token: rng.random_range(0..8),
+                    at_us: rng.random_range(0..70),
+                    accepted: rng.random_bool(0.5),
+                })
+                .collect();
+            let stale = |w: &ResourceWrite| {
+                let mine = grants
+                    .iter()
+                    .filter(|g| (g.lock, g.contender, g.token) == (w.lock, w.contender, w.token))
+                    .filter(|g| g.granted_us <= w.at_us)
+                    .map(|g| g.granted_us)
+                    .max();
+                mine.is_some_and(|mine| {
+                    grants
+                        .iter()
+                        .any(|h| h.lock == w.lock && h.granted_us > mine && h.granted_us <= w.at_us)
+                })
+            };
+            let key = |(w, s): &(ResourceWrite, bool)| (w.lock, w.contender, w.token, w.at_us, *s);
+            let mut expected: Vec<(ResourceWrite, bool)> =
+                writes.iter().map(|w| (*w, stale(w))).collect();
+            expected.sort_by_key(key);
+            let mut judged = Vec::new();
+            each_write_judged(&grants, writes.iter().copied(), |w, s| judged.push((*w, s)));
+            judged.sort_by_key(key);
+            assert_eq!(judged, expected, "round {round}: {grants:?}");
         }
     }
 

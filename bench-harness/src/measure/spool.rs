@@ -10,6 +10,8 @@
 //! The first write that fails is kept, the later records dropped, and [`Spool::finish`]
 //! returns that error: a run never reports a log with records silently missing.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::marker::PhantomData;
@@ -38,6 +40,13 @@ pub fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 /// Records per block read back at once.
 const BLOCK_RECORDS: usize = 4096;
+
+/// Records an external sort ([`sorted`]) sorts in memory at once: each of its runs.
+const SORT_RUN_RECORDS: usize = 1 << 15;
+
+/// Records per block a merge ([`sorted`]) reads from each run: a block per run is what the
+/// merge holds, and a long log has many runs.
+const MERGE_BLOCK_RECORDS: usize = 256;
 
 /// A log being written.
 #[derive(Debug)]
@@ -134,7 +143,12 @@ impl<T: Record> Spooled<T> {
     ///
     /// When the temporary file cannot be read back: it was written and flushed whole by
     /// [`Spool::finish`], so this is a failing disk, which no figure of the run can survive.
-    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = T> + Clone + '_ {
+        self.iter_by(BLOCK_RECORDS)
+    }
+
+    /// [`Spooled::iter`], reading `block_records` records at a time.
+    fn iter_by(&self, block_records: usize) -> impl Iterator<Item = T> + Clone + '_ {
         let mut block = Vec::new();
         let mut at = 0usize;
         let mut next = 0u64;
@@ -144,7 +158,7 @@ impl<T: Record> Spooled<T> {
             }
             if at == block.len() {
                 let file = self.file.as_ref()?;
-                let records = (self.len - next).min(BLOCK_RECORDS as u64) as usize;
+                let records = (self.len - next).min(block_records as u64) as usize;
                 block.resize(records * T::SIZE, 0);
                 file.read_exact_at(&mut block, next * T::SIZE as u64).unwrap_or_else(|e| {
                     panic!("cannot read back a run's log from its temporary file: {e}")
@@ -157,6 +171,53 @@ impl<T: Record> Spooled<T> {
             Some(record)
         })
     }
+}
+
+/// `records` in the order of `key`, on disk; records equal by `key` keep the order they came
+/// in. An external merge sort: the records are cut into runs of a fixed size, each sorted in
+/// memory and spooled, then the runs are merged a block of each at a time. So the sort holds
+/// one run, or one block per run, whatever the number of records.
+pub fn sorted<T: Record, K: Ord>(
+    records: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> K,
+) -> std::io::Result<Spooled<T>> {
+    let mut records = records.into_iter();
+    let mut runs = Vec::new();
+    loop {
+        let mut run: Vec<T> = records.by_ref().take(SORT_RUN_RECORDS).collect();
+        let last = run.len() < SORT_RUN_RECORDS;
+        run.sort_by_key(&key);
+        let mut spool = Spool::new();
+        for r in &run {
+            spool.push(r);
+        }
+        drop(run);
+        runs.push(spool.finish()?);
+        if last {
+            break;
+        }
+    }
+    if runs.len() == 1 {
+        return Ok(runs.pop().expect("one run"));
+    }
+    let mut readers: Vec<_> = runs.iter().map(|r| r.iter_by(MERGE_BLOCK_RECORDS)).collect();
+    let mut heads: Vec<Option<T>> = readers.iter_mut().map(Iterator::next).collect();
+    // The runs' next keys, smallest first; equal keys by run, so the merge is stable.
+    let mut next: BinaryHeap<Reverse<(K, usize)>> = heads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| h.as_ref().map(|r| Reverse((key(r), i))))
+        .collect();
+    let mut out = Spool::new();
+    while let Some(Reverse((_, i))) = next.pop() {
+        let record = heads[i].take().expect("a run in the heap has a head");
+        out.push(&record);
+        if let Some(r) = readers[i].next() {
+            next.push(Reverse((key(&r), i)));
+            heads[i] = Some(r);
+        }
+    }
+    out.finish()
 }
 
 #[cfg(test)]
@@ -200,6 +261,22 @@ mod tests {
         }
         assert_eq!((a.next(), b.next()), (None, None));
         assert_eq!(spooled.iter().collect::<Vec<_>>(), records);
+    }
+
+    #[test]
+    fn an_external_sort_is_a_stable_sort_over_any_number_of_runs() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for n in [0, 1, 5, SORT_RUN_RECORDS, SORT_RUN_RECORDS + 1, 3 * SORT_RUN_RECORDS + 17] {
+            // Few distinct keys, so most records tie; the second field is the arrival order.
+            let records: Vec<(u32, u64)> =
+                (0..n as u64).map(|i| (rng.random_range(0..50), i)).collect();
+            let mut expected = records.clone();
+            expected.sort_by_key(|r| r.0);
+            let sorted = sorted(records, |r| r.0).unwrap();
+            assert_eq!(sorted.len(), n as u64);
+            assert!(sorted.iter().eq(expected), "{n} records");
+        }
     }
 
     #[test]

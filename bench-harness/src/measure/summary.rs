@@ -245,7 +245,7 @@ pub fn analyze(cfg: &RunConfig, algorithm: &Algorithm, run: &RunOutcome) -> Algo
     let gps = metrics::grants_per_second_per_lock(grants, run.duration_us, cfg.locks);
     AlgorithmReport {
         algorithm: algorithm.name.to_string(),
-        grants: grants.len() as u64,
+        grants: grants.len(),
         grants_in_window: metrics::grants_in_window(grants, run.duration_us) as u64,
         finished_ms: run.finished_us as f64 / 1000.0,
         unfinished_requests: run

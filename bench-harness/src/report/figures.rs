@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 pub type Holds = Vec<(u32, f64, f64)>;
 
 /// Holds of lock 0 as timeline bars, in seconds.
-pub fn holds_of_lock0(grants: &[Grant]) -> Holds {
+pub fn holds_of_lock0(grants: impl IntoIterator<Item = Grant>) -> Holds {
     grants
-        .iter()
+        .into_iter()
         .filter(|g| g.lock == 0)
         .map(|g| (g.contender, g.granted_us as f64 / 1e6, g.released_us as f64 / 1e6))
         .collect()
@@ -39,8 +39,8 @@ pub const TIMELINE_HOLDS: usize = 120;
 /// holds, of a run `with_faults` all of them (its window follows the first fault of any
 /// algorithm), otherwise the ones granted by the release of its [`TIMELINE_HOLDS`]-th hold,
 /// since the window ends there or before ([`timeline_window`]) and no other hold is drawn.
-pub fn holds_for_timeline(grants: &[Grant], with_faults: bool) -> Holds {
-    let lock0 = grants.iter().filter(|g| g.lock == 0);
+pub fn holds_for_timeline(grants: impl Iterator<Item = Grant> + Clone, with_faults: bool) -> Holds {
+    let lock0 = grants.filter(|g| g.lock == 0);
     let end_us = if with_faults { None } else { nth_release(lock0.clone(), TIMELINE_HOLDS) };
     lock0
         .take_while(|g| end_us.is_none_or(|end| g.granted_us <= end))
@@ -50,7 +50,7 @@ pub fn holds_for_timeline(grants: &[Grant], with_faults: bool) -> Holds {
 
 /// The `n`-th earliest release of `grants` (in grant order), keeping `n` of them: once a grant
 /// comes after the `n`-th earliest release so far, no later one releases before it.
-fn nth_release<'a>(grants: impl Iterator<Item = &'a Grant>, n: usize) -> Option<u64> {
+fn nth_release(grants: impl Iterator<Item = Grant>, n: usize) -> Option<u64> {
     let mut earliest = std::collections::BinaryHeap::with_capacity(n + 1);
     for g in grants {
         if earliest.len() == n && earliest.peek().is_some_and(|&nth| g.granted_us > nth) {
@@ -240,9 +240,11 @@ mod tests {
                 })
                 .collect();
             let every: Vec<(String, Holds)> =
-                logs.iter().map(|g| (String::new(), holds_of_lock0(g))).collect();
-            let kept: Vec<(String, Holds)> =
-                logs.iter().map(|g| (String::new(), holds_for_timeline(g, false))).collect();
+                logs.iter().map(|g| (String::new(), holds_of_lock0(g.iter().copied()))).collect();
+            let kept: Vec<(String, Holds)> = logs
+                .iter()
+                .map(|g| (String::new(), holds_for_timeline(g.iter().copied(), false)))
+                .collect();
             let window = timeline_window(&every, TIMELINE_HOLDS, 1.0);
             assert_eq!(timeline_window(&kept, TIMELINE_HOLDS, 1.0), window, "round {round}");
             let (t0, t1) = window;

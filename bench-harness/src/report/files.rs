@@ -168,7 +168,7 @@ impl RunLogs {
     pub fn append(&self, outcome: &crate::measure::log::RunOutcome) -> anyhow::Result<()> {
         let name = outcome.algorithm;
         let line = if self.shares { grant_share_line } else { grant_line };
-        self.grants.append(name, outcome.grants.iter().copied(), line)?;
+        self.grants.append(name, outcome.grants.iter(), line)?;
         self.resource.append(name, outcome.resource.iter(), resource_line)?;
         self.faults.append(name, outcome.faults.iter().cloned(), fault_line)
     }

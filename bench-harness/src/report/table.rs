@@ -337,7 +337,7 @@ mod tests {
     fn quiet_queue_report(cfg: &RunConfig) -> crate::measure::summary::AlgorithmReport {
         let run = crate::measure::log::RunOutcome {
             algorithm: "queue",
-            grants: Vec::new(),
+            grants: Default::default(),
             contenders: Vec::new(),
             counters: None,
             sessions_opened: None,

@@ -29,6 +29,7 @@ use crate::config::{ClockMode, RunConfig};
 use crate::dist::Dist;
 use crate::engines::{Algorithm, ContenderSpec, CounterHandle, OpenEngine, SessionCount};
 use crate::keys::Keys;
+use crate::measure::grant_log::GrantLog;
 use crate::measure::latencies::Latencies;
 use crate::measure::log::{
     ContenderOutcome, CounterSample, ErrorCounts, FaultWindow, GrantSpool, ResourceLog, RunOutcome,
@@ -392,20 +393,15 @@ pub async fn run_async(
     drive(cfg, lockers, start, stamp, rig, progress).await
 }
 
-/// The run's record from what [`drive`] measured: the grant log read back from its file and
-/// sorted by lock, then grant time, then contender. One contender's grants at one instant
-/// follow by request, release and token, which is the order it made them (each request comes
-/// after the previous release), so the sort needs no buffer of its own as a stable one does.
+/// The run's record from what [`drive`] measured: the grant log sorted on disk from its
+/// spool ([`GrantLog`]).
 pub fn outcome(
     cfg: &RunConfig,
     algorithm: &'static Algorithm,
     driven: Driven,
 ) -> anyhow::Result<RunOutcome> {
-    let mut grants = Vec::with_capacity(driven.grants.len() as usize);
-    grants.extend(driven.grants.iter());
-    grants.sort_unstable_by_key(|g| {
-        (g.lock, g.granted_us, g.contender, g.requested_us, g.released_us, g.token)
-    });
+    let grants = GrantLog::sort(driven.grants.iter())
+        .map_err(|e| anyhow::anyhow!("cannot sort the grant log in a temporary file: {e}"))?;
     Ok(RunOutcome {
         algorithm: algorithm.name,
         grants,

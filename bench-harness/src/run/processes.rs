@@ -33,6 +33,7 @@ use super::stamp::{system_now_us, Stamp};
 use crate::config::RunConfig;
 use crate::engines::Algorithm;
 
+use crate::measure::grant_log::GrantLog;
 use crate::measure::latencies::Latencies;
 use crate::measure::log::{ContenderOutcome, ErrorCounts, RunOutcome};
 use crate::measure::log::{FaultWindow, ResourceLog};
@@ -227,7 +228,8 @@ pub fn merge(
             }
         })
         .collect();
-    grants.sort_by_key(|g| (g.lock, g.granted_us, g.contender));
+    let grants = GrantLog::sort(grants)
+        .map_err(|e| anyhow::anyhow!("cannot sort the grant log in a temporary file: {e}"))?;
     Ok(RunOutcome {
         algorithm,
         grants,

@@ -367,7 +367,7 @@ fn run_job(job: &Job) -> anyhow::Result<Done> {
             time_source: job.cfg.time_source,
             report,
         },
-        holds: job.keep_grants.then(|| holds_of_lock0(&run.grants)),
+        holds: job.keep_grants.then(|| holds_of_lock0(run.grants.iter())),
     })
 }
 
