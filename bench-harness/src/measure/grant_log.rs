@@ -8,7 +8,7 @@
 //! one instant, which it sorts again as it reads them, a handful at a time.
 
 use super::grant::Grant;
-use super::passes::GrantPasses;
+use super::passes::{instants, GrantPasses};
 use super::spool::{self, Spooled};
 
 /// The order a [`GrantLog`] keeps: a pass's ([`super::passes::grant_order`]: lock, grant
@@ -52,20 +52,9 @@ impl GrantLog {
     ///
     /// As [`Spooled::iter`], when the temporary file cannot be read back.
     pub fn iter(&self) -> impl Iterator<Item = Grant> + Clone + '_ {
-        let mut sorted = self.sorted.iter().peekable();
-        // One lock's grants at one instant, in csv order, last first.
-        let mut instant: Vec<Grant> = Vec::new();
-        std::iter::from_fn(move || {
-            if instant.is_empty() {
-                let first = sorted.next()?;
-                instant.push(first);
-                let same = |g: &Grant| (g.lock, g.granted_us) == (first.lock, first.granted_us);
-                while let Some(g) = sorted.next_if(same) {
-                    instant.push(g);
-                }
-                instant.sort_by_key(|g| std::cmp::Reverse(csv_order(g)));
-            }
-            instant.pop()
+        instants(self.sorted.iter()).flat_map(|(mut at, _)| {
+            at.sort_by_key(csv_order);
+            at
         })
     }
 }

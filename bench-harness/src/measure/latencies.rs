@@ -8,18 +8,28 @@
 //! each, so it costs in proportion to the distinct buckets hit (at most one per grant), and
 //! turns into an HDR histogram when a figure is asked of it: the same buckets, so the same
 //! quantiles, mean, least and greatest value as a histogram that recorded every latency.
+//!
+//! The buckets are two sorted arrays, the least values as `u32` (every bucket up to
+//! [`HISTOGRAM_MAX_US`] fits) and the counts beside them: 12 bytes a bucket, where a B-tree
+//! map's entries and nodes took more than twice that. A contender of a long run keeps finding
+//! buckets of its latencies' tail, so this is what grows with the run; a new bucket is rare
+//! beside a recorded latency, and costs a shift of the arrays.
 
 use super::metrics::{new_histogram, HISTOGRAM_MAX_US};
 use hdrhistogram::Histogram;
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 /// Latencies in microseconds, by HDR bucket (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Latencies {
-    /// The least value of each bucket recorded, and how many latencies fell in it.
-    counts: BTreeMap<u64, u64>,
+    /// The least value of each bucket recorded, ascending.
+    buckets: Vec<u32>,
+    /// How many latencies fell in each of `buckets`.
+    counts: Vec<u64>,
 }
+
+// Every bucket's least value fits the arrays' `u32`.
+const _: () = assert!(HISTOGRAM_MAX_US <= u32::MAX as u64);
 
 /// The bucket layout of [`new_histogram`], whose arithmetic [`Latencies`] borrows.
 fn layout() -> &'static Histogram<u64> {
@@ -37,12 +47,25 @@ impl Latencies {
     /// [`super::metrics::record_latency`] does.
     pub fn record(&mut self, latency_us: u64) {
         let bucket = layout().lowest_equivalent(latency_us.min(HISTOGRAM_MAX_US));
-        *self.counts.entry(bucket).or_default() += 1;
+        let bucket = u32::try_from(bucket).expect("a bucket up to HISTOGRAM_MAX_US fits");
+        match self.buckets.binary_search(&bucket) {
+            Ok(i) => self.counts[i] += 1,
+            Err(i) => {
+                // Grown by a quarter, not doubled: the arrays are what a long run keeps.
+                if self.buckets.len() == self.buckets.capacity() {
+                    let more = self.buckets.len() / 4 + 8;
+                    self.buckets.reserve_exact(more);
+                    self.counts.reserve_exact(more);
+                }
+                self.buckets.insert(i, bucket);
+                self.counts.insert(i, 1);
+            }
+        }
     }
 
     /// How many latencies it holds.
     pub fn len(&self) -> u64 {
-        self.counts.values().sum()
+        self.counts.iter().sum()
     }
 
     /// True when it holds none.
@@ -52,10 +75,10 @@ impl Latencies {
 
     /// Adds every latency to `h`, bucket by bucket.
     pub fn add_to(&self, h: &mut Histogram<u64>) {
-        for (&bucket, &count) in &self.counts {
+        for (&bucket, &count) in self.buckets.iter().zip(&self.counts) {
             // A growing histogram resizes for any value a latency histogram holds: this
             // cannot fail.
-            let _ = h.record_n(bucket, count);
+            let _ = h.record_n(u64::from(bucket), count);
         }
     }
 
@@ -111,7 +134,7 @@ mod tests {
         for us in [1_000, 1_000, 1_000_000, 60_000_000] {
             l.record(us);
         }
-        assert_eq!((l.len(), l.counts.len()), (4, 3));
+        assert_eq!((l.len(), l.buckets.len()), (4, 3));
         // A dense histogram up to a minute holds thousands of counts.
         assert!(l.histogram().distinct_values() > 10_000);
     }

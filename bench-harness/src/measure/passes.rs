@@ -60,6 +60,33 @@ impl<const N: usize> GrantPasses for [Grant; N] {
     }
 }
 
+/// A pass cut into instants: each lock's grants at one grant time, in the pass's order, with
+/// the time of that lock's next grant (`None` after its last).
+pub fn instants<I: Iterator<Item = Grant>>(pass: I) -> Instants<I> {
+    Instants { pass: pass.peekable() }
+}
+
+/// The iterator of [`instants`].
+#[derive(Clone)]
+pub struct Instants<I: Iterator<Item = Grant>> {
+    pass: std::iter::Peekable<I>,
+}
+
+impl<I: Iterator<Item = Grant>> Iterator for Instants<I> {
+    type Item = (Vec<Grant>, Option<u64>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let first = self.pass.next()?;
+        let mut at = vec![first];
+        let same = |g: &Grant| (g.lock, g.granted_us) == (first.lock, first.granted_us);
+        while let Some(g) = self.pass.next_if(same) {
+            at.push(g);
+        }
+        let next = self.pass.peek().filter(|g| g.lock == first.lock).map(|g| g.granted_us);
+        Some((at, next))
+    }
+}
+
 /// Each grant of a pass with the one before it on the same lock (`None` for a lock's first).
 pub fn with_previous<'a>(
     grants: &'a (impl GrantPasses + ?Sized),

@@ -22,7 +22,8 @@
 
 use super::conflict::broken_time_us;
 use super::log::{FaultWindow, ResourceWrite};
-use super::metrics::{Grant, GrantPasses};
+use super::metrics::GrantPasses;
+use super::passes::instants;
 use super::spool::{self, Record};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -135,23 +136,15 @@ impl Record for Tenure {
 /// Each grant of a pass as a [`Tenure`]: a lock's grants at one instant all have the lock's
 /// first grant after that instant as their next.
 fn tenures(grants: &(impl GrantPasses + ?Sized)) -> impl Iterator<Item = Tenure> + '_ {
-    let mut pass = grants.pass().peekable();
-    let mut instant: Vec<Grant> = Vec::new();
-    let mut next_granted_us = u64::MAX;
-    std::iter::from_fn(move || {
-        if instant.is_empty() {
-            let first = pass.next()?;
-            instant.push(first);
-            let same = |g: &Grant| (g.lock, g.granted_us) == (first.lock, first.granted_us);
-            while let Some(g) = pass.next_if(same) {
-                instant.push(g);
-            }
-            let next = pass.peek().filter(|g| g.lock == first.lock);
-            next_granted_us = next.map_or(u64::MAX, |g| g.granted_us);
-        }
-        let g = instant.pop()?;
-        let (lock, contender, token, granted_us) = (g.lock, g.contender, g.token, g.granted_us);
-        Some(Tenure { lock, contender, token, granted_us, next_granted_us })
+    instants(grants.pass()).flat_map(|(at, next)| {
+        let next_granted_us = next.unwrap_or(u64::MAX);
+        at.into_iter().map(move |g| Tenure {
+            lock: g.lock,
+            contender: g.contender,
+            token: g.token,
+            granted_us: g.granted_us,
+            next_granted_us,
+        })
     })
 }
 
@@ -401,7 +394,7 @@ pub fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::metrics::{by_lock, overlaps};
+    use crate::measure::metrics::{by_lock, overlaps, Grant};
 
     fn g(contender: u32, req: u64, granted: u64, released: u64, token: u64) -> Grant {
         crate::measure::metrics::test_grant(0, contender, req, granted, released, token)
