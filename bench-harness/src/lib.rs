@@ -47,20 +47,20 @@
 //!
 //! What a run holds grows with what it records, not only with its contenders:
 //!
-//! - **constant**: the counters, the store's live cells, and per contender its latencies as
-//!   the histogram buckets it hit ([`measure::latencies`]: a dense histogram per contender
-//!   was most of the memory of a run of a thousand contenders);
-//! - **per grant**: the grant log and the fenced resource's log (two writes a hold) are
-//!   written to disk as the run goes ([`measure::spool`]). The resource's log is read in
-//!   order only and stays there. The grant log is read back whole for the analysis, which
-//!   needs each lock's grants in grant order (overtakes are inversions of request order,
-//!   overlaps and unavailability are sweeps over holds), but only once the run's engine is
-//!   gone: the grants and the store's tombstones never take memory at once. Every metric but
-//!   the stale-write check reads the log in passes ([`measure::passes`]) and keeps only what
-//!   it carries from one grant to the next: the holds still open, the requests of the last
-//!   longest wait, counters for exact quantiles. The stale-write check keeps one index of
-//!   the grants (8 bytes each). Once analysed, a run keeps only the lock-0 holds its owner
-//!   timeline can show;
+//! - **constant**: the counters and the store's live cells;
+//! - **per latency bucket**: per contender, its latencies as the histogram buckets it hit
+//!   ([`measure::latencies`]: a dense histogram per contender was most of the memory of a run
+//!   of a thousand contenders). A long run keeps finding buckets of its latencies' tail, so
+//!   this grows, slowly, at 12 bytes a bucket;
+//! - **per grant, on disk**: the grant log and the fenced resource's log (two writes a hold)
+//!   are written to disk as the run goes ([`measure::spool`]). The grant log is then sorted
+//!   on disk by an external merge sort ([`measure::grant_log`]), which holds one run of
+//!   records in memory, and every metric reads it in passes ([`measure::passes`]), keeping
+//!   only what it carries from one grant to the next: the holds still open, the requests of
+//!   the last longest wait, counters for exact quantiles. The stale-write check sorts the
+//!   writes and the grants on disk the same way and merges them
+//!   ([`measure::safety::each_write_judged`]). Once analysed, a run keeps only the lock-0
+//!   holds its owner timeline can show;
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
 //!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes; as
 //!   Cassandra, it keeps all but each row's newest ones on disk

@@ -5,7 +5,8 @@
 //! (a running maximum, the holds still open, the requests that a later one may still overtake)
 //! and needs no copy of the log or of a field per grant; one that needs a figure of the whole
 //! log first (the longest wait, the rank of a quantile) reads it twice. So the metrics cost
-//! what the log's source costs to read: a slice in memory here.
+//! what the log's source costs to read: a slice in memory, or a run's log sorted on disk
+//! ([`super::grant_log::GrantLog`]).
 
 use super::grant::Grant;
 
