@@ -249,9 +249,14 @@ impl Drop for Process {
 
 /// The last lines of the server's log in `dir`, for a failure message.
 fn log_of(launch: &Launch, dir: &Path) -> String {
-    let log = std::fs::read_to_string(dir.join(launch.log)).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+    log_tail(&dir.join(launch.log), 30)
+}
+
+/// The last `lines` lines of the log at `path` (empty when it cannot be read).
+pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Whether the socket listening on loopback `port` is process `pid`'s (or one of its

@@ -417,10 +417,7 @@ impl ClusterEngine for Zk {
         let logs: Vec<String> = idle
             .iter()
             .map(|&i| {
-                let log = std::fs::read_to_string(cluster.dir(i).join(LAUNCH.log));
-                let log = log.unwrap_or_default();
-                let lines: Vec<&str> = log.lines().collect();
-                let tail = lines[lines.len().saturating_sub(8)..].join("\n");
+                let tail = crate::process::log_tail(&cluster.dir(i).join(LAUNCH.log), 8);
                 format!("member {i}'s log ends:\n{tail}")
             })
             .collect();

@@ -181,22 +181,24 @@ pub fn sorted<T: Record, K: Ord>(
     records: impl IntoIterator<Item = T>,
     key: impl Fn(&T) -> K,
 ) -> std::io::Result<Spooled<T>> {
-    let mut records = records.into_iter();
+    let mut records = records.into_iter().peekable();
     let mut runs = Vec::new();
+    // One buffer for every run, allocated once at the size the first run needs.
+    let mut run: Vec<T> = Vec::new();
     loop {
-        let mut run: Vec<T> = records.by_ref().take(SORT_RUN_RECORDS).collect();
-        let last = run.len() < SORT_RUN_RECORDS;
+        run.clear();
+        run.extend(records.by_ref().take(SORT_RUN_RECORDS));
         run.sort_by_key(&key);
         let mut spool = Spool::new();
         for r in &run {
             spool.push(r);
         }
-        drop(run);
         runs.push(spool.finish()?);
-        if last {
+        if records.peek().is_none() {
             break;
         }
     }
+    drop(run);
     if runs.len() == 1 {
         return Ok(runs.pop().expect("one run"));
     }

@@ -40,6 +40,11 @@ impl<T> Signal<T> {
     /// Waits until `accept` accepts the value (at once, without yielding, if it does now) and
     /// returns what `accept` made of it.
     pub async fn wait_for<R>(&self, mut accept: impl FnMut(&T) -> Option<R>) -> R {
+        // Most waits return at once (a client's every request waits here for a thaw that is
+        // almost never due): only a wait that must park registers with the notifier.
+        if let Some(accepted) = self.read(&mut accept) {
+            return accepted;
+        }
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
