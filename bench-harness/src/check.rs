@@ -8,9 +8,11 @@
 //! derived, from the grant log.
 
 use crate::dist::parse_duration;
+use crate::measure::grant_log::GrantLog;
 use crate::measure::log::{FaultWindow, ResourceWrite};
 use crate::measure::metrics::Grant;
 use crate::measure::safety::{self, SafetyFigures};
+use crate::measure::spool::{Spool, Spooled};
 use crate::report::files;
 use anyhow::Context;
 use clap::Args;
@@ -39,13 +41,14 @@ pub struct CheckArgs {
 #[error("{0}")]
 pub struct Unsafe(pub String);
 
-/// One algorithm's logs as read back.
+/// One algorithm's logs as read back: the grants sorted on disk, the resource's writes
+/// spooled to disk in the order of the file, and the faults.
 #[derive(Debug, Default)]
 pub struct Logs {
     /// Its grants.
-    pub grants: Vec<Grant>,
+    pub grants: GrantLog,
     /// Its resource writes.
-    pub writes: Vec<ResourceWrite>,
+    pub writes: Spooled<ResourceWrite>,
     /// Its faults.
     pub faults: Vec<FaultWindow>,
 }
@@ -63,36 +66,58 @@ pub struct Verdict {
     pub grants: usize,
 }
 
-/// Reads the three logs of `dir`, per algorithm in the order they first appear.
+/// Reads the three logs of `dir`, per algorithm in the order they first appear. The files are
+/// read a line at a time and the grants and writes go to disk as they are read, so a soak's
+/// millions of rows cost what a minute's do.
 pub fn read_logs(dir: &Path) -> anyhow::Result<Vec<(String, Logs)>> {
-    let read = |name: &str| {
+    let open = |name: &str| {
         let path = dir.join(name);
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
+        let file = std::fs::File::open(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        anyhow::Ok(std::io::BufReader::with_capacity(1 << 16, file))
     };
-    let grants = files::read_grants_csv(&read("grants.csv")?)?;
-    let writes = files::read_resource_csv(&read("resource.csv")?)?;
-    let faults = files::read_faults_csv(&read("faults.csv")?)?;
-    let mut logs: Vec<(String, Logs)> = Vec::new();
-    fn of(logs: &mut Vec<(String, Logs)>, name: String) -> &mut Logs {
-        let at = match logs.iter().position(|(n, _)| *n == name) {
-            Some(at) => at,
-            None => {
-                logs.push((name, Logs::default()));
-                logs.len() - 1
-            }
-        };
-        &mut logs[at].1
+    // Each algorithm's rows, by its place among the names.
+    let mut names: Vec<String> = Vec::new();
+    let mut place = |name: &str| match names.iter().position(|n| n == name) {
+        Some(at) => at,
+        None => {
+            names.push(name.to_string());
+            names.len() - 1
+        }
+    };
+    let mut grants: Vec<Spool<Grant>> = Vec::new();
+    files::each_grant_row(open("grants.csv")?, |name, g| {
+        let at = place(name);
+        grants.resize_with(grants.len().max(at + 1), Spool::new);
+        grants[at].push(&g);
+    })?;
+    let mut writes: Vec<Spool<ResourceWrite>> = Vec::new();
+    files::each_resource_row(open("resource.csv")?, |name, w| {
+        let at = place(name);
+        writes.resize_with(writes.len().max(at + 1), Spool::new);
+        writes[at].push(&w);
+    })?;
+    let mut faults: Vec<Vec<FaultWindow>> = Vec::new();
+    for (name, f) in files::read_faults_csv(open("faults.csv")?)? {
+        let at = place(&name);
+        faults.resize_with(faults.len().max(at + 1), Vec::new);
+        faults[at].push(f);
     }
-    for (name, g) in grants {
-        of(&mut logs, name).grants.push(g);
-    }
-    for (name, w) in writes {
-        of(&mut logs, name).writes.push(w);
-    }
-    for (name, f) in faults {
-        of(&mut logs, name).faults.push(f);
-    }
-    Ok(logs)
+    let on_disk = "cannot keep the logs in a temporary file";
+    let (mut grants, mut writes, mut faults) =
+        (grants.into_iter(), writes.into_iter(), faults.into_iter());
+    names
+        .into_iter()
+        .map(|name| {
+            let spooled = grants.next().unwrap_or_default().finish().context(on_disk)?;
+            let logs = Logs {
+                grants: GrantLog::sort(spooled.iter()).context(on_disk)?,
+                writes: writes.next().unwrap_or_default().finish().context(on_disk)?,
+                faults: faults.next().unwrap_or_default(),
+            };
+            Ok((name, logs))
+        })
+        .collect()
 }
 
 /// The checker's verdicts for every algorithm of `dir`.
@@ -102,8 +127,8 @@ pub fn check_dir(dir: &Path, ttl: Duration) -> anyhow::Result<Vec<Verdict>> {
         .into_iter()
         .map(|(algorithm, logs)| {
             let (figures, overlaps) =
-                safety::judge(&logs.grants, logs.writes.iter().copied(), &logs.faults, ttl_us);
-            Verdict { figures, overlaps, grants: logs.grants.len(), algorithm }
+                safety::judge(&logs.grants, logs.writes.iter(), &logs.faults, ttl_us);
+            Verdict { figures, overlaps, grants: logs.grants.len() as usize, algorithm }
         })
         .collect())
 }
@@ -222,4 +247,83 @@ pub fn check_and_report(dir: &Path, ttl: Duration, show: usize) -> anyhow::Resul
 pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
     let ttl = args.ttl.or_else(|| recorded_ttl(&args.dir)).unwrap_or(Duration::from_secs(10));
     check_and_report(&args.dir, ttl, args.show)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::passes::GrantPasses;
+    use crate::primitive::Share;
+    use crate::report::files::{grant_line, resource_line};
+
+    fn grant(lock: u32, contender: u32, granted_us: u64, released_us: u64, token: u64) -> Grant {
+        Grant {
+            lock,
+            contender,
+            requested_us: 0,
+            granted_us,
+            released_us,
+            token,
+            lease_lost: false,
+            crashed: false,
+            queued_us: None,
+            share: Share::Exclusive,
+        }
+    }
+
+    #[test]
+    fn each_algorithm_gets_its_rows_in_the_order_its_name_first_appears() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b1, a1, b2, b3) = (
+            grant(0, 1, 30, 40, 3),
+            grant(0, 2, 0, 10, 1),
+            grant(0, 2, 0, 20, 1),
+            grant(0, 3, 15, 25, 2),
+        );
+        let rows = [("b", b1), ("a", a1), ("b", b2), ("b", b3)];
+        let mut grants = format!("{}\n", files::GRANTS_CSV_HEADER);
+        for (name, g) in rows {
+            // Either line ending reads the same.
+            grants += &format!("{name},{}\r\n", grant_line(&g));
+        }
+        std::fs::write(dir.path().join("grants.csv"), grants).unwrap();
+        let w = ResourceWrite { lock: 0, contender: 2, token: 1, at_us: 18, accepted: true };
+        let resource = format!(
+            "{}\nc,{}\nb,{}\n",
+            files::RESOURCE_CSV_HEADER,
+            resource_line(&w),
+            resource_line(&w)
+        );
+        std::fs::write(dir.path().join("resource.csv"), resource).unwrap();
+        std::fs::write(dir.path().join("faults.csv"), format!("{}\n", files::FAULTS_CSV_HEADER))
+            .unwrap();
+
+        let logs = read_logs(dir.path()).unwrap();
+        let names: Vec<&str> = logs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["b", "a", "c"]);
+        let b: Vec<Grant> = logs[0].1.grants.pass().collect();
+        assert_eq!(b, [b2, b3, b1], "in grant order");
+        assert_eq!(logs[1].1.grants.len(), 1);
+        assert_eq!((logs[2].1.grants.len(), logs[2].1.writes.len()), (0, 1));
+
+        // b's contender 2 held until 20 and contender 3 was granted at 15: one overlap, and
+        // its write at 18 came after the next grant, so it was stale and accepted.
+        let verdicts = check_dir(dir.path(), Duration::from_secs(1)).unwrap();
+        let f = &verdicts[0].figures;
+        assert_eq!((verdicts[0].grants, f.overlapping_holds), (3, 1));
+        assert_eq!((f.stale_writes, f.stale_accepted), (1, 1));
+        assert!(verdict(&verdicts).is_err());
+    }
+
+    #[test]
+    fn a_bad_row_is_named_by_its_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = grant_line(&grant(0, 1, 0, 10, 1));
+        let text = format!("{}\nq,{good}\nq,0,1,0,x,10,1,false,false\n", files::GRANTS_CSV_HEADER);
+        std::fs::write(dir.path().join("grants.csv"), text).unwrap();
+        let e = read_logs(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("grants.csv line 3: field 5 (\"x\") is not valid"), "{e}");
+        let e = read_logs(&dir.path().join("nowhere")).unwrap_err();
+        assert!(e.to_string().starts_with("cannot read "), "{e}");
+    }
 }

@@ -60,7 +60,9 @@
 //!   the last longest wait, counters for exact quantiles. The stale-write check sorts the
 //!   writes and the grants on disk the same way and merges them
 //!   ([`measure::safety::each_write_judged`]). Once analysed, a run keeps only the lock-0
-//!   holds its owner timeline can show;
+//!   holds its owner timeline can show. The checker ([`check`]) reads the CSV files back a
+//!   line at a time into the same sorted log and spool, so checking a soak's run holds no
+//!   more than checking a minute's;
 //! - **per deletion**: the embedded store keeps every tombstone for `gc_grace` (ten days, as
 //!   Cassandra does), so a simulated hour holds six times the tombstones of ten minutes; as
 //!   Cassandra, it keeps all but each row's newest ones on disk

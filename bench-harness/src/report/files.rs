@@ -7,7 +7,7 @@ use crate::measure::metrics::Grant;
 use crate::primitive::{Primitive, Share};
 use anyhow::Context;
 use std::fs;
-use std::io::Write as _;
+use std::io::{BufRead, Write as _};
 use std::path::{Path, PathBuf};
 
 /// The exact header of `grants.csv`. `lease_lost`: the holder's guard said its lease was lost
@@ -174,30 +174,52 @@ impl RunLogs {
     }
 }
 
-/// Splits a CSV text after checking its header: the fields of every line, with its number.
-fn csv_rows<'a>(
+/// Reads a CSV line by line after checking its header, one of `headers` (each with its
+/// number of fields): calls `visit` with the index of the header found, each line's number
+/// and its fields. What it holds is one line, whatever the file's length.
+fn each_csv_row(
     name: &str,
-    header: &str,
-    text: &'a str,
-    fields: usize,
-) -> anyhow::Result<Vec<(usize, Vec<&'a str>)>> {
-    let mut lines = text.lines();
-    let first = lines.next().unwrap_or_default();
-    anyhow::ensure!(first == header, "unexpected {name} header: {first:?} (expected {header:?})");
-    lines
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(|(i, line)| {
-            let f: Vec<&str> = line.split(',').collect();
-            anyhow::ensure!(
-                f.len() == fields,
-                "{name} line {}: expected {fields} fields, found {}",
-                i + 2,
-                f.len()
-            );
-            Ok((i + 2, f))
-        })
-        .collect()
+    headers: &[(&str, usize)],
+    mut input: impl BufRead,
+    mut visit: impl FnMut(usize, usize, &[&str]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut line = String::new();
+    let mut read = |line: &mut String, number: usize| -> anyhow::Result<bool> {
+        line.clear();
+        let n =
+            input.read_line(line).with_context(|| format!("cannot read {name} line {number}"))?;
+        // As `str::lines`: without its "\n" or "\r\n".
+        if line.ends_with('\n') {
+            line.pop();
+            if line.ends_with('\r') {
+                line.pop();
+            }
+        }
+        Ok(n > 0)
+    };
+    read(&mut line, 1)?;
+    let Some(kind) = headers.iter().position(|(h, _)| *h == line) else {
+        let expected = headers.first().map_or("", |(h, _)| h);
+        anyhow::bail!("unexpected {name} header: {line:?} (expected {expected:?})");
+    };
+    let fields = headers[kind].1;
+    let mut number = 1;
+    loop {
+        number += 1;
+        if !read(&mut line, number)? {
+            return Ok(());
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        anyhow::ensure!(
+            f.len() == fields,
+            "{name} line {number}: expected {fields} fields, found {}",
+            f.len()
+        );
+        visit(kind, number, &f)?;
+    }
 }
 
 fn field<T: std::str::FromStr>(name: &str, line: usize, f: &[&str], k: usize) -> anyhow::Result<T> {
@@ -206,71 +228,81 @@ fn field<T: std::str::FromStr>(name: &str, line: usize, f: &[&str], k: usize) ->
     })
 }
 
-/// Reads a `grants.csv` back, with or without the `share` column: `(algorithm, grant)` rows.
-pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
+/// Reads a `grants.csv`, with or without the `share` column, a line at a time: `visit` gets
+/// each row's algorithm and grant.
+pub fn each_grant_row(
+    input: impl BufRead,
+    mut visit: impl FnMut(&str, Grant),
+) -> anyhow::Result<()> {
     let name = "grants.csv";
-    let shares = text.lines().next() == Some(GRANTS_SHARE_CSV_HEADER);
-    let (header, fields) =
-        if shares { (GRANTS_SHARE_CSV_HEADER, 10) } else { (GRANTS_CSV_HEADER, 9) };
-    csv_rows(name, header, text, fields)?
-        .into_iter()
-        .map(|(l, f)| {
-            Ok((
-                f[0].to_string(),
-                Grant {
-                    lock: field(name, l, &f, 1)?,
-                    contender: field(name, l, &f, 2)?,
-                    requested_us: field(name, l, &f, 3)?,
-                    granted_us: field(name, l, &f, 4)?,
-                    released_us: field(name, l, &f, 5)?,
-                    token: field(name, l, &f, 6)?,
-                    lease_lost: field(name, l, &f, 7)?,
-                    crashed: field(name, l, &f, 8)?,
-                    queued_us: None,
-                    share: if shares { field(name, l, &f, 9)? } else { Share::Exclusive },
-                },
-            ))
-        })
-        .collect()
+    let headers = [(GRANTS_CSV_HEADER, 9), (GRANTS_SHARE_CSV_HEADER, 10)];
+    each_csv_row(name, &headers, input, |kind, l, f| {
+        let shares = kind == 1;
+        let grant = Grant {
+            lock: field(name, l, f, 1)?,
+            contender: field(name, l, f, 2)?,
+            requested_us: field(name, l, f, 3)?,
+            granted_us: field(name, l, f, 4)?,
+            released_us: field(name, l, f, 5)?,
+            token: field(name, l, f, 6)?,
+            lease_lost: field(name, l, f, 7)?,
+            crashed: field(name, l, f, 8)?,
+            queued_us: None,
+            share: if shares { field(name, l, f, 9)? } else { Share::Exclusive },
+        };
+        visit(f[0], grant);
+        Ok(())
+    })
 }
 
-/// Reads a `resource.csv` back: `(algorithm, write)` rows.
-pub fn read_resource_csv(text: &str) -> anyhow::Result<Vec<(String, ResourceWrite)>> {
+/// Reads a `grants.csv` text back: `(algorithm, grant)` rows.
+pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
+    let mut rows = Vec::new();
+    each_grant_row(text.as_bytes(), |a, g| rows.push((a.to_string(), g)))?;
+    Ok(rows)
+}
+
+/// Reads a `resource.csv` a line at a time: `visit` gets each row's algorithm and write.
+pub fn each_resource_row(
+    input: impl BufRead,
+    mut visit: impl FnMut(&str, ResourceWrite),
+) -> anyhow::Result<()> {
     let name = "resource.csv";
-    csv_rows(name, RESOURCE_CSV_HEADER, text, 6)?
-        .into_iter()
-        .map(|(l, f)| {
-            Ok((
-                f[0].to_string(),
-                ResourceWrite {
-                    lock: field(name, l, &f, 1)?,
-                    contender: field(name, l, &f, 2)?,
-                    token: field(name, l, &f, 3)?,
-                    at_us: field(name, l, &f, 4)?,
-                    accepted: field(name, l, &f, 5)?,
-                },
-            ))
-        })
-        .collect()
+    each_csv_row(name, &[(RESOURCE_CSV_HEADER, 6)], input, |_, l, f| {
+        let write = ResourceWrite {
+            lock: field(name, l, f, 1)?,
+            contender: field(name, l, f, 2)?,
+            token: field(name, l, f, 3)?,
+            at_us: field(name, l, f, 4)?,
+            accepted: field(name, l, f, 5)?,
+        };
+        visit(f[0], write);
+        Ok(())
+    })
+}
+
+/// Reads a `resource.csv` text back: `(algorithm, write)` rows.
+pub fn read_resource_csv(text: &str) -> anyhow::Result<Vec<(String, ResourceWrite)>> {
+    let mut rows = Vec::new();
+    each_resource_row(text.as_bytes(), |a, w| rows.push((a.to_string(), w)))?;
+    Ok(rows)
 }
 
 /// Reads a `faults.csv` back: `(algorithm, window)` rows.
-pub fn read_faults_csv(text: &str) -> anyhow::Result<Vec<(String, FaultWindow)>> {
+pub fn read_faults_csv(input: impl BufRead) -> anyhow::Result<Vec<(String, FaultWindow)>> {
     let name = "faults.csv";
-    csv_rows(name, FAULTS_CSV_HEADER, text, 5)?
-        .into_iter()
-        .map(|(l, f)| {
-            Ok((
-                f[0].to_string(),
-                FaultWindow {
-                    kind: f[1].to_string(),
-                    target: f[2].to_string(),
-                    start_us: field(name, l, &f, 3)?,
-                    end_us: field(name, l, &f, 4)?,
-                },
-            ))
-        })
-        .collect()
+    let mut rows = Vec::new();
+    each_csv_row(name, &[(FAULTS_CSV_HEADER, 5)], input, |_, l, f| {
+        let window = FaultWindow {
+            kind: f[1].to_string(),
+            target: f[2].to_string(),
+            start_us: field(name, l, f, 3)?,
+            end_us: field(name, l, f, 4)?,
+        };
+        rows.push((f[0].to_string(), window));
+        Ok(())
+    })?;
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -319,7 +351,7 @@ mod tests {
         let f =
             FaultWindow { kind: "pause".into(), target: "c0001".into(), start_us: 1, end_us: 2 };
         let text = format!("{FAULTS_CSV_HEADER}\nq,{}\n", fault_line(&f));
-        assert_eq!(read_faults_csv(&text).unwrap(), [("q".to_string(), f)]);
+        assert_eq!(read_faults_csv(text.as_bytes()).unwrap(), [("q".to_string(), f)]);
         let e = read_grants_csv(&format!("{GRANTS_CSV_HEADER}\nq,1,2\n")).unwrap_err();
         assert!(e.to_string().contains("line 2: expected 9 fields"), "{e}");
         let _ = fs::remove_dir_all(dir);
