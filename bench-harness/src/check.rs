@@ -86,22 +86,14 @@ pub fn read_logs(dir: &Path) -> anyhow::Result<Vec<(String, Logs)>> {
         }
     };
     let mut grants: Vec<Spool<Grant>> = Vec::new();
-    files::each_grant_row(open("grants.csv")?, |name, g| {
-        let at = place(name);
-        grants.resize_with(grants.len().max(at + 1), Spool::new);
-        grants[at].push(&g);
-    })?;
+    files::each_grant_row(open("grants.csv")?, |name, g| entry(&mut grants, place(name)).push(&g))?;
     let mut writes: Vec<Spool<ResourceWrite>> = Vec::new();
     files::each_resource_row(open("resource.csv")?, |name, w| {
-        let at = place(name);
-        writes.resize_with(writes.len().max(at + 1), Spool::new);
-        writes[at].push(&w);
+        entry(&mut writes, place(name)).push(&w)
     })?;
     let mut faults: Vec<Vec<FaultWindow>> = Vec::new();
     for (name, f) in files::read_faults_csv(open("faults.csv")?)? {
-        let at = place(&name);
-        faults.resize_with(faults.len().max(at + 1), Vec::new);
-        faults[at].push(f);
+        entry(&mut faults, place(&name)).push(f);
     }
     let on_disk = "cannot keep the logs in a temporary file";
     let (mut grants, mut writes, mut faults) =
@@ -118,6 +110,14 @@ pub fn read_logs(dir: &Path) -> anyhow::Result<Vec<(String, Logs)>> {
             Ok((name, logs))
         })
         .collect()
+}
+
+/// Entry `at` of `v`, which grows with defaults up to it.
+fn entry<T: Default>(v: &mut Vec<T>, at: usize) -> &mut T {
+    if v.len() <= at {
+        v.resize_with(at + 1, T::default);
+    }
+    &mut v[at]
 }
 
 /// The checker's verdicts for every algorithm of `dir`.

@@ -255,13 +255,6 @@ pub fn each_grant_row(
     })
 }
 
-/// Reads a `grants.csv` text back: `(algorithm, grant)` rows.
-pub fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
-    let mut rows = Vec::new();
-    each_grant_row(text.as_bytes(), |a, g| rows.push((a.to_string(), g)))?;
-    Ok(rows)
-}
-
 /// Reads a `resource.csv` a line at a time: `visit` gets each row's algorithm and write.
 pub fn each_resource_row(
     input: impl BufRead,
@@ -279,13 +272,6 @@ pub fn each_resource_row(
         visit(f[0], write);
         Ok(())
     })
-}
-
-/// Reads a `resource.csv` text back: `(algorithm, write)` rows.
-pub fn read_resource_csv(text: &str) -> anyhow::Result<Vec<(String, ResourceWrite)>> {
-    let mut rows = Vec::new();
-    each_resource_row(text.as_bytes(), |a, w| rows.push((a.to_string(), w)))?;
-    Ok(rows)
 }
 
 /// Reads a `faults.csv` back: `(algorithm, window)` rows.
@@ -308,6 +294,12 @@ pub fn read_faults_csv(input: impl BufRead) -> anyhow::Result<Vec<(String, Fault
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read_grants_csv(text: &str) -> anyhow::Result<Vec<(String, Grant)>> {
+        let mut rows = Vec::new();
+        each_grant_row(text.as_bytes(), |a, g| rows.push((a.to_string(), g)))?;
+        Ok(rows)
+    }
 
     #[test]
     fn grants_csv_round_trips() {
@@ -347,7 +339,9 @@ mod tests {
         assert_eq!(back, rows);
         let w = ResourceWrite { lock: 0, contender: 3, token: 9, at_us: 12, accepted: false };
         let text = format!("{RESOURCE_CSV_HEADER}\nlwt,{}\n", resource_line(&w));
-        assert_eq!(read_resource_csv(&text).unwrap(), [("lwt".to_string(), w)]);
+        let mut back = Vec::new();
+        each_resource_row(text.as_bytes(), |a, w| back.push((a.to_string(), w))).unwrap();
+        assert_eq!(back, [("lwt".to_string(), w)]);
         let f =
             FaultWindow { kind: "pause".into(), target: "c0001".into(), start_us: 1, end_us: 2 };
         let text = format!("{FAULTS_CSV_HEADER}\nq,{}\n", fault_line(&f));
